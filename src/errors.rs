@@ -1,0 +1,68 @@
+//! Errors the gateway itself produces, in the OpenAI error shape so SDKs raise typed errors:
+//! `{"error": {"message": "...", "type": "...", "param": "...|null", "code": "...|null"}}`.
+
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatewayError {
+    pub status: u16,
+    /// OpenAI error `type`, e.g. `invalid_request_error`.
+    pub kind: &'static str,
+    pub message: String,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+impl GatewayError {
+    pub fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
+        GatewayError { status, kind, message: message.into(), param: None, code: None }
+    }
+
+    /// 400 for a bad request parameter; `param` names the field at fault.
+    pub fn invalid_param(param: impl Into<String>, message: impl Into<String>) -> Self {
+        let mut e = Self::new(400, "invalid_request_error", message);
+        e.param = Some(param.into());
+        e
+    }
+
+    /// 400 for a bad gateway header; the message names the header.
+    pub fn invalid_header(header: &str, message: impl Into<String>) -> Self {
+        let mut e = Self::new(400, "invalid_request_error", format!("invalid header '{header}': {}", message.into()));
+        e.param = Some(header.to_string());
+        e.code = Some("invalid_header");
+        e
+    }
+
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    pub fn to_value(&self) -> Value {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        }})
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        self.to_value().to_string().into_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_openai_error_shape() {
+        let e = GatewayError::invalid_param("temperature", "temperature must be between 0 and 2");
+        let v: Value = serde_json::from_slice(&e.to_json()).unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["param"], "temperature");
+        assert_eq!(v["error"]["code"], Value::Null);
+        assert_eq!(e.status, 400);
+    }
+}

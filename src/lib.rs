@@ -1,0 +1,13 @@
+//! Model gateway: an OpenAI-compatible gateway as an Envoy proxy-wasm filter.
+//!
+//! Everything except `host` is plain Rust that knows nothing of proxy-wasm and is tested
+//! natively; `host` is the thin adapter that owns every host call.
+
+pub mod config;
+pub mod errors;
+pub mod providers;
+pub mod request;
+pub mod stream;
+
+#[cfg(target_os = "wasi")]
+mod host;

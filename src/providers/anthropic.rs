@@ -1,0 +1,2 @@
+//! Anthropic Messages API translator. (Being written.)
+pub struct Anthropic;

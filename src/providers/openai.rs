@@ -1,0 +1,2 @@
+//! OpenAI and OpenAI-compatible providers. (Being written.)
+pub struct OpenAi;

@@ -1,0 +1,3 @@
+//! The client's request: gateway headers, authentication, chat validation.
+
+pub mod chat;

@@ -1,0 +1,3 @@
+//! Incremental stream parsers.
+
+pub mod sse;

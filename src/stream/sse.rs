@@ -1,0 +1,1 @@
+//! Incremental server-sent events parser. (Being written.)
