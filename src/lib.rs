@@ -5,8 +5,11 @@
 
 pub mod config;
 pub mod errors;
+pub mod pipeline;
 pub mod providers;
 pub mod request;
+pub mod routing;
+pub mod settings;
 pub mod stream;
 
 #[cfg(target_os = "wasi")]

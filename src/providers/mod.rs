@@ -46,6 +46,11 @@ pub trait Translator: Sync {
     /// Headers that carry the provider credential; the client's `authorization` is removed.
     fn auth_headers(&self, api_key: &str) -> Vec<(&'static str, String)>;
 
+    /// Headers for `vendor_organization` / `vendor_project`; none unless the vendor has them.
+    fn vendor_headers(&self, _organization: Option<&str>, _project: Option<&str>) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
     /// Rewrites a validated OpenAI chat request body for the provider.
     fn chat_request(&self, body: Value, strict_vendor_compliance: bool) -> Result<Value, GatewayError>;
 

@@ -1,3 +1,5 @@
-//! The client's request: gateway headers, authentication, chat validation.
+//! The client's request: endpoint, gateway headers, chat validation.
 
 pub mod chat;
+pub mod endpoint;
+pub mod headers;

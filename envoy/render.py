@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Renders envoy/gateway.yaml.tmpl into an Envoy config, from the environment.
+
+The config `./build.sh run` uses and the deployable envoy/envoy.yaml (`--docker`) both come
+from here, so they cannot drift. Settings (environment variables):
+  GATEWAY_PORT (8787), GATEWAY_ADMIN_PORT (9901), GATEWAY_LISTEN_ADDRESS (127.0.0.1),
+  GATEWAY_WASM (path of the filter), GATEWAY_API_KEYS (comma-separated, required),
+  GATEWAY_ALLOWED_CUSTOM_HOSTS (comma-separated; default "loopback"),
+  GATEWAY_CREDENTIALS (JSON object: slug or virtual key -> {provider, api_key, custom_host, ...}),
+  GATEWAY_CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt).
+"""
+import json
+import os
+import string
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+DOCKER = {
+    "GATEWAY_LISTEN_ADDRESS": "0.0.0.0",
+    "GATEWAY_WASM": "/etc/envoy/model_gateway.wasm",
+    "GATEWAY_API_KEYS": "change-me-gateway-key",
+}
+
+
+def split_list(value):
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def render(env):
+    keys = split_list(env.get("GATEWAY_API_KEYS", ""))
+    if not keys:
+        sys.exit("render.py: GATEWAY_API_KEYS is empty")
+    try:
+        credentials = json.loads(env.get("GATEWAY_CREDENTIALS") or "{}")
+    except json.JSONDecodeError as err:
+        sys.exit(f"render.py: GATEWAY_CREDENTIALS is not valid JSON: {err}")
+    if not isinstance(credentials, dict):
+        sys.exit("render.py: GATEWAY_CREDENTIALS must be a JSON object")
+    plugin = {
+        "api_keys": keys,
+        "allowed_custom_hosts": split_list(env.get("GATEWAY_ALLOWED_CUSTOM_HOSTS") or "loopback"),
+        "credentials": credentials,
+    }
+    template = string.Template((HERE / "gateway.yaml.tmpl").read_text())
+    return template.substitute(
+        PORT=int(env.get("GATEWAY_PORT") or 8787),
+        ADMIN_PORT=int(env.get("GATEWAY_ADMIN_PORT") or 9901),
+        LISTEN_ADDRESS=env.get("GATEWAY_LISTEN_ADDRESS") or "127.0.0.1",
+        WASM_PATH=json.dumps(env.get("GATEWAY_WASM") or str(HERE.parent / "target/model_gateway.wasm")),
+        CA_BUNDLE=json.dumps(env.get("GATEWAY_CA_BUNDLE") or "/etc/ssl/certs/ca-certificates.crt"),
+        # A JSON string literal is a valid YAML double-quoted scalar.
+        PLUGIN_CONFIGURATION=json.dumps(json.dumps(plugin, separators=(",", ":"))),
+    )
+
+
+if __name__ == "__main__":
+    env = dict(os.environ)
+    if "--docker" in sys.argv[1:]:
+        env = {**env, **DOCKER}
+        for name in ("GATEWAY_PORT", "GATEWAY_ADMIN_PORT", "GATEWAY_ALLOWED_CUSTOM_HOSTS", "GATEWAY_CREDENTIALS"):
+            env.pop(name, None)
+    sys.stdout.write(render(env))

@@ -1,0 +1,293 @@
+//! A request's way through the gateway as plain decisions: the host adapter feeds it
+//! headers and body and applies what it returns.
+
+use crate::errors::GatewayError;
+use crate::providers::{Endpoint, ProviderSpec, ResponseContext};
+use crate::request::chat;
+use crate::request::endpoint::{classify, BodyMode, Route};
+use crate::request::headers::{is_gateway_header, GatewayHeaders};
+use crate::routing::{select_target, Target};
+use crate::settings::Settings;
+use serde_json::{Map, Value};
+
+/// Envoy routes on this header to the cluster that reaches the provider.
+pub const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
+/// Names the provider that served the request, on every provider response.
+pub const PROVIDER_HEADER: &str = "x-gateway-provider";
+pub const TRACE_HEADER: &str = "x-gateway-trace-id";
+
+/// Header edits for the upstream request: removals first, then sets.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HeaderEdits {
+    pub remove: Vec<String>,
+    pub set: Vec<(String, String)>,
+}
+
+/// How the response of a forwarded request is handled.
+#[derive(Clone)]
+pub struct ResponsePlan {
+    pub provider: &'static ProviderSpec,
+    /// Set when chat responses must be translated to the OpenAI shape.
+    pub chat: Option<ResponseContext>,
+}
+
+/// A request ready to go upstream.
+pub struct Forward {
+    pub headers: HeaderEdits,
+    /// The new body, when the gateway rewrote it.
+    pub body: Option<Vec<u8>>,
+    pub response: ResponsePlan,
+}
+
+/// A request that needs its body before it can go upstream.
+pub struct Pending {
+    endpoint: Endpoint,
+    target: Target,
+    headers: HeaderEdits,
+}
+
+pub enum Started {
+    Health,
+    Ready(Forward),
+    NeedsBody(Pending),
+}
+
+/// Request headers arrived: authenticate, parse, pick the target, plan the upstream request.
+/// `headers` are the request headers with lowercase names, pseudo-headers included.
+pub fn start(settings: &Settings, headers: &[(String, String)], random: u64) -> Result<Started, GatewayError> {
+    let pseudo = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str()).unwrap_or("");
+    let route = classify(pseudo(":method"), pseudo(":path"))?;
+    let Route::Api { endpoint, body, path, query } = route else {
+        return Ok(Started::Health);
+    };
+    let gateway = GatewayHeaders::parse(headers.iter().map(|(n, v)| (n.as_str(), v.as_str())))?;
+    match &gateway.api_key {
+        Some(key) if settings.authenticate(key) => {}
+        Some(_) => {
+            return Err(GatewayError::new(401, "authentication_error", "invalid x-gateway-api-key")
+                .with_code("invalid_api_key"))
+        }
+        None => {
+            return Err(GatewayError::new(
+                401,
+                "authentication_error",
+                "missing x-gateway-api-key header: every request needs a gateway API key",
+            )
+            .with_code("missing_api_key"))
+        }
+    }
+    let target = select_target(settings, &gateway, random)?;
+    let upstream_path = target.provider.translator.upstream_path(endpoint, &path)?;
+    let edits = upstream_headers(settings, headers, &target, &upstream_path, query.as_deref());
+    let needs_body = body == BodyMode::Json && pseudo(":method") == "POST";
+    if needs_body {
+        Ok(Started::NeedsBody(Pending { endpoint, target, headers: edits }))
+    } else {
+        Ok(Started::Ready(Forward { headers: edits, body: None, response: ResponsePlan { provider: target.provider, chat: None } }))
+    }
+}
+
+fn upstream_headers(
+    settings: &Settings,
+    headers: &[(String, String)],
+    target: &Target,
+    upstream_path: &str,
+    query: Option<&str>,
+) -> HeaderEdits {
+    let forwarded = |name: &str| target.options.forward_headers.iter().any(|f| f == name);
+    let mut edits = HeaderEdits::default();
+    for (name, _) in headers {
+        // Gateway headers and the client's credential stay here unless the user forwards them;
+        // accept-encoding goes so responses arrive uncompressed and can be translated.
+        let private = is_gateway_header(name) || name == "authorization";
+        if (private && !forwarded(name)) || name == "accept-encoding" {
+            edits.remove.push(name.clone());
+        }
+    }
+    let cluster = if target.upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
+    let path = match query {
+        Some(q) => format!("{}{upstream_path}?{q}", target.upstream.base_path),
+        None => format!("{}{upstream_path}", target.upstream.base_path),
+    };
+    edits.set.push((":authority".into(), target.upstream.authority.clone()));
+    edits.set.push((":path".into(), path));
+    edits.set.push((CLUSTER_HEADER.into(), cluster.clone()));
+    let translator = target.provider.translator;
+    if let Some(key) = &target.api_key {
+        edits.set.extend(translator.auth_headers(key).into_iter().map(|(n, v)| (n.to_string(), v)));
+    }
+    let vendor = translator.vendor_headers(target.vendor_organization.as_deref(), target.vendor_project.as_deref());
+    edits.set.extend(vendor.into_iter().map(|(n, v)| (n.to_string(), v)));
+    if let Some(ms) = target.options.request_timeout {
+        edits.set.push(("x-envoy-upstream-rq-timeout-ms".into(), ms.to_string()));
+    }
+    edits
+}
+
+/// The whole request body arrived: validate it, apply `override_params`, translate it.
+/// `now` is Unix seconds from the host clock.
+pub fn finish(pending: Pending, body: &[u8], now: u64) -> Result<Forward, GatewayError> {
+    let Pending { endpoint, target, mut headers } = pending;
+    let response = |chat| ResponsePlan { provider: target.provider, chat };
+    let overrides = &target.options.override_params;
+    let translator = target.provider.translator;
+    let is_chat = endpoint == Endpoint::ChatCompletions;
+    if !is_chat && overrides.is_empty() {
+        return Ok(Forward { headers, body: None, response: response(None) });
+    }
+    let mut request = parse_object(body)?;
+    apply_overrides(&mut request, overrides);
+    let mut chat_context = None;
+    if is_chat {
+        let value = Value::Object(request);
+        chat::validate_chat_request(&value)?;
+        let strict = target.options.strict_vendor_compliance;
+        if strict && value.get("thinking").is_some_and(|t| !t.is_null()) {
+            return Err(GatewayError::invalid_param(
+                "thinking",
+                "thinking requires strict_vendor_compliance false in the config",
+            ));
+        }
+        if !translator.translates_responses() && overrides.is_empty() {
+            // OpenAI-compatible and untouched: the original bytes go upstream as they came.
+            return Ok(Forward { headers, body: None, response: response(None) });
+        }
+        if translator.translates_responses() {
+            chat_context = Some(ResponseContext {
+                model: value.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
+                created: now,
+                include_usage: chat::include_usage(&value),
+                strict_vendor_compliance: strict,
+            });
+        }
+        let translated = translator.chat_request(value, strict)?;
+        let bytes = translated.to_string().into_bytes();
+        headers.set.push(("content-length".into(), bytes.len().to_string()));
+        return Ok(Forward { headers, body: Some(bytes), response: response(chat_context) });
+    }
+    let bytes = Value::Object(request).to_string().into_bytes();
+    headers.set.push(("content-length".into(), bytes.len().to_string()));
+    Ok(Forward { headers, body: Some(bytes), response: response(None) })
+}
+
+fn parse_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(GatewayError::invalid_param("body", "the request body must be a JSON object")),
+        Err(e) => Err(GatewayError::invalid_param("body", format!("the request body is not valid JSON: {e}"))),
+    }
+}
+
+fn apply_overrides(request: &mut Map<String, Value>, overrides: &Map<String, Value>) {
+    for (key, value) in overrides {
+        request.insert(key.clone(), value.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings::parse(br#"{"api_keys": ["gw-key"]}"#).unwrap()
+    }
+
+    fn request(method: &str, path: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut h = vec![(":method".to_string(), method.to_string()), (":path".to_string(), path.to_string())];
+        h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+        h
+    }
+
+    const OPENAI_LOCAL: &[(&str, &str)] = &[
+        ("x-gateway-api-key", "gw-key"),
+        ("x-gateway-provider", "openai"),
+        ("x-gateway-custom-host", "http://127.0.0.1:9000/v1"),
+        ("authorization", "Bearer sk-local"),
+        ("x-custom-thing", "kept"),
+        ("accept-encoding", "gzip"),
+    ];
+
+    fn started(h: &[(String, String)]) -> Result<Started, GatewayError> {
+        start(&settings(), h, 0)
+    }
+
+    #[test]
+    fn health_needs_no_key() {
+        assert!(matches!(started(&request("GET", "/health", &[])), Ok(Started::Health)));
+    }
+
+    #[test]
+    fn gateway_key_is_required() {
+        let err = started(&request("POST", "/v1/chat/completions", &[])).err().unwrap();
+        assert_eq!((err.status, err.code), (401, Some("missing_api_key")));
+        assert!(err.message.contains("x-gateway-api-key"));
+        let err = started(&request("POST", "/v1/chat/completions", &[("x-gateway-api-key", "nope")])).err().unwrap();
+        assert_eq!((err.status, err.code), (401, Some("invalid_api_key")));
+    }
+
+    #[test]
+    fn plans_upstream_headers() {
+        let Ok(Started::NeedsBody(pending)) = started(&request("POST", "/v1/chat/completions", OPENAI_LOCAL)) else {
+            panic!("chat needs the body")
+        };
+        let edits = &pending.headers;
+        for gone in ["x-gateway-api-key", "x-gateway-provider", "x-gateway-custom-host", "accept-encoding"] {
+            assert!(edits.remove.iter().any(|n| n == gone), "{gone}");
+        }
+        assert!(!edits.remove.iter().any(|n| n == "x-custom-thing"));
+        let set = |name: &str| edits.set.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        assert_eq!(set(":authority"), Some("127.0.0.1:9000"));
+        assert_eq!(set(":path"), Some("/v1/chat/completions"));
+        assert_eq!(set(CLUSTER_HEADER), Some("gateway_upstream_plain"));
+        assert_eq!(set("authorization"), Some("Bearer sk-local"));
+    }
+
+    #[test]
+    fn passthrough_endpoints_keep_the_query() {
+        let Ok(Started::Ready(forward)) = started(&request("GET", "/v1/batches?limit=2", OPENAI_LOCAL)) else {
+            panic!("resources go straight through")
+        };
+        assert!(forward.headers.set.contains(&(":path".to_string(), "/v1/batches?limit=2".to_string())));
+    }
+
+    #[test]
+    fn untouched_openai_chat_keeps_its_bytes() {
+        let Ok(Started::NeedsBody(pending)) = started(&request("POST", "/v1/chat/completions", OPENAI_LOCAL)) else {
+            panic!()
+        };
+        let forward = finish(pending, br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#, 1).ok().unwrap();
+        assert!(forward.body.is_none());
+        assert!(forward.response.chat.is_none());
+    }
+
+    #[test]
+    fn override_params_rewrite_the_body() {
+        let config = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","override_params":{"model":"forced"}}"#;
+        let h = request("POST", "/v1/chat/completions", &[("x-gateway-api-key", "gw-key"), ("x-gateway-config", config)]);
+        let Ok(Started::NeedsBody(pending)) = started(&h) else { panic!() };
+        let forward = finish(pending, br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#, 1).ok().unwrap();
+        let body: Value = serde_json::from_slice(&forward.body.unwrap()).unwrap();
+        assert_eq!(body["model"], "forced");
+        let length = forward.headers.set.iter().find(|(n, _)| n == "content-length").map(|(_, v)| v.clone());
+        assert_eq!(length, Some(body.to_string().len().to_string()));
+    }
+
+    #[test]
+    fn bad_bodies_are_400s() {
+        for body in [&b"not json"[..], b"[1]", b"{\"model\":\"m\",\"messages\":[]}", b"\xff\xfe"] {
+            let Ok(Started::NeedsBody(pending)) = started(&request("POST", "/v1/chat/completions", OPENAI_LOCAL)) else {
+                panic!()
+            };
+            assert_eq!(finish(pending, body, 1).err().unwrap().status, 400);
+        }
+    }
+
+    #[test]
+    fn thinking_needs_non_strict_mode() {
+        let Ok(Started::NeedsBody(pending)) = started(&request("POST", "/v1/chat/completions", OPENAI_LOCAL)) else {
+            panic!()
+        };
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"thinking":{"type":"enabled","budget_tokens":1024}}"#;
+        assert_eq!(finish(pending, body, 1).err().unwrap().param.as_deref(), Some("thinking"));
+    }
+}

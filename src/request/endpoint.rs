@@ -1,0 +1,118 @@
+//! Which OpenAI endpoint a request calls, and how its body is handled.
+
+use crate::errors::GatewayError;
+use crate::providers::Endpoint;
+
+/// How the filter treats the request body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyMode {
+    /// JSON the gateway reads (validation, `override_params`, translation).
+    Json,
+    /// Streams to the provider untouched (multipart uploads, resource endpoints).
+    Passthrough,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Health,
+    Api {
+        endpoint: Endpoint,
+        body: BodyMode,
+        /// The path after `/v1`, e.g. `/chat/completions`; the query string is kept apart.
+        path: String,
+        query: Option<String>,
+    },
+}
+
+/// Inference endpoints: exact path, method POST.
+const INFERENCE: &[(&str, Endpoint, BodyMode)] = &[
+    ("/chat/completions", Endpoint::ChatCompletions, BodyMode::Json),
+    ("/completions", Endpoint::Completions, BodyMode::Json),
+    ("/embeddings", Endpoint::Embeddings, BodyMode::Json),
+    ("/images/generations", Endpoint::ImageGenerations, BodyMode::Json),
+    ("/images/edits", Endpoint::ImageEdits, BodyMode::Passthrough),
+    ("/images/variations", Endpoint::ImageVariations, BodyMode::Passthrough),
+    ("/audio/speech", Endpoint::AudioSpeech, BodyMode::Json),
+    ("/audio/transcriptions", Endpoint::AudioTranscriptions, BodyMode::Passthrough),
+    ("/audio/translations", Endpoint::AudioTranslations, BodyMode::Passthrough),
+    ("/moderations", Endpoint::Moderations, BodyMode::Json),
+];
+
+/// Resource collections passed through to the provider with any method.
+const RESOURCES: &[&str] =
+    &["/batches", "/files", "/fine_tuning", "/assistants", "/threads", "/models", "/vector_stores", "/uploads"];
+
+pub fn classify(method: &str, full_path: &str) -> Result<Route, GatewayError> {
+    let (path, query) = match full_path.split_once('?') {
+        Some((path, query)) => (path, Some(query.to_string())),
+        None => (full_path, None),
+    };
+    if path == "/health" {
+        return Ok(Route::Health);
+    }
+    let not_found = || {
+        GatewayError::new(404, "invalid_request_error", format!("unknown endpoint {method} {path}"))
+            .with_code("unknown_endpoint")
+    };
+    let rest = path.strip_prefix("/v1").filter(|rest| rest.starts_with('/')).ok_or_else(not_found)?;
+    if let Some((_, endpoint, body)) = INFERENCE.iter().find(|(p, _, _)| *p == rest) {
+        if method != "POST" {
+            return Err(GatewayError::new(
+                405,
+                "invalid_request_error",
+                format!("{method} is not allowed on /v1{rest}; use POST"),
+            )
+            .with_code("method_not_allowed"));
+        }
+        return Ok(Route::Api { endpoint: *endpoint, body: *body, path: rest.to_string(), query });
+    }
+    let is_resource = RESOURCES.iter().any(|r| rest == *r || rest.strip_prefix(r).is_some_and(|t| t.starts_with('/')));
+    if is_resource {
+        return Ok(Route::Api {
+            endpoint: Endpoint::Resource,
+            body: BodyMode::Passthrough,
+            path: rest.to_string(),
+            query,
+        });
+    }
+    Err(not_found())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_inference_endpoints() {
+        let route = classify("POST", "/v1/chat/completions").unwrap();
+        assert_eq!(
+            route,
+            Route::Api {
+                endpoint: Endpoint::ChatCompletions,
+                body: BodyMode::Json,
+                path: "/chat/completions".into(),
+                query: None
+            }
+        );
+        let route = classify("POST", "/v1/audio/transcriptions?x=1").unwrap();
+        assert!(matches!(route, Route::Api { body: BodyMode::Passthrough, query: Some(ref q), .. } if q == "x=1"));
+    }
+
+    #[test]
+    fn resources_pass_through_with_any_method() {
+        for (method, path) in [("GET", "/v1/batches?limit=2"), ("POST", "/v1/batches/b1/cancel"), ("GET", "/v1/assistants/a1")] {
+            let route = classify(method, path).unwrap();
+            assert!(matches!(route, Route::Api { endpoint: Endpoint::Resource, .. }), "{path}");
+        }
+    }
+
+    #[test]
+    fn unknown_and_wrong_method() {
+        assert_eq!(classify("POST", "/v1/nope").unwrap_err().status, 404);
+        assert_eq!(classify("POST", "/v1/batchesX").unwrap_err().status, 404);
+        assert_eq!(classify("POST", "/v2/chat/completions").unwrap_err().status, 404);
+        assert_eq!(classify("POST", "/v1").unwrap_err().status, 404);
+        assert_eq!(classify("GET", "/v1/chat/completions").unwrap_err().status, 405);
+        assert_eq!(classify("GET", "/health").unwrap(), Route::Health);
+    }
+}

@@ -1,0 +1,316 @@
+//! The gateway headers of spec section 5, parsed and type-checked. Each header may also
+//! arrive under the snake_case or camelCase names client libraries use (Envoy lowercases
+//! names, so `apiKey` arrives as `apikey`).
+
+use crate::errors::GatewayError;
+use serde_json::{Map, Value};
+
+/// Every gateway header, by field. The first name is the canonical one used in errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    ApiKey,
+    Provider,
+    VirtualKey,
+    Config,
+    CustomHost,
+    TraceId,
+    SpanId,
+    ParentSpanId,
+    SpanName,
+    Metadata,
+    CacheForceRefresh,
+    CacheNamespace,
+    RequestTimeout,
+    ForwardHeaders,
+    CloudAResourceName,
+    CloudADeploymentId,
+    CloudAApiVersion,
+    CloudAModelName,
+    CloudBProjectId,
+    CloudBRegion,
+    CloudBRequestType,
+    CloudCSessionToken,
+    CloudCSecretAccessKey,
+    CloudCRegion,
+    CloudCAccessKeyId,
+}
+
+const HEADERS: &[(Field, &[&str])] = &[
+    (Field::ApiKey, &["x-gateway-api-key", "api_key", "apikey"]),
+    (Field::Provider, &["x-gateway-provider", "provider"]),
+    (Field::VirtualKey, &["x-gateway-virtual-key", "virtual_key", "virtualkey"]),
+    (Field::Config, &["x-gateway-config", "config"]),
+    (Field::CustomHost, &["x-gateway-custom-host", "custom_host", "customhost"]),
+    (Field::TraceId, &["x-gateway-trace-id", "trace_id", "traceid"]),
+    (Field::SpanId, &["x-gateway-span-id"]),
+    (Field::ParentSpanId, &["x-gateway-parent-span-id"]),
+    (Field::SpanName, &["x-gateway-span-name"]),
+    (Field::Metadata, &["x-gateway-metadata", "metadata"]),
+    (Field::CacheForceRefresh, &["x-gateway-cache-force-refresh", "cache_force_refresh", "cacheforcerefresh"]),
+    (Field::CacheNamespace, &["x-gateway-cache-namespace", "cache_namespace", "cachenamespace"]),
+    (Field::RequestTimeout, &["x-gateway-request-timeout", "request_timeout", "requesttimeout"]),
+    (Field::ForwardHeaders, &["x-gateway-forward-headers", "forward_headers", "forwardheaders"]),
+    (Field::CloudAResourceName, &["x-gateway-cloud-a-resource-name"]),
+    (Field::CloudADeploymentId, &["x-gateway-cloud-a-deployment-id"]),
+    (Field::CloudAApiVersion, &["x-gateway-cloud-a-api-version"]),
+    (Field::CloudAModelName, &["x-gateway-cloud-a-model-name"]),
+    (Field::CloudBProjectId, &["x-gateway-cloud-b-project-id"]),
+    (Field::CloudBRegion, &["x-gateway-cloud-b-region"]),
+    (Field::CloudBRequestType, &["x-cloud-b-llm-request-type"]),
+    (Field::CloudCSessionToken, &["x-gateway-cloud-c-session-token"]),
+    (Field::CloudCSecretAccessKey, &["x-gateway-cloud-c-secret-access-key"]),
+    (Field::CloudCRegion, &["x-gateway-cloud-c-region"]),
+    (Field::CloudCAccessKeyId, &["x-gateway-cloud-c-access-key-id", "cloud_c_access_key_id", "cloudcaccesskeyid"]),
+];
+
+/// Whether a request header is one of the gateway's own (never sent to a provider).
+pub fn is_gateway_header(name: &str) -> bool {
+    name.starts_with("x-gateway-") || lookup(name).is_some()
+}
+
+fn lookup(name: &str) -> Option<(Field, &'static str)> {
+    HEADERS
+        .iter()
+        .find(|(_, names)| names.contains(&name))
+        .and_then(|(field, names)| names.first().map(|canonical| (*field, *canonical)))
+}
+
+/// Cloud-specific headers (spec 5.3), kept for the cloud providers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CloudHeaders {
+    pub a_resource_name: Option<String>,
+    pub a_deployment_id: Option<String>,
+    pub a_api_version: Option<String>,
+    pub a_model_name: Option<String>,
+    pub b_project_id: Option<String>,
+    pub b_region: Option<String>,
+    pub b_request_type: Option<String>,
+    pub c_session_token: Option<String>,
+    pub c_secret_access_key: Option<String>,
+    pub c_region: Option<String>,
+    pub c_access_key_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GatewayHeaders {
+    pub api_key: Option<String>,
+    pub provider: Option<String>,
+    /// The token of `Authorization: Bearer <token>`.
+    pub bearer: Option<String>,
+    pub virtual_key: Option<String>,
+    pub config: Option<String>,
+    pub custom_host: Option<String>,
+    pub trace_id: Option<String>,
+    pub span_id: Option<String>,
+    pub parent_span_id: Option<String>,
+    pub span_name: Option<String>,
+    pub metadata: Option<Map<String, Value>>,
+    pub cache_force_refresh: Option<bool>,
+    pub cache_namespace: Option<String>,
+    pub request_timeout: Option<u64>,
+    pub forward_headers: Option<Vec<String>>,
+    pub vendor_beta: Option<String>,
+    pub cloud: CloudHeaders,
+}
+
+impl GatewayHeaders {
+    /// Parses the request headers (names lowercase, as Envoy gives them).
+    pub fn parse<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, GatewayError> {
+        let mut parsed = GatewayHeaders::default();
+        for (name, value) in headers {
+            if name == "authorization" {
+                parsed.bearer = bearer_token(value);
+            } else if name == "vendor-beta" {
+                parsed.vendor_beta = Some(value.to_string());
+            } else if let Some((field, canonical)) = lookup(name) {
+                parsed.set(field, canonical, value)?;
+            }
+        }
+        Ok(parsed)
+    }
+
+    fn set(&mut self, field: Field, header: &str, value: &str) -> Result<(), GatewayError> {
+        let text = Some(value.trim().to_string());
+        match field {
+            Field::ApiKey => self.api_key = text,
+            Field::Provider => self.provider = text,
+            Field::VirtualKey => self.virtual_key = text,
+            Field::Config => self.config = text,
+            Field::CustomHost => self.custom_host = text,
+            Field::TraceId => self.trace_id = text,
+            Field::SpanId => self.span_id = text,
+            Field::ParentSpanId => self.parent_span_id = text,
+            Field::SpanName => self.span_name = text,
+            Field::Metadata => self.metadata = Some(parse_metadata(header, value)?),
+            Field::CacheForceRefresh => self.cache_force_refresh = Some(parse_bool(header, value)?),
+            Field::CacheNamespace => self.cache_namespace = text,
+            Field::RequestTimeout => self.request_timeout = Some(parse_timeout(header, value)?),
+            Field::ForwardHeaders => self.forward_headers = Some(parse_header_list(header, value)?),
+            Field::CloudAResourceName => self.cloud.a_resource_name = text,
+            Field::CloudADeploymentId => self.cloud.a_deployment_id = text,
+            Field::CloudAApiVersion => self.cloud.a_api_version = text,
+            Field::CloudAModelName => self.cloud.a_model_name = text,
+            Field::CloudBProjectId => self.cloud.b_project_id = text,
+            Field::CloudBRegion => self.cloud.b_region = text,
+            Field::CloudBRequestType => self.cloud.b_request_type = text,
+            Field::CloudCSessionToken => self.cloud.c_session_token = text,
+            Field::CloudCSecretAccessKey => self.cloud.c_secret_access_key = text,
+            Field::CloudCRegion => self.cloud.c_region = text,
+            Field::CloudCAccessKeyId => self.cloud.c_access_key_id = text,
+        }
+        Ok(())
+    }
+}
+
+fn bearer_token(value: &str) -> Option<String> {
+    let value = value.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_string())
+}
+
+fn parse_metadata(header: &str, value: &str) -> Result<Map<String, Value>, GatewayError> {
+    match serde_json::from_str::<Value>(value) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(GatewayError::invalid_header(header, "must be a JSON object")),
+        Err(_) => Err(GatewayError::invalid_header(header, "must be a JSON object (the value is not valid JSON)")),
+    }
+}
+
+fn parse_bool(header: &str, value: &str) -> Result<bool, GatewayError> {
+    match value.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(GatewayError::invalid_header(header, "must be `true` or `false`")),
+    }
+}
+
+fn parse_timeout(header: &str, value: &str) -> Result<u64, GatewayError> {
+    match value.trim().parse::<u64>() {
+        Ok(ms) if ms >= 1 => Ok(ms),
+        _ => Err(GatewayError::invalid_header(header, "must be a positive integer number of milliseconds")),
+    }
+}
+
+/// A JSON array of header names or a comma-separated list; names are lowercased.
+fn parse_header_list(header: &str, value: &str) -> Result<Vec<String>, GatewayError> {
+    let value = value.trim();
+    let names: Vec<String> = if value.starts_with('[') {
+        let items: Vec<Value> = serde_json::from_str(value)
+            .map_err(|_| GatewayError::invalid_header(header, "must be a JSON array of header names or a comma-separated list"))?;
+        items
+            .into_iter()
+            .map(|item| match item {
+                Value::String(name) => Ok(name),
+                _ => Err(GatewayError::invalid_header(header, "every item must be a header name string")),
+            })
+            .collect::<Result<_, _>>()?
+    } else {
+        value.split(',').map(|name| name.trim().to_string()).filter(|name| !name.is_empty()).collect()
+    };
+    names
+        .into_iter()
+        .map(|name| {
+            if is_header_name(&name) {
+                Ok(name.to_ascii_lowercase())
+            } else {
+                Err(GatewayError::invalid_header(header, format!("'{name}' is not a valid header name")))
+            }
+        })
+        .collect()
+}
+
+/// An HTTP header name: one or more token characters (RFC 9110).
+pub fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(headers: &[(&str, &str)]) -> Result<GatewayHeaders, GatewayError> {
+        GatewayHeaders::parse(headers.iter().copied())
+    }
+
+    #[test]
+    fn reads_canonical_names_and_aliases() {
+        let h = parse(&[
+            ("apikey", "gw"),
+            ("provider", "openai"),
+            ("authorization", "Bearer sk-1"),
+            ("customhost", "http://127.0.0.1:1/v1"),
+            ("traceid", "t-1"),
+            ("x-gateway-span-id", "s"),
+            ("cloud_c_access_key_id", "AKIA"),
+            ("x-cloud-b-llm-request-type", "embeddings"),
+        ])
+        .unwrap();
+        assert_eq!(h.api_key.as_deref(), Some("gw"));
+        assert_eq!(h.provider.as_deref(), Some("openai"));
+        assert_eq!(h.bearer.as_deref(), Some("sk-1"));
+        assert_eq!(h.custom_host.as_deref(), Some("http://127.0.0.1:1/v1"));
+        assert_eq!(h.trace_id.as_deref(), Some("t-1"));
+        assert_eq!(h.span_id.as_deref(), Some("s"));
+        assert_eq!(h.cloud.c_access_key_id.as_deref(), Some("AKIA"));
+        assert_eq!(h.cloud.b_request_type.as_deref(), Some("embeddings"));
+    }
+
+    #[test]
+    fn metadata_must_be_a_json_object() {
+        assert!(parse(&[("x-gateway-metadata", r#"{"_user":"u1"}"#)]).unwrap().metadata.is_some());
+        for bad in ["not-json", "[1]", "\"s\"", "1"] {
+            let err = parse(&[("x-gateway-metadata", bad)]).unwrap_err();
+            assert_eq!(err.status, 400);
+            assert!(err.message.contains("x-gateway-metadata"), "{}", err.message);
+        }
+        let err = parse(&[("metadata", "[]")]).unwrap_err();
+        assert!(err.message.contains("x-gateway-metadata"));
+    }
+
+    #[test]
+    fn timeout_must_be_a_positive_integer() {
+        assert_eq!(parse(&[("x-gateway-request-timeout", "1500")]).unwrap().request_timeout, Some(1500));
+        for bad in ["abc", "1.5", "-1", "0", "99999999999999999999999"] {
+            let err = parse(&[("x-gateway-request-timeout", bad)]).unwrap_err();
+            assert!(err.message.contains("x-gateway-request-timeout"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn force_refresh_must_be_a_boolean() {
+        assert_eq!(parse(&[("x-gateway-cache-force-refresh", "true")]).unwrap().cache_force_refresh, Some(true));
+        assert_eq!(parse(&[("cacheforcerefresh", "false")]).unwrap().cache_force_refresh, Some(false));
+        for bad in ["maybe", "1", "TRUE "] {
+            assert!(parse(&[("x-gateway-cache-force-refresh", bad)]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn forward_headers_accept_json_array_and_comma_list() {
+        let h = parse(&[("x-gateway-forward-headers", r#"["X-A", "x-b"]"#)]).unwrap();
+        assert_eq!(h.forward_headers, Some(vec!["x-a".to_string(), "x-b".to_string()]));
+        let h = parse(&[("forward_headers", "X-A, x-b")]).unwrap();
+        assert_eq!(h.forward_headers, Some(vec!["x-a".to_string(), "x-b".to_string()]));
+        for bad in [r#"{"a":1}"#, "[1]", "[\"bad header\"]", "a b"] {
+            let err = parse(&[("x-gateway-forward-headers", bad)]).unwrap_err();
+            assert!(err.message.contains("x-gateway-forward-headers"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bearer_needs_the_scheme() {
+        assert_eq!(parse(&[("authorization", "bearer tok")]).unwrap().bearer.as_deref(), Some("tok"));
+        assert_eq!(parse(&[("authorization", "Basic abc")]).unwrap().bearer, None);
+        assert_eq!(parse(&[("authorization", "Bearer ")]).unwrap().bearer, None);
+    }
+
+    #[test]
+    fn gateway_headers_are_recognised() {
+        assert!(is_gateway_header("x-gateway-anything"));
+        assert!(is_gateway_header("apikey"));
+        assert!(is_gateway_header("x-cloud-b-llm-request-type"));
+        assert!(!is_gateway_header("x-custom-thing"));
+    }
+}

@@ -1,0 +1,443 @@
+//! Picks the provider target for a request from the gateway headers and the config, and
+//! works out where it lives. (Strategies beyond single and loadbalance: the routing issue.)
+
+use crate::config::{parse_config, Config, StrategyMode};
+use crate::errors::GatewayError;
+use crate::providers::{self, ProviderSpec};
+use crate::request::headers::GatewayHeaders;
+use crate::settings::Settings;
+use serde_json::{Map, Value};
+
+/// Where a provider lives: scheme, `host:port` and the base path its endpoints hang off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    pub tls: bool,
+    /// Lowercase host, IPv6 without brackets, for the allow-list.
+    pub host: String,
+    /// `host:port` as sent in `:authority` (IPv6 in brackets).
+    pub authority: String,
+    /// Path prefix without a trailing slash, e.g. `/v1` or ``.
+    pub base_path: String,
+}
+
+impl Upstream {
+    /// Parses an absolute `http://` or `https://` base URL.
+    pub fn parse(url: &str) -> Result<Upstream, String> {
+        let (tls, rest) = if let Some(rest) = url.strip_prefix("https://") {
+            (true, rest)
+        } else if let Some(rest) = url.strip_prefix("http://") {
+            (false, rest)
+        } else {
+            return Err("must start with http:// or https://".into());
+        };
+        let (authority, path) = match rest.find(['/', '?', '#']) {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        if path.contains(['?', '#']) {
+            return Err("must not carry a query or fragment".into());
+        }
+        if authority.contains('@') {
+            return Err("must not carry credentials".into());
+        }
+        let (host, port) = split_host_port(authority)?;
+        let port = match port {
+            Some(port) => port,
+            None if tls => 443,
+            None => 80,
+        };
+        let host = host.to_ascii_lowercase();
+        let valid_host = !host.is_empty()
+            && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b));
+        if !valid_host {
+            return Err("has no valid host".into());
+        }
+        let authority = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+        Ok(Upstream { tls, host, authority, base_path: path.trim_end_matches('/').to_string() })
+    }
+}
+
+fn split_host_port(authority: &str) -> Result<(&str, Option<u16>), String> {
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or("has an unclosed IPv6 bracket")?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let port = match port {
+        Some(p) => Some(p.parse::<u16>().ok().filter(|p| *p != 0).ok_or("has an invalid port")?),
+        None => None,
+    };
+    Ok((host, port))
+}
+
+/// Per-target options a config sets; children inherit them from their parents.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetOptions {
+    pub override_params: Map<String, Value>,
+    pub forward_headers: Vec<String>,
+    pub strict_vendor_compliance: bool,
+    pub request_timeout: Option<u64>,
+}
+
+impl TargetOptions {
+    fn from_headers(headers: &GatewayHeaders) -> Self {
+        TargetOptions {
+            override_params: Map::new(),
+            forward_headers: headers.forward_headers.clone().unwrap_or_default(),
+            strict_vendor_compliance: true,
+            request_timeout: headers.request_timeout,
+        }
+    }
+
+    /// The options of `node` on top of its parent's: set values win, override params merge.
+    fn inherit(&self, node: &Config) -> Self {
+        let mut merged = self.clone();
+        if let Some(params) = &node.override_params {
+            merged.override_params.extend(params.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        if let Some(names) = &node.forward_headers {
+            for name in names {
+                if !merged.forward_headers.contains(name) {
+                    merged.forward_headers.push(name.clone());
+                }
+            }
+        }
+        if let Some(strict) = node.strict_vendor_compliance {
+            merged.strict_vendor_compliance = strict;
+        }
+        if node.request_timeout.is_some() {
+            merged.request_timeout = node.request_timeout;
+        }
+        merged
+    }
+}
+
+/// The provider one attempt goes to.
+#[derive(Clone)]
+pub struct Target {
+    pub provider: &'static ProviderSpec,
+    pub api_key: Option<String>,
+    pub upstream: Upstream,
+    pub vendor_organization: Option<String>,
+    pub vendor_project: Option<String>,
+    pub options: TargetOptions,
+}
+
+/// A provider choice before its location is known.
+struct Choice {
+    provider: String,
+    api_key: Option<String>,
+    custom_host: Option<String>,
+    vendor_organization: Option<String>,
+    vendor_project: Option<String>,
+}
+
+/// Selects the target for a request. `random` is a uniformly random u64 from the host.
+pub fn select_target(settings: &Settings, headers: &GatewayHeaders, random: u64) -> Result<Target, GatewayError> {
+    let options = TargetOptions::from_headers(headers);
+    match &headers.config {
+        Some(raw) => {
+            let config = parse_config_header(raw)?;
+            resolve_node(settings, headers, &config, &options, random)
+        }
+        None => build_target(settings, choice_from_headers(settings, headers)?, options),
+    }
+}
+
+fn parse_config_header(raw: &str) -> Result<Config, GatewayError> {
+    if !raw.starts_with('{') {
+        return Err(GatewayError::new(
+            400,
+            "invalid_request_error",
+            format!(
+                "x-gateway-config '{}' looks like a saved config id; saved configs need the control plane, \
+                 which this gateway does not have yet: send the config as a JSON object",
+                raw.chars().take(64).collect::<String>()
+            ),
+        )
+        .with_code("saved_config_unavailable"));
+    }
+    let value: Value = serde_json::from_str(raw)
+        .map_err(|e| GatewayError::invalid_header("x-gateway-config", format!("not valid JSON: {e}")))?;
+    parse_config(&value).map_err(|e| e.to_gateway_error())
+}
+
+fn resolve_node(
+    settings: &Settings,
+    headers: &GatewayHeaders,
+    node: &Config,
+    inherited: &TargetOptions,
+    random: u64,
+) -> Result<Target, GatewayError> {
+    let options = inherited.inherit(node);
+    if let Some(strategy) = &node.strategy {
+        let child = match strategy.mode {
+            StrategyMode::Single => node.targets.first(),
+            StrategyMode::LoadBalance => Some(pick_weighted(&node.targets, random)?),
+            StrategyMode::Fallback | StrategyMode::Conditional => {
+                return Err(GatewayError::new(
+                    501,
+                    "invalid_request_error",
+                    "strategy modes fallback and conditional are not available in this gateway build yet",
+                )
+                .with_code("strategy_not_supported"))
+            }
+        };
+        if let Some(child) = child {
+            // Re-mix the random value so nested loadbalance levels choose independently.
+            return resolve_node(settings, headers, child, &options, random.rotate_left(17).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        }
+    }
+    let choice = if let Some(provider) = &node.provider {
+        match provider.strip_prefix('@') {
+            Some(slug) => choice_from_credential(settings, slug)?,
+            None => Choice {
+                provider: provider.clone(),
+                api_key: node.api_key.clone().or_else(|| headers.bearer.clone()),
+                custom_host: node.custom_host.clone(),
+                vendor_organization: None,
+                vendor_project: None,
+            },
+        }
+    } else if let Some(virtual_key) = &node.virtual_key {
+        choice_from_credential(settings, virtual_key)?
+    } else {
+        // A config that sets only options (cache, retry, ...): the headers pick the provider.
+        choice_from_headers(settings, headers)?
+    };
+    let choice = Choice {
+        vendor_organization: node.vendor_organization.clone().or(choice.vendor_organization),
+        vendor_project: node.vendor_project.clone().or(choice.vendor_project),
+        ..choice
+    };
+    build_target(settings, choice, options)
+}
+
+fn pick_weighted(targets: &[Config], random: u64) -> Result<&Config, GatewayError> {
+    let weight = |t: &Config| t.weight.unwrap_or(1.0).max(0.0);
+    let total: f64 = targets.iter().map(weight).sum();
+    if total <= 0.0 {
+        return Err(GatewayError::new(400, "invalid_request_error", "every loadbalance target has weight 0")
+            .with_code("invalid_config"));
+    }
+    let mut point = (random >> 11) as f64 / (1u64 << 53) as f64 * total;
+    let mut last_positive = None;
+    for target in targets {
+        let w = weight(target);
+        if w > 0.0 {
+            if point < w {
+                return Ok(target);
+            }
+            point -= w;
+            last_positive = Some(target);
+        }
+    }
+    // Rounding can leave `point` a hair above the last weight.
+    last_positive.ok_or_else(|| GatewayError::new(400, "invalid_request_error", "no loadbalance target"))
+}
+
+fn choice_from_credential(settings: &Settings, name: &str) -> Result<Choice, GatewayError> {
+    let credential = settings.credential(name)?;
+    Ok(Choice {
+        provider: credential.provider.clone(),
+        api_key: credential.api_key.clone(),
+        custom_host: credential.custom_host.clone(),
+        vendor_organization: credential.vendor_organization.clone(),
+        vendor_project: credential.vendor_project.clone(),
+    })
+}
+
+fn choice_from_headers(settings: &Settings, headers: &GatewayHeaders) -> Result<Choice, GatewayError> {
+    if let Some(virtual_key) = &headers.virtual_key {
+        return choice_from_credential(settings, virtual_key);
+    }
+    match &headers.provider {
+        Some(provider) => match provider.strip_prefix('@') {
+            Some(slug) => choice_from_credential(settings, slug),
+            None => Ok(Choice {
+                provider: provider.clone(),
+                api_key: headers.bearer.clone(),
+                custom_host: headers.custom_host.clone(),
+                vendor_organization: None,
+                vendor_project: None,
+            }),
+        },
+        None => Err(GatewayError::new(
+            400,
+            "invalid_request_error",
+            "no provider selected: send x-gateway-provider (a provider name with Authorization: Bearer, \
+             or @slug), x-gateway-virtual-key, or x-gateway-config",
+        )
+        .with_code("missing_provider")),
+    }
+}
+
+fn build_target(settings: &Settings, choice: Choice, options: TargetOptions) -> Result<Target, GatewayError> {
+    let provider = providers::find(&choice.provider).ok_or_else(|| {
+        let known: Vec<&str> = providers::PROVIDERS.iter().map(|p| p.name).collect();
+        GatewayError::invalid_param(
+            "provider",
+            format!("unknown provider '{}'; known providers: {}", choice.provider, known.join(", ")),
+        )
+        .with_code("unknown_provider")
+    })?;
+    let upstream = match (&choice.custom_host, provider.base_url) {
+        (Some(custom_host), _) => {
+            let upstream = Upstream::parse(custom_host)
+                .map_err(|e| GatewayError::invalid_param("custom_host", format!("custom host {e}")))?;
+            if !settings.custom_host_allowed(&upstream.host) {
+                return Err(GatewayError::new(
+                    403,
+                    "permission_error",
+                    format!("custom host '{}' is not in this gateway's allow-list", upstream.host),
+                )
+                .with_code("custom_host_not_allowed"));
+            }
+            upstream
+        }
+        (None, Some(base_url)) => Upstream::parse(base_url)
+            .map_err(|e| GatewayError::new(500, "api_error", format!("built-in base URL {e}")))?,
+        (None, None) => {
+            return Err(GatewayError::invalid_param(
+                "custom_host",
+                format!("provider '{}' has no public endpoint: give its address as custom_host", provider.name),
+            ))
+        }
+    };
+    if choice.api_key.is_none() && choice.custom_host.is_none() {
+        return Err(GatewayError::new(
+            401,
+            "authentication_error",
+            format!(
+                "no credential for provider '{}': send Authorization: Bearer <provider key> or api_key in the config",
+                provider.name
+            ),
+        )
+        .with_code("missing_provider_key"));
+    }
+    Ok(Target {
+        provider,
+        api_key: choice.api_key,
+        upstream,
+        vendor_organization: choice.vendor_organization,
+        vendor_project: choice.vendor_project,
+        options,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings::parse(
+            br#"{"api_keys": ["gw"], "credentials": {
+                "openai-prod": {"provider": "openai", "api_key": "sk-stored"},
+                "vk-local": {"provider": "anthropic", "api_key": "sk-ant", "custom_host": "http://127.0.0.1:9/v1"}}}"#,
+        )
+        .unwrap()
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> GatewayHeaders {
+        GatewayHeaders::parse(pairs.iter().copied()).unwrap()
+    }
+
+    fn select(pairs: &[(&str, &str)]) -> Result<Target, GatewayError> {
+        select_target(&settings(), &headers(pairs), 0)
+    }
+
+    #[test]
+    fn parses_base_urls() {
+        let u = Upstream::parse("https://api.openai.com/v1/").unwrap();
+        assert_eq!((u.tls, u.authority.as_str(), u.base_path.as_str()), (true, "api.openai.com:443", "/v1"));
+        let u = Upstream::parse("http://[::1]:8080").unwrap();
+        assert_eq!((u.host.as_str(), u.authority.as_str(), u.base_path.as_str()), ("::1", "[::1]:8080", ""));
+        for bad in ["ftp://x", "http://", "http://u:p@host/", "http://host:99999/", "http://host/?q", "http://ho st/"] {
+            assert!(Upstream::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn provider_name_with_bearer() {
+        let t = select(&[("x-gateway-provider", "openai"), ("authorization", "Bearer sk-1")]).unwrap();
+        assert_eq!(t.provider.name, "openai");
+        assert_eq!(t.api_key.as_deref(), Some("sk-1"));
+        assert_eq!(t.upstream.authority, "api.openai.com:443");
+    }
+
+    #[test]
+    fn slug_and_virtual_key_use_stored_credentials() {
+        let t = select(&[("x-gateway-provider", "@openai-prod")]).unwrap();
+        assert_eq!(t.api_key.as_deref(), Some("sk-stored"));
+        let t = select(&[("x-gateway-virtual-key", "vk-local")]).unwrap();
+        assert_eq!(t.provider.name, "anthropic");
+        assert_eq!(t.upstream.authority, "127.0.0.1:9");
+        assert_eq!(select(&[("x-gateway-virtual-key", "nope")]).err().unwrap().status, 401);
+    }
+
+    #[test]
+    fn custom_hosts_follow_the_allow_list() {
+        let t = select(&[("x-gateway-provider", "openai"), ("x-gateway-custom-host", "http://localhost:8000/v1")]).unwrap();
+        assert!(!t.upstream.tls);
+        let err = select(&[("x-gateway-provider", "openai"), ("x-gateway-custom-host", "http://10.1.2.3/v1")]).err().unwrap();
+        assert_eq!((err.status, err.kind), (403, "permission_error"));
+    }
+
+    #[test]
+    fn missing_pieces_are_clear_errors() {
+        assert_eq!(select(&[]).err().unwrap().code, Some("missing_provider"));
+        assert_eq!(select(&[("x-gateway-provider", "openai")]).err().unwrap().status, 401);
+        assert_eq!(select(&[("x-gateway-provider", "nope"), ("authorization", "Bearer k")]).err().unwrap().code, Some("unknown_provider"));
+        assert_eq!(select(&[("x-gateway-provider", "ollama")]).err().unwrap().param.as_deref(), Some("custom_host"));
+        assert_eq!(select(&[("x-gateway-config", "pc-123")]).err().unwrap().code, Some("saved_config_unavailable"));
+        assert_eq!(select(&[("x-gateway-config", "{bad")]).err().unwrap().status, 400);
+    }
+
+    #[test]
+    fn config_options_inherit_and_merge() {
+        let config = r#"{"strategy": {"mode": "loadbalance"}, "override_params": {"model": "a", "temperature": 0.5},
+            "forward_headers": ["x-a"], "request_timeout": 100,
+            "targets": [{"provider": "openai", "api_key": "k", "override_params": {"model": "b"}, "strict_vendor_compliance": false,
+                         "vendor_organization": "org"}]}"#;
+        let t = select(&[("x-gateway-config", config), ("x-gateway-forward-headers", "x-h")]).unwrap();
+        assert_eq!(t.options.override_params.get("model"), Some(&Value::from("b")));
+        assert_eq!(t.options.override_params.get("temperature"), Some(&Value::from(0.5)));
+        assert_eq!(t.options.forward_headers, vec!["x-h".to_string(), "x-a".to_string()]);
+        assert_eq!(t.options.request_timeout, Some(100));
+        assert!(!t.options.strict_vendor_compliance);
+        assert_eq!(t.vendor_organization.as_deref(), Some("org"));
+    }
+
+    #[test]
+    fn options_only_config_takes_the_provider_from_headers() {
+        let t = select(&[
+            ("x-gateway-config", r#"{"retry": {"attempts": 1}, "override_params": {"model": "m"}}"#),
+            ("x-gateway-provider", "openai"),
+            ("authorization", "Bearer sk-h"),
+        ])
+        .unwrap();
+        assert_eq!(t.api_key.as_deref(), Some("sk-h"));
+        assert_eq!(t.options.override_params.get("model"), Some(&Value::from("m")));
+    }
+
+    #[test]
+    fn loadbalance_follows_weights() {
+        let lb = |w0: f64, w1: f64, random: u64| {
+            let config = format!(
+                r#"{{"strategy": {{"mode": "loadbalance"}}, "targets": [
+                {{"provider": "openai", "api_key": "first", "weight": {w0}}},
+                {{"provider": "openai", "api_key": "second", "weight": {w1}}}]}}"#
+            );
+            select_target(&settings(), &headers(&[("x-gateway-config", &config)]), random).map(|t| t.api_key.unwrap())
+        };
+        assert_eq!(lb(1.0, 1.0, 0).unwrap(), "first");
+        assert_eq!(lb(1.0, 1.0, u64::MAX).unwrap(), "second");
+        assert_eq!(lb(0.0, 1.0, 0).unwrap(), "second");
+        assert_eq!(lb(1.0, 0.0, u64::MAX).unwrap(), "first");
+        assert_eq!(lb(0.0, 0.0, 0).unwrap_err().status, 400);
+    }
+}
