@@ -245,26 +245,24 @@ impl HttpContext for Request {
             return Action::Continue;
         };
         let translator = plan.provider.translator;
+        let buffered = matches!(self.response, ResponseMode::Error(_) | ResponseMode::Chat(_));
+        if matches!(self.response, ResponseMode::Passthrough) || (buffered && !end_of_stream) {
+            // Buffered modes wait for the whole body.
+            return if buffered { Action::Pause } else { Action::Continue };
+        }
+        let body = self.get_http_response_body(0, body_size).unwrap_or_default();
         let rewritten = match &mut self.response {
             ResponseMode::Passthrough => return Action::Continue,
             ResponseMode::Stream(stream) => {
-                let chunk = self.get_http_response_body(0, body_size).unwrap_or_default();
-                let mut out = Vec::with_capacity(chunk.len() + 256);
-                stream.push(&chunk, &mut out);
+                let mut out = Vec::with_capacity(body.len() + 256);
+                stream.push(&body, &mut out);
                 if end_of_stream {
                     stream.finish(&mut out);
                 }
                 out
             }
-            _ if !end_of_stream => return Action::Pause,
-            ResponseMode::Error(status) => {
-                let body = self.get_http_response_body(0, body_size).unwrap_or_default();
-                translator.error_body(*status, &body)
-            }
-            ResponseMode::Chat(ctx) => {
-                let body = self.get_http_response_body(0, body_size).unwrap_or_default();
-                translator.chat_response(&body, ctx).unwrap_or_else(|error| error.to_json())
-            }
+            ResponseMode::Error(status) => translator.error_body(*status, &body),
+            ResponseMode::Chat(ctx) => translator.chat_response(&body, ctx).unwrap_or_else(|error| error.to_json()),
         };
         self.set_http_response_body(0, body_size, &rewritten);
         Action::Continue
