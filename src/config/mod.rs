@@ -1,1 +1,443 @@
-//! Config object (spec 2.1-2.7, 7.1): schema and validation. (Being written.)
+//! Config object (spec 2.1-2.7, 7.1): schema and validation.
+//!
+//! Validation is written by hand over `serde_json::Value` rather than derived, so that every
+//! error names the exact JSON path at fault (`targets[1].cb_config.cooldown_interval`), and
+//! so that no input, however hostile, can panic the worker.
+
+mod check;
+mod hooks;
+mod parts;
+#[cfg(test)]
+mod tests;
+
+use crate::errors::GatewayError;
+use check::{boolean, index, integer, join, object, one_of, status_codes, string, Obj};
+use hooks::Stage;
+use serde_json::{Map, Value};
+use std::fmt;
+
+/// A config or a target (targets are configs). Field names are the JSON property names.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Config {
+    pub name: Option<String>,
+    pub strategy: Option<Strategy>,
+    pub targets: Vec<Config>,
+    pub provider: Option<String>,
+    pub api_key: Option<String>,
+    pub virtual_key: Option<String>,
+    pub custom_host: Option<String>,
+    pub weight: Option<f64>,
+    pub on_status_codes: Option<Vec<u16>>,
+    pub override_params: Option<Map<String, Value>>,
+    /// Milliseconds.
+    pub request_timeout: Option<u64>,
+    pub cache: Option<CacheConfig>,
+    pub retry: Option<RetryConfig>,
+    pub cb_config: Option<CircuitBreakerConfig>,
+    /// Lowercased header names.
+    pub forward_headers: Option<Vec<String>>,
+    pub prompt_id: Option<String>,
+    pub strict_vendor_compliance: Option<bool>,
+    pub before_request_hooks: Vec<Hook>,
+    pub after_request_hooks: Vec<Hook>,
+    pub input_guardrails: Vec<Guardrail>,
+    pub output_guardrails: Vec<Guardrail>,
+    pub resource_name: Option<String>,
+    pub deployment_id: Option<String>,
+    pub api_version: Option<String>,
+    pub deployments: Vec<Deployment>,
+    pub vendor_organization: Option<String>,
+    pub vendor_project: Option<String>,
+    pub cloud_c_access_key_id: Option<String>,
+    pub cloud_c_secret_access_key: Option<String>,
+    pub cloud_c_region: Option<String>,
+    pub cloud_c_session_token: Option<String>,
+    pub cloud_b_project_id: Option<String>,
+    pub cloud_b_region: Option<String>,
+    pub cloud_b_service_account_json: Option<Map<String, Value>>,
+    pub cloud_a_region: Option<String>,
+    pub cloud_a_deployment_name: Option<String>,
+    pub cloud_a_deployment_type: Option<CloudADeploymentType>,
+    pub cloud_a_endpoint_name: Option<String>,
+    pub cloud_a_api_version: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Strategy {
+    pub mode: StrategyMode,
+    /// Non-empty in mode conditional, empty otherwise.
+    pub conditions: Vec<Condition>,
+    /// The `name` of a target; present exactly in mode conditional.
+    pub default: Option<String>,
+    /// Only in mode fallback.
+    pub on_status_codes: Option<Vec<u16>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrategyMode {
+    Single,
+    LoadBalance,
+    Fallback,
+    Conditional,
+}
+
+impl StrategyMode {
+    const ALL: [StrategyMode; 4] = [Self::Single, Self::LoadBalance, Self::Fallback, Self::Conditional];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Single => "single",
+            Self::LoadBalance => "loadbalance",
+            Self::Fallback => "fallback",
+            Self::Conditional => "conditional",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Condition {
+    pub query: Map<String, Value>,
+    /// The `name` of a target.
+    pub then: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheConfig {
+    pub mode: CacheMode,
+    /// Seconds.
+    pub max_age: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMode {
+    Simple,
+    Semantic,
+}
+
+impl CacheMode {
+    const ALL: [CacheMode; 2] = [Self::Simple, Self::Semantic];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Simple => "simple",
+            Self::Semantic => "semantic",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryConfig {
+    /// 0 to 10.
+    pub attempts: u32,
+    pub on_status_codes: Option<Vec<u16>>,
+    pub use_retry_after_headers: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CircuitBreakerConfig {
+    /// At least 1.
+    pub failure_threshold: u32,
+    /// Milliseconds, at least 30000.
+    pub cooldown_interval: u64,
+    pub failure_status_codes: Option<Vec<u16>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hook {
+    pub id: String,
+    /// JSON `type`.
+    pub kind: Option<String>,
+    pub checks: Vec<Check>,
+    pub on_fail: Option<HookOutcome>,
+    pub on_success: Option<HookOutcome>,
+    /// JSON `async`; only after-request hooks may set it.
+    pub is_async: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub id: String,
+    pub parameters: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HookOutcome {
+    pub feedback: Option<Feedback>,
+    /// Only in before-request hooks and output guardrails.
+    pub deny: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Feedback {
+    pub value: Option<f64>,
+    pub weight: Option<f64>,
+    pub metadata: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Guardrail {
+    /// The id or slug of a stored guardrail.
+    Reference(String),
+    Inline(InlineGuardrail),
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct InlineGuardrail {
+    pub id: Option<String>,
+    pub deny: Option<bool>,
+    /// JSON `async`.
+    pub is_async: Option<bool>,
+    pub on_fail: Option<HookOutcome>,
+    pub on_success: Option<HookOutcome>,
+    /// Every further property (check id to its parameters), each an object.
+    pub checks: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deployment {
+    pub deployment_id: String,
+    pub alias: String,
+    pub api_version: String,
+    pub is_default: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloudADeploymentType {
+    Serverless,
+    Managed,
+}
+
+impl CloudADeploymentType {
+    const ALL: [CloudADeploymentType; 2] = [Self::Serverless, Self::Managed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Serverless => "serverless",
+            Self::Managed => "managed",
+        }
+    }
+}
+
+/// Why a config was rejected, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// JSON path of the value at fault, e.g. `targets[1].cb_config.cooldown_interval`;
+    /// empty for the root.
+    pub path: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError { path: path.into(), message: message.into() }
+    }
+
+    pub fn to_gateway_error(&self) -> GatewayError {
+        GatewayError::invalid_param("config", self.to_string()).with_code("invalid_config")
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "invalid config: {}", self.message)
+        } else {
+            write!(f, "invalid config at `{}`: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Validates a config (the parsed `x-gateway-config` header or a saved config).
+pub fn parse_config(value: &Value) -> Result<Config, ConfigError> {
+    parse_node(value, "", 0)
+}
+
+/// Targets nest at most this deep; recursion on hostile input would otherwise exhaust the
+/// stack and kill the worker.
+const MAX_TARGET_DEPTH: usize = 8;
+
+const CONFIG_KEYS: &[&str] = &[
+    "name",
+    "strategy",
+    "targets",
+    "provider",
+    "api_key",
+    "virtual_key",
+    "custom_host",
+    "weight",
+    "on_status_codes",
+    "override_params",
+    "request_timeout",
+    "cache",
+    "retry",
+    "cb_config",
+    "forward_headers",
+    "prompt_id",
+    "strict_vendor_compliance",
+    "before_request_hooks",
+    "after_request_hooks",
+    "input_guardrails",
+    "output_guardrails",
+    "resource_name",
+    "deployment_id",
+    "api_version",
+    "deployments",
+    "vendor_organization",
+    "vendor_project",
+    "cloud_c_access_key_id",
+    "cloud_c_secret_access_key",
+    "cloud_c_region",
+    "cloud_c_session_token",
+    "cloud_b_project_id",
+    "cloud_b_region",
+    "cloud_b_service_account_json",
+    "cloud_a_region",
+    "cloud_a_deployment_name",
+    "cloud_a_deployment_type",
+    "cloud_a_endpoint_name",
+    "cloud_a_api_version",
+];
+
+/// One config node: the root (`depth` 0) or a target.
+fn parse_node(value: &Value, path: &str, depth: usize) -> Result<Config, ConfigError> {
+    if depth > MAX_TARGET_DEPTH {
+        return Err(ConfigError::new(path, format!("targets nest more than {MAX_TARGET_DEPTH} levels deep")));
+    }
+    let obj = Obj::new(value, path, CONFIG_KEYS)?;
+    let config = Config {
+        name: obj.opt("name", string)?,
+        strategy: obj.opt("strategy", parts::strategy)?,
+        targets: obj.list("targets", |v, p| parse_node(v, p, depth + 1))?,
+        provider: obj.opt("provider", string)?,
+        api_key: obj.opt("api_key", string)?,
+        virtual_key: obj.opt("virtual_key", string)?,
+        custom_host: obj.opt("custom_host", parts::custom_host)?,
+        weight: obj.opt("weight", parts::weight)?,
+        on_status_codes: obj.opt("on_status_codes", status_codes)?,
+        override_params: obj.opt("override_params", object)?,
+        request_timeout: obj.opt("request_timeout", |v, p| integer(v, p, 1, u64::MAX))?,
+        cache: obj.opt("cache", parts::cache)?,
+        retry: obj.opt("retry", parts::retry)?,
+        cb_config: obj.opt("cb_config", parts::circuit_breaker)?,
+        forward_headers: obj.opt("forward_headers", parts::forward_headers)?,
+        prompt_id: obj.opt("prompt_id", string)?,
+        strict_vendor_compliance: obj.opt("strict_vendor_compliance", boolean)?,
+        before_request_hooks: obj.list("before_request_hooks", |v, p| hooks::hook(v, p, Stage::Request))?,
+        after_request_hooks: obj.list("after_request_hooks", |v, p| hooks::hook(v, p, Stage::Response))?,
+        input_guardrails: obj.list("input_guardrails", |v, p| hooks::guardrail(v, p, Stage::Request))?,
+        output_guardrails: obj.list("output_guardrails", |v, p| hooks::guardrail(v, p, Stage::Response))?,
+        resource_name: obj.opt("resource_name", string)?,
+        deployment_id: obj.opt("deployment_id", string)?,
+        api_version: obj.opt("api_version", string)?,
+        deployments: obj.list("deployments", parts::deployment)?,
+        vendor_organization: obj.opt("vendor_organization", string)?,
+        vendor_project: obj.opt("vendor_project", string)?,
+        cloud_c_access_key_id: obj.opt("cloud_c_access_key_id", string)?,
+        cloud_c_secret_access_key: obj.opt("cloud_c_secret_access_key", string)?,
+        cloud_c_region: obj.opt("cloud_c_region", string)?,
+        cloud_c_session_token: obj.opt("cloud_c_session_token", string)?,
+        cloud_b_project_id: obj.opt("cloud_b_project_id", string)?,
+        cloud_b_region: obj.opt("cloud_b_region", string)?,
+        cloud_b_service_account_json: obj.opt("cloud_b_service_account_json", object)?,
+        cloud_a_region: obj.opt("cloud_a_region", string)?,
+        cloud_a_deployment_name: obj.opt("cloud_a_deployment_name", string)?,
+        cloud_a_deployment_type: obj.opt("cloud_a_deployment_type", |v, p| {
+            one_of(v, p, &CloudADeploymentType::ALL, CloudADeploymentType::as_str)
+        })?,
+        cloud_a_endpoint_name: obj.opt("cloud_a_endpoint_name", string)?,
+        cloud_a_api_version: obj.opt("cloud_a_api_version", string)?,
+    };
+    check_targets(&obj, &config)?;
+    if !does_something(&config) {
+        return Err(ConfigError::new(
+            path,
+            "a config needs one of: provider with api_key or custom_host, an @provider-slug, virtual_key, \
+             strategy with targets, cache, retry, prompt_id, forward_headers, request_timeout, \
+             provider with cloud credentials, hooks or guardrails",
+        ));
+    }
+    Ok(config)
+}
+
+/// `targets` and `strategy` go together; conditional routing must refer to real targets.
+fn check_targets(obj: &Obj, config: &Config) -> Result<(), ConfigError> {
+    let Some(strategy) = &config.strategy else {
+        if obj.has("targets") {
+            return Err(ConfigError::new(obj.path("targets"), "targets need a strategy"));
+        }
+        return Ok(());
+    };
+    if strategy.mode != StrategyMode::Single && config.targets.is_empty() {
+        return Err(ConfigError::new(
+            obj.path("targets"),
+            format!("at least one target is required in mode `{}`", strategy.mode.as_str()),
+        ));
+    }
+    if strategy.mode == StrategyMode::Conditional {
+        check_target_references(obj, strategy, &config.targets)?;
+    }
+    Ok(())
+}
+
+/// Conditional routing names its targets, so each name must pick exactly one target.
+fn check_target_references(obj: &Obj, strategy: &Strategy, targets: &[Config]) -> Result<(), ConfigError> {
+    let targets_path = obj.path("targets");
+    let mut names = hashbrown::HashSet::new();
+    for (i, target) in targets.iter().enumerate() {
+        if let Some(name) = &target.name {
+            if !names.insert(name.as_str()) {
+                return Err(ConfigError::new(
+                    join(&index(&targets_path, i), "name"),
+                    format!("duplicate target name `{}`", check::shorten(name)),
+                ));
+            }
+        }
+    }
+    let no_such_target =
+        |path: String, name: &str| ConfigError::new(path, format!("no target is named `{}`", check::shorten(name)));
+    let strategy_path = obj.path("strategy");
+    let conditions_path = join(&strategy_path, "conditions");
+    for (i, condition) in strategy.conditions.iter().enumerate() {
+        if !names.contains(condition.then.as_str()) {
+            return Err(no_such_target(join(&index(&conditions_path, i), "then"), &condition.then));
+        }
+    }
+    match &strategy.default {
+        Some(default) if !names.contains(default.as_str()) => {
+            Err(no_such_target(join(&strategy_path, "default"), default))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Spec 2.1: a config must contain at least one of the listed property sets. A provider given
+/// as an `@slug` names a managed provider with its credentials, so it counts on its own.
+/// Lists count only when non-empty, as an empty list does nothing.
+fn does_something(c: &Config) -> bool {
+    let provider = c.provider.is_some();
+    let managed_slug = c.provider.as_deref().is_some_and(|p| p.starts_with('@'));
+    let cloud_a_kind = c.cloud_a_deployment_type.is_some();
+    managed_slug
+        || provider && (c.api_key.is_some() || c.custom_host.is_some())
+        || c.virtual_key.is_some()
+        || c.strategy.is_some() && !c.targets.is_empty()
+        || c.cache.is_some()
+        || c.retry.is_some()
+        || c.prompt_id.is_some()
+        || c.forward_headers.as_ref().is_some_and(|h| !h.is_empty())
+        || c.request_timeout.is_some()
+        || provider && c.cloud_c_access_key_id.is_some() && c.cloud_c_secret_access_key.is_some()
+        || provider
+            && c.cloud_b_region.is_some()
+            && (c.cloud_b_service_account_json.is_some() || c.cloud_b_project_id.is_some())
+        || provider
+            && cloud_a_kind
+            && c.cloud_a_deployment_name.is_some()
+            && c.cloud_a_region.is_some()
+            && c.cloud_a_api_version.is_some()
+        || provider && cloud_a_kind && c.cloud_a_endpoint_name.is_some()
+        || !c.before_request_hooks.is_empty()
+        || !c.after_request_hooks.is_empty()
+        || !c.input_guardrails.is_empty()
+        || !c.output_guardrails.is_empty()
+}

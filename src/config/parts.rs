@@ -1,0 +1,160 @@
+//! The config's sub-objects (strategy, cache, retry, circuit breaker, deployments) and the
+//! properties whose strings have a shape (custom_host, forward_headers, weight).
+
+use super::check::{array_of, boolean, integer, number, object, one_of, status_codes, string, Obj};
+use super::{
+    CacheConfig, CacheMode, CircuitBreakerConfig, Condition, ConfigError, Deployment, RetryConfig, Strategy,
+    StrategyMode,
+};
+use serde_json::Value;
+
+/// Unbounded retries are a footgun (one request fanning out into a retry storm). The
+/// reference gateway caps attempts at 5; we allow up to 10.
+const MAX_RETRY_ATTEMPTS: u32 = 10;
+/// Spec 2.5: minimum cooldown of the circuit breaker, in milliseconds.
+const MIN_COOLDOWN_MS: u64 = 30_000;
+
+pub(super) fn strategy(v: &Value, path: &str) -> Result<Strategy, ConfigError> {
+    let obj = Obj::new(v, path, &["mode", "conditions", "default", "on_status_codes"])?;
+    let mode = obj.req("mode", |v, p| one_of(v, p, &StrategyMode::ALL, StrategyMode::as_str))?;
+    let strategy = Strategy {
+        mode,
+        conditions: obj.list("conditions", condition)?,
+        default: obj.opt("default", string)?,
+        on_status_codes: obj.opt("on_status_codes", status_codes)?,
+    };
+    // A property of another mode is an error rather than silently ignored: it means the
+    // caller expects a behaviour they will not get.
+    only_in_mode(&obj, "conditions", mode, StrategyMode::Conditional)?;
+    only_in_mode(&obj, "default", mode, StrategyMode::Conditional)?;
+    only_in_mode(&obj, "on_status_codes", mode, StrategyMode::Fallback)?;
+    let conditional = mode == StrategyMode::Conditional;
+    if conditional && strategy.conditions.is_empty() {
+        return Err(ConfigError::new(
+            obj.path("conditions"),
+            "at least one condition is required in mode `conditional`",
+        ));
+    }
+    if conditional && strategy.default.is_none() {
+        return Err(ConfigError::new(obj.path("default"), "is required in mode `conditional`"));
+    }
+    Ok(strategy)
+}
+
+/// Property `key` of the strategy may only be given in mode `only`.
+fn only_in_mode(obj: &Obj, key: &str, mode: StrategyMode, only: StrategyMode) -> Result<(), ConfigError> {
+    if obj.has(key) && mode != only {
+        return Err(ConfigError::new(obj.path(key), format!("is only allowed in mode `{}`", only.as_str())));
+    }
+    Ok(())
+}
+
+fn condition(v: &Value, path: &str) -> Result<Condition, ConfigError> {
+    let obj = Obj::new(v, path, &["query", "then"])?;
+    Ok(Condition { query: obj.req("query", object)?, then: obj.req("then", string)? })
+}
+
+pub(super) fn cache(v: &Value, path: &str) -> Result<CacheConfig, ConfigError> {
+    let obj = Obj::new(v, path, &["mode", "max_age"])?;
+    Ok(CacheConfig {
+        mode: obj.req("mode", |v, p| one_of(v, p, &CacheMode::ALL, CacheMode::as_str))?,
+        max_age: obj.opt("max_age", |v, p| integer(v, p, 1, u64::MAX))?,
+    })
+}
+
+pub(super) fn retry(v: &Value, path: &str) -> Result<RetryConfig, ConfigError> {
+    let obj = Obj::new(v, path, &["attempts", "on_status_codes", "use_retry_after_headers"])?;
+    Ok(RetryConfig {
+        attempts: obj.req("attempts", |v, p| integer(v, p, 0, MAX_RETRY_ATTEMPTS))?,
+        on_status_codes: obj.opt("on_status_codes", status_codes)?,
+        use_retry_after_headers: obj.opt("use_retry_after_headers", boolean)?.unwrap_or(false),
+    })
+}
+
+pub(super) fn circuit_breaker(v: &Value, path: &str) -> Result<CircuitBreakerConfig, ConfigError> {
+    let obj = Obj::new(v, path, &["failure_threshold", "cooldown_interval", "failure_status_codes"])?;
+    Ok(CircuitBreakerConfig {
+        // The spec types it as "number"; a failure count is whole, so only integers pass.
+        failure_threshold: obj.req("failure_threshold", |v, p| integer(v, p, 1, u32::MAX))?,
+        cooldown_interval: obj.req("cooldown_interval", |v, p| integer(v, p, MIN_COOLDOWN_MS, u64::MAX))?,
+        failure_status_codes: obj.opt("failure_status_codes", status_codes)?,
+    })
+}
+
+pub(super) fn deployment(v: &Value, path: &str) -> Result<Deployment, ConfigError> {
+    let obj = Obj::new(v, path, &["deployment_id", "alias", "api_version", "is_default"])?;
+    Ok(Deployment {
+        deployment_id: obj.req("deployment_id", string)?,
+        alias: obj.req("alias", string)?,
+        api_version: obj.req("api_version", string)?,
+        is_default: obj.opt("is_default", boolean)?.unwrap_or(false),
+    })
+}
+
+pub(super) fn weight(v: &Value, path: &str) -> Result<f64, ConfigError> {
+    let w = number(v, path)?;
+    if w < 0.0 {
+        return Err(ConfigError::new(path, "must be at least 0"));
+    }
+    Ok(w)
+}
+
+pub(super) fn forward_headers(v: &Value, path: &str) -> Result<Vec<String>, ConfigError> {
+    array_of(v, path, header_name)
+}
+
+/// An HTTP header name (RFC 9110 token), lowercased as HTTP/2 and Envoy spell headers.
+fn header_name(v: &Value, path: &str) -> Result<String, ConfigError> {
+    let name = string(v, path)?;
+    let is_tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(is_tchar) {
+        return Err(ConfigError::new(path, "must be a valid HTTP header name"));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+/// `custom_host`: only its shape is checked here; which hosts may be reached is decided
+/// where requests are routed.
+pub(super) fn custom_host(v: &Value, path: &str) -> Result<String, ConfigError> {
+    let url = string(v, path)?;
+    url_shape(&url).map_err(|message| ConfigError::new(path, message))?;
+    Ok(url)
+}
+
+fn url_shape(url: &str) -> Result<(), &'static str> {
+    // Whitespace and control characters could split the URL into another header or request.
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("must not contain whitespace or control characters");
+    }
+    let rest = strip_prefix_ignore_case(url, "https://")
+        .or_else(|| strip_prefix_ignore_case(url, "http://"))
+        .ok_or("must be an absolute http:// or https:// URL")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    // Credentials in the URL would be sent to the upstream in the clear and logged.
+    if authority.contains('@') {
+        return Err("must not contain credentials (user@host)");
+    }
+    // A `:` inside `[...]` belongs to an IPv6 address, not to a port.
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => (host, Some(port)),
+        _ => (authority, None),
+    };
+    if host.is_empty() {
+        return Err("must have a host");
+    }
+    if let Some(port) = port {
+        if !port.bytes().all(|b| b.is_ascii_digit()) || port.parse::<u16>().is_err() {
+            return Err("must have a port from 0 to 65535");
+        }
+    }
+    Ok(())
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    if head.eq_ignore_ascii_case(prefix) {
+        s.get(prefix.len()..)
+    } else {
+        None
+    }
+}
