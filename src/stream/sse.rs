@@ -1,1 +1,270 @@
-//! Incremental server-sent events parser. (Being written.)
+//! Incremental server-sent events parser (WHATWG HTML "event stream interpretation").
+//!
+//! Upstream chunks may end anywhere: mid-line, between `\r` and `\n`, or inside a UTF-8
+//! sequence. The parser therefore buffers raw bytes and decodes only complete lines.
+
+/// One dispatched event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    /// The `event:` field; None when absent or empty (the spec's default "message").
+    pub event: Option<String>,
+    /// The `data:` lines joined with `\n`.
+    pub data: String,
+}
+
+#[derive(Debug, Default)]
+pub struct SseParser {
+    /// Bytes of the current, not yet terminated line.
+    line: Vec<u8>,
+    /// The previous line ended with `\r`: a `\n` right after it belongs to that terminator.
+    after_cr: bool,
+    /// A line has been completed (only the first may start with a byte order mark).
+    started: bool,
+    event: Option<String>,
+    /// None until the event has a `data:` line; events without one are not dispatched.
+    data: Option<String>,
+}
+
+impl SseParser {
+    pub fn new() -> Self {
+        SseParser::default()
+    }
+
+    /// Feeds one chunk and returns the events it completed.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        for &byte in chunk {
+            if self.after_cr {
+                self.after_cr = false;
+                if byte == b'\n' {
+                    continue;
+                }
+            }
+            if byte == b'\n' || byte == b'\r' {
+                self.after_cr = byte == b'\r';
+                self.end_line(&mut events);
+            } else {
+                self.line.push(byte);
+            }
+        }
+        events
+    }
+
+    /// The stream ended: dispatches a last event that lacked its terminating blank line.
+    pub fn finish(&mut self) -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        if !self.line.is_empty() {
+            self.end_line(&mut events);
+        }
+        self.dispatch(&mut events);
+        *self = SseParser::new();
+        events
+    }
+
+    fn end_line(&mut self, events: &mut Vec<SseEvent>) {
+        let bytes = std::mem::take(&mut self.line);
+        let decoded = String::from_utf8_lossy(&bytes);
+        let mut line: &str = &decoded;
+        if !self.started {
+            self.started = true;
+            line = line.strip_prefix('\u{feff}').unwrap_or(line);
+        }
+        if line.is_empty() {
+            self.dispatch(events);
+            return;
+        }
+        if line.starts_with(':') {
+            return; // comment
+        }
+        // A line without a colon is a field name with an empty value.
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => self.event = Some(value.to_string()),
+            "data" => match &mut self.data {
+                Some(data) => {
+                    data.push('\n');
+                    data.push_str(value);
+                }
+                None => self.data = Some(value.to_string()),
+            },
+            _ => {} // `id`, `retry` and unknown fields do not matter to a proxy
+        }
+    }
+
+    fn dispatch(&mut self, events: &mut Vec<SseEvent>) {
+        let event = self.event.take().filter(|e| !e.is_empty());
+        if let Some(data) = self.data.take() {
+            events.push(SseEvent { event, data });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(event: Option<&str>, data: &str) -> SseEvent {
+        SseEvent { event: event.map(str::to_string), data: data.to_string() }
+    }
+
+    fn parse_whole(input: &[u8]) -> Vec<SseEvent> {
+        let mut p = SseParser::new();
+        let mut events = p.push(input);
+        events.extend(p.finish());
+        events
+    }
+
+    fn parse_split(input: &[u8], at: usize) -> Vec<SseEvent> {
+        let (a, b) = input.split_at(at);
+        let mut p = SseParser::new();
+        let mut events = p.push(a);
+        events.extend(p.push(b));
+        events.extend(p.finish());
+        events
+    }
+
+    fn parse_bytewise(input: &[u8]) -> Vec<SseEvent> {
+        let mut p = SseParser::new();
+        let mut events = Vec::new();
+        for b in input {
+            events.extend(p.push(std::slice::from_ref(b)));
+        }
+        events.extend(p.finish());
+        events
+    }
+
+    const STREAM: &str = "\u{feff}: keep-alive comment\r\n\
+        event: message_start\r\n\
+        data: {\"a\":1}\r\n\
+        \r\n\
+        id: 7\n\
+        retry: 100\n\
+        data:first\n\
+        data:  two spaces\n\
+        data\n\
+        \n\
+        event: only-event\n\
+        \n\
+        data: h\u{e9}llo \u{1f600} w\u{f6}rld\r\
+        \r\
+        event: delta\r\n\
+        data: last";
+
+    fn expected() -> Vec<SseEvent> {
+        vec![
+            ev(Some("message_start"), "{\"a\":1}"),
+            ev(None, "first\n two spaces\n"),
+            ev(None, "h\u{e9}llo \u{1f600} w\u{f6}rld"),
+            ev(Some("delta"), "last"),
+        ]
+    }
+
+    #[test]
+    fn parses_whole_stream() {
+        assert_eq!(parse_whole(STREAM.as_bytes()), expected());
+    }
+
+    #[test]
+    fn identical_at_every_split_offset() {
+        let input = STREAM.as_bytes();
+        for at in 0..=input.len() {
+            assert_eq!(parse_split(input, at), expected(), "split at {at}");
+        }
+    }
+
+    #[test]
+    fn identical_byte_by_byte() {
+        assert_eq!(parse_bytewise(STREAM.as_bytes()), expected());
+    }
+
+    #[test]
+    fn crlf_split_across_chunks_is_one_line_end() {
+        let mut p = SseParser::new();
+        assert_eq!(p.push(b"data: a\r"), vec![]);
+        // The `\n` completes the `\r\n` of the data line; only the next `\r\n` is blank.
+        assert_eq!(p.push(b"\n"), vec![]);
+        assert_eq!(p.push(b"data: b\r"), vec![]);
+        // A lone `\r` already ends the blank line; the `\n` after it is not a second one.
+        assert_eq!(p.push(b"\n\r"), vec![ev(None, "a\nb")]);
+        assert_eq!(p.push(b"\ndata: c\r\n\r\n"), vec![ev(None, "c")]);
+        assert_eq!(p.finish(), vec![]);
+    }
+
+    #[test]
+    fn lone_cr_ends_lines() {
+        assert_eq!(parse_whole(b"data: a\rdata: b\r\r"), vec![ev(None, "a\nb")]);
+    }
+
+    #[test]
+    fn comments_are_ignored() {
+        assert_eq!(parse_whole(b": ping\n\n:another\ndata: x\n\n"), vec![ev(None, "x")]);
+    }
+
+    #[test]
+    fn multi_line_data_is_joined() {
+        assert_eq!(parse_whole(b"data: a\ndata: b\ndata: c\n\n"), vec![ev(None, "a\nb\nc")]);
+    }
+
+    #[test]
+    fn empty_data_line_dispatches_empty_data() {
+        assert_eq!(parse_whole(b"data:\n\n"), vec![ev(None, "")]);
+    }
+
+    #[test]
+    fn event_type_resets_after_dispatch() {
+        let got = parse_whole(b"event: a\ndata: 1\n\ndata: 2\n\nevent: b\n\ndata: 3\n\n");
+        assert_eq!(got, vec![ev(Some("a"), "1"), ev(None, "2"), ev(None, "3")]);
+    }
+
+    #[test]
+    fn finish_flushes_unterminated_event() {
+        let mut p = SseParser::new();
+        assert_eq!(p.push(b"event: e\ndata: x\n"), vec![]);
+        assert_eq!(p.finish(), vec![ev(Some("e"), "x")]);
+        // Nothing is left afterwards.
+        assert_eq!(p.finish(), vec![]);
+    }
+
+    #[test]
+    fn finish_flushes_partial_last_line() {
+        let mut p = SseParser::new();
+        assert_eq!(p.push(b"data: par"), vec![]);
+        assert_eq!(p.finish(), vec![ev(None, "par")]);
+    }
+
+    #[test]
+    fn finish_without_data_dispatches_nothing() {
+        let mut p = SseParser::new();
+        p.push(b"event: e\n: comment");
+        assert_eq!(p.finish(), vec![]);
+    }
+
+    #[test]
+    fn utf8_split_inside_a_character() {
+        let input = "data: \u{1f600}\n\n".as_bytes();
+        let mut p = SseParser::new();
+        assert_eq!(p.push(&input[..8]), vec![]);
+        assert_eq!(p.push(&input[8..]), vec![ev(None, "\u{1f600}")]);
+    }
+
+    #[test]
+    fn invalid_utf8_is_decoded_lossily() {
+        assert_eq!(parse_whole(b"data: a\xffb\n\n"), vec![ev(None, "a\u{fffd}b")]);
+    }
+
+    #[test]
+    fn garbage_does_not_panic() {
+        let mut seed: u32 = 12345;
+        let bytes: Vec<u8> = (0..4096)
+            .map(|_| {
+                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (seed >> 16) as u8
+            })
+            .collect();
+        let whole = parse_whole(&bytes);
+        assert_eq!(parse_bytewise(&bytes), whole);
+    }
+}
