@@ -127,7 +127,7 @@ fn upstream_headers(
 /// The whole request body arrived: validate it, apply `override_params`, translate it.
 /// `now` is Unix seconds from the host clock.
 pub fn finish(pending: Pending, body: &[u8], now: u64) -> Result<Forward, GatewayError> {
-    let Pending { endpoint, target, mut headers } = pending;
+    let Pending { endpoint, target, headers } = pending;
     let response = |chat| ResponsePlan { provider: target.provider, chat };
     let overrides = &target.options.override_params;
     let translator = target.provider.translator;
@@ -161,13 +161,16 @@ pub fn finish(pending: Pending, body: &[u8], now: u64) -> Result<Forward, Gatewa
             });
         }
         let translated = translator.chat_request(value, strict)?;
-        let bytes = translated.to_string().into_bytes();
-        headers.set.push(("content-length".into(), bytes.len().to_string()));
-        return Ok(Forward { headers, body: Some(bytes), response: response(chat_context) });
+        return Ok(with_json_body(headers, translated, response(chat_context)));
     }
-    let bytes = Value::Object(request).to_string().into_bytes();
+    Ok(with_json_body(headers, Value::Object(request), response(None)))
+}
+
+fn with_json_body(mut headers: HeaderEdits, body: Value, response: ResponsePlan) -> Forward {
+    let bytes = body.to_string().into_bytes();
     headers.set.push(("content-length".into(), bytes.len().to_string()));
-    Ok(Forward { headers, body: Some(bytes), response: response(None) })
+    headers.set.push(("content-type".into(), "application/json".into()));
+    Forward { headers, body: Some(bytes), response }
 }
 
 fn parse_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {

@@ -1,0 +1,1037 @@
+"""Mock model providers for the end-to-end tests.
+
+Real HTTP/1.1 servers on 127.0.0.1 (ephemeral ports, keep-alive, Content-Length for
+plain answers, chunked transfer encoding for streams), each running in daemon threads
+inside the pytest process:
+
+* ``OpenAIMock`` speaks OpenAI's wire format (chat completions, completions, embeddings,
+  images, audio transcriptions, batches, assistants, threads, fine-tuning, models).
+* ``AnthropicMock`` speaks Anthropic's Messages API (``POST /v1/messages``), validates
+  requests like the real API does and streams the real SSE event sequence.
+
+Every request is recorded (``mock.requests``, ``mock.last``) with method, path, query,
+lowercased headers, raw body bytes, parsed JSON and, for multipart bodies, the parts.
+
+Scripting is explicit and per test: ``mock.script(Reply(...))`` queues a reply for the
+next matching request (optionally only for a given ``model`` or ``path``). Requests with
+no matching script get the mock's default answer. ``reset()`` (called by an autouse
+fixture) drops scripts and recordings and releases any stream waiting on a gate.
+
+    gate = threading.Event()
+    openai_mock.script(Reply(text="one two three", gate=gate))   # gated stream
+    openai_mock.script(Reply(stall=3))                           # sleep 3 s before headers
+    openai_mock.script(OpenAIMock.error(429, "slow down", code="rate_limit_exceeded"))
+    anthropic_mock.script(Reply(tool_calls=[ToolCall("get_weather", {"city": "Paris"})]))
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import ssl
+import struct
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
+
+__all__ = [
+    "AnthropicMock",
+    "MockProvider",
+    "OpenAIMock",
+    "RecordedRequest",
+    "Reply",
+    "ToolCall",
+    "make_self_signed_cert",
+]
+
+
+# --------------------------------------------------------------------------- scripting
+
+
+@dataclass
+class ToolCall:
+    """A tool call the scripted model makes. ``id`` is generated in the provider's style
+    (``call_...`` / ``toolu_...``) when left empty."""
+
+    name: str
+    arguments: dict
+    id: str = ""
+
+
+@dataclass(eq=False)
+class Reply:
+    """What a mock answers to one request.
+
+    ``body`` (dict/list → JSON, str/bytes → raw) replaces the generated answer entirely and
+    is sent with ``status``. With ``body`` left ``None`` a non-200 ``status`` produces a
+    provider-shaped error, and 200 produces a generated answer from the fields below.
+    """
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    # generated content
+    text: str | None = None  # None: the mock's default text (or no text when tool_calls)
+    chunks: list[str] | None = None  # stream pieces of ``text``; default: split by words
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    thinking: str | None = None  # Anthropic only: a thinking block before the text
+    stop_reason: str | None = None  # native finish_reason / stop_reason; derived if None
+    usage: tuple[int, int] = (11, 7)  # (prompt/input tokens, completion/output tokens)
+    # timing
+    stall: float = 0.0  # seconds to sleep before sending the status line and headers
+    chunk_delay: float = 0.0  # seconds between stream events
+    gate: threading.Event | None = None  # stream: after the first content chunk, wait
+    gate_timeout: float = 15.0
+    # filled in by the mock
+    gate_timed_out: bool | None = None  # True if the gate was never set in time
+    served: threading.Event = field(default_factory=threading.Event)  # answer finished
+
+    def resolved_text(self, default: str) -> str:
+        if self.text is not None:
+            return self.text
+        return "" if self.tool_calls else default
+
+    def pieces(self, default: str) -> list[str]:
+        if self.chunks is not None:
+            return list(self.chunks)
+        text = self.resolved_text(default)
+        return re.findall(r"\S+\s*|\s+", text) if text else []
+
+
+@dataclass
+class _Rule:
+    reply: Reply
+    model: str | None
+    path: str | None
+    times: int | None  # None: unlimited
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str  # without the query string
+    raw_query: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]  # lowercased names; repeated headers joined with ", "
+    header_list: list[tuple[str, str]]  # as received, in order
+    body: bytes
+    json: Any  # parsed JSON body, or None
+    form: dict[str, dict] | None  # multipart parts: name -> {filename, content_type, data}
+    client: tuple
+    received_at: float
+
+    def header(self, name: str, default: str | None = None) -> str | None:
+        return self.headers.get(name.lower(), default)
+
+    def qs(self, name: str) -> str | None:
+        vals = self.query.get(name)
+        return vals[-1] if vals else None
+
+
+def _sse(data: Any, event: str | None = None) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+def _split(s: str, n: int) -> list[str]:
+    """Split ``s`` into about ``n`` non-empty pieces."""
+    if not s:
+        return []
+    size = max(1, -(-len(s) // n))
+    return [s[i : i + size] for i in range(0, len(s), size)]
+
+
+def _parse_multipart(content_type: str, body: bytes) -> dict[str, dict] | None:
+    m = re.search(r'boundary="?([^";]+)"?', content_type or "")
+    if not m:
+        return None
+    delim = b"--" + m.group(1).encode()
+    parts: dict[str, dict] = {}
+    for chunk in body.split(delim)[1:]:
+        if chunk.startswith(b"--"):
+            break
+        chunk = chunk[2:] if chunk.startswith(b"\r\n") else chunk
+        head, sep, data = chunk.partition(b"\r\n\r\n")
+        if not sep:
+            continue
+        if data.endswith(b"\r\n"):
+            data = data[:-2]
+        hdrs = {}
+        for line in head.decode("latin-1").split("\r\n"):
+            k, _, v = line.partition(":")
+            hdrs[k.strip().lower()] = v.strip()
+        disp = hdrs.get("content-disposition", "")
+        name = re.search(r'\bname="([^"]*)"', disp)
+        fname = re.search(r'\bfilename="([^"]*)"', disp)
+        parts[name.group(1) if name else ""] = {
+            "filename": fname.group(1) if fname else None,
+            "content_type": hdrs.get("content-type"),
+            "data": data,
+        }
+    return parts
+
+
+# --------------------------------------------------------------------------- HTTP plumbing
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def handle_error(self, request, client_address):  # keep the test output clean
+        pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "MockProvider/1.0"
+    timeout = 120  # idle keep-alive connections are dropped after this
+    mock: "MockProvider"  # set on the per-mock subclass
+
+    def setup(self):
+        self.mock._count("connections")
+        ctx = self.mock.ssl_context
+        if ctx is not None:
+            self.request.settimeout(10)
+            try:
+                self.request = ctx.wrap_socket(self.request, server_side=True)
+            except (ssl.SSLError, OSError):
+                self.mock._count("tls_failures")
+                raise
+        super().setup()
+
+    def log_message(self, format, *args):  # noqa: A002 - signature from the base class
+        pass
+
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            out = bytearray()
+            while True:
+                line = self.rfile.readline(65537)
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return bytes(out)
+                out += self.rfile.read(size)
+                self.rfile.readline(65537)  # CRLF after the chunk
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _dispatch(self):
+        try:
+            body = self._read_body()
+        except (ValueError, OSError):
+            self.close_connection = True
+            return
+        split = urlsplit(self.path)
+        parsed = None
+        if body:
+            try:
+                parsed = json.loads(body)
+            except (ValueError, UnicodeDecodeError):
+                parsed = None
+        ctype = self.headers.get("Content-Type") or ""
+        form = _parse_multipart(ctype, body) if "multipart/form-data" in ctype.lower() else None
+        header_list = [(k, v) for k, v in self.headers.items()]
+        headers: dict[str, str] = {}
+        for k, v in header_list:
+            k = k.lower()
+            headers[k] = f"{headers[k]}, {v}" if k in headers else v
+        req = RecordedRequest(
+            method=self.command,
+            path=split.path,
+            raw_query=split.query,
+            query=parse_qs(split.query, keep_blank_values=True),
+            headers=headers,
+            header_list=header_list,
+            body=body,
+            json=parsed,
+            form=form,
+            client=self.client_address,
+            received_at=time.monotonic(),
+        )
+        self.mock._record(req)
+        try:
+            self.mock.handle(self, req)
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, TimeoutError, OSError):
+            self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _dispatch
+
+    # ---- response writers
+    def send_bytes(self, status: int, body: bytes, content_type: str, headers: dict | None = None):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_json(self, status: int, obj: Any, headers: dict | None = None):
+        self.send_bytes(status, json.dumps(obj).encode(), "application/json", headers)
+
+    def start_stream(self, status: int = 200, headers: dict | None = None):
+        self.send_response(status)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+
+    def write_chunk(self, data: bytes):
+        if data:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+    def end_stream(self):
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+class MockProvider:
+    """Base of the mocks: server lifecycle, recording, scripting, streaming helper."""
+
+    name = "mock"
+    default_text = "Hello from the mock."
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None):
+        self.ssl_context = ssl_context
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self.requests: list[RecordedRequest] = []
+        self._rules: list[_Rule] = []
+        self._active: list[Reply] = []
+        self.connections = 0
+        self.tls_failures = 0
+        handler = type(f"{type(self).__name__}Handler", (_Handler,), {"mock": self})
+        self._server = _Server(("127.0.0.1", 0), handler)
+        self.port: int = self._server.server_address[1]
+        scheme = "https" if ssl_context else "http"
+        self.origin = f"{scheme}://127.0.0.1:{self.port}"
+        self.base_url = f"{self.origin}/v1"
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle
+    def start(self) -> "MockProvider":
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True,
+            name=f"{self.name}-mock",
+        )
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._release_gates()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def reset(self):
+        """Forget recorded requests and scripts; let any gated stream finish."""
+        self._release_gates()
+        with self._lock:
+            self.requests.clear()
+            self._rules.clear()
+            self._active.clear()
+            self.connections = 0
+            self.tls_failures = 0
+
+    def _release_gates(self):
+        with self._lock:
+            replies = [r.reply for r in self._rules] + list(self._active)
+        for r in replies:
+            if r.gate is not None:
+                r.gate.set()
+
+    # ---- scripting
+    def script(
+        self,
+        reply: Reply | None = None,
+        *,
+        model: str | None = None,
+        path: str | None = None,
+        times: int | None = 1,
+        **fields: Any,
+    ) -> Reply:
+        """Queue ``reply`` (or ``Reply(**fields)``) for the next request matching ``model``
+        (the JSON body's ``model``) and ``path`` (exact, e.g. ``/v1/chat/completions``);
+        ``times=None`` keeps it for every matching request. Returns the reply object,
+        whose ``served`` event and ``gate_timed_out`` flag tests may inspect."""
+        if reply is None:
+            reply = Reply(**fields)
+        elif fields:
+            raise TypeError("pass either a Reply or its fields, not both")
+        with self._lock:
+            self._rules.append(_Rule(reply, model, path, times))
+        return reply
+
+    def _take_reply(self, req: RecordedRequest) -> Reply | None:
+        model = req.json.get("model") if isinstance(req.json, dict) else None
+        with self._lock:
+            for rule in self._rules:
+                if rule.model is not None and rule.model != model:
+                    continue
+                if rule.path is not None and rule.path != req.path:
+                    continue
+                if rule.times is not None:
+                    rule.times -= 1
+                    if rule.times <= 0:
+                        self._rules.remove(rule)
+                self._active.append(rule.reply)
+                return rule.reply
+        return None
+
+    # ---- recording
+    def _record(self, req: RecordedRequest):
+        with self._cond:
+            self.requests.append(req)
+            self._cond.notify_all()
+
+    def _count(self, attr: str):
+        with self._lock:
+            setattr(self, attr, getattr(self, attr) + 1)
+
+    @property
+    def last(self) -> RecordedRequest:
+        with self._lock:
+            assert self.requests, f"the {self.name} mock received no request"
+            return self.requests[-1]
+
+    def requests_to(self, path: str, method: str | None = None) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path == path and (method is None or r.method == method)]
+
+    def wait_for_requests(self, n: int = 1, timeout: float = 5.0) -> list[RecordedRequest]:
+        with self._cond:
+            self._cond.wait_for(lambda: len(self.requests) >= n, timeout)
+            return list(self.requests)
+
+    # ---- answering
+    def handle(self, h: _Handler, req: RecordedRequest):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _serve(self, h: _Handler, req: RecordedRequest, produce: Callable[[Reply], None]):
+        """Pick the scripted reply (or a default one), apply stall, send a scripted raw
+        body or error, else call ``produce(reply)`` for the generated answer."""
+        reply = self._take_reply(req) or Reply()
+        try:
+            if reply.stall:
+                time.sleep(reply.stall)
+            if reply.body is not None:
+                body = reply.body
+                if isinstance(body, (dict, list)):
+                    h.send_json(reply.status, body, reply.headers)
+                else:
+                    raw = body.encode() if isinstance(body, str) else body
+                    h.send_bytes(reply.status, raw, reply.headers.get("Content-Type", "application/json"),
+                                 {k: v for k, v in reply.headers.items() if k.lower() != "content-type"})
+            elif reply.status >= 400:
+                h.send_json(reply.status, self.error_body(reply.status, None, None), reply.headers)
+            else:
+                produce(reply)
+        finally:
+            reply.served.set()
+            with self._lock:
+                if reply in self._active:
+                    self._active.remove(reply)
+
+    def _stream(self, h: _Handler, reply: Reply, events: list[bytes], first: int):
+        """Send ``events[:first]`` at once, wait for the gate if any, then the rest one
+        event at a time (``chunk_delay`` apart)."""
+        h.start_stream(200, reply.headers)
+        h.write_chunk(b"".join(events[:first]))
+        if reply.gate is not None:
+            reply.gate_timed_out = not reply.gate.wait(reply.gate_timeout)
+        for ev in events[first:]:
+            if reply.chunk_delay:
+                time.sleep(reply.chunk_delay)
+            h.write_chunk(ev)
+        h.end_stream()
+
+    def error_body(self, status: int, message: str | None, type_: str | None) -> dict:  # pragma: no cover
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- OpenAI
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+def _hex(n: int = 12) -> str:
+    return uuid.uuid4().hex[:n]
+
+
+class OpenAIMock(MockProvider):
+    """Speaks OpenAI's REST wire format under ``/v1``."""
+
+    name = "openai"
+    default_text = "Hello from the OpenAI mock."
+    _status_types = {400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_error",
+                     404: "invalid_request_error", 429: "rate_limit_exceeded", 500: "server_error",
+                     503: "server_error"}
+
+    @staticmethod
+    def error(status: int, message: str, type: str = "invalid_request_error", code: str | None = None,  # noqa: A002
+              param: str | None = None, **reply_fields: Any) -> Reply:
+        """A scripted OpenAI-shaped error reply."""
+        body = {"error": {"message": message, "type": type, "param": param, "code": code}}
+        return Reply(status=status, body=body, **reply_fields)
+
+    def error_body(self, status, message=None, type_=None, code=None, param=None):
+        return {"error": {
+            "message": message or f"Mock error with status {status}",
+            "type": type_ or self._status_types.get(status, "api_error"),
+            "param": param,
+            "code": code,
+        }}
+
+    def _err(self, h, status, message, type_="invalid_request_error", code=None, param=None):
+        h.send_json(status, self.error_body(status, message, type_, code, param))
+
+    # routes: (method, regex) -> handler name
+    _routes = [
+        ("POST", r"/v1/chat/completions", "_chat"),
+        ("POST", r"/v1/completions", "_completions"),
+        ("POST", r"/v1/embeddings", "_embeddings"),
+        ("POST", r"/v1/images/generations", "_images"),
+        ("POST", r"/v1/audio/transcriptions", "_transcriptions"),
+        ("GET", r"/v1/batches", "_batches_list"),
+        ("POST", r"/v1/batches", "_batches_create"),
+        ("GET", r"/v1/batches/(?P<id>[^/]+)", "_batch_get"),
+        ("POST", r"/v1/batches/(?P<id>[^/]+)/cancel", "_batch_cancel"),
+        ("GET", r"/v1/assistants", "_assistants_list"),
+        ("GET", r"/v1/assistants/(?P<id>[^/]+)", "_assistant_get"),
+        ("GET", r"/v1/threads/(?P<thread>[^/]+)/messages/(?P<id>[^/]+)", "_thread_message"),
+        ("POST", r"/v1/fine_tuning/jobs/(?P<id>[^/]+)/cancel", "_ft_cancel"),
+        ("GET", r"/v1/fine_tuning/jobs/(?P<id>[^/]+)/checkpoints", "_ft_checkpoints"),
+        ("GET", r"/v1/models", "_models"),
+    ]
+
+    def handle(self, h, req):
+        for method, pattern, fn in self._routes:
+            m = re.fullmatch(pattern, req.path)
+            if m and method == req.method:
+                break
+        else:
+            return self._err(h, 404, f"Invalid URL ({req.method} {req.path})")
+        auth = req.header("authorization") or ""
+        if not auth.startswith("Bearer ") or not auth[7:].strip():
+            return self._err(h, 401, "You didn't provide an API key. You need to provide your API key in an "
+                                     "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
+        if req.method == "POST" and fn not in ("_transcriptions", "_batch_cancel", "_ft_cancel"):
+            if not isinstance(req.json, dict):
+                return self._err(h, 400, "We could not parse the JSON body of your request. (HINT: This likely "
+                                         "means you aren't using your HTTP library correctly.)")
+        if fn.startswith("_assistant") or fn == "_thread_message":
+            beta = (req.header("openai-beta") or "") + (req.header("vendor-beta") or "")
+            if "assistants=v2" not in beta:
+                return self._err(h, 400, "You must provide the 'OpenAI-Beta' header to access the Assistants API.")
+        getattr(self, fn)(h, req, **m.groupdict())
+
+    # ---- chat
+    def _chat(self, h, req):
+        body = req.json
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            return self._err(h, 400, "you must provide a model parameter", param="model")
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            return self._err(h, 400, "[] is too short - 'messages'", param="messages")
+        model = body["model"]
+        n = body.get("n") or 1
+
+        def produce(reply: Reply):
+            cid = f"chatcmpl-mock{_hex()}"
+            created = _now()
+            text = reply.resolved_text(self.default_text)
+            finish = reply.stop_reason or ("tool_calls" if reply.tool_calls else "stop")
+            calls = [
+                {"id": tc.id or f"call_mock{_hex(16)}", "type": "function",
+                 "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)}}
+                for tc in reply.tool_calls
+            ]
+            p, c = reply.usage
+            if not body.get("stream"):
+                message = {"role": "assistant", "content": text or None, "refusal": None,
+                           "annotations": []}
+                if calls:
+                    message["tool_calls"] = calls
+                return h.send_json(200, {
+                    "id": cid, "object": "chat.completion", "created": created, "model": model,
+                    "system_fingerprint": "fp_mock",
+                    "choices": [{"index": i, "message": message, "logprobs": None, "finish_reason": finish}
+                                for i in range(n)],
+                    "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c},
+                    "service_tier": "default",
+                }, reply.headers)
+
+            def chunk(delta, finish_reason=None, **extra):
+                return _sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                             "system_fingerprint": "fp_mock",
+                             "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                          "finish_reason": finish_reason}], **extra})
+
+            events = [chunk({"role": "assistant", "content": "", "refusal": None})]
+            events += [chunk({"content": piece}) for piece in reply.pieces(self.default_text)]
+            for i, (tc, call) in enumerate(zip(reply.tool_calls, calls)):
+                events.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                                      "function": {"name": tc.name, "arguments": ""}}]}))
+                for piece in _split(call["function"]["arguments"], 3):
+                    events.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+            events.append(chunk({}, finish))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                events.append(_sse({"id": cid, "object": "chat.completion.chunk", "created": created,
+                                    "model": model, "system_fingerprint": "fp_mock", "choices": [],
+                                    "usage": {"prompt_tokens": p, "completion_tokens": c,
+                                              "total_tokens": p + c}}))
+            events.append(b"data: [DONE]\n\n")
+            self._stream(h, reply, events, first=2)
+
+        self._serve(h, req, produce)
+
+    def _completions(self, h, req):
+        body = req.json
+        if not isinstance(body.get("model"), str):
+            return self._err(h, 400, "you must provide a model parameter", param="model")
+        if "prompt" not in body:
+            return self._err(h, 400, "you must provide a prompt parameter", param="prompt")
+        model = body["model"]
+
+        def produce(reply: Reply):
+            cid = f"cmpl-mock{_hex()}"
+            created = _now()
+            p, c = reply.usage
+            finish = reply.stop_reason or "stop"
+            if not body.get("stream"):
+                return h.send_json(200, {
+                    "id": cid, "object": "text_completion", "created": created, "model": model,
+                    "system_fingerprint": "fp_mock",
+                    "choices": [{"text": reply.resolved_text(self.default_text), "index": 0, "logprobs": None,
+                                 "finish_reason": finish}],
+                    "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c},
+                }, reply.headers)
+
+            def chunk(text, fr=None):
+                return _sse({"id": cid, "object": "text_completion", "created": created, "model": model,
+                             "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": fr}]})
+
+            events = [chunk(piece) for piece in reply.pieces(self.default_text)]
+            events += [chunk("", finish), b"data: [DONE]\n\n"]
+            self._stream(h, reply, events, first=1)
+
+        self._serve(h, req, produce)
+
+    # ---- embeddings, images, audio
+    @staticmethod
+    def _vector(text: str, dims: int = 8) -> list[float]:
+        digest = hashlib.sha256(text.encode()).digest()
+        return [round((b - 128) / 128.0, 4) for b in digest[:dims]]
+
+    def _embeddings(self, h, req):
+        body = req.json
+        inp = body.get("input")
+        if inp is None or inp == "" or inp == []:
+            return self._err(h, 400, "'input' is a required property", param="input")
+        if not isinstance(body.get("model"), str):
+            return self._err(h, 400, "you must provide a model parameter", param="model")
+        items = inp if isinstance(inp, list) and not all(isinstance(x, int) for x in inp) else [inp]
+        b64 = body.get("encoding_format") == "base64"
+        dims = body.get("dimensions") or 8
+
+        def produce(reply: Reply):
+            data = []
+            for i, item in enumerate(items):
+                vec = self._vector(json.dumps(item), dims)
+                emb: Any = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode() if b64 else vec
+                data.append({"object": "embedding", "index": i, "embedding": emb})
+            tokens = sum(len(str(x).split()) for x in items)
+            h.send_json(200, {"object": "list", "data": data, "model": body["model"],
+                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, reply.headers)
+
+        self._serve(h, req, produce)
+
+    _PNG_1PX = base64.b64encode(bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360000002000100e221bc330000000049454e44ae426082")).decode()
+
+    def _images(self, h, req):
+        body = req.json
+        if not isinstance(body.get("prompt"), str) or not body["prompt"]:
+            return self._err(h, 400, "'prompt' is a required property", param="prompt")
+
+        def produce(reply: Reply):
+            n = body.get("n") or 1
+            if body.get("response_format") == "b64_json":
+                item = {"b64_json": self._PNG_1PX, "revised_prompt": body["prompt"]}
+            else:
+                item = {"url": f"https://images.mock.invalid/{_hex()}.png", "revised_prompt": body["prompt"]}
+            h.send_json(200, {"created": _now(), "data": [dict(item) for _ in range(n)]}, reply.headers)
+
+        self._serve(h, req, produce)
+
+    def _transcriptions(self, h, req):
+        form = req.form
+        if not form or "file" not in form:
+            return self._err(h, 400, "Could not parse multipart form", param="file")
+        if "model" not in form:
+            return self._err(h, 400, "you must provide a model parameter", param="model")
+        n = len(form["file"]["data"])
+
+        def produce(reply: Reply):
+            text = reply.text if reply.text is not None else f"received {n} bytes"
+            h.send_json(200, {"text": text, "bytes_received": n, "filename": form["file"]["filename"],
+                              "usage": {"type": "duration", "seconds": 1}}, reply.headers)
+
+        self._serve(h, req, produce)
+
+    # ---- batches
+    @staticmethod
+    def batch(batch_id: str, status: str = "in_progress", **overrides: Any) -> dict:
+        now = _now()
+        b = {
+            "id": batch_id, "object": "batch", "endpoint": "/v1/chat/completions", "errors": None,
+            "input_file_id": "file-mock-input", "completion_window": "24h", "status": status,
+            "output_file_id": None, "error_file_id": None, "created_at": now - 100,
+            "in_progress_at": now - 90, "expires_at": now + 86400, "finalizing_at": None,
+            "completed_at": None, "failed_at": None, "expired_at": None, "cancelling_at": None,
+            "cancelled_at": None, "request_counts": {"total": 10, "completed": 3, "failed": 0},
+            "metadata": {"team": "e2e"},
+        }
+        b.update(overrides)
+        return b
+
+    BATCH_IDS = ["batch_mock_1", "batch_mock_2", "batch_mock_3"]
+
+    @staticmethod
+    def _page(items: list[dict], req: RecordedRequest, default_limit: int = 20) -> dict:
+        try:
+            limit = int(req.qs("limit") or default_limit)
+        except ValueError:
+            limit = default_limit
+        after = req.qs("after")
+        if after:
+            ids = [x["id"] for x in items]
+            items = items[ids.index(after) + 1:] if after in ids else []
+        page = items[:limit]
+        return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+
+    def _batches_list(self, h, req):
+        self._serve(h, req, lambda reply: h.send_json(
+            200, self._page([self.batch(i) for i in self.BATCH_IDS], req), reply.headers))
+
+    def _batches_create(self, h, req):
+        body = req.json
+        for f in ("input_file_id", "endpoint", "completion_window"):
+            if f not in body:
+                return self._err(h, 400, f"Missing required parameter: '{f}'.", param=f)
+        self._serve(h, req, lambda reply: h.send_json(200, self.batch(
+            f"batch_mock{_hex()}", "validating", input_file_id=body["input_file_id"], endpoint=body["endpoint"],
+            completion_window=body["completion_window"], metadata=body.get("metadata"), in_progress_at=None),
+            reply.headers))
+
+    def _batch_get(self, h, req, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.batch(id), reply.headers))
+
+    def _batch_cancel(self, h, req, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(
+            200, self.batch(id, "cancelling", cancelling_at=_now()), reply.headers))
+
+    # ---- assistants, threads, fine-tuning, models
+    @staticmethod
+    def assistant(asst_id: str, created_at: int) -> dict:
+        return {
+            "id": asst_id, "object": "assistant", "created_at": created_at, "name": f"Mock {asst_id}",
+            "description": None, "model": "gpt-mock", "instructions": "You are a test double.",
+            "tools": [{"type": "code_interpreter"}], "metadata": {},
+            "tool_resources": {"code_interpreter": {"file_ids": []}}, "temperature": 1.0, "top_p": 1.0,
+            "response_format": "auto",
+        }
+
+    def _assistants_list(self, h, req):
+        items = [self.assistant(f"asst_mock_{i}", 1_700_000_000 + i) for i in (1, 2)]
+        if (req.qs("order") or "desc") == "desc":
+            items.reverse()
+        self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
+
+    def _assistant_get(self, h, req, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.assistant(id, 1_700_000_001), reply.headers))
+
+    def _thread_message(self, h, req, thread, id):  # noqa: A002
+        msg = {
+            "id": id, "object": "thread.message", "created_at": 1_700_000_000, "thread_id": thread,
+            "status": "completed", "incomplete_details": None, "completed_at": 1_700_000_001,
+            "incomplete_at": None, "role": "assistant",
+            "content": [{"type": "text", "text": {"value": "Hello from the thread.", "annotations": []}}],
+            "assistant_id": "asst_mock_1", "run_id": "run_mock_1", "attachments": [], "metadata": {},
+        }
+        self._serve(h, req, lambda reply: h.send_json(200, msg, reply.headers))
+
+    def _ft_cancel(self, h, req, id):  # noqa: A002
+        job = {
+            "id": id, "object": "fine_tuning.job", "created_at": 1_700_000_000, "error": None,
+            "fine_tuned_model": None, "finished_at": None, "hyperparameters": {"n_epochs": "auto"},
+            "model": "gpt-mock", "organization_id": "org-mock", "result_files": [], "status": "cancelled",
+            "trained_tokens": None, "training_file": "file-mock-train", "validation_file": None, "seed": 42,
+            "integrations": None, "estimated_finish": None,
+        }
+        self._serve(h, req, lambda reply: h.send_json(200, job, reply.headers))
+
+    def _ft_checkpoints(self, h, req, id):  # noqa: A002
+        items = [{
+            "id": f"ftckpt_mock_{s}", "object": "fine_tuning.job.checkpoint", "created_at": 1_700_000_000 + s,
+            "fine_tuned_model_checkpoint": f"ft:gpt-mock:org-mock::ckpt-step-{s}", "step_number": s,
+            "fine_tuning_job_id": id,
+            "metrics": {"step": s, "train_loss": 0.5, "train_mean_token_accuracy": 0.8, "valid_loss": 0.6,
+                        "valid_mean_token_accuracy": 0.75, "full_valid_loss": 0.6,
+                        "full_valid_mean_token_accuracy": 0.75},
+        } for s in (300, 200, 100)]
+        self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req, 10), reply.headers))
+
+    def _models(self, h, req):
+        data = [{"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "mock"}
+                for m in ("gpt-mock", "text-embedding-mock")]
+        self._serve(h, req, lambda reply: h.send_json(200, {"object": "list", "data": data}, reply.headers))
+
+
+# --------------------------------------------------------------------------- Anthropic
+
+
+class AnthropicMock(MockProvider):
+    """Speaks Anthropic's Messages API (``POST /v1/messages``) and validates like it."""
+
+    name = "anthropic"
+    default_text = "Hello from the Anthropic mock."
+    _status_types = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                     404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                     500: "api_error", 529: "overloaded_error"}
+    _fields = {"model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p",
+               "top_k", "tools", "tool_choice", "metadata", "thinking", "service_tier", "container",
+               "mcp_servers", "context_management"}
+    _block_types = {"text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking",
+                    "search_result", "server_tool_use", "web_search_tool_result"}
+
+    @staticmethod
+    def error(status: int, type: str, message: str, **reply_fields: Any) -> Reply:  # noqa: A002
+        """A scripted Anthropic-shaped error reply."""
+        return Reply(status=status, body={"type": "error", "error": {"type": type, "message": message}},
+                     **reply_fields)
+
+    def error_body(self, status, message=None, type_=None):
+        return {"type": "error", "error": {"type": type_ or self._status_types.get(status, "api_error"),
+                                           "message": message or f"Mock error with status {status}"}}
+
+    def _err(self, h, status, type_, message):
+        h.send_json(status, self.error_body(status, message, type_), {"request-id": f"req_mock{_hex()}"})
+
+    def validate(self, body: Any) -> str | None:
+        """Return the Anthropic-style error message for an invalid request, else None."""
+        if not isinstance(body, dict):
+            return "Request body must be a JSON object"
+        for k in body:
+            if k not in self._fields:
+                return f"{k}: Extra inputs are not permitted"
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            return "model: Field required"
+        mt = body.get("max_tokens")
+        if mt is None:
+            return "max_tokens: Field required"
+        if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
+            return "max_tokens: Input should be a valid integer greater than or equal to 1"
+        msgs = body.get("messages")
+        if not isinstance(msgs, list):
+            return "messages: Field required"
+        if not msgs:
+            return "messages: at least one message is required"
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict):
+                return f"messages.{i}: Input should be a valid dictionary"
+            if m.get("role") not in ("user", "assistant"):
+                return (f"messages.{i}.role: Input should be 'user' or 'assistant' "
+                        f"(got {m.get('role')!r}; use the top-level system parameter for system prompts)")
+            extra = set(m) - {"role", "content"}
+            if extra:
+                return f"messages.{i}.{sorted(extra)[0]}: Extra inputs are not permitted"
+            content = m.get("content")
+            if isinstance(content, str):
+                continue
+            if not isinstance(content, list):
+                return f"messages.{i}.content: Input should be a valid string or list"
+            for j, block in enumerate(content):
+                if not isinstance(block, dict) or block.get("type") not in self._block_types:
+                    return f"messages.{i}.content.{j}: Input tag does not match any of the expected tags"
+                t = block["type"]
+                if t == "text" and not isinstance(block.get("text"), str):
+                    return f"messages.{i}.content.{j}.text: Field required"
+                if t == "image":
+                    src = block.get("source") or {}
+                    if src.get("type") not in ("base64", "url", "file"):
+                        return f"messages.{i}.content.{j}.source: invalid image source"
+                    if src.get("type") == "base64" and not (src.get("media_type") and src.get("data")):
+                        return f"messages.{i}.content.{j}.source: media_type and data are required"
+                if t == "tool_use" and not (block.get("id") and block.get("name")
+                                            and isinstance(block.get("input"), dict)):
+                    return f"messages.{i}.content.{j}: tool_use needs id, name and an object input"
+                if t == "tool_result" and not block.get("tool_use_id"):
+                    return f"messages.{i}.content.{j}.tool_use_id: Field required"
+        system = body.get("system")
+        if system is not None and not isinstance(system, str):
+            if not isinstance(system, list) or not all(
+                    isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+                    for b in system):
+                return "system: Input should be a valid string or a list of text blocks"
+        temp = body.get("temperature")
+        if temp is not None and (not isinstance(temp, (int, float)) or not 0 <= temp <= 1):
+            return "temperature: Input should be less than or equal to 1"
+        stops = body.get("stop_sequences")
+        if stops is not None and (not isinstance(stops, list) or not all(isinstance(s, str) for s in stops)):
+            return "stop_sequences: Input should be a valid list of strings"
+        tools = body.get("tools")
+        if tools is not None:
+            if not isinstance(tools, list):
+                return "tools: Input should be a valid list"
+            for i, t in enumerate(tools):
+                if not isinstance(t, dict) or not t.get("name"):
+                    return f"tools.{i}.name: Field required"
+                if "type" not in t and not isinstance(t.get("input_schema"), dict):
+                    return f"tools.{i}.input_schema: Field required"
+        tc = body.get("tool_choice")
+        if tc is not None:
+            if not isinstance(tc, dict) or tc.get("type") not in ("auto", "any", "tool", "none"):
+                return "tool_choice: Input should be an object with type auto, any, tool or none"
+            if tc["type"] == "tool" and not tc.get("name"):
+                return "tool_choice.name: Field required"
+        th = body.get("thinking")
+        if th is not None:
+            if not isinstance(th, dict) or th.get("type") not in ("enabled", "disabled"):
+                return "thinking.type: Input should be 'enabled' or 'disabled'"
+            if th["type"] == "enabled":
+                budget = th.get("budget_tokens")
+                if not isinstance(budget, int) or budget < 1024:
+                    return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+                if budget >= mt:
+                    return "`max_tokens` must be greater than `thinking.budget_tokens`"
+        md = body.get("metadata")
+        if md is not None and (not isinstance(md, dict) or set(md) - {"user_id"}):
+            return "metadata: only user_id is permitted"
+        return None
+
+    def handle(self, h, req):
+        if req.path != "/v1/messages" or req.method != "POST":
+            return self._err(h, 404, "not_found_error", f"Not found: {req.method} {req.path}")
+        if not req.header("x-api-key"):
+            return self._err(h, 401, "authentication_error", "x-api-key header is required")
+        if not req.header("anthropic-version"):
+            return self._err(h, 401, "authentication_error", "anthropic-version: header is required")
+        if req.json is None:
+            return self._err(h, 400, "invalid_request_error", "There was an issue with your request body: "
+                                                              "invalid JSON")
+        problem = self.validate(req.json)
+        if problem:
+            return self._err(h, 400, "invalid_request_error", problem)
+        body = req.json
+        model = body["model"]
+
+        def produce(reply: Reply):
+            mid = f"msg_mock{_hex(20)}"
+            text = reply.resolved_text(self.default_text)
+            stop = reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
+            p, c = reply.usage
+            tools = [(tc.id or f"toolu_mock{_hex(16)}", tc) for tc in reply.tool_calls]
+            signature = "EqMBCkgIARABGAIiQL" + _hex(16)
+            usage = {"input_tokens": p, "output_tokens": c, "cache_creation_input_tokens": 0,
+                     "cache_read_input_tokens": 0}
+            if not body.get("stream"):
+                content: list[dict] = []
+                if reply.thinking is not None:
+                    content.append({"type": "thinking", "thinking": reply.thinking, "signature": signature})
+                if text:
+                    content.append({"type": "text", "text": text})
+                for tid, tc in tools:
+                    content.append({"type": "tool_use", "id": tid, "name": tc.name, "input": tc.arguments})
+                return h.send_json(200, {
+                    "id": mid, "type": "message", "role": "assistant", "model": model, "content": content,
+                    "stop_reason": stop, "stop_sequence": None, "usage": usage,
+                }, {"request-id": f"req_mock{_hex()}", **reply.headers})
+
+            events = [_sse({"type": "message_start", "message": {
+                "id": mid, "type": "message", "role": "assistant", "model": model, "content": [],
+                "stop_reason": None, "stop_sequence": None, "usage": {**usage, "output_tokens": 1}}},
+                "message_start")]
+            first = None  # index of the first delta event: the gate waits right after it
+            index = 0
+
+            def block(start: dict, deltas: list[dict]):
+                nonlocal index, first
+                events.append(_sse({"type": "content_block_start", "index": index, "content_block": start},
+                                   "content_block_start"))
+                if index == 0:
+                    events.append(_sse({"type": "ping"}, "ping"))
+                for d in deltas:
+                    events.append(_sse({"type": "content_block_delta", "index": index, "delta": d},
+                                       "content_block_delta"))
+                    if first is None:
+                        first = len(events)
+                events.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+                index += 1
+
+            if reply.thinking is not None:
+                block({"type": "thinking", "thinking": "", "signature": ""},
+                      [{"type": "thinking_delta", "thinking": t} for t in _split(reply.thinking, 3)]
+                      + [{"type": "signature_delta", "signature": signature}])
+            pieces = reply.pieces(self.default_text)
+            if pieces:
+                block({"type": "text", "text": ""}, [{"type": "text_delta", "text": t} for t in pieces])
+            for tid, tc in tools:
+                block({"type": "tool_use", "id": tid, "name": tc.name, "input": {}},
+                      [{"type": "input_json_delta", "partial_json": ""}]
+                      + [{"type": "input_json_delta", "partial_json": t}
+                         for t in _split(json.dumps(tc.arguments), 3)])
+            events.append(_sse({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                "usage": {"output_tokens": c}}, "message_delta"))
+            events.append(_sse({"type": "message_stop"}, "message_stop"))
+            self._stream(h, reply, events, first=first or len(events))
+
+        self._serve(h, req, produce)
+
+
+# --------------------------------------------------------------------------- TLS
+
+
+def make_self_signed_cert(directory: Path) -> tuple[Path, Path]:
+    """Create a self-signed certificate for 127.0.0.1 (valid names, untrusted issuer)."""
+    directory = Path(directory)
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-days", "1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    return cert, key
+
+
+def tls_server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    return ctx
