@@ -75,9 +75,6 @@ build() {
   install_envoy
 }
 
-render_config() {
-  GATEWAY_WASM="$WASM" "$VENV/bin/python" envoy/render.py
-}
 
 run() {
   build
@@ -89,7 +86,7 @@ run() {
   fi
   mkdir -p "$ROOT/.run"
   local config="$ROOT/.run/envoy-${GATEWAY_PORT:-8787}.yaml"
-  (umask 077 && render_config >"$config")
+  (umask 077 && GATEWAY_WASM="$WASM" "$VENV/bin/python" envoy/render.py >"$config")
   log "gateway on http://127.0.0.1:${GATEWAY_PORT:-8787}/v1 (admin 127.0.0.1:${GATEWAY_ADMIN_PORT:-9901})"
   # exec: SIGINT/SIGTERM reach Envoy directly and stop everything this started.
   exec "$VENV/bin/envoy" -c "$config" --concurrency "${GATEWAY_CONCURRENCY:-2}" \
@@ -109,7 +106,7 @@ case "${1:-build}" in
   build) build ;;
   run) run ;;
   test) shift; test_all "$@" ;;
-  config) build >/dev/null; render_config ;;
-  bench) shift; build; install_test_deps; exec "$VENV/bin/python" bench/bench.py "$@" ;;
+  config) shift; build >/dev/null; GATEWAY_WASM="$WASM" "$VENV/bin/python" envoy/render.py "$@" ;;
+  bench) shift; build; exec "$VENV/bin/python" bench/bench.py "$@" ;;
   *) echo "usage: $0 [build|run|test|config|bench]" >&2; exit 2 ;;
 esac

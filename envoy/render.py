@@ -17,11 +17,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
+# The deployable config for the official Envoy image (docker-compose.yml mounts the filter
+# there). The committed envoy/envoy.yaml is this with no GATEWAY_* variables set.
 DOCKER = {
     "GATEWAY_LISTEN_ADDRESS": "0.0.0.0",
     "GATEWAY_WASM": "/etc/envoy/model_gateway.wasm",
-    "GATEWAY_API_KEYS": "change-me-gateway-key",
 }
+DOCKER_PLACEHOLDER_KEY = "change-me-gateway-key"
 
 
 def split_list(value):
@@ -59,6 +61,5 @@ if __name__ == "__main__":
     env = dict(os.environ)
     if "--docker" in sys.argv[1:]:
         env = {**env, **DOCKER}
-        for name in ("GATEWAY_PORT", "GATEWAY_ADMIN_PORT", "GATEWAY_ALLOWED_CUSTOM_HOSTS", "GATEWAY_CREDENTIALS"):
-            env.pop(name, None)
+        env.setdefault("GATEWAY_API_KEYS", DOCKER_PLACEHOLDER_KEY)
     sys.stdout.write(render(env))

@@ -36,6 +36,10 @@ impl Context for Root {}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
+        // Follow Envoy's level for the wasm component, so disabled lines cost no formatting.
+        if let Ok(level) = proxy_wasm::hostcalls::get_log_level() {
+            proxy_wasm::set_log_level(level);
+        }
         let bytes = self.get_plugin_configuration().unwrap_or_default();
         match Settings::parse(&bytes) {
             Ok(settings) => {
@@ -67,7 +71,8 @@ impl RootContext for Root {
 
 enum Phase {
     Headers,
-    AwaitingBody(Pending),
+    /// The request headers are held (with their values) until the body is complete.
+    AwaitingBody(Pending, Vec<(String, String)>),
     Forwarded(ResponsePlan),
     /// The gateway answered itself; its response passes the response callbacks untouched.
     Answered,
@@ -127,13 +132,9 @@ impl Request {
         Action::Pause
     }
 
-    fn forward(&mut self, forward: Forward) -> Action {
-        for name in &forward.headers.remove {
-            self.set_http_request_header(name, None);
-        }
-        for (name, value) in &forward.headers.set {
-            self.set_http_request_header(name, Some(value));
-        }
+    fn forward(&mut self, forward: Forward, headers: &[(String, String)]) -> Action {
+        let edited = forward.headers.apply(headers);
+        self.set_http_request_headers(edited.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect());
         self.log.provider = forward.response.provider.name;
         self.phase = Phase::Forwarded(forward.response);
         Action::Continue
@@ -166,16 +167,16 @@ impl HttpContext for Request {
         match pipeline::start(&self.settings, &headers, random) {
             Err(error) => self.respond_error(&error),
             Ok(Started::Health) => self.respond(200, br#"{"status":"ok"}"#),
-            Ok(Started::Ready(forward)) => self.forward(forward),
+            Ok(Started::Ready(forward)) => self.forward(forward, &headers),
             Ok(Started::NeedsBody(pending)) => {
                 if end_of_stream {
                     // A JSON endpoint called without a body.
                     return match pipeline::finish(pending, b"", self.now()) {
-                        Ok(forward) => self.forward(forward),
+                        Ok(forward) => self.forward(forward, &headers),
                         Err(error) => self.respond_error(&error),
                     };
                 }
-                self.phase = Phase::AwaitingBody(pending);
+                self.phase = Phase::AwaitingBody(pending, headers);
                 // Held until the body is complete (allow_on_headers_stop_iteration).
                 Action::Pause
             }
@@ -183,13 +184,13 @@ impl HttpContext for Request {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if !matches!(self.phase, Phase::AwaitingBody(_)) {
+        if !matches!(self.phase, Phase::AwaitingBody(..)) {
             return Action::Continue;
         }
         if !end_of_stream {
             return Action::Pause;
         }
-        let Phase::AwaitingBody(pending) = std::mem::replace(&mut self.phase, Phase::Headers) else {
+        let Phase::AwaitingBody(pending, headers) = std::mem::replace(&mut self.phase, Phase::Headers) else {
             return Action::Continue;
         };
         let body = self.get_http_request_body(0, body_size).unwrap_or_default();
@@ -199,14 +200,21 @@ impl HttpContext for Request {
                 if let Some(new_body) = &forward.body {
                     self.set_http_request_body(0, body_size, new_body);
                 }
-                self.forward(forward)
+                self.forward(forward, &headers)
             }
         }
     }
 
     fn on_http_response_headers(&mut self, _count: usize, _end_of_stream: bool) -> Action {
-        let Phase::Forwarded(plan) = &self.phase else {
-            return Action::Continue;
+        let plan = match &self.phase {
+            Phase::Forwarded(plan) => plan,
+            // The gateway's own answers already carry the trace id.
+            Phase::Answered => return Action::Continue,
+            // Envoy answered before the request went upstream (e.g. 413 for a huge body).
+            Phase::Headers | Phase::AwaitingBody(..) => {
+                self.set_http_response_header(TRACE_HEADER, Some(&self.trace_id));
+                return Action::Continue;
+            }
         };
         let status = self
             .get_http_response_header_bytes(":status")

@@ -23,6 +23,17 @@ pub struct HeaderEdits {
     pub set: Vec<(String, String)>,
 }
 
+impl HeaderEdits {
+    /// The request headers after the edits, for one host call that replaces them all
+    /// (each single-header call costs a host round trip and a route-cache clear).
+    pub fn apply(&self, headers: &[(String, String)]) -> Vec<(String, String)> {
+        let replaced = |name: &str| self.remove.iter().any(|r| r == name) || self.set.iter().any(|(s, _)| s == name);
+        let mut result: Vec<(String, String)> = headers.iter().filter(|(name, _)| !replaced(name)).cloned().collect();
+        result.extend(self.set.iter().cloned());
+        result
+    }
+}
+
 /// How the response of a forwarded request is handled.
 #[derive(Clone)]
 pub struct ResponsePlan {
@@ -243,6 +254,19 @@ mod tests {
         assert_eq!(set(":path"), Some("/v1/chat/completions"));
         assert_eq!(set(CLUSTER_HEADER), Some("gateway_upstream_plain"));
         assert_eq!(set("authorization"), Some("Bearer sk-local"));
+    }
+
+    #[test]
+    fn header_edits_apply_to_the_whole_map() {
+        let edits = HeaderEdits {
+            remove: vec!["x-gateway-api-key".into()],
+            set: vec![(":authority".into(), "up:80".into()), ("x-new".into(), "1".into())],
+        };
+        let before = request("POST", "/p", &[(":authority", "gw"), ("x-gateway-api-key", "k"), ("x-keep", "v")]);
+        let after = edits.apply(&before);
+        let names: Vec<&str> = after.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, vec![":method", ":path", "x-keep", ":authority", "x-new"]);
+        assert_eq!(after[3].1, "up:80");
     }
 
     #[test]

@@ -195,7 +195,8 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "MockProvider/1.0"
-    timeout = 120  # idle keep-alive connections are dropped after this
+    timeout = 900  # idle keep-alive connections are dropped after this (longer than a test run,
+    # so a proxy never reuses a pooled connection just as the mock closes it)
     mock: "MockProvider"  # set on the per-mock subclass
 
     def setup(self):

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Benchmark: bare Envoy against Envoy with the gateway filter, in one run, same machine.
+
+Both proxy a non-streaming chat completion to the same fast mock provider (a third Envoy
+answering with a fixed chat.completion), driven by wrk at each concurrency. Prints a
+markdown table of requests per second and p50/p99 latency; copy it into bench/README.md.
+Run it with `./build.sh bench [--duration S] [--connections 16,64]`.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENVOY = ROOT / ".venv/bin/envoy"
+API_KEY = "gw-bench-key"
+
+COMPLETION = json.dumps({
+    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1700000000, "model": "bench-model",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello from the mock."},
+                 "logprobs": None, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 5, "total_tokens": 14},
+})
+REQUEST = json.dumps({"model": "bench-model", "messages": [
+    {"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]})
+
+MOCK = """
+static_resources:
+  listeners:
+  - address: {socket_address: {address: 127.0.0.1, port_value: %(port)d}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: mock
+          route_config:
+            virtual_hosts:
+            - name: mock
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                direct_response: {status: 200, body: {inline_string: %(body)s}}
+                response_headers_to_add: [{header: {key: content-type, value: application/json}}]
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+"""
+
+# The same listener as the gateway's, without the filter, routing straight to the mock.
+BARE = """
+static_resources:
+  listeners:
+  - address: {socket_address: {address: 127.0.0.1, port_value: %(port)d}}
+    per_connection_buffer_limit_bytes: 20971520
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: bare
+          codec_type: AUTO
+          route_config:
+            virtual_hosts:
+            - name: bare
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route: {cluster: mock, timeout: 0s}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+              suppress_envoy_headers: true
+  clusters:
+  - name: mock
+    connect_timeout: 10s
+    load_assignment:
+      cluster_name: mock
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %(mock_port)d}}}
+"""
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.body = %(body)s
+wrk.headers["content-type"] = "application/json"
+%(headers)s
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_envoy(config_text, workdir, name, concurrency):
+    path = workdir / f"{name}.yaml"
+    path.write_text(config_text)
+    log = open(workdir / f"{name}.log", "w")
+    return subprocess.Popen(
+        [str(ENVOY), "-c", str(path), "--concurrency", str(concurrency), "--disable-hot-restart",
+         "--log-level", "error"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_ready(port, headers, body):
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body.encode(),
+                                         headers=headers, method="POST")
+            with urllib.request.urlopen(req, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    sys.exit(f"bench: port {port} never answered 200")
+
+
+def to_micros(text):
+    value, unit = re.match(r"([\d.]+)(us|ms|s)", text).groups()
+    return float(value) * {"us": 1, "ms": 1000, "s": 1_000_000}[unit]
+
+
+def run_wrk(port, headers, connections, duration, workdir):
+    script = workdir / "request.lua"
+    script.write_text(WRK_SCRIPT % {
+        "body": json.dumps(REQUEST),
+        "headers": "\n".join(f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items()),
+    })
+    out = subprocess.run(
+        ["wrk", "-t", "2", "-c", str(connections), "-d", f"{duration}s", "--latency", "-s", str(script),
+         f"http://127.0.0.1:{port}/v1/chat/completions"],
+        check=True, capture_output=True, text=True).stdout
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if non_2xx:
+        sys.exit(f"bench: {non_2xx.group(1)} failed responses on port {port}:\n{out}")
+    return {
+        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+        "p50": to_micros(re.search(r"50%\s+(\S+)", out).group(1)),
+        "p99": to_micros(re.search(r"99%\s+(\S+)", out).group(1)),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--duration", type=int, default=15)
+    parser.add_argument("--connections", default="16,64")
+    parser.add_argument("--concurrency", type=int, default=1, help="Envoy worker threads of each proxy")
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, stdout=subprocess.DEVNULL)
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    mock_port, bare_port, gateway_port = free_port(), free_port(), free_port()
+    procs = [start_envoy(MOCK % {"port": mock_port, "body": json.dumps(COMPLETION)}, workdir, "mock", 1)]
+    procs.append(start_envoy(BARE % {"port": bare_port, "mock_port": mock_port}, workdir, "bare", args.concurrency))
+    env = {**os.environ, "GATEWAY_PORT": str(gateway_port), "GATEWAY_ADMIN_PORT": str(free_port()),
+           "GATEWAY_API_KEYS": API_KEY, "GATEWAY_WASM": str(ROOT / "target/model_gateway.wasm")}
+    config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=env, check=True,
+                            capture_output=True, text=True).stdout
+    procs.append(start_envoy(config, workdir, "gateway", args.concurrency))
+    gateway_headers = {
+        "x-gateway-api-key": API_KEY, "x-gateway-provider": "openai", "authorization": "Bearer sk-bench",
+        "x-gateway-custom-host": f"http://127.0.0.1:{mock_port}/v1", "content-type": "application/json",
+    }
+    try:
+        wait_ready(bare_port, {"content-type": "application/json"}, REQUEST)
+        wait_ready(gateway_port, gateway_headers, REQUEST)
+        rows = []
+        for connections in [int(c) for c in args.connections.split(",")]:
+            # Warm both, then measure them back to back.
+            run_wrk(bare_port, {}, connections, 2, workdir)
+            run_wrk(gateway_port, gateway_headers, connections, 2, workdir)
+            bare = run_wrk(bare_port, {}, connections, args.duration, workdir)
+            gateway = run_wrk(gateway_port, gateway_headers, connections, args.duration, workdir)
+            rows.append((connections, bare, gateway))
+    finally:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+    print(f"wrk -t2, {args.duration}s per run, Envoy --concurrency {args.concurrency}, "
+          f"{os.cpu_count()} cores, non-streaming chat completion\n")
+    print("| connections | proxy | req/s | p50 µs | p99 µs |")
+    print("|---|---|---|---|---|")
+    for connections, bare, gateway in rows:
+        for name, r in (("bare Envoy", bare), ("Envoy + filter", gateway)):
+            print(f"| {connections} | {name} | {r['rps']:.0f} | {r['p50']:.0f} | {r['p99']:.0f} |")
+    print("\n| connections | throughput kept | added p50 µs | added p99 µs |")
+    print("|---|---|---|---|")
+    for connections, bare, gateway in rows:
+        print(f"| {connections} | {gateway['rps'] / bare['rps']:.1%} | {gateway['p50'] - bare['p50']:.0f} "
+              f"| {gateway['p99'] - bare['p99']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,429 @@
+"""Shared request helpers and assertions for the gateway end-to-end tests.
+
+The HTTP client is ``httpx2`` (the fork the ``openai`` SDK in this venv is built on); it
+is imported as ``httpx`` here and in the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import httpx2 as httpx
+import openai
+import pytest
+
+KEY = "gw-test-key-1"
+KEY2 = "gw-test-key-2"
+CHAT = "/v1/chat/completions"
+CLIENT_TOKEN = "sk-client-token"  # what a client sends as `Authorization: Bearer` in custom-host mode
+SDK_DUMMY_KEY = "sk-sdk-dummy"  # the SDK's api_key where the gateway must NOT use it upstream
+
+# Managed credentials given to the gateway in GATEWAY_CREDENTIALS (see conftest.py).
+OPENAI_SLUG_KEY = "sk-mock-openai"
+ANTHROPIC_SLUG_KEY = "sk-ant-mock"
+OPENAI_VK_KEY = "sk-vk-openai"
+ANTHROPIC_VK_KEY = "sk-ant-vk"
+
+_ANY = object()
+
+
+# --------------------------------------------------------------------------- the gateway
+
+
+class Gateway:
+    """A running gateway (started once per session by conftest.py)."""
+
+    def __init__(self, port: int, admin_port: int, log_path: Path):
+        self.port = port
+        self.admin_port = admin_port
+        self.log_path = Path(log_path)
+        self.origin = f"http://127.0.0.1:{port}"
+        self.base_url = f"{self.origin}/v1"
+        self.http = httpx.Client(base_url=self.origin, timeout=httpx.Timeout(20.0, connect=5.0))
+
+    def close(self):
+        self.http.close()
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - 256 * 1024))
+                tail = deque(f.read().decode("utf-8", "replace").splitlines(), maxlen=lines)
+            return "\n".join(tail)
+        except OSError as e:
+            return f"(no gateway log: {e})"
+
+    # ---- plain HTTP
+    @staticmethod
+    def _headers(key: str | None, headers: dict | None) -> dict:
+        h = {"x-gateway-api-key": key} if key else {}
+        h.update(headers or {})
+        return h
+
+    def request(self, method: str, path: str, *, key: str | None = KEY, headers: dict | None = None,
+                **kw: Any) -> httpx.Response:
+        return self.http.request(method, path, headers=self._headers(key, headers), **kw)
+
+    def get(self, path: str, **kw: Any) -> httpx.Response:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> httpx.Response:
+        if body is not None:
+            kw["json"] = body
+        return self.request("POST", path, **kw)
+
+    def chat(self, headers: dict | None, body: Any = None, **kw: Any) -> httpx.Response:
+        return self.post(CHAT, chat_body() if body is None else body, headers=headers, **kw)
+
+    def stream(self, method: str, path: str, *, key: str | None = KEY, headers: dict | None = None, **kw: Any):
+        return self.http.stream(method, path, headers=self._headers(key, headers), **kw)
+
+    # ---- the official SDK
+    def sdk(self, headers: dict | None = None, api_key: str = SDK_DUMMY_KEY, key: str | None = KEY,
+            timeout: float | httpx.Timeout = 30.0) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=timeout,
+                             default_headers=self._headers(key, headers))
+
+    # ---- raw sockets (garbage, oversized input)
+    def raw(self, method: str, path: str, headers: Iterable[tuple[Any, Any]] = (), body: bytes = b"", *,
+            key: str | None = KEY, content_type: str | None = "application/json",
+            timeout: float = 30.0) -> "RawResponse":
+        lines = [f"{method} {path} HTTP/1.1".encode(), f"Host: 127.0.0.1:{self.port}".encode()]
+        if key:
+            lines.append(b"x-gateway-api-key: " + key.encode())
+        if content_type:
+            lines.append(b"Content-Type: " + content_type.encode())
+        for k, v in headers:
+            k = k.encode() if isinstance(k, str) else k
+            v = v.encode() if isinstance(v, str) else v
+            lines.append(k + b": " + v)
+        lines += [f"Content-Length: {len(body)}".encode(), b"Connection: close"]
+        return raw_http("127.0.0.1", self.port, b"\r\n".join(lines) + b"\r\n\r\n" + body, timeout)
+
+
+# --------------------------------------------------------------------------- raw HTTP
+
+
+@dataclass
+class RawResponse:
+    status_code: int
+    reason: str
+    headers: dict[str, str]
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def _parse_head(buf: bytes):
+    head, sep, rest = buf.partition(b"\r\n\r\n")
+    if not sep:
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return int(parts[1]), (parts[2] if len(parts) > 2 else ""), headers, rest
+
+
+def _dechunk(data: bytes) -> bytes:
+    out, pos = bytearray(), 0
+    while True:
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            return bytes(out)
+        size = int(data[pos:eol].split(b";")[0] or b"0", 16)
+        if size == 0:
+            return bytes(out)
+        out += data[eol + 2: eol + 2 + size]
+        pos = eol + 2 + size + 2
+
+
+def raw_http(host: str, port: int, request: bytes, timeout: float = 30.0) -> RawResponse:
+    """Send ``request`` bytes as-is (from a background thread, so a server that answers
+    before reading everything is still heard) and read one response. Fails the test if
+    nothing complete arrives within ``timeout`` (a hang) or the connection closes with
+    no response at all."""
+    sock = socket.create_connection((host, port), timeout=5)
+
+    def send():
+        try:
+            sock.sendall(request)
+        except OSError:
+            pass  # the server may answer early and close; its answer is still read below
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    buf = bytearray()
+    deadline = time.monotonic() + timeout
+    parsed = None
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                pytest.fail(f"no complete response within {timeout}s (the gateway hung); got {bytes(buf[:300])!r}")
+            sock.settimeout(left)
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                continue
+            except ConnectionResetError:
+                break
+            if not data:
+                break
+            buf += data
+            parsed = _parse_head(bytes(buf))
+            if parsed:
+                status, _, headers, rest = parsed
+                if 100 <= status < 200:  # interim response: drop it and keep reading
+                    buf = bytearray(rest)
+                    parsed = None
+                    continue
+                if "content-length" in headers and len(rest) >= int(headers["content-length"]):
+                    break
+                if "chunked" in headers.get("transfer-encoding", "") and rest.endswith(b"0\r\n\r\n"):
+                    break
+    finally:
+        sock.close()
+    parsed = _parse_head(bytes(buf))
+    if not parsed:
+        pytest.fail(f"the connection closed without an HTTP response; got {bytes(buf[:300])!r}")
+    status, reason, headers, rest = parsed
+    if "chunked" in headers.get("transfer-encoding", ""):
+        rest = _dechunk(rest)
+    elif "content-length" in headers:
+        rest = rest[: int(headers["content-length"])]
+    return RawResponse(status, reason, headers, rest)
+
+
+# --------------------------------------------------------------------------- request building
+
+
+def chat_body(content: str = "Say hello.", model: str = "gpt-mock", **extra: Any) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": content}], **extra}
+
+
+def custom_host(mock, provider: str = "openai", token: str = CLIENT_TOKEN) -> dict:
+    """Way 1/4 of spec 5.2: provider name + bearer token + custom host."""
+    return {"x-gateway-provider": provider, "Authorization": f"Bearer {token}",
+            "x-gateway-custom-host": mock.base_url}
+
+
+def slug(name: str) -> dict:
+    """Way 2: a managed provider `@slug`."""
+    return {"x-gateway-provider": f"@{name}"}
+
+
+def virtual_key(vk: str) -> dict:
+    """Way 2 (legacy): a virtual key."""
+    return {"x-gateway-virtual-key": vk}
+
+
+def config(cfg: Any) -> dict:
+    """Way 3: a config in `x-gateway-config` (dicts are JSON-encoded, strings sent as-is)."""
+    return {"x-gateway-config": cfg if isinstance(cfg, str) else json.dumps(cfg)}
+
+
+def provider_config(mock, provider: str = "openai", api_key: str = "sk-config-key", **extra: Any) -> dict:
+    """A single-provider config pointing at ``mock``."""
+    return {"provider": provider, "api_key": api_key, "custom_host": mock.base_url, **extra}
+
+
+# --------------------------------------------------------------------------- assertions
+
+
+def error_of(resp) -> dict:
+    """The `error` object of a gateway error response, checked for the OpenAI shape."""
+    try:
+        body = resp.json()
+    except ValueError:
+        pytest.fail(f"expected a JSON error body, got {resp.status_code} "
+                    f"{resp.headers.get('content-type')!r}: {resp.text[:300]!r}")
+    assert isinstance(body, dict) and isinstance(body.get("error"), dict), f"not an error object: {body!r}"
+    err = body["error"]
+    missing = {"message", "type", "param", "code"} - set(err)
+    assert not missing, f"error object lacks {sorted(missing)}: {err!r}"
+    assert isinstance(err["message"], str) and err["message"], f"empty error message: {err!r}"
+    assert isinstance(err["type"], str) and err["type"], f"empty error type: {err!r}"
+    return err
+
+
+def assert_error(resp, status: int, *, type: str | None = None, param: Any = _ANY, code: Any = _ANY,  # noqa: A002
+                 contains: str | Iterable[str] = (), trace: bool = True) -> dict:
+    """Assert an error response: status, OpenAI error shape, fields, message fragments
+    (case-insensitive) and the trace-id header. Returns the error object."""
+    assert resp.status_code == status, f"expected {status}, got {resp.status_code}: {resp.text[:500]}"
+    err = error_of(resp)
+    if type is not None:
+        assert err["type"] == type, f"error type {err['type']!r} != {type!r}: {err!r}"
+    if param is not _ANY:
+        assert err["param"] == param, f"error param {err['param']!r} != {param!r}: {err!r}"
+    if code is not _ANY:
+        assert err["code"] == code, f"error code {err['code']!r} != {code!r}: {err!r}"
+    for frag in [contains] if isinstance(contains, str) else contains:
+        assert frag.lower() in err["message"].lower(), f"{frag!r} not in error message {err['message']!r}"
+    if trace:
+        assert resp.headers.get("x-gateway-trace-id"), f"no x-gateway-trace-id on {resp.status_code} response"
+    return err
+
+
+def assert_4xx(resp) -> None:
+    """Client-error handling: a 4xx answer, never a 5xx (the hang case fails in raw_http)."""
+    assert 400 <= resp.status_code < 500, f"expected a 4xx, got {resp.status_code}: {resp.text[:300]!r}"
+
+
+def assert_chat_completion(body: dict, *, content: Any = _ANY, finish_reason: Any = _ANY,
+                           model: Any = _ANY) -> dict:
+    """Check the `chat.completion` shape (spec 2.9); returns choices[0].message."""
+    assert body.get("object") == "chat.completion", body
+    assert isinstance(body.get("id"), str) and body["id"], body
+    assert isinstance(body.get("created"), int), body
+    assert isinstance(body.get("model"), str), body
+    assert isinstance(body.get("choices"), list) and body["choices"], body
+    choice = body["choices"][0]
+    assert choice.get("index") == 0, choice
+    msg = choice["message"]
+    assert msg.get("role") == "assistant", msg
+    if content is not _ANY:
+        assert msg.get("content") == content, f"content {msg.get('content')!r} != {content!r}"
+    if finish_reason is not _ANY:
+        assert choice.get("finish_reason") == finish_reason, choice
+    if model is not _ANY:
+        assert body["model"] == model, body
+    usage = body.get("usage")
+    assert isinstance(usage, dict), body
+    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert isinstance(usage.get(k), int), usage
+    return msg
+
+
+def assert_clean_upstream(rec, *secrets: str) -> None:
+    """No gateway header reached the provider, and no secret appears in any header value."""
+    leaked = sorted(k for k in rec.headers if k.startswith("x-gateway-"))
+    assert not leaked, f"gateway headers reached the provider: {leaked}"
+    for s in secrets:
+        bad = [k for k, v in rec.headers.items() if s in v]
+        assert not bad, f"{s!r} reached the provider in header(s) {bad}"
+
+
+def served_by(resp, provider: str) -> None:
+    assert resp.headers.get("x-gateway-provider") == provider, (
+        f"x-gateway-provider {resp.headers.get('x-gateway-provider')!r} != {provider!r}")
+    assert resp.headers.get("x-gateway-trace-id"), "no x-gateway-trace-id"
+
+
+def check_alive(gateway: Gateway, openai_mock) -> None:
+    """A normal request still succeeds (the filter VM did not crash or wedge)."""
+    before = len(openai_mock.requests)
+    r = gateway.chat(custom_host(openai_mock), chat_body("still alive?"))
+    assert r.status_code == 200, f"a normal request failed afterwards: {r.status_code} {r.text[:300]}"
+    assert r.json()["choices"][0]["message"]["content"] == openai_mock.default_text
+    assert len(openai_mock.requests) == before + 1
+
+
+# --------------------------------------------------------------------------- streams
+
+
+@dataclass
+class StreamResult:
+    status: int = 0
+    headers: dict = field(default_factory=dict)
+    events: list[tuple[str | None, str]] = field(default_factory=list)  # (event name, data)
+    chunks: list[dict] = field(default_factory=list)  # parsed JSON data lines
+    done: bool = False  # saw `data: [DONE]`
+    content: str = ""
+    finish_reason: str | None = None
+    tool_calls: dict[int, dict] = field(default_factory=dict)  # index -> {id, name, arguments}
+    usage: dict | None = None
+    first_content_at: float | None = None
+
+    def feed_chunk(self, chunk: dict) -> None:
+        self.chunks.append(chunk)
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.content += delta["content"]
+                if self.first_content_at is None:
+                    self.first_content_at = time.monotonic()
+            for tc in delta.get("tool_calls") or []:
+                slot = self.tool_calls.setdefault(tc.get("index", 0), {"id": None, "name": None, "arguments": ""})
+                if tc.get("id"):
+                    slot["id"] = tc["id"]
+                fn = tc.get("function") or {}
+                if fn.get("name"):
+                    slot["name"] = fn["name"]
+                slot["arguments"] += fn.get("arguments") or ""
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+
+def read_stream(resp, on_chunk=None) -> StreamResult:
+    """Read an SSE response line by line into a StreamResult; ``on_chunk(result)`` runs
+    after each parsed JSON chunk."""
+    res = StreamResult(status=resp.status_code, headers=dict(resp.headers))
+    event = None
+    for line in resp.iter_lines():
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data = line[5:].strip()
+            res.events.append((event, data))
+            event = None
+            if data == "[DONE]":
+                res.done = True
+                continue
+            assert not res.done, f"data after [DONE]: {data!r}"
+            chunk = json.loads(data)
+            res.feed_chunk(chunk)
+            if on_chunk:
+                on_chunk(res)
+    return res
+
+
+def stream_chat(gateway: Gateway, headers: dict, body: dict, *, gate: threading.Event | None = None,
+                read_timeout: float = 10.0) -> StreamResult:
+    """POST a streaming chat completion and read it all. With ``gate``, set the gate as
+    soon as the first content arrives: the provider holds the rest of the stream until
+    then, so a gateway that buffers makes the read time out and the test fail."""
+    body = {**body, "stream": True}
+
+    def open_gate(res: StreamResult):
+        if gate is not None and not gate.is_set() and (res.content or res.tool_calls):
+            gate.set()
+
+    try:
+        with gateway.stream("POST", CHAT, headers=headers, json=body,
+                            timeout=httpx.Timeout(30.0, read=read_timeout)) as resp:
+            if resp.status_code != 200:
+                resp.read()
+                pytest.fail(f"stream request failed: {resp.status_code} {resp.text[:500]}")
+            return read_stream(resp, open_gate)
+    except httpx.ReadTimeout:
+        if gate is not None and not gate.is_set():
+            pytest.fail(f"no streamed content arrived within {read_timeout}s while the provider held back the "
+                        "rest of its stream: the gateway buffers the response instead of streaming it")
+        raise
+
+
+def sdk_stream(stream) -> StreamResult:
+    """Consume an `openai` SDK chat stream into a StreamResult."""
+    res = StreamResult(status=200)
+    for chunk in stream:
+        res.feed_chunk(chunk.model_dump(exclude_none=True))
+    return res

@@ -1,0 +1,252 @@
+"""OpenAI ⇄ Anthropic Messages translation: request, response, streaming, errors."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from helpers import (KEY, SDK_DUMMY_KEY, assert_chat_completion, assert_clean_upstream, assert_error, chat_body,
+                     config, provider_config, sdk_stream, served_by, slug, stream_chat)
+from mocks import AnthropicMock, Reply, ToolCall
+
+MODEL = "claude-test-1"
+PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgAAIAAAUAAeIhvDMAAAAASUVORK5CYII="
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+ANTHROPIC = slug("anthropic-mock")
+
+
+def text_of(content) -> str:
+    """Anthropic content (string or blocks) as plain text."""
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
+def blocks_of(content) -> list[dict]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def subset(d: dict, keys) -> dict:
+    """The given keys of ``d`` (a translation may add harmless extra fields)."""
+    return {k: d.get(k) for k in keys}
+
+
+def test_request_translation(gateway, anthropic_mock):
+    body = {
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "developer", "content": "Answer in French."},
+            {"role": "user", "content": [
+                {"type": "text", "text": "What is in this image?"},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_B64}"}},
+            ]},
+        ],
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "required",
+        "stop": ["END", "STOP"],
+        "temperature": 0.5,
+    }
+    r = gateway.chat(ANTHROPIC, body)
+    assert r.status_code == 200, r.text
+    served_by(r, "anthropic")
+    sent = anthropic_mock.last.json
+    assert sent["model"] == MODEL
+    system = text_of(sent["system"])
+    assert "You are terse." in system and "Answer in French." in system
+    assert [m["role"] for m in sent["messages"]] == ["user"]
+    blocks = blocks_of(sent["messages"][0]["content"])
+    assert [b["text"] for b in blocks if b["type"] == "text"] == ["What is in this image?"]
+    images = [b for b in blocks if b["type"] == "image"]
+    assert len(images) == 1
+    assert images[0]["source"] == {"type": "base64", "media_type": "image/png", "data": PNG_B64}
+    assert [subset(t, ("name", "description", "input_schema")) for t in sent["tools"]] == [
+        {"name": "get_weather", "description": "Current weather for a city",
+         "input_schema": WEATHER_TOOL["function"]["parameters"]}]
+    assert sent["tool_choice"] == {"type": "any"}
+    assert sent["stop_sequences"] == ["END", "STOP"]
+    assert sent["max_tokens"] == 4096
+    assert sent["temperature"] == 0.5
+    assert "stop" not in sent
+    assert_clean_upstream(anthropic_mock.last, KEY)
+
+
+@pytest.mark.parametrize("choice, expected", [
+    ("auto", {"type": "auto"}),
+    ("required", {"type": "any"}),
+    ({"type": "function", "function": {"name": "get_weather"}}, {"type": "tool", "name": "get_weather"}),
+])
+def test_tool_choice_mapping(gateway, anthropic_mock, choice, expected):
+    r = gateway.chat(ANTHROPIC, chat_body(model=MODEL, tools=[WEATHER_TOOL], tool_choice=choice))
+    assert r.status_code == 200, r.text
+    assert subset(anthropic_mock.last.json["tool_choice"], expected) == expected
+
+
+def test_explicit_max_tokens_and_string_stop(gateway, anthropic_mock):
+    r = gateway.chat(ANTHROPIC, chat_body(model=MODEL, max_tokens=77, stop="DONE"))
+    assert r.status_code == 200, r.text
+    sent = anthropic_mock.last.json
+    assert sent["max_tokens"] == 77
+    assert sent["stop_sequences"] == ["DONE"]
+
+
+def test_tool_history_translation(gateway, anthropic_mock):
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "toolu_prev_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
+        {"role": "tool", "tool_call_id": "toolu_prev_1", "content": "18C and sunny"},
+    ]
+    r = gateway.chat(ANTHROPIC, {"model": MODEL, "messages": messages, "tools": [WEATHER_TOOL]})
+    assert r.status_code == 200, r.text
+    sent = anthropic_mock.last.json["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert text_of(sent[0]["content"]) == "Weather in Paris?"
+    tool_uses = [b for b in blocks_of(sent[1]["content"]) if b["type"] == "tool_use"]
+    assert [subset(b, ("id", "name", "input")) for b in tool_uses] == [
+        {"id": "toolu_prev_1", "name": "get_weather", "input": {"city": "Paris"}}]
+    results = [b for b in blocks_of(sent[2]["content"]) if b["type"] == "tool_result"]
+    assert len(results) == 1 and results[0]["tool_use_id"] == "toolu_prev_1"
+    assert text_of(results[0]["content"]) == "18C and sunny"
+
+
+def test_response_text_usage_and_stop(gateway, anthropic_mock):
+    anthropic_mock.script(Reply(text="Bonjour !", usage=(25, 4)))
+    r = gateway.chat(ANTHROPIC, chat_body(model=MODEL))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    msg = assert_chat_completion(body, content="Bonjour !", finish_reason="stop", model=MODEL)
+    assert not msg.get("tool_calls")
+    assert body["usage"]["prompt_tokens"] == 25
+    assert body["usage"]["completion_tokens"] == 4
+    assert body["usage"]["total_tokens"] == 29
+    assert "content_blocks" not in msg or msg["content_blocks"] is None
+
+
+def test_response_max_tokens_is_length(gateway, anthropic_mock):
+    anthropic_mock.script(Reply(text="Cut sho", stop_reason="max_tokens"))
+    r = gateway.chat(ANTHROPIC, chat_body(model=MODEL, max_tokens=3))
+    assert r.status_code == 200, r.text
+    assert_chat_completion(r.json(), content="Cut sho", finish_reason="length")
+
+
+def test_response_tool_use_is_tool_calls(gateway, anthropic_mock):
+    anthropic_mock.script(Reply(text="Let me check.", tool_calls=[
+        ToolCall("get_weather", {"city": "Paris", "unit": "celsius"}, id="toolu_abc")]))
+    r = gateway.chat(ANTHROPIC, chat_body("Weather?", model=MODEL, tools=[WEATHER_TOOL]))
+    assert r.status_code == 200, r.text
+    msg = assert_chat_completion(r.json(), finish_reason="tool_calls")
+    calls = msg["tool_calls"]
+    assert len(calls) == 1
+    assert calls[0]["type"] == "function"
+    assert isinstance(calls[0]["id"], str) and calls[0]["id"]
+    assert calls[0]["function"]["name"] == "get_weather"
+    args = calls[0]["function"]["arguments"]
+    assert isinstance(args, str), "arguments must be a JSON string"
+    assert json.loads(args) == {"city": "Paris", "unit": "celsius"}
+    assert "Let me check." in (msg.get("content") or "")
+
+
+def test_thinking_hidden_by_default(gateway, anthropic_mock):
+    anthropic_mock.script(Reply(text="42.", thinking="Six times seven."))
+    r = gateway.chat(ANTHROPIC, chat_body("6*7?", model=MODEL))
+    assert r.status_code == 200, r.text
+    msg = assert_chat_completion(r.json(), content="42.")
+    assert "content_blocks" not in msg or msg["content_blocks"] is None
+    assert "Six times seven." not in r.text
+
+
+def test_thinking_returned_when_not_strict(gateway, anthropic_mock):
+    anthropic_mock.script(Reply(text="42.", thinking="Six times seven."))
+    cfg = provider_config(anthropic_mock, provider="anthropic", api_key="sk-ant-x", strict_vendor_compliance=False)
+    body = chat_body("6*7?", model=MODEL, thinking={"type": "enabled", "budget_tokens": 1024})
+    r = gateway.chat(config(cfg), body)
+    assert r.status_code == 200, r.text
+    msg = assert_chat_completion(r.json(), content="42.")
+    blocks = msg.get("content_blocks")
+    assert isinstance(blocks, list), msg
+    assert [b["type"] for b in blocks] == ["thinking", "text"]
+    assert blocks[0]["thinking"] == "Six times seven."
+    assert blocks[1]["text"] == "42."
+    sent = anthropic_mock.last.json
+    assert sent["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert sent["max_tokens"] > 1024
+
+
+def test_stream_translation_http(gateway, anthropic_mock):
+    anthropic_mock.script(Reply(text="Un deux trois quatre.", usage=(9, 5)))
+    res = stream_chat(gateway, ANTHROPIC, chat_body(model=MODEL))
+    assert res.headers["content-type"].startswith("text/event-stream")
+    assert res.headers.get("x-gateway-provider") == "anthropic"
+    assert res.done, "stream did not end with data: [DONE]"
+    assert all(ev is None for ev, _ in res.events), "Anthropic `event:` lines leaked into the OpenAI stream"
+    assert res.chunks and all(c["object"] == "chat.completion.chunk" for c in res.chunks)
+    assert res.content == "Un deux trois quatre."
+    assert res.finish_reason == "stop"
+    assert anthropic_mock.last.json["stream"] is True
+
+
+def test_stream_tool_calls_via_sdk(gateway, anthropic_mock):
+    anthropic_mock.script(Reply(text="Checking.", tool_calls=[
+        ToolCall("get_weather", {"city": "Paris", "days": 3}, id="toolu_s1")]))
+    client = gateway.sdk(ANTHROPIC)
+    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Weather?"}],
+                                            tools=[WEATHER_TOOL], stream=True)
+    res = sdk_stream(stream)
+    assert res.content == "Checking."
+    assert res.finish_reason == "tool_calls"
+    assert len(res.tool_calls) == 1
+    call = next(iter(res.tool_calls.values()))
+    assert call["name"] == "get_weather" and call["id"]
+    assert json.loads(call["arguments"]) == {"city": "Paris", "days": 3}
+
+
+def test_sdk_non_stream_and_stream(gateway, anthropic_mock):
+    client = gateway.sdk(ANTHROPIC)
+    anthropic_mock.script(Reply(text="Hello, SDK.", usage=(8, 3)))
+    out = client.chat.completions.create(model=MODEL, messages=[{"role": "system", "content": "Be nice."},
+                                                                 {"role": "user", "content": "Hi"}])
+    assert out.choices[0].message.content == "Hello, SDK."
+    assert out.choices[0].finish_reason == "stop"
+    assert (out.usage.prompt_tokens, out.usage.completion_tokens, out.usage.total_tokens) == (8, 3, 11)
+    rec = anthropic_mock.last
+    assert text_of(rec.json["system"]) == "Be nice."
+    assert_clean_upstream(rec, KEY, SDK_DUMMY_KEY)
+
+    anthropic_mock.script(Reply(text="Hello again, streamed SDK."))
+    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], stream=True)
+    res = sdk_stream(stream)
+    assert res.content == "Hello again, streamed SDK."
+    assert res.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("status, err_type, exc", [
+    (400, "invalid_request_error", openai.BadRequestError),
+    (429, "rate_limit_error", openai.RateLimitError),
+    (500, "api_error", openai.InternalServerError),
+])
+def test_provider_errors_reshaped(gateway, anthropic_mock, status, err_type, exc):
+    message = f"mock {err_type} happened"
+    anthropic_mock.script(AnthropicMock.error(status, err_type, message))
+    r = gateway.chat(ANTHROPIC, chat_body(model=MODEL))
+    err = assert_error(r, status, type=err_type, contains=message)
+    assert r.json().keys() == {"error"}, r.json()
+
+    anthropic_mock.script(AnthropicMock.error(status, err_type, message))
+    with pytest.raises(exc) as ei:
+        gateway.sdk(ANTHROPIC).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}])
+    assert ei.value.status_code == status
+    assert message in ei.value.message
+    assert err["message"]
+    assert len(anthropic_mock.requests) == 2
+

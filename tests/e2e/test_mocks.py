@@ -1,0 +1,258 @@
+"""Self-check of the mock providers, talking to them directly (no gateway needed)."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+
+import httpx2 as httpx
+import openai
+import pytest
+
+from helpers import read_stream, raw_http, sdk_stream
+from mocks import AnthropicMock, OpenAIMock, Reply, ToolCall, make_self_signed_cert, tls_server_context
+
+ANTHROPIC_HEADERS = {"x-api-key": "sk-ant-direct", "anthropic-version": "2023-06-01"}
+
+
+def direct_openai(mock, **kw) -> openai.OpenAI:
+    return openai.OpenAI(base_url=mock.base_url, api_key="sk-direct", max_retries=0, timeout=10, **kw)
+
+
+def anthropic_post(mock, body, headers=ANTHROPIC_HEADERS, **kw):
+    return httpx.post(f"{mock.base_url}/messages", json=body, headers=headers, timeout=10, **kw)
+
+
+def msg_body(**extra):
+    return {"model": "claude-test-1", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+# --------------------------------------------------------------------------- OpenAI mock
+
+
+def test_openai_chat_non_stream_and_recording(openai_mock):
+    client = direct_openai(openai_mock)
+    out = client.chat.completions.create(model="gpt-mock", messages=[{"role": "user", "content": "hi"}],
+                                         extra_headers={"x-custom-thing": "yes"})
+    assert out.choices[0].message.content == OpenAIMock.default_text
+    assert out.choices[0].finish_reason == "stop"
+    assert out.usage.total_tokens == out.usage.prompt_tokens + out.usage.completion_tokens
+    rec = openai_mock.last
+    assert (rec.method, rec.path) == ("POST", "/v1/chat/completions")
+    assert rec.headers["authorization"] == "Bearer sk-direct"
+    assert rec.headers["x-custom-thing"] == "yes"
+    assert rec.json["messages"] == [{"role": "user", "content": "hi"}]
+    assert json.loads(rec.body) == rec.json
+
+
+def test_openai_chat_stream_with_tool_calls(openai_mock):
+    openai_mock.script(Reply(text="It is", tool_calls=[ToolCall("get_weather", {"city": "Paris"}, id="call_1")]))
+    stream = direct_openai(openai_mock).chat.completions.create(
+        model="gpt-mock", messages=[{"role": "user", "content": "weather?"}], stream=True,
+        stream_options={"include_usage": True})
+    res = sdk_stream(stream)
+    assert res.content == "It is"
+    assert res.tool_calls == {0: {"id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    assert res.finish_reason == "tool_calls"
+    assert res.usage["total_tokens"] == 18
+
+
+def test_openai_stream_wire_format_is_chunked_sse(openai_mock):
+    with httpx.stream("POST", f"{openai_mock.base_url}/chat/completions", headers={"Authorization": "Bearer k"},
+                      json={"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["transfer-encoding"] == "chunked"
+        res = read_stream(r)
+    assert res.done and res.content == OpenAIMock.default_text
+    assert all(c["object"] == "chat.completion.chunk" for c in res.chunks)
+
+
+def test_openai_gated_stream_holds_rest_until_gate(openai_mock):
+    gate = threading.Event()
+    reply = openai_mock.script(Reply(text="first second third", gate=gate))
+    with httpx.stream("POST", f"{openai_mock.base_url}/chat/completions", headers={"Authorization": "Bearer k"},
+                      json={"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True},
+                      timeout=httpx.Timeout(5, read=2)) as r:
+        lines = r.iter_lines()
+        seen = ""
+        for line in lines:
+            if line.startswith("data: {"):
+                seen += json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                if seen:
+                    break
+        assert seen == "first "
+        assert not reply.served.is_set()
+        t0 = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):  # nothing more until the gate opens
+            for line in lines:
+                assert not line.startswith("data:"), f"data before the gate opened: {line!r}"
+        assert time.monotonic() - t0 >= 1.5
+    gate.set()
+    assert reply.served.wait(5)
+    # and with the gate set promptly the whole stream arrives
+    gate2 = threading.Event()
+    openai_mock.script(Reply(text="first second third", gate=gate2))
+    with httpx.stream("POST", f"{openai_mock.base_url}/chat/completions", headers={"Authorization": "Bearer k"},
+                      json={"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True},
+                      timeout=httpx.Timeout(5, read=2)) as r:
+        res = read_stream(r, lambda res: res.content and gate2.set())
+    assert res.content == "first second third" and res.done
+
+
+def test_openai_scripted_error_stall_and_model_keying(openai_mock):
+    client = direct_openai(openai_mock)
+    openai_mock.script(OpenAIMock.error(429, "Rate limit reached", type="requests", code="rate_limit_exceeded"),
+                       model="limited")
+    openai_mock.script(Reply(stall=0.5, text="late"), model="slow")
+    t0 = time.monotonic()
+    out = client.chat.completions.create(model="slow", messages=[{"role": "user", "content": "x"}])
+    assert out.choices[0].message.content == "late" and time.monotonic() - t0 >= 0.5
+    with pytest.raises(openai.RateLimitError) as ei:
+        client.chat.completions.create(model="limited", messages=[{"role": "user", "content": "x"}])
+    assert ei.value.response.json()["error"]["code"] == "rate_limit_exceeded"
+    # scripts are used once: the next call gets the default answer
+    out = client.chat.completions.create(model="limited", messages=[{"role": "user", "content": "x"}])
+    assert out.choices[0].message.content == OpenAIMock.default_text
+
+
+def test_openai_requires_bearer_and_404s_unknown_paths(openai_mock):
+    r = httpx.post(f"{openai_mock.base_url}/chat/completions", json={"model": "m", "messages": []})
+    assert r.status_code == 401 and r.json()["error"]["type"] == "invalid_request_error"
+    r = httpx.post(f"{openai_mock.base_url}/nope", json={}, headers={"Authorization": "Bearer k"})
+    assert r.status_code == 404 and "Invalid URL" in r.json()["error"]["message"]
+
+
+def test_openai_other_endpoints_via_sdk(openai_mock):
+    client = direct_openai(openai_mock)
+    emb = client.embeddings.create(model="text-embedding-mock", input=["a", "b"])
+    assert len(emb.data) == 2 and len(emb.data[0].embedding) == 8
+    assert openai_mock.last.json["encoding_format"] == "base64"  # the SDK's default
+    emb = client.embeddings.create(model="text-embedding-mock", input="a", encoding_format="float")
+    assert emb.data[0].embedding == OpenAIMock._vector('"a"')
+    comp = client.completions.create(model="gpt-mock-instruct", prompt="Once")
+    assert comp.choices[0].text == OpenAIMock.default_text
+    img = client.images.generate(prompt="a red square", n=2)
+    assert len(img.data) == 2 and img.data[0].url.startswith("https://")
+    audio = bytes(range(256)) * 40
+    tr = client.audio.transcriptions.create(model="whisper-mock", file=("clip.wav", audio, "audio/wav"))
+    assert tr.text == f"received {len(audio)} bytes"
+    assert openai_mock.last.form["file"]["data"] == audio
+    page = client.batches.list(limit=2)
+    assert [b.id for b in page.data] == ["batch_mock_1", "batch_mock_2"] and page.has_more
+    assert openai_mock.last.query == {"limit": ["2"]}
+    b = client.batches.cancel("batch_xyz")
+    assert b.status == "cancelling" and b.cancelling_at
+    asst = client.beta.assistants.list(limit=5, order="asc")
+    assert [a.id for a in asst.data] == ["asst_mock_1", "asst_mock_2"]
+    assert openai_mock.last.headers["openai-beta"] == "assistants=v2"
+
+
+def test_openai_mock_keep_alive_and_chunked_request_body(openai_mock):
+    with httpx.Client(headers={"Authorization": "Bearer k"}) as c:
+        for _ in range(3):
+            assert c.get(f"{openai_mock.base_url}/models").status_code == 200
+    assert openai_mock.connections == 1
+    assert len({r.client for r in openai_mock.requests}) == 1
+
+    payload = json.dumps({"model": "m", "messages": [{"role": "user", "content": "chunked"}]}).encode()
+    half = len(payload) // 2
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (payload[:half], payload[half:])) + b"0\r\n\r\n"
+    req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+           b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunked)
+    r = raw_http("127.0.0.1", openai_mock.port, req, timeout=5)
+    assert r.status_code == 200 and openai_mock.last.json["messages"][0]["content"] == "chunked"
+
+
+# --------------------------------------------------------------------------- Anthropic mock
+
+
+def test_anthropic_non_stream_blocks(anthropic_mock):
+    anthropic_mock.script(Reply(text="Let me check.", thinking="The user wants weather.", usage=(20, 9),
+                                tool_calls=[ToolCall("get_weather", {"city": "Paris"}, id="toolu_1")]))
+    r = anthropic_post(anthropic_mock, msg_body())
+    assert r.status_code == 200, r.text
+    m = r.json()
+    assert m["type"] == "message" and m["model"] == "claude-test-1" and m["stop_reason"] == "tool_use"
+    assert [b["type"] for b in m["content"]] == ["thinking", "text", "tool_use"]
+    assert m["content"][2] == {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
+    assert m["usage"]["input_tokens"] == 20 and m["usage"]["output_tokens"] == 9
+
+
+def test_anthropic_stream_event_sequence(anthropic_mock):
+    anthropic_mock.script(Reply(text="Hi there", thinking="hmm", tool_calls=[ToolCall("f", {"a": 1})]))
+    with httpx.stream("POST", f"{anthropic_mock.base_url}/messages", json=msg_body(stream=True),
+                      headers=ANTHROPIC_HEADERS) as r:
+        assert r.status_code == 200
+        events, name = [], None
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+                assert data["type"] == name
+                events.append(data)
+    types = [e["type"] for e in events]
+    assert types[:3] == ["message_start", "content_block_start", "ping"]
+    assert types[-2:] == ["message_delta", "message_stop"]
+    deltas = [e["delta"]["type"] for e in events if e["type"] == "content_block_delta"]
+    assert {"thinking_delta", "signature_delta", "text_delta", "input_json_delta"} == set(deltas)
+    text = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+    args = "".join(e["delta"].get("partial_json", "") for e in events if e["type"] == "content_block_delta")
+    assert text == "Hi there" and json.loads(args) == {"a": 1}
+    assert events[-2]["delta"]["stop_reason"] == "tool_use"
+
+
+@pytest.mark.parametrize("headers, status, err_type", [
+    ({"anthropic-version": "2023-06-01"}, 401, "authentication_error"),
+    ({"x-api-key": "k"}, 401, "authentication_error"),
+])
+def test_anthropic_rejects_missing_auth_headers(anthropic_mock, headers, status, err_type):
+    r = anthropic_post(anthropic_mock, msg_body(), headers=headers)
+    assert r.status_code == status
+    assert r.json() == {"type": "error", "error": {"type": err_type, "message": r.json()["error"]["message"]}}
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"model": "c", "messages": [{"role": "user", "content": "hi"}]}, "max_tokens"),
+    (msg_body(messages=[{"role": "system", "content": "x"}, {"role": "user", "content": "hi"}]), "messages.0.role"),
+    (msg_body(stop=["x"]), "stop"),
+    (msg_body(tool_choice="required"), "tool_choice"),
+    (msg_body(temperature=1.5), "temperature"),
+    (msg_body(tools=[{"name": "f", "parameters": {}}]), "input_schema"),
+])
+def test_anthropic_validates_like_the_real_api(anthropic_mock, body, fragment):
+    r = anthropic_post(anthropic_mock, body)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and fragment in err["message"]
+
+
+def test_anthropic_scripted_error(anthropic_mock):
+    anthropic_mock.script(AnthropicMock.error(429, "rate_limit_error", "Too many tokens"))
+    r = anthropic_post(anthropic_mock, msg_body())
+    assert r.status_code == 429
+    assert r.json() == {"type": "error", "error": {"type": "rate_limit_error", "message": "Too many tokens"}}
+    anthropic_mock.script(Reply(status=529))
+    r = anthropic_post(anthropic_mock, msg_body())
+    assert r.status_code == 529 and r.json()["error"]["type"] == "overloaded_error"
+
+
+# --------------------------------------------------------------------------- HTTPS mock
+
+
+def test_https_mock_self_signed(tmp_path):
+    cert, key = make_self_signed_cert(tmp_path)
+    with OpenAIMock(ssl_context=tls_server_context(cert, key)) as mock:
+        assert mock.base_url.startswith("https://127.0.0.1:")
+        with pytest.raises(httpx.ConnectError):  # untrusted by default
+            httpx.get(f"{mock.base_url}/models", headers={"Authorization": "Bearer k"}, timeout=5)
+        assert mock.requests == []
+        deadline = time.monotonic() + 2
+        while mock.tls_failures < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mock.tls_failures >= 1
+        ctx = ssl.create_default_context(cafile=str(cert))
+        r = httpx.get(f"{mock.base_url}/models", headers={"Authorization": "Bearer k"}, timeout=5, verify=ctx)
+        assert r.status_code == 200 and len(mock.requests) == 1

@@ -1,0 +1,105 @@
+"""Streaming is real: chunks reach the client while the provider is still sending."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx2 as httpx
+import openai
+import pytest
+
+from helpers import CHAT, KEY, assert_error, chat_body, custom_host, read_stream, slug, stream_chat
+from mocks import AnthropicMock, OpenAIMock, Reply, ToolCall
+
+TEXT = "alpha beta gamma delta epsilon zeta"
+
+
+def test_openai_stream_passthrough(gateway, openai_mock):
+    openai_mock.script(Reply(text=TEXT))
+    res = stream_chat(gateway, custom_host(openai_mock), chat_body())
+    assert res.status == 200
+    assert res.headers["content-type"].startswith("text/event-stream")
+    assert res.headers.get("x-gateway-provider") == "openai"
+    assert res.headers.get("x-gateway-trace-id")
+    assert res.done
+    assert res.content == TEXT
+    assert res.finish_reason == "stop"
+    assert all(c["object"] == "chat.completion.chunk" for c in res.chunks)
+    assert openai_mock.last.json["stream"] is True
+
+
+def test_openai_stream_tool_call_deltas(gateway, openai_mock):
+    openai_mock.script(Reply(tool_calls=[ToolCall("lookup", {"q": "envoy wasm", "limit": 5}, id="call_t1"),
+                                         ToolCall("lookup", {"q": "proxy", "limit": 1}, id="call_t2")]))
+    res = stream_chat(gateway, slug("openai-mock"), chat_body())
+    assert res.finish_reason == "tool_calls"
+    assert sorted(res.tool_calls) == [0, 1]
+    assert res.tool_calls[0]["id"] == "call_t1"
+    assert json.loads(res.tool_calls[0]["arguments"]) == {"q": "envoy wasm", "limit": 5}
+    assert json.loads(res.tool_calls[1]["arguments"]) == {"q": "proxy", "limit": 1}
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_gated_stream_is_not_buffered(gateway, openai_mock, anthropic_mock, provider):
+    """The provider sends its first chunk, then waits until the test has received that
+    chunk through the gateway. A buffering gateway never delivers it: read timeout."""
+    mock = openai_mock if provider == "openai" else anthropic_mock
+    gate = threading.Event()
+    reply = mock.script(Reply(text=TEXT, gate=gate, gate_timeout=20))
+    headers = slug("openai-mock") if provider == "openai" else slug("anthropic-mock")
+    res = stream_chat(gateway, headers, chat_body(model=f"{provider}-gated"), gate=gate, read_timeout=5)
+    assert gate.is_set()
+    assert reply.served.wait(5)
+    assert reply.gate_timed_out is False
+    assert res.content == TEXT
+    assert res.done and res.finish_reason == "stop"
+    assert res.headers.get("x-gateway-provider") == provider
+
+
+def test_gated_stream_with_sdk_through_anthropic(gateway, anthropic_mock):
+    gate = threading.Event()
+    reply = anthropic_mock.script(Reply(text=TEXT, gate=gate, gate_timeout=20))
+    client = gateway.sdk(slug("anthropic-mock"), timeout=httpx.Timeout(30.0, read=5.0))
+    stream = client.chat.completions.create(model="claude-gated", messages=[{"role": "user", "content": "go"}],
+                                            stream=True)
+    content = ""
+    try:
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                content += chunk.choices[0].delta.content
+                gate.set()
+    except openai.APITimeoutError:
+        pytest.fail("the SDK stream timed out while the provider held back the rest: the gateway buffers")
+    assert content == TEXT
+    assert reply.gate_timed_out is False
+
+
+def test_slow_stream_arrives_progressively(gateway, openai_mock):
+    words = [f"w{i} " for i in range(12)]
+    openai_mock.script(Reply(chunks=words, chunk_delay=0.1))
+    arrivals = []
+    t0 = time.monotonic()
+    with gateway.stream("POST", CHAT, headers=custom_host(openai_mock), json=chat_body(stream=True)) as r:
+        assert r.status_code == 200
+        res = read_stream(r, lambda s: arrivals.append((time.monotonic() - t0, s.content)))
+    assert res.content == "".join(words)
+    first = next(t for t, c in arrivals if c)
+    last = arrivals[-1][0]
+    assert last - first >= 0.8, f"chunks arrived together ({first:.2f}s..{last:.2f}s): the stream was buffered"
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_stream_request_provider_error(gateway, openai_mock, anthropic_mock, provider):
+    if provider == "openai":
+        openai_mock.script(OpenAIMock.error(429, "Too many streams", type="requests", code="rate_limit_exceeded"))
+        headers = custom_host(openai_mock)
+        err_type = None
+    else:
+        anthropic_mock.script(AnthropicMock.error(429, "rate_limit_error", "Too many streams"))
+        headers = slug("anthropic-mock")
+        err_type = "rate_limit_error"
+    with gateway.stream("POST", CHAT, key=KEY, headers=headers, json=chat_body(stream=True)) as r:
+        r.read()
+    assert_error(r, 429, type=err_type, contains="Too many streams")
