@@ -51,7 +51,12 @@ static_resources:
               - match: {prefix: "/"}
                 direct_response: {status: 200, body: {inline_string: %(body)s}}
                 response_headers_to_add: [{header: {key: content-type, value: application/json}}]
+          # Reading the whole request before the direct response keeps connections alive.
           http_filters:
+          - name: envoy.filters.http.buffer
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer
+              max_request_bytes: 1048576
           - name: envoy.filters.http.router
             typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
 """

@@ -4,6 +4,7 @@
 use crate::errors::GatewayError;
 use crate::pipeline::{self, Forward, Pending, ResponsePlan, Started, PROVIDER_HEADER, TRACE_HEADER};
 use crate::providers::{ResponseContext, StreamTranslator};
+use crate::request::headers::decode_value;
 use crate::settings::Settings;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel};
@@ -110,10 +111,10 @@ struct Request {
 impl Context for Request {}
 
 impl Request {
-    fn request_headers(&self) -> Vec<(String, String)> {
+    fn request_headers(&self) -> Result<Vec<(String, String)>, GatewayError> {
         self.get_http_request_headers_bytes()
             .into_iter()
-            .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
+            .map(|(name, value)| decode_value(&name, &value).map(|value| (name, value)))
             .collect()
     }
 
@@ -151,31 +152,45 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 
 impl HttpContext for Request {
     fn on_http_request_headers(&mut self, _count: usize, end_of_stream: bool) -> Action {
-        let headers = self.request_headers();
-        let trace = ["x-gateway-trace-id", "trace_id", "traceid"].iter().find_map(|n| header(&headers, n));
-        self.trace_id = match trace {
-            Some(id) if !id.trim().is_empty() => id.trim().to_string(),
-            _ => random_bytes::<16>().iter().map(|b| format!("{b:02x}")).collect(),
+        let decoded = self.request_headers();
+        let headers = match &decoded {
+            Ok(headers) => headers.as_slice(),
+            Err(_) => &[],
         };
-        let field = |name: &str| header(&headers, name).unwrap_or_default().to_string();
-        self.log.method = field(":method");
-        self.log.path = field(":path");
-        self.log.span_id = field("x-gateway-span-id");
-        self.log.parent_span_id = field("x-gateway-parent-span-id");
-        self.log.span_name = field("x-gateway-span-name");
+        // The client's trace id, else Envoy's request id, else a random one.
+        let trace = ["x-gateway-trace-id", "trace_id", "traceid", "x-request-id"]
+            .iter()
+            .find_map(|n| header(headers, n).map(str::trim).filter(|id| !id.is_empty()));
+        self.trace_id = match trace {
+            Some(id) => id.to_string(),
+            None => random_bytes::<16>().iter().map(|b| format!("{b:02x}")).collect(),
+        };
+        let field = |name: &str| header(headers, name).unwrap_or_default().to_string();
+        self.log = LogLine {
+            method: field(":method"),
+            path: field(":path"),
+            span_id: field("x-gateway-span-id"),
+            parent_span_id: field("x-gateway-parent-span-id"),
+            span_name: field("x-gateway-span-name"),
+            ..LogLine::default()
+        };
+        let headers = match decoded {
+            Ok(headers) => headers,
+            Err(error) => return self.respond_error(&error),
+        };
         let random = u64::from_le_bytes(random_bytes::<8>());
         match pipeline::start(&self.settings, &headers, random) {
             Err(error) => self.respond_error(&error),
             Ok(Started::Health) => self.respond(200, br#"{"status":"ok"}"#),
             Ok(Started::Ready(forward)) => self.forward(forward, &headers),
-            Ok(Started::NeedsBody(pending)) => {
-                if end_of_stream {
-                    // A JSON endpoint called without a body.
-                    return match pipeline::finish(pending, b"", self.now()) {
-                        Ok(forward) => self.forward(forward, &headers),
-                        Err(error) => self.respond_error(&error),
-                    };
+            Ok(Started::NeedsBody(pending)) if end_of_stream => {
+                // A JSON endpoint called without a body.
+                match pipeline::finish(pending, b"", self.now()) {
+                    Ok(forward) => self.forward(forward, &headers),
+                    Err(error) => self.respond_error(&error),
                 }
+            }
+            Ok(Started::NeedsBody(pending)) => {
                 self.phase = Phase::AwaitingBody(pending, headers);
                 // Held until the body is complete (allow_on_headers_stop_iteration).
                 Action::Pause

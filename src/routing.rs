@@ -149,8 +149,12 @@ pub fn select_target(settings: &Settings, headers: &GatewayHeaders, random: u64)
 }
 
 fn parse_config_header(raw: &str) -> Result<Config, GatewayError> {
-    if !raw.starts_with('{') {
-        return Err(GatewayError::new(
+    match serde_json::from_str::<Value>(raw) {
+        Ok(value) => parse_config(&value).map_err(|e| e.to_gateway_error()),
+        Err(e) if raw.starts_with(['{', '[']) => {
+            Err(GatewayError::invalid_header("x-gateway-config", format!("not valid JSON: {e}")).with_code("invalid_config"))
+        }
+        Err(_) => Err(GatewayError::new(
             400,
             "invalid_request_error",
             format!(
@@ -159,11 +163,8 @@ fn parse_config_header(raw: &str) -> Result<Config, GatewayError> {
                 raw.chars().take(64).collect::<String>()
             ),
         )
-        .with_code("saved_config_unavailable"));
+        .with_code("saved_config_unavailable")),
     }
-    let value: Value = serde_json::from_str(raw)
-        .map_err(|e| GatewayError::invalid_header("x-gateway-config", format!("not valid JSON: {e}")))?;
-    parse_config(&value).map_err(|e| e.to_gateway_error())
 }
 
 fn resolve_node(
@@ -394,7 +395,8 @@ mod tests {
         assert_eq!(select(&[("x-gateway-provider", "nope"), ("authorization", "Bearer k")]).err().unwrap().code, Some("unknown_provider"));
         assert_eq!(select(&[("x-gateway-provider", "ollama")]).err().unwrap().param.as_deref(), Some("custom_host"));
         assert_eq!(select(&[("x-gateway-config", "pc-123")]).err().unwrap().code, Some("saved_config_unavailable"));
-        assert_eq!(select(&[("x-gateway-config", "{bad")]).err().unwrap().status, 400);
+        assert_eq!(select(&[("x-gateway-config", "{bad")]).err().unwrap().code, Some("invalid_config"));
+        assert_eq!(select(&[("x-gateway-config", "[1]")]).err().unwrap().code, Some("invalid_config"));
     }
 
     #[test]

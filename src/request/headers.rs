@@ -63,6 +63,19 @@ const HEADERS: &[(Field, &[&str])] = &[
     (Field::CloudCAccessKeyId, &["x-gateway-cloud-c-access-key-id", "cloud_c_access_key_id", "cloudcaccesskeyid"]),
 ];
 
+/// A header value as text. Gateway headers and credentials must be valid UTF-8 (a mangled
+/// key or config must not pass silently); other headers are decoded leniently.
+pub fn decode_value(name: &str, value: &[u8]) -> Result<String, GatewayError> {
+    match std::str::from_utf8(value) {
+        Ok(text) => Ok(text.to_string()),
+        Err(_) if is_gateway_header(name) || name == "authorization" => {
+            let canonical = lookup(name).map_or(name, |(_, canonical)| canonical);
+            Err(GatewayError::invalid_header(canonical, "must be valid UTF-8 text"))
+        }
+        Err(_) => Ok(String::from_utf8_lossy(value).into_owned()),
+    }
+}
+
 /// Whether a request header is one of the gateway's own (never sent to a provider).
 pub fn is_gateway_header(name: &str) -> bool {
     name.starts_with("x-gateway-") || lookup(name).is_some()
@@ -304,6 +317,15 @@ mod tests {
         assert_eq!(parse(&[("authorization", "bearer tok")]).unwrap().bearer.as_deref(), Some("tok"));
         assert_eq!(parse(&[("authorization", "Basic abc")]).unwrap().bearer, None);
         assert_eq!(parse(&[("authorization", "Bearer ")]).unwrap().bearer, None);
+    }
+
+    #[test]
+    fn gateway_header_values_must_be_utf8() {
+        assert_eq!(decode_value("x-gateway-config", b"{}").unwrap(), "{}");
+        let err = decode_value("metadata", b"{\"a\":\"\xff\"}").unwrap_err();
+        assert!(err.message.contains("x-gateway-metadata"));
+        assert!(decode_value("authorization", b"Bearer \xfe").is_err());
+        assert_eq!(decode_value("x-other", b"a\xffb").unwrap(), "a\u{fffd}b");
     }
 
     #[test]
