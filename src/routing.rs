@@ -175,18 +175,15 @@ fn resolve_node(
     random: u64,
 ) -> Result<Target, GatewayError> {
     let options = inherited.inherit(node);
+    if let Some(feature) = unavailable_feature(node) {
+        return Err(not_implemented(feature));
+    }
     if let Some(strategy) = &node.strategy {
         let child = match strategy.mode {
             StrategyMode::Single => node.targets.first(),
             StrategyMode::LoadBalance => Some(pick_weighted(&node.targets, random)?),
-            StrategyMode::Fallback | StrategyMode::Conditional => {
-                return Err(GatewayError::new(
-                    501,
-                    "invalid_request_error",
-                    "strategy modes fallback and conditional are not available in this gateway build yet",
-                )
-                .with_code("strategy_not_supported"))
-            }
+            StrategyMode::Fallback => return Err(not_implemented("strategy mode fallback")),
+            StrategyMode::Conditional => return Err(not_implemented("strategy mode conditional")),
         };
         if let Some(child) = child {
             // Re-mix the random value so nested loadbalance levels choose independently.
@@ -216,6 +213,27 @@ fn resolve_node(
         ..choice
     };
     build_target(settings, choice, options)
+}
+
+/// Config features this build validates but cannot run yet. Those that change the request
+/// or guard it are refused rather than skipped: silently dropping a guardrail or a prompt
+/// template would send something the user did not intend. (Cache, retry and the circuit
+/// breaker only make a call cheaper or more robust, so they are accepted.)
+fn unavailable_feature(node: &Config) -> Option<&'static str> {
+    if node.prompt_id.is_some() {
+        Some("prompt_id (prompt templates need the control plane)")
+    } else if !node.input_guardrails.is_empty() || !node.output_guardrails.is_empty() {
+        Some("guardrails")
+    } else if !node.before_request_hooks.is_empty() || !node.after_request_hooks.is_empty() {
+        Some("request hooks")
+    } else {
+        None
+    }
+}
+
+fn not_implemented(feature: &str) -> GatewayError {
+    GatewayError::new(501, "api_error", format!("{feature} is not available in this gateway build yet"))
+        .with_code("not_implemented")
 }
 
 fn pick_weighted(targets: &[Config], random: u64) -> Result<&Config, GatewayError> {
@@ -424,6 +442,20 @@ mod tests {
         .unwrap();
         assert_eq!(t.api_key.as_deref(), Some("sk-h"));
         assert_eq!(t.options.override_params.get("model"), Some(&Value::from("m")));
+    }
+
+    #[test]
+    fn features_that_cannot_run_yet_are_refused() {
+        for config in [
+            r#"{"provider":"openai","api_key":"k","prompt_id":"p1"}"#,
+            r#"{"provider":"openai","api_key":"k","input_guardrails":["pii"]}"#,
+            r#"{"strategy":{"mode":"loadbalance"},"before_request_hooks":[{"id":"h"}],"targets":[{"provider":"openai","api_key":"k"}]}"#,
+            r#"{"strategy":{"mode":"fallback"},"targets":[{"provider":"openai","api_key":"k"}]}"#,
+        ] {
+            let err = select(&[("x-gateway-config", config)]).err().unwrap();
+            assert_eq!((err.status, err.code), (501, Some("not_implemented")), "{config}");
+        }
+        assert!(select(&[("x-gateway-config", r#"{"provider":"openai","api_key":"k","retry":{"attempts":2},"cache":{"mode":"simple"}}"#)]).is_ok());
     }
 
     #[test]
