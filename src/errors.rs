@@ -54,6 +54,9 @@ impl GatewayError {
 
 #[cfg(test)]
 mod tests {
+    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
 
     #[test]

@@ -200,6 +200,9 @@ fn apply_overrides(request: &mut Map<String, Value>, overrides: &Map<String, Val
 
 #[cfg(test)]
 mod tests {
+    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
 
     fn settings() -> Settings {

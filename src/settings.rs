@@ -118,6 +118,9 @@ fn is_loopback(host: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
 
     fn settings(json: &str) -> Settings {

@@ -97,6 +97,9 @@ pub fn normalize_error(status: u16, body: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
 
     fn error_of(status: u16, body: &str) -> Value {

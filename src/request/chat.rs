@@ -498,6 +498,9 @@ fn each_item(items: &[Value], param: &str, mut check: impl FnMut(&Value, &str) -
 
 #[cfg(test)]
 mod tests {
+    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use serde_json::json;
 

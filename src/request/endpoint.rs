@@ -80,6 +80,9 @@ pub fn classify(method: &str, full_path: &str) -> Result<Route, GatewayError> {
 
 #[cfg(test)]
 mod tests {
+    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
 
     #[test]

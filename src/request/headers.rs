@@ -241,6 +241,9 @@ pub fn is_header_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
 
     fn parse(headers: &[(&str, &str)]) -> Result<GatewayHeaders, GatewayError> {
