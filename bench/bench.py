@@ -146,7 +146,7 @@ def run_wrk(port, headers, connections, duration, workdir):
         "headers": "\n".join(f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items()),
     })
     out = subprocess.run(
-        ["wrk", "-t", "2", "-c", str(connections), "-d", f"{duration}s", "--latency", "-s", str(script),
+        ["wrk", "-t", str(min(2, connections)), "-c", str(connections), "-d", f"{duration}s", "--latency", "-s", str(script),
          f"http://127.0.0.1:{port}/v1/chat/completions"],
         check=True, capture_output=True, text=True).stdout
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -154,8 +154,8 @@ def run_wrk(port, headers, connections, duration, workdir):
         sys.exit(f"bench: {non_2xx.group(1)} failed responses on port {port}:\n{out}")
     return {
         "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-        "p50": to_micros(re.search(r"50%\s+(\S+)", out).group(1)),
-        "p99": to_micros(re.search(r"99%\s+(\S+)", out).group(1)),
+        "p50": to_micros(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1)),
+        "p99": to_micros(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1)),
     }
 
 
@@ -195,7 +195,7 @@ def main():
         for proc in procs:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
-    print(f"wrk -t2, {args.duration}s per run, Envoy --concurrency {args.concurrency}, "
+    print(f"wrk (2 threads), {args.duration}s per run, Envoy --concurrency {args.concurrency}, "
           f"{os.cpu_count()} cores, non-streaming chat completion\n")
     print("| connections | proxy | req/s | p50 µs | p99 µs |")
     print("|---|---|---|---|---|")

@@ -178,14 +178,14 @@ impl HttpContext for Request {
             Ok(headers) => headers,
             Err(error) => return self.respond_error(&error),
         };
-        let random = u64::from_le_bytes(random_bytes::<8>());
-        match pipeline::start(&self.settings, &headers, random) {
+        let mut random = || u64::from_le_bytes(random_bytes::<8>());
+        match pipeline::start(&self.settings, &headers, &mut random) {
             Err(error) => self.respond_error(&error),
             Ok(Started::Health) => self.respond(200, br#"{"status":"ok"}"#),
             Ok(Started::Ready(forward)) => self.forward(forward, &headers),
             Ok(Started::NeedsBody(pending)) if end_of_stream => {
                 // A JSON endpoint called without a body.
-                match pipeline::finish(pending, b"", self.now()) {
+                match pipeline::finish(pending, b"", &|| self.now()) {
                     Ok(forward) => self.forward(forward, &headers),
                     Err(error) => self.respond_error(&error),
                 }
@@ -209,7 +209,7 @@ impl HttpContext for Request {
             return Action::Continue;
         };
         let body = self.get_http_request_body(0, body_size).unwrap_or_default();
-        match pipeline::finish(pending, &body, self.now()) {
+        match pipeline::finish(pending, &body, &|| self.now()) {
             Err(error) => self.respond_error(&error),
             Ok(forward) => {
                 if let Some(new_body) = &forward.body {

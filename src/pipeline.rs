@@ -65,7 +65,12 @@ pub enum Started {
 
 /// Request headers arrived: authenticate, parse, pick the target, plan the upstream request.
 /// `headers` are the request headers with lowercase names, pseudo-headers included.
-pub fn start(settings: &Settings, headers: &[(String, String)], random: u64) -> Result<Started, GatewayError> {
+/// `random` gives random u64s from the host, asked for only when a choice is random.
+pub fn start(
+    settings: &Settings,
+    headers: &[(String, String)],
+    random: &mut dyn FnMut() -> u64,
+) -> Result<Started, GatewayError> {
     let pseudo = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str()).unwrap_or("");
     let route = classify(pseudo(":method"), pseudo(":path"))?;
     let Route::Api { endpoint, body, path, query } = route else {
@@ -136,8 +141,8 @@ fn upstream_headers(
 }
 
 /// The whole request body arrived: validate it, apply `override_params`, translate it.
-/// `now` is Unix seconds from the host clock.
-pub fn finish(pending: Pending, body: &[u8], now: u64) -> Result<Forward, GatewayError> {
+/// `now` reads Unix seconds from the host clock, only when a response will need them.
+pub fn finish(pending: Pending, body: &[u8], now: &dyn Fn() -> u64) -> Result<Forward, GatewayError> {
     let Pending { endpoint, target, headers } = pending;
     let response = |chat| ResponsePlan { provider: target.provider, chat };
     let overrides = &target.options.override_params;
@@ -166,7 +171,7 @@ pub fn finish(pending: Pending, body: &[u8], now: u64) -> Result<Forward, Gatewa
         if translator.translates_responses() {
             chat_context = Some(ResponseContext {
                 model: value.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
-                created: now,
+                created: now(),
                 include_usage: chat::include_usage(&value),
                 strict_vendor_compliance: strict,
             });
@@ -225,7 +230,7 @@ mod tests {
     ];
 
     fn started(h: &[(String, String)]) -> Result<Started, GatewayError> {
-        start(&settings(), h, 0)
+        start(&settings(), h, &mut || 0)
     }
 
     #[test]
@@ -285,7 +290,7 @@ mod tests {
         let Ok(Started::NeedsBody(pending)) = started(&request("POST", "/v1/chat/completions", OPENAI_LOCAL)) else {
             panic!()
         };
-        let forward = finish(pending, br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#, 1).ok().unwrap();
+        let forward = finish(pending, br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#, &|| 1).ok().unwrap();
         assert!(forward.body.is_none());
         assert!(forward.response.chat.is_none());
     }
@@ -295,7 +300,7 @@ mod tests {
         let config = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","override_params":{"model":"forced"}}"#;
         let h = request("POST", "/v1/chat/completions", &[("x-gateway-api-key", "gw-key"), ("x-gateway-config", config)]);
         let Ok(Started::NeedsBody(pending)) = started(&h) else { panic!() };
-        let forward = finish(pending, br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#, 1).ok().unwrap();
+        let forward = finish(pending, br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#, &|| 1).ok().unwrap();
         let body: Value = serde_json::from_slice(&forward.body.unwrap()).unwrap();
         assert_eq!(body["model"], "forced");
         let length = forward.headers.set.iter().find(|(n, _)| n == "content-length").map(|(_, v)| v.clone());
@@ -308,7 +313,7 @@ mod tests {
             let Ok(Started::NeedsBody(pending)) = started(&request("POST", "/v1/chat/completions", OPENAI_LOCAL)) else {
                 panic!()
             };
-            assert_eq!(finish(pending, body, 1).err().unwrap().status, 400);
+            assert_eq!(finish(pending, body, &|| 1).err().unwrap().status, 400);
         }
     }
 
@@ -318,6 +323,6 @@ mod tests {
             panic!()
         };
         let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"thinking":{"type":"enabled","budget_tokens":1024}}"#;
-        assert_eq!(finish(pending, body, 1).err().unwrap().param.as_deref(), Some("thinking"));
+        assert_eq!(finish(pending, body, &|| 1).err().unwrap().param.as_deref(), Some("thinking"));
     }
 }

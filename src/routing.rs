@@ -136,8 +136,13 @@ struct Choice {
     vendor_project: Option<String>,
 }
 
-/// Selects the target for a request. `random` is a uniformly random u64 from the host.
-pub fn select_target(settings: &Settings, headers: &GatewayHeaders, random: u64) -> Result<Target, GatewayError> {
+/// Selects the target for a request. `random` gives uniformly random u64s from the host; it
+/// is called only when a choice is random (a host call saved on every other request).
+pub fn select_target(
+    settings: &Settings,
+    headers: &GatewayHeaders,
+    random: &mut dyn FnMut() -> u64,
+) -> Result<Target, GatewayError> {
     let options = TargetOptions::from_headers(headers);
     match &headers.config {
         Some(raw) => {
@@ -172,7 +177,7 @@ fn resolve_node(
     headers: &GatewayHeaders,
     node: &Config,
     inherited: &TargetOptions,
-    random: u64,
+    random: &mut dyn FnMut() -> u64,
 ) -> Result<Target, GatewayError> {
     let options = inherited.inherit(node);
     if let Some(feature) = unavailable_feature(node) {
@@ -181,13 +186,12 @@ fn resolve_node(
     if let Some(strategy) = &node.strategy {
         let child = match strategy.mode {
             StrategyMode::Single => node.targets.first(),
-            StrategyMode::LoadBalance => Some(pick_weighted(&node.targets, random)?),
+            StrategyMode::LoadBalance => Some(pick_weighted(&node.targets, random())?),
             StrategyMode::Fallback => return Err(not_implemented("strategy mode fallback")),
             StrategyMode::Conditional => return Err(not_implemented("strategy mode conditional")),
         };
         if let Some(child) = child {
-            // Re-mix the random value so nested loadbalance levels choose independently.
-            return resolve_node(settings, headers, child, &options, random.rotate_left(17).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            return resolve_node(settings, headers, child, &options, random);
         }
     }
     let choice = if let Some(provider) = &node.provider {
@@ -369,7 +373,7 @@ mod tests {
     }
 
     fn select(pairs: &[(&str, &str)]) -> Result<Target, GatewayError> {
-        select_target(&settings(), &headers(pairs), 0)
+        select_target(&settings(), &headers(pairs), &mut || 0)
     }
 
     #[test]
@@ -469,7 +473,7 @@ mod tests {
                 {{"provider": "openai", "api_key": "first", "weight": {w0}}},
                 {{"provider": "openai", "api_key": "second", "weight": {w1}}}]}}"#
             );
-            select_target(&settings(), &headers(&[("x-gateway-config", &config)]), random).map(|t| t.api_key.unwrap())
+            select_target(&settings(), &headers(&[("x-gateway-config", &config)]), &mut || random).map(|t| t.api_key.unwrap())
         };
         assert_eq!(lb(1.0, 1.0, 0).unwrap(), "first");
         assert_eq!(lb(1.0, 1.0, u64::MAX).unwrap(), "second");
