@@ -11,6 +11,7 @@ pub mod request;
 pub mod routing;
 pub mod settings;
 pub mod stream;
+pub mod upstream;
 
 #[cfg(target_os = "wasi")]
 mod host;

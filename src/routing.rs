@@ -6,73 +6,8 @@ use crate::errors::GatewayError;
 use crate::providers::{self, ProviderSpec};
 use crate::request::headers::GatewayHeaders;
 use crate::settings::Settings;
+use crate::upstream::Upstream;
 use serde_json::{Map, Value};
-
-/// Where a provider lives: scheme, `host:port` and the base path its endpoints hang off.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Upstream {
-    pub tls: bool,
-    /// Lowercase host, IPv6 without brackets, for the allow-list.
-    pub host: String,
-    /// `host:port` as sent in `:authority` (IPv6 in brackets).
-    pub authority: String,
-    /// Path prefix without a trailing slash, e.g. `/v1` or ``.
-    pub base_path: String,
-}
-
-impl Upstream {
-    /// Parses an absolute `http://` or `https://` base URL.
-    pub fn parse(url: &str) -> Result<Upstream, String> {
-        let (tls, rest) = if let Some(rest) = url.strip_prefix("https://") {
-            (true, rest)
-        } else if let Some(rest) = url.strip_prefix("http://") {
-            (false, rest)
-        } else {
-            return Err("must start with http:// or https://".into());
-        };
-        let (authority, path) = match rest.find(['/', '?', '#']) {
-            Some(i) => rest.split_at(i),
-            None => (rest, ""),
-        };
-        if path.contains(['?', '#']) {
-            return Err("must not carry a query or fragment".into());
-        }
-        if authority.contains('@') {
-            return Err("must not carry credentials".into());
-        }
-        let (host, port) = split_host_port(authority)?;
-        let port = match port {
-            Some(port) => port,
-            None if tls => 443,
-            None => 80,
-        };
-        let host = host.to_ascii_lowercase();
-        let valid_host = !host.is_empty()
-            && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b));
-        if !valid_host {
-            return Err("has no valid host".into());
-        }
-        let authority = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-        Ok(Upstream { tls, host, authority, base_path: path.trim_end_matches('/').to_string() })
-    }
-}
-
-fn split_host_port(authority: &str) -> Result<(&str, Option<u16>), String> {
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or("has an unclosed IPv6 bracket")?;
-        (host, after.strip_prefix(':'))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        }
-    };
-    let port = match port {
-        Some(p) => Some(p.parse::<u16>().ok().filter(|p| *p != 0).ok_or("has an invalid port")?),
-        None => None,
-    };
-    Ok((host, port))
-}
 
 /// Per-target options a config sets; children inherit them from their parents.
 #[derive(Debug, Clone, PartialEq)]
@@ -374,17 +309,6 @@ mod tests {
 
     fn select(pairs: &[(&str, &str)]) -> Result<Target, GatewayError> {
         select_target(&settings(), &headers(pairs), &mut || 0)
-    }
-
-    #[test]
-    fn parses_base_urls() {
-        let u = Upstream::parse("https://api.openai.com/v1/").unwrap();
-        assert_eq!((u.tls, u.authority.as_str(), u.base_path.as_str()), (true, "api.openai.com:443", "/v1"));
-        let u = Upstream::parse("http://[::1]:8080").unwrap();
-        assert_eq!((u.host.as_str(), u.authority.as_str(), u.base_path.as_str()), ("::1", "[::1]:8080", ""));
-        for bad in ["ftp://x", "http://", "http://u:p@host/", "http://host:99999/", "http://host/?q", "http://ho st/"] {
-            assert!(Upstream::parse(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]

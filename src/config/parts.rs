@@ -6,6 +6,8 @@ use super::{
     CacheConfig, CacheMode, CircuitBreakerConfig, Condition, ConfigError, Deployment, RetryConfig, Strategy,
     StrategyMode,
 };
+use crate::request::headers::is_header_name;
+use crate::upstream::Upstream;
 use serde_json::Value;
 
 /// Unbounded retries are a footgun (one request fanning out into a retry storm). The
@@ -106,8 +108,7 @@ pub(super) fn forward_headers(v: &Value, path: &str) -> Result<Vec<String>, Conf
 /// An HTTP header name (RFC 9110 token), lowercased as HTTP/2 and Envoy spell headers.
 fn header_name(v: &Value, path: &str) -> Result<String, ConfigError> {
     let name = string(v, path)?;
-    let is_tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    if name.is_empty() || !name.bytes().all(is_tchar) {
+    if !is_header_name(&name) {
         return Err(ConfigError::new(path, "must be a valid HTTP header name"));
     }
     Ok(name.to_ascii_lowercase())
@@ -117,44 +118,6 @@ fn header_name(v: &Value, path: &str) -> Result<String, ConfigError> {
 /// where requests are routed.
 pub(super) fn custom_host(v: &Value, path: &str) -> Result<String, ConfigError> {
     let url = string(v, path)?;
-    url_shape(&url).map_err(|message| ConfigError::new(path, message))?;
+    Upstream::parse(&url).map_err(|message| ConfigError::new(path, message))?;
     Ok(url)
-}
-
-fn url_shape(url: &str) -> Result<(), &'static str> {
-    // Whitespace and control characters could split the URL into another header or request.
-    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("must not contain whitespace or control characters");
-    }
-    let rest = strip_prefix_ignore_case(url, "https://")
-        .or_else(|| strip_prefix_ignore_case(url, "http://"))
-        .ok_or("must be an absolute http:// or https:// URL")?;
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
-    // Credentials in the URL would be sent to the upstream in the clear and logged.
-    if authority.contains('@') {
-        return Err("must not contain credentials (user@host)");
-    }
-    // A `:` inside `[...]` belongs to an IPv6 address, not to a port.
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((host, port)) if !port.contains(']') => (host, Some(port)),
-        _ => (authority, None),
-    };
-    if host.is_empty() {
-        return Err("must have a host");
-    }
-    if let Some(port) = port {
-        if !port.bytes().all(|b| b.is_ascii_digit()) || port.parse::<u16>().is_err() {
-            return Err("must have a port from 0 to 65535");
-        }
-    }
-    Ok(())
-}
-
-fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    let head = s.get(..prefix.len())?;
-    if head.eq_ignore_ascii_case(prefix) {
-        s.get(prefix.len()..)
-    } else {
-        None
-    }
 }

@@ -544,7 +544,7 @@ fn errors_in_nested_targets_carry_the_full_path() {
 #[test]
 fn custom_host_must_be_an_absolute_http_url() {
     for url in
-        ["https://llm.internal:8443/v1", "http://10.0.0.7", "HTTPS://Host.example/v1?x=1", "http://[::1]:8080/v1"]
+        ["https://llm.internal:8443/v1", "http://10.0.0.7", "HTTPS://Host.example/v1", "http://[::1]:8080/v1"]
     {
         assert_eq!(ok(with(json!({"custom_host": url}))).custom_host.as_deref(), Some(url));
     }
@@ -552,15 +552,17 @@ fn custom_host_must_be_an_absolute_http_url() {
         ("ftp://host/v1", "absolute http:// or https:// URL"),
         ("llm.internal/v1", "absolute http:// or https:// URL"),
         ("/v1/chat", "absolute http:// or https:// URL"),
-        ("https://", "must have a host"),
-        ("https:///v1", "must have a host"),
-        ("https://:8080/v1", "must have a host"),
+        ("https://", "has no valid host"),
+        ("https:///v1", "has no valid host"),
+        ("https://:8080/v1", "has no valid host"),
         ("https://user:pw@host/v1", "credentials"),
         ("https://host:abc/v1", "port"),
         ("https://host:70000", "port"),
         ("https://host:/v1", "port"),
         ("https://ho st/v1", "whitespace"),
         ("https://host/v1\r\nx-injected: 1", "control characters"),
+        ("https://host/v1?x=1", "query"),
+        ("https://host/v1/../admin", "path"),
     ];
     for (url, message) in cases {
         rejected(with(json!({"custom_host": url})), "custom_host", message);
