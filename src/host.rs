@@ -2,9 +2,9 @@
 //! to the pure pipeline and applies the decisions it returns.
 
 use crate::errors::GatewayError;
-use crate::pipeline::{self, Forward, Pending, ResponsePlan, Started, PROVIDER_HEADER, TRACE_HEADER};
+use crate::pipeline::{self, Forward, Pending, ResponsePlan, Started, CLUSTER_HEADER, PROVIDER_HEADER, TRACE_HEADER};
 use crate::providers::{ResponseContext, StreamTranslator};
-use crate::request::headers::decode_value;
+use crate::request::headers::{self, TraceFields};
 use crate::settings::Settings;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel};
@@ -13,7 +13,7 @@ use std::time::UNIX_EPOCH;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { settings: None }) });
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { settings: Rc::new(Settings::default()) }) });
 }}
 
 #[link(wasm_import_module = "wasi_snapshot_preview1")]
@@ -30,7 +30,8 @@ fn random_bytes<const N: usize>() -> [u8; N] {
 }
 
 struct Root {
-    settings: Option<Rc<Settings>>,
+    /// Until a configuration loads, no key is accepted: requests fail closed with 401.
+    settings: Rc<Settings>,
 }
 
 impl Context for Root {}
@@ -44,7 +45,7 @@ impl RootContext for Root {
         let bytes = self.get_plugin_configuration().unwrap_or_default();
         match Settings::parse(&bytes) {
             Ok(settings) => {
-                self.settings = Some(Rc::new(settings));
+                self.settings = Rc::new(settings);
                 true
             }
             Err(message) => {
@@ -55,9 +56,8 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        let settings = self.settings.clone()?;
         Some(Box::new(Request {
-            settings,
+            settings: Rc::clone(&self.settings),
             trace_id: String::new(),
             phase: Phase::Headers,
             response: ResponseMode::Passthrough,
@@ -72,8 +72,8 @@ impl RootContext for Root {
 
 enum Phase {
     Headers,
-    /// The request headers are held (with their values) until the body is complete.
-    AwaitingBody(Pending, Vec<(String, String)>),
+    /// The request headers are held (with their raw values) until the body is complete.
+    AwaitingBody(Pending, Vec<(String, Vec<u8>)>),
     Forwarded(ResponsePlan),
     /// The gateway answered itself; its response passes the response callbacks untouched.
     Answered,
@@ -81,9 +81,9 @@ enum Phase {
 
 enum ResponseMode {
     Passthrough,
-    /// Buffer the whole body, then reshape a provider error.
+    /// Hold the headers and buffer the body, then reshape a provider error.
     Error(u16),
-    /// Buffer the whole body, then translate a chat completion.
+    /// Hold the headers and buffer the body, then translate a chat completion.
     Chat(ResponseContext),
     /// Translate a chat stream chunk by chunk.
     Stream(Box<dyn StreamTranslator>),
@@ -93,9 +93,7 @@ enum ResponseMode {
 struct LogLine {
     method: String,
     path: String,
-    span_id: String,
-    parent_span_id: String,
-    span_name: String,
+    trace: TraceFields,
     provider: &'static str,
     status: u16,
 }
@@ -110,14 +108,10 @@ struct Request {
 
 impl Context for Request {}
 
-impl Request {
-    fn request_headers(&self) -> Result<Vec<(String, String)>, GatewayError> {
-        self.get_http_request_headers_bytes()
-            .into_iter()
-            .map(|(name, value)| decode_value(&name, &value).map(|value| (name, value)))
-            .collect()
-    }
+/// Names no cluster: a held request that Envoy resumed without the gateway's edits goes nowhere.
+const UNROUTED: &str = "gateway-unrouted";
 
+impl Request {
     fn respond_error(&mut self, error: &GatewayError) -> Action {
         self.respond(error.status, &error.to_json())
     }
@@ -125,17 +119,18 @@ impl Request {
     fn respond(&mut self, status: u16, body: &[u8]) -> Action {
         self.phase = Phase::Answered;
         self.log.status = status;
-        self.send_http_response(
-            u32::from(status),
-            vec![("content-type", "application/json"), (TRACE_HEADER, &self.trace_id)],
-            Some(body),
-        );
+        let provider = self.log.provider;
+        let mut headers = vec![("content-type", "application/json"), (TRACE_HEADER, self.trace_id.as_str())];
+        if !provider.is_empty() {
+            headers.push((PROVIDER_HEADER, provider));
+        }
+        self.send_http_response(u32::from(status), headers, Some(body));
         Action::Pause
     }
 
-    fn forward(&mut self, forward: Forward, headers: &[(String, String)]) -> Action {
-        let edited = forward.headers.apply(headers);
-        self.set_http_request_headers(edited.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect());
+    fn forward(&mut self, forward: Forward, raw: &[(String, Vec<u8>)]) -> Action {
+        let edited = forward.headers.apply(raw);
+        self.set_http_request_headers_bytes(edited.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect());
         self.log.provider = forward.response.provider.name;
         self.phase = Phase::Forwarded(forward.response);
         Action::Continue
@@ -144,54 +139,62 @@ impl Request {
     fn now(&self) -> u64 {
         self.get_current_time().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
     }
-}
 
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    fn response_status(&self) -> u16 {
+        self.get_http_response_header_bytes(":status")
+            .and_then(|s| String::from_utf8_lossy(&s).parse::<u16>().ok())
+            .unwrap_or(0)
+    }
+
+    /// The finished body of a buffered response, and the status to answer with.
+    fn finish_buffered(&self, body: &[u8]) -> (u16, Vec<u8>) {
+        let Phase::Forwarded(plan) = &self.phase else {
+            return (self.log.status, body.to_vec());
+        };
+        let translator = plan.provider.translator;
+        match &self.response {
+            ResponseMode::Error(status) => (*status, translator.error_body(*status, body)),
+            ResponseMode::Chat(ctx) => match translator.chat_response(body, ctx) {
+                Ok(translated) => (self.log.status, translated),
+                // A success the gateway cannot read is no success for the client.
+                Err(error) => (error.status, error.to_json()),
+            },
+            ResponseMode::Passthrough | ResponseMode::Stream(_) => (self.log.status, body.to_vec()),
+        }
+    }
 }
 
 impl HttpContext for Request {
     fn on_http_request_headers(&mut self, _count: usize, end_of_stream: bool) -> Action {
-        let decoded = self.request_headers();
-        let headers = match &decoded {
-            Ok(headers) => headers.as_slice(),
-            Err(_) => &[],
-        };
+        let raw = self.get_http_request_headers_bytes();
+        let text = |name: &str| headers::find(&raw, name).map(|v| String::from_utf8_lossy(v).into_owned());
+        let trace = headers::trace_fields(&raw);
         // The client's trace id, else Envoy's request id, else a random one.
-        let trace = ["x-gateway-trace-id", "trace_id", "traceid", "x-request-id"]
-            .iter()
-            .find_map(|n| header(headers, n).map(str::trim).filter(|id| !id.is_empty()));
-        self.trace_id = match trace {
-            Some(id) => id.to_string(),
+        self.trace_id = match &trace.trace_id {
+            Some(id) => id.clone(),
             None => random_bytes::<16>().iter().map(|b| format!("{b:02x}")).collect(),
         };
-        let field = |name: &str| header(headers, name).unwrap_or_default().to_string();
         self.log = LogLine {
-            method: field(":method"),
-            path: field(":path"),
-            span_id: field("x-gateway-span-id"),
-            parent_span_id: field("x-gateway-parent-span-id"),
-            span_name: field("x-gateway-span-name"),
+            method: text(":method").unwrap_or_default(),
+            path: text(":path").unwrap_or_default(),
+            trace,
             ..LogLine::default()
         };
-        let headers = match decoded {
-            Ok(headers) => headers,
-            Err(error) => return self.respond_error(&error),
-        };
         let mut random = || u64::from_le_bytes(random_bytes::<8>());
-        match pipeline::start(&self.settings, &headers, &mut random) {
+        match pipeline::start(&self.settings, &raw, &mut random) {
             Err(error) => self.respond_error(&error),
             Ok(Started::Health) => self.respond(200, br#"{"status":"ok"}"#),
-            Ok(Started::Ready(forward)) => self.forward(forward, &headers),
+            Ok(Started::Ready(forward)) => self.forward(forward, &raw),
             Ok(Started::NeedsBody(pending)) if end_of_stream => {
                 // A JSON endpoint called without a body.
                 match pipeline::finish(pending, b"", &|| self.now()) {
-                    Ok(forward) => self.forward(forward, &headers),
+                    Ok(forward) => self.forward(forward, &raw),
                     Err(error) => self.respond_error(&error),
                 }
             }
             Ok(Started::NeedsBody(pending)) => {
-                self.phase = Phase::AwaitingBody(pending, headers);
+                self.set_http_request_header(CLUSTER_HEADER, Some(UNROUTED));
+                self.phase = Phase::AwaitingBody(pending, raw);
                 // Held until the body is complete (allow_on_headers_stop_iteration).
                 Action::Pause
             }
@@ -205,7 +208,7 @@ impl HttpContext for Request {
         if !end_of_stream {
             return Action::Pause;
         }
-        let Phase::AwaitingBody(pending, headers) = std::mem::replace(&mut self.phase, Phase::Headers) else {
+        let Phase::AwaitingBody(pending, raw) = std::mem::replace(&mut self.phase, Phase::Headers) else {
             return Action::Continue;
         };
         let body = self.get_http_request_body(0, body_size).unwrap_or_default();
@@ -215,14 +218,25 @@ impl HttpContext for Request {
                 if let Some(new_body) = &forward.body {
                     self.set_http_request_body(0, body_size, new_body);
                 }
-                self.forward(forward, &headers)
+                self.forward(forward, &raw)
             }
         }
     }
 
-    fn on_http_response_headers(&mut self, _count: usize, _end_of_stream: bool) -> Action {
+    fn on_http_request_trailers(&mut self, _count: usize) -> Action {
+        // The body of a held request ends with trailers instead of end_of_stream: no client of
+        // this API sends them, and the request must never go on unchecked.
+        if matches!(self.phase, Phase::AwaitingBody(..)) {
+            let error = GatewayError::invalid_param("body", "request trailers are not supported on this endpoint");
+            return self.respond_error(&error);
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_headers(&mut self, _count: usize, end_of_stream: bool) -> Action {
+        self.log.status = self.response_status();
         let plan = match &self.phase {
-            Phase::Forwarded(plan) => plan,
+            Phase::Forwarded(plan) => plan.clone(),
             // The gateway's own answers already carry the trace id.
             Phase::Answered => return Action::Continue,
             // Envoy answered before the request went upstream (e.g. 413 for a huge body).
@@ -231,74 +245,79 @@ impl HttpContext for Request {
                 return Action::Continue;
             }
         };
-        let status = self
-            .get_http_response_header_bytes(":status")
-            .and_then(|s| String::from_utf8_lossy(&s).parse::<u16>().ok())
-            .unwrap_or(0);
-        self.log.status = status;
-        self.response = if status >= 400 {
-            ResponseMode::Error(status)
-        } else {
-            match &plan.chat {
-                None => ResponseMode::Passthrough,
-                Some(ctx) => {
-                    let content_type = self.get_http_response_header_bytes("content-type").unwrap_or_default();
-                    if String::from_utf8_lossy(&content_type).starts_with("text/event-stream") {
-                        ResponseMode::Stream(plan.provider.translator.chat_stream(ctx.clone()))
-                    } else {
-                        ResponseMode::Chat(ctx.clone())
-                    }
+        let status = self.log.status;
+        let has_body = self.log.method != "HEAD" && status >= 200 && status != 204 && status != 304;
+        self.response = match &plan.chat {
+            _ if !has_body => ResponseMode::Passthrough,
+            _ if status >= 400 => ResponseMode::Error(status),
+            None => ResponseMode::Passthrough,
+            Some(ctx) => {
+                let content_type = self.get_http_response_header_bytes("content-type").unwrap_or_default();
+                if String::from_utf8_lossy(&content_type).starts_with("text/event-stream") {
+                    ResponseMode::Stream(plan.provider.translator.chat_stream(ctx.clone()))
+                } else {
+                    ResponseMode::Chat(ctx.clone())
                 }
             }
         };
-        if !matches!(self.response, ResponseMode::Passthrough) {
-            // The body changes size; Envoy frames the new one.
-            self.set_http_response_header("content-length", None);
-        }
-        if matches!(self.response, ResponseMode::Error(_) | ResponseMode::Chat(_)) {
-            self.set_http_response_header("content-type", Some("application/json"));
-        }
         self.set_http_response_header(TRACE_HEADER, Some(&self.trace_id));
         self.set_http_response_header(PROVIDER_HEADER, Some(plan.provider.name));
-        Action::Continue
+        match self.response {
+            ResponseMode::Passthrough => Action::Continue,
+            ResponseMode::Stream(_) => {
+                // Translated chunks change the length; Envoy frames the stream.
+                self.set_http_response_header("content-length", None);
+                Action::Continue
+            }
+            ResponseMode::Error(_) | ResponseMode::Chat(_) if end_of_stream => {
+                // No body will follow: answer with the finished one now.
+                let (status, body) = self.finish_buffered(b"");
+                self.respond(status, &body)
+            }
+            // Held until the whole body is in, so status and length can still change.
+            ResponseMode::Error(_) | ResponseMode::Chat(_) => Action::Pause,
+        }
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        let Phase::Forwarded(plan) = &self.phase else {
-            return Action::Continue;
+        let buffered = match self.response {
+            ResponseMode::Passthrough => return Action::Continue,
+            ResponseMode::Stream(_) => false,
+            ResponseMode::Error(_) | ResponseMode::Chat(_) => true,
         };
-        let translator = plan.provider.translator;
-        let buffered = matches!(self.response, ResponseMode::Error(_) | ResponseMode::Chat(_));
-        if matches!(self.response, ResponseMode::Passthrough) || (buffered && !end_of_stream) {
-            // Buffered modes wait for the whole body.
-            return if buffered { Action::Pause } else { Action::Continue };
+        if buffered && !end_of_stream {
+            return Action::Pause;
         }
         let body = self.get_http_response_body(0, body_size).unwrap_or_default();
-        let rewritten = match &mut self.response {
-            ResponseMode::Passthrough => return Action::Continue,
-            ResponseMode::Stream(stream) => {
-                let mut out = Vec::with_capacity(body.len() + 256);
-                stream.push(&body, &mut out);
-                if end_of_stream {
-                    stream.finish(&mut out);
-                }
-                out
+        if let ResponseMode::Stream(stream) = &mut self.response {
+            let mut out = Vec::with_capacity(body.len() + 256);
+            stream.push(&body, &mut out);
+            if end_of_stream {
+                stream.finish(&mut out);
             }
-            ResponseMode::Error(status) => translator.error_body(*status, &body),
-            ResponseMode::Chat(ctx) => translator.chat_response(&body, ctx).unwrap_or_else(|error| error.to_json()),
-        };
-        self.set_http_response_body(0, body_size, &rewritten);
+            self.set_http_response_body(0, body_size, &out);
+            return Action::Continue;
+        }
+        let (status, finished) = self.finish_buffered(&body);
+        if status != self.log.status {
+            self.log.status = status;
+            self.set_http_response_header(":status", Some(&status.to_string()));
+        }
+        self.set_http_response_header("content-type", Some("application/json"));
+        self.set_http_response_header("content-length", Some(&finished.len().to_string()));
+        self.set_http_response_body(0, body_size, &finished);
         Action::Continue
     }
 
     fn on_log(&mut self) {
         let log = &self.log;
+        // Client-given values are quoted ({:?}) so they cannot forge fields of the line.
         log::info!(
-            "trace_id={} span_id={} parent_span_id={} span_name={:?} method={} path={:?} provider={} status={}",
+            "trace_id={:?} span_id={:?} parent_span_id={:?} span_name={:?} method={:?} path={:?} provider={} status={}",
             self.trace_id,
-            log.span_id,
-            log.parent_span_id,
-            log.span_name,
+            log.trace.span_id,
+            log.trace.parent_span_id,
+            log.trace.span_name,
             log.method,
             log.path,
             if log.provider.is_empty() { "-" } else { log.provider },
@@ -306,4 +325,3 @@ impl HttpContext for Request {
         );
     }
 }
-

@@ -5,7 +5,7 @@ use crate::errors::GatewayError;
 use crate::providers::{Endpoint, ProviderSpec, ResponseContext};
 use crate::request::chat;
 use crate::request::endpoint::{classify, BodyMode, Route};
-use crate::request::headers::{is_gateway_header, GatewayHeaders};
+use crate::request::headers::{self, decode_value, is_gateway_header, is_secret_header, GatewayHeaders};
 use crate::routing::{select_target, Target};
 use crate::settings::Settings;
 use serde_json::{Map, Value};
@@ -15,6 +15,10 @@ pub const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
 /// Names the provider that served the request, on every provider response.
 pub const PROVIDER_HEADER: &str = "x-gateway-provider";
 pub const TRACE_HEADER: &str = "x-gateway-trace-id";
+
+/// Request headers as the host gives them: lowercase names, raw values (values the gateway
+/// does not touch go upstream byte for byte).
+pub type RawHeaders = [(String, Vec<u8>)];
 
 /// Header edits for the upstream request: removals first, then sets.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -26,10 +30,10 @@ pub struct HeaderEdits {
 impl HeaderEdits {
     /// The request headers after the edits, for one host call that replaces them all
     /// (each single-header call costs a host round trip and a route-cache clear).
-    pub fn apply(&self, headers: &[(String, String)]) -> Vec<(String, String)> {
+    pub fn apply(&self, headers: &RawHeaders) -> Vec<(String, Vec<u8>)> {
         let replaced = |name: &str| self.remove.iter().any(|r| r == name) || self.set.iter().any(|(s, _)| s == name);
-        let mut result: Vec<(String, String)> = headers.iter().filter(|(name, _)| !replaced(name)).cloned().collect();
-        result.extend(self.set.iter().cloned());
+        let mut result: Vec<(String, Vec<u8>)> = headers.iter().filter(|(name, _)| !replaced(name)).cloned().collect();
+        result.extend(self.set.iter().map(|(name, value)| (name.clone(), value.clone().into_bytes())));
         result
     }
 }
@@ -64,20 +68,16 @@ pub enum Started {
 }
 
 /// Request headers arrived: authenticate, parse, pick the target, plan the upstream request.
-/// `headers` are the request headers with lowercase names, pseudo-headers included.
 /// `random` gives random u64s from the host, asked for only when a choice is random.
-pub fn start(
-    settings: &Settings,
-    headers: &[(String, String)],
-    random: &mut dyn FnMut() -> u64,
-) -> Result<Started, GatewayError> {
-    let pseudo = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str()).unwrap_or("");
-    let route = classify(pseudo(":method"), pseudo(":path"))?;
+pub fn start(settings: &Settings, raw: &RawHeaders, random: &mut dyn FnMut() -> u64) -> Result<Started, GatewayError> {
+    let pseudo = |name: &str| headers::find(raw, name).map(String::from_utf8_lossy).unwrap_or_default();
+    let method = pseudo(":method");
+    let route = classify(&method, &pseudo(":path"))?;
     let Route::Api { endpoint, body, path, query } = route else {
         return Ok(Started::Health);
     };
-    let gateway = GatewayHeaders::parse(headers.iter().map(|(n, v)| (n.as_str(), v.as_str())))?;
-    match &gateway.api_key {
+    // The key comes first: a caller without one learns nothing else about the request.
+    match headers::api_key(raw) {
         Some(key) if settings.authenticate(key) => {}
         Some(_) => {
             return Err(GatewayError::new(401, "authentication_error", "invalid x-gateway-api-key")
@@ -92,48 +92,63 @@ pub fn start(
             .with_code("missing_api_key"))
         }
     }
+    let decoded = raw
+        .iter()
+        .map(|(name, value)| decode_value(name, value).map(|text| (name.as_str(), text)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let gateway = GatewayHeaders::parse(decoded.iter().map(|(name, value)| (*name, value.as_str())))?;
     let target = select_target(settings, &gateway, random)?;
     let upstream_path = target.provider.translator.upstream_path(endpoint, &path)?;
-    let edits = upstream_headers(settings, headers, &target, &upstream_path, query.as_deref());
-    let needs_body = body == BodyMode::Json && pseudo(":method") == "POST";
-    if needs_body {
+    let location = UpstreamPath { path: &upstream_path, query: query.as_deref() };
+    let edits = upstream_headers(settings, raw, &target, &gateway, location);
+    if body == BodyMode::Json && method == "POST" {
         Ok(Started::NeedsBody(Pending { endpoint, target, headers: edits }))
     } else {
-        Ok(Started::Ready(Forward { headers: edits, body: None, response: ResponsePlan { provider: target.provider, chat: None } }))
+        let response = ResponsePlan { provider: target.provider, chat: None };
+        Ok(Started::Ready(Forward { headers: edits, body: None, response }))
     }
+}
+
+struct UpstreamPath<'a> {
+    path: &'a str,
+    query: Option<&'a str>,
 }
 
 fn upstream_headers(
     settings: &Settings,
-    headers: &[(String, String)],
+    raw: &RawHeaders,
     target: &Target,
-    upstream_path: &str,
-    query: Option<&str>,
+    gateway: &GatewayHeaders,
+    location: UpstreamPath,
 ) -> HeaderEdits {
     let forwarded = |name: &str| target.options.forward_headers.iter().any(|f| f == name);
     let mut edits = HeaderEdits::default();
-    for (name, _) in headers {
+    for (name, _) in raw {
         // Gateway headers and the client's credential stay here unless the user forwards them;
-        // accept-encoding goes so responses arrive uncompressed and can be translated.
+        // gateway secrets never leave; accept-encoding goes so responses arrive uncompressed
+        // and can be translated.
         let private = is_gateway_header(name) || name == "authorization";
-        if (private && !forwarded(name)) || name == "accept-encoding" {
+        if is_secret_header(name) || (private && !forwarded(name)) || name == "accept-encoding" {
             edits.remove.push(name.clone());
         }
     }
     let cluster = if target.upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
-    let path = match query {
-        Some(q) => format!("{}{upstream_path}?{q}", target.upstream.base_path),
-        None => format!("{}{upstream_path}", target.upstream.base_path),
+    let base = &target.upstream.base_path;
+    let path = match location.query {
+        Some(q) => format!("{base}{}?{q}", location.path),
+        None => format!("{base}{}", location.path),
     };
     edits.set.push((":authority".into(), target.upstream.authority.clone()));
     edits.set.push((":path".into(), path));
     edits.set.push((CLUSTER_HEADER.into(), cluster.clone()));
     let translator = target.provider.translator;
-    if let Some(key) = &target.api_key {
-        edits.set.extend(translator.auth_headers(key).into_iter().map(|(n, v)| (n.to_string(), v)));
-    }
-    let vendor = translator.vendor_headers(target.vendor_organization.as_deref(), target.vendor_project.as_deref());
-    edits.set.extend(vendor.into_iter().map(|(n, v)| (n.to_string(), v)));
+    let vendor = translator.vendor_headers(
+        target.vendor_organization.as_deref(),
+        target.vendor_project.as_deref(),
+        gateway.vendor_beta.as_deref(),
+    );
+    let provider_headers = translator.auth_headers(target.api_key.as_deref()).into_iter().chain(vendor);
+    edits.set.extend(provider_headers.map(|(name, value)| (name.to_string(), value)));
     if let Some(ms) = target.options.request_timeout {
         edits.set.push(("x-envoy-upstream-rq-timeout-ms".into(), ms.to_string()));
     }
@@ -214,9 +229,9 @@ mod tests {
         Settings::parse(br#"{"api_keys": ["gw-key"]}"#).unwrap()
     }
 
-    fn request(method: &str, path: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-        let mut h = vec![(":method".to_string(), method.to_string()), (":path".to_string(), path.to_string())];
-        h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+    fn request(method: &str, path: &str, extra: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
+        let mut h = vec![(":method".to_string(), method.into()), (":path".to_string(), path.into())];
+        h.extend(extra.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())));
         h
     }
 
@@ -229,7 +244,7 @@ mod tests {
         ("accept-encoding", "gzip"),
     ];
 
-    fn started(h: &[(String, String)]) -> Result<Started, GatewayError> {
+    fn started(h: &RawHeaders) -> Result<Started, GatewayError> {
         start(&settings(), h, &mut || 0)
     }
 
@@ -245,6 +260,34 @@ mod tests {
         assert!(err.message.contains("x-gateway-api-key"));
         let err = started(&request("POST", "/v1/chat/completions", &[("x-gateway-api-key", "nope")])).err().unwrap();
         assert_eq!((err.status, err.code), (401, Some("invalid_api_key")));
+        // Other header errors come only after the key: no key, no details.
+        let err = started(&request("POST", "/v1/chat/completions", &[("x-gateway-metadata", "[1]")])).err().unwrap();
+        assert_eq!(err.status, 401);
+    }
+
+    #[test]
+    fn gateway_secrets_are_never_forwarded() {
+        let mut h = request("POST", "/v1/chat/completions", OPENAI_LOCAL);
+        h.push(("x-gateway-forward-headers".into(), b"x-gateway-api-key, apikey, x-gateway-config, x-gateway-provider".to_vec()));
+        h.push(("apikey".into(), b"gw-key".to_vec()));
+        let Ok(Started::NeedsBody(pending)) = started(&h) else { panic!() };
+        for gone in ["x-gateway-api-key", "apikey"] {
+            assert!(pending.headers.remove.iter().any(|n| n == gone), "{gone}");
+        }
+        // A non-secret gateway header may be forwarded on request.
+        assert!(!pending.headers.remove.iter().any(|n| n == "x-gateway-provider"));
+    }
+
+    #[test]
+    fn other_header_bytes_pass_untouched() {
+        let mut h = request("GET", "/v1/batches", OPENAI_LOCAL);
+        h.push(("x-latin1".into(), b"caf\xe9".to_vec()));
+        let Ok(Started::Ready(forward)) = started(&h) else { panic!() };
+        let upstream = forward.headers.apply(&h);
+        assert!(upstream.contains(&("x-latin1".to_string(), b"caf\xe9".to_vec())));
+        let mut bad = request("GET", "/v1/batches", OPENAI_LOCAL);
+        bad.push(("x-gateway-metadata".into(), b"{\"a\":\"\xff\"}".to_vec()));
+        assert_eq!(started(&bad).err().unwrap().param.as_deref(), Some("x-gateway-metadata"));
     }
 
     #[test]
@@ -274,7 +317,7 @@ mod tests {
         let after = edits.apply(&before);
         let names: Vec<&str> = after.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, vec![":method", ":path", "x-keep", ":authority", "x-new"]);
-        assert_eq!(after[3].1, "up:80");
+        assert_eq!(after[3].1, b"up:80");
     }
 
     #[test]

@@ -38,6 +38,19 @@ pub struct Credential {
     pub vendor_project: Option<String>,
 }
 
+/// No keys: every request is refused until a configuration loads.
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            api_keys: Vec::new(),
+            allowed_custom_hosts: default_allowed_custom_hosts(),
+            credentials: HashMap::new(),
+            tls_cluster: default_tls_cluster(),
+            plain_cluster: default_plain_cluster(),
+        }
+    }
+}
+
 fn default_allowed_custom_hosts() -> Vec<String> {
     vec!["loopback".to_string()]
 }
@@ -51,21 +64,35 @@ fn default_plain_cluster() -> String {
 }
 
 impl Settings {
+    /// Parses and normalises the plugin configuration. Errors never quote values: the
+    /// configuration holds keys, and serde's messages would echo them into Envoy's log.
     pub fn parse(bytes: &[u8]) -> Result<Settings, String> {
-        let settings: Settings =
-            serde_json::from_slice(bytes).map_err(|e| format!("invalid plugin configuration: {e}"))?;
+        let mut settings: Settings = serde_json::from_slice(bytes).map_err(|e| {
+            format!("invalid plugin configuration ({:?} error at line {} column {})", e.classify(), e.line(), e.column())
+        })?;
         if settings.api_keys.iter().any(|k| k.is_empty()) {
             return Err("invalid plugin configuration: api_keys must not contain empty keys".into());
+        }
+        for rule in &mut settings.allowed_custom_hosts {
+            *rule = rule.trim().to_ascii_lowercase();
+            let domain_ok = |d: &str| !d.is_empty() && !d.starts_with('.') && !d.contains('*');
+            let valid = match rule.strip_prefix("*.") {
+                Some(domain) => domain_ok(domain),
+                None => rule == "*" || domain_ok(rule),
+            };
+            if !valid {
+                return Err(format!("invalid plugin configuration: allowed_custom_hosts rule '{rule}'"));
+            }
         }
         Ok(settings)
     }
 
     /// Constant-time check of a gateway key: every configured key is compared in full, so
     /// the time taken says nothing about which key or how many bytes matched.
-    pub fn authenticate(&self, presented: &str) -> bool {
+    pub fn authenticate(&self, presented: &[u8]) -> bool {
         let mut matched = false;
         for key in &self.api_keys {
-            matched |= constant_time_eq(key.as_bytes(), presented.as_bytes());
+            matched |= constant_time_eq(key.as_bytes(), presented);
         }
         matched
     }
@@ -75,9 +102,11 @@ impl Settings {
         self.allowed_custom_hosts.iter().any(|rule| host_matches(rule, host))
     }
 
+    /// A stored credential by slug or virtual key. The error does not echo the name: a
+    /// virtual key is itself a secret.
     pub fn credential(&self, name: &str) -> Result<&Credential, GatewayError> {
         self.credentials.get(name).ok_or_else(|| {
-            GatewayError::new(401, "authentication_error", format!("unknown provider credential '{name}'"))
+            GatewayError::new(401, "authentication_error", "unknown virtual key or provider slug")
                 .with_code("unknown_credential")
         })
     }
@@ -94,26 +123,22 @@ fn constant_time_eq(expected: &[u8], presented: &[u8]) -> bool {
     diff == 0
 }
 
+/// `rule` is normalised by `Settings::parse`.
 fn host_matches(rule: &str, host: &str) -> bool {
-    let rule = rule.trim().to_ascii_lowercase();
-    match rule.as_str() {
+    match rule {
         "*" => true,
         "loopback" => is_loopback(host),
         _ => match rule.strip_prefix("*.") {
-            Some(domain) => host.len() > domain.len() + 1 && host.ends_with(&format!(".{domain}")),
+            Some(domain) => host.strip_suffix(domain).is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
             None => rule == host,
         },
     }
 }
 
+/// Loopback by address, not by DNS: `localhost` itself and IP literals only (Envoy's
+/// resolver is not bound to map `*.localhost` to 127.0.0.1).
 fn is_loopback(host: &str) -> bool {
-    if host == "localhost" || host.ends_with(".localhost") || host == "::1" {
-        return true;
-    }
-    match host.parse::<std::net::Ipv4Addr>() {
-        Ok(ip) => ip.is_loopback(),
-        Err(_) => false,
-    }
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -130,11 +155,12 @@ mod tests {
     #[test]
     fn authenticates_only_configured_keys() {
         let s = settings(r#"{"api_keys": ["gw-one", "gw-two"]}"#);
-        assert!(s.authenticate("gw-one"));
-        assert!(s.authenticate("gw-two"));
-        assert!(!s.authenticate("gw-on"));
-        assert!(!s.authenticate("gw-one-more"));
-        assert!(!s.authenticate(""));
+        assert!(s.authenticate(b"gw-one"));
+        assert!(s.authenticate(b"gw-two"));
+        assert!(!s.authenticate(b"gw-on"));
+        assert!(!s.authenticate(b"gw-one-more"));
+        assert!(!s.authenticate(b""));
+        assert!(!s.authenticate(b"gw-one\xff"));
     }
 
     #[test]
@@ -143,14 +169,14 @@ mod tests {
         for host in ["127.0.0.1", "127.9.9.9", "localhost", "::1"] {
             assert!(s.custom_host_allowed(host), "{host}");
         }
-        for host in ["10.0.0.1", "example.com", "169.254.169.254", "localhost.evil.com"] {
+        for host in ["10.0.0.1", "example.com", "169.254.169.254", "localhost.evil.com", "a.localhost", "0.0.0.0"] {
             assert!(!s.custom_host_allowed(host), "{host}");
         }
     }
 
     #[test]
     fn allow_list_rules() {
-        let s = settings(r#"{"api_keys": ["k"], "allowed_custom_hosts": ["models.internal", "*.corp.example"]}"#);
+        let s = settings(r#"{"api_keys": ["k"], "allowed_custom_hosts": [" Models.Internal ", "*.corp.example"]}"#);
         assert!(s.custom_host_allowed("models.internal"));
         assert!(s.custom_host_allowed("a.corp.example"));
         assert!(!s.custom_host_allowed("corp.example"));
@@ -162,5 +188,15 @@ mod tests {
         assert!(Settings::parse(br#"{"api_keys": ["k"], "bogus": 1}"#).is_err());
         assert!(Settings::parse(br#"{"api_keys": [""]}"#).is_err());
         assert!(Settings::parse(b"not json").is_err());
+        for rule in ["*.", "", "a.*.b", ".corp"] {
+            let config = format!(r#"{{"api_keys": ["k"], "allowed_custom_hosts": ["{rule}"]}}"#);
+            assert!(Settings::parse(config.as_bytes()).is_err(), "{rule}");
+        }
+    }
+
+    #[test]
+    fn errors_never_quote_keys() {
+        let err = Settings::parse(br#"{"api_keys": "gw-secret-1,gw-secret-2"}"#).unwrap_err();
+        assert!(!err.contains("secret"), "{err}");
     }
 }

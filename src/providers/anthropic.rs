@@ -49,8 +49,10 @@ impl Translator for Anthropic {
         }
     }
 
-    fn auth_headers(&self, api_key: &str) -> Vec<(&'static str, String)> {
-        vec![("x-api-key", api_key.to_string()), ("anthropic-version", API_VERSION.to_string())]
+    fn auth_headers(&self, api_key: Option<&str>) -> Vec<(&'static str, String)> {
+        // The version header goes even without a key (a local server behind custom_host).
+        let key = api_key.map(|key| ("x-api-key", key.to_string()));
+        key.into_iter().chain([("anthropic-version", API_VERSION.to_string())]).collect()
     }
 
     fn chat_request(&self, body: Value, strict_vendor_compliance: bool) -> Result<Value, GatewayError> {
@@ -810,9 +812,10 @@ mod tests {
     #[test]
     fn auth_headers_carry_key_and_version() {
         assert_eq!(
-            Anthropic.auth_headers("sk-ant"),
+            Anthropic.auth_headers(Some("sk-ant")),
             vec![("x-api-key", "sk-ant".to_string()), ("anthropic-version", "2023-06-01".to_string())]
         );
+        assert_eq!(Anthropic.auth_headers(None), vec![("anthropic-version", "2023-06-01".to_string())]);
         assert!(Anthropic.translates_responses());
     }
 

@@ -43,11 +43,18 @@ pub trait Translator: Sync {
     /// A provider that lacks the endpoint answers Err (a 400, never a 5xx).
     fn upstream_path(&self, endpoint: Endpoint, openai_path: &str) -> Result<String, GatewayError>;
 
-    /// Headers that carry the provider credential; the client's `authorization` is removed.
-    fn auth_headers(&self, api_key: &str) -> Vec<(&'static str, String)>;
+    /// Headers that carry the provider credential (when there is one) and any the provider
+    /// always needs; the client's `authorization` is removed.
+    fn auth_headers(&self, api_key: Option<&str>) -> Vec<(&'static str, String)>;
 
-    /// Headers for `vendor_organization` / `vendor_project`; none unless the vendor has them.
-    fn vendor_headers(&self, _organization: Option<&str>, _project: Option<&str>) -> Vec<(&'static str, String)> {
+    /// Headers for `vendor_organization`, `vendor_project` and the client's `Vendor-Beta`;
+    /// none unless the vendor has them.
+    fn vendor_headers(
+        &self,
+        _organization: Option<&str>,
+        _project: Option<&str>,
+        _beta: Option<&str>,
+    ) -> Vec<(&'static str, String)> {
         Vec::new()
     }
 

@@ -12,19 +12,20 @@ impl Translator for OpenAi {
         Ok(openai_path.to_string())
     }
 
-    fn auth_headers(&self, api_key: &str) -> Vec<(&'static str, String)> {
-        vec![("authorization", format!("Bearer {api_key}"))]
+    fn auth_headers(&self, api_key: Option<&str>) -> Vec<(&'static str, String)> {
+        api_key.map(|key| ("authorization", format!("Bearer {key}"))).into_iter().collect()
     }
 
-    fn vendor_headers(&self, organization: Option<&str>, project: Option<&str>) -> Vec<(&'static str, String)> {
-        let mut headers = Vec::new();
-        if let Some(org) = organization {
-            headers.push(("openai-organization", org.to_string()));
-        }
-        if let Some(project) = project {
-            headers.push(("openai-project", project.to_string()));
-        }
-        headers
+    fn vendor_headers(
+        &self,
+        organization: Option<&str>,
+        project: Option<&str>,
+        beta: Option<&str>,
+    ) -> Vec<(&'static str, String)> {
+        [("openai-organization", organization), ("openai-project", project), ("openai-beta", beta)]
+            .into_iter()
+            .filter_map(|(name, value)| value.map(|v| (name, v.to_string())))
+            .collect()
     }
 
     fn chat_request(&self, body: Value, _strict_vendor_compliance: bool) -> Result<Value, GatewayError> {
@@ -131,10 +132,11 @@ mod tests {
 
     #[test]
     fn credential_and_vendor_headers() {
-        assert_eq!(OpenAi.auth_headers("sk"), vec![("authorization", "Bearer sk".to_string())]);
+        assert_eq!(OpenAi.auth_headers(Some("sk")), vec![("authorization", "Bearer sk".to_string())]);
+        assert!(OpenAi.auth_headers(None).is_empty());
         assert_eq!(
-            OpenAi.vendor_headers(Some("org"), Some("proj")),
-            vec![("openai-organization", "org".to_string()), ("openai-project", "proj".to_string())]
+            OpenAi.vendor_headers(Some("org"), None, Some("assistants=v2")),
+            vec![("openai-organization", "org".to_string()), ("openai-beta", "assistants=v2".to_string())]
         );
     }
 }

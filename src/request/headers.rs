@@ -76,6 +76,56 @@ pub fn decode_value(name: &str, value: &[u8]) -> Result<String, GatewayError> {
     }
 }
 
+/// The first value of a header in raw request headers.
+pub fn find<'a>(raw: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a [u8]> {
+    raw.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice())
+}
+
+/// The first value carrying `field` under any of its names.
+fn find_field(raw: &[(String, Vec<u8>)], field: Field) -> Option<&[u8]> {
+    raw.iter().find(|(name, _)| lookup(name).is_some_and(|(f, _)| f == field)).map(|(_, v)| v.as_slice())
+}
+
+/// The gateway key as sent, before anything else is parsed.
+pub fn api_key(raw: &[(String, Vec<u8>)]) -> Option<&[u8]> {
+    find_field(raw, Field::ApiKey)
+}
+
+/// Trace fields for the log line and the trace id header, readable even from a request
+/// the gateway rejects. Without a client trace id, Envoy's `x-request-id` serves.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TraceFields {
+    pub trace_id: Option<String>,
+    pub span_id: String,
+    pub parent_span_id: String,
+    pub span_name: String,
+}
+
+pub fn trace_fields(raw: &[(String, Vec<u8>)]) -> TraceFields {
+    let text = |value: Option<&[u8]>| value.map(|v| String::from_utf8_lossy(v).trim().to_string()).unwrap_or_default();
+    let trace_id = [find_field(raw, Field::TraceId), find(raw, "x-request-id")]
+        .into_iter()
+        .map(text)
+        .find(|id| !id.is_empty());
+    TraceFields {
+        trace_id,
+        span_id: text(find_field(raw, Field::SpanId)),
+        parent_span_id: text(find_field(raw, Field::ParentSpanId)),
+        span_name: text(find_field(raw, Field::SpanName)),
+    }
+}
+
+/// Headers that carry the gateway's own secrets (its key, stored-credential references,
+/// configs with provider keys, cloud secrets): never forwarded, whatever the request asks.
+pub fn is_secret_header(name: &str) -> bool {
+    lookup(name).is_some_and(|(field, _)| {
+        matches!(
+            field,
+            Field::ApiKey | Field::VirtualKey | Field::Config | Field::CloudCSecretAccessKey | Field::CloudCSessionToken
+        )
+    })
+}
+
 /// Whether a request header is one of the gateway's own (never sent to a provider).
 pub fn is_gateway_header(name: &str) -> bool {
     name.starts_with("x-gateway-") || lookup(name).is_some()
@@ -329,6 +379,18 @@ mod tests {
         assert!(err.message.contains("x-gateway-metadata"));
         assert!(decode_value("authorization", b"Bearer \xfe").is_err());
         assert_eq!(decode_value("x-other", b"a\xffb").unwrap(), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn trace_fields_prefer_the_client_then_envoy() {
+        let raw = |pairs: &[(&str, &str)]| -> Vec<(String, Vec<u8>)> {
+            pairs.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect()
+        };
+        let t = trace_fields(&raw(&[("x-request-id", "envoy-id"), ("traceid", " client-id "), ("x-gateway-span-id", "s1")]));
+        assert_eq!((t.trace_id.as_deref(), t.span_id.as_str()), (Some("client-id"), "s1"));
+        assert_eq!(trace_fields(&raw(&[("x-request-id", "envoy-id"), ("x-gateway-trace-id", " ")])).trace_id.as_deref(), Some("envoy-id"));
+        assert_eq!(trace_fields(&raw(&[])).trace_id, None);
+        assert_eq!(api_key(&raw(&[("apikey", "k")])), Some(&b"k"[..]));
     }
 
     #[test]
