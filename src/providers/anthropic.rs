@@ -1,9 +1,11 @@
 //! Anthropic Messages API translator: OpenAI chat requests become `/v1/messages` requests;
 //! Anthropic messages, streams and errors come back in OpenAI's shapes.
 
-use super::{error_kind_for_status, openai_error, Endpoint, ResponseContext, StreamTranslator, Translator};
+use super::openai::normalize_error;
+use super::{openai_error, Endpoint, ResponseContext, StreamTranslator, Translator};
 use crate::errors::GatewayError;
-use crate::stream::sse::{SseEvent, SseParser};
+use crate::stream::sse::{SseEvent, SseParser, MAX_EVENT_BYTES};
+use hashbrown::HashMap;
 use serde_json::{json, Map, Value};
 
 pub struct Anthropic;
@@ -55,8 +57,9 @@ impl Translator for Anthropic {
         key.into_iter().chain([("anthropic-version", API_VERSION.to_string())]).collect()
     }
 
-    fn chat_request(&self, body: Value, strict_vendor_compliance: bool) -> Result<Value, GatewayError> {
-        convert_request(body, strict_vendor_compliance)
+    // `thinking` under strict_vendor_compliance is rejected by the pipeline before this call.
+    fn chat_request(&self, body: Value, _strict_vendor_compliance: bool) -> Result<Value, GatewayError> {
+        convert_request(body)
     }
 
     fn translates_responses(&self) -> bool {
@@ -71,8 +74,10 @@ impl Translator for Anthropic {
         Box::new(AnthropicStream::new(ctx))
     }
 
+    // Anthropic's `{"type":"error","error":{"type","message"}}` has the `error.type` and
+    // `error.message` of OpenAI's shape, so the generic reshaping covers it.
     fn error_body(&self, status: u16, body: &[u8]) -> Vec<u8> {
-        convert_error(status, body)
+        normalize_error(status, body)
     }
 }
 
@@ -116,13 +121,13 @@ fn usage_json(prompt_tokens: u64, completion_tokens: u64) -> Value {
 // ---------------------------------------------------------------------------------------------
 // Request: OpenAI chat completion -> Anthropic message
 
-fn convert_request(body: Value, strict_vendor_compliance: bool) -> Result<Value, GatewayError> {
+fn convert_request(body: Value) -> Result<Value, GatewayError> {
     let Value::Object(mut req) = body else {
         return Err(GatewayError::new(400, "invalid_request_error", "request body must be a JSON object"));
     };
     // OpenAI reads null as "use the default"; Anthropic rejects nulls.
     req.retain(|_, v| !v.is_null());
-    reject_unsupported(&req, strict_vendor_compliance)?;
+    reject_unsupported(&req)?;
     for field in DROPPED_FIELDS {
         req.remove(*field);
     }
@@ -177,7 +182,7 @@ fn convert_request(body: Value, strict_vendor_compliance: bool) -> Result<Value,
 }
 
 /// OpenAI fields whose requested behaviour Anthropic cannot provide.
-fn reject_unsupported(req: &Map<String, Value>, strict_vendor_compliance: bool) -> Result<(), GatewayError> {
+fn reject_unsupported(req: &Map<String, Value>) -> Result<(), GatewayError> {
     if req.get("n").and_then(Value::as_f64).is_some_and(|n| n > 1.0) {
         return Err(GatewayError::invalid_param("n", "provider 'anthropic' returns a single choice; 'n' must be 1"));
     }
@@ -192,10 +197,12 @@ fn reject_unsupported(req: &Map<String, Value>, strict_vendor_compliance: bool) 
             ));
         }
     }
-    if strict_vendor_compliance && req.contains_key("thinking") {
+    // `text` is Anthropic's only output; it is dropped with the other OpenAI-only fields.
+    if matches!(str_field(req.get("response_format"), "type"), Some("json_object" | "json_schema")) {
         return Err(GatewayError::invalid_param(
-            "thinking",
-            "'thinking' requires strict_vendor_compliance to be false",
+            "response_format",
+            "provider 'anthropic' has no JSON mode through this gateway yet; \
+             only response_format type 'text' is supported",
         ));
     }
     Ok(())
@@ -571,8 +578,8 @@ struct AnthropicStream {
     model: String,
     prompt_tokens: u64,
     completion_tokens: u64,
-    /// Anthropic content block index of each tool call; the position is OpenAI's index.
-    tool_blocks: Vec<u64>,
+    /// OpenAI tool call index of each Anthropic `tool_use` content block index.
+    tool_blocks: HashMap<u64, usize>,
     /// `[DONE]` was sent; the client stream is over.
     done: bool,
 }
@@ -592,7 +599,7 @@ impl AnthropicStream {
             id: String::new(),
             prompt_tokens: 0,
             completion_tokens: 0,
-            tool_blocks: Vec::new(),
+            tool_blocks: HashMap::new(),
             done: false,
         }
     }
@@ -628,8 +635,7 @@ impl AnthropicStream {
                 let error = data.get("error");
                 let message = str_field(error, "message").unwrap_or("provider stream error");
                 let kind = str_field(error, "type").unwrap_or("api_error");
-                write_data(out, &openai_error(message, kind, None, None));
-                self.end(out);
+                self.end_with_error(message, kind, out);
             }
             // ping, content_block_stop and future events carry nothing for the client.
             _ => {}
@@ -651,11 +657,12 @@ impl AnthropicStream {
         let Some(index) = data.get("index").and_then(Value::as_u64) else {
             return;
         };
-        if str_field(block, "type") != Some("tool_use") {
-            return; // text and thinking arrive as deltas
+        // Text and thinking arrive as deltas; a repeated start would announce the call twice.
+        if str_field(block, "type") != Some("tool_use") || self.tool_blocks.contains_key(&index) {
+            return;
         }
         let tool_index = self.tool_blocks.len();
-        self.tool_blocks.push(index);
+        self.tool_blocks.insert(index, tool_index);
         let call = json!({
             "index": tool_index,
             "id": str_field(block, "id").unwrap_or_default(),
@@ -677,7 +684,7 @@ impl AnthropicStream {
                 }
             }
             Some("input_json_delta") => {
-                let tool_index = self.tool_blocks.iter().position(|&block| block == index);
+                let tool_index = self.tool_blocks.get(&index);
                 if let (Some(tool_index), Some(json)) = (tool_index, str_field(delta, "partial_json")) {
                     let call = json!({"index": tool_index, "function": {"arguments": json}});
                     self.emit_delta(json!({"tool_calls": [call]}), None, out);
@@ -723,49 +730,46 @@ impl AnthropicStream {
         write_data(out, b"[DONE]");
         self.done = true;
     }
+
+    /// OpenAI's in-stream error chunk, then the end of the stream.
+    fn end_with_error(&mut self, message: &str, kind: &str, out: &mut Vec<u8>) {
+        write_data(out, &openai_error(message, kind, None, None));
+        self.end(out);
+    }
+
+    fn end_if_overflowed(&mut self, out: &mut Vec<u8>) {
+        if self.parser.overflowed() && !self.done {
+            let message = format!("provider 'anthropic' sent a stream event larger than {MAX_EVENT_BYTES} bytes");
+            self.end_with_error(&message, "api_error", out);
+        }
+    }
 }
 
 impl StreamTranslator for AnthropicStream {
     fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        // After `[DONE]` nothing is sent, so nothing needs parsing or buffering.
+        if self.done {
+            return;
+        }
         for event in self.parser.push(chunk) {
             self.on_event(&event, out);
         }
+        self.end_if_overflowed(out);
     }
 
     fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
         for event in self.parser.finish() {
             self.on_event(&event, out);
         }
+        self.end_if_overflowed(out);
         // An upstream that ended without message_stop still ends the client stream cleanly.
         if !self.done {
             self.end(out);
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Errors
-
-/// Longest provider error text passed on when the body is not a known error shape.
-const MAX_ERROR_TEXT: usize = 1000;
-
-fn convert_error(status: u16, body: &[u8]) -> Vec<u8> {
-    let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let error = parsed.as_ref().and_then(|v| v.get("error")).filter(|e| e.is_object());
-    // Anthropic's `{"type":"error","error":{"type","message"}}` and OpenAI's error object
-    // share `message` and `type`; OpenAI's also has `param` and `code`.
-    if let Some(message) = str_field(error, "message") {
-        let kind = str_field(error, "type").unwrap_or(error_kind_for_status(status));
-        return openai_error(message, kind, str_field(error, "param"), str_field(error, "code"));
-    }
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    let message = if text.is_empty() {
-        format!("provider returned status {status}")
-    } else {
-        text.chars().take(MAX_ERROR_TEXT).collect()
-    };
-    openai_error(&message, error_kind_for_status(status), None, None)
 }
 
 #[cfg(test)]
@@ -1130,14 +1134,26 @@ mod tests {
     }
 
     #[test]
-    fn thinking_depends_on_strictness() {
+    fn thinking_passes_through() {
         let mut body = with_messages(json!([{"role": "user", "content": "Go"}]));
         body["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
-        let e = request_error(body.clone(), true);
-        assert_eq!(e.param.as_deref(), Some("thinking"));
-        assert!(e.message.contains("strict_vendor_compliance"));
         let out = Anthropic.chat_request(body, false).unwrap();
         assert_eq!(out["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
+    }
+
+    #[test]
+    fn json_response_formats_are_rejected() {
+        let mut body = with_messages(json!([{"role": "user", "content": "Go"}]));
+        for format in [json!({"type": "json_object"}), json!({"type": "json_schema", "json_schema": {"name": "n"}})] {
+            body["response_format"] = format;
+            let e = request_error(body.clone(), false);
+            assert_eq!((e.status, e.param.as_deref()), (400, Some("response_format")));
+            assert!(e.message.contains("no JSON mode"), "{}", e.message);
+        }
+        for format in [json!({"type": "text"}), Value::Null] {
+            body["response_format"] = format;
+            assert!(request(body.clone()).get("response_format").is_none());
+        }
     }
 
     #[test]
@@ -1447,6 +1463,28 @@ mod tests {
     }
 
     #[test]
+    fn stream_event_too_large_ends_stream_with_error() {
+        let start = concat!(
+            "event: message_start\n",
+            "data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\"}}\n\n",
+            "event: content_block_delta\n",
+            "data: ",
+        );
+        let huge = vec![b'x'; MAX_EVENT_BYTES];
+        let after = b"\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let out = run_stream(ctx(true, false), &[start.as_bytes(), &huge, after]);
+        let payloads = payloads(&out);
+        assert_eq!(deltas(&payloads[..1]), vec![json!({"role": "assistant", "content": ""})]);
+        assert_eq!(
+            payloads[1],
+            json!({"error": {"message": "provider 'anthropic' sent a stream event larger than 16777216 bytes",
+                "type": "api_error", "param": null, "code": null}})
+        );
+        assert_eq!(payloads[2], "[DONE]");
+        assert_eq!(payloads.len(), 3);
+    }
+
+    #[test]
     fn stream_without_message_stop_still_ends() {
         let input = concat!(
             "event: message_start\n",
@@ -1492,7 +1530,7 @@ mod tests {
             error(401, b""),
             json!({"error": {"message": "provider returned status 401", "type": "authentication_error", "param": null, "code": null}})
         );
-        assert_eq!(error(404, br#"{"error":"nope"}"#)["error"]["message"], "{\"error\":\"nope\"}");
+        assert_eq!(error(404, br#"{"error":"nope"}"#)["error"]["message"], "nope");
         let long = vec![b'x'; 5000];
         assert_eq!(error(500, &long)["error"]["message"].as_str().unwrap().len(), 1000);
         assert_eq!(error(500, b"bad \xff byte")["error"]["message"], "bad \u{fffd} byte");

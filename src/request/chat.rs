@@ -60,11 +60,6 @@ pub fn validate_chat_request(body: &Value) -> Result<(), GatewayError> {
     validate_functions(body)
 }
 
-/// `stream: true` in the body.
-pub fn is_stream(body: &Value) -> bool {
-    body.get("stream").and_then(Value::as_bool) == Some(true)
-}
-
 /// `stream_options.include_usage: true` in the body.
 pub fn include_usage(body: &Value) -> bool {
     body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true)
@@ -851,11 +846,7 @@ mod tests {
     }
 
     #[test]
-    fn stream_flags() {
-        assert!(is_stream(&with("stream", json!(true))));
-        assert!(!is_stream(&with("stream", json!("true"))));
-        assert!(!is_stream(&base()));
-        assert!(!is_stream(&json!([1])));
+    fn include_usage_flag() {
         assert!(include_usage(&with_all(json!({"stream": true, "stream_options": {"include_usage": true}}))));
         assert!(!include_usage(&with_all(json!({"stream": true, "stream_options": {"include_usage": false}}))));
         assert!(!include_usage(&with("stream_options", json!("include_usage"))));

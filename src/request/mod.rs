@@ -1,5 +1,6 @@
-//! The client's request: endpoint, gateway headers, chat validation.
+//! The client's request: endpoint, gateway headers, body limits, chat validation.
 
 pub mod chat;
 pub mod endpoint;
 pub mod headers;
+pub mod limits;

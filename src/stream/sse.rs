@@ -3,6 +3,11 @@
 //! Upstream chunks may end anywhere: mid-line, between `\r` and `\n`, or inside a UTF-8
 //! sequence. The parser therefore buffers raw bytes and decodes only complete lines.
 
+/// Largest line or event `data` the parser buffers. Real events are small (Anthropic sends
+/// deltas), but an upstream that never ends a line would otherwise grow the buffer until the
+/// worker runs out of memory, and wasm linear memory never shrinks.
+pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SseEvent {
@@ -23,6 +28,8 @@ pub struct SseParser {
     event: Option<String>,
     /// None until the event has a `data:` line; events without one are not dispatched.
     data: Option<String>,
+    /// A line or an event exceeded `MAX_EVENT_BYTES`; all further input is dropped.
+    overflowed: bool,
 }
 
 impl SseParser {
@@ -30,10 +37,14 @@ impl SseParser {
         SseParser::default()
     }
 
-    /// Feeds one chunk and returns the events it completed.
+    /// Feeds one chunk and returns the events it completed. Check `overflowed` afterwards:
+    /// the events returned came before the overflow.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         let mut events = Vec::new();
         for &byte in chunk {
+            if self.overflowed {
+                break;
+            }
             if self.after_cr {
                 self.after_cr = false;
                 if byte == b'\n' {
@@ -43,22 +54,39 @@ impl SseParser {
             if byte == b'\n' || byte == b'\r' {
                 self.after_cr = byte == b'\r';
                 self.end_line(&mut events);
-            } else {
+            } else if self.line.len() < MAX_EVENT_BYTES {
                 self.line.push(byte);
+            } else {
+                self.overflow();
             }
         }
         events
     }
 
     /// The stream ended: dispatches a last event that lacked its terminating blank line.
+    /// An overflow stays visible afterwards.
     pub fn finish(&mut self) -> Vec<SseEvent> {
         let mut events = Vec::new();
         if !self.line.is_empty() {
             self.end_line(&mut events);
         }
         self.dispatch(&mut events);
-        *self = SseParser::new();
+        *self = SseParser { overflowed: self.overflowed, ..SseParser::new() };
         events
+    }
+
+    /// True once a line or an event's data exceeded `MAX_EVENT_BYTES`; from then on the
+    /// parser returns no events.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
+    /// Frees the buffers so the oversized event is never dispatched.
+    fn overflow(&mut self) {
+        self.overflowed = true;
+        self.line = Vec::new();
+        self.event = None;
+        self.data = None;
     }
 
     fn end_line(&mut self, events: &mut Vec<SseEvent>) {
@@ -91,6 +119,10 @@ impl SseParser {
                 None => self.data = Some(value.to_string()),
             },
             _ => {} // `id`, `retry` and unknown fields do not matter to a proxy
+        }
+        // Each line is bounded, but an event may have any number of them.
+        if self.data.as_ref().is_some_and(|data| data.len() > MAX_EVENT_BYTES) {
+            self.overflow();
         }
     }
 
@@ -256,6 +288,42 @@ mod tests {
     #[test]
     fn invalid_utf8_is_decoded_lossily() {
         assert_eq!(parse_whole(b"data: a\xffb\n\n"), vec![ev(None, "a\u{fffd}b")]);
+    }
+
+    #[test]
+    fn overlong_line_overflows_and_input_is_dropped() {
+        let mut p = SseParser::new();
+        assert_eq!(p.push(b"data: a\n\ndata: "), vec![ev(None, "a")]);
+        assert!(!p.overflowed());
+        // A line of exactly the limit is still buffered.
+        assert_eq!(p.push(&vec![b'x'; MAX_EVENT_BYTES - 6]), vec![]);
+        assert!(!p.overflowed());
+        // One byte more overflows; the events completed before it are still returned.
+        let mut p = SseParser::new();
+        let mut chunk = b"data: b\n\n".to_vec();
+        chunk.resize(chunk.len() + MAX_EVENT_BYTES + 1, b'y');
+        assert_eq!(p.push(&chunk), vec![ev(None, "b")]);
+        assert!(p.overflowed());
+        assert_eq!(p.push(b"\n\ndata: c\n\n"), vec![]);
+        assert_eq!(p.finish(), vec![]);
+        assert!(p.overflowed());
+    }
+
+    #[test]
+    fn overlong_event_of_many_lines_overflows() {
+        // Two lines of half the limit make an event just over it (with the joining `\n`).
+        let half = "h".repeat(MAX_EVENT_BYTES / 2);
+        let mut p = SseParser::new();
+        assert_eq!(p.push(format!("data: {half}\n").as_bytes()), vec![]);
+        assert!(!p.overflowed());
+        assert_eq!(p.push(format!("data: {half}\n\n").as_bytes()), vec![]);
+        assert!(p.overflowed());
+        // The last, unterminated line may also overflow the event in `finish`.
+        let mut p = SseParser::new();
+        p.push(format!("data: {half}\ndata: {half}").as_bytes());
+        assert!(!p.overflowed());
+        assert_eq!(p.finish(), vec![]);
+        assert!(p.overflowed());
     }
 
     #[test]
