@@ -4,6 +4,7 @@
 use crate::errors::GatewayError;
 use crate::providers::{Endpoint, ProviderSpec, ResponseContext};
 use crate::request::chat;
+use crate::request::limits::{check_json_size, MAX_JSON_VALUES};
 use crate::request::endpoint::{classify, BodyMode, Route};
 use crate::request::headers::{self, decode_value, is_gateway_header, is_secret_header, GatewayHeaders};
 use crate::routing::{select_target, Target};
@@ -205,6 +206,7 @@ fn with_json_body(mut headers: HeaderEdits, body: Value, response: ResponsePlan)
 }
 
 fn parse_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {
+    check_json_size(body, MAX_JSON_VALUES)?;
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(GatewayError::invalid_param("body", "the request body must be a JSON object")),
@@ -352,7 +354,8 @@ mod tests {
 
     #[test]
     fn bad_bodies_are_400s() {
-        for body in [&b"not json"[..], b"[1]", b"{\"model\":\"m\",\"messages\":[]}", b"\xff\xfe"] {
+        let too_many_values = format!("[{}0]", "0,".repeat(MAX_JSON_VALUES));
+        for body in [&b"not json"[..], b"[1]", b"{\"model\":\"m\",\"messages\":[]}", b"\xff\xfe", too_many_values.as_bytes()] {
             let Ok(Started::NeedsBody(pending)) = started(&request("POST", "/v1/chat/completions", OPENAI_LOCAL)) else {
                 panic!()
             };
