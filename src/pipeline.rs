@@ -151,7 +151,9 @@ fn upstream_headers(
     let provider_headers = translator.auth_headers(target.api_key.as_deref()).into_iter().chain(vendor);
     edits.set.extend(provider_headers.map(|(name, value)| (name.to_string(), value)));
     if let Some(ms) = target.options.request_timeout {
-        edits.set.push(("x-envoy-upstream-rq-timeout-ms".into(), ms.to_string()));
+        // Envoy's per-try timer stops at the response headers (the route timer would also
+        // cut a stream that has started).
+        edits.set.push(("x-envoy-upstream-rq-per-try-timeout-ms".into(), ms.to_string()));
     }
     edits
 }

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from helpers import (KEY, assert_error, chat_body, check_alive, config, custom_host, provider_config, slug)
+from helpers import (KEY, assert_error, chat_body, check_alive, config, custom_host, provider_config, slug,
+                     stream_chat)
 from mocks import OpenAIMock, Reply, make_self_signed_cert, tls_server_context
 
 STALL = 3.0  # the mock's delay before headers; timeouts below fire long before it
@@ -21,6 +22,17 @@ def tls_mock(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- timeouts
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_timeout_runs_until_headers_so_a_started_stream_is_not_cut(gateway, openai_mock, anthropic_mock, provider):
+    mock = openai_mock if provider == "openai" else anthropic_mock
+    mock.script(Reply(text="one two three four five six", chunk_delay=0.15))
+    headers = {**custom_host(mock, provider=provider), "x-gateway-request-timeout": "300"}
+    t0 = time.monotonic()
+    result = stream_chat(gateway, headers, chat_body(model="m"))
+    assert time.monotonic() - t0 > 0.6, "the stream should have outlived the 300 ms timeout"
+    assert result.done and result.content == "one two three four five six"
 
 
 @pytest.mark.parametrize("how", ["header", "config"])
