@@ -24,8 +24,11 @@ extern "C" {
 /// Random bytes from the host (WASI `random_get`), never from the clock.
 fn random_bytes<const N: usize>() -> [u8; N] {
     let mut buf = [0u8; N];
-    // SAFETY: the host writes exactly `N` bytes into a buffer of `N` bytes.
-    unsafe { random_get(buf.as_mut_ptr(), N) };
+    // SAFETY: the host writes at most `N` bytes into a buffer of `N` bytes.
+    let errno = unsafe { random_get(buf.as_mut_ptr(), N) };
+    if errno != 0 {
+        log::warn!("random_get failed (errno {errno}); random choices fall back to the first option");
+    }
     buf
 }
 
