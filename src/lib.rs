@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod errors;
+mod json_check;
 pub mod pipeline;
 pub mod providers;
 pub mod request;

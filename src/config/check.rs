@@ -2,6 +2,7 @@
 //! the value it checks, so every error names exactly where the problem is.
 
 use super::ConfigError;
+use crate::json_check::{self, each_item, join};
 use serde_json::{Map, Value};
 use std::fmt::Display;
 
@@ -14,21 +15,6 @@ pub(super) fn shorten(s: &str) -> String {
         Some((end, _)) => format!("{}...", s.get(..end).unwrap_or_default()),
         None => s.to_string(),
     }
-}
-
-/// Path of property `key` inside the value at `path` ("" is the root).
-pub(super) fn join(path: &str, key: &str) -> String {
-    let key = shorten(key);
-    if path.is_empty() {
-        key
-    } else {
-        format!("{path}.{key}")
-    }
-}
-
-/// Path of item `i` of the array at `path`.
-pub(super) fn index(path: &str, i: usize) -> String {
-    format!("{path}[{i}]")
 }
 
 fn kind_of(v: &Value) -> &'static str {
@@ -115,7 +101,7 @@ pub(super) fn array_of<T>(
     item: impl Fn(&Value, &str) -> Result<T, ConfigError>,
 ) -> Result<Vec<T>, ConfigError> {
     let items = v.as_array().ok_or_else(|| expected(path, "an array", v))?;
-    items.iter().enumerate().map(|(i, x)| item(x, &index(path, i))).collect()
+    each_item(items, path, item)
 }
 
 /// A string naming one of `variants`; `name` gives each variant's JSON spelling.
@@ -126,10 +112,8 @@ pub(super) fn one_of<T: Copy>(
     name: fn(T) -> &'static str,
 ) -> Result<T, ConfigError> {
     let s = v.as_str().ok_or_else(|| expected(path, "a string", v))?;
-    variants.iter().copied().find(|t| name(*t) == s).ok_or_else(|| {
-        let allowed: Vec<String> = variants.iter().map(|t| format!("`{}`", name(*t))).collect();
-        ConfigError::new(path, format!("must be one of {}", allowed.join(", ")))
-    })
+    json_check::one_of(s, variants, name, "`")
+        .map_err(|names| ConfigError::new(path, format!("must be one of {names}")))
 }
 
 /// A JSON object being read property by property.
@@ -149,7 +133,9 @@ impl<'a> Obj<'a> {
     pub fn new(v: &'a Value, path: &'a str, known: &[&str]) -> Result<Self, ConfigError> {
         let obj = Self::open(v, path)?;
         if let Some(key) = obj.map.keys().find(|k| !known.contains(&k.as_str())) {
-            return Err(ConfigError::new(join(path, key), format!("unknown property `{}`", shorten(key))));
+            // The key is client text: cut it in the path as in the message.
+            let key = shorten(key);
+            return Err(ConfigError::new(join(path, &key), format!("unknown property `{key}`")));
         }
         Ok(obj)
     }
@@ -158,6 +144,7 @@ impl<'a> Obj<'a> {
         self.map.contains_key(key)
     }
 
+    /// Path of property `key`, a name from the schema (client keys are cut with `shorten`).
     pub fn path(&self, key: &str) -> String {
         join(self.path, key)
     }

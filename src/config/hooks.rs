@@ -1,7 +1,8 @@
 //! Hooks (spec 2.6) and guardrails (spec 2.7).
 
-use super::check::{boolean, expected, join, number, object, string, Obj};
+use super::check::{boolean, expected, number, object, shorten, string, Obj};
 use super::{Check, ConfigError, Feedback, Guardrail, Hook, HookOutcome, InlineGuardrail};
+use crate::json_check::join;
 use serde_json::{Map, Value};
 
 /// Which side of the upstream call a hook or guardrail list runs on.
@@ -71,7 +72,8 @@ pub(super) fn guardrail(v: &Value, path: &str, stage: Stage) -> Result<Guardrail
     let obj = Obj::open(v, path)?;
     let mut checks = Map::new();
     for (key, value) in obj.map.iter().filter(|(k, _)| !GUARDRAIL_KEYS.contains(&k.as_str())) {
-        checks.insert(key.clone(), Value::Object(object(value, &join(path, key))?));
+        // The key is client text, cut short where it is echoed in an error's path.
+        checks.insert(key.clone(), Value::Object(object(value, &join(path, &shorten(key)))?));
     }
     // Spec 2.7: only output guardrails' outcomes carry `deny`.
     let deny = stage == Stage::Response;

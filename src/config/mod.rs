@@ -11,7 +11,8 @@ mod parts;
 mod tests;
 
 use crate::errors::GatewayError;
-use check::{boolean, index, integer, join, object, one_of, status_codes, string, Obj};
+use crate::json_check::{index, join};
+use check::{boolean, integer, object, one_of, status_codes, string, Obj};
 use hooks::Stage;
 use serde_json::{Map, Value};
 use std::fmt;

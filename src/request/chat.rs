@@ -12,6 +12,7 @@ use std::fmt::Display;
 use serde_json::{Map, Value};
 
 use crate::errors::GatewayError;
+use crate::json_check::{self, each_item, join};
 
 type Obj = Map<String, Value>;
 type Checked<T = ()> = Result<T, GatewayError>;
@@ -139,11 +140,11 @@ fn validate_call_function(f: &Obj, at: &str) -> Checked {
 }
 
 /// Message content: a string or an array of parts whose `type` is one of `parts`.
-fn validate_content(v: &Value, at: &str, parts: &[&str]) -> Checked {
+fn validate_content(v: &Value, at: &str, parts: &[&'static str]) -> Checked {
     match v {
         Value::String(_) => Ok(()),
         Value::Array(items) => {
-            each_item(items, &join(at, "content"), |part, part_at| validate_part(part, part_at, parts))
+            each_item(items, &join(at, "content"), |part, part_at| validate_part(part, part_at, parts)).map(drop)
         }
         _ => Err(invalid(
             at,
@@ -153,7 +154,7 @@ fn validate_content(v: &Value, at: &str, parts: &[&str]) -> Checked {
     }
 }
 
-fn validate_part(v: &Value, at: &str, allowed: &[&str]) -> Checked {
+fn validate_part(v: &Value, at: &str, allowed: &[&'static str]) -> Checked {
     let part = typed(v, "", at, Value::as_object, "an object")?;
     let kind = req_field(part, at, "type", Value::as_str, "a string")?;
     one_of(kind, at, "type", allowed)?;
@@ -227,7 +228,7 @@ fn validate_stop(body: &Obj) -> Checked {
         None | Some(Value::String(_)) => Ok(()),
         Some(Value::Array(stops)) => {
             len_in(stops.len(), "", "stop", 1, Some(4))?;
-            each_item(stops, "stop", |v, at| typed(v, "", at, Value::as_str, "a string").map(drop))
+            each_item(stops, "stop", |v, at| typed(v, "", at, Value::as_str, "a string").map(drop)).map(drop)
         }
         Some(_) => Err(invalid("", "stop", "must be a string or an array of up to 4 strings.")),
     }
@@ -382,16 +383,9 @@ fn require_function_type(obj: &Obj, at: &str) -> Checked {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Generic helpers. A field is addressed by its parent's param path ("" at top level) and its key;
-// the full param string is only built when there is an error to report.
-
-fn join(parent: &str, key: &str) -> String {
-    if parent.is_empty() {
-        key.to_string()
-    } else {
-        format!("{parent}.{key}")
-    }
-}
+// Generic helpers in the OpenAI wording; paths, item loops and the allowed-values lookup are
+// shared with config validation (`json_check`). A field is addressed by its parent's param path
+// ("" at top level) and its key; the full param string is only built when there is an error to report.
 
 fn invalid(parent: &str, key: &str, what: impl Display) -> GatewayError {
     let param = join(parent, key);
@@ -433,12 +427,10 @@ fn opt_field<'a, T>(
     get(obj, key).map(|v| typed(v, parent, key, view, expected)).transpose()
 }
 
-fn one_of(value: &str, parent: &str, key: &str, allowed: &[&str]) -> Checked {
-    if allowed.contains(&value) {
-        Ok(())
-    } else {
-        Err(invalid(parent, key, format!("must be one of {}.", allowed.join(", "))))
-    }
+fn one_of(value: &str, parent: &str, key: &str, allowed: &[&'static str]) -> Checked {
+    json_check::one_of(value, allowed, |s| s, "")
+        .map(drop)
+        .map_err(|names| invalid(parent, key, format!("must be one of {names}.")))
 }
 
 /// "between min and max" or, without a maximum, "at least min".
@@ -479,14 +471,6 @@ fn opt_int_in(obj: &Obj, parent: &str, key: &str, min: i128, max: Option<i128>) 
 fn len_in(len: usize, parent: &str, key: &str, min: usize, max: Option<usize>) -> Checked {
     if len < min || max.is_some_and(|max| len > max) {
         return Err(invalid(parent, key, format!("array length must be {}.", range_text(min, max))));
-    }
-    Ok(())
-}
-
-/// Runs `check` on each item with its param path, e.g. `messages[3]`.
-fn each_item(items: &[Value], param: &str, mut check: impl FnMut(&Value, &str) -> Checked) -> Checked {
-    for (i, item) in items.iter().enumerate() {
-        check(item, &format!("{param}[{i}]"))?;
     }
     Ok(())
 }
