@@ -189,8 +189,9 @@ fn validate_logit_bias(body: &Obj) -> Checked {
         return Ok(());
     };
     for (token, value) in bias {
-        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_digit()) {
-            // The key itself is not echoed into `param`: it is arbitrary client text.
+        // Token ids fit in u32; the key is echoed into `param` only once it is one, so a
+        // huge or arbitrary key never comes back in an error.
+        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_digit()) || token.parse::<u32>().is_err() {
             return Err(invalid("", "logit_bias", "keys must be token ids (strings of digits)."));
         }
         number_in(value, "logit_bias", token, -100.0, 100.0)?;
@@ -713,6 +714,7 @@ mod tests {
         rejects(with("logit_bias", json!({"abc": 1})), "logit_bias");
         rejects(with("logit_bias", json!({"": 1})), "logit_bias");
         rejects(with("logit_bias", json!({"-1": 1})), "logit_bias");
+        rejects(with("logit_bias", json!({"9".repeat(1000): 200})), "logit_bias");
         rejects(with("logit_bias", json!({"50256": 101})), "logit_bias.50256");
         rejects(with("logit_bias", json!({"50256": "1"})), "logit_bias.50256");
         rejects(with("logit_bias", json!({"50256": null})), "logit_bias.50256");
