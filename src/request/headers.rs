@@ -132,6 +132,15 @@ pub fn is_gateway_header(name: &str) -> bool {
 }
 
 fn lookup(name: &str) -> Option<(Field, &'static str)> {
+    // Canonical names start with `x-gateway-` (one cloud B name aside); the aliases client
+    // libraries use have no hyphen. Most headers are neither and skip the table: this runs
+    // several times per header on every request.
+    let candidate = name.starts_with("x-gateway-")
+        || name == "x-cloud-b-llm-request-type"
+        || !(name.contains('-') || name.starts_with(':'));
+    if !candidate {
+        return None;
+    }
     HEADERS
         .iter()
         .find(|(_, names)| names.contains(&name))
@@ -391,6 +400,18 @@ mod tests {
         assert_eq!(trace_fields(&raw(&[("x-request-id", "envoy-id"), ("x-gateway-trace-id", " ")])).trace_id.as_deref(), Some("envoy-id"));
         assert_eq!(trace_fields(&raw(&[])).trace_id, None);
         assert_eq!(api_key(&raw(&[("apikey", "k")])), Some(&b"k"[..]));
+    }
+
+    #[test]
+    fn every_table_name_passes_the_lookup_shortcut() {
+        for (field, names) in HEADERS {
+            for name in *names {
+                assert_eq!(lookup(name).map(|(f, _)| f), Some(*field), "{name}");
+            }
+        }
+        for other in [":authority", "content-type", "x-request-id", "accept", "host"] {
+            assert_eq!(lookup(other), None, "{other}");
+        }
     }
 
     #[test]
