@@ -102,7 +102,10 @@ pub struct TraceFields {
 }
 
 pub fn trace_fields(raw: &[(String, Vec<u8>)]) -> TraceFields {
-    let text = |value: Option<&[u8]>| value.map(|v| String::from_utf8_lossy(v).trim().to_string()).unwrap_or_default();
+    // A value that is not UTF-8 counts as absent: a garbled id is no id.
+    let text = |value: Option<&[u8]>| {
+        value.and_then(|v| std::str::from_utf8(v).ok()).map(|v| v.trim().to_string()).unwrap_or_default()
+    };
     let trace_id = [find_field(raw, Field::TraceId), find(raw, "x-request-id")]
         .into_iter()
         .map(text)
@@ -121,7 +124,12 @@ pub fn is_secret_header(name: &str) -> bool {
     lookup(name).is_some_and(|(field, _)| {
         matches!(
             field,
-            Field::ApiKey | Field::VirtualKey | Field::Config | Field::CloudCSecretAccessKey | Field::CloudCSessionToken
+            Field::ApiKey
+                | Field::VirtualKey
+                | Field::Config
+                | Field::CloudCAccessKeyId
+                | Field::CloudCSecretAccessKey
+                | Field::CloudCSessionToken
         )
     })
 }
@@ -399,6 +407,8 @@ mod tests {
         assert_eq!((t.trace_id.as_deref(), t.span_id.as_str()), (Some("client-id"), "s1"));
         assert_eq!(trace_fields(&raw(&[("x-request-id", "envoy-id"), ("x-gateway-trace-id", " ")])).trace_id.as_deref(), Some("envoy-id"));
         assert_eq!(trace_fields(&raw(&[])).trace_id, None);
+        let garbled = vec![("x-gateway-trace-id".to_string(), b"\xff\xfe".to_vec()), ("x-request-id".to_string(), b"r1".to_vec())];
+        assert_eq!(trace_fields(&garbled).trace_id.as_deref(), Some("r1"));
         assert_eq!(api_key(&raw(&[("apikey", "k")])), Some(&b"k"[..]));
     }
 

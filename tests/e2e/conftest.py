@@ -3,9 +3,14 @@
 * ``openai_mock`` / ``anthropic_mock`` (session): the mock providers, reset before and
   after every test by an autouse fixture.
 * ``gateway`` (session): `build.sh run` started once, in its own process group, with
-  GATEWAY_PORT, GATEWAY_ADMIN_PORT, GATEWAY_API_KEYS and GATEWAY_CREDENTIALS; ready when
-  `GET /health` answers 200. Its output goes to a log file whose tail is attached to
-  every failing test that used it.
+  GATEWAY_PORT, GATEWAY_ADMIN_PORT, GATEWAY_API_KEYS, GATEWAY_CREDENTIALS and
+  GATEWAY_LOG_LEVEL=info (and no other GATEWAY_* variable from the caller's environment);
+  ready when `GET /health` answers 200. Its output goes to a log file whose tail is
+  attached to every failing test that used it. At the end of the session (before Envoy
+  stops) it fails if the filter VM was ever reloaded (`wasm.model_gateway.vm_reload*` in
+  Envoy's /stats) or a secret appears in the log.
+* ``_no_vm_reload`` (autouse, tests using ``gateway``): fails the test during which the
+  filter VM was reloaded.
 
 Environment knobs:
 * GATEWAY_START_TIMEOUT: seconds to wait for /health (default 120).
@@ -124,12 +129,15 @@ def gateway(openai_mock, anthropic_mock, tmp_path_factory):
     port, admin_port = _free_ports(2)
     log_dir = tmp_path_factory.mktemp("gateway")
     log_path = log_dir / "gateway.log"
-    env = dict(os.environ)
+    # The developer's own GATEWAY_* settings (allow-list, credentials, log level, concurrency, ...)
+    # must not change what the suite tests: start from none of them.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     env.update({
         "GATEWAY_PORT": str(port),
         "GATEWAY_ADMIN_PORT": str(admin_port),
         "GATEWAY_API_KEYS": f"{helpers.KEY},{helpers.KEY2}",
         "GATEWAY_CREDENTIALS": json.dumps(gateway_credentials(openai_mock, anthropic_mock)),
+        "GATEWAY_LOG_LEVEL": "info",  # one log line per request (test_auth_headers reads it)
     })
     gw = helpers.Gateway(port, admin_port, log_path)
     with open(log_path, "wb") as log:
@@ -152,9 +160,49 @@ def gateway(openai_mock, anthropic_mock, tmp_path_factory):
                             f"output ({log_path}):\n{gw.log_tail(80)}", pytrace=False)
             time.sleep(0.25)
         yield gw
+        problems = _session_end_problems(gw)
     finally:
         gw.close()
         _stop_group(proc)
+    if problems:
+        pytest.fail("at the end of the session:\n" + "\n".join(problems), pytrace=False)
+
+
+def _session_end_problems(gw: helpers.Gateway) -> list[str]:
+    """Checks over the whole session, run while Envoy still serves: the filter VM was never
+    reloaded (under FAIL_RELOAD a trap is otherwise invisible to the tests) and no secret
+    ever reached the gateway's log."""
+    problems = []
+    try:
+        counters = gw.vm_reload_counters()
+    except httpx.HTTPError as e:
+        problems.append(f"cannot read Envoy's /stats: {e!r}")
+    except pytest.fail.Exception as e:
+        problems.append(str(e))
+    else:
+        if any(counters.values()):
+            problems.append(f"the filter VM trapped and was reloaded during the session: {counters}")
+    try:
+        helpers.assert_no_secrets_in_log(gw)
+    except AssertionError as e:
+        problems.append(str(e))
+    return problems
+
+
+@pytest.fixture(autouse=True)
+def _no_vm_reload(request):
+    """A test after which the filter VM's reload counters moved made the VM trap: fail it
+    (FAIL_RELOAD would otherwise hide the crash behind a fresh VM)."""
+    if "gateway" not in request.fixturenames:
+        yield
+        return
+    gw = request.getfixturevalue("gateway")
+    before = gw.vm_reload_counters()
+    yield
+    after = gw.vm_reload_counters()
+    if after != before:
+        pytest.fail(f"the filter VM was reloaded during this test (it trapped): {before} -> {after}",
+                    pytrace=False)
 
 
 @pytest.hookimpl(hookwrapper=True)

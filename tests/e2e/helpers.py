@@ -33,6 +33,22 @@ ANTHROPIC_VK_KEY = "sk-ant-vk"
 
 _ANY = object()
 
+VM_RELOAD_STAT = "wasm.model_gateway.vm_reload"  # also _success, _failure, _backoff
+
+# Every gateway header name that is not `x-gateway-*`, as the provider's recorder sees it
+# (lowercased): the snake_case and camelCase aliases and the Cloud B/C names (README,
+# "Gateway headers"). None of them may reach a provider unless explicitly forwarded.
+GATEWAY_HEADER_ALIASES = (
+    "api_key", "apikey", "provider", "virtual_key", "virtualkey", "config", "custom_host", "customhost",
+    "trace_id", "traceid", "metadata", "cache_force_refresh", "cacheforcerefresh", "cache_namespace",
+    "cachenamespace", "request_timeout", "requesttimeout", "forward_headers", "forwardheaders",
+    "cloud_c_access_key_id", "cloudcaccesskeyid", "x-cloud-b-llm-request-type",
+)
+
+# Every secret the suite hands the gateway (gateway keys, provider keys, stored credentials).
+SECRETS = (KEY, KEY2, CLIENT_TOKEN, OPENAI_SLUG_KEY, ANTHROPIC_SLUG_KEY, OPENAI_VK_KEY, ANTHROPIC_VK_KEY,
+           "sk-config-key")
+
 
 # --------------------------------------------------------------------------- the gateway
 
@@ -60,6 +76,45 @@ class Gateway:
             return "\n".join(tail)
         except OSError as e:
             return f"(no gateway log: {e})"
+
+    def log_text(self) -> str:
+        """The whole gateway log so far (stdout and stderr of the gateway process)."""
+        try:
+            return self.log_path.read_bytes().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def wait_for_log_line(self, fragment: str, timeout: float = 5.0) -> str:
+        """The first log line containing ``fragment``, waiting for Envoy to write it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [line for line in self.log_text().splitlines() if fragment in line]
+            if lines:
+                return lines[0]
+            if time.monotonic() > deadline:
+                pytest.fail(f"no gateway log line contains {fragment!r} within {timeout}s; tail:\n{self.log_tail(20)}")
+            time.sleep(0.05)
+
+    def stats(self) -> dict[str, str]:
+        """Envoy's admin `/stats` as {name: value} (counters and gauges; histograms as text)."""
+        r = httpx.get(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5)
+        r.raise_for_status()
+        out = {}
+        for line in r.text.splitlines():
+            name, sep, value = line.partition(": ")
+            if sep:
+                out[name.strip()] = value.strip()
+        return out
+
+    def vm_reload_counters(self) -> dict[str, int]:
+        """The filter VM's reload counters (`wasm.model_gateway.vm_reload*`). A VM that traps
+        under `failure_policy: FAIL_RELOAD` is replaced silently: these are the only trace.
+        Fails if Envoy reports none of them (the check would be vacuous)."""
+        counters = {k: int(v) for k, v in self.stats().items() if k.startswith(VM_RELOAD_STAT)}
+        if VM_RELOAD_STAT not in counters:
+            pytest.fail(f"Envoy's /stats has no {VM_RELOAD_STAT!r} counter (found {sorted(counters)}): "
+                        "cannot tell whether the filter VM trapped and was reloaded")
+        return counters
 
     # ---- plain HTTP
     @staticmethod
@@ -281,11 +336,6 @@ def assert_error(resp, status: int, *, type: str | None = None, param: Any = _AN
     return err
 
 
-def assert_4xx(resp) -> None:
-    """Client-error handling: a 4xx answer, never a 5xx (the hang case fails in raw_http)."""
-    assert 400 <= resp.status_code < 500, f"expected a 4xx, got {resp.status_code}: {resp.text[:300]!r}"
-
-
 def assert_chat_completion(body: dict, *, content: Any = _ANY, finish_reason: Any = _ANY,
                            model: Any = _ANY) -> dict:
     """Check the `chat.completion` shape (spec 2.9); returns choices[0].message."""
@@ -311,13 +361,35 @@ def assert_chat_completion(body: dict, *, content: Any = _ANY, finish_reason: An
     return msg
 
 
-def assert_clean_upstream(rec, *secrets: str) -> None:
-    """No gateway header reached the provider, and no secret appears in any header value."""
-    leaked = sorted(k for k in rec.headers if k.startswith("x-gateway-"))
+def assert_clean_upstream(rec, *secrets: str, forwarded: Iterable[str] = ()) -> None:
+    """What the provider received carries no gateway header (`x-gateway-*` or any alias),
+    no `Accept-Encoding` (responses must come back uncompressed), and none of ``secrets``
+    in any header value. ``forwarded`` lists the gateway headers the request asked to
+    forward (`forward_headers`): those alone may arrive."""
+    allowed = {h.lower() for h in forwarded}
+    leaked = sorted(k for k in rec.headers
+                    if (k.startswith("x-gateway-") or k in GATEWAY_HEADER_ALIASES) and k not in allowed)
     assert not leaked, f"gateway headers reached the provider: {leaked}"
+    assert "accept-encoding" not in rec.headers, (
+        f"Accept-Encoding reached the provider: {rec.headers['accept-encoding']!r}")
     for s in secrets:
         bad = [k for k, v in rec.headers.items() if s in v]
         assert not bad, f"{s!r} reached the provider in header(s) {bad}"
+
+
+def assert_envoy_rejected(resp, provider_mock) -> None:
+    """Envoy's own HTTP codec refused the request (an invalid header name or a control
+    character): 400 before the filter runs, and nothing reached the provider."""
+    assert resp.status_code == 400, f"expected Envoy's 400, got {resp.status_code}: {resp.text[:300]!r}"
+    assert "x-gateway-provider" not in resp.headers, f"a provider answered: {resp.headers}"
+    assert provider_mock.requests == [], "the request reached the provider"
+
+
+def assert_no_secrets_in_log(gateway: "Gateway", *extra: str) -> None:
+    """No gateway key or provider key (``SECRETS`` plus ``extra``) in the gateway's log."""
+    text = gateway.log_text()
+    found = [s for s in (*SECRETS, *extra) if s in text]
+    assert not found, f"secrets in the gateway log: {found}"
 
 
 def served_by(resp, provider: str) -> None:

@@ -120,6 +120,61 @@ def test_tool_history_translation(gateway, anthropic_mock):
     assert text_of(results[0]["content"]) == "18C and sunny"
 
 
+def test_consecutive_tool_results_merge_into_one_user_turn(gateway, anthropic_mock):
+    calls = [("toolu_a", "get_weather", {"city": "Paris"}), ("toolu_b", "get_weather", {"city": "Oslo"}),
+             ("toolu_c", "get_time", {"tz": "CET"})]
+    messages = [
+        {"role": "user", "content": "Weather in Paris and Oslo, and the time?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}} for i, n, a in calls]},
+        {"role": "tool", "tool_call_id": "toolu_a", "content": "18C"},
+        {"role": "tool", "tool_call_id": "toolu_b", "content": "4C"},
+        {"role": "tool", "tool_call_id": "toolu_c", "content": "12:00"},
+    ]
+    r = gateway.chat(ANTHROPIC, {"model": MODEL, "messages": messages, "tools": [WEATHER_TOOL]})
+    assert r.status_code == 200, r.text
+    sent = anthropic_mock.last.json["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert [subset(b, ("id", "name", "input")) for b in blocks_of(sent[1]["content"]) if b["type"] == "tool_use"] == [
+        {"id": i, "name": n, "input": a} for i, n, a in calls]
+    results = blocks_of(sent[2]["content"])
+    assert [b["type"] for b in results] == ["tool_result"] * 3
+    assert [(b["tool_use_id"], text_of(b["content"])) for b in results] == [
+        ("toolu_a", "18C"), ("toolu_b", "4C"), ("toolu_c", "12:00")]
+
+
+def test_user_becomes_metadata_user_id(gateway, anthropic_mock):
+    r = gateway.chat(ANTHROPIC, chat_body(model=MODEL, user="user-42"))
+    assert r.status_code == 200, r.text
+    sent = anthropic_mock.last.json
+    assert sent["metadata"] == {"user_id": "user-42"}
+    assert "user" not in sent
+
+
+@pytest.mark.parametrize("choice, expected_type", [(None, "auto"), ("required", "any")])
+def test_parallel_tool_calls_false_disables_parallel_tool_use(gateway, anthropic_mock, choice, expected_type):
+    extra = {} if choice is None else {"tool_choice": choice}
+    r = gateway.chat(ANTHROPIC, chat_body(model=MODEL, tools=[WEATHER_TOOL], parallel_tool_calls=False, **extra))
+    assert r.status_code == 200, r.text
+    sent = anthropic_mock.last.json
+    assert sent["tool_choice"] == {"type": expected_type, "disable_parallel_tool_use": True}
+    assert "parallel_tool_calls" not in sent
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"n": 2}, "n"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
+     "response_format"),
+    ({"logprobs": True}, "logprobs"),
+    ({"functions": [{"name": "f", "parameters": {"type": "object"}}]}, "functions"),
+], ids=["n-2", "json_object", "json_schema", "logprobs", "functions"])
+def test_what_anthropic_cannot_do_is_400(gateway, anthropic_mock, extra, param):
+    r = gateway.chat(ANTHROPIC, chat_body(model=MODEL, **extra))
+    assert_error(r, 400, type="invalid_request_error", param=param)
+    assert anthropic_mock.requests == []
+
+
 def test_response_text_usage_and_stop(gateway, anthropic_mock):
     anthropic_mock.script(Reply(text="Bonjour !", usage=(25, 4)))
     r = gateway.chat(ANTHROPIC, chat_body(model=MODEL))
@@ -147,14 +202,11 @@ def test_response_tool_use_is_tool_calls(gateway, anthropic_mock):
     assert r.status_code == 200, r.text
     msg = assert_chat_completion(r.json(), finish_reason="tool_calls")
     calls = msg["tool_calls"]
-    assert len(calls) == 1
-    assert calls[0]["type"] == "function"
-    assert isinstance(calls[0]["id"], str) and calls[0]["id"]
-    assert calls[0]["function"]["name"] == "get_weather"
+    assert [(c["id"], c["type"], c["function"]["name"]) for c in calls] == [("toolu_abc", "function", "get_weather")]
     args = calls[0]["function"]["arguments"]
     assert isinstance(args, str), "arguments must be a JSON string"
     assert json.loads(args) == {"city": "Paris", "unit": "celsius"}
-    assert "Let me check." in (msg.get("content") or "")
+    assert msg.get("content") == "Let me check."
 
 
 def test_thinking_hidden_by_default(gateway, anthropic_mock):
@@ -196,19 +248,37 @@ def test_stream_translation_http(gateway, anthropic_mock):
     assert anthropic_mock.last.json["stream"] is True
 
 
+@pytest.mark.parametrize("include_usage", [True, False])
+def test_stream_usage_chunk_with_include_usage(gateway, anthropic_mock, include_usage):
+    anthropic_mock.script(Reply(text="Un deux.", usage=(9, 5)))
+    res = stream_chat(gateway, ANTHROPIC, chat_body(model=MODEL, stream_options={"include_usage": include_usage}))
+    assert res.done and res.content == "Un deux." and res.finish_reason == "stop"
+    assert "stream_options" not in anthropic_mock.last.json
+    with_usage = [c for c in res.chunks if c.get("usage")]
+    if include_usage:
+        # OpenAI's shape: one last chunk before [DONE], no choices, the whole usage.
+        assert with_usage == [res.chunks[-1]], f"usage must come once, in the last chunk: {res.chunks}"
+        assert res.chunks[-1]["choices"] == []
+        assert res.usage == {"prompt_tokens": 9, "completion_tokens": 5, "total_tokens": 14}
+    else:
+        assert with_usage == [], f"usage chunk without stream_options.include_usage: {with_usage}"
+
+
 def test_stream_tool_calls_via_sdk(gateway, anthropic_mock):
     anthropic_mock.script(Reply(text="Checking.", tool_calls=[
-        ToolCall("get_weather", {"city": "Paris", "days": 3}, id="toolu_s1")]))
+        ToolCall("get_weather", {"city": "Paris", "days": 3}, id="toolu_s1"),
+        ToolCall("get_time", {"tz": "Europe/Paris"}, id="toolu_s2")]))
     client = gateway.sdk(ANTHROPIC)
     stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Weather?"}],
                                             tools=[WEATHER_TOOL], stream=True)
     res = sdk_stream(stream)
     assert res.content == "Checking."
     assert res.finish_reason == "tool_calls"
-    assert len(res.tool_calls) == 1
-    call = next(iter(res.tool_calls.values()))
-    assert call["name"] == "get_weather" and call["id"]
-    assert json.loads(call["arguments"]) == {"city": "Paris", "days": 3}
+    assert sorted(res.tool_calls) == [0, 1]
+    assert [(c["id"], c["name"]) for _, c in sorted(res.tool_calls.items())] == [
+        ("toolu_s1", "get_weather"), ("toolu_s2", "get_time")]
+    assert json.loads(res.tool_calls[0]["arguments"]) == {"city": "Paris", "days": 3}
+    assert json.loads(res.tool_calls[1]["arguments"]) == {"tz": "Europe/Paris"}
 
 
 def test_sdk_non_stream_and_stream(gateway, anthropic_mock):

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import uuid
+
 import pytest
 
-from helpers import (CLIENT_TOKEN, KEY, KEY2, assert_clean_upstream, assert_error, chat_body, config,
-                     custom_host, provider_config, served_by)
+from helpers import (CHAT, CLIENT_TOKEN, KEY, KEY2, OPENAI_SLUG_KEY, assert_clean_upstream, assert_error,
+                     assert_no_secrets_in_log, chat_body, config, custom_host, provider_config, served_by, slug)
+from mocks import Reply
+
+# Gateway headers the provider never sees unless they are forwarded (README, forward_headers).
+METADATA = '{"_user": "u-7", "note": "Kept AS-is; b=1, c=\\"two\\""}'
+SPAN_NAME = "Summarise Step (v2)"
 
 
 def test_health_needs_no_key(gateway):
@@ -49,10 +57,10 @@ def test_trace_id_echoed_on_success_and_errors(gateway, openai_mock):
 
 def test_trace_id_generated_when_absent(gateway, openai_mock):
     ids = []
-    for key in (KEY, "gw-wrong-key"):  # a served response and a local error
+    for key, status in ((KEY, 200), ("gw-wrong-key", 401)):  # a served response and a local error
         for _ in range(2):
             r = gateway.chat(custom_host(openai_mock), key=key)
-            assert r.status_code in (200, 401)
+            assert r.status_code == status, r.text
             tid = r.headers.get("x-gateway-trace-id")
             assert tid and tid.strip(), f"no generated trace id on {r.status_code}"
             ids.append(tid)
@@ -61,15 +69,15 @@ def test_trace_id_generated_when_absent(gateway, openai_mock):
 
 def test_trace_id_on_local_errors(gateway, openai_mock):
     cases = [
-        gateway.chat(custom_host(openai_mock), key=None),  # 401
-        gateway.chat({**custom_host(openai_mock), "x-gateway-metadata": "not-json"}),  # 400 header
-        gateway.chat(custom_host(openai_mock), chat_body(temperature=3)),  # 400 body
-        gateway.post("/v1/nope", {}),  # 404
-        gateway.chat({**custom_host(openai_mock), "x-gateway-custom-host": "http://10.1.2.3/v1"}),  # 403
+        (gateway.chat(custom_host(openai_mock), key=None), 401),
+        (gateway.chat({**custom_host(openai_mock), "x-gateway-metadata": "not-json"}), 400),  # header
+        (gateway.chat(custom_host(openai_mock), chat_body(temperature=3)), 400),  # body
+        (gateway.post("/v1/nope", {}), 404),
+        (gateway.get(CHAT, headers=custom_host(openai_mock)), 405),
+        (gateway.chat({**custom_host(openai_mock), "x-gateway-custom-host": "http://10.1.2.3/v1"}), 403),
     ]
-    for r in cases:
-        assert r.status_code >= 400
-        assert r.headers.get("x-gateway-trace-id"), f"{r.status_code} without x-gateway-trace-id"
+    for r, status in cases:
+        assert_error(r, status)  # includes the x-gateway-trace-id check
     assert openai_mock.requests == []
 
 
@@ -109,7 +117,7 @@ def test_no_gateway_header_reaches_provider_and_others_are_forwarded(gateway, op
 ], ids=lambda v: v if len(v) < 30 else v[:30])
 def test_bad_gateway_header_is_400_naming_it(gateway, openai_mock, header, value):
     r = gateway.chat({**custom_host(openai_mock), header: value})
-    assert_error(r, 400, contains=header)
+    assert_error(r, 400, param=header, contains=header)
     assert openai_mock.requests == []
 
 
@@ -126,24 +134,142 @@ def test_valid_gateway_header_values_pass(gateway, openai_mock, header, value):
     assert_clean_upstream(openai_mock.last, KEY)
 
 
-@pytest.mark.parametrize("value", ['["x-a","x-b"]', "x-a, x-b", "X-A,X-B"], ids=["json", "comma", "upper"])
-def test_forward_headers_header(gateway, openai_mock, value):
-    headers = {**custom_host(openai_mock), "x-gateway-forward-headers": value,
-               "x-a": "Value-A (kept AS-is)", "x-b": "b=1; c=\"two\""}
-    r = gateway.chat(headers)
+def forwardable(selection: dict, **extra) -> dict:
+    """The provider ``selection`` headers plus two gateway headers that are dropped unless
+    forwarded, one more that is never asked for, and an ordinary header (forwarded by default)."""
+    return {**selection, "x-gateway-metadata": METADATA, "x-gateway-span-name": SPAN_NAME,
+            "x-gateway-span-id": "span-not-listed", "x-team": "Blue (kept AS-is)", **extra}
+
+
+def test_gateway_headers_are_dropped_without_forward_headers(gateway, openai_mock):
+    r = gateway.chat(forwardable(custom_host(openai_mock)))
     assert r.status_code == 200, r.text
     rec = openai_mock.last
-    assert rec.headers["x-a"] == "Value-A (kept AS-is)"
-    assert rec.headers["x-b"] == "b=1; c=\"two\""
+    assert rec.headers["x-team"] == "Blue (kept AS-is)"
+    for name in ("x-gateway-metadata", "x-gateway-span-name", "x-gateway-span-id"):
+        assert name not in rec.headers, f"{name} reached the provider without forward_headers"
     assert_clean_upstream(rec, KEY)
+
+
+@pytest.mark.parametrize("value", ['["x-gateway-metadata","x-gateway-span-name"]',
+                                   "x-gateway-metadata, x-gateway-span-name",
+                                   "X-Gateway-Metadata,X-GATEWAY-SPAN-NAME"], ids=["json", "comma", "upper"])
+def test_forward_headers_header(gateway, openai_mock, value):
+    r = gateway.chat(forwardable(custom_host(openai_mock), **{"x-gateway-forward-headers": value}))
+    assert r.status_code == 200, r.text
+    rec = openai_mock.last
+    assert rec.headers.get("x-gateway-metadata") == METADATA
+    assert rec.headers.get("x-gateway-span-name") == SPAN_NAME
+    assert rec.headers["x-team"] == "Blue (kept AS-is)"
+    assert_clean_upstream(rec, KEY, forwarded=["x-gateway-metadata", "x-gateway-span-name"])
 
 
 def test_forward_headers_in_config(gateway, openai_mock):
-    cfg = provider_config(openai_mock, forward_headers=["x-a", "x-b"])
-    r = gateway.chat({**config(cfg), "x-a": "from-config", "x-b": "B"})
+    cfg = provider_config(openai_mock, forward_headers=["x-gateway-metadata"])
+    r = gateway.chat(forwardable(config(cfg)))
     assert r.status_code == 200, r.text
     rec = openai_mock.last
-    assert rec.headers["x-a"] == "from-config" and rec.headers["x-b"] == "B"
+    assert rec.headers.get("x-gateway-metadata") == METADATA
+    assert "x-gateway-span-name" not in rec.headers
+    assert rec.headers["x-team"] == "Blue (kept AS-is)"
     assert rec.headers["authorization"] == "Bearer sk-config-key"
-    assert_clean_upstream(rec, KEY)
+    assert_clean_upstream(rec, KEY, forwarded=["x-gateway-metadata"])
 
+
+def test_forward_headers_of_config_and_header_are_combined(gateway, openai_mock):
+    cfg = provider_config(openai_mock, forward_headers=["x-gateway-metadata"])
+    r = gateway.chat(forwardable(config(cfg), **{"x-gateway-forward-headers": "x-gateway-span-name"}))
+    assert r.status_code == 200, r.text
+    rec = openai_mock.last
+    assert rec.headers.get("x-gateway-metadata") == METADATA
+    assert rec.headers.get("x-gateway-span-name") == SPAN_NAME
+    assert_clean_upstream(rec, KEY, forwarded=["x-gateway-metadata", "x-gateway-span-name"])
+
+
+# --------------------------------------------------------------------------- aliases
+
+
+def _without(headers: dict, name: str) -> dict:
+    return {k: v for k, v in headers.items() if k != name}
+
+
+# alias -> (headers for the openai mock, the gateway key to send in x-gateway-api-key). Each
+# request succeeds only if the gateway understood the alias (a key, a provider, a stored
+# credential, a custom host) or accepted its value (the others).
+ALIAS_CASES = {
+    "api_key": (lambda m: {**custom_host(m), "api_key": KEY2}, None),
+    "apiKey": (lambda m: {**custom_host(m), "apiKey": KEY2}, None),
+    "provider": (lambda m: {**_without(custom_host(m), "x-gateway-provider"), "provider": "openai"}, KEY),
+    "virtual_key": (lambda m: {"virtual_key": "vk-openai"}, KEY),
+    "virtualKey": (lambda m: {"virtualKey": "vk-openai"}, KEY),
+    "config": (lambda m: {"config": json.dumps(provider_config(m))}, KEY),
+    "custom_host": (lambda m: {**_without(custom_host(m), "x-gateway-custom-host"), "custom_host": m.base_url}, KEY),
+    "customHost": (lambda m: {**_without(custom_host(m), "x-gateway-custom-host"), "customHost": m.base_url}, KEY),
+    "trace_id": (lambda m: {**custom_host(m), "trace_id": "alias-trace"}, KEY),
+    "traceId": (lambda m: {**custom_host(m), "traceId": "alias-trace"}, KEY),
+    "metadata": (lambda m: {**custom_host(m), "metadata": '{"_user": "u1"}'}, KEY),
+    "cache_force_refresh": (lambda m: {**custom_host(m), "cache_force_refresh": "true"}, KEY),
+    "cacheForceRefresh": (lambda m: {**custom_host(m), "cacheForceRefresh": "false"}, KEY),
+    "cache_namespace": (lambda m: {**custom_host(m), "cache_namespace": "ns"}, KEY),
+    "cacheNamespace": (lambda m: {**custom_host(m), "cacheNamespace": "ns"}, KEY),
+    "request_timeout": (lambda m: {**custom_host(m), "request_timeout": "30000"}, KEY),
+    "requestTimeout": (lambda m: {**custom_host(m), "requestTimeout": "30000"}, KEY),
+    "forward_headers": (lambda m: {**custom_host(m), "forward_headers": "x-team", "x-team": "t"}, KEY),
+    "forwardHeaders": (lambda m: {**custom_host(m), "forwardHeaders": "x-team", "x-team": "t"}, KEY),
+    "cloud_c_access_key_id": (lambda m: {**custom_host(m), "cloud_c_access_key_id": "AKIDALIAS"}, KEY),
+    "cloudCAccessKeyId": (lambda m: {**custom_host(m), "cloudCAccessKeyId": "AKIDALIAS"}, KEY),
+    "X-Cloud-B-LLM-Request-Type": (lambda m: {**custom_host(m), "X-Cloud-B-LLM-Request-Type": "shared"}, KEY),
+}
+
+
+@pytest.mark.parametrize("alias", sorted(ALIAS_CASES))
+def test_gateway_header_alias_works_and_never_reaches_the_provider(gateway, openai_mock, alias):
+    make, key = ALIAS_CASES[alias]
+    # Accept-Encoding too: responses must come back uncompressed, so it never goes upstream.
+    r = gateway.chat({**make(openai_mock), "Accept-Encoding": "gzip, br"}, key=key)
+    assert r.status_code == 200, r.text
+    served_by(r, "openai")
+    if alias in ("trace_id", "traceId"):
+        assert r.headers["x-gateway-trace-id"] == "alias-trace"
+    assert_clean_upstream(openai_mock.last, KEY, KEY2, "AKIDALIAS")
+
+
+def test_request_timeout_alias_applies(gateway, openai_mock):
+    openai_mock.script(Reply(stall=3))
+    r = gateway.chat({**custom_host(openai_mock), "requesttimeout": "300"})
+    assert_error(r, 408, type="timeout_error")
+
+
+def test_bad_metadata_under_its_alias_names_the_header(gateway, openai_mock):
+    r = gateway.chat({**custom_host(openai_mock), "metadata": "not-json"})
+    assert_error(r, 400, param="x-gateway-metadata", contains="x-gateway-metadata")
+    assert openai_mock.requests == []
+
+
+# --------------------------------------------------------------------------- the log line
+
+
+def test_log_line_has_trace_and_span_and_no_secret(gateway, openai_mock):
+    run = uuid.uuid4().hex
+    token, wrong_key, cfg_key = f"sk-log-{run}", f"gw-wrong-{run}", f"sk-cfg-{run}"
+    span = {"x-gateway-span-id": "span-log-1", "x-gateway-parent-span-id": "span-log-0",
+            "x-gateway-span-name": "log check"}
+    # (headers, gateway key, expected status): success and error paths, secrets of every kind
+    requests = [
+        ({**custom_host(openai_mock, token=token), **span, "apikey": KEY2}, None, 200),
+        (custom_host(openai_mock, token=token), wrong_key, 401),
+        (config(provider_config(openai_mock, api_key=cfg_key)), KEY, 200),
+        (config({**provider_config(openai_mock, api_key=cfg_key), "bogus": 1}), KEY, 400),
+        (slug("openai-mock"), KEY, 200),
+    ]
+    for i, (headers, key, status) in enumerate(requests):
+        r = gateway.chat({**headers, "x-gateway-trace-id": f"log-{run}-{i}"}, key=key)
+        assert r.status_code == status, r.text
+    line = gateway.wait_for_log_line(f'trace_id="log-{run}-0"')
+    for fragment in ('span_id="span-log-1"', 'parent_span_id="span-log-0"', 'span_name="log check"',
+                     "provider=openai", "status=200"):
+        assert fragment in line, f"{fragment!r} not in the log line {line!r}"
+    for i, (_, _, status) in enumerate(requests):
+        assert f"status={status}" in gateway.wait_for_log_line(f'trace_id="log-{run}-{i}"')
+    assert openai_mock.last.headers["authorization"] == f"Bearer {OPENAI_SLUG_KEY}"
+    assert_no_secrets_in_log(gateway, token, wrong_key, cfg_key)

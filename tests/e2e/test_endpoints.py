@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from helpers import (CLIENT_TOKEN, KEY, OPENAI_SLUG_KEY, OPENAI_VK_KEY, assert_clean_upstream, assert_error,
+from helpers import (CHAT, CLIENT_TOKEN, KEY, OPENAI_SLUG_KEY, OPENAI_VK_KEY, assert_clean_upstream, assert_error,
                      custom_host, served_by, slug, virtual_key)
 from mocks import OpenAIMock
 
@@ -184,4 +184,11 @@ def test_endpoint_requires_gateway_key(gateway, openai_mock, endpoint):
 def test_unknown_endpoint_is_404(gateway, openai_mock, method, path):
     r = gateway.request(method, path, headers=custom_host(openai_mock), json={})
     assert_error(r, 404)
+    assert openai_mock.requests == []
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_wrong_method_on_chat_is_405(gateway, openai_mock, method):
+    r = gateway.request(method, CHAT, headers=custom_host(openai_mock))
+    assert_error(r, 405)
     assert openai_mock.requests == []

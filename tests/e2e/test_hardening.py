@@ -10,8 +10,10 @@ import socket
 import h2.config
 import h2.connection
 import h2.events
+import pytest
 
-from helpers import (CHAT, KEY, assert_error, chat_body, config, custom_host, error_of, provider_config)
+from helpers import (CHAT, CLIENT_TOKEN, KEY, KEY2, OPENAI_VK_KEY, assert_clean_upstream, assert_error, chat_body,
+                     config, custom_host, error_of, provider_config, served_by)
 from mocks import Reply
 
 
@@ -48,21 +50,43 @@ def test_request_trailers_never_bypass_the_gateway(gateway, openai_mock):
     headers = [("x-gateway-api-key", KEY), ("x-gateway-provider", "openai"), ("authorization", "Bearer sk"),
                ("x-gateway-custom-host", openai_mock.base_url), ("content-type", "application/json"),
                ("x-gateway-upstream-cluster", "gateway_upstream_plain")]
-    status, body = h2c_chat_with_trailers(gateway.port, headers, b"this is not json")
+    # A valid chat body: only the trailers make it a request the gateway must refuse.
+    status, body = h2c_chat_with_trailers(gateway.port, headers, json.dumps(chat_body()).encode())
     assert status == 400, body
-    assert json.loads(body)["error"]["param"] == "body"
+    err = json.loads(body)["error"]
+    assert err["type"] == "invalid_request_error", err
+    assert "trailers" in err["message"].lower(), err
     assert openai_mock.requests == []
 
 
-def test_gateway_secrets_are_not_forwarded_even_when_asked(gateway, openai_mock):
-    headers = {**custom_host(openai_mock), "x-gateway-forward-headers": "x-gateway-api-key, apikey, x-team",
+SECRET_HEADERS = {  # gateway secrets a client may name in forward_headers: never forwarded
+    "x-gateway-api-key": KEY, "apikey": KEY2, "api_key": KEY2,
+    "x-gateway-cloud-c-secret-access-key": "cloud-c-secret-value", "x-gateway-cloud-c-session-token": "cloud-c-token",
+}
+
+
+@pytest.mark.parametrize("selection", ["custom_host", "config", "virtual_key"])
+def test_gateway_secrets_are_not_forwarded_even_when_asked(gateway, openai_mock, selection):
+    headers, token = {
+        "custom_host": (custom_host(openai_mock), CLIENT_TOKEN),
+        "config": (config(provider_config(openai_mock)), "sk-config-key"),
+        "virtual_key": ({"x-gateway-virtual-key": "vk-openai"}, OPENAI_VK_KEY),
+    }[selection]
+    asked = [*SECRET_HEADERS, "x-gateway-config", "config", "x-gateway-virtual-key", "virtual_key",
+             "x-gateway-metadata", "x-team"]
+    headers = {**headers, **{k: v for k, v in SECRET_HEADERS.items() if k != "x-gateway-api-key"},
+               "x-gateway-forward-headers": ", ".join(asked), "x-gateway-metadata": '{"_user": "u1"}',
                "x-team": "blue"}
     r = gateway.chat(headers, chat_body())
     assert r.status_code == 200, r.text
-    received = openai_mock.last.headers
-    assert received.get("x-team") == "blue"
-    assert "x-gateway-api-key" not in received and "apikey" not in received
-    assert all(KEY not in value for value in received.values())
+    rec = openai_mock.last
+    # forwarding is honoured for what is not a secret, including a gateway header ...
+    assert rec.headers.get("x-team") == "blue"
+    assert rec.headers.get("x-gateway-metadata") == '{"_user": "u1"}'
+    # ... and refused for the secrets, under any name
+    assert_clean_upstream(rec, *SECRET_HEADERS.values(), forwarded=["x-gateway-metadata"])
+    assert "vk-openai" not in rec.headers.values()
+    assert rec.headers["authorization"] == f"Bearer {token}"
 
 
 def test_unreadable_success_is_a_502_not_a_200(gateway, anthropic_mock):
@@ -97,10 +121,16 @@ def test_other_header_bytes_reach_the_provider_unchanged(gateway, openai_mock):
 
 
 def test_anthropic_version_goes_even_without_a_key(gateway, anthropic_mock):
+    # A custom host may need no key; Anthropic's version header is still required there.
     headers = {"x-gateway-provider": "anthropic", "x-gateway-custom-host": anthropic_mock.base_url}
-    gateway.chat(headers, chat_body(model="claude-mock"))
+    r = gateway.chat(headers, chat_body(model="claude-mock"))
+    assert len(anthropic_mock.requests) == 1
     assert anthropic_mock.last.headers.get("anthropic-version") == "2023-06-01"
     assert "x-api-key" not in anthropic_mock.last.headers
+    # The client sees the provider's 401 in OpenAI's error shape, from Anthropic.
+    assert_error(r, 401, type="authentication_error", contains="x-api-key header is required")
+    assert r.json().keys() == {"error"}, r.json()
+    served_by(r, "anthropic")
 
 
 def test_vendor_beta_reaches_openai_as_openai_beta(gateway, openai_mock):

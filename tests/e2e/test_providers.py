@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from helpers import (ANTHROPIC_SLUG_KEY, ANTHROPIC_VK_KEY, CLIENT_TOKEN, KEY, OPENAI_SLUG_KEY, OPENAI_VK_KEY,
-                     SDK_DUMMY_KEY, assert_4xx, assert_chat_completion, assert_clean_upstream, assert_error,
+                     SDK_DUMMY_KEY, assert_chat_completion, assert_clean_upstream, assert_error,
                      chat_body, config, custom_host, provider_config, sdk_stream, served_by, slug, virtual_key)
 from mocks import OpenAIMock, Reply
 
@@ -19,6 +19,7 @@ OPENAI_SELECTIONS = {
     "virtual_key": (lambda m: virtual_key("vk-openai"), OPENAI_VK_KEY),
     "config": (lambda m: config(provider_config(m)), "sk-config-key"),
     "config_virtual_key": (lambda m: config({"virtual_key": "vk-openai"}), OPENAI_VK_KEY),
+    "config_slug": (lambda m: config({"provider": "@openai-mock"}), OPENAI_SLUG_KEY),
 }
 
 
@@ -121,18 +122,104 @@ def test_non_loopback_custom_host_is_403(gateway, openai_mock, where):
     assert openai_mock.requests == []
 
 
-def test_unknown_managed_provider_is_a_client_error(gateway, openai_mock):
-    for headers in (slug("does-not-exist"), virtual_key("vk-does-not-exist")):
-        r = gateway.chat(headers)
-        assert_4xx(r)
-        assert_error(r, r.status_code)
+def test_localhost_custom_host_is_allowed(gateway, openai_mock):
+    r = gateway.chat({**custom_host(openai_mock), "x-gateway-custom-host": f"http://localhost:{openai_mock.port}/v1"})
+    assert r.status_code == 200, r.text
+    served_by(r, "openai")
+    assert len(openai_mock.requests) == 1
+    assert openai_mock.last.path == "/v1/chat/completions"
+
+
+@pytest.mark.parametrize("where", ["header", "config"])
+def test_names_under_localhost_are_not_loopback(gateway, openai_mock, where):
+    host = f"http://foo.localhost:{openai_mock.port}/v1"
+    if where == "header":
+        headers = {**custom_host(openai_mock), "x-gateway-custom-host": host}
+    else:
+        headers = config(provider_config(openai_mock, custom_host=host))
+    r = gateway.chat(headers)
+    assert_error(r, 403, type="permission_error")
     assert openai_mock.requests == []
 
 
-def test_no_provider_is_a_client_error(gateway, openai_mock):
-    r = gateway.chat({})
-    assert_4xx(r)
-    assert_error(r, r.status_code)
+@pytest.mark.parametrize("headers", [slug("does-not-exist"), virtual_key("vk-does-not-exist"),
+                                     config({"provider": "@does-not-exist"}), config({"virtual_key": "vk-nope"})],
+                         ids=["slug", "virtual_key", "config_slug", "config_virtual_key"])
+def test_unknown_managed_provider_is_401(gateway, openai_mock, anthropic_mock, headers):
+    r = gateway.chat(headers)
+    assert_error(r, 401, type="authentication_error", code="unknown_credential")
+    assert openai_mock.requests == [] and anthropic_mock.requests == []
+
+
+def test_no_provider_is_400_missing_provider(gateway, openai_mock):
+    r = gateway.chat({"Authorization": f"Bearer {CLIENT_TOKEN}"})
+    assert_error(r, 400, code="missing_provider", contains="x-gateway-provider")
+    assert openai_mock.requests == []
+
+
+def test_unknown_provider_name_is_400(gateway, openai_mock):
+    r = gateway.chat({**custom_host(openai_mock), "x-gateway-provider": "no-such-provider"})
+    assert_error(r, 400, code="unknown_provider", contains="no-such-provider")
+    assert openai_mock.requests == []
+
+
+@pytest.mark.parametrize("provider", ["openai-compatible", "ollama", "vllm"])
+def test_provider_without_public_endpoint_needs_a_custom_host(gateway, openai_mock, provider):
+    r = gateway.chat({"x-gateway-provider": provider, "Authorization": f"Bearer {CLIENT_TOKEN}"})
+    assert_error(r, 400, param="custom_host")
+    assert openai_mock.requests == []
+
+
+def test_built_in_provider_without_a_key_is_401(gateway):
+    # No Bearer token, no config api_key, no custom host: nothing to authenticate with.
+    r = gateway.chat({"x-gateway-provider": "openai"})
+    assert_error(r, 401, type="authentication_error")
+
+
+def test_config_with_options_only_takes_the_provider_from_headers(gateway, openai_mock):
+    cfg = {"request_timeout": 30000, "override_params": {"model": "forced"}}
+    r = gateway.chat({**custom_host(openai_mock), **config(cfg)}, chat_body(model="client-model"))
+    assert r.status_code == 200, r.text
+    served_by(r, "openai")
+    rec = openai_mock.last
+    assert rec.json["model"] == "forced"
+    assert rec.headers["authorization"] == f"Bearer {CLIENT_TOKEN}"
+    assert_clean_upstream(rec, KEY)
+
+
+def test_config_api_key_beats_the_bearer_token(gateway, openai_mock):
+    r = gateway.chat({**config(provider_config(openai_mock)), "Authorization": f"Bearer {CLIENT_TOKEN}"})
+    assert r.status_code == 200, r.text
+    rec = openai_mock.last
+    assert rec.headers["authorization"] == "Bearer sk-config-key"
+    assert_clean_upstream(rec, KEY, CLIENT_TOKEN)
+
+
+def test_loadbalance_never_picks_a_weight_0_target(gateway, openai_mock, anthropic_mock):
+    cfg = {"strategy": {"mode": "loadbalance"}, "targets": [
+        {**provider_config(anthropic_mock, provider="anthropic", api_key="sk-ant-weight-0"), "weight": 0},
+        {**provider_config(openai_mock, api_key="sk-weight-1"), "weight": 1},
+    ]}
+    for i in range(10):
+        r = gateway.chat(config(cfg), chat_body(f"lb {i}"))
+        assert r.status_code == 200, r.text
+        served_by(r, "openai")
+    assert anthropic_mock.requests == []
+    assert [rec.json["messages"][0]["content"] for rec in openai_mock.requests] == [f"lb {i}" for i in range(10)]
+    assert {rec.headers["authorization"] for rec in openai_mock.requests} == {"Bearer sk-weight-1"}
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: {"strategy": {"mode": "fallback"}, "targets": [provider_config(m), provider_config(m)]},
+    lambda m: {"strategy": {"mode": "conditional", "default": "a",
+                            "conditions": [{"query": {"metadata.tier": {"$eq": "pro"}}, "then": "a"}]},
+               "targets": [provider_config(m, name="a")]},
+    lambda m: provider_config(m, prompt_id="pp-welcome"),
+    lambda m: provider_config(m, input_guardrails=["pg-pii-1"]),
+], ids=["fallback", "conditional", "prompt_id", "input_guardrails"])
+def test_config_features_not_in_this_build_are_501(gateway, openai_mock, make):
+    r = gateway.chat(config(make(openai_mock)))
+    assert_error(r, 501, code="not_implemented")
     assert openai_mock.requests == []
 
 

@@ -36,7 +36,8 @@ def test_openai_stream_tool_call_deltas(gateway, openai_mock):
     res = stream_chat(gateway, slug("openai-mock"), chat_body())
     assert res.finish_reason == "tool_calls"
     assert sorted(res.tool_calls) == [0, 1]
-    assert res.tool_calls[0]["id"] == "call_t1"
+    assert [(c["id"], c["name"]) for _, c in sorted(res.tool_calls.items())] == [("call_t1", "lookup"),
+                                                                               ("call_t2", "lookup")]
     assert json.loads(res.tool_calls[0]["arguments"]) == {"q": "envoy wasm", "limit": 5}
     assert json.loads(res.tool_calls[1]["arguments"]) == {"q": "proxy", "limit": 1}
 
