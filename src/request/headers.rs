@@ -173,17 +173,12 @@ pub struct CloudHeaders {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GatewayHeaders {
-    pub api_key: Option<String>,
     pub provider: Option<String>,
     /// The token of `Authorization: Bearer <token>`.
     pub bearer: Option<String>,
     pub virtual_key: Option<String>,
     pub config: Option<String>,
     pub custom_host: Option<String>,
-    pub trace_id: Option<String>,
-    pub span_id: Option<String>,
-    pub parent_span_id: Option<String>,
-    pub span_name: Option<String>,
     pub metadata: Option<Map<String, Value>>,
     pub cache_force_refresh: Option<bool>,
     pub cache_namespace: Option<String>,
@@ -212,15 +207,13 @@ impl GatewayHeaders {
     fn set(&mut self, field: Field, header: &str, value: &str) -> Result<(), GatewayError> {
         let text = Some(value.trim().to_string());
         match field {
-            Field::ApiKey => self.api_key = text,
+            // Read straight from the raw headers, before and apart from this parse, by
+            // `api_key` (checked first) and `trace_fields` (needed even for rejected requests).
+            Field::ApiKey | Field::TraceId | Field::SpanId | Field::ParentSpanId | Field::SpanName => {}
             Field::Provider => self.provider = text,
             Field::VirtualKey => self.virtual_key = text,
             Field::Config => self.config = text,
             Field::CustomHost => self.custom_host = text,
-            Field::TraceId => self.trace_id = text,
-            Field::SpanId => self.span_id = text,
-            Field::ParentSpanId => self.parent_span_id = text,
-            Field::SpanName => self.span_name = text,
             Field::Metadata => self.metadata = Some(parse_metadata(header, value)?),
             Field::CacheForceRefresh => self.cache_force_refresh = Some(parse_bool(header, value)?),
             Field::CacheNamespace => self.cache_namespace = text,
@@ -319,7 +312,7 @@ mod tests {
 
     #[test]
     fn reads_canonical_names_and_aliases() {
-        let h = parse(&[
+        let pairs = [
             ("apikey", "gw"),
             ("provider", "openai"),
             ("authorization", "Bearer sk-1"),
@@ -328,16 +321,18 @@ mod tests {
             ("x-gateway-span-id", "s"),
             ("cloud_c_access_key_id", "AKIA"),
             ("x-cloud-b-llm-request-type", "embeddings"),
-        ])
-        .unwrap();
-        assert_eq!(h.api_key.as_deref(), Some("gw"));
+        ];
+        let h = parse(&pairs).unwrap();
         assert_eq!(h.provider.as_deref(), Some("openai"));
         assert_eq!(h.bearer.as_deref(), Some("sk-1"));
         assert_eq!(h.custom_host.as_deref(), Some("http://127.0.0.1:1/v1"));
-        assert_eq!(h.trace_id.as_deref(), Some("t-1"));
-        assert_eq!(h.span_id.as_deref(), Some("s"));
         assert_eq!(h.cloud.c_access_key_id.as_deref(), Some("AKIA"));
         assert_eq!(h.cloud.b_request_type.as_deref(), Some("embeddings"));
+        // The key and the trace fields are read from the raw headers, under the same aliases.
+        let raw: Vec<(String, Vec<u8>)> = pairs.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect();
+        assert_eq!(api_key(&raw), Some(&b"gw"[..]));
+        let trace = trace_fields(&raw);
+        assert_eq!((trace.trace_id.as_deref(), trace.span_id.as_str()), (Some("t-1"), "s"));
     }
 
     #[test]
