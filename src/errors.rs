@@ -1,7 +1,7 @@
 //! Errors the gateway itself produces, in the OpenAI error shape so SDKs raise typed errors:
 //! `{"error": {"message": "...", "type": "...", "param": "...|null", "code": "...|null"}}`.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GatewayError {
@@ -38,18 +38,17 @@ impl GatewayError {
         self
     }
 
-    pub fn to_value(&self) -> Value {
-        json!({"error": {
-            "message": self.message,
-            "type": self.kind,
-            "param": self.param,
-            "code": self.code,
-        }})
-    }
-
     pub fn to_json(&self) -> Vec<u8> {
-        self.to_value().to_string().into_bytes()
+        error_json(&self.message, self.kind, self.param.as_deref(), self.code)
     }
+}
+
+/// The OpenAI error object; the gateway's own errors and reshaped provider errors (whose
+/// `type` and `code` are the provider's strings) are both built here.
+pub fn error_json(message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Vec<u8> {
+    json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
+        .to_string()
+        .into_bytes()
 }
 
 #[cfg(test)]
@@ -58,6 +57,7 @@ mod tests {
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
+    use serde_json::Value;
 
     #[test]
     fn renders_openai_error_shape() {

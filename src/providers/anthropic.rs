@@ -2,8 +2,8 @@
 //! Anthropic messages, streams and errors come back in OpenAI's shapes.
 
 use super::openai::normalize_error;
-use super::{openai_error, Endpoint, ResponseContext, StreamTranslator, Translator};
-use crate::errors::GatewayError;
+use super::{Endpoint, ResponseContext, StreamTranslator, Translator};
+use crate::errors::{error_json, GatewayError};
 use crate::stream::sse::{SseEvent, SseParser, MAX_EVENT_BYTES};
 use hashbrown::HashMap;
 use serde_json::{json, Map, Value};
@@ -733,7 +733,7 @@ impl AnthropicStream {
 
     /// OpenAI's in-stream error chunk, then the end of the stream.
     fn end_with_error(&mut self, message: &str, kind: &str, out: &mut Vec<u8>) {
-        write_data(out, &openai_error(message, kind, None, None));
+        write_data(out, &error_json(message, kind, None, None));
         self.end(out);
     }
 

@@ -5,7 +5,7 @@ pub mod anthropic;
 pub mod openai;
 
 use crate::errors::GatewayError;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// The OpenAI endpoints the gateway serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,13 +119,6 @@ pub static PROVIDERS: &[ProviderSpec] = &[
 
 pub fn find(name: &str) -> Option<&'static ProviderSpec> {
     PROVIDERS.iter().find(|p| p.name == name)
-}
-
-/// The OpenAI error object, shared by every translator that reshapes errors.
-pub fn openai_error(message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Vec<u8> {
-    json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
-        .to_string()
-        .into_bytes()
 }
 
 /// The OpenAI error `type` that matches an HTTP status, for errors that carry none.

@@ -1,8 +1,8 @@
 //! OpenAI and every OpenAI-compatible provider: requests and responses pass through;
 //! only the credential header and non-OpenAI error bodies are reshaped.
 
-use super::{error_kind_for_status, openai_error, Endpoint, ResponseContext, StreamTranslator, Translator};
-use crate::errors::GatewayError;
+use super::{error_kind_for_status, Endpoint, ResponseContext, StreamTranslator, Translator};
+use crate::errors::{error_json, GatewayError};
 use serde_json::Value;
 
 pub struct OpenAi;
@@ -76,12 +76,12 @@ pub fn normalize_error(status: u16, body: &[u8]) -> Vec<u8> {
                     Value::Number(n) => Some(n.to_string()),
                     _ => None,
                 });
-                return openai_error(&message, &kind, param.as_deref(), code.as_deref());
+                return error_json(&message, &kind, param.as_deref(), code.as_deref());
             }
-            Some(Value::String(message)) => return openai_error(message, default_kind, None, None),
+            Some(Value::String(message)) => return error_json(message, default_kind, None, None),
             _ => {
                 if let Some(message) = text_of(root.get("message")).or_else(|| text_of(root.get("detail"))) {
-                    return openai_error(&message, default_kind, None, None);
+                    return error_json(&message, default_kind, None, None);
                 }
             }
         }
@@ -93,7 +93,7 @@ pub fn normalize_error(status: u16, body: &[u8]) -> Vec<u8> {
     } else {
         text.chars().take(1000).collect()
     };
-    openai_error(&message, default_kind, None, None)
+    error_json(&message, default_kind, None, None)
 }
 
 #[cfg(test)]
