@@ -1,24 +1,58 @@
 //! The thin host adapter: the only code that calls proxy-wasm. It feeds headers and bodies
 //! to the pure pipeline and applies the decisions it returns.
+//!
+//! The first attempt of a request goes through Envoy's router, so a healthy provider streams
+//! straight to the client. When it fails in a way the plan retries or falls back on, the
+//! response is held and later attempts run as dispatched calls; the final result is sent as a
+//! local response. Timers exist only on the root context, so the recovery state of a request
+//! lives in the worker's registry (`Worker`), reachable from both the request's context and
+//! the root's (retry delays fire in the root's `on_tick`, and calls dispatched there answer
+//! to the root).
 
 use crate::errors::GatewayError;
-use crate::pipeline::{self, Forward, Pending, ResponsePlan, Started, CLUSTER_HEADER, PROVIDER_HEADER, TRACE_HEADER};
+use crate::pipeline::{
+    self, Call, Forward, Pending, ResponsePlan, Started, CLUSTER_HEADER, PROVIDER_HEADER, RETRIES_HEADER,
+    TARGET_HEADER, TIMEOUT_HEADER, TRACE_HEADER,
+};
 use crate::providers::{ResponseContext, StreamTranslator};
 use crate::request::headers::{self, TraceFields};
+use crate::routing::attempts::Next;
+use crate::routing::breaker::{self, SharedStore};
+use crate::routing::plan::Failure;
+use crate::routing::Host;
 use crate::settings::Settings;
+use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, ContextType, LogLevel};
+use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, UNIX_EPOCH};
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { settings: Rc::new(Settings::default()) }) });
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
+        Box::new(Root { settings: Rc::new(Settings::default()), worker: Rc::new(Worker::default()) })
+    });
 }}
 
 #[link(wasm_import_module = "wasi_snapshot_preview1")]
 extern "C" {
     fn random_get(buf: *mut u8, len: usize) -> u16;
+}
+
+#[link(wasm_import_module = "env")]
+extern "C" {
+    fn proxy_send_local_response(
+        status_code: u32,
+        status_details_data: *const u8,
+        status_details_size: usize,
+        body_data: *const u8,
+        body_size: usize,
+        headers_data: *const u8,
+        headers_size: usize,
+        grpc_status: i32,
+    ) -> u32;
 }
 
 /// Random bytes from the host (WASI `random_get`), never from the clock.
@@ -32,19 +66,413 @@ fn random_bytes<const N: usize>() -> [u8; N] {
     buf
 }
 
+/// Randomness, clock and shared data for the pure routing code.
+struct ProxyHost;
+
+impl Host for ProxyHost {
+    fn random(&mut self) -> u64 {
+        u64::from_le_bytes(random_bytes::<8>())
+    }
+
+    fn now_ms(&self) -> u64 {
+        hostcalls::get_current_time()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+
+    fn store(&self) -> &dyn SharedStore {
+        self
+    }
+}
+
+impl SharedStore for ProxyHost {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        // A key that exists has a CAS token (its value may read as None when empty).
+        match hostcalls::get_shared_data(key) {
+            Ok((value, Some(cas))) => Some((value.unwrap_or_default(), cas)),
+            _ => None,
+        }
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
+        hostcalls::set_shared_data(key, Some(value), (cas != 0).then_some(cas)).is_ok()
+    }
+}
+
+/// Envoy's own text answers of a dispatched call that never reached a provider.
+fn call_failure(status: u16, body: &[u8]) -> Option<Failure> {
+    match status {
+        504 if body == b"upstream request timeout" => Some(Failure::Timeout),
+        503 if body.starts_with(b"upstream connect error") || body.starts_with(b"no healthy upstream") => {
+            Some(Failure::Unreachable)
+        }
+        _ => None,
+    }
+}
+
+/// How a failed attempt ended, kept for the final answer.
+enum Outcome {
+    Response { status: u16, headers: Vec<(String, Vec<u8>)>, body: Vec<u8> },
+    Timeout,
+    Unreachable,
+    Error(GatewayError),
+}
+
+/// A request whose first attempt failed and whose plan goes on.
+struct Recovery {
+    settings: Rc<Settings>,
+    call: Call,
+    /// The client's request headers and body, to build every later attempt.
+    raw: Vec<(String, Vec<u8>)>,
+    body: Vec<u8>,
+    trace_id: String,
+    /// The response plan of the latest attempt.
+    response: ResponsePlan,
+    latest: Outcome,
+    /// Status and provider of the answer, once sent.
+    answered: Option<(u16, &'static str)>,
+}
+
+/// A dispatched call's wait before it starts.
+struct Timer {
+    due_ms: u64,
+    context_id: u32,
+    attempt: usize,
+}
+
+/// Per-VM (per worker thread) state shared by the root context and the request contexts.
+#[derive(Default)]
+struct Worker {
+    recoveries: RefCell<HashMap<u32, Recovery>>,
+    /// Dispatched call token → request context.
+    calls: RefCell<HashMap<u32, u32>>,
+    timers: RefCell<Vec<Timer>>,
+    /// Metric counting circuits opened (an Envoy stat shared by every worker).
+    circuits_opened: Cell<Option<u32>>,
+}
+
+/// Without a request timeout, a dispatched call still needs one.
+const CALL_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl Worker {
+    /// Carries out `next` for the request in recovery `context_id`, until a call is on its way,
+    /// a timer is set, or the answer is sent. No registry borrow is held across a host call
+    /// that could re-enter the filter.
+    fn step(&self, context_id: u32, mut next: Next) {
+        loop {
+            next = match next {
+                Next::GiveUp => return self.answer(context_id),
+                Next::Call { index, delay_ms } if delay_ms > 0 => {
+                    let due_ms = ProxyHost.now_ms() + delay_ms;
+                    self.timers.borrow_mut().push(Timer { due_ms, context_id, attempt: index });
+                    return self.rearm();
+                }
+                Next::Call { index, .. } => match self.dispatch(context_id, index) {
+                    Some(failed) => failed,
+                    None => return,
+                },
+            };
+        }
+    }
+
+    /// Dispatches attempt `index`; what to do instead when it cannot even start.
+    fn dispatch(&self, context_id: u32, index: usize) -> Option<Next> {
+        let prepared = {
+            let mut recoveries = self.recoveries.borrow_mut();
+            let recovery = recoveries.get_mut(&context_id)?;
+            let now = || ProxyHost.now_ms() / 1000;
+            match recovery.call.forward(&recovery.settings, &recovery.raw, index, &now) {
+                Ok(forward) => {
+                    recovery.response = forward.response.clone();
+                    Ok(call_request(forward, &recovery.raw, &recovery.body))
+                }
+                Err(error) => {
+                    recovery.latest = Outcome::Error(error);
+                    Err(())
+                }
+            }
+        };
+        let Ok((cluster, headers, body, timeout)) = prepared else {
+            return Some(Next::GiveUp);
+        };
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        if hostcalls::set_effective_context(context_id).is_err() {
+            return None; // the request is gone
+        }
+        match hostcalls::dispatch_http_call(&cluster, headers, Some(&body), vec![], timeout) {
+            Ok(token) => {
+                self.calls.borrow_mut().insert(token, context_id);
+                None
+            }
+            Err(status) => {
+                log::warn!("dispatching to cluster {cluster} failed: {status:?}");
+                Some(self.failed(context_id, Failure::Unreachable, Outcome::Unreachable, &[]))
+            }
+        }
+    }
+
+    /// Records a failure of the latest attempt and asks the plan what comes next.
+    fn failed(&self, context_id: u32, failure: Failure, outcome: Outcome, headers: &[(String, Vec<u8>)]) -> Next {
+        let mut recoveries = self.recoveries.borrow_mut();
+        let Some(recovery) = recoveries.get_mut(&context_id) else {
+            return Next::GiveUp;
+        };
+        recovery.latest = outcome;
+        recovery.call.attempts.failed(failure, headers, &mut ProxyHost)
+    }
+
+    fn on_call_response(&self, token: u32, num_headers: usize, body_size: usize) {
+        let Some(context_id) = self.calls.borrow_mut().remove(&token) else {
+            return;
+        };
+        if !self.recoveries.borrow().contains_key(&context_id) {
+            return; // the client went away meanwhile
+        }
+        let headers = if num_headers == 0 {
+            Vec::new()
+        } else {
+            hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default()
+        };
+        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let status = headers::find(&headers, ":status")
+            .and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok())
+            .unwrap_or(0);
+        let (failure, outcome) = match call_failure(status, &body) {
+            Some(Failure::Timeout) => (Failure::Timeout, Outcome::Timeout),
+            Some(failure) => (failure, Outcome::Unreachable),
+            None if status == 0 => (Failure::Unreachable, Outcome::Unreachable),
+            None if (200..300).contains(&status) => {
+                if let Some(recovery) = self.recoveries.borrow_mut().get_mut(&context_id) {
+                    recovery.call.attempts.succeeded(status, &ProxyHost);
+                    recovery.latest = Outcome::Response { status, headers, body };
+                }
+                return self.answer(context_id);
+            }
+            None => (Failure::Status(status), Outcome::Response { status, headers: headers.clone(), body }),
+        };
+        let next = self.failed(context_id, failure, outcome, &headers);
+        self.step(context_id, next);
+    }
+
+    /// Sends the latest outcome to the client as a local response.
+    fn answer(&self, context_id: u32) {
+        let reply = {
+            let mut recoveries = self.recoveries.borrow_mut();
+            let Some(recovery) = recoveries.get_mut(&context_id) else {
+                return;
+            };
+            let reply = final_reply(recovery);
+            recovery.answered = Some((reply.0, recovery.response.provider.name));
+            reply
+        };
+        let (status, headers, body) = reply;
+        if hostcalls::set_effective_context(context_id).is_ok() {
+            send_local_response(status, &headers, &body);
+        }
+    }
+
+    /// Starts the calls whose delay is over.
+    fn on_tick(&self) {
+        let now = ProxyHost.now_ms();
+        let due: Vec<Timer> = {
+            let mut timers = self.timers.borrow_mut();
+            let (due, waiting) = timers.drain(..).partition(|t| t.due_ms <= now);
+            *timers = waiting;
+            due
+        };
+        for timer in due {
+            self.step(timer.context_id, Next::Call { index: timer.attempt, delay_ms: 0 });
+        }
+        self.rearm();
+    }
+
+    /// Ticks when the earliest timer is due; no ticks while nothing waits.
+    fn rearm(&self) {
+        let now = ProxyHost.now_ms();
+        let earliest = self.timers.borrow().iter().map(|t| t.due_ms).min();
+        let period = earliest.map_or(0, |due| due.saturating_sub(now).max(1));
+        if let Err(status) = hostcalls::set_tick_period(Duration::from_millis(period)) {
+            log::warn!("set_tick_period failed: {status:?}");
+        }
+    }
+
+    /// The request ended: drop what belongs to it.
+    fn forget(&self, context_id: u32) -> Option<Recovery> {
+        self.timers.borrow_mut().retain(|t| t.context_id != context_id);
+        self.calls.borrow_mut().retain(|_, owner| *owner != context_id);
+        self.recoveries.borrow_mut().remove(&context_id)
+    }
+
+    fn count_circuits_opened(&self, count: u32) {
+        if let (Some(metric), true) = (self.circuits_opened.get(), count > 0) {
+            let _ = hostcalls::increment_metric(metric, i64::from(count));
+        }
+    }
+}
+
+/// Cluster, headers, body and timeout of a dispatched call for `forward`.
+fn call_request(
+    forward: Forward,
+    raw: &[(String, Vec<u8>)],
+    original_body: &[u8],
+) -> (String, Vec<(String, String)>, Vec<u8>, Duration) {
+    let body = forward.body.clone().unwrap_or_else(|| original_body.to_vec());
+    let skip = [CLUSTER_HEADER, TIMEOUT_HEADER, "content-length", "transfer-encoding"];
+    let mut headers: Vec<(String, String)> = forward
+        .headers
+        .apply(raw)
+        .into_iter()
+        .filter(|(name, _)| !skip.contains(&name.as_str()))
+        .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
+        .collect();
+    headers.push(("content-length".into(), body.len().to_string()));
+    let timeout = forward.timeout_ms.map_or(CALL_TIMEOUT, Duration::from_millis);
+    (forward.cluster, headers, body, timeout)
+}
+
+/// Status, headers and body of the answer to a recovered request.
+fn final_reply(recovery: &Recovery) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let plan = &recovery.response;
+    let translator = plan.provider.translator;
+    let (status, mut headers, body) = match &recovery.latest {
+        Outcome::Response { status, headers, body } if (200..300).contains(status) => {
+            let content_type = headers::find(headers, "content-type").map(String::from_utf8_lossy).unwrap_or_default();
+            let stream = content_type.starts_with("text/event-stream");
+            let body = match &plan.chat {
+                None => Ok(body.clone()),
+                Some(ctx) if stream => {
+                    let mut out = Vec::with_capacity(body.len());
+                    let mut translator = translator.chat_stream(ctx.clone());
+                    translator.push(body, &mut out);
+                    translator.finish(&mut out);
+                    Ok(out)
+                }
+                Some(ctx) => translator.chat_response(body, ctx),
+            };
+            match body {
+                Ok(body) => (*status, provider_headers(headers, plan.chat.is_some() && !stream), body),
+                Err(error) => (error.status, json_headers(), error.to_json()),
+            }
+        }
+        Outcome::Response { status, body, .. } => (*status, json_headers(), translator.error_body(*status, body)),
+        Outcome::Timeout => {
+            let error = timeout_error();
+            (error.status, json_headers(), error.to_json())
+        }
+        Outcome::Unreachable => {
+            let error = unreachable_error("the connection failed before a response");
+            (error.status, json_headers(), error.to_json())
+        }
+        Outcome::Error(error) => (error.status, json_headers(), error.to_json()),
+    };
+    headers.push((TRACE_HEADER.into(), recovery.trace_id.clone()));
+    headers.push((PROVIDER_HEADER.into(), plan.provider.name.into()));
+    headers.extend(attempt_headers(&recovery.call));
+    (status, headers, body)
+}
+
+fn json_headers() -> Vec<(String, String)> {
+    vec![("content-type".into(), "application/json".into())]
+}
+
+/// The provider's response headers a local response may carry (Envoy frames the body).
+fn provider_headers(headers: &[(String, Vec<u8>)], translated_json: bool) -> Vec<(String, String)> {
+    let framing = ["content-length", "transfer-encoding", "connection", "keep-alive"];
+    let mut kept: Vec<(String, String)> = headers
+        .iter()
+        .filter(|(name, _)| !name.starts_with(':') && !framing.contains(&name.as_str()))
+        .filter(|(name, _)| !(translated_json && name == "content-type"))
+        .map(|(name, value)| (name.clone(), String::from_utf8_lossy(value).into_owned()))
+        .collect();
+    if translated_json {
+        kept.push(("content-type".into(), "application/json".into()));
+    }
+    kept
+}
+
+/// Which target served and how many retries it took.
+fn attempt_headers(call: &Call) -> Vec<(String, String)> {
+    let mut headers = Vec::new();
+    if !call.target_path().is_empty() {
+        headers.push((TARGET_HEADER.into(), call.target_path().to_string()));
+    }
+    if call.attempts.plan.can_recover() {
+        headers.push((RETRIES_HEADER.into(), call.attempts.retries.to_string()));
+    }
+    headers
+}
+
+fn timeout_error() -> GatewayError {
+    GatewayError::new(408, "timeout_error", "the provider did not answer within the request timeout")
+        .with_code("request_timeout")
+}
+
+fn unreachable_error(detail: &str) -> GatewayError {
+    GatewayError::new(502, "api_error", format!("provider unreachable: {detail}")).with_code("upstream_unreachable")
+}
+
+/// `proxy_send_local_response` without the SDK's panic when the stream can no longer be
+/// answered (a panic would kill the worker's VM).
+fn send_local_response(status: u16, headers: &[(String, String)], body: &[u8]) {
+    let mut serialized = Vec::with_capacity(64 + body.len());
+    serialized.extend_from_slice(&(headers.len() as u32).to_le_bytes());
+    for (name, value) in headers {
+        serialized.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        serialized.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    }
+    for (name, value) in headers {
+        serialized.extend_from_slice(name.as_bytes());
+        serialized.push(0);
+        serialized.extend_from_slice(value.as_bytes());
+        serialized.push(0);
+    }
+    // SAFETY: every pointer and length describes a live buffer owned by this function.
+    let result = unsafe {
+        proxy_send_local_response(
+            u32::from(status),
+            std::ptr::null(),
+            0,
+            body.as_ptr(),
+            body.len(),
+            serialized.as_ptr(),
+            serialized.len(),
+            -1,
+        )
+    };
+    if result != 0 {
+        log::warn!("the answer of a recovered request could not be sent (status {result})");
+    }
+}
+
 struct Root {
     /// Until a configuration loads, no key is accepted: requests fail closed with 401.
     settings: Rc<Settings>,
+    worker: Rc<Worker>,
 }
 
-impl Context for Root {}
+impl Context for Root {
+    fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _num_trailers: usize) {
+        self.worker.on_call_response(token, num_headers, body_size);
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
         // Follow Envoy's level for the wasm component, so disabled lines cost no formatting.
-        if let Ok(level) = proxy_wasm::hostcalls::get_log_level() {
+        if let Ok(level) = hostcalls::get_log_level() {
             proxy_wasm::set_log_level(level);
         }
+        // Every breaker slot exists before traffic, so each update is a compare-and-swap.
+        for key in breaker::slot_keys() {
+            if ProxyHost.get(&key).is_none() {
+                ProxyHost.set(&key, breaker::EMPTY_SLOT, 0);
+            }
+        }
+        self.worker.circuits_opened.set(hostcalls::define_metric(MetricType::Counter, "gateway.circuits_opened").ok());
         let bytes = self.get_plugin_configuration().unwrap_or_default();
         match Settings::parse(&bytes) {
             Ok(settings) => {
@@ -58,9 +486,15 @@ impl RootContext for Root {
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+    fn on_tick(&mut self) {
+        self.worker.on_tick();
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Request {
+            context_id,
             settings: Rc::clone(&self.settings),
+            worker: Rc::clone(&self.worker),
             trace_id: String::new(),
             phase: Phase::Headers,
             response: ResponseMode::Passthrough,
@@ -73,11 +507,21 @@ impl RootContext for Root {
     }
 }
 
+/// A request routed through Envoy's router.
+struct Routed {
+    call: Call,
+    response: ResponsePlan,
+    /// The client's headers and body, kept only when a failure could lead to another call.
+    retained: Option<(Vec<(String, Vec<u8>)>, Vec<u8>)>,
+}
+
 enum Phase {
     Headers,
     /// The request headers are held (with their raw values) until the body is complete.
     AwaitingBody(Pending, Vec<(String, Vec<u8>)>),
-    Forwarded(ResponsePlan),
+    Forwarded(Box<Routed>),
+    /// The first attempt failed; the worker's registry runs the next ones.
+    Recovering,
     /// The gateway answered itself; its response passes the response callbacks untouched.
     Answered,
 }
@@ -98,18 +542,20 @@ struct LogLine {
     path: String,
     trace: TraceFields,
     provider: &'static str,
+    target: String,
+    retries: u32,
     status: u16,
 }
 
 struct Request {
+    context_id: u32,
     settings: Rc<Settings>,
+    worker: Rc<Worker>,
     trace_id: String,
     phase: Phase,
     response: ResponseMode,
     log: LogLine,
 }
-
-impl Context for Request {}
 
 /// Names no cluster: a held request that Envoy resumed without the gateway's edits goes nowhere.
 const UNROUTED: &str = "gateway-unrouted";
@@ -131,11 +577,23 @@ impl Request {
         Action::Pause
     }
 
-    fn forward(&mut self, forward: Forward, raw: &[(String, Vec<u8>)]) -> Action {
-        let edited = forward.headers.apply(raw);
+    /// Sends the current attempt of `call` through Envoy's router.
+    fn forward(&mut self, call: Call, raw: Vec<(String, Vec<u8>)>, body: Option<(usize, Vec<u8>)>) -> Action {
+        let now = || self.now();
+        let forward = match call.forward(&self.settings, &raw, call.attempts.current, &now) {
+            Ok(forward) => forward,
+            Err(error) => return self.respond_error(&error),
+        };
+        let (body_size, original) = body.unwrap_or_default();
+        if let Some(new_body) = &forward.body {
+            self.set_http_request_body(0, body_size, new_body);
+        }
+        let edited = forward.headers.apply(&raw);
         self.set_http_request_headers_bytes(edited.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect());
         self.log.provider = forward.response.provider.name;
-        self.phase = Phase::Forwarded(forward.response);
+        self.log.target = call.target_path().to_string();
+        let retained = call.attempts.plan.can_recover().then_some((raw, original));
+        self.phase = Phase::Forwarded(Box::new(Routed { call, response: forward.response, retained }));
         Action::Continue
     }
 
@@ -149,12 +607,50 @@ impl Request {
             .unwrap_or(0)
     }
 
-    /// The finished body of a buffered response, and the status to answer with.
+    /// Why the routed attempt did not succeed: the provider's status, or (for Envoy's own
+    /// replies) a timeout or an unreachable provider.
+    fn routed_failure(&self, status: u16) -> Failure {
+        let details = self.get_property(vec!["response", "code_details"]).unwrap_or_default();
+        match details.as_slice() {
+            b"via_upstream" => Failure::Status(status),
+            d if d.windows(7).any(|w| w == b"timeout") => Failure::Timeout,
+            _ => Failure::Unreachable,
+        }
+    }
+
+    /// The routed attempt failed and the plan goes on: hold this response and hand the
+    /// request to the worker's registry.
+    fn recover(&mut self, routed: Routed, failure: Failure, next: Next) -> Action {
+        let Some((raw, body)) = routed.retained else {
+            return Action::Continue;
+        };
+        let latest = match failure {
+            Failure::Timeout => Outcome::Timeout,
+            Failure::Status(status) => Outcome::Response { status, headers: vec![], body: vec![] },
+            Failure::Unreachable | Failure::CircuitOpen => Outcome::Unreachable,
+        };
+        let recovery = Recovery {
+            settings: Rc::clone(&self.settings),
+            call: routed.call,
+            raw,
+            body,
+            trace_id: self.trace_id.clone(),
+            response: routed.response,
+            latest,
+            answered: None,
+        };
+        self.worker.recoveries.borrow_mut().insert(self.context_id, recovery);
+        self.phase = Phase::Recovering;
+        self.worker.step(self.context_id, next);
+        Action::Pause
+    }
+
+    /// The status and body a buffered response ends with.
     fn finish_buffered(&self, body: &[u8]) -> (u16, Vec<u8>) {
-        let Phase::Forwarded(plan) = &self.phase else {
+        let Phase::Forwarded(routed) = &self.phase else {
             return (self.log.status, body.to_vec());
         };
-        let translator = plan.provider.translator;
+        let translator = routed.response.provider.translator;
         match &self.response {
             ResponseMode::Error(status) => (*status, translator.error_body(*status, body)),
             ResponseMode::Chat(ctx) => match translator.chat_response(body, ctx) {
@@ -164,6 +660,16 @@ impl Request {
             },
             ResponseMode::Passthrough | ResponseMode::Stream(_) => (self.log.status, body.to_vec()),
         }
+    }
+
+    fn recovery_answered(&self) -> bool {
+        self.worker.recoveries.borrow().get(&self.context_id).is_some_and(|r| r.answered.is_some())
+    }
+}
+
+impl Context for Request {
+    fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _num_trailers: usize) {
+        self.worker.on_call_response(token, num_headers, body_size);
     }
 }
 
@@ -183,15 +689,14 @@ impl HttpContext for Request {
             trace,
             ..LogLine::default()
         };
-        let mut random = || u64::from_le_bytes(random_bytes::<8>());
-        match pipeline::start(&self.settings, &raw, &mut random) {
+        match pipeline::start(&self.settings, &raw, &mut ProxyHost) {
             Err(error) => self.respond_error(&error),
             Ok(Started::Health) => self.respond(200, br#"{"status":"ok"}"#),
-            Ok(Started::Ready(forward)) => self.forward(forward, &raw),
+            Ok(Started::Ready(call)) => self.forward(call, raw, None),
             Ok(Started::NeedsBody(pending)) if end_of_stream => {
                 // A JSON endpoint called without a body.
-                match pipeline::finish(pending, b"", &|| self.now()) {
-                    Ok(forward) => self.forward(forward, &raw),
+                match pipeline::finish(&self.settings, pending, b"", &mut ProxyHost) {
+                    Ok(call) => self.forward(call, raw, None),
                     Err(error) => self.respond_error(&error),
                 }
             }
@@ -215,14 +720,9 @@ impl HttpContext for Request {
             return Action::Continue;
         };
         let body = self.get_http_request_body(0, body_size).unwrap_or_default();
-        match pipeline::finish(pending, &body, &|| self.now()) {
+        match pipeline::finish(&self.settings, pending, &body, &mut ProxyHost) {
             Err(error) => self.respond_error(&error),
-            Ok(forward) => {
-                if let Some(new_body) = &forward.body {
-                    self.set_http_request_body(0, body_size, new_body);
-                }
-                self.forward(forward, &raw)
-            }
+            Ok(call) => self.forward(call, raw, Some((body_size, body))),
         }
     }
 
@@ -238,17 +738,48 @@ impl HttpContext for Request {
 
     fn on_http_response_headers(&mut self, _count: usize, end_of_stream: bool) -> Action {
         self.log.status = self.response_status();
-        let plan = match &self.phase {
-            Phase::Forwarded(plan) => plan.clone(),
+        let status = self.log.status;
+        match std::mem::replace(&mut self.phase, Phase::Answered) {
+            Phase::Forwarded(mut routed) if (200..300).contains(&status) => {
+                routed.call.attempts.succeeded(status, &ProxyHost);
+                self.phase = Phase::Forwarded(routed);
+            }
+            Phase::Forwarded(mut routed) => {
+                let failure = self.routed_failure(status);
+                let headers = self.get_http_response_headers_bytes();
+                let next = routed.call.attempts.failed(failure, &headers, &mut ProxyHost);
+                if matches!(next, Next::Call { .. }) && routed.retained.is_some() {
+                    return self.recover(*routed, failure, next);
+                }
+                self.phase = Phase::Forwarded(routed);
+                // Envoy's own reply (timeout, no connection) gets the gateway's error shape.
+                match failure {
+                    Failure::Timeout => return self.respond_error(&timeout_error()),
+                    Failure::Unreachable | Failure::CircuitOpen => {
+                        let details = self.get_property(vec!["response", "code_details"]).unwrap_or_default();
+                        return self.respond_error(&unreachable_error(&String::from_utf8_lossy(&details)));
+                    }
+                    Failure::Status(_) => {}
+                }
+            }
+            Phase::Recovering => {
+                self.phase = Phase::Recovering;
+                return if self.recovery_answered() { Action::Continue } else { Action::Pause };
+            }
             // The gateway's own answers already carry the trace id.
             Phase::Answered => return Action::Continue,
             // Envoy answered before the request went upstream (e.g. 413 for a huge body).
-            Phase::Headers | Phase::AwaitingBody(..) => {
+            phase @ (Phase::Headers | Phase::AwaitingBody(..)) => {
+                self.phase = phase;
                 self.set_http_response_header(TRACE_HEADER, Some(&self.trace_id));
                 return Action::Continue;
             }
+        }
+        let Phase::Forwarded(routed) = &self.phase else {
+            return Action::Continue;
         };
-        let status = self.log.status;
+        let plan = routed.response.clone();
+        let extra = attempt_headers(&routed.call);
         let has_body = self.log.method != "HEAD" && status >= 200 && status != 204 && status != 304;
         self.response = match &plan.chat {
             _ if !has_body => ResponseMode::Passthrough,
@@ -265,6 +796,9 @@ impl HttpContext for Request {
         };
         self.set_http_response_header(TRACE_HEADER, Some(&self.trace_id));
         self.set_http_response_header(PROVIDER_HEADER, Some(plan.provider.name));
+        for (name, value) in &extra {
+            self.set_http_response_header(name, Some(value));
+        }
         match self.response {
             ResponseMode::Passthrough => Action::Continue,
             ResponseMode::Stream(_) => {
@@ -283,6 +817,10 @@ impl HttpContext for Request {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if matches!(self.phase, Phase::Recovering) {
+            // The failed attempt's body: dropped with it when the answer is sent.
+            return if self.recovery_answered() { Action::Continue } else { Action::Pause };
+        }
         let buffered = match self.response {
             ResponseMode::Passthrough => return Action::Continue,
             ResponseMode::Stream(_) => false,
@@ -313,10 +851,22 @@ impl HttpContext for Request {
     }
 
     fn on_log(&mut self) {
+        if let Phase::Forwarded(routed) = &self.phase {
+            self.worker.count_circuits_opened(routed.call.attempts.circuits_opened);
+        }
+        if let Some(recovery) = self.worker.forget(self.context_id) {
+            self.worker.count_circuits_opened(recovery.call.attempts.circuits_opened);
+            self.log.target = recovery.call.target_path().to_string();
+            self.log.retries = recovery.call.attempts.retries;
+            if let Some((status, provider)) = recovery.answered {
+                self.log.status = status;
+                self.log.provider = provider;
+            }
+        }
         let log = &self.log;
         // Client-given values are quoted ({:?}) so they cannot forge fields of the line.
         log::info!(
-            "trace_id={:?} span_id={:?} parent_span_id={:?} span_name={:?} method={:?} path={:?} provider={} status={}",
+            "trace_id={:?} span_id={:?} parent_span_id={:?} span_name={:?} method={:?} path={:?} provider={} target={:?} retries={} status={}",
             self.trace_id,
             log.trace.span_id,
             log.trace.parent_span_id,
@@ -324,6 +874,8 @@ impl HttpContext for Request {
             log.method,
             log.path,
             if log.provider.is_empty() { "-" } else { log.provider },
+            log.target,
+            log.retries,
             log.status,
         );
     }

@@ -1,21 +1,28 @@
 //! A request's way through the gateway as plain decisions: the host adapter feeds it
 //! headers and body and applies what it returns.
 
+use crate::config::{Config, StrategyMode};
 use crate::errors::GatewayError;
 use crate::providers::{Endpoint, ProviderSpec, ResponseContext};
 use crate::request::chat;
-use crate::request::limits::{check_json_size, MAX_JSON_VALUES};
 use crate::request::endpoint::{classify, BodyMode, Route};
 use crate::request::headers::{self, decode_value, is_gateway_header, is_secret_header, GatewayHeaders};
-use crate::routing::{select_target, Target};
+use crate::request::limits::{check_json_size, MAX_JSON_VALUES};
+use crate::routing::attempts::Attempts;
+use crate::routing::plan::make_plan;
+use crate::routing::{parse_config_header, Host, Target};
 use crate::settings::Settings;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 /// Envoy routes on this header to the cluster that reaches the provider.
 pub const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
 /// Names the provider that served the request, on every provider response.
 pub const PROVIDER_HEADER: &str = "x-gateway-provider";
 pub const TRACE_HEADER: &str = "x-gateway-trace-id";
+/// Where the target that answered sits in the config, e.g. `targets[1].targets[0]`.
+pub const TARGET_HEADER: &str = "x-gateway-target";
+/// How many retries the answer took (on requests whose config can retry or fall back).
+pub const RETRIES_HEADER: &str = "x-gateway-retries";
 
 /// Request headers as the host gives them: lowercase names, raw values (values the gateway
 /// does not touch go upstream byte for byte).
@@ -47,34 +54,53 @@ pub struct ResponsePlan {
     pub chat: Option<ResponseContext>,
 }
 
-/// A request ready to go upstream.
+/// The upstream request of one attempt.
 pub struct Forward {
     pub headers: HeaderEdits,
-    /// The new body, when the gateway rewrote it.
+    /// The new body, when the gateway rewrote it (`None`: the client's bytes go as they came).
     pub body: Option<Vec<u8>>,
     pub response: ResponsePlan,
+    /// The Envoy cluster that reaches the provider (also set in `headers` for the router).
+    pub cluster: String,
+    /// The attempt's timeout until the response headers, in milliseconds.
+    pub timeout_ms: Option<u64>,
 }
 
-/// A request that needs its body before it can go upstream.
-pub struct Pending {
+/// What the request headers said, kept until the request is routed.
+pub struct Intake {
     endpoint: Endpoint,
-    target: Target,
-    headers: HeaderEdits,
+    path: String,
+    query: Option<String>,
+    gateway: GatewayHeaders,
+    config: Option<Config>,
+}
+
+/// A request that needs its body before it can be routed.
+pub struct Pending {
+    intake: Intake,
+}
+
+/// A routed request: its plan and everything needed to build the upstream request of any
+/// attempt (the first goes through Envoy's router, later ones as dispatched calls).
+pub struct Call {
+    intake: Intake,
+    /// The client's JSON body, parsed when the gateway needs to read or change it.
+    body: Option<Value>,
+    pub attempts: Attempts,
 }
 
 pub enum Started {
     Health,
-    Ready(Forward),
+    Ready(Call),
     NeedsBody(Pending),
 }
 
-/// Request headers arrived: authenticate, parse, pick the target, plan the upstream request.
-/// `random` gives random u64s from the host, asked for only when a choice is random.
-pub fn start(settings: &Settings, raw: &RawHeaders, random: &mut dyn FnMut() -> u64) -> Result<Started, GatewayError> {
+/// Request headers arrived: authenticate, parse the gateway headers and the config, and route
+/// the request when no body is needed.
+pub fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) -> Result<Started, GatewayError> {
     let pseudo = |name: &str| headers::find(raw, name).map(String::from_utf8_lossy).unwrap_or_default();
     let method = pseudo(":method");
-    let route = classify(&method, &pseudo(":path"))?;
-    let Route::Api { endpoint, body, path, query } = route else {
+    let Route::Api { endpoint, body, path, query } = classify(&method, &pseudo(":path"))? else {
         return Ok(Started::Health);
     };
     // The key comes first: a caller without one learns nothing else about the request.
@@ -98,15 +124,98 @@ pub fn start(settings: &Settings, raw: &RawHeaders, random: &mut dyn FnMut() -> 
         .map(|(name, value)| decode_value(name, value).map(|text| (name.as_str(), text)))
         .collect::<Result<Vec<_>, _>>()?;
     let gateway = GatewayHeaders::parse(decoded.iter().map(|(name, value)| (*name, value.as_str())))?;
-    let target = select_target(settings, &gateway, random)?;
-    let upstream_path = target.provider.translator.upstream_path(endpoint, &path)?;
-    let location = UpstreamPath { path: &upstream_path, query: query.as_deref() };
-    let edits = upstream_headers(settings, raw, &target, &gateway, location);
+    let config = gateway.config.as_deref().map(parse_config_header).transpose()?;
+    let intake = Intake { endpoint, path, query, gateway, config };
     if body == BodyMode::Json && method == "POST" {
-        Ok(Started::NeedsBody(Pending { endpoint, target, headers: edits }))
+        Ok(Started::NeedsBody(Pending { intake }))
     } else {
-        let response = ResponsePlan { provider: target.provider, chat: None };
-        Ok(Started::Ready(Forward { headers: edits, body: None, response }))
+        route(settings, intake, None, host).map(Started::Ready)
+    }
+}
+
+/// The whole request body arrived: parse it when the gateway reads or changes it, and route.
+pub fn finish(settings: &Settings, pending: Pending, body: &[u8], host: &mut dyn Host) -> Result<Call, GatewayError> {
+    let intake = pending.intake;
+    let reads_body = intake.endpoint == Endpoint::ChatCompletions
+        || intake.config.as_ref().is_some_and(|c| c.any_node(&|n| n.override_params.is_some() || is_conditional(n)));
+    let body = if reads_body { Some(Value::Object(parse_object(body)?)) } else { None };
+    route(settings, intake, body, host)
+}
+
+fn is_conditional(node: &Config) -> bool {
+    node.strategy.as_ref().is_some_and(|s| s.mode == StrategyMode::Conditional)
+}
+
+fn route(settings: &Settings, intake: Intake, body: Option<Value>, host: &mut dyn Host) -> Result<Call, GatewayError> {
+    // Conditions read the metadata, the body and the path (built only when a condition asks).
+    let input = if intake.config.as_ref().is_some_and(|c| c.any_node(&is_conditional)) {
+        json!({
+            "metadata": intake.gateway.metadata.clone().unwrap_or_default(),
+            "params": body.clone().unwrap_or(Value::Null),
+            "url": {"pathname": intake.path},
+        })
+    } else {
+        Value::Null
+    };
+    let plan = make_plan(settings, &intake.gateway, intake.config.as_ref(), &input, host)?;
+    let attempts = Attempts::start(plan, host)?;
+    Ok(Call { intake, body, attempts })
+}
+
+impl Call {
+    /// The upstream request of attempt `index`: headers, path, auth and body for its target.
+    /// `now` reads Unix seconds from the host clock, only when a response will need them.
+    pub fn forward(&self, settings: &Settings, raw: &RawHeaders, index: usize, now: &dyn Fn() -> u64) -> Result<Forward, GatewayError> {
+        let target = match self.attempts.plan.attempts.get(index) {
+            Some(attempt) => &attempt.target,
+            None => return Err(GatewayError::new(500, "api_error", "no such attempt")),
+        };
+        let intake = &self.intake;
+        let upstream_path = target.provider.translator.upstream_path(intake.endpoint, &intake.path)?;
+        let location = UpstreamPath { path: &upstream_path, query: intake.query.as_deref() };
+        let headers = upstream_headers(settings, raw, target, &intake.gateway, location);
+        let cluster = if target.upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
+        let forward = |headers, body, chat| Forward {
+            headers,
+            body,
+            response: ResponsePlan { provider: target.provider, chat },
+            cluster: cluster.clone(),
+            timeout_ms: target.options.request_timeout,
+        };
+        let Some(request) = &self.body else {
+            return Ok(forward(headers, None, None));
+        };
+        let overrides = &target.options.override_params;
+        let translator = target.provider.translator;
+        if intake.endpoint != Endpoint::ChatCompletions {
+            if overrides.is_empty() {
+                return Ok(forward(headers, None, None));
+            }
+            let (headers, body) = with_json_body(headers, overridden(request, overrides));
+            return Ok(forward(headers, Some(body), None));
+        }
+        let strict = target.options.strict_vendor_compliance;
+        if overrides.is_empty() && !translator.translates_responses() {
+            // OpenAI-compatible and untouched: the original bytes go upstream as they came.
+            check_chat(request, strict)?;
+            return Ok(forward(headers, None, None));
+        }
+        let value = overridden(request, overrides);
+        check_chat(&value, strict)?;
+        let chat_context = translator.translates_responses().then(|| ResponseContext {
+            model: value.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
+            created: now(),
+            include_usage: chat::include_usage(&value),
+            strict_vendor_compliance: strict,
+        });
+        let translated = translator.chat_request(value, strict)?;
+        let (headers, body) = with_json_body(headers, translated);
+        Ok(forward(headers, Some(body), chat_context))
+    }
+
+    /// Where the current attempt's target sits in the config (empty for the root).
+    pub fn target_path(&self) -> &str {
+        self.attempts.plan.attempts.get(self.attempts.current).map_or("", |a| a.path.as_str())
     }
 }
 
@@ -153,58 +262,41 @@ fn upstream_headers(
     if let Some(ms) = target.options.request_timeout {
         // Envoy's per-try timer stops at the response headers (the route timer would also
         // cut a stream that has started).
-        edits.set.push(("x-envoy-upstream-rq-per-try-timeout-ms".into(), ms.to_string()));
+        edits.set.push((TIMEOUT_HEADER.into(), ms.to_string()));
     }
     edits
 }
 
-/// The whole request body arrived: validate it, apply `override_params`, translate it.
-/// `now` reads Unix seconds from the host clock, only when a response will need them.
-pub fn finish(pending: Pending, body: &[u8], now: &dyn Fn() -> u64) -> Result<Forward, GatewayError> {
-    let Pending { endpoint, target, headers } = pending;
-    let response = |chat| ResponsePlan { provider: target.provider, chat };
-    let overrides = &target.options.override_params;
-    let translator = target.provider.translator;
-    let is_chat = endpoint == Endpoint::ChatCompletions;
-    if !is_chat && overrides.is_empty() {
-        return Ok(Forward { headers, body: None, response: response(None) });
+/// Envoy's per-try timeout of a routed request.
+pub const TIMEOUT_HEADER: &str = "x-envoy-upstream-rq-per-try-timeout-ms";
+
+/// The request with `override_params` forced onto it.
+fn overridden(request: &Value, overrides: &Map<String, Value>) -> Value {
+    let mut value = request.clone();
+    if let Value::Object(map) = &mut value {
+        for (key, v) in overrides {
+            map.insert(key.clone(), v.clone());
+        }
     }
-    let mut request = parse_object(body)?;
-    apply_overrides(&mut request, overrides);
-    let mut chat_context = None;
-    if is_chat {
-        let value = Value::Object(request);
-        chat::validate_chat_request(&value)?;
-        let strict = target.options.strict_vendor_compliance;
-        if strict && value.get("thinking").is_some_and(|t| !t.is_null()) {
-            return Err(GatewayError::invalid_param(
-                "thinking",
-                "thinking requires strict_vendor_compliance false in the config",
-            ));
-        }
-        if !translator.translates_responses() && overrides.is_empty() {
-            // OpenAI-compatible and untouched: the original bytes go upstream as they came.
-            return Ok(Forward { headers, body: None, response: response(None) });
-        }
-        if translator.translates_responses() {
-            chat_context = Some(ResponseContext {
-                model: value.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
-                created: now(),
-                include_usage: chat::include_usage(&value),
-                strict_vendor_compliance: strict,
-            });
-        }
-        let translated = translator.chat_request(value, strict)?;
-        return Ok(with_json_body(headers, translated, response(chat_context)));
-    }
-    Ok(with_json_body(headers, Value::Object(request), response(None)))
+    value
 }
 
-fn with_json_body(mut headers: HeaderEdits, body: Value, response: ResponsePlan) -> Forward {
+fn check_chat(request: &Value, strict: bool) -> Result<(), GatewayError> {
+    chat::validate_chat_request(request)?;
+    if strict && request.get("thinking").is_some_and(|t| !t.is_null()) {
+        return Err(GatewayError::invalid_param(
+            "thinking",
+            "thinking requires strict_vendor_compliance false in the config",
+        ));
+    }
+    Ok(())
+}
+
+fn with_json_body(mut headers: HeaderEdits, body: Value) -> (HeaderEdits, Vec<u8>) {
     let bytes = body.to_string().into_bytes();
     headers.set.push(("content-length".into(), bytes.len().to_string()));
     headers.set.push(("content-type".into(), "application/json".into()));
-    Forward { headers, body: Some(bytes), response }
+    (headers, bytes)
 }
 
 fn parse_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {
@@ -216,18 +308,13 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {
     }
 }
 
-fn apply_overrides(request: &mut Map<String, Value>, overrides: &Map<String, Value>) {
-    for (key, value) in overrides {
-        request.insert(key.clone(), value.clone());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
+    use crate::routing::testing::FakeHost;
 
     fn settings() -> Settings {
         Settings::parse(br#"{"api_keys": ["gw-key"]}"#).unwrap()
@@ -249,8 +336,21 @@ mod tests {
     ];
 
     fn started(h: &RawHeaders) -> Result<Started, GatewayError> {
-        start(&settings(), h, &mut || 0)
+        start(&settings(), h, &mut FakeHost::new(0))
     }
+
+    /// The first attempt's upstream request for headers `h` and `body`.
+    fn forwarded(h: &RawHeaders, body: &[u8]) -> Result<Forward, GatewayError> {
+        let mut host = FakeHost::new(0);
+        let call = match start(&settings(), h, &mut host)? {
+            Started::Ready(call) => call,
+            Started::NeedsBody(pending) => finish(&settings(), pending, body, &mut host)?,
+            Started::Health => panic!("not an API request"),
+        };
+        call.forward(&settings(), h, call.attempts.current, &|| 1)
+    }
+
+    const CHAT: &[u8] = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
 
     #[test]
     fn health_needs_no_key() {
@@ -274,20 +374,20 @@ mod tests {
         let mut h = request("POST", "/v1/chat/completions", OPENAI_LOCAL);
         h.push(("x-gateway-forward-headers".into(), b"x-gateway-api-key, apikey, x-gateway-config, x-gateway-provider".to_vec()));
         h.push(("apikey".into(), b"gw-key".to_vec()));
-        let Ok(Started::NeedsBody(pending)) = started(&h) else { panic!() };
+        let edits = forwarded(&h, CHAT).ok().unwrap().headers;
         for gone in ["x-gateway-api-key", "apikey"] {
-            assert!(pending.headers.remove.iter().any(|n| n == gone), "{gone}");
+            assert!(edits.remove.iter().any(|n| n == gone), "{gone}");
         }
         // A non-secret gateway header may be forwarded on request.
-        assert!(!pending.headers.remove.iter().any(|n| n == "x-gateway-provider"));
+        assert!(!edits.remove.iter().any(|n| n == "x-gateway-provider"));
     }
 
     #[test]
     fn other_header_bytes_pass_untouched() {
         let mut h = request("GET", "/v1/batches", OPENAI_LOCAL);
         h.push(("x-latin1".into(), b"caf\xe9".to_vec()));
-        let Ok(Started::Ready(forward)) = started(&h) else { panic!() };
-        let upstream = forward.headers.apply(&h);
+        assert!(matches!(started(&h), Ok(Started::Ready(_))));
+        let upstream = forwarded(&h, b"").ok().unwrap().headers.apply(&h);
         assert!(upstream.contains(&("x-latin1".to_string(), b"caf\xe9".to_vec())));
         let mut bad = request("GET", "/v1/batches", OPENAI_LOCAL);
         bad.push(("x-gateway-metadata".into(), b"{\"a\":\"\xff\"}".to_vec()));
@@ -296,10 +396,11 @@ mod tests {
 
     #[test]
     fn plans_upstream_headers() {
-        let Ok(Started::NeedsBody(pending)) = started(&request("POST", "/v1/chat/completions", OPENAI_LOCAL)) else {
-            panic!("chat needs the body")
-        };
-        let edits = &pending.headers;
+        let h = request("POST", "/v1/chat/completions", OPENAI_LOCAL);
+        assert!(matches!(started(&h), Ok(Started::NeedsBody(_))), "chat needs the body");
+        let forward = forwarded(&h, CHAT).ok().unwrap();
+        assert_eq!(forward.cluster, "gateway_upstream_plain");
+        let edits = &forward.headers;
         for gone in ["x-gateway-api-key", "x-gateway-provider", "x-gateway-custom-host", "accept-encoding"] {
             assert!(edits.remove.iter().any(|n| n == gone), "{gone}");
         }
@@ -326,18 +427,13 @@ mod tests {
 
     #[test]
     fn passthrough_endpoints_keep_the_query() {
-        let Ok(Started::Ready(forward)) = started(&request("GET", "/v1/batches?limit=2", OPENAI_LOCAL)) else {
-            panic!("resources go straight through")
-        };
+        let forward = forwarded(&request("GET", "/v1/batches?limit=2", OPENAI_LOCAL), b"").ok().unwrap();
         assert!(forward.headers.set.contains(&(":path".to_string(), "/v1/batches?limit=2".to_string())));
     }
 
     #[test]
     fn untouched_openai_chat_keeps_its_bytes() {
-        let Ok(Started::NeedsBody(pending)) = started(&request("POST", "/v1/chat/completions", OPENAI_LOCAL)) else {
-            panic!()
-        };
-        let forward = finish(pending, br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#, &|| 1).ok().unwrap();
+        let forward = forwarded(&request("POST", "/v1/chat/completions", OPENAI_LOCAL), CHAT).ok().unwrap();
         assert!(forward.body.is_none());
         assert!(forward.response.chat.is_none());
     }
@@ -346,8 +442,7 @@ mod tests {
     fn override_params_rewrite_the_body() {
         let config = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","override_params":{"model":"forced"}}"#;
         let h = request("POST", "/v1/chat/completions", &[("x-gateway-api-key", "gw-key"), ("x-gateway-config", config)]);
-        let Ok(Started::NeedsBody(pending)) = started(&h) else { panic!() };
-        let forward = finish(pending, br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#, &|| 1).ok().unwrap();
+        let forward = forwarded(&h, CHAT).ok().unwrap();
         let body: Value = serde_json::from_slice(&forward.body.unwrap()).unwrap();
         assert_eq!(body["model"], "forced");
         let length = forward.headers.set.iter().find(|(n, _)| n == "content-length").map(|(_, v)| v.clone());
@@ -358,19 +453,15 @@ mod tests {
     fn bad_bodies_are_400s() {
         let too_many_values = format!("[{}0]", "0,".repeat(MAX_JSON_VALUES));
         for body in [&b"not json"[..], b"[1]", b"{\"model\":\"m\",\"messages\":[]}", b"\xff\xfe", too_many_values.as_bytes()] {
-            let Ok(Started::NeedsBody(pending)) = started(&request("POST", "/v1/chat/completions", OPENAI_LOCAL)) else {
-                panic!()
-            };
-            assert_eq!(finish(pending, body, &|| 1).err().unwrap().status, 400);
+            let h = request("POST", "/v1/chat/completions", OPENAI_LOCAL);
+            assert_eq!(forwarded(&h, body).err().unwrap().status, 400);
         }
     }
 
     #[test]
     fn thinking_needs_non_strict_mode() {
-        let Ok(Started::NeedsBody(pending)) = started(&request("POST", "/v1/chat/completions", OPENAI_LOCAL)) else {
-            panic!()
-        };
         let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"thinking":{"type":"enabled","budget_tokens":1024}}"#;
-        assert_eq!(finish(pending, body, &|| 1).err().unwrap().param.as_deref(), Some("thinking"));
+        let h = request("POST", "/v1/chat/completions", OPENAI_LOCAL);
+        assert_eq!(forwarded(&h, body).err().unwrap().param.as_deref(), Some("thinking"));
     }
 }

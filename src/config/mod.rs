@@ -63,6 +63,13 @@ pub struct Config {
     pub cloud_a_api_version: Option<String>,
 }
 
+impl Config {
+    /// Whether this node or any target below it satisfies `test`.
+    pub fn any_node(&self, test: &dyn Fn(&Config) -> bool) -> bool {
+        test(self) || self.targets.iter().any(|t| t.any_node(test))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Strategy {
     pub mode: StrategyMode,

@@ -1,7 +1,14 @@
-//! Picks the provider target for a request from the gateway headers and the config, and
-//! works out where it lives. (Strategies beyond single and loadbalance: the routing issue.)
+//! Routing: which provider targets a request goes to and what happens when one fails.
+//! `plan` walks the strategy tree into an ordered plan of attempts, `attempts` drives it
+//! through failures (retries, fallback, circuit breaker); this file builds single targets.
 
-use crate::config::{parse_config, Config, StrategyMode};
+pub mod attempts;
+pub mod breaker;
+pub mod plan;
+pub mod query;
+pub mod retry;
+
+use crate::config::{parse_config, CacheConfig, CircuitBreakerConfig, Config, RetryConfig};
 use crate::errors::GatewayError;
 use crate::providers::{self, ProviderSpec};
 use crate::request::headers::GatewayHeaders;
@@ -16,20 +23,35 @@ pub struct TargetOptions {
     pub forward_headers: Vec<String>,
     pub strict_vendor_compliance: bool,
     pub request_timeout: Option<u64>,
+    pub retry: Option<RetryConfig>,
+    pub cb_config: Option<CircuitBreakerConfig>,
+    pub cache: Option<CacheConfig>,
+}
+
+/// What routing needs from the host: randomness, the clock and the process-wide store.
+pub trait Host {
+    /// A uniformly random u64 (WASI `random_get`, never the clock).
+    fn random(&mut self) -> u64;
+    /// Unix time in milliseconds.
+    fn now_ms(&self) -> u64;
+    fn store(&self) -> &dyn breaker::SharedStore;
 }
 
 impl TargetOptions {
-    fn from_headers(headers: &GatewayHeaders) -> Self {
+    pub(crate) fn from_headers(headers: &GatewayHeaders) -> Self {
         TargetOptions {
             override_params: Map::new(),
             forward_headers: headers.forward_headers.clone().unwrap_or_default(),
             strict_vendor_compliance: true,
             request_timeout: headers.request_timeout,
+            retry: None,
+            cb_config: None,
+            cache: None,
         }
     }
 
     /// The options of `node` on top of its parent's: set values win, override params merge.
-    fn inherit(&self, node: &Config) -> Self {
+    pub(crate) fn inherit(&self, node: &Config) -> Self {
         let mut merged = self.clone();
         if let Some(params) = &node.override_params {
             merged.override_params.extend(params.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -44,8 +66,18 @@ impl TargetOptions {
         if let Some(strict) = node.strict_vendor_compliance {
             merged.strict_vendor_compliance = strict;
         }
+        // The header's timeout is the caller's own limit; a config value replaces it.
         if node.request_timeout.is_some() {
             merged.request_timeout = node.request_timeout;
+        }
+        if node.retry.is_some() {
+            merged.retry = node.retry.clone();
+        }
+        if node.cb_config.is_some() {
+            merged.cb_config = node.cb_config.clone();
+        }
+        if node.cache.is_some() {
+            merged.cache = node.cache.clone();
         }
         merged
     }
@@ -71,24 +103,8 @@ struct Choice {
     vendor_project: Option<String>,
 }
 
-/// Selects the target for a request. `random` gives uniformly random u64s from the host; it
-/// is called only when a choice is random (a host call saved on every other request).
-pub fn select_target(
-    settings: &Settings,
-    headers: &GatewayHeaders,
-    random: &mut dyn FnMut() -> u64,
-) -> Result<Target, GatewayError> {
-    let options = TargetOptions::from_headers(headers);
-    match &headers.config {
-        Some(raw) => {
-            let config = parse_config_header(raw)?;
-            resolve_node(settings, headers, &config, &options, random)
-        }
-        None => build_target(settings, choice_from_headers(settings, headers)?, options),
-    }
-}
-
-fn parse_config_header(raw: &str) -> Result<Config, GatewayError> {
+/// The config header: a JSON config object, or the id of a saved config.
+pub fn parse_config_header(raw: &str) -> Result<Config, GatewayError> {
     match serde_json::from_str::<Value>(raw) {
         Ok(value) => parse_config(&value).map_err(|e| e.to_gateway_error()),
         Err(e) if raw.starts_with(['{', '[']) => {
@@ -107,28 +123,14 @@ fn parse_config_header(raw: &str) -> Result<Config, GatewayError> {
     }
 }
 
-fn resolve_node(
+/// The target a config node without a strategy names: its provider or virtual key, else
+/// (a config that sets only options such as retry) the provider the headers select.
+pub(crate) fn leaf_target(
     settings: &Settings,
     headers: &GatewayHeaders,
     node: &Config,
-    inherited: &TargetOptions,
-    random: &mut dyn FnMut() -> u64,
+    options: TargetOptions,
 ) -> Result<Target, GatewayError> {
-    let options = inherited.inherit(node);
-    if let Some(feature) = unavailable_feature(node) {
-        return Err(not_implemented(feature));
-    }
-    if let Some(strategy) = &node.strategy {
-        let child = match strategy.mode {
-            StrategyMode::Single => node.targets.first(),
-            StrategyMode::LoadBalance => Some(pick_weighted(&node.targets, random())?),
-            StrategyMode::Fallback => return Err(not_implemented("strategy mode fallback")),
-            StrategyMode::Conditional => return Err(not_implemented("strategy mode conditional")),
-        };
-        if let Some(child) = child {
-            return resolve_node(settings, headers, child, &options, random);
-        }
-    }
     let choice = if let Some(provider) = &node.provider {
         match provider.strip_prefix('@') {
             Some(slug) => choice_from_credential(settings, slug)?,
@@ -143,7 +145,6 @@ fn resolve_node(
     } else if let Some(virtual_key) = &node.virtual_key {
         choice_from_credential(settings, virtual_key)?
     } else {
-        // A config that sets only options (cache, retry, ...): the headers pick the provider.
         choice_from_headers(settings, headers)?
     };
     let choice = Choice {
@@ -154,11 +155,16 @@ fn resolve_node(
     build_target(settings, choice, options)
 }
 
+/// The target the headers alone select (no config).
+pub(crate) fn header_target(settings: &Settings, headers: &GatewayHeaders) -> Result<Target, GatewayError> {
+    build_target(settings, choice_from_headers(settings, headers)?, TargetOptions::from_headers(headers))
+}
+
 /// Config features this build validates but cannot run yet. Those that change the request
 /// or guard it are refused rather than skipped: silently dropping a guardrail or a prompt
-/// template would send something the user did not intend. (Cache, retry and the circuit
-/// breaker only make a call cheaper or more robust, so they are accepted.)
-fn unavailable_feature(node: &Config) -> Option<&'static str> {
+/// template would send something the user did not intend. (The cache only makes a call
+/// cheaper, so it is accepted.)
+pub(crate) fn unavailable_feature(node: &Config) -> Option<&'static str> {
     if node.prompt_id.is_some() {
         Some("prompt_id (prompt templates need the control plane)")
     } else if !node.input_guardrails.is_empty() || !node.output_guardrails.is_empty() {
@@ -170,32 +176,9 @@ fn unavailable_feature(node: &Config) -> Option<&'static str> {
     }
 }
 
-fn not_implemented(feature: &str) -> GatewayError {
+pub(crate) fn not_implemented(feature: &str) -> GatewayError {
     GatewayError::new(501, "api_error", format!("{feature} is not available in this gateway build yet"))
         .with_code("not_implemented")
-}
-
-fn pick_weighted(targets: &[Config], random: u64) -> Result<&Config, GatewayError> {
-    let weight = |t: &Config| t.weight.unwrap_or(1.0).max(0.0);
-    let total: f64 = targets.iter().map(weight).sum();
-    if total <= 0.0 {
-        return Err(GatewayError::new(400, "invalid_request_error", "every loadbalance target has weight 0")
-            .with_code("invalid_config"));
-    }
-    let mut point = (random >> 11) as f64 / (1u64 << 53) as f64 * total;
-    let mut last_positive = None;
-    for target in targets {
-        let w = weight(target);
-        if w > 0.0 {
-            if point < w {
-                return Ok(target);
-            }
-            point -= w;
-            last_positive = Some(target);
-        }
-    }
-    // Rounding can leave `point` a hair above the last weight.
-    last_positive.ok_or_else(|| GatewayError::new(400, "invalid_request_error", "no loadbalance target"))
 }
 
 fn choice_from_credential(settings: &Settings, name: &str) -> Result<Choice, GatewayError> {
@@ -307,8 +290,16 @@ mod tests {
         GatewayHeaders::parse(pairs.iter().copied()).unwrap()
     }
 
+    /// The first target of the plan the headers make.
+    fn select_target(settings: &Settings, headers: &GatewayHeaders, random: u64) -> Result<Target, GatewayError> {
+        let config = headers.config.as_deref().map(parse_config_header).transpose()?;
+        let mut host = testing::FakeHost::new(random);
+        let plan = plan::make_plan(settings, headers, config.as_ref(), &Value::Null, &mut host)?;
+        plan.attempts.into_iter().next().map(|a| a.target).ok_or_else(|| GatewayError::new(500, "api_error", "empty plan"))
+    }
+
     fn select(pairs: &[(&str, &str)]) -> Result<Target, GatewayError> {
-        select_target(&settings(), &headers(pairs), &mut || 0)
+        select_target(&settings(), &headers(pairs), 0)
     }
 
     #[test]
@@ -381,7 +372,6 @@ mod tests {
             r#"{"provider":"openai","api_key":"k","prompt_id":"p1"}"#,
             r#"{"provider":"openai","api_key":"k","input_guardrails":["pii"]}"#,
             r#"{"strategy":{"mode":"loadbalance"},"before_request_hooks":[{"id":"h"}],"targets":[{"provider":"openai","api_key":"k"}]}"#,
-            r#"{"strategy":{"mode":"fallback"},"targets":[{"provider":"openai","api_key":"k"}]}"#,
         ] {
             let err = select(&[("x-gateway-config", config)]).err().unwrap();
             assert_eq!((err.status, err.code), (501, Some("not_implemented")), "{config}");
@@ -397,12 +387,63 @@ mod tests {
                 {{"provider": "openai", "api_key": "first", "weight": {w0}}},
                 {{"provider": "openai", "api_key": "second", "weight": {w1}}}]}}"#
             );
-            select_target(&settings(), &headers(&[("x-gateway-config", &config)]), &mut || random).map(|t| t.api_key.unwrap())
+            select_target(&settings(), &headers(&[("x-gateway-config", &config)]), random).map(|t| t.api_key.unwrap())
         };
         assert_eq!(lb(1.0, 1.0, 0).unwrap(), "first");
         assert_eq!(lb(1.0, 1.0, u64::MAX).unwrap(), "second");
         assert_eq!(lb(0.0, 1.0, 0).unwrap(), "second");
         assert_eq!(lb(1.0, 0.0, u64::MAX).unwrap(), "first");
         assert_eq!(lb(0.0, 0.0, 0).unwrap_err().status, 400);
+    }
+}
+
+/// A host for tests: scripted randomness and clock, and an in-memory store with CAS.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::breaker::SharedStore;
+    use super::Host;
+    use std::cell::{Cell, RefCell};
+    use std::collections::HashMap;
+
+    pub struct FakeHost {
+        pub random: u64,
+        pub now_ms: Cell<u64>,
+        pub data: RefCell<HashMap<String, (Vec<u8>, u32)>>,
+    }
+
+    impl FakeHost {
+        pub fn new(random: u64) -> Self {
+            FakeHost { random, now_ms: Cell::new(1_000_000), data: RefCell::new(HashMap::new()) }
+        }
+    }
+
+    impl Host for FakeHost {
+        fn random(&mut self) -> u64 {
+            self.random
+        }
+
+        fn now_ms(&self) -> u64 {
+            self.now_ms.get()
+        }
+
+        fn store(&self) -> &dyn SharedStore {
+            self
+        }
+    }
+
+    impl SharedStore for FakeHost {
+        fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+            self.data.borrow().get(key).cloned()
+        }
+
+        fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
+            let mut data = self.data.borrow_mut();
+            let current = data.get(key).map_or(0, |(_, c)| *c);
+            if cas != 0 && cas != current {
+                return false;
+            }
+            data.insert(key.to_string(), (value.to_vec(), current + 1));
+            true
+        }
     }
 }

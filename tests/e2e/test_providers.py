@@ -210,13 +210,9 @@ def test_loadbalance_never_picks_a_weight_0_target(gateway, openai_mock, anthrop
 
 
 @pytest.mark.parametrize("make", [
-    lambda m: {"strategy": {"mode": "fallback"}, "targets": [provider_config(m), provider_config(m)]},
-    lambda m: {"strategy": {"mode": "conditional", "default": "a",
-                            "conditions": [{"query": {"metadata.tier": {"$eq": "pro"}}, "then": "a"}]},
-               "targets": [provider_config(m, name="a")]},
     lambda m: provider_config(m, prompt_id="pp-welcome"),
     lambda m: provider_config(m, input_guardrails=["pg-pii-1"]),
-], ids=["fallback", "conditional", "prompt_id", "input_guardrails"])
+], ids=["prompt_id", "input_guardrails"])
 def test_config_features_not_in_this_build_are_501(gateway, openai_mock, make):
     r = gateway.chat(config(make(openai_mock)))
     assert_error(r, 501, code="not_implemented")

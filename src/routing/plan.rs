@@ -1,0 +1,380 @@
+//! Walks the strategy tree into a plan: the targets to try, in order, and for each one where a
+//! failure leads. Fallback is the only mode that tries more than one target; loadbalance and
+//! conditional choose one child while the plan is made.
+
+use super::breaker::{circuit_id, is_open, CircuitId};
+use super::{header_target, leaf_target, not_implemented, query, unavailable_feature, Host, Target, TargetOptions};
+use crate::config::{CircuitBreakerConfig, Config, StrategyMode};
+use crate::errors::GatewayError;
+use crate::request::headers::GatewayHeaders;
+use crate::settings::Settings;
+use serde_json::Value;
+
+/// One target of the plan.
+pub struct Attempt {
+    pub target: Target,
+    /// Where the target sits in the config, e.g. `targets[1].targets[0]`; empty for the root.
+    pub path: String,
+    pub circuit: Option<Circuit>,
+    /// The fallbacks this target belongs to, innermost first.
+    exits: Vec<Exit>,
+}
+
+pub struct Circuit {
+    pub id: CircuitId,
+    pub config: CircuitBreakerConfig,
+}
+
+/// How an attempt leaves one enclosing fallback when it fails.
+struct Exit {
+    /// The fallback's `on_status_codes`; `None`: every failure falls back.
+    on_status_codes: Option<Vec<u16>>,
+    /// The first attempt of the next target of that fallback; `None` when this was its last.
+    next: Option<usize>,
+}
+
+/// Why an attempt did not succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The provider answered with a status that is not 2xx.
+    Status(u16),
+    /// No response headers within the request timeout.
+    Timeout,
+    /// No connection, or the connection broke before the response headers.
+    Unreachable,
+    /// The target's circuit is open: it was skipped without a call.
+    CircuitOpen,
+}
+
+impl Failure {
+    /// The status a user's status lists match: a timeout is a 408 and an unreachable provider
+    /// a 502, as the client would see them.
+    pub fn status(self) -> u16 {
+        match self {
+            Failure::Status(status) => status,
+            Failure::Timeout => 408,
+            Failure::Unreachable => 502,
+            Failure::CircuitOpen => 503,
+        }
+    }
+
+    /// The provider's status; `None` for failures without one.
+    pub fn provider_status(self) -> Option<u16> {
+        match self {
+            Failure::Status(status) => Some(status),
+            _ => None,
+        }
+    }
+}
+
+impl Exit {
+    fn taken_on(&self, failure: Failure) -> bool {
+        match (&self.on_status_codes, failure) {
+            // Skipping an open circuit is not a failure the user lists: always move on.
+            (_, Failure::CircuitOpen) | (None, _) => true,
+            (Some(codes), failure) => codes.contains(&failure.status()),
+        }
+    }
+}
+
+pub struct Plan {
+    pub attempts: Vec<Attempt>,
+}
+
+impl Plan {
+    /// The attempt to go to when attempt `index` failed: each enclosing fallback, innermost
+    /// first, either moves to its next target or (its codes do not match, or it has no next
+    /// target) fails as a whole and leaves the decision to the fallback around it.
+    pub fn next_after(&self, index: usize, failure: Failure) -> Option<usize> {
+        let attempt = self.attempts.get(index)?;
+        attempt.exits.iter().find(|exit| exit.next.is_some() && exit.taken_on(failure)).and_then(|exit| exit.next)
+    }
+
+    /// Whether any failure could lead to another call; only then must the request be kept.
+    pub fn can_recover(&self) -> bool {
+        self.attempts.len() > 1
+            || self.attempts.iter().any(|a| a.target.options.retry.as_ref().is_some_and(|r| r.attempts > 0))
+    }
+}
+
+/// Makes the plan of a request. `input` is what conditions query:
+/// `{"metadata": ..., "params": <request body>, "url": {"pathname": ...}}`.
+pub fn make_plan(
+    settings: &Settings,
+    headers: &GatewayHeaders,
+    config: Option<&Config>,
+    input: &Value,
+    host: &mut dyn Host,
+) -> Result<Plan, GatewayError> {
+    let attempts = match config {
+        Some(config) => {
+            let mut resolver = Resolver { settings, headers, input, host };
+            resolver.resolve(config, String::new(), &TargetOptions::from_headers(headers))?
+        }
+        None => vec![Attempt { target: header_target(settings, headers)?, path: String::new(), circuit: None, exits: vec![] }],
+    };
+    Ok(Plan { attempts })
+}
+
+struct Resolver<'a> {
+    settings: &'a Settings,
+    headers: &'a GatewayHeaders,
+    input: &'a Value,
+    host: &'a mut dyn Host,
+}
+
+fn child_path(path: &str, index: usize) -> String {
+    if path.is_empty() {
+        format!("targets[{index}]")
+    } else {
+        format!("{path}.targets[{index}]")
+    }
+}
+
+impl Resolver<'_> {
+    fn resolve(&mut self, node: &Config, path: String, inherited: &TargetOptions) -> Result<Vec<Attempt>, GatewayError> {
+        let options = inherited.inherit(node);
+        if let Some(feature) = unavailable_feature(node) {
+            return Err(not_implemented(feature));
+        }
+        let Some(strategy) = node.strategy.as_ref().filter(|_| !node.targets.is_empty()) else {
+            return Ok(vec![self.leaf(node, path, options)?]);
+        };
+        match strategy.mode {
+            StrategyMode::Single => self.resolve(&node.targets[0], child_path(&path, 0), &options),
+            StrategyMode::LoadBalance => self.load_balance(node, &path, &options),
+            StrategyMode::Conditional => {
+                let wanted = strategy
+                    .conditions
+                    .iter()
+                    .find(|condition| query::matches(&condition.query, self.input))
+                    .map(|condition| &condition.then)
+                    .or(strategy.default.as_ref())
+                    .ok_or_else(no_condition_matched)?;
+                // Validation made sure every name refers to exactly one target.
+                let (index, child) = node
+                    .targets
+                    .iter()
+                    .enumerate()
+                    .find(|(_, t)| t.name.as_ref() == Some(wanted))
+                    .ok_or_else(no_condition_matched)?;
+                self.resolve(child, child_path(&path, index), &options)
+            }
+            StrategyMode::Fallback => {
+                let mut groups = Vec::with_capacity(node.targets.len());
+                for (index, child) in node.targets.iter().enumerate() {
+                    groups.push(self.resolve(child, child_path(&path, index), &options)?);
+                }
+                Ok(chain(groups, &strategy.on_status_codes))
+            }
+        }
+    }
+
+    fn leaf(&mut self, node: &Config, path: String, options: TargetOptions) -> Result<Attempt, GatewayError> {
+        let target = leaf_target(self.settings, self.headers, node, options)?;
+        let circuit = target.options.cb_config.clone().map(|config| Circuit {
+            id: circuit_id(
+                target.provider.name,
+                &format!("{}{}", target.upstream.authority, target.upstream.base_path),
+                target.api_key.as_deref(),
+            ),
+            config,
+        });
+        Ok(Attempt { target, path, circuit, exits: vec![] })
+    }
+
+    /// A weighted random child; children whose every target has an open circuit are left out
+    /// while others remain.
+    fn load_balance(&mut self, node: &Config, path: &str, options: &TargetOptions) -> Result<Vec<Attempt>, GatewayError> {
+        let mut weights: Vec<f64> = node.targets.iter().map(|t| t.weight.unwrap_or(1.0).max(0.0)).collect();
+        if weights.iter().all(|w| *w <= 0.0) {
+            return Err(GatewayError::new(400, "invalid_request_error", "every loadbalance target has weight 0")
+                .with_code("invalid_config"));
+        }
+        let mut open_choice = None;
+        while let Some(index) = pick_weighted(&weights, self.host.random()) {
+            let attempts = self.resolve(&node.targets[index], child_path(path, index), options)?;
+            if !self.all_open(&attempts) {
+                return Ok(attempts);
+            }
+            weights[index] = 0.0;
+            open_choice = Some(attempts);
+        }
+        // Every child is open: the plan holds one, which the circuit check then refuses.
+        open_choice.ok_or_else(|| GatewayError::new(400, "invalid_request_error", "no loadbalance target"))
+    }
+
+    fn all_open(&self, attempts: &[Attempt]) -> bool {
+        let now = self.host.now_ms();
+        attempts.iter().all(|attempt| {
+            attempt.circuit.as_ref().is_some_and(|c| is_open(self.host.store(), c.id, &c.config, now))
+        })
+    }
+}
+
+/// The targets of a fallback one after another: a failure of the last attempt of a target
+/// leads to the first attempt of the next one, when the fallback's codes match.
+fn chain(groups: Vec<Vec<Attempt>>, on_status_codes: &Option<Vec<u16>>) -> Vec<Attempt> {
+    let mut starts = Vec::with_capacity(groups.len() + 1);
+    let mut total = 0;
+    for group in &groups {
+        starts.push(total);
+        total += group.len();
+    }
+    let mut attempts = Vec::with_capacity(total);
+    for (k, group) in groups.into_iter().enumerate() {
+        let next = starts.get(k + 1).copied();
+        for mut attempt in group {
+            for exit in &mut attempt.exits {
+                exit.next = exit.next.map(|n| n + starts[k]);
+            }
+            attempt.exits.push(Exit { on_status_codes: on_status_codes.clone(), next });
+            attempts.push(attempt);
+        }
+    }
+    attempts
+}
+
+/// An index drawn with probability proportional to its weight; `None` when no weight is
+/// positive.
+fn pick_weighted(weights: &[f64], random: u64) -> Option<usize> {
+    let total: f64 = weights.iter().sum();
+    if total <= 0.0 {
+        return None;
+    }
+    let mut point = (random >> 11) as f64 / (1u64 << 53) as f64 * total;
+    let mut last_positive = None;
+    for (index, &weight) in weights.iter().enumerate() {
+        if weight > 0.0 {
+            if point < weight {
+                return Some(index);
+            }
+            point -= weight;
+            last_positive = Some(index);
+        }
+    }
+    // Rounding can leave `point` a hair above the last weight.
+    last_positive
+}
+
+fn no_condition_matched() -> GatewayError {
+    GatewayError::new(
+        400,
+        "invalid_request_error",
+        "no condition of the conditional strategy matched the request and it has no default target",
+    )
+    .with_code("no_matching_target")
+}
+
+#[cfg(test)]
+mod tests {
+    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use super::*;
+    use crate::config::parse_config;
+    use crate::routing::testing::FakeHost;
+    use serde_json::json;
+
+    fn plan_of(config: Value, input: Value) -> Result<Plan, GatewayError> {
+        let settings = Settings::parse(br#"{"api_keys": ["gw"]}"#).unwrap();
+        let headers = GatewayHeaders::parse([]).unwrap();
+        let config = parse_config(&config).map_err(|e| e.to_gateway_error())?;
+        make_plan(&settings, &headers, Some(&config), &input, &mut FakeHost::new(0))
+    }
+
+    fn target(key: &str) -> Value {
+        json!({"provider": "openai", "api_key": key, "name": key})
+    }
+
+    fn keys(plan: &Plan) -> Vec<&str> {
+        plan.attempts.iter().map(|a| a.target.api_key.as_deref().unwrap_or("")).collect()
+    }
+
+    #[test]
+    fn fallback_lists_targets_in_order_with_their_paths() {
+        let plan = plan_of(json!({"strategy": {"mode": "fallback"}, "targets": [target("a"), target("b")]}), Value::Null).unwrap();
+        assert_eq!(keys(&plan), ["a", "b"]);
+        assert_eq!(plan.attempts[1].path, "targets[1]");
+        assert_eq!(plan.next_after(0, Failure::Status(500)), Some(1));
+        assert_eq!(plan.next_after(0, Failure::Timeout), Some(1));
+        assert_eq!(plan.next_after(1, Failure::Status(500)), None);
+        assert!(plan.can_recover());
+    }
+
+    #[test]
+    fn on_status_codes_limit_fallback() {
+        let config = json!({"strategy": {"mode": "fallback", "on_status_codes": [429, 408]}, "targets": [target("a"), target("b")]});
+        let plan = plan_of(config, Value::Null).unwrap();
+        assert_eq!(plan.next_after(0, Failure::Status(429)), Some(1));
+        assert_eq!(plan.next_after(0, Failure::Status(500)), None);
+        assert_eq!(plan.next_after(0, Failure::Timeout), Some(1), "a timeout counts as 408");
+        assert_eq!(plan.next_after(0, Failure::Unreachable), None);
+        assert_eq!(plan.next_after(0, Failure::CircuitOpen), Some(1), "open circuits are always skipped");
+    }
+
+    #[test]
+    fn nested_fallbacks_leave_inner_ones_by_the_outer_rule() {
+        // fallback(429 only)[ fallback(any)[a, b], c ]
+        let inner = json!({"strategy": {"mode": "fallback"}, "targets": [target("a"), target("b")]});
+        let config = json!({"strategy": {"mode": "fallback", "on_status_codes": [429]}, "targets": [inner, target("c")]});
+        let plan = plan_of(config, Value::Null).unwrap();
+        assert_eq!(keys(&plan), ["a", "b", "c"]);
+        assert_eq!(plan.attempts[1].path, "targets[0].targets[1]");
+        assert_eq!(plan.next_after(0, Failure::Status(500)), Some(1), "inner fallback takes any failure");
+        assert_eq!(plan.next_after(1, Failure::Status(429)), Some(2), "outer fallback on 429");
+        assert_eq!(plan.next_after(1, Failure::Status(500)), None, "outer fallback ignores 500");
+        // An inner fallback that does not fall back on a status fails as a whole.
+        let inner = json!({"strategy": {"mode": "fallback", "on_status_codes": [503]}, "targets": [target("a"), target("b")]});
+        let config = json!({"strategy": {"mode": "fallback"}, "targets": [inner, target("c")]});
+        let plan = plan_of(config, Value::Null).unwrap();
+        assert_eq!(plan.next_after(0, Failure::Status(500)), Some(2));
+        assert_eq!(plan.next_after(0, Failure::Status(503)), Some(1));
+    }
+
+    #[test]
+    fn loadbalance_inside_fallback_picks_one() {
+        let lb = json!({"strategy": {"mode": "loadbalance"}, "targets": [target("a"), target("b")]});
+        let plan = plan_of(json!({"strategy": {"mode": "fallback"}, "targets": [lb, target("c")]}), Value::Null).unwrap();
+        assert_eq!(keys(&plan), ["a", "c"]);
+        assert_eq!(plan.attempts[0].path, "targets[0].targets[0]");
+    }
+
+    #[test]
+    fn options_inherit_down_the_tree() {
+        let config = json!({
+            "strategy": {"mode": "fallback"}, "retry": {"attempts": 2}, "request_timeout": 500,
+            "cb_config": {"failure_threshold": 3, "cooldown_interval": 30000},
+            "targets": [target("a"), {"provider": "openai", "api_key": "b", "retry": {"attempts": 0}, "request_timeout": 100}]});
+        let plan = plan_of(config, Value::Null).unwrap();
+        let (a, b) = (&plan.attempts[0].target.options, &plan.attempts[1].target.options);
+        assert_eq!((a.retry.as_ref().unwrap().attempts, a.request_timeout), (2, Some(500)));
+        assert_eq!((b.retry.as_ref().unwrap().attempts, b.request_timeout), (0, Some(100)));
+        assert!(plan.attempts.iter().all(|a| a.circuit.is_some()));
+    }
+
+    #[test]
+    fn single_plans_do_not_recover() {
+        let plan = plan_of(target("a"), Value::Null).unwrap();
+        assert!(!plan.can_recover());
+        assert_eq!(plan.attempts[0].path, "");
+        let plan = plan_of(json!({"provider": "openai", "api_key": "a", "retry": {"attempts": 1}}), Value::Null).unwrap();
+        assert!(plan.can_recover());
+    }
+
+    #[test]
+    fn every_weight_zero_is_a_config_error() {
+        let config = json!({"strategy": {"mode": "loadbalance"}, "targets": [
+            {"provider": "openai", "api_key": "a", "weight": 0}, {"provider": "openai", "api_key": "b", "weight": 0}]});
+        assert_eq!(plan_of(config, Value::Null).err().unwrap().status, 400);
+    }
+
+    #[test]
+    fn weighted_picks_follow_the_weights() {
+        assert_eq!(pick_weighted(&[1.0, 1.0], 0), Some(0));
+        assert_eq!(pick_weighted(&[1.0, 1.0], u64::MAX), Some(1));
+        assert_eq!(pick_weighted(&[0.0, 1.0], 0), Some(1));
+        assert_eq!(pick_weighted(&[1.0, 0.0], u64::MAX), Some(0));
+        assert_eq!(pick_weighted(&[0.0, 0.0], 7), None);
+    }
+}
