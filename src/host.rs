@@ -12,7 +12,7 @@
 use crate::errors::GatewayError;
 use crate::pipeline::{
     self, Call, Forward, Pending, ResponsePlan, Started, CLUSTER_HEADER, PROVIDER_HEADER, RETRIES_HEADER,
-    TARGET_HEADER, TIMEOUT_HEADER, TRACE_HEADER,
+    TARGET_HEADER, TRACE_HEADER,
 };
 use crate::providers::{ResponseContext, StreamTranslator};
 use crate::request::headers::{self, TraceFields};
@@ -152,7 +152,9 @@ struct Worker {
     circuits_opened: Cell<Option<u32>>,
 }
 
-/// Without a request timeout, a dispatched call still needs one.
+/// A dispatched call needs a timeout of its own; the request timeout is Envoy's per-try
+/// timeout of the internal listener's router (until the response headers), as for routed
+/// requests. This one only bounds a whole generation.
 const CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl Worker {
@@ -185,7 +187,7 @@ impl Worker {
             match recovery.call.forward(&recovery.settings, &recovery.raw, index, &now) {
                 Ok(forward) => {
                     recovery.response = forward.response.clone();
-                    Ok(call_request(forward, &recovery.raw, &recovery.body))
+                    Ok((recovery.settings.recovery_cluster.clone(), call_request(forward, &recovery.raw, &recovery.body)))
                 }
                 Err(error) => {
                     recovery.latest = Outcome::Error(error);
@@ -193,14 +195,14 @@ impl Worker {
                 }
             }
         };
-        let Ok((cluster, headers, body, timeout)) = prepared else {
+        let Ok((cluster, (headers, body))) = prepared else {
             return Some(Next::GiveUp);
         };
         let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         if hostcalls::set_effective_context(context_id).is_err() {
             return None; // the request is gone
         }
-        match hostcalls::dispatch_http_call(&cluster, headers, Some(&body), vec![], timeout) {
+        match hostcalls::dispatch_http_call(&cluster, headers, Some(&body), vec![], CALL_TIMEOUT) {
             Ok(token) => {
                 self.calls.borrow_mut().insert(token, context_id);
                 None
@@ -314,14 +316,11 @@ impl Worker {
     }
 }
 
-/// Cluster, headers, body and timeout of a dispatched call for `forward`.
-fn call_request(
-    forward: Forward,
-    raw: &[(String, Vec<u8>)],
-    original_body: &[u8],
-) -> (String, Vec<(String, String)>, Vec<u8>, Duration) {
+/// Headers and body of the dispatched call for `forward`.
+fn call_request(forward: Forward, raw: &[(String, Vec<u8>)], original_body: &[u8]) -> (Vec<(String, String)>, Vec<u8>) {
     let body = forward.body.clone().unwrap_or_else(|| original_body.to_vec());
-    let skip = [CLUSTER_HEADER, TIMEOUT_HEADER, "content-length", "transfer-encoding"];
+    // The cluster and per-try timeout headers stay: the internal listener's router uses them.
+    let skip = ["content-length", "transfer-encoding"];
     let mut headers: Vec<(String, String)> = forward
         .headers
         .apply(raw)
@@ -330,8 +329,7 @@ fn call_request(
         .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
         .collect();
     headers.push(("content-length".into(), body.len().to_string()));
-    let timeout = forward.timeout_ms.map_or(CALL_TIMEOUT, Duration::from_millis);
-    (forward.cluster, headers, body, timeout)
+    (headers, body)
 }
 
 /// Status, headers and body of the answer to a recovered request.

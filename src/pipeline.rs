@@ -60,10 +60,6 @@ pub struct Forward {
     /// The new body, when the gateway rewrote it (`None`: the client's bytes go as they came).
     pub body: Option<Vec<u8>>,
     pub response: ResponsePlan,
-    /// The Envoy cluster that reaches the provider (also set in `headers` for the router).
-    pub cluster: String,
-    /// The attempt's timeout until the response headers, in milliseconds.
-    pub timeout_ms: Option<u64>,
 }
 
 /// What the request headers said, kept until the request is routed.
@@ -174,14 +170,8 @@ impl Call {
         let upstream_path = target.provider.translator.upstream_path(intake.endpoint, &intake.path)?;
         let location = UpstreamPath { path: &upstream_path, query: intake.query.as_deref() };
         let headers = upstream_headers(settings, raw, target, &intake.gateway, location);
-        let cluster = if target.upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
-        let forward = |headers, body, chat| Forward {
-            headers,
-            body,
-            response: ResponsePlan { provider: target.provider, chat },
-            cluster: cluster.clone(),
-            timeout_ms: target.options.request_timeout,
-        };
+        let forward =
+            |headers, body, chat| Forward { headers, body, response: ResponsePlan { provider: target.provider, chat } };
         let Some(request) = &self.body else {
             return Ok(forward(headers, None, None));
         };
@@ -268,7 +258,7 @@ fn upstream_headers(
 }
 
 /// Envoy's per-try timeout of a routed request.
-pub const TIMEOUT_HEADER: &str = "x-envoy-upstream-rq-per-try-timeout-ms";
+const TIMEOUT_HEADER: &str = "x-envoy-upstream-rq-per-try-timeout-ms";
 
 /// The request with `override_params` forced onto it.
 fn overridden(request: &Value, overrides: &Map<String, Value>) -> Value {
@@ -399,7 +389,6 @@ mod tests {
         let h = request("POST", "/v1/chat/completions", OPENAI_LOCAL);
         assert!(matches!(started(&h), Ok(Started::NeedsBody(_))), "chat needs the body");
         let forward = forwarded(&h, CHAT).ok().unwrap();
-        assert_eq!(forward.cluster, "gateway_upstream_plain");
         let edits = &forward.headers;
         for gone in ["x-gateway-api-key", "x-gateway-provider", "x-gateway-custom-host", "accept-encoding"] {
             assert!(edits.remove.iter().any(|n| n == gone), "{gone}");

@@ -22,6 +22,10 @@ pub struct Settings {
     pub tls_cluster: String,
     #[serde(default = "default_plain_cluster")]
     pub plain_cluster: String,
+    /// The cluster that carries dispatched calls (retries, fallback) to an internal listener
+    /// whose router reaches the two clusters above, resolving new hosts on the way.
+    #[serde(default = "default_recovery_cluster")]
+    pub recovery_cluster: String,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -47,6 +51,7 @@ impl Default for Settings {
             credentials: HashMap::new(),
             tls_cluster: default_tls_cluster(),
             plain_cluster: default_plain_cluster(),
+            recovery_cluster: default_recovery_cluster(),
         }
     }
 }
@@ -57,6 +62,10 @@ fn default_allowed_custom_hosts() -> Vec<String> {
 
 fn default_tls_cluster() -> String {
     "gateway_upstream_tls".to_string()
+}
+
+fn default_recovery_cluster() -> String {
+    "gateway_recovery".into()
 }
 
 fn default_plain_cluster() -> String {

@@ -105,7 +105,7 @@ def test_on_status_codes_limit_what_falls_back(gateway, openai_mock):
 
 def test_when_every_target_fails_the_last_failure_is_the_answer(gateway, openai_mock):
     openai_mock.script(model="m-a", status=500)
-    openai_mock.script(model="m-b", status=503, body=OpenAIMock.error(503, "b is overloaded", "server_error"))
+    openai_mock.script(OpenAIMock.error(503, "b is overloaded", "server_error"), model="m-b")
     r = gateway.chat(config(fallback(target(openai_mock, "m-a"), target(openai_mock, "m-b"))))
     err = assert_error(r, 503, type="server_error")
     assert "b is overloaded" in err["message"]
@@ -132,7 +132,7 @@ def test_streaming_under_fallback_is_delivered_after_recovery(gateway, openai_mo
         assert resp.headers["x-gateway-target"] == "targets[1]"
         result = read_stream(resp)
     assert result.done
-    assert result.text
+    assert result.content
     assert anthropic_mock.last.json["stream"] is True
 
 
@@ -294,7 +294,7 @@ def test_retries_of_a_stream(gateway, openai_mock):
         assert resp.status_code == 200
         assert resp.headers["x-gateway-retries"] == "1"
         result = read_stream(resp)
-    assert result.done and result.text
+    assert result.done and result.content
 
 
 # --------------------------------------------------------------------------- timeouts
@@ -328,7 +328,7 @@ def test_a_started_stream_is_not_cut_by_the_timeout(gateway, openai_mock):
     with gateway.stream("POST", "/v1/chat/completions", headers=cfg, json=chat_body(stream=True)) as resp:
         result = read_stream(resp)
     assert result.done
-    assert result.text == "a b c d"
+    assert result.content == "a b c d"
     assert models(openai_mock) == ["m-a"]
 
 
