@@ -180,33 +180,45 @@ def main():
         "x-gateway-api-key": API_KEY, "x-gateway-provider": "openai", "authorization": "Bearer sk-bench",
         "x-gateway-custom-host": f"http://127.0.0.1:{mock_port}/v1", "content-type": "application/json",
     }
+    # The same provider as a one-target config and as a fallback whose first target is
+    # healthy: the difference is what planning a fallback costs on the happy path.
+    target = {"provider": "openai", "api_key": "sk-bench", "custom_host": f"http://127.0.0.1:{mock_port}/v1"}
+    single_headers = {"x-gateway-api-key": API_KEY, "content-type": "application/json",
+                      "x-gateway-config": json.dumps(target)}
+    fallback_headers = {**single_headers, "x-gateway-config": json.dumps(
+        {"strategy": {"mode": "fallback"}, "targets": [target, {**target, "api_key": "sk-bench-2"}]})}
     try:
         wait_ready(bare_port, {"content-type": "application/json"}, REQUEST)
         wait_ready(gateway_port, gateway_headers, REQUEST)
+        wait_ready(gateway_port, fallback_headers, REQUEST)
         rows = []
         for connections in [int(c) for c in args.connections.split(",")]:
-            # Warm both, then measure them back to back.
-            run_wrk(bare_port, {}, connections, 2, workdir)
-            run_wrk(gateway_port, gateway_headers, connections, 2, workdir)
-            bare = run_wrk(bare_port, {}, connections, args.duration, workdir)
-            gateway = run_wrk(gateway_port, gateway_headers, connections, args.duration, workdir)
-            rows.append((connections, bare, gateway))
+            # Warm each, then measure them back to back.
+            variants = (("bare", bare_port, {}), ("gateway", gateway_port, gateway_headers),
+                        ("single", gateway_port, single_headers), ("fallback", gateway_port, fallback_headers))
+            for _, port, headers in variants:
+                run_wrk(port, headers, connections, 2, workdir)
+            rows.append((connections, {name: run_wrk(port, headers, connections, args.duration, workdir)
+                                       for name, port, headers in variants}))
     finally:
         for proc in procs:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
     print(f"wrk (2 threads), {args.duration}s per run, Envoy --concurrency {args.concurrency}, "
           f"{os.cpu_count()} cores, non-streaming chat completion\n")
+    names = {"bare": "bare Envoy", "gateway": "Envoy + filter (provider headers)",
+             "single": "Envoy + filter, one-target config", "fallback": "Envoy + filter, fallback config"}
     print("| connections | proxy | req/s | p50 µs | p99 µs |")
     print("|---|---|---|---|---|")
-    for connections, bare, gateway in rows:
-        for name, r in (("bare Envoy", bare), ("Envoy + filter", gateway)):
-            print(f"| {connections} | {name} | {r['rps']:.0f} | {r['p50']:.0f} | {r['p99']:.0f} |")
-    print("\n| connections | throughput kept | added p50 µs | added p99 µs |")
-    print("|---|---|---|---|")
-    for connections, bare, gateway in rows:
+    for connections, runs in rows:
+        for key, r in runs.items():
+            print(f"| {connections} | {names[key]} | {r['rps']:.0f} | {r['p50']:.0f} | {r['p99']:.0f} |")
+    print("\n| connections | throughput kept | added p50 µs | added p99 µs | fallback over one target: p50 µs |")
+    print("|---|---|---|---|---|")
+    for connections, runs in rows:
+        bare, gateway = runs["bare"], runs["gateway"]
         print(f"| {connections} | {gateway['rps'] / bare['rps']:.1%} | {gateway['p50'] - bare['p50']:.0f} "
-              f"| {gateway['p99'] - bare['p99']:.0f} |")
+              f"| {gateway['p99'] - bare['p99']:.0f} | {runs['fallback']['p50'] - runs['single']['p50']:+.0f} |")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,36 @@
-//! Building blocks shared by the two validators of client JSON, chat requests
-//! (`request::chat`) and configs (`config`): JSON paths, array items and enumerated strings.
+//! Building blocks shared by the validators of client JSON, chat requests (`request::chat`),
+//! configs (`config`) and routing queries (`routing::query`): JSON paths, array items,
+//! enumerated strings, and how errors name a value's type and echo client text.
 //!
-//! Only what both do the same way lives here. Each validator keeps its own rules (chat reads
+//! Only what they do the same way lives here. Each validator keeps its own rules (chat reads
 //! null as absent and rejects `2.0` as an integer, a config does neither), its own wording and
 //! its own error type, so these helpers return plain values and leave the error to the caller.
 
 use serde_json::Value;
+
+/// Keys and values echoed in errors are cut to this many characters, so a hostile config
+/// cannot make the error response as large as itself.
+const ECHO_MAX: usize = 64;
+
+/// `s` cut to `ECHO_MAX` characters, for echoing client text in an error.
+pub fn shorten(s: &str) -> String {
+    match s.char_indices().nth(ECHO_MAX) {
+        Some((end, _)) => format!("{}...", s.get(..end).unwrap_or_default()),
+        None => s.to_string(),
+    }
+}
+
+/// The JSON type of `v` as error messages name it ("got a string").
+pub fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
 
 /// Path of property `key` inside the value at `parent` ("" is the root).
 pub fn join(parent: &str, key: &str) -> String {

@@ -2,31 +2,10 @@
 //! the value it checks, so every error names exactly where the problem is.
 
 use super::ConfigError;
-use crate::json_check::{self, each_item, join};
+use crate::json_check::{self, each_item, join, kind_of};
+pub(super) use crate::json_check::shorten;
 use serde_json::{Map, Value};
 use std::fmt::Display;
-
-/// Keys and values echoed in errors are cut to this many characters, so a hostile config
-/// cannot make the error response as large as itself.
-const ECHO_MAX: usize = 64;
-
-pub(super) fn shorten(s: &str) -> String {
-    match s.char_indices().nth(ECHO_MAX) {
-        Some((end, _)) => format!("{}...", s.get(..end).unwrap_or_default()),
-        None => s.to_string(),
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
 
 /// Wrong JSON type. `null` is a wrong type too: an optional property is left out, not null.
 pub(super) fn expected(path: &str, what: &str, v: &Value) -> ConfigError {

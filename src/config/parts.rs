@@ -6,7 +6,9 @@ use super::{
     CacheConfig, CacheMode, CircuitBreakerConfig, Condition, ConfigError, Deployment, RetryConfig, Strategy,
     StrategyMode,
 };
+use crate::json_check::join;
 use crate::request::headers::is_header_name;
+use crate::routing;
 use crate::upstream::Upstream;
 use serde_json::Value;
 
@@ -53,7 +55,10 @@ fn only_in_mode(obj: &Obj, key: &str, mode: StrategyMode, only: StrategyMode) ->
 
 fn condition(v: &Value, path: &str) -> Result<Condition, ConfigError> {
     let obj = Obj::new(v, path, &["query", "then"])?;
-    Ok(Condition { query: obj.req("query", object)?, then: obj.req("then", string)? })
+    let query = obj.req("query", object)?;
+    // Errors of the query language name their place inside `query`.
+    routing::query::validate(&query).map_err(|e| ConfigError::new(join(&obj.path("query"), &e.path), e.message))?;
+    Ok(Condition { query, then: obj.req("then", string)? })
 }
 
 pub(super) fn cache(v: &Value, path: &str) -> Result<CacheConfig, ConfigError> {

@@ -530,6 +530,38 @@ fn conditional_references_name_existing_unique_targets() {
 }
 
 #[test]
+fn condition_queries_are_validated_with_their_path() {
+    let conditional = |query: Value| {
+        json!({"strategy": {"mode": "conditional", "default": "a",
+            "conditions": [{"query": {}, "then": "a"}, {"query": query, "then": "a"}]},
+            "targets": [with(json!({"name": "a"}))]})
+    };
+    rejected(
+        conditional(json!({"params.model": {"$foo": 1}})),
+        "strategy.conditions[1].query.params.model.$foo",
+        "unknown operator `$foo`",
+    );
+    rejected(
+        conditional(json!({"$or": [{"metadata.tier": "pro"}, {"params.model": {"$regex": "gpt-(4"}}]})),
+        "strategy.conditions[1].query.$or[1].params.model.$regex",
+        "is not a valid regular expression: unclosed group",
+    );
+    rejected(conditional(json!({"$nope": []})), "strategy.conditions[1].query.$nope", "unknown operator `$nope`");
+    rejected(
+        conditional(json!({"metadata.tier": {"$in": "pro"}})),
+        "strategy.conditions[1].query.metadata.tier.$in",
+        "must be an array, got a string",
+    );
+    // Nested targets: the path starts at the root.
+    rejected(
+        json!({"strategy": {"mode": "fallback"}, "targets": [conditional(json!({"$not": 1}))]}),
+        "targets[0].strategy.conditions[1].query.$not",
+        "must be a query object, got a number",
+    );
+    ok(conditional(json!({"params.model": {"$regex": "(?i)^gpt-4o"}, "$or": [{"metadata._user": {"$exists": true}}]})));
+}
+
+#[test]
 fn errors_in_nested_targets_carry_the_full_path() {
     let inner = balanced(json!([provider(), with(json!({"cache": {"mode": "simple", "max_age": -1}}))]));
     rejected(

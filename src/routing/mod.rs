@@ -6,6 +6,7 @@ pub mod attempts;
 pub mod breaker;
 pub mod plan;
 pub mod query;
+mod regex;
 pub mod retry;
 
 use crate::config::{parse_config, CacheConfig, CircuitBreakerConfig, Config, RetryConfig};

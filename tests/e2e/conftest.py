@@ -213,3 +213,8 @@ def pytest_runtest_makereport(item, call):
         gw = item.funcargs.get("gateway") if hasattr(item, "funcargs") else None
         if isinstance(gw, helpers.Gateway):
             rep.sections.append(("gateway log (tail)", gw.log_tail(40)))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: waits for a real-time interval (e.g. the 30 s circuit-breaker "
+                                       "cooldown); runs in the default suite, deselect with -m 'not slow'")
