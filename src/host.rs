@@ -116,7 +116,6 @@ enum Outcome {
     Response { status: u16, headers: Vec<(String, Vec<u8>)>, body: Vec<u8> },
     Timeout,
     Unreachable,
-    Error(GatewayError),
 }
 
 /// A request whose first attempt failed and whose plan goes on.
@@ -154,8 +153,9 @@ struct Worker {
 
 /// A dispatched call needs a timeout of its own; the request timeout is Envoy's per-try
 /// timeout of the internal listener's router (until the response headers), as for routed
-/// requests. This one only bounds a whole generation.
-const CALL_TIMEOUT: Duration = Duration::from_secs(600);
+/// requests. This one bounds a whole generation, like Envoy's default stream idle timeout
+/// bounds a silent client connection.
+const CALL_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl Worker {
     /// Carries out `next` for the request in recovery `context_id`, until a call is on its way,
@@ -190,13 +190,14 @@ impl Worker {
                     Ok((recovery.settings.recovery_cluster.clone(), call_request(forward, &recovery.raw, &recovery.body)))
                 }
                 Err(error) => {
-                    recovery.latest = Outcome::Error(error);
-                    Err(())
+                    log::warn!("attempt {index} skipped, its request cannot be built: {}", error.message);
+                    Err(recovery.call.attempts.skip(&mut ProxyHost))
                 }
             }
         };
-        let Ok((cluster, (headers, body))) = prepared else {
-            return Some(Next::GiveUp);
+        let (cluster, (headers, body)) = match prepared {
+            Ok(prepared) => prepared,
+            Err(next) => return Some(next),
         };
         let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         if hostcalls::set_effective_context(context_id).is_err() {
@@ -208,8 +209,10 @@ impl Worker {
                 None
             }
             Err(status) => {
+                // The gateway's own fault (e.g. no such cluster), not the provider's.
                 log::warn!("dispatching to cluster {cluster} failed: {status:?}");
-                Some(self.failed(context_id, Failure::Unreachable, Outcome::Unreachable, &[]))
+                let mut recoveries = self.recoveries.borrow_mut();
+                Some(recoveries.get_mut(&context_id).map_or(Next::GiveUp, |r| r.call.attempts.skip(&mut ProxyHost)))
             }
         }
     }
@@ -221,7 +224,9 @@ impl Worker {
             return Next::GiveUp;
         };
         recovery.latest = outcome;
-        recovery.call.attempts.failed(failure, headers, &mut ProxyHost)
+        let next = recovery.call.attempts.failed(failure, headers, &mut ProxyHost);
+        self.count_circuits_opened(&mut recovery.call);
+        next
     }
 
     fn on_call_response(&self, token: u32, num_headers: usize, body_size: usize) {
@@ -250,6 +255,7 @@ impl Worker {
             None if (200..300).contains(&status) => {
                 if let Some(recovery) = self.recoveries.borrow_mut().get_mut(&context_id) {
                     recovery.call.attempts.succeeded(status, &ProxyHost);
+                    self.count_circuits_opened(&mut recovery.call);
                     recovery.latest = Outcome::Response { status, headers, body };
                 }
                 return self.answer(context_id);
@@ -309,7 +315,9 @@ impl Worker {
         self.recoveries.borrow_mut().remove(&context_id)
     }
 
-    fn count_circuits_opened(&self, count: u32) {
+    /// Adds the circuits the request's latest outcome opened to Envoy's counter.
+    fn count_circuits_opened(&self, call: &mut Call) {
+        let count = std::mem::take(&mut call.attempts.circuits_opened);
         if let (Some(metric), true) = (self.circuits_opened.get(), count > 0) {
             let _ = hostcalls::increment_metric(metric, i64::from(count));
         }
@@ -365,7 +373,6 @@ fn final_reply(recovery: &Recovery) -> (u16, Vec<(String, String)>, Vec<u8>) {
             let error = unreachable_error("the connection failed before a response");
             (error.status, json_headers(), error.to_json())
         }
-        Outcome::Error(error) => (error.status, json_headers(), error.to_json()),
     };
     headers.push((TRACE_HEADER.into(), recovery.trace_id.clone()));
     headers.push((PROVIDER_HEADER.into(), plan.provider.name.into()));
@@ -575,13 +582,16 @@ impl Request {
         Action::Pause
     }
 
-    /// Sends the current attempt of `call` through Envoy's router.
-    fn forward(&mut self, call: Call, raw: Vec<(String, Vec<u8>)>, body: Option<(usize, Vec<u8>)>) -> Action {
+    /// Sends the current attempt of `call` through Envoy's router. `body` is the whole request
+    /// body and its size in Envoy's buffer, when the gateway has it (or knows there is none);
+    /// only then can a later attempt send the request again.
+    fn forward(&mut self, mut call: Call, raw: Vec<(String, Vec<u8>)>, body: Option<(usize, Vec<u8>)>) -> Action {
         let now = || self.now();
         let forward = match call.forward(&self.settings, &raw, call.attempts.current, &now) {
             Ok(forward) => forward,
             Err(error) => return self.respond_error(&error),
         };
+        let resendable = body.is_some();
         let (body_size, original) = body.unwrap_or_default();
         if let Some(new_body) = &forward.body {
             self.set_http_request_body(0, body_size, new_body);
@@ -590,7 +600,10 @@ impl Request {
         self.set_http_request_headers_bytes(edited.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect());
         self.log.provider = forward.response.provider.name;
         self.log.target = call.target_path().to_string();
-        let retained = call.attempts.plan.can_recover().then_some((raw, original));
+        let retained = (resendable && call.attempts.plan.can_recover()).then_some((raw, original));
+        if retained.is_none() {
+            call.release_body();
+        }
         self.phase = Phase::Forwarded(Box::new(Routed { call, response: forward.response, retained }));
         Action::Continue
     }
@@ -605,14 +618,22 @@ impl Request {
             .unwrap_or(0)
     }
 
-    /// Why the routed attempt did not succeed: the provider's status, or (for Envoy's own
-    /// replies) a timeout or an unreachable provider.
-    fn routed_failure(&self, status: u16) -> Failure {
+    /// Why the routed attempt did not succeed: the provider's status, or Envoy's reply for a
+    /// timeout or an unreachable provider. `None`: Envoy answered for a reason that says
+    /// nothing about the provider (e.g. overload); that reply passes as it is.
+    fn routed_failure(&self, status: u16) -> Option<Failure> {
         let details = self.get_property(vec!["response", "code_details"]).unwrap_or_default();
-        match details.as_slice() {
-            b"via_upstream" => Failure::Status(status),
-            d if d.windows(7).any(|w| w == b"timeout") => Failure::Timeout,
-            _ => Failure::Unreachable,
+        let details = String::from_utf8_lossy(&details);
+        match details.as_ref() {
+            "via_upstream" => Some(Failure::Status(status)),
+            "upstream_per_try_timeout" | "upstream_response_timeout" => Some(Failure::Timeout),
+            d if d.starts_with("upstream_reset_before_response_started")
+                || d.starts_with("no_healthy_upstream")
+                || d.starts_with("dns_resolution_failure") =>
+            {
+                Some(Failure::Unreachable)
+            }
+            _ => None,
         }
     }
 
@@ -690,11 +711,12 @@ impl HttpContext for Request {
         match pipeline::start(&self.settings, &raw, &mut ProxyHost) {
             Err(error) => self.respond_error(&error),
             Ok(Started::Health) => self.respond(200, br#"{"status":"ok"}"#),
-            Ok(Started::Ready(call)) => self.forward(call, raw, None),
+            // Without a body to read, the request can be sent again only when it has none.
+            Ok(Started::Ready(call)) => self.forward(call, raw, end_of_stream.then(|| (0, Vec::new()))),
             Ok(Started::NeedsBody(pending)) if end_of_stream => {
                 // A JSON endpoint called without a body.
                 match pipeline::finish(&self.settings, pending, b"", &mut ProxyHost) {
-                    Ok(call) => self.forward(call, raw, None),
+                    Ok(call) => self.forward(call, raw, Some((0, Vec::new()))),
                     Err(error) => self.respond_error(&error),
                 }
             }
@@ -738,16 +760,32 @@ impl HttpContext for Request {
         self.log.status = self.response_status();
         let status = self.log.status;
         match std::mem::replace(&mut self.phase, Phase::Answered) {
-            Phase::Forwarded(mut routed) if (200..300).contains(&status) => {
+            // Only errors are failures; a redirect or not-modified passes as it is.
+            Phase::Forwarded(mut routed) if status < 400 => {
                 routed.call.attempts.succeeded(status, &ProxyHost);
+                self.worker.count_circuits_opened(&mut routed.call);
+                // No later attempt: the request copies can go.
+                routed.retained = None;
+                routed.call.release_body();
                 self.phase = Phase::Forwarded(routed);
             }
-            Phase::Forwarded(mut routed) => {
-                let failure = self.routed_failure(status);
-                let headers = self.get_http_response_headers_bytes();
-                let next = routed.call.attempts.failed(failure, &headers, &mut ProxyHost);
-                if matches!(next, Next::Call { .. }) && routed.retained.is_some() {
-                    return self.recover(*routed, failure, next);
+            Phase::Forwarded(routed) => {
+                let Some(failure) = self.routed_failure(status) else {
+                    self.phase = Phase::Forwarded(routed);
+                    self.set_http_response_header(TRACE_HEADER, Some(&self.trace_id));
+                    return Action::Continue;
+                };
+                let mut routed = routed;
+                if routed.retained.is_some() {
+                    let headers = self.get_http_response_headers_bytes();
+                    let next = routed.call.attempts.failed(failure, &headers, &mut ProxyHost);
+                    self.worker.count_circuits_opened(&mut routed.call);
+                    if matches!(next, Next::Call { .. }) {
+                        return self.recover(*routed, failure, next);
+                    }
+                } else {
+                    routed.call.attempts.failed_finally(failure, &ProxyHost);
+                    self.worker.count_circuits_opened(&mut routed.call);
                 }
                 self.phase = Phase::Forwarded(routed);
                 // Envoy's own reply (timeout, no connection) gets the gateway's error shape.
@@ -816,8 +854,12 @@ impl HttpContext for Request {
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         if matches!(self.phase, Phase::Recovering) {
-            // The failed attempt's body: dropped with it when the answer is sent.
-            return if self.recovery_answered() { Action::Continue } else { Action::Pause };
+            // The failed attempt's body: emptied chunk by chunk, so it never fills the buffer.
+            if self.recovery_answered() {
+                return Action::Continue;
+            }
+            self.set_http_response_body(0, body_size, &[]);
+            return Action::Pause;
         }
         let buffered = match self.response {
             ResponseMode::Passthrough => return Action::Continue,
@@ -849,11 +891,7 @@ impl HttpContext for Request {
     }
 
     fn on_log(&mut self) {
-        if let Phase::Forwarded(routed) = &self.phase {
-            self.worker.count_circuits_opened(routed.call.attempts.circuits_opened);
-        }
         if let Some(recovery) = self.worker.forget(self.context_id) {
-            self.worker.count_circuits_opened(recovery.call.attempts.circuits_opened);
             self.log.target = recovery.call.target_path().to_string();
             self.log.retries = recovery.call.attempts.retries;
             if let Some((status, provider)) = recovery.answered {

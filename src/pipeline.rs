@@ -203,6 +203,11 @@ impl Call {
         Ok(forward(headers, Some(body), chat_context))
     }
 
+    /// Frees the parsed body once no later attempt can need it.
+    pub fn release_body(&mut self) {
+        self.body = None;
+    }
+
     /// Where the current attempt's target sits in the config (empty for the root).
     pub fn target_path(&self) -> &str {
         self.attempts.plan.attempts.get(self.attempts.current).map_or("", |a| a.path.as_str())
@@ -227,8 +232,11 @@ fn upstream_headers(
         // Gateway headers and the client's credential stay here unless the user forwards them;
         // gateway secrets never leave; accept-encoding goes so responses arrive uncompressed
         // and can be translated.
+        // Envoy's own control headers from a client (timeouts, retries) never reach the router:
+        // the gateway sets the ones it means.
         let private = is_gateway_header(name) || name == "authorization";
-        if is_secret_header(name) || (private && !forwarded(name)) || name == "accept-encoding" {
+        let envoy_control = name.starts_with("x-envoy-");
+        if is_secret_header(name) || (private && !forwarded(name)) || name == "accept-encoding" || envoy_control {
             edits.remove.push(name.clone());
         }
     }

@@ -1,7 +1,7 @@
 //! Drives a plan through failures: retries a target by its own rule first, then falls back,
 //! skipping targets whose circuit is open, and records every outcome in the breaker.
 
-use super::breaker::{admit, classify, record, Admission, Outcome};
+use super::breaker::{admit, classify, record, Admission};
 use super::plan::{Failure, Plan};
 use super::retry::{is_retryable, next_delay};
 use super::Host;
@@ -56,6 +56,25 @@ impl Attempts {
         self.record(Some(status), host);
     }
 
+    /// The current attempt failed and nothing else will be tried (the request cannot be sent
+    /// again): only the breaker learns of it.
+    pub fn failed_finally(&mut self, failure: Failure, host: &dyn Host) {
+        self.record(failure.provider_status(), host);
+    }
+
+    /// The current attempt could not even be sent (its request cannot be built for that
+    /// target): move on as past an open circuit, telling the breaker nothing.
+    pub fn skip(&mut self, host: &mut dyn Host) -> Next {
+        match self.next_admitted(self.current, Failure::CircuitOpen, host) {
+            Some(next) => {
+                self.current = next;
+                self.retries_here = 0;
+                Next::Call { index: next, delay_ms: 0 }
+            }
+            None => Next::GiveUp,
+        }
+    }
+
     /// The current attempt failed. `headers` are the failed response's (for Retry-After).
     pub fn failed(&mut self, failure: Failure, headers: &[(String, Vec<u8>)], host: &mut dyn Host) -> Next {
         self.record(failure.provider_status(), host);
@@ -107,7 +126,7 @@ impl Attempts {
     fn record(&mut self, status: Option<u16>, host: &dyn Host) {
         if let Some(c) = self.plan.attempts.get(self.current).and_then(|a| a.circuit.as_ref()) {
             let outcome = classify(&c.config, status);
-            if outcome != Outcome::Neutral && record(host.store(), c.id, &c.config, outcome, host.now_ms()).opened {
+            if record(host.store(), c.id, &c.config, outcome, host.now_ms()).opened {
                 self.circuits_opened += 1;
             }
         }

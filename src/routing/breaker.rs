@@ -125,15 +125,15 @@ fn mix(mut h: u64) -> u64 {
 /// What an attempt's result says about the target's health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
+    /// The provider answered with a status not counted as a failure (a 4xx is the request's
+    /// fault, not the target's: it proves the target is up, and settles a trial).
     Success,
     Failure,
-    /// Says nothing about the target (e.g. a 4xx caused by the request).
-    Neutral,
 }
 
 /// Classifies an attempt: `status` is None for a transport failure or a timeout, which count as
 /// failures. The config's `failure_status_codes` (by default every status from 500) are
-/// failures, other 2xx and 3xx are successes, the rest neutral.
+/// failures; any other response shows the target is up and is a success.
 pub fn classify(config: &CircuitBreakerConfig, status: Option<u16>) -> Outcome {
     let Some(status) = status else {
         return Outcome::Failure;
@@ -144,10 +144,8 @@ pub fn classify(config: &CircuitBreakerConfig, status: Option<u16>) -> Outcome {
     };
     if failing {
         Outcome::Failure
-    } else if (200..400).contains(&status) {
-        Outcome::Success
     } else {
-        Outcome::Neutral
+        Outcome::Success
     }
 }
 
@@ -205,8 +203,8 @@ pub struct Recorded {
 }
 
 /// Records an attempt's outcome: a failure counts (opening the circuit at the threshold, or
-/// again when it is the trial's), a success closes the circuit and resets the count, a neutral
-/// outcome changes nothing, and outcomes while open are ignored. Each change is a CAS on the
+/// again when it is the trial's), a success closes the circuit and resets the count, and
+/// outcomes while open are ignored. Each change is a CAS on the
 /// circuit's slot, retried on a mismatch, so concurrent workers never lose a count.
 pub fn record(
     store: &dyn SharedStore,
@@ -342,7 +340,6 @@ impl Record {
             cooldown_ms: config.cooldown_interval,
         };
         match (outcome, self.state) {
-            (Outcome::Neutral, _) => self,
             // From attempts admitted before it opened; the trial decides.
             (_, State::Open) => self,
             (Outcome::Success, State::Closed) if self.failures == 0 => self,
@@ -559,21 +556,6 @@ mod tests {
     }
 
     #[test]
-    fn neutral_changes_nothing() {
-        let (store, cb, id) = (FakeStore::started(), config(2), CircuitId(7));
-        fail(&store, id, &cb, T);
-        let sets = store.sets.get();
-        assert_eq!(record(&store, id, &cb, Outcome::Neutral, T), Recorded { opened: false, failures: 1 });
-        assert_eq!(record(&store, CircuitId(8), &cb, Outcome::Neutral, T), Recorded { opened: false, failures: 0 });
-        assert_eq!(store.sets.get(), sets);
-        // Nor does it settle a trial.
-        fail(&store, id, &cb, T);
-        assert_eq!(admit(&store, id, &cb, T + COOLDOWN), Admission::Trial);
-        record(&store, id, &cb, Outcome::Neutral, T + COOLDOWN);
-        assert_eq!(admit(&store, id, &cb, T + COOLDOWN + 1), Admission::Open);
-    }
-
-    #[test]
     fn classifies_statuses() {
         let default = config(1);
         for (status, outcome) in [
@@ -584,9 +566,8 @@ mod tests {
             (Some(200), Outcome::Success),
             (Some(204), Outcome::Success),
             (Some(304), Outcome::Success),
-            (Some(100), Outcome::Neutral),
-            (Some(404), Outcome::Neutral),
-            (Some(429), Outcome::Neutral),
+            (Some(404), Outcome::Success),
+            (Some(429), Outcome::Success),
         ] {
             assert_eq!(classify(&default, status), outcome, "{status:?}");
         }
@@ -595,7 +576,7 @@ mod tests {
             (None, Outcome::Failure),
             (Some(429), Outcome::Failure),
             (Some(502), Outcome::Failure),
-            (Some(500), Outcome::Neutral),
+            (Some(500), Outcome::Success),
             (Some(200), Outcome::Success),
         ] {
             assert_eq!(classify(&listed, status), outcome, "{status:?}");

@@ -434,3 +434,37 @@ def test_circuit_closes_after_the_cooldown_with_one_trial(gateway, openai_mock):
         assert trial.result().status_code == 200
     assert gateway.chat(cfg).status_code == 200
     assert len(openai_mock.requests) == 3
+
+
+# --------------------------------------------------------------------------- edges
+
+
+def test_a_body_the_gateway_does_not_read_is_never_resent_empty(gateway, openai_mock, fresh_mock):
+    """Uploads pass through unread, so a failure cannot be retried or fall back: the client
+    gets the provider's answer, and no target receives a truncated request."""
+    openai_mock.script(status=500, path="/v1/audio/transcriptions")
+    cfg = {**fallback({**target(openai_mock, "m-a"), "retry": {"attempts": 2}}, target(fresh_mock, "m-b"))}
+    client = gateway.sdk(headers=config(cfg))
+    with pytest.raises(Exception) as raised:
+        client.audio.transcriptions.create(model="whisper-mock", file=("clip.wav", b"RIFF" + b"\0" * 64, "audio/wav"))
+    assert getattr(raised.value, "status_code", None) == 500
+    assert len(openai_mock.requests_to("/v1/audio/transcriptions")) == 1
+    assert fresh_mock.requests_to("/v1/audio/transcriptions") == []
+
+
+def test_a_target_that_cannot_take_the_request_is_skipped(gateway, openai_mock, anthropic_mock):
+    openai_mock.script(model="m-a", status=500)
+    cfg = fallback(target(openai_mock, "m-a"), target(anthropic_mock, "claude-b"), target(openai_mock, "m-c"))
+    r = gateway.chat(config(cfg), chat_body(n=2))  # Anthropic has no `n`
+    assert r.status_code == 200, r.text
+    assert r.headers["x-gateway-target"] == "targets[2]"
+    assert anthropic_mock.requests == []
+
+
+def test_client_envoy_headers_do_not_steer_the_router(gateway, openai_mock):
+    headers = {**config({**target(openai_mock, "m-a"), "cb_config": breaker(1)}),
+               "x-envoy-upstream-rq-per-try-timeout-ms": "1", "x-envoy-max-retries": "5"}
+    openai_mock.script(stall=0.2)
+    r = gateway.chat(headers)
+    assert r.status_code == 200, r.text
+    assert openai_mock.last.header("x-envoy-max-retries") is None
