@@ -106,12 +106,12 @@ impl Attempts {
 
     /// The attempt that follows `index` after `failure`, passing over open circuits.
     fn next_admitted(&self, index: usize, failure: Failure, host: &mut dyn Host) -> Option<usize> {
-        let mut next = self.plan.next_after(index, failure);
-        while let Some(candidate) = next {
+        let mut next = self.plan.next_past(index, failure, 0);
+        while let Some((candidate, inner_levels)) = next {
             if self.admitted(candidate, host) {
                 return Some(candidate);
             }
-            next = self.plan.next_after(candidate, Failure::CircuitOpen);
+            next = self.plan.next_past(candidate, failure, inner_levels);
         }
         None
     }

@@ -86,8 +86,23 @@ impl Plan {
     /// first, either moves to its next target or (its codes do not match, or it has no next
     /// target) fails as a whole and leaves the decision to the fallback around it.
     pub fn next_after(&self, index: usize, failure: Failure) -> Option<usize> {
-        let attempt = self.attempts.get(index)?;
-        attempt.exits.iter().find(|exit| exit.next.is_some() && exit.taken_on(failure)).and_then(|exit| exit.next)
+        self.next_past(index, failure, 0).map(|(next, _)| next)
+    }
+
+    /// Like `next_after`, for an attempt that is being passed over (its circuit is open) on
+    /// the way out of `failure`: its innermost `skipped_levels` fallbacks were entered only to
+    /// pass it and always move on; the fallbacks around them decide by `failure`, as they
+    /// would have without the open circuit. Also returns the fallback levels of the attempt it
+    /// leads to that lie inside the fallback that moved on.
+    pub fn next_past(&self, index: usize, failure: Failure, skipped_levels: usize) -> Option<(usize, usize)> {
+        let exits = &self.attempts.get(index)?.exits;
+        let (level, next) = exits.iter().enumerate().find_map(|(level, exit)| {
+            let taken = level < skipped_levels || exit.taken_on(failure);
+            exit.next.filter(|_| taken).map(|next| (level, next))
+        })?;
+        let outer_levels = exits.len() - level;
+        let inner_levels = self.attempts.get(next)?.exits.len().saturating_sub(outer_levels);
+        Some((next, inner_levels))
     }
 
     /// Whether any failure could lead to another call; only then must the request be kept.
@@ -330,6 +345,24 @@ mod tests {
         let plan = plan_of(config, Value::Null).unwrap();
         assert_eq!(plan.next_after(0, Failure::Status(500)), Some(2));
         assert_eq!(plan.next_after(0, Failure::Status(503)), Some(1));
+    }
+
+    #[test]
+    fn passing_an_open_target_keeps_the_outer_rule() {
+        // fallback(429 only)[ fallback(any)[a, b], c ]: a fails with 500, b is passed over.
+        let inner = json!({"strategy": {"mode": "fallback"}, "targets": [target("a"), target("b")]});
+        let config = json!({"strategy": {"mode": "fallback", "on_status_codes": [429]}, "targets": [inner, target("c")]});
+        let plan = plan_of(config, Value::Null).unwrap();
+        assert_eq!(plan.next_past(0, Failure::Status(500), 0), Some((1, 0)));
+        assert_eq!(plan.next_past(1, Failure::Status(500), 0), None, "the outer fallback does not take 500");
+        assert_eq!(plan.next_past(1, Failure::Status(429), 0), Some((2, 0)));
+        // fallback(any)[ a, fallback(429 only)[b, c], d ]: a fails with 500, b is open: the
+        // inner fallback was entered only to pass b, so it moves on to c.
+        let inner = json!({"strategy": {"mode": "fallback", "on_status_codes": [429]}, "targets": [target("b"), target("c")]});
+        let config = json!({"strategy": {"mode": "fallback"}, "targets": [target("a"), inner, target("d")]});
+        let plan = plan_of(config, Value::Null).unwrap();
+        assert_eq!(plan.next_past(0, Failure::Status(500), 0), Some((1, 1)));
+        assert_eq!(plan.next_past(1, Failure::Status(500), 1), Some((2, 0)));
     }
 
     #[test]
