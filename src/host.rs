@@ -111,11 +111,27 @@ fn call_failure(status: u16, body: &[u8]) -> Option<Failure> {
     }
 }
 
-/// How a failed attempt ended, kept for the final answer.
+/// How the latest attempt ended, kept for the final answer.
 enum Outcome {
     Response { status: u16, headers: Vec<(String, Vec<u8>)>, body: Vec<u8> },
     Timeout,
     Unreachable,
+}
+
+impl Outcome {
+    /// A failed attempt's outcome; the response is kept when the provider sent one.
+    fn of(failure: Failure, headers: Vec<(String, Vec<u8>)>, body: Vec<u8>) -> Outcome {
+        match failure {
+            Failure::Status(status) => Outcome::Response { status, headers, body },
+            Failure::Timeout => Outcome::Timeout,
+            Failure::Unreachable | Failure::CircuitOpen => Outcome::Unreachable,
+        }
+    }
+}
+
+/// A `:status` value; 0 when absent or garbled.
+fn parse_status(value: Option<&[u8]>) -> u16 {
+    value.and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok()).unwrap_or(0)
 }
 
 /// A request whose first attempt failed and whose plan goes on.
@@ -217,15 +233,16 @@ impl Worker {
         }
     }
 
-    /// Records a failure of the latest attempt and asks the plan what comes next.
-    fn failed(&self, context_id: u32, failure: Failure, outcome: Outcome, headers: &[(String, Vec<u8>)]) -> Next {
+    /// Records a failure of the latest attempt (with the response, when there was one) and
+    /// asks the plan what comes next.
+    fn failed(&self, context_id: u32, failure: Failure, headers: Vec<(String, Vec<u8>)>, body: Vec<u8>) -> Next {
         let mut recoveries = self.recoveries.borrow_mut();
         let Some(recovery) = recoveries.get_mut(&context_id) else {
             return Next::GiveUp;
         };
-        recovery.latest = outcome;
-        let next = recovery.call.attempts.failed(failure, headers, &mut ProxyHost);
+        let next = recovery.call.attempts.failed(failure, &headers, &mut ProxyHost);
         self.count_circuits_opened(&mut recovery.call);
+        recovery.latest = Outcome::of(failure, headers, body);
         next
     }
 
@@ -245,13 +262,10 @@ impl Worker {
             .ok()
             .flatten()
             .unwrap_or_default();
-        let status = headers::find(&headers, ":status")
-            .and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok())
-            .unwrap_or(0);
-        let (failure, outcome) = match call_failure(status, &body) {
-            Some(Failure::Timeout) => (Failure::Timeout, Outcome::Timeout),
-            Some(failure) => (failure, Outcome::Unreachable),
-            None if status == 0 => (Failure::Unreachable, Outcome::Unreachable),
+        let status = parse_status(headers::find(&headers, ":status"));
+        let failure = match call_failure(status, &body) {
+            Some(failure) => failure,
+            None if status == 0 => Failure::Unreachable,
             None if (200..300).contains(&status) => {
                 if let Some(recovery) = self.recoveries.borrow_mut().get_mut(&context_id) {
                     recovery.call.attempts.succeeded(status, &ProxyHost);
@@ -260,9 +274,9 @@ impl Worker {
                 }
                 return self.answer(context_id);
             }
-            None => (Failure::Status(status), Outcome::Response { status, headers: headers.clone(), body }),
+            None => Failure::Status(status),
         };
-        let next = self.failed(context_id, failure, outcome, &headers);
+        let next = self.failed(context_id, failure, headers, body);
         self.step(context_id, next);
     }
 
@@ -601,9 +615,6 @@ impl Request {
         self.log.provider = forward.response.provider.name;
         self.log.target = call.target_path().to_string();
         let retained = (resendable && call.attempts.plan.can_recover()).then_some((raw, original));
-        if retained.is_none() {
-            call.release_body();
-        }
         self.phase = Phase::Forwarded(Box::new(Routed { call, response: forward.response, retained }));
         Action::Continue
     }
@@ -613,9 +624,7 @@ impl Request {
     }
 
     fn response_status(&self) -> u16 {
-        self.get_http_response_header_bytes(":status")
-            .and_then(|s| String::from_utf8_lossy(&s).parse::<u16>().ok())
-            .unwrap_or(0)
+        parse_status(self.get_http_response_header_bytes(":status").as_deref())
     }
 
     /// Why the routed attempt did not succeed: the provider's status, or Envoy's reply for a
@@ -643,11 +652,6 @@ impl Request {
         let Some((raw, body)) = routed.retained else {
             return Action::Continue;
         };
-        let latest = match failure {
-            Failure::Timeout => Outcome::Timeout,
-            Failure::Status(status) => Outcome::Response { status, headers: vec![], body: vec![] },
-            Failure::Unreachable | Failure::CircuitOpen => Outcome::Unreachable,
-        };
         let recovery = Recovery {
             settings: Rc::clone(&self.settings),
             call: routed.call,
@@ -655,7 +659,8 @@ impl Request {
             body,
             trace_id: self.trace_id.clone(),
             response: routed.response,
-            latest,
+            // Replaced by the next attempt's outcome before any answer.
+            latest: Outcome::of(failure, Vec::new(), Vec::new()),
             answered: None,
         };
         self.worker.recoveries.borrow_mut().insert(self.context_id, recovery);

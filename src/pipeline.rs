@@ -13,6 +13,7 @@ use crate::routing::plan::make_plan;
 use crate::routing::{parse_config_header, Host, Target};
 use crate::settings::Settings;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 
 /// Envoy routes on this header to the cluster that reaches the provider.
 pub const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
@@ -161,18 +162,21 @@ fn route(settings: &Settings, intake: Intake, body: Option<Value>, host: &mut dy
 impl Call {
     /// The upstream request of attempt `index`: headers, path, auth and body for its target.
     /// `now` reads Unix seconds from the host clock, only when a response will need them.
-    pub fn forward(&self, settings: &Settings, raw: &RawHeaders, index: usize, now: &dyn Fn() -> u64) -> Result<Forward, GatewayError> {
-        let target = match self.attempts.plan.attempts.get(index) {
+    /// When no later attempt can follow, the parsed body is moved into the request rather
+    /// than copied.
+    pub fn forward(&mut self, settings: &Settings, raw: &RawHeaders, index: usize, now: &dyn Fn() -> u64) -> Result<Forward, GatewayError> {
+        let Call { intake, body, attempts } = self;
+        let target = match attempts.plan.attempts.get(index) {
             Some(attempt) => &attempt.target,
             None => return Err(GatewayError::new(500, "api_error", "no such attempt")),
         };
-        let intake = &self.intake;
         let upstream_path = target.provider.translator.upstream_path(intake.endpoint, &intake.path)?;
         let location = UpstreamPath { path: &upstream_path, query: intake.query.as_deref() };
         let headers = upstream_headers(settings, raw, target, &intake.gateway, location);
         let forward =
             |headers, body, chat| Forward { headers, body, response: ResponsePlan { provider: target.provider, chat } };
-        let Some(request) = &self.body else {
+        let request = if attempts.plan.can_recover() { body.as_ref().map(Cow::Borrowed) } else { body.take().map(Cow::Owned) };
+        let Some(request) = request else {
             return Ok(forward(headers, None, None));
         };
         let overrides = &target.options.override_params;
@@ -187,7 +191,7 @@ impl Call {
         let strict = target.options.strict_vendor_compliance;
         if overrides.is_empty() && !translator.translates_responses() {
             // OpenAI-compatible and untouched: the original bytes go upstream as they came.
-            check_chat(request, strict)?;
+            check_chat(&request, strict)?;
             return Ok(forward(headers, None, None));
         }
         let value = overridden(request, overrides);
@@ -231,9 +235,8 @@ fn upstream_headers(
     for (name, _) in raw {
         // Gateway headers and the client's credential stay here unless the user forwards them;
         // gateway secrets never leave; accept-encoding goes so responses arrive uncompressed
-        // and can be translated.
-        // Envoy's own control headers from a client (timeouts, retries) never reach the router:
-        // the gateway sets the ones it means.
+        // and can be translated; a client's Envoy control headers (timeouts, retries) never
+        // reach the router, which gets only the ones the gateway sets.
         let private = is_gateway_header(name) || name == "authorization";
         let envoy_control = name.starts_with("x-envoy-");
         if is_secret_header(name) || (private && !forwarded(name)) || name == "accept-encoding" || envoy_control {
@@ -269,8 +272,8 @@ fn upstream_headers(
 const TIMEOUT_HEADER: &str = "x-envoy-upstream-rq-per-try-timeout-ms";
 
 /// The request with `override_params` forced onto it.
-fn overridden(request: &Value, overrides: &Map<String, Value>) -> Value {
-    let mut value = request.clone();
+fn overridden(request: Cow<Value>, overrides: &Map<String, Value>) -> Value {
+    let mut value = request.into_owned();
     if let Value::Object(map) = &mut value {
         for (key, v) in overrides {
             map.insert(key.clone(), v.clone());
@@ -340,7 +343,7 @@ mod tests {
     /// The first attempt's upstream request for headers `h` and `body`.
     fn forwarded(h: &RawHeaders, body: &[u8]) -> Result<Forward, GatewayError> {
         let mut host = FakeHost::new(0);
-        let call = match start(&settings(), h, &mut host)? {
+        let mut call = match start(&settings(), h, &mut host)? {
             Started::Ready(call) => call,
             Started::NeedsBody(pending) => finish(&settings(), pending, body, &mut host)?,
             Started::Health => panic!("not an API request"),
