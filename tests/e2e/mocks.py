@@ -22,6 +22,10 @@ fixture) drops scripts and recordings and releases any stream waiting on a gate.
     openai_mock.script(Reply(stall=3))                           # sleep 3 s before headers
     openai_mock.script(OpenAIMock.error(429, "slow down", code="rate_limit_exceeded"))
     anthropic_mock.script(Reply(tool_calls=[ToolCall("get_weather", {"city": "Paris"})]))
+
+Embedding vectors are a hash of the input unless a test pins them (``reset()`` forgets it):
+
+    openai_mock.embed_as("capital of France", [1.0, 0.0, 0.0])  # inputs containing it get this vector
 """
 
 from __future__ import annotations
@@ -648,6 +652,31 @@ class OpenAIMock(MockProvider):
         digest = hashlib.sha256(text.encode()).digest()
         return [round((b - 128) / 128.0, 4) for b in digest[:dims]]
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._embed_rules: list[tuple[str, list[float]]] = []
+
+    def reset(self):
+        super().reset()
+        with self._lock:
+            self._embed_rules.clear()
+
+    def embed_as(self, substring: str, vector: list[float]) -> None:
+        """Answer embeddings of any input whose text contains ``substring`` with ``vector``
+        (the first registered rule that matches wins), so a test decides how similar two
+        inputs are (the semantic cache compares them by cosine similarity)."""
+        with self._lock:
+            self._embed_rules.append((substring, [float(x) for x in vector]))
+
+    def _embedding_of(self, item: Any, dims: int) -> list[float]:
+        """The pinned vector of the first rule matching ``item``'s text, else a hash of it."""
+        text = item if isinstance(item, str) else json.dumps(item)
+        with self._lock:
+            for substring, vector in self._embed_rules:
+                if substring in text:
+                    return list(vector)
+        return self._vector(json.dumps(item), dims)
+
     def _embeddings(self, h, req):
         body = req.json
         inp = body.get("input")
@@ -662,7 +691,7 @@ class OpenAIMock(MockProvider):
         def produce(reply: Reply):
             data = []
             for i, item in enumerate(items):
-                vec = self._vector(json.dumps(item), dims)
+                vec = self._embedding_of(item, dims)
                 emb: Any = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode() if b64 else vec
                 data.append({"object": "embedding", "index": i, "embedding": emb})
             tokens = sum(len(str(x).split()) for x in items)

@@ -124,6 +124,20 @@ def test_openai_requires_bearer_and_404s_unknown_paths(openai_mock):
     assert r.status_code == 404 and "Invalid URL" in r.json()["error"]["message"]
 
 
+def test_openai_embeddings_can_be_pinned(openai_mock):
+    openai_mock.embed_as("France", [1.0, 0.0, 0.5])
+    openai_mock.embed_as("capital", [0.0, 1.0, 0.0])  # also matches the first input: the first rule wins
+    client = direct_openai(openai_mock)
+    emb = client.embeddings.create(model="text-embedding-mock", encoding_format="float",
+                                   input=["user: the capital of France?", "the capital of Spain", "other"])
+    assert [d.embedding for d in emb.data] == [[1.0, 0.0, 0.5], [0.0, 1.0, 0.0], OpenAIMock._vector('"other"')]
+    emb = client.embeddings.create(model="text-embedding-mock", input="France")  # base64 carries it too
+    assert emb.data[0].embedding == [1.0, 0.0, 0.5]
+    openai_mock.reset()
+    emb = client.embeddings.create(model="text-embedding-mock", input="France", encoding_format="float")
+    assert emb.data[0].embedding == OpenAIMock._vector('"France"')
+
+
 def test_openai_other_endpoints_via_sdk(openai_mock):
     client = direct_openai(openai_mock)
     emb = client.embeddings.create(model="text-embedding-mock", input=["a", "b"])
