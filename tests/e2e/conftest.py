@@ -3,14 +3,17 @@
 * ``openai_mock`` / ``anthropic_mock`` (session): the mock providers, reset before and
   after every test by an autouse fixture.
 * ``gateway`` (session): `build.sh run` started once, in its own process group, with
-  GATEWAY_PORT, GATEWAY_ADMIN_PORT, GATEWAY_API_KEYS, GATEWAY_CREDENTIALS and
-  GATEWAY_LOG_LEVEL=info (and no other GATEWAY_* variable from the caller's environment);
+  GATEWAY_PORT, GATEWAY_ADMIN_PORT, GATEWAY_API_KEYS, GATEWAY_CREDENTIALS,
+  GATEWAY_LOG_LEVEL=info and GATEWAY_CACHE (semantic matching through the OpenAI mock's
+  embeddings) (and no other GATEWAY_* variable from the caller's environment);
   ready when `GET /health` answers 200. Its output goes to a log file whose tail is
   attached to every failing test that used it. At the end of the session (before Envoy
   stops) it fails if the filter VM was ever reloaded (`wasm.model_gateway.vm_reload*` in
   Envoy's /stats) or a secret appears in the log.
-* ``_no_vm_reload`` (autouse, tests using ``gateway``): fails the test during which the
-  filter VM was reloaded.
+* ``start_gateway`` (session): starts another gateway with its own GATEWAY_CACHE, for a
+  module-scoped fixture (same startup wait and end checks; stopped when the module ends).
+* ``_no_vm_reload`` (autouse): fails the test during which the filter VM of a running
+  gateway was reloaded.
 
 Environment knobs:
 * GATEWAY_START_TIMEOUT: seconds to wait for /health (default 120).
@@ -28,7 +31,9 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -117,8 +122,23 @@ def _stop_group(proc: subprocess.Popen) -> None:
             pass
 
 
-@pytest.fixture(scope="session")
-def gateway(openai_mock, anthropic_mock, tmp_path_factory):
+# Every gateway running now (the session's and any a module started), for the VM-reload guard.
+_LIVE_GATEWAYS: list[helpers.Gateway] = []
+
+
+def session_cache(openai_mock) -> dict:
+    """The plugin's `cache` settings of the session gateway: default budgets, semantic
+    matching through the OpenAI mock's embeddings endpoint."""
+    return {"semantic": {"base_url": openai_mock.base_url, "api_key": helpers.EMBED_KEY,
+                         "model": helpers.EMBED_MODEL}}
+
+
+@contextmanager
+def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | None) -> Iterator[helpers.Gateway]:
+    """`build.sh run` (or E2E_GATEWAY_CMD) on free ports with the suite's settings and
+    GATEWAY_CACHE = ``cache``, ready once /health answers 200. On exit, while Envoy still
+    serves, the end checks run (VM never reloaded, no secret in the log); it is then
+    stopped, and a failed check fails the fixture that started it."""
     override = os.environ.get("E2E_GATEWAY_CMD")
     if override:
         cmd = shlex.split(override)
@@ -127,7 +147,6 @@ def gateway(openai_mock, anthropic_mock, tmp_path_factory):
     else:
         pytest.fail(f"{BUILD_SH} does not exist: cannot start the gateway", pytrace=False)
     port, admin_port = _free_ports(2)
-    log_dir = tmp_path_factory.mktemp("gateway")
     log_path = log_dir / "gateway.log"
     # The developer's own GATEWAY_* settings (allow-list, credentials, log level, concurrency, ...)
     # must not change what the suite tests: start from none of them.
@@ -139,6 +158,8 @@ def gateway(openai_mock, anthropic_mock, tmp_path_factory):
         "GATEWAY_CREDENTIALS": json.dumps(gateway_credentials(openai_mock, anthropic_mock)),
         "GATEWAY_LOG_LEVEL": "info",  # one log line per request (test_auth_headers reads it)
     })
+    if cache is not None:
+        env["GATEWAY_CACHE"] = json.dumps(cache)
     gw = helpers.Gateway(port, admin_port, log_path)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
@@ -159,19 +180,40 @@ def gateway(openai_mock, anthropic_mock, tmp_path_factory):
                 pytest.fail(f"the gateway did not answer 200 on /health within {START_TIMEOUT:.0f}s; "
                             f"output ({log_path}):\n{gw.log_tail(80)}", pytrace=False)
             time.sleep(0.25)
-        yield gw
-        problems = _session_end_problems(gw)
+        _LIVE_GATEWAYS.append(gw)
+        try:
+            yield gw
+        finally:
+            _LIVE_GATEWAYS.remove(gw)
+        problems = _end_of_run_problems(gw)
     finally:
         gw.close()
         _stop_group(proc)
     if problems:
-        pytest.fail("at the end of the session:\n" + "\n".join(problems), pytrace=False)
+        pytest.fail(f"at the end of the gateway's run ({log_path}):\n" + "\n".join(problems), pytrace=False)
 
 
-def _session_end_problems(gw: helpers.Gateway) -> list[str]:
-    """Checks over the whole session, run while Envoy still serves: the filter VM was never
-    reloaded (under FAIL_RELOAD a trap is otherwise invisible to the tests) and no secret
-    ever reached the gateway's log."""
+@pytest.fixture(scope="session")
+def gateway(openai_mock, anthropic_mock, tmp_path_factory):
+    with running_gateway(tmp_path_factory.mktemp("gateway"), openai_mock, anthropic_mock,
+                         session_cache(openai_mock)) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="session")
+def start_gateway(openai_mock, anthropic_mock, tmp_path_factory):
+    """Starts another gateway, for settings the session's cannot have (e.g. a small cache
+    budget), from a module-scoped fixture: ``with start_gateway("name", cache) as gw: yield gw``.
+    It gets its own ports and log, and the same startup wait and end checks."""
+    def start(name: str, cache: dict | None):
+        return running_gateway(tmp_path_factory.mktemp(name), openai_mock, anthropic_mock, cache)
+    return start
+
+
+def _end_of_run_problems(gw: helpers.Gateway) -> list[str]:
+    """Checks over a gateway's whole run, made while Envoy still serves: the filter VM was
+    never reloaded (under FAIL_RELOAD a trap is otherwise invisible to the tests) and no
+    secret ever reached the gateway's log."""
     problems = []
     try:
         counters = gw.vm_reload_counters()
@@ -191,18 +233,22 @@ def _session_end_problems(gw: helpers.Gateway) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _no_vm_reload(request):
-    """A test after which the filter VM's reload counters moved made the VM trap: fail it
-    (FAIL_RELOAD would otherwise hide the crash behind a fresh VM)."""
-    if "gateway" not in request.fixturenames:
+    """A test after which a filter VM's reload counters moved made the VM trap: fail it
+    (FAIL_RELOAD would otherwise hide the crash behind a fresh VM). Watches every running
+    gateway: the session's (started first if the test uses it) and any a module started."""
+    if "gateway" in request.fixturenames:
+        request.getfixturevalue("gateway")
+    watched = list(_LIVE_GATEWAYS)
+    if not watched:
         yield
         return
-    gw = request.getfixturevalue("gateway")
-    before = gw.vm_reload_counters()
+    before = [gw.vm_reload_counters() for gw in watched]
     yield
-    after = gw.vm_reload_counters()
-    if after != before:
-        pytest.fail(f"the filter VM was reloaded during this test (it trapped): {before} -> {after}",
-                    pytrace=False)
+    after = [gw.vm_reload_counters() for gw in watched]
+    for gw, b, a in zip(watched, before, after):
+        if a != b:
+            pytest.fail(f"the filter VM of the gateway on port {gw.port} was reloaded during this test "
+                        f"(it trapped): {b} -> {a}", pytrace=False)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -210,11 +256,12 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     if rep.failed and rep.when in ("call", "teardown"):
-        gw = item.funcargs.get("gateway") if hasattr(item, "funcargs") else None
-        if isinstance(gw, helpers.Gateway):
-            rep.sections.append(("gateway log (tail)", gw.log_tail(40)))
+        for name, value in (getattr(item, "funcargs", None) or {}).items():
+            if isinstance(value, helpers.Gateway):
+                rep.sections.append((f"{name} log (tail)", value.log_tail(40)))
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: waits for a real-time interval (e.g. the 30 s circuit-breaker "
-                                       "cooldown); runs in the default suite, deselect with -m 'not slow'")
+    config.addinivalue_line("markers", "slow: takes over about 10 s (a real-time wait such as the 30 s "
+                                       "circuit-breaker cooldown, or a load); runs in the default suite, "
+                                       "deselect with -m 'not slow'")

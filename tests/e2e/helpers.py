@@ -30,6 +30,9 @@ OPENAI_SLUG_KEY = "sk-mock-openai"
 ANTHROPIC_SLUG_KEY = "sk-ant-mock"
 OPENAI_VK_KEY = "sk-vk-openai"
 ANTHROPIC_VK_KEY = "sk-ant-vk"
+# The semantic cache's embeddings provider (the OpenAI mock) in the session gateway's GATEWAY_CACHE.
+EMBED_KEY = "sk-embed-key"
+EMBED_MODEL = "text-embedding-mock"
 
 _ANY = object()
 
@@ -47,14 +50,14 @@ GATEWAY_HEADER_ALIASES = (
 
 # Every secret the suite hands the gateway (gateway keys, provider keys, stored credentials).
 SECRETS = (KEY, KEY2, CLIENT_TOKEN, OPENAI_SLUG_KEY, ANTHROPIC_SLUG_KEY, OPENAI_VK_KEY, ANTHROPIC_VK_KEY,
-           "sk-config-key")
+           EMBED_KEY, "sk-config-key")
 
 
 # --------------------------------------------------------------------------- the gateway
 
 
 class Gateway:
-    """A running gateway (started once per session by conftest.py)."""
+    """A running gateway (started by conftest.py: once per session, or by a module's fixture)."""
 
     def __init__(self, port: int, admin_port: int, log_path: Path):
         self.port = port
@@ -105,6 +108,13 @@ class Gateway:
             if sep:
                 out[name.strip()] = value.strip()
         return out
+
+    def memory_allocated(self) -> int:
+        """Bytes Envoy's allocator holds now (admin `/memory`, field `allocated`): what the
+        process's data in memory (shared data included) costs, without the VM's own heap."""
+        r = httpx.get(f"http://127.0.0.1:{self.admin_port}/memory", timeout=5)
+        r.raise_for_status()
+        return int(r.json()["allocated"])
 
     def vm_reload_counters(self) -> dict[str, int]:
         """The filter VM's reload counters (`wasm.model_gateway.vm_reload*`). A VM that traps
