@@ -1,7 +1,8 @@
 //! A request's way through the gateway as plain decisions: the host adapter feeds it
 //! headers and body and applies what it returns.
 
-use crate::config::{Config, StrategyMode};
+use crate::cache::{self, Lookup, Origin, Tenant};
+use crate::config::{CacheMode, Config, StrategyMode};
 use crate::errors::GatewayError;
 use crate::providers::{Endpoint, ProviderSpec, ResponseContext};
 use crate::request::chat;
@@ -70,6 +71,8 @@ pub struct Intake {
     query: Option<String>,
     gateway: GatewayHeaders,
     config: Option<Config>,
+    /// Whose request it is, for the cache (a hash of the gateway key).
+    tenant: Tenant,
 }
 
 /// A request that needs its body before it can be routed.
@@ -101,8 +104,8 @@ pub fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) -> Resu
         return Ok(Started::Health);
     };
     // The key comes first: a caller without one learns nothing else about the request.
-    match headers::api_key(raw) {
-        Some(key) if settings.authenticate(key) => {}
+    let tenant = match headers::api_key(raw) {
+        Some(key) if settings.authenticate(key) => cache::tenant_of(key),
         Some(_) => {
             return Err(GatewayError::new(401, "authentication_error", "invalid x-gateway-api-key")
                 .with_code("invalid_api_key"))
@@ -115,14 +118,14 @@ pub fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) -> Resu
             )
             .with_code("missing_api_key"))
         }
-    }
+    };
     let decoded = raw
         .iter()
         .map(|(name, value)| decode_value(name, value).map(|text| (name.as_str(), text)))
         .collect::<Result<Vec<_>, _>>()?;
     let gateway = GatewayHeaders::parse(decoded.iter().map(|(name, value)| (*name, value.as_str())))?;
     let config = gateway.config.as_deref().map(parse_config_header).transpose()?;
-    let intake = Intake { endpoint, path, query, gateway, config };
+    let intake = Intake { endpoint, path, query, gateway, config, tenant };
     if body == BodyMode::Json && method == "POST" {
         Ok(Started::NeedsBody(Pending { intake }))
     } else {
@@ -133,8 +136,11 @@ pub fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) -> Resu
 /// The whole request body arrived: parse it when the gateway reads or changes it, and route.
 pub fn finish(settings: &Settings, pending: Pending, body: &[u8], host: &mut dyn Host) -> Result<Call, GatewayError> {
     let intake = pending.intake;
+    let cached = cache::is_cached_endpoint(intake.endpoint);
     let reads_body = intake.endpoint == Endpoint::ChatCompletions
-        || intake.config.as_ref().is_some_and(|c| c.any_node(&|n| n.override_params.is_some() || is_conditional(n)));
+        || intake.config.as_ref().is_some_and(|c| {
+            c.any_node(&|n| n.override_params.is_some() || is_conditional(n) || (cached && n.cache.is_some()))
+        });
     let body = if reads_body { Some(Value::Object(parse_object(body)?)) } else { None };
     route(settings, intake, body, host)
 }
@@ -159,7 +165,51 @@ fn route(settings: &Settings, intake: Intake, body: Option<Value>, host: &mut dy
     Ok(Call { intake, body, attempts })
 }
 
+/// Whether and how a request is cached.
+pub enum CachePlan {
+    /// Not an endpoint the cache serves: no cache status either.
+    Uncached,
+    /// No cache config applies.
+    Disabled,
+    Lookup(Box<Lookup>),
+}
+
 impl Call {
+    /// The cache lookup of the current attempt's target, by the body it would send. Called
+    /// before `forward`, which may move the body.
+    pub fn cache_plan(&self) -> CachePlan {
+        let endpoint = self.intake.endpoint;
+        if !cache::is_cached_endpoint(endpoint) {
+            return CachePlan::Uncached;
+        }
+        let target = match self.attempts.plan.attempts.get(self.attempts.current) {
+            Some(attempt) => &attempt.target,
+            None => return CachePlan::Disabled,
+        };
+        let (Some(config), Some(body)) = (&target.options.cache, &self.body) else {
+            return CachePlan::Disabled;
+        };
+        let body = overridden(Cow::Borrowed(body), &target.options.override_params);
+        let origin = Origin {
+            provider: target.provider.name,
+            authority: &target.upstream.authority,
+            base_path: &target.upstream.base_path,
+        };
+        let gateway = &self.intake.gateway;
+        let key = cache::key(self.intake.tenant, gateway.cache_namespace.as_deref(), endpoint, &origin, &body);
+        let conversation = if config.mode == CacheMode::Semantic { cache::semantic::conversation(&body) } else { None };
+        CachePlan::Lookup(Box::new(Lookup {
+            key,
+            mode: config.mode,
+            max_age_ms: config.max_age.unwrap_or(cache::DEFAULT_MAX_AGE_SECONDS).saturating_mul(1000),
+            refresh: gateway.cache_force_refresh == Some(true),
+            endpoint,
+            stream: body.get("stream").and_then(Value::as_bool) == Some(true),
+            include_usage: chat::include_usage(&body),
+            conversation,
+        }))
+    }
+
     /// The upstream request of attempt `index`: headers, path, auth and body for its target.
     /// `now` reads Unix seconds from the host clock, only when a response will need them.
     /// When no later attempt can follow, the parsed body is moved into the request rather
