@@ -508,6 +508,53 @@ mod tests {
         }
     }
 
+    fn cache_plan(config: &str, path: &str, body: &[u8]) -> CachePlan {
+        let h = request("POST", path, &[("x-gateway-api-key", "gw-key"), ("x-gateway-config", config)]);
+        let mut host = FakeHost::new(0);
+        match start(&settings(), &h, &mut host).ok().unwrap() {
+            Started::NeedsBody(pending) => finish(&settings(), pending, body, &mut host).ok().unwrap().cache_plan(),
+            _ => panic!("needs a body"),
+        }
+    }
+
+    fn cache_key(config: &str, body: &[u8]) -> cache::Key {
+        match cache_plan(config, "/v1/chat/completions", body) {
+            CachePlan::Lookup(lookup) => lookup.key,
+            _ => panic!("not cached"),
+        }
+    }
+
+    #[test]
+    fn the_cache_key_is_taken_after_override_params() {
+        let plain = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"simple"}}"#;
+        let forced = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"simple"},"override_params":{"model":"forced"}}"#;
+        let same = r#"{"provider":"openai","api_key":"k2","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"simple","max_age":5},"override_params":{"model":"m"}}"#;
+        assert_ne!(cache_key(plain, CHAT), cache_key(forced, CHAT));
+        // The provider credential and max_age are not part of it; the same resulting body is.
+        assert_eq!(cache_key(plain, CHAT), cache_key(same, CHAT));
+        let other = br#"{"model":"forced","messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(cache_key(forced, CHAT), cache_key(plain, other));
+    }
+
+    #[test]
+    fn cache_plans_by_endpoint_and_config() {
+        let cached = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"semantic"}}"#;
+        let uncached = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1"}"#;
+        assert!(matches!(cache_plan(uncached, "/v1/chat/completions", CHAT), CachePlan::Disabled));
+        assert!(matches!(cache_plan(cached, "/v1/moderations", br#"{"input":"x"}"#), CachePlan::Uncached));
+        let CachePlan::Lookup(lookup) = cache_plan(cached, "/v1/embeddings", br#"{"model":"e","input":"x"}"#) else {
+            panic!("embeddings are cached");
+        };
+        assert_eq!((lookup.conversation, lookup.max_age_ms), (None, cache::DEFAULT_MAX_AGE_SECONDS * 1000));
+        let stream = br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#;
+        let CachePlan::Lookup(lookup) = cache_plan(cached, "/v1/chat/completions", stream) else {
+            panic!("chat is cached");
+        };
+        assert!(lookup.stream && lookup.include_usage && !lookup.refresh);
+        assert_eq!(lookup.conversation.as_deref(), Some("user: hi"));
+        assert_eq!(lookup.key, cache_key(cached, CHAT));
+    }
+
     #[test]
     fn thinking_needs_non_strict_mode() {
         let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"thinking":{"type":"enabled","budget_tokens":1024}}"#;
