@@ -7,6 +7,8 @@ from here, so they cannot drift. Settings (environment variables):
   GATEWAY_WASM (path of the filter), GATEWAY_API_KEYS (comma-separated, required),
   GATEWAY_ALLOWED_CUSTOM_HOSTS (comma-separated; default "loopback"),
   GATEWAY_CREDENTIALS (JSON object: slug or virtual key -> {provider, api_key, custom_host, ...}),
+  GATEWAY_CACHE (JSON object: the response cache's byte_budget, max_entry_bytes and semantic
+  embeddings provider; see the README),
   GATEWAY_CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt).
 """
 import json
@@ -40,11 +42,19 @@ def render(env):
         sys.exit(f"render.py: GATEWAY_CREDENTIALS is not valid JSON: {err}")
     if not isinstance(credentials, dict):
         sys.exit("render.py: GATEWAY_CREDENTIALS must be a JSON object")
+    try:
+        cache = json.loads(env.get("GATEWAY_CACHE") or "{}")
+    except json.JSONDecodeError as err:
+        sys.exit(f"render.py: GATEWAY_CACHE is not valid JSON: {err}")
+    if not isinstance(cache, dict):
+        sys.exit("render.py: GATEWAY_CACHE must be a JSON object")
     plugin = {
         "api_keys": keys,
         "allowed_custom_hosts": split_list(env.get("GATEWAY_ALLOWED_CUSTOM_HOSTS") or "loopback"),
         "credentials": credentials,
     }
+    if cache:
+        plugin["cache"] = cache
     template = string.Template((HERE / "gateway.yaml.tmpl").read_text())
     return template.substitute(
         PORT=int(env.get("GATEWAY_PORT") or 8787),

@@ -9,10 +9,13 @@
 //! the root's (retry delays fire in the root's `on_tick`, and calls dispatched there answer
 //! to the root).
 
+use crate::cache::store::{self, Entry};
+use crate::cache::{semantic, Capture, Lookup, Status, STATUS_HEADER};
+use crate::config::CacheMode;
 use crate::errors::GatewayError;
 use crate::pipeline::{
-    self, Call, Forward, Pending, ResponsePlan, Started, CLUSTER_HEADER, PROVIDER_HEADER, RETRIES_HEADER,
-    TARGET_HEADER, TRACE_HEADER,
+    self, CachePlan, Call, Forward, Pending, ResponsePlan, Started, CLUSTER_HEADER, PROVIDER_HEADER,
+    RETRIES_HEADER, TARGET_HEADER, TRACE_HEADER,
 };
 use crate::providers::{ResponseContext, StreamTranslator};
 use crate::request::headers::{self, TraceFields};
@@ -147,6 +150,7 @@ struct Recovery {
     latest: Outcome,
     /// Status and provider of the answer, once sent.
     answered: Option<(u16, &'static str)>,
+    cache: CacheState,
 }
 
 /// A dispatched call's wait before it starts.
@@ -289,6 +293,12 @@ impl Worker {
             };
             let reply = final_reply(recovery);
             recovery.answered = Some((reply.0, recovery.response.provider.name));
+            if let (CacheState::Active(caching), true) = (&mut recovery.cache, (200..300).contains(&reply.0)) {
+                let content_type = reply.1.iter().find(|(n, _)| n == "content-type").map_or("", |(_, v)| v.as_str());
+                caching.start_capture(&recovery.settings, content_type);
+                caching.capture.push(&reply.2);
+                caching.store(&recovery.settings, recovery.response.provider.name);
+            }
             reply
         };
         let (status, headers, body) = reply;
@@ -390,6 +400,9 @@ fn final_reply(recovery: &Recovery) -> (u16, Vec<(String, String)>, Vec<u8>) {
     };
     headers.push((TRACE_HEADER.into(), recovery.trace_id.clone()));
     headers.push((PROVIDER_HEADER.into(), plan.provider.name.into()));
+    if let Some(status) = recovery.cache.status_header() {
+        headers.push((STATUS_HEADER.into(), status.into()));
+    }
     headers.extend(attempt_headers(&recovery.call));
     (status, headers, body)
 }
@@ -467,6 +480,56 @@ fn send_local_response(status: u16, headers: &[(String, String)], body: &[u8]) {
     }
 }
 
+/// The cache's part in a request.
+enum CacheState {
+    /// Not an endpoint the cache serves: no status header.
+    Off,
+    Disabled,
+    Active(Box<Caching>),
+}
+
+/// A request the cache looked up and may store the answer of.
+struct Caching {
+    lookup: Lookup,
+    status: Status,
+    /// The embeddings call in flight (semantic mode, after an exact miss).
+    embedding_call: Option<u32>,
+    /// The request's embedding, stored with its answer.
+    vector: Option<Vec<f32>>,
+    capture: Capture,
+}
+
+impl CacheState {
+    fn status_header(&self) -> Option<&'static str> {
+        match self {
+            CacheState::Off => None,
+            CacheState::Disabled => Some(Status::Disabled.as_str()),
+            CacheState::Active(caching) => Some(caching.status.as_str()),
+        }
+    }
+}
+
+impl Caching {
+    /// Starts collecting a 2xx answer whose body the client gets with `content_type`.
+    fn start_capture(&mut self, settings: &Settings, content_type: &str) {
+        let max_bytes = usize::try_from(settings.cache.max_entry_bytes).unwrap_or(usize::MAX);
+        self.capture = Capture::start(self.lookup.endpoint, content_type, max_bytes);
+    }
+
+    /// Stores the collected answer, when it is complete.
+    fn store(&mut self, settings: &Settings, provider: &str) {
+        let Some((content_type, body)) = std::mem::replace(&mut self.capture, Capture::Off).finish() else {
+            return;
+        };
+        let now = ProxyHost.now_ms();
+        let entry = Entry { expires_ms: now.saturating_add(self.lookup.max_age_ms), provider: provider.into(), content_type, body };
+        let layout = settings.cache.layout();
+        if !store::put(&ProxyHost, &layout, &self.lookup.key, &entry, self.vector.as_deref(), now) {
+            log::debug!("answer not cached: larger than max_entry_bytes, or the store was contended");
+        }
+    }
+}
+
 struct Root {
     /// Until a configuration loads, no key is accepted: requests fail closed with 401.
     settings: Rc<Settings>,
@@ -495,6 +558,12 @@ impl RootContext for Root {
         let bytes = self.get_plugin_configuration().unwrap_or_default();
         match Settings::parse(&bytes) {
             Ok(settings) => {
+                // Likewise every cache bucket and ring.
+                for key in settings.cache.layout().startup_keys() {
+                    if ProxyHost.get(&key).is_none() {
+                        ProxyHost.set(&key, store::EMPTY, 0);
+                    }
+                }
                 self.settings = Rc::new(settings);
                 true
             }
@@ -517,6 +586,7 @@ impl RootContext for Root {
             trace_id: String::new(),
             phase: Phase::Headers,
             response: ResponseMode::Passthrough,
+            cache: CacheState::Off,
             log: LogLine::default(),
         }))
     }
@@ -564,6 +634,7 @@ struct LogLine {
     target: String,
     retries: u32,
     status: u16,
+    cache: &'static str,
 }
 
 struct Request {
@@ -573,6 +644,7 @@ struct Request {
     trace_id: String,
     phase: Phase,
     response: ResponseMode,
+    cache: CacheState,
     log: LogLine,
 }
 
@@ -592,19 +664,150 @@ impl Request {
         if !provider.is_empty() {
             headers.push((PROVIDER_HEADER, provider));
         }
+        if let Some(cache_status) = self.cache.status_header() {
+            headers.push((STATUS_HEADER, cache_status));
+        }
         self.send_http_response(u32::from(status), headers, Some(body));
         Action::Pause
+    }
+
+    /// Answers from the cache.
+    fn respond_cached(&mut self, status: Status, provider: &str, (content_type, body): (String, Vec<u8>)) -> Action {
+        self.phase = Phase::Answered;
+        self.log.status = 200;
+        self.log.cache = status.as_str();
+        let headers = vec![
+            ("content-type", content_type.as_str()),
+            (TRACE_HEADER, self.trace_id.as_str()),
+            (PROVIDER_HEADER, provider),
+            (STATUS_HEADER, status.as_str()),
+        ];
+        self.send_http_response(200, headers, Some(&body));
+        Action::Pause
+    }
+
+    /// Looks the request up; a hit answers it. Otherwise notes how the answer will be cached,
+    /// and in semantic mode asks for the request's embedding (the request waits for it).
+    fn look_up(&mut self, plan: CachePlan) -> Option<Action> {
+        let lookup = match plan {
+            CachePlan::Uncached => return None,
+            CachePlan::Disabled => {
+                self.cache = CacheState::Disabled;
+                return None;
+            }
+            CachePlan::Lookup(lookup) => lookup,
+        };
+        if !lookup.refresh {
+            let layout = self.settings.cache.layout();
+            if let Some(entry) = store::find(&ProxyHost, &layout, &lookup.key, ProxyHost.now_ms()) {
+                if let Some(answer) = lookup.answer(&entry) {
+                    return Some(self.respond_cached(Status::Hit, &entry.provider, answer));
+                }
+            }
+        }
+        let mut status = if lookup.refresh { Status::Refresh } else { Status::Miss };
+        let mut embedding_call = None;
+        if let (CacheMode::Semantic, false, Some(text)) = (lookup.mode, lookup.refresh, &lookup.conversation) {
+            embedding_call = self.request_embedding(text);
+            if embedding_call.is_none() {
+                status = Status::MissSemanticUnavailable;
+            }
+        }
+        let lookup = *lookup;
+        self.cache = CacheState::Active(Box::new(Caching { lookup, status, embedding_call, vector: None, capture: Capture::Off }));
+        None
+    }
+
+    /// Dispatches the embeddings call of semantic mode; None when there is no embeddings
+    /// provider or the call cannot start.
+    fn request_embedding(&self, text: &str) -> Option<u32> {
+        let semantic = self.settings.cache.semantic.as_ref()?;
+        let upstream = semantic.upstream.as_ref()?;
+        let cluster = if upstream.tls { &self.settings.tls_cluster } else { &self.settings.plain_cluster };
+        let path = format!("{}/embeddings", upstream.base_path);
+        let body = semantic::embeddings_request(&semantic.model, text);
+        let length = body.len().to_string();
+        let authorization = semantic.api_key.as_ref().map(|key| format!("Bearer {key}"));
+        let mut headers = vec![
+            (":method", "POST"),
+            (":path", path.as_str()),
+            (":authority", upstream.authority.as_str()),
+            ("content-type", "application/json"),
+            ("content-length", length.as_str()),
+            (CLUSTER_HEADER, cluster.as_str()),
+        ];
+        if let Some(value) = &authorization {
+            headers.push(("authorization", value));
+        }
+        let timeout = Duration::from_millis(semantic.timeout_ms);
+        match self.dispatch_http_call(&self.settings.recovery_cluster, headers, Some(&body), vec![], timeout) {
+            Ok(token) => Some(token),
+            Err(status) => {
+                log::warn!("the embeddings call could not start: {status:?}");
+                None
+            }
+        }
+    }
+
+    /// The embedding arrived (or its call failed): a similar stored answer answers the
+    /// request, otherwise it goes on to the provider.
+    fn embedding_arrived(&mut self, body_size: usize) {
+        let status = parse_status(self.get_http_call_response_header_bytes(":status").as_deref());
+        let body = self.get_http_call_response_body(0, body_size).unwrap_or_default();
+        let vector = if (200..300).contains(&status) { semantic::embedding_of(&body) } else { None };
+        let CacheState::Active(caching) = &mut self.cache else {
+            return;
+        };
+        caching.embedding_call = None;
+        match (vector, &self.settings.cache.semantic) {
+            (Some(vector), Some(semantic)) => {
+                let layout = self.settings.cache.layout();
+                let found = store::find_similar(&ProxyHost, &layout, &caching.lookup.key, &vector, semantic.threshold, ProxyHost.now_ms());
+                if let Some(entry) = found {
+                    if let Some(answer) = caching.lookup.answer(&entry) {
+                        self.respond_cached(Status::SemanticHit, &entry.provider, answer);
+                        return;
+                    }
+                }
+                caching.vector = Some(vector);
+            }
+            _ => {
+                log::warn!("semantic cache lookup skipped: the embeddings call answered {status}");
+                caching.status = Status::MissSemanticUnavailable;
+            }
+        }
+        self.resume_http_request();
+    }
+
+    /// Collects what the client receives of a 2xx answer; stores it at the end.
+    fn capture(&mut self, bytes: &[u8], end_of_stream: bool) {
+        let CacheState::Active(caching) = &mut self.cache else {
+            return;
+        };
+        caching.capture.push(bytes);
+        if end_of_stream {
+            caching.store(&self.settings, self.log.provider);
+        }
+    }
+
+    fn capturing(&self) -> bool {
+        matches!(&self.cache, CacheState::Active(caching) if !matches!(caching.capture, Capture::Off))
     }
 
     /// Sends the current attempt of `call` through Envoy's router. `body` is the whole request
     /// body and its size in Envoy's buffer, when the gateway has it (or knows there is none);
     /// only then can a later attempt send the request again.
     fn forward(&mut self, mut call: Call, raw: Vec<(String, Vec<u8>)>, body: Option<(usize, Vec<u8>)>) -> Action {
+        let cache_plan = call.cache_plan();
         let now = || self.now();
         let forward = match call.forward(&self.settings, &raw, call.attempts.current, &now) {
             Ok(forward) => forward,
             Err(error) => return self.respond_error(&error),
         };
+        // Only a request the provider would take is answered from the cache.
+        if let Some(hit) = self.look_up(cache_plan) {
+            return hit;
+        }
         let resendable = body.is_some();
         let (body_size, original) = body.unwrap_or_default();
         if let Some(new_body) = &forward.body {
@@ -616,7 +819,11 @@ impl Request {
         self.log.target = call.target_path().to_string();
         let retained = (resendable && call.attempts.plan.can_recover()).then_some((raw, original));
         self.phase = Phase::Forwarded(Box::new(Routed { call, response: forward.response, retained }));
-        Action::Continue
+        // A semantic lookup holds the request until its embedding arrives.
+        match &self.cache {
+            CacheState::Active(caching) if caching.embedding_call.is_some() => Action::Pause,
+            _ => Action::Continue,
+        }
     }
 
     fn now(&self) -> u64 {
@@ -662,6 +869,7 @@ impl Request {
             // Replaced by the next attempt's outcome before any answer.
             latest: Outcome::of(failure, Vec::new(), Vec::new()),
             answered: None,
+            cache: std::mem::replace(&mut self.cache, CacheState::Off),
         };
         self.worker.recoveries.borrow_mut().insert(self.context_id, recovery);
         self.phase = Phase::Recovering;
@@ -693,7 +901,10 @@ impl Request {
 
 impl Context for Request {
     fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _num_trailers: usize) {
-        self.worker.on_call_response(token, num_headers, body_size);
+        match &self.cache {
+            CacheState::Active(caching) if caching.embedding_call == Some(token) => self.embedding_arrived(body_size),
+            _ => self.worker.on_call_response(token, num_headers, body_size),
+        }
     }
 }
 
@@ -840,6 +1051,20 @@ impl HttpContext for Request {
         for (name, value) in &extra {
             self.set_http_response_header(name, Some(value));
         }
+        if let Some(cache_status) = self.cache.status_header() {
+            self.set_http_response_header(STATUS_HEADER, Some(cache_status));
+        }
+        if matches!(self.cache, CacheState::Active(_)) && has_body && (200..300).contains(&status) {
+            // The content type of what the client gets.
+            let content_type = match &self.response {
+                ResponseMode::Stream(_) => b"text/event-stream".to_vec(),
+                ResponseMode::Chat(_) => b"application/json".to_vec(),
+                _ => self.get_http_response_header_bytes("content-type").unwrap_or_default(),
+            };
+            if let CacheState::Active(caching) = &mut self.cache {
+                caching.start_capture(&self.settings, &String::from_utf8_lossy(&content_type));
+            }
+        }
         match self.response {
             ResponseMode::Passthrough => Action::Continue,
             ResponseMode::Stream(_) => {
@@ -867,6 +1092,11 @@ impl HttpContext for Request {
             return Action::Pause;
         }
         let buffered = match self.response {
+            ResponseMode::Passthrough if self.capturing() => {
+                let body = self.get_http_response_body(0, body_size).unwrap_or_default();
+                self.capture(&body, end_of_stream);
+                return Action::Continue;
+            }
             ResponseMode::Passthrough => return Action::Continue,
             ResponseMode::Stream(_) => false,
             ResponseMode::Error(_) | ResponseMode::Chat(_) => true,
@@ -882,6 +1112,7 @@ impl HttpContext for Request {
                 stream.finish(&mut out);
             }
             self.set_http_response_body(0, body_size, &out);
+            self.capture(&out, end_of_stream);
             return Action::Continue;
         }
         let (status, finished) = self.finish_buffered(&body);
@@ -892,6 +1123,9 @@ impl HttpContext for Request {
         self.set_http_response_header("content-type", Some("application/json"));
         self.set_http_response_header("content-length", Some(&finished.len().to_string()));
         self.set_http_response_body(0, body_size, &finished);
+        if (200..300).contains(&status) {
+            self.capture(&finished, true);
+        }
         Action::Continue
     }
 
@@ -903,11 +1137,15 @@ impl HttpContext for Request {
                 self.log.status = status;
                 self.log.provider = provider;
             }
+            self.cache = recovery.cache;
+        }
+        if self.log.cache.is_empty() {
+            self.log.cache = self.cache.status_header().unwrap_or("-");
         }
         let log = &self.log;
         // Client-given values are quoted ({:?}) so they cannot forge fields of the line.
         log::info!(
-            "trace_id={:?} span_id={:?} parent_span_id={:?} span_name={:?} method={:?} path={:?} provider={} target={:?} retries={} status={}",
+            "trace_id={:?} span_id={:?} parent_span_id={:?} span_name={:?} method={:?} path={:?} provider={} target={:?} retries={} status={} cache={:?}",
             self.trace_id,
             log.trace.span_id,
             log.trace.parent_span_id,
@@ -918,6 +1156,7 @@ impl HttpContext for Request {
             log.target,
             log.retries,
             log.status,
+            log.cache,
         );
     }
 }

@@ -3,8 +3,10 @@
 //! Everything except `host` is plain Rust that knows nothing of proxy-wasm and is tested
 //! natively; `host` is the thin adapter that owns every host call.
 
+pub mod cache;
 pub mod config;
 pub mod errors;
+mod hash;
 mod json_check;
 pub mod pipeline;
 pub mod providers;

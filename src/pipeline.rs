@@ -1,7 +1,8 @@
 //! A request's way through the gateway as plain decisions: the host adapter feeds it
 //! headers and body and applies what it returns.
 
-use crate::config::{Config, StrategyMode};
+use crate::cache::{self, Lookup, Origin, Tenant};
+use crate::config::{CacheMode, Config, StrategyMode};
 use crate::errors::GatewayError;
 use crate::providers::{Endpoint, ProviderSpec, ResponseContext};
 use crate::request::chat;
@@ -70,6 +71,8 @@ pub struct Intake {
     query: Option<String>,
     gateway: GatewayHeaders,
     config: Option<Config>,
+    /// Whose request it is, for the cache (a hash of the gateway key).
+    tenant: Tenant,
 }
 
 /// A request that needs its body before it can be routed.
@@ -101,8 +104,8 @@ pub fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) -> Resu
         return Ok(Started::Health);
     };
     // The key comes first: a caller without one learns nothing else about the request.
-    match headers::api_key(raw) {
-        Some(key) if settings.authenticate(key) => {}
+    let tenant = match headers::api_key(raw) {
+        Some(key) if settings.authenticate(key) => cache::tenant_of(key),
         Some(_) => {
             return Err(GatewayError::new(401, "authentication_error", "invalid x-gateway-api-key")
                 .with_code("invalid_api_key"))
@@ -115,14 +118,14 @@ pub fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) -> Resu
             )
             .with_code("missing_api_key"))
         }
-    }
+    };
     let decoded = raw
         .iter()
         .map(|(name, value)| decode_value(name, value).map(|text| (name.as_str(), text)))
         .collect::<Result<Vec<_>, _>>()?;
     let gateway = GatewayHeaders::parse(decoded.iter().map(|(name, value)| (*name, value.as_str())))?;
     let config = gateway.config.as_deref().map(parse_config_header).transpose()?;
-    let intake = Intake { endpoint, path, query, gateway, config };
+    let intake = Intake { endpoint, path, query, gateway, config, tenant };
     if body == BodyMode::Json && method == "POST" {
         Ok(Started::NeedsBody(Pending { intake }))
     } else {
@@ -133,8 +136,11 @@ pub fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) -> Resu
 /// The whole request body arrived: parse it when the gateway reads or changes it, and route.
 pub fn finish(settings: &Settings, pending: Pending, body: &[u8], host: &mut dyn Host) -> Result<Call, GatewayError> {
     let intake = pending.intake;
+    let cached = cache::is_cached_endpoint(intake.endpoint);
     let reads_body = intake.endpoint == Endpoint::ChatCompletions
-        || intake.config.as_ref().is_some_and(|c| c.any_node(&|n| n.override_params.is_some() || is_conditional(n)));
+        || intake.config.as_ref().is_some_and(|c| {
+            c.any_node(&|n| n.override_params.is_some() || is_conditional(n) || (cached && n.cache.is_some()))
+        });
     let body = if reads_body { Some(Value::Object(parse_object(body)?)) } else { None };
     route(settings, intake, body, host)
 }
@@ -159,7 +165,51 @@ fn route(settings: &Settings, intake: Intake, body: Option<Value>, host: &mut dy
     Ok(Call { intake, body, attempts })
 }
 
+/// Whether and how a request is cached.
+pub enum CachePlan {
+    /// Not an endpoint the cache serves: no cache status either.
+    Uncached,
+    /// No cache config applies.
+    Disabled,
+    Lookup(Box<Lookup>),
+}
+
 impl Call {
+    /// The cache lookup of the current attempt's target, by the body it would send. Called
+    /// before `forward`, which may move the body.
+    pub fn cache_plan(&self) -> CachePlan {
+        let endpoint = self.intake.endpoint;
+        if !cache::is_cached_endpoint(endpoint) {
+            return CachePlan::Uncached;
+        }
+        let target = match self.attempts.plan.attempts.get(self.attempts.current) {
+            Some(attempt) => &attempt.target,
+            None => return CachePlan::Disabled,
+        };
+        let (Some(config), Some(body)) = (&target.options.cache, &self.body) else {
+            return CachePlan::Disabled;
+        };
+        let body = overridden(Cow::Borrowed(body), &target.options.override_params);
+        let origin = Origin {
+            provider: target.provider.name,
+            authority: &target.upstream.authority,
+            base_path: &target.upstream.base_path,
+        };
+        let gateway = &self.intake.gateway;
+        let key = cache::key(self.intake.tenant, gateway.cache_namespace.as_deref(), endpoint, &origin, &body);
+        let conversation = if config.mode == CacheMode::Semantic { cache::semantic::conversation(&body) } else { None };
+        CachePlan::Lookup(Box::new(Lookup {
+            key,
+            mode: config.mode,
+            max_age_ms: config.max_age.unwrap_or(cache::DEFAULT_MAX_AGE_SECONDS).saturating_mul(1000),
+            refresh: gateway.cache_force_refresh == Some(true),
+            endpoint,
+            stream: body.get("stream").and_then(Value::as_bool) == Some(true),
+            include_usage: chat::include_usage(&body),
+            conversation,
+        }))
+    }
+
     /// The upstream request of attempt `index`: headers, path, auth and body for its target.
     /// `now` reads Unix seconds from the host clock, only when a response will need them.
     /// When no later attempt can follow, the parsed body is moved into the request rather
@@ -456,6 +506,53 @@ mod tests {
             let h = request("POST", "/v1/chat/completions", OPENAI_LOCAL);
             assert_eq!(forwarded(&h, body).err().unwrap().status, 400);
         }
+    }
+
+    fn cache_plan(config: &str, path: &str, body: &[u8]) -> CachePlan {
+        let h = request("POST", path, &[("x-gateway-api-key", "gw-key"), ("x-gateway-config", config)]);
+        let mut host = FakeHost::new(0);
+        match start(&settings(), &h, &mut host).ok().unwrap() {
+            Started::NeedsBody(pending) => finish(&settings(), pending, body, &mut host).ok().unwrap().cache_plan(),
+            _ => panic!("needs a body"),
+        }
+    }
+
+    fn cache_key(config: &str, body: &[u8]) -> cache::Key {
+        match cache_plan(config, "/v1/chat/completions", body) {
+            CachePlan::Lookup(lookup) => lookup.key,
+            _ => panic!("not cached"),
+        }
+    }
+
+    #[test]
+    fn the_cache_key_is_taken_after_override_params() {
+        let plain = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"simple"}}"#;
+        let forced = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"simple"},"override_params":{"model":"forced"}}"#;
+        let same = r#"{"provider":"openai","api_key":"k2","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"simple","max_age":5},"override_params":{"model":"m"}}"#;
+        assert_ne!(cache_key(plain, CHAT), cache_key(forced, CHAT));
+        // The provider credential and max_age are not part of it; the same resulting body is.
+        assert_eq!(cache_key(plain, CHAT), cache_key(same, CHAT));
+        let other = br#"{"model":"forced","messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(cache_key(forced, CHAT), cache_key(plain, other));
+    }
+
+    #[test]
+    fn cache_plans_by_endpoint_and_config() {
+        let cached = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"semantic"}}"#;
+        let uncached = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1"}"#;
+        assert!(matches!(cache_plan(uncached, "/v1/chat/completions", CHAT), CachePlan::Disabled));
+        assert!(matches!(cache_plan(cached, "/v1/moderations", br#"{"input":"x"}"#), CachePlan::Uncached));
+        let CachePlan::Lookup(lookup) = cache_plan(cached, "/v1/embeddings", br#"{"model":"e","input":"x"}"#) else {
+            panic!("embeddings are cached");
+        };
+        assert_eq!((lookup.conversation, lookup.max_age_ms), (None, cache::DEFAULT_MAX_AGE_SECONDS * 1000));
+        let stream = br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#;
+        let CachePlan::Lookup(lookup) = cache_plan(cached, "/v1/chat/completions", stream) else {
+            panic!("chat is cached");
+        };
+        assert!(lookup.stream && lookup.include_usage && !lookup.refresh);
+        assert_eq!(lookup.conversation.as_deref(), Some("user: hi"));
+        assert_eq!(lookup.key, cache_key(cached, CHAT));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The plugin configuration Envoy hands the filter (`configuration` of the wasm filter):
 //! gateway keys, the custom-host allow-list, stored provider credentials and cluster names.
 
+use crate::cache::store::Layout;
 use crate::errors::GatewayError;
+use crate::upstream::Upstream;
 use hashbrown::HashMap;
 use serde::Deserialize;
 
@@ -26,7 +28,73 @@ pub struct Settings {
     /// whose router reaches the two clusters above, resolving new hosts on the way.
     #[serde(default = "default_recovery_cluster")]
     pub recovery_cluster: String,
+    /// The response cache's memory and its embeddings provider.
+    #[serde(default)]
+    pub cache: CacheSettings,
 }
+
+/// Where the response cache may keep answers (shared data) and how semantic mode embeds.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CacheSettings {
+    /// Bytes of values the cache may hold in shared data, index included.
+    #[serde(default = "default_byte_budget")]
+    pub byte_budget: u64,
+    /// Larger entries (request key plus answer) are not cached.
+    #[serde(default = "default_max_entry_bytes")]
+    pub max_entry_bytes: u64,
+    /// The embeddings provider of semantic mode; without it semantic mode matches exactly.
+    #[serde(default)]
+    pub semantic: Option<SemanticSettings>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SemanticSettings {
+    /// An OpenAI-compatible API base URL; the gateway posts to `<base_url>/embeddings`.
+    pub base_url: String,
+    #[serde(default)]
+    pub api_key: Option<String>,
+    pub model: String,
+    /// The cosine similarity from which a stored conversation answers a new one.
+    #[serde(default = "default_threshold")]
+    pub threshold: f32,
+    /// How long a lookup waits for the embedding before matching exactly.
+    #[serde(default = "default_embedding_timeout_ms")]
+    pub timeout_ms: u64,
+    #[serde(skip)]
+    pub upstream: Option<Upstream>,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        CacheSettings { byte_budget: default_byte_budget(), max_entry_bytes: default_max_entry_bytes(), semantic: None }
+    }
+}
+
+/// 32 MiB: thousands of typical answers (1-4 KB each) in a sidecar-sized footprint.
+fn default_byte_budget() -> u64 {
+    32 << 20
+}
+
+/// 512 KiB: far above a typical answer, small enough that one entry is a small share.
+fn default_max_entry_bytes() -> u64 {
+    512 << 10
+}
+
+/// 0.95: with OpenAI's text-embedding-3 models, rewordings of one question score about
+/// 0.95-0.99 while different questions on the same topic mostly stay below 0.9; a wrong
+/// answer costs more than a miss, so the default leans to precision.
+fn default_threshold() -> f32 {
+    0.95
+}
+
+fn default_embedding_timeout_ms() -> u64 {
+    3000
+}
+
+const MIN_BYTE_BUDGET: u64 = 1 << 20;
+const MIN_ENTRY_BYTES: u64 = 4096;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -52,6 +120,7 @@ impl Default for Settings {
             tls_cluster: default_tls_cluster(),
             plain_cluster: default_plain_cluster(),
             recovery_cluster: default_recovery_cluster(),
+            cache: CacheSettings::default(),
         }
     }
 }
@@ -93,6 +162,7 @@ impl Settings {
                 return Err(format!("invalid plugin configuration: allowed_custom_hosts rule '{rule}'"));
             }
         }
+        settings.cache.check()?;
         Ok(settings)
     }
 
@@ -118,6 +188,40 @@ impl Settings {
             GatewayError::new(401, "authentication_error", "unknown virtual key or provider slug")
                 .with_code("unknown_credential")
         })
+    }
+}
+
+impl CacheSettings {
+    /// How the byte budget is cut into shared-data keys.
+    pub fn layout(&self) -> Layout {
+        Layout::new(self.byte_budget, self.max_entry_bytes, self.semantic.is_some())
+    }
+
+    fn check(&mut self) -> Result<(), String> {
+        let invalid = |what: &str| Err(format!("invalid plugin configuration: cache.{what}"));
+        if self.byte_budget < MIN_BYTE_BUDGET {
+            return invalid("byte_budget must be at least 1048576");
+        }
+        if self.max_entry_bytes < MIN_ENTRY_BYTES || self.max_entry_bytes > self.byte_budget / 4 {
+            return invalid("max_entry_bytes must be at least 4096 and at most a quarter of byte_budget");
+        }
+        let Some(semantic) = &mut self.semantic else {
+            return Ok(());
+        };
+        match Upstream::parse(&semantic.base_url) {
+            Ok(upstream) => semantic.upstream = Some(upstream),
+            Err(why) => return invalid(&format!("semantic.base_url {why}")),
+        }
+        if !(semantic.threshold > 0.0 && semantic.threshold <= 1.0) {
+            return invalid("semantic.threshold must be above 0 and at most 1");
+        }
+        if !(1..=60_000).contains(&semantic.timeout_ms) {
+            return invalid("semantic.timeout_ms must be between 1 and 60000");
+        }
+        if semantic.model.is_empty() {
+            return invalid("semantic.model must not be empty");
+        }
+        Ok(())
     }
 }
 
@@ -200,6 +304,32 @@ mod tests {
         for rule in ["*.", "", "a.*.b", ".corp"] {
             let config = format!(r#"{{"api_keys": ["k"], "allowed_custom_hosts": ["{rule}"]}}"#);
             assert!(Settings::parse(config.as_bytes()).is_err(), "{rule}");
+        }
+    }
+
+    #[test]
+    fn cache_settings_have_defaults_and_limits() {
+        let s = settings(r#"{"api_keys": ["k"]}"#);
+        assert_eq!((s.cache.byte_budget, s.cache.max_entry_bytes, s.cache.semantic), (32 << 20, 512 << 10, None));
+        let s = settings(
+            r#"{"api_keys": ["k"], "cache": {"semantic": {"base_url": "http://127.0.0.1:9/v1", "model": "e"}}}"#,
+        );
+        let semantic = s.cache.semantic.unwrap();
+        assert_eq!((semantic.threshold, semantic.timeout_ms), (0.95, 3000));
+        assert_eq!(semantic.upstream.unwrap().authority, "127.0.0.1:9");
+        for bad in [
+            r#"{"byte_budget": 1000}"#,
+            r#"{"max_entry_bytes": 100}"#,
+            r#"{"byte_budget": 1048576, "max_entry_bytes": 524288}"#,
+            r#"{"semantic": {"base_url": "ftp://x", "model": "e"}}"#,
+            r#"{"semantic": {"base_url": "http://x", "model": "e", "threshold": 0}}"#,
+            r#"{"semantic": {"base_url": "http://x", "model": "e", "threshold": 1.5}}"#,
+            r#"{"semantic": {"base_url": "http://x", "model": ""}}"#,
+            r#"{"semantic": {"base_url": "http://x", "model": "e", "timeout_ms": 0}}"#,
+            r#"{"ttl": 5}"#,
+        ] {
+            let config = format!(r#"{{"api_keys": ["k"], "cache": {bad}}}"#);
+            assert!(Settings::parse(config.as_bytes()).is_err(), "{bad}");
         }
     }
 

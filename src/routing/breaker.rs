@@ -59,6 +59,7 @@
 //! never stored.
 
 use crate::config::CircuitBreakerConfig;
+use crate::hash::Hasher;
 
 /// The number of slots, so of shared-data keys, the breaker ever uses.
 pub const SLOT_COUNT: usize = 2048;
@@ -89,37 +90,9 @@ pub struct CircuitId(u64);
 
 /// The circuit of a target. `location` is where it lives (e.g. authority and base path).
 pub fn circuit_id(provider: &str, location: &str, credential: Option<&str>) -> CircuitId {
-    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut hash = FNV_OFFSET;
-    let mut feed = |bytes: &[u8]| {
-        for &b in bytes {
-            hash = (hash ^ u64::from(b)).wrapping_mul(FNV_PRIME);
-        }
-    };
-    // A presence tag and a length prefix per part: ("ab", "c") and ("a", "bc") differ, and so
-    // do no credential and an empty one.
-    for part in [Some(provider), Some(location), credential] {
-        match part {
-            Some(text) => {
-                feed(&[1]);
-                feed(&(text.len() as u64).to_le_bytes());
-                feed(text.as_bytes());
-            }
-            None => feed(&[0]),
-        }
-    }
-    CircuitId(mix(hash))
-}
-
-/// MurmurHash3's finalizer: the slots come from the low bits and from bits 32 and up, which
-/// FNV-1a alone mixes poorly.
-fn mix(mut h: u64) -> u64 {
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
+    let mut hasher = Hasher::new();
+    hasher.part(Some(provider.as_bytes())).part(Some(location.as_bytes())).part(credential.map(str::as_bytes));
+    CircuitId(hasher.finish())
 }
 
 /// What an attempt's result says about the target's health.

@@ -1,0 +1,278 @@
+//! The response cache (spec 2.3): exact (simple) and semantic matching, kept in proxy-wasm
+//! shared data by `store`, always scoped to the tenant.
+//!
+//! A request is looked up by its [`Key`]: the tenant (the gateway key it came with), the
+//! namespace header, the endpoint, the provider and where it lives, and the body after
+//! `override_params`, canonical (serde_json's maps are sorted, so key order does not matter)
+//! and without `stream`/`stream_options` (one answer serves both ways: a stream is stored
+//! as the assembled completion and replayed as a stream when asked).
+
+pub mod completion;
+pub mod semantic;
+pub mod store;
+
+use crate::config::CacheMode;
+use crate::hash::Hasher;
+use crate::providers::Endpoint;
+use completion::StreamAssembler;
+use serde_json::{Map, Value};
+
+/// The response header that tells how the cache served a request.
+pub const STATUS_HEADER: &str = "x-gateway-cache-status";
+
+/// How long an entry lives when the config gives no `max_age`: an hour bounds how stale an
+/// answer gets as models and prompts change, and keeps repeated traffic of a session cached.
+pub const DEFAULT_MAX_AGE_SECONDS: u64 = 3600;
+
+/// The tenant: a 128-bit hash of the gateway key (the key itself is never stored).
+pub type Tenant = [u8; 16];
+
+pub fn tenant_of(gateway_key: &[u8]) -> Tenant {
+    let mut tenant = [0u8; 16];
+    tenant[..8].copy_from_slice(&Hasher::seeded(1).part(Some(gateway_key)).finish().to_le_bytes());
+    tenant[8..].copy_from_slice(&Hasher::seeded(2).part(Some(gateway_key)).finish().to_le_bytes());
+    tenant
+}
+
+/// What identifies a cached answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Key {
+    pub tenant: Tenant,
+    /// Everything else of the key, in full: a hit compares it byte for byte, so a hash
+    /// collision can never serve another request's answer.
+    pub identity: Vec<u8>,
+    /// Hash of tenant and identity: where the entry is indexed.
+    pub digest: u64,
+    /// Hash of the tenant and the identity without the conversation: the entries a semantic
+    /// lookup compares with.
+    pub scope: u64,
+}
+
+/// Where the answer comes from: the provider and its base URL.
+pub struct Origin<'a> {
+    pub provider: &'a str,
+    pub authority: &'a str,
+    pub base_path: &'a str,
+}
+
+/// The key of a request `body` (after `override_params`).
+pub fn key(tenant: Tenant, namespace: Option<&str>, endpoint: Endpoint, origin: &Origin, body: &Value) -> Key {
+    let mut canonical = match body {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    canonical.remove("stream");
+    canonical.remove("stream_options");
+    // Tagged and length-prefixed: no namespace and an empty one differ, parts never run together.
+    let mut identity = Vec::with_capacity(256);
+    for part in [namespace, Some(endpoint_name(endpoint)), Some(origin.provider), Some(origin.authority), Some(origin.base_path)] {
+        match part {
+            Some(text) => {
+                identity.push(1);
+                identity.extend_from_slice(&(text.len() as u32).to_le_bytes());
+                identity.extend_from_slice(text.as_bytes());
+            }
+            None => identity.push(0),
+        }
+    }
+    // The scope leaves out what semantic matching compares by meaning.
+    let conversation: Vec<(String, Value)> =
+        ["messages", "prompt"].into_iter().filter_map(|f| canonical.remove_entry(f)).collect();
+    let scoped = Value::Object(canonical.clone()).to_string();
+    let scope = Hasher::new().part(Some(&tenant)).part(Some(&identity)).part(Some(scoped.as_bytes())).finish();
+    canonical.extend(conversation);
+    identity.extend_from_slice(Value::Object(canonical).to_string().as_bytes());
+    let digest = Hasher::new().part(Some(&tenant)).part(Some(&identity)).finish();
+    Key { tenant, identity, digest, scope }
+}
+
+fn endpoint_name(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::ChatCompletions => "chat/completions",
+        Endpoint::Completions => "completions",
+        Endpoint::Embeddings => "embeddings",
+        _ => "other",
+    }
+}
+
+/// Endpoints whose answers are cached: their answer depends only on the request body.
+pub fn is_cached_endpoint(endpoint: Endpoint) -> bool {
+    matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Embeddings)
+}
+
+/// How the cache served a request (the value of [`STATUS_HEADER`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// No cache config applies.
+    Disabled,
+    Miss,
+    Hit,
+    SemanticHit,
+    /// `x-gateway-cache-force-refresh`: the provider was called and the entry replaced.
+    Refresh,
+    /// Semantic mode without a usable embedding (not configured, failed, unreadable): the
+    /// lookup was exact only.
+    MissSemanticUnavailable,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Disabled => "DISABLED",
+            Status::Miss => "MISS",
+            Status::Hit => "HIT",
+            Status::SemanticHit => "SEMANTIC_HIT",
+            Status::Refresh => "REFRESH",
+            Status::MissSemanticUnavailable => "MISS; semantic=unavailable",
+        }
+    }
+}
+
+/// A cached request: what to look up and how to store its answer.
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    pub key: Key,
+    pub mode: CacheMode,
+    pub max_age_ms: u64,
+    /// Force refresh: no lookup, the answer replaces the entry.
+    pub refresh: bool,
+    pub endpoint: Endpoint,
+    /// The request asked for a stream (a hit is replayed as one).
+    pub stream: bool,
+    pub include_usage: bool,
+    /// The text semantic mode embeds (None in simple mode or when there is no conversation).
+    pub conversation: Option<String>,
+}
+
+impl Lookup {
+    /// The content type and body a hit answers with; None when the stored answer cannot be
+    /// replayed as the stream the request asks for.
+    pub fn answer(&self, entry: &store::Entry) -> Option<(String, Vec<u8>)> {
+        if !self.stream {
+            return Some((entry.content_type.clone(), entry.body.clone()));
+        }
+        let replay = completion::replay_sse(self.endpoint, &entry.body, self.include_usage)?;
+        Some(("text/event-stream".to_string(), replay))
+    }
+}
+
+/// Collects a 2xx answer as it passes to the client, for storing once it is complete.
+pub enum Capture {
+    /// A JSON answer, stored as it is.
+    Json { content_type: String, body: Vec<u8>, max_bytes: usize },
+    /// An OpenAI stream, stored as the completion it assembles into.
+    Stream(StreamAssembler),
+    /// Nothing to store (too large, or not a kind of answer the cache keeps).
+    Off,
+}
+
+impl Capture {
+    /// `content_type` of the answer the client gets (after translation to OpenAI's shape).
+    pub fn start(endpoint: Endpoint, content_type: &str, max_bytes: usize) -> Capture {
+        let streams = matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions);
+        if content_type.starts_with("text/event-stream") && streams {
+            Capture::Stream(StreamAssembler::new(endpoint, max_bytes))
+        } else if content_type.starts_with("application/json") {
+            Capture::Json { content_type: content_type.to_string(), body: Vec::new(), max_bytes }
+        } else {
+            Capture::Off
+        }
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) {
+        match self {
+            Capture::Json { body, max_bytes, .. } if body.len() + chunk.len() <= *max_bytes => body.extend_from_slice(chunk),
+            Capture::Json { .. } => *self = Capture::Off,
+            Capture::Stream(assembler) => assembler.push(chunk),
+            Capture::Off => {}
+        }
+    }
+
+    /// The content type and body to store, when the answer completed as one.
+    pub fn finish(self) -> Option<(String, Vec<u8>)> {
+        match self {
+            Capture::Json { content_type, body, .. } => {
+                let complete = serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok();
+                complete.then_some((content_type, body))
+            }
+            Capture::Stream(assembler) => assembler.finish().map(|body| ("application/json".to_string(), body)),
+            Capture::Off => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use super::*;
+    use serde_json::json;
+
+    const ORIGIN: Origin = Origin { provider: "openai", authority: "api.openai.com:443", base_path: "/v1" };
+
+    fn key_of(body: Value) -> Key {
+        key(tenant_of(b"gw-key"), None, Endpoint::ChatCompletions, &ORIGIN, &body)
+    }
+
+    #[test]
+    fn key_order_and_stream_do_not_matter() {
+        let a = key_of(json!({"model": "m", "temperature": 0.5, "messages": [{"role": "user", "content": "hi"}]}));
+        let b = key_of(json!({"messages": [{"content": "hi", "role": "user"}], "stream": true,
+                              "stream_options": {"include_usage": true}, "temperature": 0.5, "model": "m"}));
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn what_changes_the_answer_changes_the_key() {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        let base = key_of(body.clone());
+        let other_model = key_of(json!({"model": "n", "messages": [{"role": "user", "content": "hi"}]}));
+        let other_params = key_of(json!({"model": "m", "temperature": 1, "messages": [{"role": "user", "content": "hi"}]}));
+        let other_tenant = key(tenant_of(b"gw-other"), None, Endpoint::ChatCompletions, &ORIGIN, &body);
+        let namespaced = key(tenant_of(b"gw-key"), Some("team-a"), Endpoint::ChatCompletions, &ORIGIN, &body);
+        let empty_namespace = key(tenant_of(b"gw-key"), Some(""), Endpoint::ChatCompletions, &ORIGIN, &body);
+        let other_endpoint = key(tenant_of(b"gw-key"), None, Endpoint::Completions, &ORIGIN, &body);
+        let elsewhere = Origin { authority: "127.0.0.1:9000", ..ORIGIN };
+        let other_host = key(tenant_of(b"gw-key"), None, Endpoint::ChatCompletions, &elsewhere, &body);
+        let keys = [&base, &other_model, &other_params, &other_tenant, &namespaced, &empty_namespace, &other_endpoint, &other_host];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a.digest, b.digest);
+                assert!(a.identity != b.identity || a.tenant != b.tenant);
+            }
+        }
+    }
+
+    #[test]
+    fn the_scope_leaves_out_the_conversation_only() {
+        let a = key_of(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}));
+        let b = key_of(json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]}));
+        let c = key_of(json!({"model": "m", "temperature": 0, "messages": [{"role": "user", "content": "hi"}]}));
+        assert_ne!(a.digest, b.digest);
+        assert_eq!(a.scope, b.scope);
+        assert_ne!(a.scope, c.scope);
+    }
+
+    #[test]
+    fn tenants_differ_by_key() {
+        assert_eq!(tenant_of(b"gw-a"), tenant_of(b"gw-a"));
+        assert_ne!(tenant_of(b"gw-a"), tenant_of(b"gw-b"));
+    }
+
+    #[test]
+    fn captures_complete_json_answers_within_the_cap() {
+        let mut capture = Capture::start(Endpoint::ChatCompletions, "application/json", 100);
+        capture.push(br#"{"id":"#);
+        capture.push(br#""x"}"#);
+        assert_eq!(capture.finish(), Some(("application/json".to_string(), br#"{"id":"x"}"#.to_vec())));
+        let mut capture = Capture::start(Endpoint::ChatCompletions, "application/json", 10);
+        capture.push(br#"{"id":"long enough"}"#);
+        assert_eq!(capture.finish(), None);
+        let mut cut = Capture::start(Endpoint::Embeddings, "application/json", 100);
+        cut.push(br#"{"id":"#);
+        assert_eq!(cut.finish(), None);
+        assert!(matches!(Capture::start(Endpoint::Embeddings, "text/event-stream", 100), Capture::Off));
+        assert!(matches!(Capture::start(Endpoint::ChatCompletions, "text/plain", 100), Capture::Off));
+    }
+}
