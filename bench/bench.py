@@ -2,8 +2,11 @@
 """Benchmark: bare Envoy against Envoy with the gateway filter, in one run, same machine.
 
 Both proxy a non-streaming chat completion to the same fast mock provider (a third Envoy
-answering with a fixed chat.completion), driven by wrk at each concurrency. Prints a
-markdown table of requests per second and p50/p99 latency; copy it into bench/README.md.
+answering with a fixed chat.completion), driven by wrk at each concurrency. The gateway is
+measured with provider headers, with a one-target config (uncached), with a fallback
+config, and with the one-target config plus `cache` where the same request repeats, so
+every measured request is a cache hit (no provider call). Prints markdown tables of
+requests per second and p50/p99 latency; copy them into bench/README.md.
 Run it with `./build.sh bench [--duration S] [--connections 16,64]`.
 """
 import argparse
@@ -134,6 +137,14 @@ def wait_ready(port, headers, body):
     sys.exit(f"bench: port {port} never answered 200")
 
 
+def cache_status(port, headers, body):
+    """The x-gateway-cache-status of one request (to check the cache variant really hits)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body.encode(),
+                                 headers=headers, method="POST")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return resp.headers.get("x-gateway-cache-status")
+
+
 def to_micros(text):
     value, unit = re.match(r"([\d.]+)(us|ms|s)", text).groups()
     return float(value) * {"us": 1, "ms": 1000, "s": 1_000_000}[unit]
@@ -183,19 +194,27 @@ def main():
     # The same provider as a one-target config and as a fallback whose first target is
     # healthy: the difference is what planning a fallback costs on the happy path.
     target = {"provider": "openai", "api_key": "sk-bench", "custom_host": f"http://127.0.0.1:{mock_port}/v1"}
-    single_headers = {"x-gateway-api-key": API_KEY, "content-type": "application/json",
-                      "x-gateway-config": json.dumps(target)}
-    fallback_headers = {**single_headers, "x-gateway-config": json.dumps(
+    uncached_headers = {"x-gateway-api-key": API_KEY, "content-type": "application/json",
+                        "x-gateway-config": json.dumps(target)}
+    fallback_headers = {**uncached_headers, "x-gateway-config": json.dumps(
         {"strategy": {"mode": "fallback"}, "targets": [target, {**target, "api_key": "sk-bench-2"}]})}
+    # The same one-target config with the cache on: wrk repeats one request, so after the
+    # first (a miss, stored) every request is answered from the cache.
+    cache_hit_headers = {**uncached_headers, "x-gateway-config": json.dumps({**target, "cache": {"mode": "simple"}})}
     try:
         wait_ready(bare_port, {"content-type": "application/json"}, REQUEST)
         wait_ready(gateway_port, gateway_headers, REQUEST)
         wait_ready(gateway_port, fallback_headers, REQUEST)
+        wait_ready(gateway_port, cache_hit_headers, REQUEST)
+        status = cache_status(gateway_port, cache_hit_headers, REQUEST)
+        if status != "HIT":
+            sys.exit(f"bench: the cache variant is not answered from the cache (x-gateway-cache-status: {status})")
         rows = []
         for connections in [int(c) for c in args.connections.split(",")]:
             # Warm each, then measure them back to back.
             variants = (("bare", bare_port, {}), ("gateway", gateway_port, gateway_headers),
-                        ("single", gateway_port, single_headers), ("fallback", gateway_port, fallback_headers))
+                        ("uncached", gateway_port, uncached_headers), ("fallback", gateway_port, fallback_headers),
+                        ("cache_hit", gateway_port, cache_hit_headers))
             for _, port, headers in variants:
                 run_wrk(port, headers, connections, 2, workdir)
             rows.append((connections, {name: run_wrk(port, headers, connections, args.duration, workdir)
@@ -207,7 +226,8 @@ def main():
     print(f"wrk (2 threads), {args.duration}s per run, Envoy --concurrency {args.concurrency}, "
           f"{os.cpu_count()} cores, non-streaming chat completion\n")
     names = {"bare": "bare Envoy", "gateway": "Envoy + filter (provider headers)",
-             "single": "Envoy + filter, one-target config", "fallback": "Envoy + filter, fallback config"}
+             "uncached": "Envoy + filter, one-target config (uncached)", "fallback": "Envoy + filter, fallback config",
+             "cache_hit": "Envoy + filter, one-target config, cache hit"}
     print("| connections | proxy | req/s | p50 µs | p99 µs |")
     print("|---|---|---|---|---|")
     for connections, runs in rows:
@@ -218,7 +238,13 @@ def main():
     for connections, runs in rows:
         bare, gateway = runs["bare"], runs["gateway"]
         print(f"| {connections} | {gateway['rps'] / bare['rps']:.1%} | {gateway['p50'] - bare['p50']:.0f} "
-              f"| {gateway['p99'] - bare['p99']:.0f} | {runs['fallback']['p50'] - runs['single']['p50']:+.0f} |")
+              f"| {gateway['p99'] - bare['p99']:.0f} | {runs['fallback']['p50'] - runs['uncached']['p50']:+.0f} |")
+    print("\n| connections | cache hit req/s vs uncached | vs bare Envoy | cache hit p50 µs vs uncached | vs bare Envoy |")
+    print("|---|---|---|---|---|")
+    for connections, runs in rows:
+        hit, uncached, bare = runs["cache_hit"], runs["uncached"], runs["bare"]
+        print(f"| {connections} | {hit['rps'] / uncached['rps']:.1%} | {hit['rps'] / bare['rps']:.1%} "
+              f"| {hit['p50'] - uncached['p50']:+.0f} | {hit['p50'] - bare['p50']:+.0f} |")
 
 
 if __name__ == "__main__":
