@@ -454,7 +454,7 @@ def test_semantic_hit_for_a_close_question(gateway, openai_mock):
     openai_mock.embed_as(f"{tag}-a", near_a)
     openai_mock.embed_as(f"{tag}-b", near_b)
     openai_mock.embed_as(f"{tag}-c", near_b)
-    openai_mock.script(Reply(text="Paris."))
+    openai_mock.script(Reply(text="Paris."), path=CHAT)
     first = ask(gateway, headers, chat_body(f"What is the capital of France? {tag}-a"), "MISS")
     hit = ask(gateway, headers, chat_body(f"Which city is France's capital? {tag}-b"), "SEMANTIC_HIT")
     assert hit.json() == first.json()
@@ -511,7 +511,7 @@ def test_semantic_matches_only_the_same_model_and_parameters(gateway, openai_moc
     headers = semantic_headers(openai_mock)
     tag = uuid.uuid4().hex
     openai_mock.embed_as(tag, [1.0, 0.0, 0.0, 0.0])  # every question below gets the same vector
-    openai_mock.script(Reply(text="cool answer"))
+    openai_mock.script(Reply(text="cool answer"), path=CHAT)  # not the embeddings call before it
     ask(gateway, headers, chat_body(f"Tell me a joke {tag} (1)", temperature=0.2), "MISS")
     ask(gateway, headers, chat_body(f"Tell me a joke {tag} (2)", temperature=0.8), "MISS")
     ask(gateway, headers, chat_body(f"Tell me a joke {tag} (3)", temperature=0.2, model="gpt-mock-2"), "MISS")
