@@ -476,7 +476,7 @@ fn send_local_response(status: u16, headers: &[(String, String)], body: &[u8]) {
         )
     };
     if result != 0 {
-        log::warn!("the answer of a recovered request could not be sent (status {result})");
+        log::warn!("a local answer could not be sent (status {result})");
     }
 }
 
@@ -671,18 +671,20 @@ impl Request {
         Action::Pause
     }
 
-    /// Answers from the cache.
+    /// Answers from the cache (also from the embeddings call's callback, hence the wrapper
+    /// that cannot panic).
     fn respond_cached(&mut self, status: Status, provider: &str, (content_type, body): (String, Vec<u8>)) -> Action {
         self.phase = Phase::Answered;
         self.log.status = 200;
         self.log.cache = status.as_str();
-        let headers = vec![
-            ("content-type", content_type.as_str()),
-            (TRACE_HEADER, self.trace_id.as_str()),
-            (PROVIDER_HEADER, provider),
-            (STATUS_HEADER, status.as_str()),
+        self.log.provider = crate::providers::find(provider).map_or("", |spec| spec.name);
+        let headers = [
+            ("content-type".to_string(), content_type),
+            (TRACE_HEADER.to_string(), self.trace_id.clone()),
+            (PROVIDER_HEADER.to_string(), provider.to_string()),
+            (STATUS_HEADER.to_string(), status.as_str().to_string()),
         ];
-        self.send_http_response(200, headers, Some(&body));
+        send_local_response(200, &headers, &body);
         Action::Pause
     }
 
@@ -751,9 +753,15 @@ impl Request {
 
     /// The embedding arrived (or its call failed): a similar stored answer answers the
     /// request, otherwise it goes on to the provider.
-    fn embedding_arrived(&mut self, body_size: usize) {
-        let status = parse_status(self.get_http_call_response_header_bytes(":status").as_deref());
-        let body = self.get_http_call_response_body(0, body_size).unwrap_or_default();
+    fn embedding_arrived(&mut self, num_headers: usize, body_size: usize) {
+        // Host calls without the SDK's panics: a failed call has no headers to read.
+        let status = if num_headers == 0 {
+            0
+        } else {
+            let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status").ok().flatten();
+            parse_status(status.as_deref())
+        };
+        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
         let vector = if (200..300).contains(&status) { semantic::embedding_of(&body) } else { None };
         let CacheState::Active(caching) = &mut self.cache else {
             return;
@@ -776,7 +784,9 @@ impl Request {
                 caching.status = Status::MissSemanticUnavailable;
             }
         }
-        self.resume_http_request();
+        if let Err(status) = hostcalls::resume_http_request() {
+            log::warn!("resuming the request after the embeddings call failed: {status:?}");
+        }
     }
 
     /// Collects what the client receives of a 2xx answer; stores it at the end.
@@ -902,7 +912,7 @@ impl Request {
 impl Context for Request {
     fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _num_trailers: usize) {
         match &self.cache {
-            CacheState::Active(caching) if caching.embedding_call == Some(token) => self.embedding_arrived(body_size),
+            CacheState::Active(caching) if caching.embedding_call == Some(token) => self.embedding_arrived(num_headers, body_size),
             _ => self.worker.on_call_response(token, num_headers, body_size),
         }
     }

@@ -4,7 +4,7 @@
 use super::openai::normalize_error;
 use super::{Endpoint, ResponseContext, StreamTranslator, Translator};
 use crate::errors::{error_json, GatewayError};
-use crate::stream::sse::{SseEvent, SseParser, MAX_EVENT_BYTES};
+use crate::stream::sse::{write_data, SseEvent, SseParser, MAX_EVENT_BYTES};
 use hashbrown::HashMap;
 use serde_json::{json, Map, Value};
 
@@ -582,12 +582,6 @@ struct AnthropicStream {
     tool_blocks: HashMap<u64, usize>,
     /// `[DONE]` was sent; the client stream is over.
     done: bool,
-}
-
-fn write_data(out: &mut Vec<u8>, payload: &[u8]) {
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(payload);
-    out.extend_from_slice(b"\n\n");
 }
 
 impl AnthropicStream {

@@ -8,6 +8,13 @@
 /// worker runs out of memory, and wasm linear memory never shrinks.
 pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
+/// Writes one `data:` event (the form of every OpenAI stream chunk).
+pub fn write_data(out: &mut Vec<u8>, payload: &[u8]) {
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(payload);
+    out.extend_from_slice(b"\n\n");
+}
+
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SseEvent {
