@@ -688,8 +688,9 @@ impl Request {
         Action::Pause
     }
 
-    /// Looks the request up; a hit answers it. Otherwise notes how the answer will be cached,
-    /// and in semantic mode asks for the request's embedding (the request waits for it).
+    /// Looks the request up; a hit answers it. Otherwise notes how the answer will be cached.
+    /// A hit needs no validation: its key holds everything validation reads (the body after
+    /// overrides, the provider, strictness), and the same request passed when it was stored.
     fn look_up(&mut self, plan: CachePlan) -> Option<Action> {
         let lookup = match plan {
             CachePlan::Uncached => return None,
@@ -707,17 +708,32 @@ impl Request {
                 }
             }
         }
-        let mut status = if lookup.refresh { Status::Refresh } else { Status::Miss };
-        let mut embedding_call = None;
-        if let (CacheMode::Semantic, false, Some(text)) = (lookup.mode, lookup.refresh, &lookup.conversation) {
-            embedding_call = self.request_embedding(text);
-            if embedding_call.is_none() {
-                status = Status::MissSemanticUnavailable;
+        let status = if lookup.refresh { Status::Refresh } else { Status::Miss };
+        let lookup = *lookup;
+        self.cache = CacheState::Active(Box::new(Caching { lookup, status, embedding_call: None, vector: None, capture: Capture::Off }));
+        None
+    }
+
+    /// Semantic mode after an exact miss, once the request is known to be valid: asks for the
+    /// request's embedding. True when the request must wait for it.
+    fn look_up_by_meaning(&mut self) -> bool {
+        let text = match &self.cache {
+            CacheState::Active(caching) if caching.lookup.mode == CacheMode::Semantic && !caching.lookup.refresh => {
+                match &caching.lookup.conversation {
+                    Some(text) => text.clone(),
+                    None => return false,
+                }
+            }
+            _ => return false,
+        };
+        let call = self.request_embedding(&text);
+        if let CacheState::Active(caching) = &mut self.cache {
+            caching.embedding_call = call;
+            if call.is_none() {
+                caching.status = Status::MissSemanticUnavailable;
             }
         }
-        let lookup = *lookup;
-        self.cache = CacheState::Active(Box::new(Caching { lookup, status, embedding_call, vector: None, capture: Capture::Off }));
-        None
+        call.is_some()
     }
 
     /// Dispatches the embeddings call of semantic mode; None when there is no embeddings
@@ -808,16 +824,16 @@ impl Request {
     /// body and its size in Envoy's buffer, when the gateway has it (or knows there is none);
     /// only then can a later attempt send the request again.
     fn forward(&mut self, mut call: Call, raw: Vec<(String, Vec<u8>)>, body: Option<(usize, Vec<u8>)>) -> Action {
-        let cache_plan = call.cache_plan();
+        // Before `forward`, which may move the body.
+        if let Some(hit) = self.look_up(call.cache_plan()) {
+            return hit;
+        }
         let now = || self.now();
         let forward = match call.forward(&self.settings, &raw, call.attempts.current, &now) {
             Ok(forward) => forward,
             Err(error) => return self.respond_error(&error),
         };
-        // Only a request the provider would take is answered from the cache.
-        if let Some(hit) = self.look_up(cache_plan) {
-            return hit;
-        }
+        let awaits_embedding = self.look_up_by_meaning();
         let resendable = body.is_some();
         let (body_size, original) = body.unwrap_or_default();
         if let Some(new_body) = &forward.body {
@@ -830,9 +846,10 @@ impl Request {
         let retained = (resendable && call.attempts.plan.can_recover()).then_some((raw, original));
         self.phase = Phase::Forwarded(Box::new(Routed { call, response: forward.response, retained }));
         // A semantic lookup holds the request until its embedding arrives.
-        match &self.cache {
-            CacheState::Active(caching) if caching.embedding_call.is_some() => Action::Pause,
-            _ => Action::Continue,
+        if awaits_embedding {
+            Action::Pause
+        } else {
+            Action::Continue
         }
     }
 
@@ -983,6 +1000,10 @@ impl HttpContext for Request {
     }
 
     fn on_http_response_headers(&mut self, _count: usize, end_of_stream: bool) -> Action {
+        // The gateway's own answers already carry the trace id (and their status is logged).
+        if matches!(self.phase, Phase::Answered) {
+            return Action::Continue;
+        }
         self.log.status = self.response_status();
         let status = self.log.status;
         match std::mem::replace(&mut self.phase, Phase::Answered) {
@@ -1028,7 +1049,6 @@ impl HttpContext for Request {
                 self.phase = Phase::Recovering;
                 return if self.recovery_answered() { Action::Continue } else { Action::Pause };
             }
-            // The gateway's own answers already carry the trace id.
             Phase::Answered => return Action::Continue,
             // Envoy answered before the request went upstream (e.g. 413 for a huge body).
             phase @ (Phase::Headers | Phase::AwaitingBody(..)) => {

@@ -189,15 +189,20 @@ impl Call {
         let (Some(config), Some(body)) = (&target.options.cache, &self.body) else {
             return CachePlan::Disabled;
         };
-        let body = overridden(Cow::Borrowed(body), &target.options.override_params);
+        let Value::Object(fields) = body else {
+            return CachePlan::Disabled;
+        };
+        let body = cache::Body { fields, overrides: &target.options.override_params };
         let origin = Origin {
             provider: target.provider.name,
             authority: &target.upstream.authority,
             base_path: &target.upstream.base_path,
+            strict_vendor_compliance: target.options.strict_vendor_compliance,
         };
         let gateway = &self.intake.gateway;
         let key = cache::key(self.intake.tenant, gateway.cache_namespace.as_deref(), endpoint, &origin, &body);
         let conversation = if config.mode == CacheMode::Semantic { cache::semantic::conversation(&body) } else { None };
+        let include_usage = body.get("stream_options").and_then(|o| o.get("include_usage")).and_then(Value::as_bool);
         CachePlan::Lookup(Box::new(Lookup {
             key,
             mode: config.mode,
@@ -205,7 +210,7 @@ impl Call {
             refresh: gateway.cache_force_refresh == Some(true),
             endpoint,
             stream: body.get("stream").and_then(Value::as_bool) == Some(true),
-            include_usage: chat::include_usage(&body),
+            include_usage: include_usage == Some(true),
             conversation,
         }))
     }

@@ -3,9 +3,9 @@
 //!
 //! A request is looked up by its [`Key`]: the tenant (the gateway key it came with), the
 //! namespace header, the endpoint, the provider and where it lives, and the body after
-//! `override_params`, canonical (serde_json's maps are sorted, so key order does not matter)
-//! and without `stream`/`stream_options` (one answer serves both ways: a stream is stored
-//! as the assembled completion and replayed as a stream when asked).
+//! `override_params`, canonical (key order does not matter) and without
+//! `stream`/`stream_options` (one answer serves both ways: a stream is stored as the
+//! assembled completion and replayed as a stream when asked).
 
 pub mod completion;
 pub mod semantic;
@@ -48,24 +48,57 @@ pub struct Key {
     pub scope: u64,
 }
 
-/// Where the answer comes from: the provider and its base URL.
+/// Where the answer comes from and how it is shaped: the provider, its base URL, and
+/// `strict_vendor_compliance` (which changes a translated answer).
 pub struct Origin<'a> {
     pub provider: &'a str,
     pub authority: &'a str,
     pub base_path: &'a str,
+    pub strict_vendor_compliance: bool,
 }
 
-/// The key of a request `body` (after `override_params`).
-pub fn key(tenant: Tenant, namespace: Option<&str>, endpoint: Endpoint, origin: &Origin, body: &Value) -> Key {
-    let mut canonical = match body {
-        Value::Object(map) => map.clone(),
-        _ => Map::new(),
-    };
-    canonical.remove("stream");
-    canonical.remove("stream_options");
+/// The request body as the provider gets it: the client's fields with `override_params`
+/// forced onto them, read without copying either.
+pub struct Body<'a> {
+    pub fields: &'a Map<String, Value>,
+    pub overrides: &'a Map<String, Value>,
+}
+
+impl<'a> Body<'a> {
+    pub fn get(&self, name: &str) -> Option<&'a Value> {
+        self.overrides.get(name).or_else(|| self.fields.get(name))
+    }
+
+    /// Compact JSON of the fields in key order (serde_json's maps are sorted: the order the
+    /// client sent them in does not matter), leaving out `skip`.
+    fn canonical(&self, skip: &[&str]) -> Vec<u8> {
+        let mut names: Vec<&String> = self.fields.keys().chain(self.overrides.keys()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut out = vec![b'{'];
+        for name in names.into_iter().filter(|n| !skip.contains(&n.as_str())) {
+            if let Some(value) = self.get(name) {
+                if out.len() > 1 {
+                    out.push(b',');
+                }
+                // Writing JSON into a Vec cannot fail.
+                let _ = serde_json::to_writer(&mut out, name);
+                out.push(b':');
+                let _ = serde_json::to_writer(&mut out, value);
+            }
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+/// The key of a request whose `body` goes to `origin`.
+pub fn key(tenant: Tenant, namespace: Option<&str>, endpoint: Endpoint, origin: &Origin, body: &Body) -> Key {
+    let strict = if origin.strict_vendor_compliance { "strict" } else { "lenient" };
+    let parts = [namespace, Some(endpoint_name(endpoint)), Some(origin.provider), Some(origin.authority), Some(origin.base_path), Some(strict)];
     // Tagged and length-prefixed: no namespace and an empty one differ, parts never run together.
     let mut identity = Vec::with_capacity(256);
-    for part in [namespace, Some(endpoint_name(endpoint)), Some(origin.provider), Some(origin.authority), Some(origin.base_path)] {
+    for part in parts {
         match part {
             Some(text) => {
                 identity.push(1);
@@ -75,13 +108,12 @@ pub fn key(tenant: Tenant, namespace: Option<&str>, endpoint: Endpoint, origin: 
             None => identity.push(0),
         }
     }
+    // One answer serves a request asking for a stream and one that does not.
+    const NOT_IN_KEY: [&str; 2] = ["stream", "stream_options"];
     // The scope leaves out what semantic matching compares by meaning.
-    let conversation: Vec<(String, Value)> =
-        ["messages", "prompt"].into_iter().filter_map(|f| canonical.remove_entry(f)).collect();
-    let scoped = Value::Object(canonical.clone()).to_string();
-    let scope = Hasher::new().part(Some(&tenant)).part(Some(&identity)).part(Some(scoped.as_bytes())).finish();
-    canonical.extend(conversation);
-    identity.extend_from_slice(Value::Object(canonical).to_string().as_bytes());
+    let scoped = body.canonical(&[NOT_IN_KEY[0], NOT_IN_KEY[1], "messages", "prompt"]);
+    let scope = Hasher::new().part(Some(&tenant)).part(Some(&identity)).part(Some(&scoped)).finish();
+    identity.extend_from_slice(&body.canonical(&NOT_IN_KEY));
     let digest = Hasher::new().part(Some(&tenant)).part(Some(&identity)).finish();
     Key { tenant, identity, digest, scope }
 }
@@ -209,10 +241,29 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const ORIGIN: Origin = Origin { provider: "openai", authority: "api.openai.com:443", base_path: "/v1" };
+    const ORIGIN: Origin =
+        Origin { provider: "openai", authority: "api.openai.com:443", base_path: "/v1", strict_vendor_compliance: true };
+
+    fn keyed(tenant: &[u8], namespace: Option<&str>, endpoint: Endpoint, origin: &Origin, body: &Value) -> Key {
+        let no_overrides = Map::new();
+        let fields = body.as_object().unwrap();
+        key(tenant_of(tenant), namespace, endpoint, origin, &Body { fields, overrides: &no_overrides })
+    }
 
     fn key_of(body: Value) -> Key {
-        key(tenant_of(b"gw-key"), None, Endpoint::ChatCompletions, &ORIGIN, &body)
+        keyed(b"gw-key", None, Endpoint::ChatCompletions, &ORIGIN, &body)
+    }
+
+    #[test]
+    fn the_key_is_the_body_after_overrides() {
+        let body = json!({"model": "m", "temperature": 0.5, "messages": []});
+        let overrides = json!({"temperature": 1, "seed": 3});
+        let (fields, overrides) = (body.as_object().unwrap(), overrides.as_object().unwrap());
+        let overridden = key(tenant_of(b"gw-key"), None, Endpoint::ChatCompletions, &ORIGIN, &Body { fields, overrides });
+        assert_eq!(overridden, key_of(json!({"seed": 3, "model": "m", "temperature": 1, "messages": []})));
+        let canonical = Body { fields, overrides }.canonical(&["messages"]);
+        assert_eq!(String::from_utf8(canonical).unwrap(), r#"{"model":"m","seed":3,"temperature":1}"#);
+        assert_eq!(Body { fields, overrides }.get("temperature"), Some(&json!(1)));
     }
 
     #[test]
@@ -229,13 +280,15 @@ mod tests {
         let base = key_of(body.clone());
         let other_model = key_of(json!({"model": "n", "messages": [{"role": "user", "content": "hi"}]}));
         let other_params = key_of(json!({"model": "m", "temperature": 1, "messages": [{"role": "user", "content": "hi"}]}));
-        let other_tenant = key(tenant_of(b"gw-other"), None, Endpoint::ChatCompletions, &ORIGIN, &body);
-        let namespaced = key(tenant_of(b"gw-key"), Some("team-a"), Endpoint::ChatCompletions, &ORIGIN, &body);
-        let empty_namespace = key(tenant_of(b"gw-key"), Some(""), Endpoint::ChatCompletions, &ORIGIN, &body);
-        let other_endpoint = key(tenant_of(b"gw-key"), None, Endpoint::Completions, &ORIGIN, &body);
+        let other_tenant = keyed(b"gw-other", None, Endpoint::ChatCompletions, &ORIGIN, &body);
+        let namespaced = keyed(b"gw-key", Some("team-a"), Endpoint::ChatCompletions, &ORIGIN, &body);
+        let empty_namespace = keyed(b"gw-key", Some(""), Endpoint::ChatCompletions, &ORIGIN, &body);
+        let other_endpoint = keyed(b"gw-key", None, Endpoint::Completions, &ORIGIN, &body);
         let elsewhere = Origin { authority: "127.0.0.1:9000", ..ORIGIN };
-        let other_host = key(tenant_of(b"gw-key"), None, Endpoint::ChatCompletions, &elsewhere, &body);
-        let keys = [&base, &other_model, &other_params, &other_tenant, &namespaced, &empty_namespace, &other_endpoint, &other_host];
+        let other_host = keyed(b"gw-key", None, Endpoint::ChatCompletions, &elsewhere, &body);
+        let lenient = Origin { strict_vendor_compliance: false, ..ORIGIN };
+        let other_shape = keyed(b"gw-key", None, Endpoint::ChatCompletions, &lenient, &body);
+        let keys = [&base, &other_model, &other_params, &other_tenant, &namespaced, &empty_namespace, &other_endpoint, &other_host, &other_shape];
         for (i, a) in keys.iter().enumerate() {
             for b in &keys[i + 1..] {
                 assert_ne!(a.digest, b.digest);

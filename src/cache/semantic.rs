@@ -1,12 +1,13 @@
 //! Semantic mode's pure parts: the text that is embedded, the embeddings call's body and
 //! answer, and the similarity of two embeddings.
 
+use super::Body;
 use serde_json::{json, Value};
 
 /// The text whose meaning decides a semantic hit: the whole conversation, because the system
 /// prompt and earlier turns change the answer. One line per chat message, `<role>: <text>`
 /// (text parts only); the prompt of a completion. None when the body has neither.
-pub fn conversation(body: &Value) -> Option<String> {
+pub fn conversation(body: &Body) -> Option<String> {
     if let Some(messages) = body.get("messages").and_then(Value::as_array) {
         let lines: Vec<String> = messages
             .iter()
@@ -74,6 +75,11 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
 
+    fn conversation_of(body: Value) -> Option<String> {
+        let overrides = serde_json::Map::new();
+        conversation(&Body { fields: body.as_object().unwrap(), overrides: &overrides })
+    }
+
     #[test]
     fn the_whole_conversation_is_embedded() {
         let body = json!({"model": "m", "messages": [
@@ -81,11 +87,11 @@ mod tests {
             {"role": "user", "content": [{"type": "text", "text": "Capital of"}, {"type": "image_url", "image_url": {"url": "x"}}, {"type": "text", "text": "Italy?"}]},
             {"role": "assistant", "content": null, "tool_calls": []},
         ]});
-        assert_eq!(conversation(&body).unwrap(), "system: Answer in French.\nuser: Capital of\nItaly?\nassistant: ");
-        assert_eq!(conversation(&json!({"prompt": "Once upon"})).unwrap(), "Once upon");
-        assert_eq!(conversation(&json!({"prompt": ["a", "b"]})).unwrap(), "a\nb");
-        assert_eq!(conversation(&json!({"prompt": [1, 2]})), None);
-        assert_eq!(conversation(&json!({"input": "x"})), None);
+        assert_eq!(conversation_of(body).unwrap(), "system: Answer in French.\nuser: Capital of\nItaly?\nassistant: ");
+        assert_eq!(conversation_of(json!({"prompt": "Once upon"})).unwrap(), "Once upon");
+        assert_eq!(conversation_of(json!({"prompt": ["a", "b"]})).unwrap(), "a\nb");
+        assert_eq!(conversation_of(json!({"prompt": [1, 2]})), None);
+        assert_eq!(conversation_of(json!({"input": "x"})), None);
     }
 
     #[test]
