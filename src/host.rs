@@ -811,7 +811,8 @@ impl Request {
             return;
         };
         caching.capture.push(bytes);
-        if end_of_stream {
+        // Stored at `[DONE]`: the client may already ask again before the upstream's end.
+        if end_of_stream || caching.capture.is_complete() {
             caching.store(&self.settings, self.log.provider);
         }
     }

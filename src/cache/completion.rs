@@ -217,6 +217,12 @@ impl StreamAssembler {
     /// The complete answer as JSON bytes (`chat.completion` or `text_completion`), or None
     /// unless `[DONE]` arrived after valid chunks only, with no error, every choice finished,
     /// within `max_bytes`. An incomplete answer must never be stored.
+    /// `data: [DONE]` arrived: the stream is complete for OpenAI clients, which may send
+    /// their next request before the connection's end reaches the gateway.
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
     pub fn finish(mut self) -> Option<Vec<u8>> {
         if self.state == State::Streaming {
             for event in self.parser.finish() {

@@ -220,6 +220,11 @@ impl Capture {
         }
     }
 
+    /// A stream whose `[DONE]` arrived can be stored before the upstream's end.
+    pub fn is_complete(&self) -> bool {
+        matches!(self, Capture::Stream(assembler) if assembler.is_done())
+    }
+
     /// The content type and body to store, when the answer completed as one.
     pub fn finish(self) -> Option<(String, Vec<u8>)> {
         match self {
@@ -326,6 +331,13 @@ mod tests {
         cut.push(br#"{"id":"#);
         assert_eq!(cut.finish(), None);
         assert!(matches!(Capture::start(Endpoint::Embeddings, "text/event-stream", 100), Capture::Off));
+        let mut stream = Capture::start(Endpoint::ChatCompletions, "text/event-stream", 10_000);
+        stream.push(br#"data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}"#);
+        stream.push(b"\n\n");
+        assert!(!stream.is_complete());
+        stream.push(b"data: [DONE]\n\n");
+        assert!(stream.is_complete(), "complete at [DONE], before the upstream ends");
+        assert!(stream.finish().is_some());
         assert!(matches!(Capture::start(Endpoint::ChatCompletions, "text/plain", 100), Capture::Off));
     }
 }
