@@ -446,24 +446,9 @@ mod tests {
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
+    use crate::stream::testing::{garbage, payloads};
 
     const MAX: usize = 1 << 20;
-
-    /// The `data:` payloads of an SSE body, JSON-parsed (`[DONE]` as a string).
-    fn payloads(out: &[u8]) -> Vec<Value> {
-        let text = std::str::from_utf8(out).unwrap();
-        assert!(text.ends_with("\n\n"), "{text}");
-        text.split_terminator("\n\n")
-            .map(|event| {
-                let data = event.strip_prefix("data: ").unwrap();
-                if data == "[DONE]" {
-                    json!("[DONE]")
-                } else {
-                    serde_json::from_str(data).unwrap()
-                }
-            })
-            .collect()
-    }
 
     fn assemble_chunks(endpoint: Endpoint, chunks: &[&[u8]]) -> Option<Value> {
         let mut assembler = StreamAssembler::new(endpoint, MAX);
@@ -847,13 +832,7 @@ mod tests {
 
     #[test]
     fn garbage_is_not_an_answer() {
-        let mut seed: u32 = 12345;
-        let bytes: Vec<u8> = (0..4096)
-            .map(|_| {
-                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                (seed >> 16) as u8
-            })
-            .collect();
+        let bytes = garbage(4096);
         assert!(replay_sse(Endpoint::ChatCompletions, &bytes, true).is_none());
         assert_eq!(assemble(Endpoint::ChatCompletions, &bytes), None);
         let mut with_done = bytes.clone();

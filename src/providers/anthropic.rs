@@ -772,6 +772,7 @@ mod tests {
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
+    use crate::stream::testing::payloads;
 
     fn request(body: Value) -> Value {
         Anthropic.chat_request(body, true).unwrap()
@@ -1353,22 +1354,6 @@ mod tests {
         }
         stream.finish(&mut out);
         out
-    }
-
-    /// The `data:` payloads of an OpenAI SSE output, JSON-parsed (`[DONE]` as a string).
-    fn payloads(out: &[u8]) -> Vec<Value> {
-        let text = std::str::from_utf8(out).unwrap();
-        assert!(text.ends_with("\n\n"), "{text}");
-        text.split_terminator("\n\n")
-            .map(|event| {
-                let data = event.strip_prefix("data: ").unwrap();
-                if data == "[DONE]" {
-                    json!("[DONE]")
-                } else {
-                    serde_json::from_str(data).unwrap()
-                }
-            })
-            .collect()
     }
 
     fn deltas(payloads: &[Value]) -> Vec<Value> {

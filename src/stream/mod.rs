@@ -1,3 +1,36 @@
 //! Incremental stream parsers.
 
 pub mod sse;
+
+/// Helpers for the tests of every module that reads or writes streams.
+#[cfg(test)]
+pub(crate) mod testing {
+    use serde_json::{json, Value};
+
+    /// The `data:` payloads of an OpenAI SSE body, JSON-parsed (`[DONE]` as a string).
+    pub fn payloads(out: &[u8]) -> Vec<Value> {
+        let text = std::str::from_utf8(out).unwrap();
+        assert!(text.ends_with("\n\n"), "{text}");
+        text.split_terminator("\n\n")
+            .map(|event| {
+                let data = event.strip_prefix("data: ").unwrap();
+                if data == "[DONE]" {
+                    json!("[DONE]")
+                } else {
+                    serde_json::from_str(data).unwrap()
+                }
+            })
+            .collect()
+    }
+
+    /// `len` pseudo-random bytes, the same on every run.
+    pub fn garbage(len: usize) -> Vec<u8> {
+        let mut seed: u32 = 12345;
+        (0..len)
+            .map(|_| {
+                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (seed >> 16) as u8
+            })
+            .collect()
+    }
+}

@@ -335,13 +335,7 @@ mod tests {
 
     #[test]
     fn garbage_does_not_panic() {
-        let mut seed: u32 = 12345;
-        let bytes: Vec<u8> = (0..4096)
-            .map(|_| {
-                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                (seed >> 16) as u8
-            })
-            .collect();
+        let bytes = crate::stream::testing::garbage(4096);
         let whole = parse_whole(&bytes);
         assert_eq!(parse_bytewise(&bytes), whole);
     }
