@@ -32,22 +32,23 @@ def split_list(value):
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def json_object(env, name):
+    """The JSON object in variable `name` (empty when unset); exits with a clear message otherwise."""
+    try:
+        value = json.loads(env.get(name) or "{}")
+    except json.JSONDecodeError as err:
+        sys.exit(f"render.py: {name} is not valid JSON: {err}")
+    if not isinstance(value, dict):
+        sys.exit(f"render.py: {name} must be a JSON object")
+    return value
+
+
 def render(env):
     keys = split_list(env.get("GATEWAY_API_KEYS", ""))
     if not keys:
         sys.exit("render.py: GATEWAY_API_KEYS is empty")
-    try:
-        credentials = json.loads(env.get("GATEWAY_CREDENTIALS") or "{}")
-    except json.JSONDecodeError as err:
-        sys.exit(f"render.py: GATEWAY_CREDENTIALS is not valid JSON: {err}")
-    if not isinstance(credentials, dict):
-        sys.exit("render.py: GATEWAY_CREDENTIALS must be a JSON object")
-    try:
-        cache = json.loads(env.get("GATEWAY_CACHE") or "{}")
-    except json.JSONDecodeError as err:
-        sys.exit(f"render.py: GATEWAY_CACHE is not valid JSON: {err}")
-    if not isinstance(cache, dict):
-        sys.exit("render.py: GATEWAY_CACHE must be a JSON object")
+    credentials = json_object(env, "GATEWAY_CREDENTIALS")
+    cache = json_object(env, "GATEWAY_CACHE")
     plugin = {
         "api_keys": keys,
         "allowed_custom_hosts": split_list(env.get("GATEWAY_ALLOWED_CUSTOM_HOSTS") or "loopback"),

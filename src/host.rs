@@ -257,16 +257,7 @@ impl Worker {
         if !self.recoveries.borrow().contains_key(&context_id) {
             return; // the client went away meanwhile
         }
-        let headers = if num_headers == 0 {
-            Vec::new()
-        } else {
-            hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default()
-        };
-        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        let status = parse_status(headers::find(&headers, ":status"));
+        let (status, headers, body) = call_response(num_headers, body_size);
         let failure = match call_failure(status, &body) {
             Some(failure) => failure,
             None if status == 0 => Failure::Unreachable,
@@ -346,6 +337,18 @@ impl Worker {
             let _ = hostcalls::increment_metric(metric, i64::from(count));
         }
     }
+}
+
+/// Status, headers and body of a dispatched call's answer, read without the SDK's panics: a
+/// call that failed has no headers (status 0).
+fn call_response(num_headers: usize, body_size: usize) -> (u16, Vec<(String, Vec<u8>)>, Vec<u8>) {
+    let headers = if num_headers == 0 {
+        Vec::new()
+    } else {
+        hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default()
+    };
+    let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
+    (parse_status(headers::find(&headers, ":status")), headers, body)
 }
 
 /// Headers and body of the dispatched call for `forward`.
@@ -770,14 +773,7 @@ impl Request {
     /// The embedding arrived (or its call failed): a similar stored answer answers the
     /// request, otherwise it goes on to the provider.
     fn embedding_arrived(&mut self, num_headers: usize, body_size: usize) {
-        // Host calls without the SDK's panics: a failed call has no headers to read.
-        let status = if num_headers == 0 {
-            0
-        } else {
-            let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status").ok().flatten();
-            parse_status(status.as_deref())
-        };
-        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
+        let (status, _, body) = call_response(num_headers, body_size);
         let vector = if (200..300).contains(&status) { semantic::embedding_of(&body) } else { None };
         let CacheState::Active(caching) = &mut self.cache else {
             return;

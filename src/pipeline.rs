@@ -202,7 +202,6 @@ impl Call {
         let gateway = &self.intake.gateway;
         let key = cache::key(self.intake.tenant, gateway.cache_namespace.as_deref(), endpoint, &origin, &body);
         let conversation = if config.mode == CacheMode::Semantic { cache::semantic::conversation(&body) } else { None };
-        let include_usage = body.get("stream_options").and_then(|o| o.get("include_usage")).and_then(Value::as_bool);
         CachePlan::Lookup(Box::new(Lookup {
             key,
             mode: config.mode,
@@ -210,7 +209,7 @@ impl Call {
             refresh: gateway.cache_force_refresh == Some(true),
             endpoint,
             stream: body.get("stream").and_then(Value::as_bool) == Some(true),
-            include_usage: include_usage == Some(true),
+            include_usage: chat::include_usage(body.get("stream_options")),
             conversation,
         }))
     }
@@ -254,7 +253,7 @@ impl Call {
         let chat_context = translator.translates_responses().then(|| ResponseContext {
             model: value.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
             created: now(),
-            include_usage: chat::include_usage(&value),
+            include_usage: chat::include_usage(value.get("stream_options")),
             strict_vendor_compliance: strict,
         });
         let translated = translator.chat_request(value, strict)?;

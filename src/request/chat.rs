@@ -61,9 +61,9 @@ pub fn validate_chat_request(body: &Value) -> Result<(), GatewayError> {
     validate_functions(body)
 }
 
-/// `stream_options.include_usage: true` in the body.
-pub fn include_usage(body: &Value) -> bool {
-    body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true)
+/// `include_usage: true` in a request's `stream_options`.
+pub fn include_usage(stream_options: Option<&Value>) -> bool {
+    stream_options.and_then(|o| o.get("include_usage")).and_then(Value::as_bool) == Some(true)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -833,10 +833,10 @@ mod tests {
 
     #[test]
     fn include_usage_flag() {
-        assert!(include_usage(&with_all(json!({"stream": true, "stream_options": {"include_usage": true}}))));
-        assert!(!include_usage(&with_all(json!({"stream": true, "stream_options": {"include_usage": false}}))));
-        assert!(!include_usage(&with("stream_options", json!("include_usage"))));
-        assert!(!include_usage(&base()));
+        assert!(include_usage(with_all(json!({"stream": true, "stream_options": {"include_usage": true}})).get("stream_options")));
+        assert!(!include_usage(with_all(json!({"stream": true, "stream_options": {"include_usage": false}})).get("stream_options")));
+        assert!(!include_usage(with("stream_options", json!("include_usage")).get("stream_options")));
+        assert!(!include_usage(base().get("stream_options")));
     }
 
     #[test]
