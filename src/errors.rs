@@ -46,18 +46,16 @@ impl GatewayError {
 /// The OpenAI error object; the gateway's own errors and reshaped provider errors (whose
 /// `type` and `code` are the provider's strings) are both built here.
 pub fn error_json(message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Vec<u8> {
-    json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
-        .to_string()
-        .into_bytes()
+    json!({"error": {"message": message, "type": kind, "param": param, "code": code}}).to_string().into_bytes()
 }
 
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use serde_json::Value;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn renders_openai_error_shape() {

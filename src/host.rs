@@ -14,8 +14,8 @@ use crate::cache::{semantic, Capture, Lookup, Status, STATUS_HEADER};
 use crate::config::CacheMode;
 use crate::errors::GatewayError;
 use crate::pipeline::{
-    self, CachePlan, Call, Forward, Pending, ResponsePlan, Started, CLUSTER_HEADER, PROVIDER_HEADER,
-    RETRIES_HEADER, TARGET_HEADER, TRACE_HEADER,
+    self, CachePlan, Call, Forward, Pending, ResponsePlan, Started, CLUSTER_HEADER, PROVIDER_HEADER, RETRIES_HEADER,
+    TARGET_HEADER, TRACE_HEADER,
 };
 use crate::providers::{ResponseContext, StreamTranslator};
 use crate::request::headers::{self, TraceFields};
@@ -207,7 +207,10 @@ impl Worker {
             match recovery.call.forward(&recovery.settings, &recovery.raw, index, &now) {
                 Ok(forward) => {
                     recovery.response = forward.response.clone();
-                    Ok((recovery.settings.recovery_cluster.clone(), call_request(forward, &recovery.raw, &recovery.body)))
+                    Ok((
+                        recovery.settings.recovery_cluster.clone(),
+                        call_request(forward, &recovery.raw, &recovery.body),
+                    ))
                 }
                 Err(error) => {
                     log::warn!("attempt {index} skipped, its request cannot be built: {}", error.message);
@@ -525,7 +528,12 @@ impl Caching {
             return;
         };
         let now = ProxyHost.now_ms();
-        let entry = Entry { expires_ms: now.saturating_add(self.lookup.max_age_ms), provider: provider.into(), content_type, body };
+        let entry = Entry {
+            expires_ms: now.saturating_add(self.lookup.max_age_ms),
+            provider: provider.into(),
+            content_type,
+            body,
+        };
         let layout = settings.cache.layout();
         if !store::put(&ProxyHost, &layout, &self.lookup.key, &entry, self.vector.as_deref(), now) {
             log::debug!("answer not cached: larger than max_entry_bytes, or the store was contended");
@@ -713,7 +721,13 @@ impl Request {
         }
         let status = if lookup.refresh { Status::Refresh } else { Status::Miss };
         let lookup = *lookup;
-        self.cache = CacheState::Active(Box::new(Caching { lookup, status, embedding_call: None, vector: None, capture: Capture::Off }));
+        self.cache = CacheState::Active(Box::new(Caching {
+            lookup,
+            status,
+            embedding_call: None,
+            vector: None,
+            capture: Capture::Off,
+        }));
         None
     }
 
@@ -782,7 +796,14 @@ impl Request {
         match (vector, &self.settings.cache.semantic) {
             (Some(vector), Some(semantic)) => {
                 let layout = self.settings.cache.layout();
-                let found = store::find_similar(&ProxyHost, &layout, &caching.lookup.key, &vector, semantic.threshold, ProxyHost.now_ms());
+                let found = store::find_similar(
+                    &ProxyHost,
+                    &layout,
+                    &caching.lookup.key,
+                    &vector,
+                    semantic.threshold,
+                    ProxyHost.now_ms(),
+                );
                 if let Some(entry) = found {
                     if let Some(answer) = caching.lookup.answer(&entry) {
                         self.respond_cached(Status::SemanticHit, &entry.provider, answer);
@@ -926,7 +947,9 @@ impl Request {
 impl Context for Request {
     fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _num_trailers: usize) {
         match &self.cache {
-            CacheState::Active(caching) if caching.embedding_call == Some(token) => self.embedding_arrived(num_headers, body_size),
+            CacheState::Active(caching) if caching.embedding_call == Some(token) => {
+                self.embedding_arrived(num_headers, body_size)
+            }
             _ => self.worker.on_call_response(token, num_headers, body_size),
         }
     }

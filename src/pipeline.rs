@@ -218,7 +218,13 @@ impl Call {
     /// `now` reads Unix seconds from the host clock, only when a response will need them.
     /// When no later attempt can follow, the parsed body is moved into the request rather
     /// than copied.
-    pub fn forward(&mut self, settings: &Settings, raw: &RawHeaders, index: usize, now: &dyn Fn() -> u64) -> Result<Forward, GatewayError> {
+    pub fn forward(
+        &mut self,
+        settings: &Settings,
+        raw: &RawHeaders,
+        index: usize,
+        now: &dyn Fn() -> u64,
+    ) -> Result<Forward, GatewayError> {
         let Call { intake, body, attempts } = self;
         let target = match attempts.plan.attempts.get(index) {
             Some(attempt) => &attempt.target,
@@ -229,7 +235,8 @@ impl Call {
         let headers = upstream_headers(settings, raw, target, &intake.gateway, location);
         let forward =
             |headers, body, chat| Forward { headers, body, response: ResponsePlan { provider: target.provider, chat } };
-        let request = if attempts.plan.can_recover() { body.as_ref().map(Cow::Borrowed) } else { body.take().map(Cow::Owned) };
+        let request =
+            if attempts.plan.can_recover() { body.as_ref().map(Cow::Borrowed) } else { body.take().map(Cow::Owned) };
         let Some(request) = request else {
             return Ok(forward(headers, None, None));
         };
@@ -366,10 +373,10 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use crate::routing::testing::FakeHost;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn settings() -> Settings {
         Settings::parse(br#"{"api_keys": ["gw-key"]}"#).unwrap()
@@ -427,7 +434,10 @@ mod tests {
     #[test]
     fn gateway_secrets_are_never_forwarded() {
         let mut h = request("POST", "/v1/chat/completions", OPENAI_LOCAL);
-        h.push(("x-gateway-forward-headers".into(), b"x-gateway-api-key, apikey, x-gateway-config, x-gateway-provider".to_vec()));
+        h.push((
+            "x-gateway-forward-headers".into(),
+            b"x-gateway-api-key, apikey, x-gateway-config, x-gateway-provider".to_vec(),
+        ));
         h.push(("apikey".into(), b"gw-key".to_vec()));
         let edits = forwarded(&h, CHAT).ok().unwrap().headers;
         for gone in ["x-gateway-api-key", "apikey"] {
@@ -495,7 +505,8 @@ mod tests {
     #[test]
     fn override_params_rewrite_the_body() {
         let config = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","override_params":{"model":"forced"}}"#;
-        let h = request("POST", "/v1/chat/completions", &[("x-gateway-api-key", "gw-key"), ("x-gateway-config", config)]);
+        let h =
+            request("POST", "/v1/chat/completions", &[("x-gateway-api-key", "gw-key"), ("x-gateway-config", config)]);
         let forward = forwarded(&h, CHAT).ok().unwrap();
         let body: Value = serde_json::from_slice(&forward.body.unwrap()).unwrap();
         assert_eq!(body["model"], "forced");
@@ -506,7 +517,9 @@ mod tests {
     #[test]
     fn bad_bodies_are_400s() {
         let too_many_values = format!("[{}0]", "0,".repeat(MAX_JSON_VALUES));
-        for body in [&b"not json"[..], b"[1]", b"{\"model\":\"m\",\"messages\":[]}", b"\xff\xfe", too_many_values.as_bytes()] {
+        for body in
+            [&b"not json"[..], b"[1]", b"{\"model\":\"m\",\"messages\":[]}", b"\xff\xfe", too_many_values.as_bytes()]
+        {
             let h = request("POST", "/v1/chat/completions", OPENAI_LOCAL);
             assert_eq!(forwarded(&h, body).err().unwrap().status, 400);
         }
@@ -530,7 +543,8 @@ mod tests {
 
     #[test]
     fn the_cache_key_is_taken_after_override_params() {
-        let plain = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"simple"}}"#;
+        let plain =
+            r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"simple"}}"#;
         let forced = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"simple"},"override_params":{"model":"forced"}}"#;
         let same = r#"{"provider":"openai","api_key":"k2","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"simple","max_age":5},"override_params":{"model":"m"}}"#;
         assert_ne!(cache_key(plain, CHAT), cache_key(forced, CHAT));
@@ -542,7 +556,8 @@ mod tests {
 
     #[test]
     fn cache_plans_by_endpoint_and_config() {
-        let cached = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"semantic"}}"#;
+        let cached =
+            r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","cache":{"mode":"semantic"}}"#;
         let uncached = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1"}"#;
         assert!(matches!(cache_plan(uncached, "/v1/chat/completions", CHAT), CachePlan::Disabled));
         assert!(matches!(cache_plan(cached, "/v1/moderations", br#"{"input":"x"}"#), CachePlan::Uncached));

@@ -146,7 +146,12 @@ impl Settings {
     /// configuration holds keys, and serde's messages would echo them into Envoy's log.
     pub fn parse(bytes: &[u8]) -> Result<Settings, String> {
         let mut settings: Settings = serde_json::from_slice(bytes).map_err(|e| {
-            format!("invalid plugin configuration ({:?} error at line {} column {})", e.classify(), e.line(), e.column())
+            format!(
+                "invalid plugin configuration ({:?} error at line {} column {})",
+                e.classify(),
+                e.line(),
+                e.column()
+            )
         })?;
         if settings.api_keys.iter().any(|k| k.is_empty()) {
             return Err("invalid plugin configuration: api_keys must not contain empty keys".into());
@@ -257,9 +262,9 @@ fn is_loopback(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-    use super::*;
 
     fn settings(json: &str) -> Settings {
         Settings::parse(json.as_bytes()).unwrap()

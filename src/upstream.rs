@@ -102,7 +102,10 @@ mod tests {
         let u = Upstream::parse("https://api.openai.com/v1/").unwrap();
         assert_eq!((u.tls, u.authority.as_str(), u.base_path.as_str()), (true, "api.openai.com:443", "/v1"));
         let u = Upstream::parse("HTTP://[::1]:8080").unwrap();
-        assert_eq!((u.tls, u.host.as_str(), u.authority.as_str(), u.base_path.as_str()), (false, "::1", "[::1]:8080", ""));
+        assert_eq!(
+            (u.tls, u.host.as_str(), u.authority.as_str(), u.base_path.as_str()),
+            (false, "::1", "[::1]:8080", "")
+        );
         let u = Upstream::parse("http://Models.Internal/openai/v1").unwrap();
         assert_eq!((u.host.as_str(), u.authority.as_str()), ("models.internal", "models.internal:80"));
     }

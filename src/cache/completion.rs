@@ -443,10 +443,10 @@ fn approximate_size(value: &Value) -> usize {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use crate::stream::testing::{garbage, payloads};
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     const MAX: usize = 1 << 20;
 
@@ -521,7 +521,9 @@ mod tests {
     fn chat_round_trips() {
         for stored in [content_completion(), tool_completion(), multi_choice_completion()] {
             for include_usage in [true, false] {
-                let assembled = assemble(Endpoint::ChatCompletions, &replay(Endpoint::ChatCompletions, &stored, include_usage)).unwrap();
+                let assembled =
+                    assemble(Endpoint::ChatCompletions, &replay(Endpoint::ChatCompletions, &stored, include_usage))
+                        .unwrap();
                 let mut expected = stored.clone();
                 if !include_usage {
                     expected.as_object_mut().unwrap().remove("usage");
@@ -603,7 +605,10 @@ mod tests {
             json!({"id": "cmpl-1", "object": "text_completion", "created": 1_700_000_000u64, "model": "gpt-3.5-turbo-instruct",
                 "choices": [{"text": " world", "index": 0, "logprobs": null, "finish_reason": null}]})
         );
-        assert_eq!(payloads[1]["choices"], json!([{"text": "", "index": 0, "logprobs": null, "finish_reason": "stop"}]));
+        assert_eq!(
+            payloads[1]["choices"],
+            json!([{"text": "", "index": 0, "logprobs": null, "finish_reason": "stop"}])
+        );
         assert_eq!(payloads[4], "[DONE]");
     }
 
@@ -668,7 +673,9 @@ mod tests {
     #[test]
     fn identical_at_every_split_offset_and_byte_by_byte() {
         let replayed = replay(Endpoint::ChatCompletions, &multi_choice_completion(), true);
-        for (input, expected) in [(OPENAI_STREAM.as_bytes(), openai_stream_answer()), (&replayed[..], multi_choice_completion())] {
+        for (input, expected) in
+            [(OPENAI_STREAM.as_bytes(), openai_stream_answer()), (&replayed[..], multi_choice_completion())]
+        {
             for at in 0..=input.len() {
                 let (a, b) = input.split_at(at);
                 assert_eq!(assemble_chunks(Endpoint::ChatCompletions, &[a, b]).unwrap(), expected, "split at {at}");
@@ -730,7 +737,8 @@ mod tests {
         let stream = OPENAI_STREAM.replace("\"finish_reason\":\"tool_calls\"", "\"finish_reason\":null");
         assert_eq!(assemble(Endpoint::ChatCompletions, stream.as_bytes()), None);
         // A second choice that never finished.
-        let unfinished = "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"half\"},\"finish_reason\":null}]}\n\n";
+        let unfinished =
+            "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"half\"},\"finish_reason\":null}]}\n\n";
         let stream = format!("{unfinished}{OPENAI_STREAM}");
         assert_eq!(assemble(Endpoint::ChatCompletions, stream.as_bytes()), None);
     }

@@ -95,7 +95,14 @@ impl<'a> Body<'a> {
 /// The key of a request whose `body` goes to `origin`.
 pub fn key(tenant: Tenant, namespace: Option<&str>, endpoint: Endpoint, origin: &Origin, body: &Body) -> Key {
     let strict = if origin.strict_vendor_compliance { "strict" } else { "lenient" };
-    let parts = [namespace, Some(endpoint_name(endpoint)), Some(origin.provider), Some(origin.authority), Some(origin.base_path), Some(strict)];
+    let parts = [
+        namespace,
+        Some(endpoint_name(endpoint)),
+        Some(origin.provider),
+        Some(origin.authority),
+        Some(origin.base_path),
+        Some(strict),
+    ];
     // Tagged and length-prefixed: no namespace and an empty one differ, parts never run together.
     let mut identity = Vec::with_capacity(256);
     for part in parts {
@@ -213,7 +220,9 @@ impl Capture {
 
     pub fn push(&mut self, chunk: &[u8]) {
         match self {
-            Capture::Json { body, max_bytes, .. } if body.len() + chunk.len() <= *max_bytes => body.extend_from_slice(chunk),
+            Capture::Json { body, max_bytes, .. } if body.len() + chunk.len() <= *max_bytes => {
+                body.extend_from_slice(chunk)
+            }
             Capture::Json { .. } => *self = Capture::Off,
             Capture::Stream(assembler) => assembler.push(chunk),
             Capture::Off => {}
@@ -241,13 +250,17 @@ impl Capture {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use serde_json::json;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
-    const ORIGIN: Origin =
-        Origin { provider: "openai", authority: "api.openai.com:443", base_path: "/v1", strict_vendor_compliance: true };
+    const ORIGIN: Origin = Origin {
+        provider: "openai",
+        authority: "api.openai.com:443",
+        base_path: "/v1",
+        strict_vendor_compliance: true,
+    };
 
     fn keyed(tenant: &[u8], namespace: Option<&str>, endpoint: Endpoint, origin: &Origin, body: &Value) -> Key {
         let no_overrides = Map::new();
@@ -264,7 +277,8 @@ mod tests {
         let body = json!({"model": "m", "temperature": 0.5, "messages": []});
         let overrides = json!({"temperature": 1, "seed": 3});
         let (fields, overrides) = (body.as_object().unwrap(), overrides.as_object().unwrap());
-        let overridden = key(tenant_of(b"gw-key"), None, Endpoint::ChatCompletions, &ORIGIN, &Body { fields, overrides });
+        let overridden =
+            key(tenant_of(b"gw-key"), None, Endpoint::ChatCompletions, &ORIGIN, &Body { fields, overrides });
         assert_eq!(overridden, key_of(json!({"seed": 3, "model": "m", "temperature": 1, "messages": []})));
         let canonical = Body { fields, overrides }.canonical(&["messages"]);
         assert_eq!(String::from_utf8(canonical).unwrap(), r#"{"model":"m","seed":3,"temperature":1}"#);
@@ -284,7 +298,8 @@ mod tests {
         let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
         let base = key_of(body.clone());
         let other_model = key_of(json!({"model": "n", "messages": [{"role": "user", "content": "hi"}]}));
-        let other_params = key_of(json!({"model": "m", "temperature": 1, "messages": [{"role": "user", "content": "hi"}]}));
+        let other_params =
+            key_of(json!({"model": "m", "temperature": 1, "messages": [{"role": "user", "content": "hi"}]}));
         let other_tenant = keyed(b"gw-other", None, Endpoint::ChatCompletions, &ORIGIN, &body);
         let namespaced = keyed(b"gw-key", Some("team-a"), Endpoint::ChatCompletions, &ORIGIN, &body);
         let empty_namespace = keyed(b"gw-key", Some(""), Endpoint::ChatCompletions, &ORIGIN, &body);
@@ -293,7 +308,17 @@ mod tests {
         let other_host = keyed(b"gw-key", None, Endpoint::ChatCompletions, &elsewhere, &body);
         let lenient = Origin { strict_vendor_compliance: false, ..ORIGIN };
         let other_shape = keyed(b"gw-key", None, Endpoint::ChatCompletions, &lenient, &body);
-        let keys = [&base, &other_model, &other_params, &other_tenant, &namespaced, &empty_namespace, &other_endpoint, &other_host, &other_shape];
+        let keys = [
+            &base,
+            &other_model,
+            &other_params,
+            &other_tenant,
+            &namespaced,
+            &empty_namespace,
+            &other_endpoint,
+            &other_host,
+            &other_shape,
+        ];
         for (i, a) in keys.iter().enumerate() {
             for b in &keys[i + 1..] {
                 assert_ne!(a.digest, b.digest);

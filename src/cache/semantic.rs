@@ -71,9 +71,9 @@ pub fn cosine(query: &[f32], stored: &[i8]) -> Option<f32> {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-    use super::*;
 
     fn conversation_of(body: Value) -> Option<String> {
         let overrides = serde_json::Map::new();
@@ -96,9 +96,17 @@ mod tests {
 
     #[test]
     fn reads_openai_embeddings_answers() {
-        let answer = br#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.5,-1,2]}],"model":"e"}"#;
+        let answer =
+            br#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.5,-1,2]}],"model":"e"}"#;
         assert_eq!(embedding_of(answer), Some(vec![0.5, -1.0, 2.0]));
-        for bad in [&b"{}"[..], b"not json", br#"{"data":[]}"#, br#"{"data":[{"embedding":[]}]}"#, br#"{"data":[{"embedding":["a"]}]}"#, br#"{"data":[{"embedding":"AAAA"}]}"#] {
+        for bad in [
+            &b"{}"[..],
+            b"not json",
+            br#"{"data":[]}"#,
+            br#"{"data":[{"embedding":[]}]}"#,
+            br#"{"data":[{"embedding":["a"]}]}"#,
+            br#"{"data":[{"embedding":"AAAA"}]}"#,
+        ] {
             assert_eq!(embedding_of(bad), None);
         }
         let request: Value = serde_json::from_slice(&embeddings_request("e", "user: hi")).unwrap();

@@ -96,7 +96,11 @@ impl Layout {
         let classes: Vec<(usize, u32)> =
             sizes.iter().map(|&size| (size, (share / (size + index_per_slot)) as u32)).collect();
         let slots: usize = classes.iter().map(|&(_, n)| n as usize).sum();
-        Layout { classes, index_buckets: slots.div_ceil(SLOTS_PER_INDEX_BUCKET).max(1) as u32, vector_buckets: vector_buckets as u32 }
+        Layout {
+            classes,
+            index_buckets: slots.div_ceil(SLOTS_PER_INDEX_BUCKET).max(1) as u32,
+            vector_buckets: vector_buckets as u32,
+        }
     }
 
     /// The keys that must exist before traffic: buckets and rings.
@@ -141,7 +145,8 @@ pub fn find(store: &dyn SharedStore, layout: &Layout, key: &Key, now_ms: u64) ->
     let record = decode_index(&bucket).into_iter().find(|r| r.digest == key.digest && r.expires_ms > now_ms)?;
     let (value, _) = store.get(&data_key(record.location))?;
     let stored = StoredEntry::decode(&value)?;
-    let matches = stored.digest == key.digest && stored.tenant == key.tenant && stored.identity == key.identity.as_slice();
+    let matches =
+        stored.digest == key.digest && stored.tenant == key.tenant && stored.identity == key.identity.as_slice();
     (matches && stored.expires_ms > now_ms).then(|| stored.entry())
 }
 
@@ -177,7 +182,14 @@ pub fn find_similar(
 
 /// Stores `entry` under `key` (and its embedding, when given). False when it was not stored:
 /// too large, or the store was too contended.
-pub fn put(store: &dyn SharedStore, layout: &Layout, key: &Key, entry: &Entry, vector: Option<&[f32]>, now_ms: u64) -> bool {
+pub fn put(
+    store: &dyn SharedStore,
+    layout: &Layout,
+    key: &Key,
+    entry: &Entry,
+    vector: Option<&[f32]>,
+    now_ms: u64,
+) -> bool {
     let stored = StoredEntry {
         expires_ms: entry.expires_ms,
         digest: key.digest,
@@ -296,7 +308,9 @@ fn decode_index(bytes: &[u8]) -> Vec<IndexRecord> {
     if reader.u8() != Some(VERSION) {
         return records; // the startup placeholder, or another version: empty
     }
-    while let (Some(digest), Some(expires_ms), Some(class), Some(slot)) = (reader.u64(), reader.u64(), reader.u8(), reader.u32()) {
+    while let (Some(digest), Some(expires_ms), Some(class), Some(slot)) =
+        (reader.u64(), reader.u64(), reader.u8(), reader.u32())
+    {
         records.push(IndexRecord { digest, expires_ms, location: Location { class, slot } });
     }
     records
@@ -384,7 +398,8 @@ impl<'a> StoredEntry<'a> {
     fn encode(&self) -> Vec<u8> {
         let provider = &self.provider.as_bytes()[..self.provider.len().min(255)];
         let content_type = &self.content_type.as_bytes()[..self.content_type.len().min(1024)];
-        let mut out = Vec::with_capacity(52 + self.identity.len() + provider.len() + content_type.len() + self.body.len());
+        let mut out =
+            Vec::with_capacity(52 + self.identity.len() + provider.len() + content_type.len() + self.body.len());
         out.push(VERSION);
         out.extend_from_slice(&self.expires_ms.to_le_bytes());
         out.extend_from_slice(&self.digest.to_le_bytes());
@@ -469,10 +484,10 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use crate::routing::testing::FakeHost;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     const NOW: u64 = 1_000_000;
 
@@ -486,7 +501,12 @@ mod tests {
 
     fn key(n: u64, tenant: u8) -> Key {
         let identity = format!("request {n}").into_bytes();
-        Key { tenant: [tenant; 16], digest: crate::hash::Hasher::new().part(Some(&identity)).part(Some(&[tenant])).finish(), scope: 7, identity }
+        Key {
+            tenant: [tenant; 16],
+            digest: crate::hash::Hasher::new().part(Some(&identity)).part(Some(&[tenant])).finish(),
+            scope: 7,
+            identity,
+        }
     }
 
     fn entry(body: &str, expires_ms: u64) -> Entry {
@@ -500,7 +520,12 @@ mod tests {
 
     #[test]
     fn layout_stays_within_the_budget() {
-        for (budget, max_entry, semantic) in [(1u64 << 20, 65536u64, true), (32 << 20, 512 << 10, true), (32 << 20, 4096, false), (1 << 30, 1 << 20, true)] {
+        for (budget, max_entry, semantic) in [
+            (1u64 << 20, 65536u64, true),
+            (32 << 20, 512 << 10, true),
+            (32 << 20, 4096, false),
+            (1 << 30, 1 << 20, true),
+        ] {
             let layout = Layout::new(budget, max_entry, semantic);
             assert!(layout.capacity() as u64 <= budget, "{budget} {max_entry}: {}", layout.capacity());
             assert!(layout.capacity() as u64 > budget / 10 * 9, "most of the budget is used: {layout:?}");
@@ -607,7 +632,10 @@ mod tests {
         assert_eq!(find_similar(&host, &layout, &asking, &[0.0, 1.0, 0.0], 0.95, NOW), None);
         // Another scope or tenant, or expired: no hit.
         assert_eq!(find_similar(&host, &layout, &Key { scope: 8, ..asking.clone() }, &[1.0, 0.0, 0.1], 0.5, NOW), None);
-        assert_eq!(find_similar(&host, &layout, &Key { tenant: [2; 16], ..asking.clone() }, &[1.0, 0.0, 0.1], 0.5, NOW), None);
+        assert_eq!(
+            find_similar(&host, &layout, &Key { tenant: [2; 16], ..asking.clone() }, &[1.0, 0.0, 0.1], 0.5, NOW),
+            None
+        );
         assert_eq!(find_similar(&host, &layout, &asking, &[1.0, 0.0, 0.1], 0.5, NOW + 1000), None);
     }
 

@@ -2,8 +2,8 @@
 //! the value it checks, so every error names exactly where the problem is.
 
 use super::ConfigError;
-use crate::json_check::{self, each_item, join, kind_of};
 pub(super) use crate::json_check::shorten;
+use crate::json_check::{self, each_item, join, kind_of};
 use serde_json::{Map, Value};
 use std::fmt::Display;
 

@@ -1,8 +1,8 @@
 // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-#[cfg(target_arch = "wasm32")]
-use wasm_bindgen_test::wasm_bindgen_test as test;
 use super::*;
 use serde_json::json;
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
 
 fn ok(v: Value) -> Config {
     match parse_config(&v) {
@@ -575,9 +575,7 @@ fn errors_in_nested_targets_carry_the_full_path() {
 
 #[test]
 fn custom_host_must_be_an_absolute_http_url() {
-    for url in
-        ["https://llm.internal:8443/v1", "http://10.0.0.7", "HTTPS://Host.example/v1", "http://[::1]:8080/v1"]
-    {
+    for url in ["https://llm.internal:8443/v1", "http://10.0.0.7", "HTTPS://Host.example/v1", "http://[::1]:8080/v1"] {
         assert_eq!(ok(with(json!({"custom_host": url}))).custom_host.as_deref(), Some(url));
     }
     let cases = [

@@ -769,10 +769,10 @@ impl StreamTranslator for AnthropicStream {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use crate::stream::testing::payloads;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn request(body: Value) -> Value {
         Anthropic.chat_request(body, true).unwrap()

@@ -88,20 +88,17 @@ pub fn normalize_error(status: u16, body: &[u8]) -> Vec<u8> {
     }
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
-    let message = if text.is_empty() {
-        format!("provider returned status {status}")
-    } else {
-        text.chars().take(1000).collect()
-    };
+    let message =
+        if text.is_empty() { format!("provider returned status {status}") } else { text.chars().take(1000).collect() };
     error_json(&message, default_kind, None, None)
 }
 
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-    use super::*;
 
     fn error_of(status: u16, body: &str) -> Value {
         serde_json::from_slice(&normalize_error(status, body.as_bytes())).unwrap()
@@ -109,7 +106,10 @@ mod tests {
 
     #[test]
     fn keeps_openai_errors() {
-        let v = error_of(400, r#"{"error":{"message":"bad","type":"invalid_request_error","param":"model","code":"model_not_found"}}"#);
+        let v = error_of(
+            400,
+            r#"{"error":{"message":"bad","type":"invalid_request_error","param":"model","code":"model_not_found"}}"#,
+        );
         assert_eq!(v["error"]["message"], "bad");
         assert_eq!(v["error"]["param"], "model");
         assert_eq!(v["error"]["code"], "model_not_found");

@@ -479,10 +479,10 @@ fn len_in(len: usize, parent: &str, key: &str, min: usize, max: Option<usize>) -
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use serde_json::json;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn base() -> Value {
         json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Hello"}]})
@@ -833,8 +833,12 @@ mod tests {
 
     #[test]
     fn include_usage_flag() {
-        assert!(include_usage(with_all(json!({"stream": true, "stream_options": {"include_usage": true}})).get("stream_options")));
-        assert!(!include_usage(with_all(json!({"stream": true, "stream_options": {"include_usage": false}})).get("stream_options")));
+        assert!(include_usage(
+            with_all(json!({"stream": true, "stream_options": {"include_usage": true}})).get("stream_options")
+        ));
+        assert!(!include_usage(
+            with_all(json!({"stream": true, "stream_options": {"include_usage": false}})).get("stream_options")
+        ));
         assert!(!include_usage(with("stream_options", json!("include_usage")).get("stream_options")));
         assert!(!include_usage(base().get("stream_options")));
     }

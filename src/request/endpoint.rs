@@ -81,9 +81,9 @@ pub fn classify(method: &str, full_path: &str) -> Result<Route, GatewayError> {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-    use super::*;
 
     #[test]
     fn classifies_inference_endpoints() {
@@ -103,7 +103,9 @@ mod tests {
 
     #[test]
     fn resources_pass_through_with_any_method() {
-        for (method, path) in [("GET", "/v1/batches?limit=2"), ("POST", "/v1/batches/b1/cancel"), ("GET", "/v1/assistants/a1")] {
+        for (method, path) in
+            [("GET", "/v1/batches?limit=2"), ("POST", "/v1/batches/b1/cancel"), ("GET", "/v1/assistants/a1")]
+        {
             let route = classify(method, path).unwrap();
             assert!(matches!(route, Route::Api { endpoint: Endpoint::Resource, .. }), "{path}");
         }

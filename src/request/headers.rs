@@ -106,10 +106,8 @@ pub fn trace_fields(raw: &[(String, Vec<u8>)]) -> TraceFields {
     let text = |value: Option<&[u8]>| {
         value.and_then(|v| std::str::from_utf8(v).ok()).map(|v| v.trim().to_string()).unwrap_or_default()
     };
-    let trace_id = [find_field(raw, Field::TraceId), find(raw, "x-request-id")]
-        .into_iter()
-        .map(text)
-        .find(|id| !id.is_empty());
+    let trace_id =
+        [find_field(raw, Field::TraceId), find(raw, "x-request-id")].into_iter().map(text).find(|id| !id.is_empty());
     TraceFields {
         trace_id,
         span_id: text(find_field(raw, Field::SpanId)),
@@ -269,8 +267,9 @@ fn parse_timeout(header: &str, value: &str) -> Result<u64, GatewayError> {
 fn parse_header_list(header: &str, value: &str) -> Result<Vec<String>, GatewayError> {
     let value = value.trim();
     let names: Vec<String> = if value.starts_with('[') {
-        let items: Vec<Value> = serde_json::from_str(value)
-            .map_err(|_| GatewayError::invalid_header(header, "must be a JSON array of header names or a comma-separated list"))?;
+        let items: Vec<Value> = serde_json::from_str(value).map_err(|_| {
+            GatewayError::invalid_header(header, "must be a JSON array of header names or a comma-separated list")
+        })?;
         items
             .into_iter()
             .map(|item| match item {
@@ -295,16 +294,15 @@ fn parse_header_list(header: &str, value: &str) -> Result<Vec<String>, GatewayEr
 
 /// An HTTP header name: one or more token characters (RFC 9110).
 pub fn is_header_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-    use super::*;
 
     fn parse(headers: &[(&str, &str)]) -> Result<GatewayHeaders, GatewayError> {
         GatewayHeaders::parse(headers.iter().copied())
@@ -398,11 +396,21 @@ mod tests {
         let raw = |pairs: &[(&str, &str)]| -> Vec<(String, Vec<u8>)> {
             pairs.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect()
         };
-        let t = trace_fields(&raw(&[("x-request-id", "envoy-id"), ("traceid", " client-id "), ("x-gateway-span-id", "s1")]));
+        let t = trace_fields(&raw(&[
+            ("x-request-id", "envoy-id"),
+            ("traceid", " client-id "),
+            ("x-gateway-span-id", "s1"),
+        ]));
         assert_eq!((t.trace_id.as_deref(), t.span_id.as_str()), (Some("client-id"), "s1"));
-        assert_eq!(trace_fields(&raw(&[("x-request-id", "envoy-id"), ("x-gateway-trace-id", " ")])).trace_id.as_deref(), Some("envoy-id"));
+        assert_eq!(
+            trace_fields(&raw(&[("x-request-id", "envoy-id"), ("x-gateway-trace-id", " ")])).trace_id.as_deref(),
+            Some("envoy-id")
+        );
         assert_eq!(trace_fields(&raw(&[])).trace_id, None);
-        let garbled = vec![("x-gateway-trace-id".to_string(), b"\xff\xfe".to_vec()), ("x-request-id".to_string(), b"r1".to_vec())];
+        let garbled = vec![
+            ("x-gateway-trace-id".to_string(), b"\xff\xfe".to_vec()),
+            ("x-request-id".to_string(), b"r1".to_vec()),
+        ];
         assert_eq!(trace_fields(&garbled).trace_id.as_deref(), Some("r1"));
         assert_eq!(api_key(&raw(&[("apikey", "k")])), Some(&b"k"[..]));
     }

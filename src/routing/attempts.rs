@@ -136,8 +136,6 @@ impl Attempts {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use crate::config::parse_config;
     use crate::request::headers::GatewayHeaders;
@@ -145,6 +143,8 @@ mod tests {
     use crate::routing::testing::FakeHost;
     use crate::settings::Settings;
     use serde_json::{json, Value};
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn start(config: Value, host: &mut FakeHost) -> Result<Attempts, GatewayError> {
         let settings = Settings::parse(br#"{"api_keys": ["gw"]}"#).unwrap();
@@ -193,7 +193,8 @@ mod tests {
     #[test]
     fn retry_after_beyond_the_cap_stops_retrying() {
         let mut host = FakeHost::new(0);
-        let mut attempts = start(target("a", json!({"attempts": 3, "use_retry_after_headers": true})), &mut host).unwrap();
+        let mut attempts =
+            start(target("a", json!({"attempts": 3, "use_retry_after_headers": true})), &mut host).unwrap();
         let wait = [("retry-after-ms".to_string(), b"1500".to_vec())];
         assert_eq!(attempts.failed(Failure::Status(429), &wait, &mut host), Next::Call { index: 0, delay_ms: 1500 });
         let too_long = [("retry-after".to_string(), b"3600".to_vec())];

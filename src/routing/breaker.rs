@@ -364,11 +364,11 @@ impl Record {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use std::cell::{Cell, RefCell};
     use std::collections::HashMap;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     const COOLDOWN: u64 = 30_000;
     /// A plausible wall clock, far from 0.

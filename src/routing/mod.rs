@@ -109,7 +109,8 @@ pub fn parse_config_header(raw: &str) -> Result<Config, GatewayError> {
     match serde_json::from_str::<Value>(raw) {
         Ok(value) => parse_config(&value).map_err(|e| e.to_gateway_error()),
         Err(e) if raw.starts_with(['{', '[']) => {
-            Err(GatewayError::invalid_header("x-gateway-config", format!("not valid JSON: {e}")).with_code("invalid_config"))
+            Err(GatewayError::invalid_header("x-gateway-config", format!("not valid JSON: {e}"))
+                .with_code("invalid_config"))
         }
         Err(_) => Err(GatewayError::new(
             400,
@@ -274,9 +275,9 @@ fn build_target(settings: &Settings, choice: Choice, options: TargetOptions) -> 
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-    use super::*;
 
     fn settings() -> Settings {
         Settings::parse(
@@ -296,7 +297,11 @@ mod tests {
         let config = headers.config.as_deref().map(parse_config_header).transpose()?;
         let mut host = testing::FakeHost::new(random);
         let plan = plan::make_plan(settings, headers, config.as_ref(), &Value::Null, &mut host)?;
-        plan.attempts.into_iter().next().map(|a| a.target).ok_or_else(|| GatewayError::new(500, "api_error", "empty plan"))
+        plan.attempts
+            .into_iter()
+            .next()
+            .map(|a| a.target)
+            .ok_or_else(|| GatewayError::new(500, "api_error", "empty plan"))
     }
 
     fn select(pairs: &[(&str, &str)]) -> Result<Target, GatewayError> {
@@ -323,9 +328,11 @@ mod tests {
 
     #[test]
     fn custom_hosts_follow_the_allow_list() {
-        let t = select(&[("x-gateway-provider", "openai"), ("x-gateway-custom-host", "http://localhost:8000/v1")]).unwrap();
+        let t =
+            select(&[("x-gateway-provider", "openai"), ("x-gateway-custom-host", "http://localhost:8000/v1")]).unwrap();
         assert!(!t.upstream.tls);
-        let err = select(&[("x-gateway-provider", "openai"), ("x-gateway-custom-host", "http://10.1.2.3/v1")]).err().unwrap();
+        let err =
+            select(&[("x-gateway-provider", "openai"), ("x-gateway-custom-host", "http://10.1.2.3/v1")]).err().unwrap();
         assert_eq!((err.status, err.kind), (403, "permission_error"));
     }
 
@@ -333,7 +340,10 @@ mod tests {
     fn missing_pieces_are_clear_errors() {
         assert_eq!(select(&[]).err().unwrap().code, Some("missing_provider"));
         assert_eq!(select(&[("x-gateway-provider", "openai")]).err().unwrap().status, 401);
-        assert_eq!(select(&[("x-gateway-provider", "nope"), ("authorization", "Bearer k")]).err().unwrap().code, Some("unknown_provider"));
+        assert_eq!(
+            select(&[("x-gateway-provider", "nope"), ("authorization", "Bearer k")]).err().unwrap().code,
+            Some("unknown_provider")
+        );
         assert_eq!(select(&[("x-gateway-provider", "ollama")]).err().unwrap().param.as_deref(), Some("custom_host"));
         assert_eq!(select(&[("x-gateway-config", "pc-123")]).err().unwrap().code, Some("saved_config_unavailable"));
         assert_eq!(select(&[("x-gateway-config", "{bad")]).err().unwrap().code, Some("invalid_config"));
@@ -377,7 +387,11 @@ mod tests {
             let err = select(&[("x-gateway-config", config)]).err().unwrap();
             assert_eq!((err.status, err.code), (501, Some("not_implemented")), "{config}");
         }
-        assert!(select(&[("x-gateway-config", r#"{"provider":"openai","api_key":"k","retry":{"attempts":2},"cache":{"mode":"simple"}}"#)]).is_ok());
+        assert!(select(&[(
+            "x-gateway-config",
+            r#"{"provider":"openai","api_key":"k","retry":{"attempts":2},"cache":{"mode":"simple"}}"#
+        )])
+        .is_ok());
     }
 
     #[test]

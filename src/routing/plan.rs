@@ -126,7 +126,12 @@ pub fn make_plan(
             let mut resolver = Resolver { settings, headers, input, host };
             resolver.resolve(config, String::new(), &TargetOptions::from_headers(headers))?
         }
-        None => vec![Attempt { target: header_target(settings, headers)?, path: String::new(), circuit: None, exits: vec![] }],
+        None => vec![Attempt {
+            target: header_target(settings, headers)?,
+            path: String::new(),
+            circuit: None,
+            exits: vec![],
+        }],
     };
     Ok(Plan { attempts })
 }
@@ -147,7 +152,12 @@ fn child_path(path: &str, index: usize) -> String {
 }
 
 impl Resolver<'_> {
-    fn resolve(&mut self, node: &Config, path: String, inherited: &TargetOptions) -> Result<Vec<Attempt>, GatewayError> {
+    fn resolve(
+        &mut self,
+        node: &Config,
+        path: String,
+        inherited: &TargetOptions,
+    ) -> Result<Vec<Attempt>, GatewayError> {
         let options = inherited.inherit(node);
         if let Some(feature) = unavailable_feature(node) {
             return Err(not_implemented(feature));
@@ -200,7 +210,12 @@ impl Resolver<'_> {
 
     /// A weighted random child; children whose every target has an open circuit are left out
     /// while others remain.
-    fn load_balance(&mut self, node: &Config, path: &str, options: &TargetOptions) -> Result<Vec<Attempt>, GatewayError> {
+    fn load_balance(
+        &mut self,
+        node: &Config,
+        path: &str,
+        options: &TargetOptions,
+    ) -> Result<Vec<Attempt>, GatewayError> {
         let mut weights: Vec<f64> = node.targets.iter().map(|t| t.weight.unwrap_or(1.0).max(0.0)).collect();
         if weights.iter().all(|w| *w <= 0.0) {
             return Err(GatewayError::new(400, "invalid_request_error", "every loadbalance target has weight 0")
@@ -221,9 +236,9 @@ impl Resolver<'_> {
 
     fn all_open(&self, attempts: &[Attempt]) -> bool {
         let now = self.host.now_ms();
-        attempts.iter().all(|attempt| {
-            attempt.circuit.as_ref().is_some_and(|c| is_open(self.host.store(), c.id, &c.config, now))
-        })
+        attempts
+            .iter()
+            .all(|attempt| attempt.circuit.as_ref().is_some_and(|c| is_open(self.host.store(), c.id, &c.config, now)))
     }
 }
 
@@ -284,12 +299,12 @@ fn no_condition_matched() -> GatewayError {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use crate::config::parse_config;
     use crate::routing::testing::FakeHost;
     use serde_json::json;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn plan_of(config: Value, input: Value) -> Result<Plan, GatewayError> {
         let settings = Settings::parse(br#"{"api_keys": ["gw"]}"#).unwrap();
@@ -308,7 +323,9 @@ mod tests {
 
     #[test]
     fn fallback_lists_targets_in_order_with_their_paths() {
-        let plan = plan_of(json!({"strategy": {"mode": "fallback"}, "targets": [target("a"), target("b")]}), Value::Null).unwrap();
+        let plan =
+            plan_of(json!({"strategy": {"mode": "fallback"}, "targets": [target("a"), target("b")]}), Value::Null)
+                .unwrap();
         assert_eq!(keys(&plan), ["a", "b"]);
         assert_eq!(plan.attempts[1].path, "targets[1]");
         assert_eq!(plan.next_after(0, Failure::Status(500)), Some(1));
@@ -332,7 +349,8 @@ mod tests {
     fn nested_fallbacks_leave_inner_ones_by_the_outer_rule() {
         // fallback(429 only)[ fallback(any)[a, b], c ]
         let inner = json!({"strategy": {"mode": "fallback"}, "targets": [target("a"), target("b")]});
-        let config = json!({"strategy": {"mode": "fallback", "on_status_codes": [429]}, "targets": [inner, target("c")]});
+        let config =
+            json!({"strategy": {"mode": "fallback", "on_status_codes": [429]}, "targets": [inner, target("c")]});
         let plan = plan_of(config, Value::Null).unwrap();
         assert_eq!(keys(&plan), ["a", "b", "c"]);
         assert_eq!(plan.attempts[1].path, "targets[0].targets[1]");
@@ -340,7 +358,8 @@ mod tests {
         assert_eq!(plan.next_after(1, Failure::Status(429)), Some(2), "outer fallback on 429");
         assert_eq!(plan.next_after(1, Failure::Status(500)), None, "outer fallback ignores 500");
         // An inner fallback that does not fall back on a status fails as a whole.
-        let inner = json!({"strategy": {"mode": "fallback", "on_status_codes": [503]}, "targets": [target("a"), target("b")]});
+        let inner =
+            json!({"strategy": {"mode": "fallback", "on_status_codes": [503]}, "targets": [target("a"), target("b")]});
         let config = json!({"strategy": {"mode": "fallback"}, "targets": [inner, target("c")]});
         let plan = plan_of(config, Value::Null).unwrap();
         assert_eq!(plan.next_after(0, Failure::Status(500)), Some(2));
@@ -351,14 +370,16 @@ mod tests {
     fn passing_an_open_target_keeps_the_outer_rule() {
         // fallback(429 only)[ fallback(any)[a, b], c ]: a fails with 500, b is passed over.
         let inner = json!({"strategy": {"mode": "fallback"}, "targets": [target("a"), target("b")]});
-        let config = json!({"strategy": {"mode": "fallback", "on_status_codes": [429]}, "targets": [inner, target("c")]});
+        let config =
+            json!({"strategy": {"mode": "fallback", "on_status_codes": [429]}, "targets": [inner, target("c")]});
         let plan = plan_of(config, Value::Null).unwrap();
         assert_eq!(plan.next_past(0, Failure::Status(500), 0), Some((1, 0)));
         assert_eq!(plan.next_past(1, Failure::Status(500), 0), None, "the outer fallback does not take 500");
         assert_eq!(plan.next_past(1, Failure::Status(429), 0), Some((2, 0)));
         // fallback(any)[ a, fallback(429 only)[b, c], d ]: a fails with 500, b is open: the
         // inner fallback was entered only to pass b, so it moves on to c.
-        let inner = json!({"strategy": {"mode": "fallback", "on_status_codes": [429]}, "targets": [target("b"), target("c")]});
+        let inner =
+            json!({"strategy": {"mode": "fallback", "on_status_codes": [429]}, "targets": [target("b"), target("c")]});
         let config = json!({"strategy": {"mode": "fallback"}, "targets": [target("a"), inner, target("d")]});
         let plan = plan_of(config, Value::Null).unwrap();
         assert_eq!(plan.next_past(0, Failure::Status(500), 0), Some((1, 1)));
@@ -368,7 +389,8 @@ mod tests {
     #[test]
     fn loadbalance_inside_fallback_picks_one() {
         let lb = json!({"strategy": {"mode": "loadbalance"}, "targets": [target("a"), target("b")]});
-        let plan = plan_of(json!({"strategy": {"mode": "fallback"}, "targets": [lb, target("c")]}), Value::Null).unwrap();
+        let plan =
+            plan_of(json!({"strategy": {"mode": "fallback"}, "targets": [lb, target("c")]}), Value::Null).unwrap();
         assert_eq!(keys(&plan), ["a", "c"]);
         assert_eq!(plan.attempts[0].path, "targets[0].targets[0]");
     }
@@ -391,7 +413,8 @@ mod tests {
         let plan = plan_of(target("a"), Value::Null).unwrap();
         assert!(!plan.can_recover());
         assert_eq!(plan.attempts[0].path, "");
-        let plan = plan_of(json!({"provider": "openai", "api_key": "a", "retry": {"attempts": 1}}), Value::Null).unwrap();
+        let plan =
+            plan_of(json!({"provider": "openai", "api_key": "a", "retry": {"attempts": 1}}), Value::Null).unwrap();
         assert!(plan.can_recover());
     }
 

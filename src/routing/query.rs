@@ -174,9 +174,9 @@ fn operator(name: &str, operand: &Value, found: Option<&Value>) -> Result<bool, 
                 .map_err(|e| QueryError::new(format!("is not a valid regular expression: {e}")))?;
             Ok(found.and_then(Value::as_str).is_some_and(|s| regex.is_match(s)))
         }
-        "$and" | "$or" | "$not" => Err(QueryError::new(format!(
-            "`{name}` combines queries: it goes beside field paths, not inside a field"
-        ))),
+        "$and" | "$or" | "$not" => {
+            Err(QueryError::new(format!("`{name}` combines queries: it goes beside field paths, not inside a field")))
+        }
         _ if name.starts_with('$') => Err(QueryError::new(format!(
             "unknown operator `{}`; a field takes $eq, $ne, $gt, $gte, $lt, $lte, $in, $nin, $regex, $exists",
             shorten(name)
@@ -237,10 +237,10 @@ fn number_order(a: &Number, b: &Number) -> Option<Ordering> {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use serde_json::json;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn input() -> Value {
         json!({

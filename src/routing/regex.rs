@@ -290,7 +290,11 @@ enum Node {
     /// A sequence; empty for an empty pattern, group or branch.
     Concat(Vec<Node>),
     Alternation(Vec<Node>),
-    Repeat { node: Box<Node>, min: u32, max: Option<u32> },
+    Repeat {
+        node: Box<Node>,
+        min: u32,
+        max: Option<u32>,
+    },
 }
 
 /// Recursive descent over the pattern's characters.
@@ -364,7 +368,10 @@ impl Parser {
         // A lazy `?` is taken and changes nothing: only whether the pattern matches is asked.
         self.eat('?');
         if matches!(self.peek(), Some('*' | '+' | '?' | '{')) {
-            return Err(format!("quantifier after a quantifier at character {}; wrap the first in (?: )", self.pos + 1));
+            return Err(format!(
+                "quantifier after a quantifier at character {}; wrap the first in (?: )",
+                self.pos + 1
+            ));
         }
         Ok(Node::Repeat { node: Box::new(atom), min, max })
     }
@@ -615,9 +622,9 @@ impl Compiler {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-    use super::*;
 
     fn is_match(pattern: &str, text: &str) -> bool {
         match compile(pattern) {

@@ -97,9 +97,9 @@ fn parse_digits(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() {
         return None;
     }
-    digits.iter().try_fold(0u64, |n, &b| {
-        b.is_ascii_digit().then(|| n.saturating_mul(10).saturating_add(u64::from(b - b'0')))
-    })
+    digits
+        .iter()
+        .try_fold(0u64, |n, &b| b.is_ascii_digit().then(|| n.saturating_mul(10).saturating_add(u64::from(b - b'0'))))
 }
 
 /// `retry-after-ms`: `1*DIGIT ["." 1*DIGIT]`. A fraction rounds up, since retrying a little
@@ -293,9 +293,9 @@ impl Cursor<'_> {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-    use super::*;
 
     /// Sun, 06 Nov 1994 08:49:37 GMT
     const NOV_1994: u64 = 784_111_777;

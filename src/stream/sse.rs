@@ -144,9 +144,9 @@ impl SseParser {
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-    use super::*;
 
     fn ev(event: Option<&str>, data: &str) -> SseEvent {
         SseEvent { event: event.map(str::to_string), data: data.to_string() }
