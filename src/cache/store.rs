@@ -241,7 +241,7 @@ fn update_vectors(
         let previous = records.iter().position(|r| r.digest == key.digest && r.scope == key.scope);
         let vector = match (&quantised, previous) {
             (Some(vector), _) => vector.clone(),
-            (None, Some(i)) => records[i].vector.clone(),
+            (None, Some(i)) => records.get(i)?.vector.clone(),
             (None, None) => return None,
         };
         records.retain(|r| r.digest != key.digest && r.location != location && r.expires_ms > now_ms);
@@ -394,10 +394,15 @@ struct StoredEntry<'a> {
     body: &'a [u8],
 }
 
+/// At most the first `max` bytes.
+fn prefix(bytes: &[u8], max: usize) -> &[u8] {
+    bytes.get(..max).unwrap_or(bytes)
+}
+
 impl<'a> StoredEntry<'a> {
     fn encode(&self) -> Vec<u8> {
-        let provider = &self.provider.as_bytes()[..self.provider.len().min(255)];
-        let content_type = &self.content_type.as_bytes()[..self.content_type.len().min(1024)];
+        let provider = prefix(self.provider.as_bytes(), 255);
+        let content_type = prefix(self.content_type.as_bytes(), 1024);
         let mut out =
             Vec::with_capacity(52 + self.identity.len() + provider.len() + content_type.len() + self.body.len());
         out.push(VERSION);
@@ -465,7 +470,7 @@ impl<'a> Reader<'a> {
     }
 
     fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
+        self.take(1).and_then(|b| b.first().copied())
     }
 
     fn u16(&mut self) -> Option<u16> {

@@ -162,11 +162,11 @@ impl Resolver<'_> {
         if let Some(feature) = unavailable_feature(node) {
             return Err(not_implemented(feature));
         }
-        let Some(strategy) = node.strategy.as_ref().filter(|_| !node.targets.is_empty()) else {
+        let (Some(strategy), Some(first)) = (node.strategy.as_ref(), node.targets.first()) else {
             return Ok(vec![self.leaf(node, path, options)?]);
         };
         match strategy.mode {
-            StrategyMode::Single => self.resolve(&node.targets[0], child_path(&path, 0), &options),
+            StrategyMode::Single => self.resolve(first, child_path(&path, 0), &options),
             StrategyMode::LoadBalance => self.load_balance(node, &path, &options),
             StrategyMode::Conditional => {
                 let wanted = strategy
@@ -223,11 +223,14 @@ impl Resolver<'_> {
         }
         let mut open_choice = None;
         while let Some(index) = pick_weighted(&weights, self.host.random()) {
-            let attempts = self.resolve(&node.targets[index], child_path(path, index), options)?;
+            let (Some(child), Some(weight)) = (node.targets.get(index), weights.get_mut(index)) else {
+                break;
+            };
+            *weight = 0.0;
+            let attempts = self.resolve(child, child_path(path, index), options)?;
             if !self.all_open(&attempts) {
                 return Ok(attempts);
             }
-            weights[index] = 0.0;
             open_choice = Some(attempts);
         }
         // Every child is open: the plan holds one, which the circuit check then refuses.
@@ -245,22 +248,20 @@ impl Resolver<'_> {
 /// The targets of a fallback one after another: a failure of the last attempt of a target
 /// leads to the first attempt of the next one, when the fallback's codes match.
 fn chain(groups: Vec<Vec<Attempt>>, on_status_codes: &Option<Vec<u16>>) -> Vec<Attempt> {
-    let mut starts = Vec::with_capacity(groups.len() + 1);
-    let mut total = 0;
-    for group in &groups {
-        starts.push(total);
-        total += group.len();
-    }
-    let mut attempts = Vec::with_capacity(total);
+    let count = groups.len();
+    let mut attempts = Vec::with_capacity(groups.iter().map(Vec::len).sum());
+    let mut start = 0;
     for (k, group) in groups.into_iter().enumerate() {
-        let next = starts.get(k + 1).copied();
+        let end = start + group.len();
+        let next = (k + 1 < count).then_some(end);
         for mut attempt in group {
             for exit in &mut attempt.exits {
-                exit.next = exit.next.map(|n| n + starts[k]);
+                exit.next = exit.next.map(|n| n + start);
             }
             attempt.exits.push(Exit { on_status_codes: on_status_codes.clone(), next });
             attempts.push(attempt);
         }
+        start = end;
     }
     attempts
 }

@@ -105,11 +105,12 @@ fn parse_digits(digits: &[u8]) -> Option<u64> {
 /// `retry-after-ms`: `1*DIGIT ["." 1*DIGIT]`. A fraction rounds up, since retrying a little
 /// late is harmless and a little early may be refused again.
 fn parse_milliseconds(value: &[u8]) -> Option<u64> {
-    let Some(dot) = value.iter().position(|&b| b == b'.') else {
-        return parse_digits(value);
+    let mut parts = value.splitn(2, |&b| b == b'.');
+    let whole = parse_digits(parts.next()?)?;
+    let Some(fraction) = parts.next() else {
+        return Some(whole);
     };
-    let whole = parse_digits(&value[..dot])?;
-    let fraction = parse_digits(&value[dot + 1..])?;
+    let fraction = parse_digits(fraction)?;
     Some(if fraction > 0 { whole.saturating_add(1) } else { whole })
 }
 
