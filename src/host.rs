@@ -17,12 +17,13 @@ use crate::pipeline::{
     self, CachePlan, Call, Forward, Pending, ResponsePlan, Started, CLUSTER_HEADER, PROVIDER_HEADER, RETRIES_HEADER,
     TARGET_HEADER, TRACE_HEADER,
 };
+use crate::ports::Host;
+use crate::ports::SharedStore;
 use crate::providers::{ResponseContext, StreamTranslator};
 use crate::request::headers::{self, TraceFields};
 use crate::routing::attempts::Next;
-use crate::routing::breaker::{self, SharedStore};
+use crate::routing::breaker;
 use crate::routing::plan::Failure;
-use crate::routing::Host;
 use crate::settings::Settings;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -534,8 +535,8 @@ impl Caching {
             content_type,
             body,
         };
-        let layout = settings.cache.layout();
-        if !store::put(&ProxyHost, &layout, &self.lookup.key, &entry, self.vector.as_deref(), now) {
+        let layout = &settings.cache.layout;
+        if !store::put(&ProxyHost, layout, &self.lookup.key, &entry, self.vector.as_deref(), now) {
             log::debug!("answer not cached: larger than max_entry_bytes, or the store was contended");
         }
     }
@@ -570,7 +571,7 @@ impl RootContext for Root {
         match Settings::parse(&bytes) {
             Ok(settings) => {
                 // Likewise every cache bucket and ring.
-                for key in settings.cache.layout().startup_keys() {
+                for key in settings.cache.layout.startup_keys() {
                     if ProxyHost.get(&key).is_none() {
                         ProxyHost.set(&key, store::EMPTY, 0);
                     }
@@ -712,8 +713,8 @@ impl Request {
             CachePlan::Lookup(lookup) => lookup,
         };
         if !lookup.refresh {
-            let layout = self.settings.cache.layout();
-            if let Some(entry) = store::find(&ProxyHost, &layout, &lookup.key, ProxyHost.now_ms()) {
+            let layout = &self.settings.cache.layout;
+            if let Some(entry) = store::find(&ProxyHost, layout, &lookup.key, ProxyHost.now_ms()) {
                 if let Some(answer) = lookup.answer(&entry) {
                     return Some(self.respond_cached(Status::Hit, &entry.provider, answer));
                 }
@@ -795,7 +796,7 @@ impl Request {
         caching.embedding_call = None;
         match (vector, &self.settings.cache.semantic) {
             (Some(vector), Some(semantic)) => {
-                let layout = self.settings.cache.layout();
+                let layout = &self.settings.cache.layout;
                 let found = store::find_similar(
                     &ProxyHost,
                     &layout,

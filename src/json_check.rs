@@ -1,5 +1,5 @@
 //! Building blocks shared by the validators of client JSON, chat requests (`request::chat`),
-//! configs (`config`) and routing queries (`routing::query`): JSON paths, array items,
+//! configs (`config`) and routing queries (`query`): JSON paths, array items,
 //! enumerated strings, and how errors name a value's type and echo client text.
 //!
 //! Only what they do the same way lives here. Each validator keeps its own rules (chat reads

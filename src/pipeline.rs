@@ -4,14 +4,16 @@
 use crate::cache::{self, Lookup, Origin, Tenant};
 use crate::config::{CacheMode, Config, StrategyMode};
 use crate::errors::GatewayError;
-use crate::providers::{Endpoint, ProviderSpec, ResponseContext};
+use crate::ports::Host;
+use crate::providers::{ProviderSpec, ResponseContext};
 use crate::request::chat;
+use crate::request::endpoint::Endpoint;
 use crate::request::endpoint::{classify, BodyMode, Route};
 use crate::request::headers::{self, decode_value, is_gateway_header, is_secret_header, GatewayHeaders};
 use crate::request::limits::{check_json_size, MAX_JSON_VALUES};
 use crate::routing::attempts::Attempts;
 use crate::routing::plan::make_plan;
-use crate::routing::{parse_config_header, Host, Target};
+use crate::routing::{parse_config_header, Target};
 use crate::settings::Settings;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
@@ -374,7 +376,7 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    use crate::routing::testing::FakeHost;
+    use crate::ports::testing::FakeHost;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 

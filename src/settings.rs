@@ -46,6 +46,9 @@ pub struct CacheSettings {
     /// The embeddings provider of semantic mode; without it semantic mode matches exactly.
     #[serde(default)]
     pub semantic: Option<SemanticSettings>,
+    /// How the byte budget is cut into shared-data keys, computed once when the settings load.
+    #[serde(skip)]
+    pub layout: Layout,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -68,7 +71,9 @@ pub struct SemanticSettings {
 
 impl Default for CacheSettings {
     fn default() -> Self {
-        CacheSettings { byte_budget: default_byte_budget(), max_entry_bytes: default_max_entry_bytes(), semantic: None }
+        let (byte_budget, max_entry_bytes) = (default_byte_budget(), default_max_entry_bytes());
+        let layout = Layout::new(byte_budget, max_entry_bytes, false);
+        CacheSettings { byte_budget, max_entry_bytes, semantic: None, layout }
     }
 }
 
@@ -197,11 +202,6 @@ impl Settings {
 }
 
 impl CacheSettings {
-    /// How the byte budget is cut into shared-data keys.
-    pub fn layout(&self) -> Layout {
-        Layout::new(self.byte_budget, self.max_entry_bytes, self.semantic.is_some())
-    }
-
     fn check(&mut self) -> Result<(), String> {
         let invalid = |what: &str| Err(format!("invalid plugin configuration: cache.{what}"));
         if self.byte_budget < MIN_BYTE_BUDGET {
@@ -210,6 +210,7 @@ impl CacheSettings {
         if self.max_entry_bytes < MIN_ENTRY_BYTES || self.max_entry_bytes > self.byte_budget / 4 {
             return invalid("max_entry_bytes must be at least 4096 and at most a quarter of byte_budget");
         }
+        self.layout = Layout::new(self.byte_budget, self.max_entry_bytes, self.semantic.is_some());
         let Some(semantic) = &mut self.semantic else {
             return Ok(());
         };

@@ -2,7 +2,7 @@
 //! replayed as the SSE stream OpenAI would have sent, and a streamed answer assembled back
 //! into the complete object the cache stores.
 
-use crate::providers::Endpoint;
+use crate::request::endpoint::Endpoint;
 use crate::stream::sse::{write_data, SseEvent, SseParser};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;

@@ -13,7 +13,7 @@ pub mod store;
 
 use crate::config::CacheMode;
 use crate::hash::Hasher;
-use crate::providers::Endpoint;
+use crate::request::endpoint::Endpoint;
 use completion::StreamAssembler;
 use serde_json::{Map, Value};
 

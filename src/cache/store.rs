@@ -30,7 +30,7 @@
 //! a lost race does is lose a write (a later request misses and stores again).
 
 use super::Key;
-use crate::routing::breaker::SharedStore;
+use crate::ports::SharedStore;
 
 /// An entry's smallest size class; each next class is four times larger.
 const SMALLEST_CLASS: usize = 4096;
@@ -52,7 +52,7 @@ const VERSION: u8 = 1;
 pub const EMPTY: &[u8] = &[0];
 
 /// How the byte budget is cut into keys; the same for every worker with the same settings.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Layout {
     /// (entry size limit, number of slots) per class, smallest first.
     classes: Vec<(usize, u32)>,
@@ -490,7 +490,7 @@ impl<'a> Reader<'a> {
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    use crate::routing::testing::FakeHost;
+    use crate::ports::testing::FakeHost;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 

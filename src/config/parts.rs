@@ -7,8 +7,8 @@ use super::{
     StrategyMode,
 };
 use crate::json_check::join;
+use crate::query;
 use crate::request::headers::is_header_name;
-use crate::routing;
 use crate::upstream::Upstream;
 use serde_json::Value;
 
@@ -57,7 +57,7 @@ fn condition(v: &Value, path: &str) -> Result<Condition, ConfigError> {
     let obj = Obj::new(v, path, &["query", "then"])?;
     let query = obj.req("query", object)?;
     // Errors of the query language name their place inside `query`.
-    routing::query::validate(&query).map_err(|e| ConfigError::new(join(&obj.path("query"), &e.path), e.message))?;
+    query::validate(&query).map_err(|e| ConfigError::new(join(&obj.path("query"), &e.path), e.message))?;
     Ok(Condition { query, then: obj.req("then", string)? })
 }
 

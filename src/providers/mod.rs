@@ -5,24 +5,8 @@ pub mod anthropic;
 pub mod openai;
 
 use crate::errors::GatewayError;
+use crate::request::endpoint::Endpoint;
 use serde_json::Value;
-
-/// The OpenAI endpoints the gateway serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    ChatCompletions,
-    Completions,
-    Embeddings,
-    ImageGenerations,
-    ImageEdits,
-    ImageVariations,
-    AudioSpeech,
-    AudioTranscriptions,
-    AudioTranslations,
-    Moderations,
-    /// Batches, files, fine-tuning jobs, assistants, threads, models: passed through.
-    Resource,
-}
 
 /// What a translator needs to shape a response to OpenAI's form.
 #[derive(Debug, Clone, PartialEq)]

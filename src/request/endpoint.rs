@@ -1,7 +1,23 @@
 //! Which OpenAI endpoint a request calls, and how its body is handled.
 
 use crate::errors::GatewayError;
-use crate::providers::Endpoint;
+
+/// The OpenAI endpoints the gateway serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    ChatCompletions,
+    Completions,
+    Embeddings,
+    ImageGenerations,
+    ImageEdits,
+    ImageVariations,
+    AudioSpeech,
+    AudioTranscriptions,
+    AudioTranslations,
+    Moderations,
+    /// Batches, files, fine-tuning jobs, assistants, threads, models: passed through.
+    Resource,
+}
 
 /// How the filter treats the request body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,8 +4,8 @@
 use super::breaker::{admit, classify, record, Admission};
 use super::plan::{Failure, Plan};
 use super::retry::{is_retryable, next_delay};
-use super::Host;
 use crate::errors::GatewayError;
+use crate::ports::Host;
 
 /// Where a request stands in its plan.
 pub struct Attempts {
@@ -138,9 +138,9 @@ mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
     use crate::config::parse_config;
+    use crate::ports::testing::FakeHost;
     use crate::request::headers::GatewayHeaders;
     use crate::routing::plan::make_plan;
-    use crate::routing::testing::FakeHost;
     use crate::settings::Settings;
     use serde_json::{json, Value};
     #[cfg(target_arch = "wasm32")]

@@ -60,6 +60,7 @@
 
 use crate::config::CircuitBreakerConfig;
 use crate::hash::Hasher;
+use crate::ports::SharedStore;
 
 /// The number of slots, so of shared-data keys, the breaker ever uses.
 pub const SLOT_COUNT: usize = 2048;
@@ -75,14 +76,6 @@ const MAX_CAS_ATTEMPTS: usize = 64;
 
 const VERSION: u8 = 1;
 const RECORD_LEN: usize = 30;
-
-/// The store shared by every worker: proxy-wasm shared data in the host, a map in tests.
-pub trait SharedStore {
-    /// The value of `key` and its CAS token; None when the key was never set.
-    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)>;
-    /// Stores `value` if the key's CAS token still equals `cas`; false on a CAS mismatch.
-    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool;
-}
 
 /// The stable identity of a target: a hash of its provider, location and credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,8 +5,6 @@
 pub mod attempts;
 pub mod breaker;
 pub mod plan;
-pub mod query;
-mod regex;
 pub mod retry;
 
 use crate::config::{parse_config, CacheConfig, CircuitBreakerConfig, Config, RetryConfig};
@@ -27,15 +25,6 @@ pub struct TargetOptions {
     pub retry: Option<RetryConfig>,
     pub cb_config: Option<CircuitBreakerConfig>,
     pub cache: Option<CacheConfig>,
-}
-
-/// What routing needs from the host: randomness, the clock and the process-wide store.
-pub trait Host {
-    /// A uniformly random u64 (WASI `random_get`, never the clock).
-    fn random(&mut self) -> u64;
-    /// Unix time in milliseconds.
-    fn now_ms(&self) -> u64;
-    fn store(&self) -> &dyn breaker::SharedStore;
 }
 
 impl TargetOptions {
@@ -295,7 +284,7 @@ mod tests {
     /// The first target of the plan the headers make.
     fn select_target(settings: &Settings, headers: &GatewayHeaders, random: u64) -> Result<Target, GatewayError> {
         let config = headers.config.as_deref().map(parse_config_header).transpose()?;
-        let mut host = testing::FakeHost::new(random);
+        let mut host = crate::ports::testing::FakeHost::new(random);
         let plan = plan::make_plan(settings, headers, config.as_ref(), &Value::Null, &mut host)?;
         plan.attempts
             .into_iter()
@@ -409,56 +398,5 @@ mod tests {
         assert_eq!(lb(0.0, 1.0, 0).unwrap(), "second");
         assert_eq!(lb(1.0, 0.0, u64::MAX).unwrap(), "first");
         assert_eq!(lb(0.0, 0.0, 0).unwrap_err().status, 400);
-    }
-}
-
-/// A host for tests: scripted randomness and clock, and an in-memory store with CAS.
-#[cfg(test)]
-pub(crate) mod testing {
-    use super::breaker::SharedStore;
-    use super::Host;
-    use std::cell::{Cell, RefCell};
-    use std::collections::HashMap;
-
-    pub struct FakeHost {
-        pub random: u64,
-        pub now_ms: Cell<u64>,
-        pub data: RefCell<HashMap<String, (Vec<u8>, u32)>>,
-    }
-
-    impl FakeHost {
-        pub fn new(random: u64) -> Self {
-            FakeHost { random, now_ms: Cell::new(1_000_000), data: RefCell::new(HashMap::new()) }
-        }
-    }
-
-    impl Host for FakeHost {
-        fn random(&mut self) -> u64 {
-            self.random
-        }
-
-        fn now_ms(&self) -> u64 {
-            self.now_ms.get()
-        }
-
-        fn store(&self) -> &dyn SharedStore {
-            self
-        }
-    }
-
-    impl SharedStore for FakeHost {
-        fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
-            self.data.borrow().get(key).cloned()
-        }
-
-        fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
-            let mut data = self.data.borrow_mut();
-            let current = data.get(key).map_or(0, |(_, c)| *c);
-            if cas != 0 && cas != current {
-                return false;
-            }
-            data.insert(key.to_string(), (value.to_vec(), current + 1));
-            true
-        }
     }
 }

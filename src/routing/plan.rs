@@ -3,9 +3,11 @@
 //! conditional choose one child while the plan is made.
 
 use super::breaker::{circuit_id, is_open, CircuitId};
-use super::{header_target, leaf_target, not_implemented, query, unavailable_feature, Host, Target, TargetOptions};
+use super::{header_target, leaf_target, not_implemented, unavailable_feature, Target, TargetOptions};
 use crate::config::{CircuitBreakerConfig, Config, StrategyMode};
 use crate::errors::GatewayError;
+use crate::ports::Host;
+use crate::query;
 use crate::request::headers::GatewayHeaders;
 use crate::settings::Settings;
 use serde_json::Value;
@@ -302,7 +304,7 @@ mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
     use crate::config::parse_config;
-    use crate::routing::testing::FakeHost;
+    use crate::ports::testing::FakeHost;
     use serde_json::json;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;

@@ -20,7 +20,7 @@
 //!     strings (compared character by character, by Unicode code point); any other pair,
 //!     `"5"` against `4` included, does not match. The operand must be a number or a string.
 //!   - `$in`, `$nin`: the field equals one / none of the items of the operand array.
-//!   - `$regex`: the field is a string the pattern matches somewhere in (`routing::regex`;
+//!   - `$regex`: the field is a string the pattern matches somewhere in (`query::regex`;
 //!     anchor with `^` and `$`, and start with `(?i)` to ignore case).
 //!   - `$exists`: `true` matches a field that is present and not null, `false` one that is
 //!     missing or null. JSON clients send null to mean "not set" (the chat validator reads it
@@ -33,7 +33,7 @@
 //! never panics. Both are the same walk (see `eval`), so they cannot disagree on what is valid:
 //! a query that does not validate matches nothing.
 
-use super::regex;
+mod regex;
 use crate::json_check::{index, join, kind_of, shorten};
 use serde_json::{Map, Number, Value};
 use std::cmp::Ordering;

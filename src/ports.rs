@@ -1,0 +1,70 @@
+//! The ports through which the core reaches the host: randomness, the clock and the
+//! process-wide shared store. The host adapter implements them over proxy-wasm; tests use
+//! `testing::FakeHost`.
+
+/// What the core needs from the host: randomness, the clock and the process-wide store.
+pub trait Host {
+    /// A uniformly random u64 (WASI `random_get`, never the clock).
+    fn random(&mut self) -> u64;
+    /// Unix time in milliseconds.
+    fn now_ms(&self) -> u64;
+    fn store(&self) -> &dyn SharedStore;
+}
+
+/// The store shared by every worker: proxy-wasm shared data in the host, a map in tests.
+pub trait SharedStore {
+    /// The value of `key` and its CAS token; None when the key was never set.
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)>;
+    /// Stores `value` if the key's CAS token still equals `cas`; false on a CAS mismatch.
+    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool;
+}
+
+/// A host for tests: scripted randomness and clock, and an in-memory store with CAS.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{Host, SharedStore};
+    use std::cell::{Cell, RefCell};
+    use std::collections::HashMap;
+
+    pub struct FakeHost {
+        pub random: u64,
+        pub now_ms: Cell<u64>,
+        pub data: RefCell<HashMap<String, (Vec<u8>, u32)>>,
+    }
+
+    impl FakeHost {
+        pub fn new(random: u64) -> Self {
+            FakeHost { random, now_ms: Cell::new(1_000_000), data: RefCell::new(HashMap::new()) }
+        }
+    }
+
+    impl Host for FakeHost {
+        fn random(&mut self) -> u64 {
+            self.random
+        }
+
+        fn now_ms(&self) -> u64 {
+            self.now_ms.get()
+        }
+
+        fn store(&self) -> &dyn SharedStore {
+            self
+        }
+    }
+
+    impl SharedStore for FakeHost {
+        fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+            self.data.borrow().get(key).cloned()
+        }
+
+        fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
+            let mut data = self.data.borrow_mut();
+            let current = data.get(key).map_or(0, |(_, c)| *c);
+            if cas != 0 && cas != current {
+                return false;
+            }
+            data.insert(key.to_string(), (value.to_vec(), current + 1));
+            true
+        }
+    }
+}
