@@ -6,6 +6,7 @@
 pub mod cache;
 pub mod config;
 pub mod errors;
+pub mod exchange;
 mod hash;
 mod json_check;
 pub mod pipeline;

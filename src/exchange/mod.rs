@@ -1,0 +1,838 @@
+//! The exchange: a request's whole way through the gateway as a state machine that knows
+//! nothing of proxy-wasm. The host adapter feeds it events (request headers and body,
+//! response headers and chunks, call answers by token, ticks) and runs what it asks for
+//! through the [`Io`] port; answers and resumes, which may re-enter the filter, come back as
+//! [`After`] effects that the adapter runs once the exchange has let go.
+//!
+//! The first attempt of a request goes through Envoy's router, so a healthy provider streams
+//! straight to the client. When it fails in a way the plan retries or falls back on, the
+//! response is held and later attempts run as dispatched calls; the final result is sent as a
+//! local answer. Every asynchronous step (recovery attempts, the embeddings call) is a task
+//! in one registry keyed by call token, whichever context the answer arrives on.
+
+mod caching;
+mod record;
+mod reply;
+
+use crate::cache::store;
+use crate::cache::{semantic, STATUS_HEADER};
+use crate::errors::GatewayError;
+use crate::pipeline::{
+    self, Call, Forward, Pending, ResponsePlan, Started, CLUSTER_HEADER, PROVIDER_HEADER, RETRIES_HEADER,
+    TARGET_HEADER, TRACE_HEADER,
+};
+use crate::ports::{Host, SharedStore};
+use crate::request::headers;
+use crate::routing::attempts::Next;
+use crate::routing::breaker;
+use crate::routing::plan::Failure;
+use crate::settings::Settings;
+use caching::{CacheState, Hit};
+use hashbrown::HashMap;
+pub use record::Record;
+pub(crate) use reply::parse_status;
+use reply::{finish, response_mode, Finished, ResponseMode};
+use std::rc::Rc;
+
+type RawHeaders = Vec<(String, Vec<u8>)>;
+
+/// The host for one worker: reads and writes of a request's streams (named by context id),
+/// dispatched calls, the tick timer and metrics. None of these may re-enter the filter.
+pub trait Io {
+    fn host(&mut self) -> &mut dyn Host;
+    fn request_headers(&mut self, id: u32) -> RawHeaders;
+    fn request_body(&mut self, id: u32, size: usize) -> Vec<u8>;
+    /// Replaces every request header at once (one host call instead of one per header).
+    fn set_request_headers(&mut self, id: u32, headers: &[(String, Vec<u8>)]);
+    fn set_request_header(&mut self, id: u32, name: &str, value: &str);
+    /// Replaces the first `size` bytes of the buffered request body.
+    fn set_request_body(&mut self, id: u32, size: usize, body: &[u8]);
+    fn response_header(&mut self, id: u32, name: &str) -> Option<Vec<u8>>;
+    fn response_headers(&mut self, id: u32) -> RawHeaders;
+    /// Envoy's `response.code_details`: why the router answered as it did.
+    fn response_details(&mut self, id: u32) -> String;
+    fn response_body(&mut self, id: u32, size: usize) -> Vec<u8>;
+    /// Sets (or with `None` removes) one response header.
+    fn set_response_header(&mut self, id: u32, name: &str, value: Option<&str>);
+    fn set_response_body(&mut self, id: u32, size: usize, body: &[u8]);
+    /// Starts a call on behalf of request `id`; its token, or None when it cannot start.
+    fn dispatch(&mut self, id: u32, call: &Dispatch) -> Option<u32>;
+    /// The root context's tick period; 0 stops the ticks.
+    fn tick_every(&mut self, period_ms: u64);
+    fn count_circuits_opened(&mut self, count: u32);
+}
+
+/// A call for the host to dispatch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatch {
+    pub cluster: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub timeout_ms: u64,
+}
+
+/// A dispatched call's answer; status 0 when it failed without one.
+pub struct CallAnswer {
+    pub status: u16,
+    pub headers: RawHeaders,
+    pub body: Vec<u8>,
+}
+
+/// What the host callback returns to Envoy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Continue,
+    Pause,
+}
+
+/// Effects that may re-enter the filter, run by the adapter after the exchange returns.
+#[derive(Debug, Clone, PartialEq)]
+pub enum After {
+    /// Answer request `id` locally.
+    Reply { id: u32, status: u16, headers: Vec<(String, String)>, body: Vec<u8> },
+    /// Let request `id` go on (it was held for the embeddings call).
+    ResumeRequest(u32),
+}
+
+/// The result of one event.
+#[derive(Debug, PartialEq)]
+pub struct Output {
+    pub action: Action,
+    pub after: Vec<After>,
+}
+
+impl Output {
+    fn proceed() -> Output {
+        Output { action: Action::Continue, after: Vec::new() }
+    }
+}
+
+/// A dispatched call's wait before it starts.
+struct Timer {
+    due_ms: u64,
+    owner: u32,
+    attempt: usize,
+}
+
+/// What a dispatched call was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Task {
+    /// A recovery attempt (the plan knows which).
+    Attempt,
+    Embedding,
+}
+
+/// Dispatched calls in flight (token → request and purpose) and waiting calls.
+#[derive(Default)]
+struct Tasks {
+    calls: HashMap<u32, (u32, Task)>,
+    timers: Vec<Timer>,
+}
+
+/// What an exchange's event handler can reach besides the exchange.
+struct Env<'a> {
+    id: u32,
+    settings: &'a Settings,
+    io: &'a mut dyn Io,
+    tasks: &'a mut Tasks,
+    after: Vec<After>,
+}
+
+/// Every request of one worker (one Envoy worker thread, one VM).
+pub struct Worker {
+    settings: Rc<Settings>,
+    exchanges: HashMap<u32, Exchange>,
+    tasks: Tasks,
+}
+
+/// Names no cluster: a held request that Envoy resumed without the gateway's edits goes nowhere.
+const UNROUTED: &str = "gateway-unrouted";
+
+/// A dispatched call needs a timeout of its own; the request timeout is Envoy's per-try
+/// timeout of the internal listener's router (until the response headers), as for routed
+/// requests. This one bounds a whole generation, like Envoy's default stream idle timeout
+/// bounds a silent client connection.
+const CALL_TIMEOUT_MS: u64 = 300_000;
+
+impl Worker {
+    pub fn new(settings: Rc<Settings>) -> Worker {
+        Worker { settings, exchanges: HashMap::new(), tasks: Tasks::default() }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// New requests use `settings` (requests in flight keep theirs).
+    pub fn configure(&mut self, settings: Settings) {
+        self.settings = Rc::new(settings);
+    }
+
+    /// Runs `event` on exchange `id` with what it may reach.
+    fn on(&mut self, id: u32, io: &mut dyn Io, event: impl FnOnce(&mut Exchange, &mut Env) -> Action) -> Output {
+        let Some(exchange) = self.exchanges.get_mut(&id) else {
+            return Output::proceed();
+        };
+        let settings = Rc::clone(&exchange.settings);
+        let mut env = Env { id, settings: &settings, io, tasks: &mut self.tasks, after: Vec::new() };
+        let action = event(exchange, &mut env);
+        Output { action, after: env.after }
+    }
+
+    pub fn request_headers(&mut self, id: u32, end_of_stream: bool, io: &mut dyn Io) -> Output {
+        let raw = io.request_headers(id);
+        let exchange = Exchange::new(Rc::clone(&self.settings), &raw, io.host());
+        self.exchanges.insert(id, exchange);
+        self.on(id, io, |exchange, env| exchange.request_headers(env, raw, end_of_stream))
+    }
+
+    pub fn request_body(&mut self, id: u32, size: usize, end_of_stream: bool, io: &mut dyn Io) -> Output {
+        self.on(id, io, |exchange, env| exchange.request_body(env, size, end_of_stream))
+    }
+
+    pub fn request_trailers(&mut self, id: u32, io: &mut dyn Io) -> Output {
+        self.on(id, io, |exchange, env| exchange.request_trailers(env))
+    }
+
+    pub fn response_headers(&mut self, id: u32, end_of_stream: bool, io: &mut dyn Io) -> Output {
+        self.on(id, io, |exchange, env| exchange.response_headers(env, end_of_stream))
+    }
+
+    pub fn response_body(&mut self, id: u32, size: usize, end_of_stream: bool, io: &mut dyn Io) -> Output {
+        self.on(id, io, |exchange, env| exchange.response_body(env, size, end_of_stream))
+    }
+
+    /// Whether a call answer is awaited (an unknown token's answer need not even be read).
+    pub fn awaits(&self, token: u32) -> bool {
+        self.tasks.calls.contains_key(&token)
+    }
+
+    /// A dispatched call answered, on whichever context it arrived.
+    pub fn call_answered(&mut self, token: u32, answer: CallAnswer, io: &mut dyn Io) -> Output {
+        let Some((owner, task)) = self.tasks.calls.remove(&token) else {
+            return Output::proceed();
+        };
+        self.on(owner, io, |exchange, env| {
+            match task {
+                Task::Embedding => exchange.embedding_arrived(env, answer),
+                Task::Attempt => exchange.attempt_answered(env, answer),
+            }
+            Action::Continue
+        })
+    }
+
+    /// The root's timer: starts the calls whose delay is over.
+    pub fn tick(&mut self, io: &mut dyn Io) -> Output {
+        let now = io.host().now_ms();
+        let (due, waiting): (Vec<Timer>, Vec<Timer>) =
+            std::mem::take(&mut self.tasks.timers).into_iter().partition(|t| t.due_ms <= now);
+        self.tasks.timers = waiting;
+        let mut after = Vec::new();
+        for timer in due {
+            let output = self.on(timer.owner, io, |exchange, env| {
+                exchange.step(env, Next::Call { index: timer.attempt, delay_ms: 0 });
+                Action::Continue
+            });
+            after.extend(output.after);
+        }
+        rearm(&self.tasks, io);
+        Output { action: Action::Continue, after }
+    }
+
+    /// Request `id` ended: its record, and nothing of it left behind.
+    pub fn finished(&mut self, id: u32) -> Option<Record> {
+        self.tasks.timers.retain(|t| t.owner != id);
+        self.tasks.calls.retain(|_, (owner, _)| *owner != id);
+        self.exchanges.remove(&id).map(Exchange::into_record)
+    }
+}
+
+/// Creates every breaker slot and cache key before traffic, so each later update is a
+/// compare-and-swap (shared data has no delete and no eviction; the keys are fixed).
+pub fn prepare_store(store: &dyn SharedStore, settings: &Settings) {
+    let startup = breaker::slot_keys()
+        .map(|key| (key, breaker::EMPTY_SLOT))
+        .chain(settings.cache.layout.startup_keys().map(|key| (key, store::EMPTY)));
+    for (key, empty) in startup {
+        if store.get(&key).is_none() {
+            store.set(&key, empty, 0);
+        }
+    }
+}
+
+/// Ticks when the earliest timer is due; no ticks while nothing waits.
+fn rearm(tasks: &Tasks, io: &mut dyn Io) {
+    let now = io.host().now_ms();
+    let earliest = tasks.timers.iter().map(|t| t.due_ms).min();
+    io.tick_every(earliest.map_or(0, |due| due.saturating_sub(now).max(1)));
+}
+
+enum Phase {
+    Headers,
+    /// The request headers are held (with their raw values) until the body is complete.
+    AwaitingBody(Box<(Pending, RawHeaders)>),
+    Forwarded(Box<Routed>),
+    /// The first attempt failed; later ones run as dispatched calls.
+    Recovering(Box<Recovery>),
+    /// The gateway answered itself; its answer passes the response callbacks untouched.
+    Answered,
+}
+
+/// A request routed through Envoy's router.
+struct Routed {
+    call: Call,
+    plan: ResponsePlan,
+    /// The client's headers and body, kept only when a failure could lead to another call.
+    retained: Option<(RawHeaders, Vec<u8>)>,
+}
+
+/// A request whose first attempt failed and whose plan goes on.
+struct Recovery {
+    call: Call,
+    /// The client's request headers and body, to build every later attempt.
+    raw: RawHeaders,
+    body: Vec<u8>,
+    /// The response plan of the latest attempt.
+    plan: ResponsePlan,
+    latest: Outcome,
+    /// The answer was sent.
+    answered: bool,
+}
+
+/// How the latest attempt ended, kept for the final answer.
+enum Outcome {
+    Response(CallAnswer),
+    Timeout,
+    Unreachable,
+}
+
+impl Outcome {
+    /// A failed attempt's outcome; the response is kept when the provider sent one.
+    fn of(failure: Failure, answer: CallAnswer) -> Outcome {
+        match failure {
+            Failure::Status(_) => Outcome::Response(answer),
+            Failure::Timeout => Outcome::Timeout,
+            Failure::Unreachable | Failure::CircuitOpen => Outcome::Unreachable,
+        }
+    }
+}
+
+struct Exchange {
+    settings: Rc<Settings>,
+    record: Record,
+    phase: Phase,
+    mode: ResponseMode,
+    cache: CacheState,
+}
+
+impl Exchange {
+    fn new(settings: Rc<Settings>, raw: &RawHeaders, host: &mut dyn Host) -> Exchange {
+        let text = |name: &str| headers::find(raw, name).map(|v| String::from_utf8_lossy(v).into_owned());
+        let trace = headers::trace_fields(raw);
+        // The client's trace id, else Envoy's request id, else a random one.
+        let trace_id = match &trace.trace_id {
+            Some(id) => id.clone(),
+            None => format!("{:016x}{:016x}", host.random(), host.random()),
+        };
+        let record = Record {
+            trace_id,
+            trace,
+            method: text(":method").unwrap_or_default(),
+            path: text(":path").unwrap_or_default(),
+            ..Record::default()
+        };
+        Exchange { settings, record, phase: Phase::Headers, mode: ResponseMode::Passthrough, cache: CacheState::Off }
+    }
+
+    fn into_record(self) -> Record {
+        let mut record = self.record;
+        if let Phase::Recovering(recovery) = &self.phase {
+            record.target = recovery.call.target_path().to_string();
+            record.retries = recovery.call.attempts.retries;
+        }
+        if record.cache.is_empty() {
+            record.cache = self.cache.status_header().unwrap_or_default();
+        }
+        record
+    }
+
+    fn request_headers(&mut self, env: &mut Env, raw: RawHeaders, end_of_stream: bool) -> Action {
+        match pipeline::start(env.settings, &raw, env.io.host()) {
+            Err(error) => self.answer_error(env, &error),
+            Ok(Started::Health) => self.answer(env, 200, br#"{"status":"ok"}"#.to_vec()),
+            // Without a body to read, the request can be sent again only when it has none.
+            Ok(Started::Ready(call)) => self.forward(env, call, raw, end_of_stream.then(|| (0, Vec::new()))),
+            Ok(Started::NeedsBody(pending)) if end_of_stream => {
+                // A JSON endpoint called without a body.
+                match pipeline::finish(env.settings, pending, b"", env.io.host()) {
+                    Ok(call) => self.forward(env, call, raw, Some((0, Vec::new()))),
+                    Err(error) => self.answer_error(env, &error),
+                }
+            }
+            Ok(Started::NeedsBody(pending)) => {
+                env.io.set_request_header(env.id, CLUSTER_HEADER, UNROUTED);
+                self.phase = Phase::AwaitingBody(Box::new((pending, raw)));
+                // Held until the body is complete (allow_on_headers_stop_iteration).
+                Action::Pause
+            }
+        }
+    }
+
+    fn request_body(&mut self, env: &mut Env, size: usize, end_of_stream: bool) -> Action {
+        if !matches!(self.phase, Phase::AwaitingBody(..)) {
+            return Action::Continue;
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        let Phase::AwaitingBody(held) = std::mem::replace(&mut self.phase, Phase::Headers) else {
+            return Action::Continue;
+        };
+        let (pending, raw) = *held;
+        let body = env.io.request_body(env.id, size);
+        match pipeline::finish(env.settings, pending, &body, env.io.host()) {
+            Err(error) => self.answer_error(env, &error),
+            Ok(call) => self.forward(env, call, raw, Some((size, body))),
+        }
+    }
+
+    fn request_trailers(&mut self, env: &mut Env) -> Action {
+        // The body of a held request ends with trailers instead of end_of_stream: no client of
+        // this API sends them, and the request must never go on unchecked.
+        if matches!(self.phase, Phase::AwaitingBody(..)) {
+            let error = GatewayError::invalid_param("body", "request trailers are not supported on this endpoint");
+            return self.answer_error(env, &error);
+        }
+        Action::Continue
+    }
+
+    /// Sends the current attempt of `call` through Envoy's router. `body` is the whole request
+    /// body and its size in Envoy's buffer, when the gateway has it (or knows there is none);
+    /// only then can a later attempt send the request again.
+    fn forward(&mut self, env: &mut Env, mut call: Call, raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Action {
+        // Before `forward`, which may move the body.
+        self.cache = match CacheState::look_up(call.cache_plan(), env.settings, env.io.host()) {
+            Ok(cache) => cache,
+            Err(hit) => return self.answer_hit(env, hit),
+        };
+        let now = env.io.host().now_ms() / 1000;
+        let forward = match call.forward(env.settings, &raw, call.attempts.current, &|| now) {
+            Ok(forward) => forward,
+            Err(error) => return self.answer_error(env, &error),
+        };
+        let awaits_embedding = self.ask_embedding(env);
+        let resendable = body.is_some();
+        let (size, original) = body.unwrap_or_default();
+        if let Some(new_body) = &forward.body {
+            env.io.set_request_body(env.id, size, new_body);
+        }
+        env.io.set_request_headers(env.id, &forward.headers.apply(&raw));
+        self.record.provider = forward.response.provider.name;
+        self.record.target = call.target_path().to_string();
+        let retained = (resendable && call.attempts.plan.can_recover()).then_some((raw, original));
+        self.phase = Phase::Forwarded(Box::new(Routed { call, plan: forward.response, retained }));
+        // A semantic lookup holds the request until its embedding arrives.
+        if awaits_embedding {
+            Action::Pause
+        } else {
+            Action::Continue
+        }
+    }
+
+    /// Semantic mode: starts the embeddings call; true when the request waits for it.
+    fn ask_embedding(&mut self, env: &mut Env) -> bool {
+        let Some(call) = self.cache.embeddings_call(env.settings) else {
+            return false;
+        };
+        match env.io.dispatch(env.id, &call) {
+            Some(token) => {
+                env.tasks.calls.insert(token, (env.id, Task::Embedding));
+                true
+            }
+            None => {
+                log::warn!("the embeddings call could not start");
+                self.cache.semantic_unavailable();
+                false
+            }
+        }
+    }
+
+    fn embedding_arrived(&mut self, env: &mut Env, answer: CallAnswer) {
+        let vector = if (200..300).contains(&answer.status) { semantic::embedding_of(&answer.body) } else { None };
+        if vector.is_none() {
+            log::warn!("semantic cache lookup skipped: the embeddings call answered {}", answer.status);
+        }
+        match self.cache.embedding_arrived(vector, env.settings, env.io.host()) {
+            Some(hit) => {
+                self.answer_hit(env, hit);
+            }
+            None => env.after.push(After::ResumeRequest(env.id)),
+        }
+    }
+
+    fn response_headers(&mut self, env: &mut Env, end_of_stream: bool) -> Action {
+        let routed = match std::mem::replace(&mut self.phase, Phase::Answered) {
+            // The gateway's own answers already carry its headers (and their status is recorded).
+            Phase::Answered => return Action::Continue,
+            Phase::Recovering(recovery) => {
+                let answered = recovery.answered;
+                self.phase = Phase::Recovering(recovery);
+                return if answered { Action::Continue } else { Action::Pause };
+            }
+            // Envoy answered before the request went upstream (e.g. 413 for a huge body).
+            phase @ (Phase::Headers | Phase::AwaitingBody(..)) => {
+                self.phase = phase;
+                self.record.status = reply::parse_status(env.io.response_header(env.id, ":status").as_deref());
+                self.set_gateway_headers(env);
+                return Action::Continue;
+            }
+            Phase::Forwarded(routed) => routed,
+        };
+        let status = reply::parse_status(env.io.response_header(env.id, ":status").as_deref());
+        self.record.status = status;
+        let mut routed = routed;
+        // Only errors are failures; a redirect or not-modified passes as it is.
+        if status < 400 {
+            routed.call.attempts.succeeded(status, env.io.host());
+            count_circuits_opened(env, &mut routed.call);
+            // No later attempt: the request copies can go.
+            routed.retained = None;
+            routed.call.release_body();
+            self.phase = Phase::Forwarded(routed);
+        } else {
+            let details = env.io.response_details(env.id);
+            let Some(failure) = reply::routed_failure(status, &details) else {
+                self.phase = Phase::Forwarded(routed);
+                self.set_gateway_headers(env);
+                return Action::Continue;
+            };
+            if routed.retained.is_some() {
+                let headers = env.io.response_headers(env.id);
+                let next = routed.call.attempts.failed(failure, &headers, env.io.host());
+                count_circuits_opened(env, &mut routed.call);
+                if matches!(next, Next::Call { .. }) {
+                    return self.recover(env, *routed, failure, next);
+                }
+            } else {
+                routed.call.attempts.failed_finally(failure, env.io.host());
+                count_circuits_opened(env, &mut routed.call);
+            }
+            self.phase = Phase::Forwarded(routed);
+            // Envoy's own reply (timeout, no connection) gets the gateway's error shape.
+            match failure {
+                Failure::Timeout => return self.answer_error(env, &reply::timeout_error()),
+                Failure::Unreachable | Failure::CircuitOpen => {
+                    return self.answer_error(env, &reply::unreachable_error(&details))
+                }
+                Failure::Status(_) => {}
+            }
+        }
+        let Phase::Forwarded(routed) = &self.phase else {
+            return Action::Continue;
+        };
+        let head = self.record.method == "HEAD";
+        let (id, io) = (env.id, &mut *env.io);
+        let mut event_stream =
+            || io.response_header(id, "content-type").is_some_and(|v| v.starts_with(b"text/event-stream"));
+        self.mode = response_mode(&routed.plan, head, status, &mut event_stream);
+        self.set_gateway_headers(env);
+        if self.cache.is_active() && reply::has_body(head, status) && (200..300).contains(&status) {
+            // The content type of what the client gets.
+            let content_type = match &self.mode {
+                ResponseMode::Stream(_) => "text/event-stream".to_string(),
+                ResponseMode::Chat(_) => "application/json".to_string(),
+                _ => env
+                    .io
+                    .response_header(env.id, "content-type")
+                    .map(|v| String::from_utf8_lossy(&v).into_owned())
+                    .unwrap_or_default(),
+            };
+            self.cache.start_capture(env.settings, &content_type);
+        }
+        match self.mode {
+            ResponseMode::Passthrough => Action::Continue,
+            ResponseMode::Stream(_) => {
+                // Translated chunks change the length; Envoy frames the stream.
+                env.io.set_response_header(env.id, "content-length", None);
+                Action::Continue
+            }
+            // No body will follow: answer with the finished one now.
+            ResponseMode::Error(_) | ResponseMode::Chat(_) if end_of_stream => {
+                let finished = self.finish_routed(Vec::new());
+                self.answer(env, finished.status, finished.body)
+            }
+            // Held until the whole body is in, so status and length can still change.
+            ResponseMode::Error(_) | ResponseMode::Chat(_) => Action::Pause,
+        }
+    }
+
+    fn response_body(&mut self, env: &mut Env, size: usize, end_of_stream: bool) -> Action {
+        match &self.phase {
+            Phase::Recovering(recovery) if recovery.answered => return Action::Continue,
+            // The failed attempt's body: emptied chunk by chunk, so it never fills the buffer.
+            Phase::Recovering(_) => {
+                env.io.set_response_body(env.id, size, &[]);
+                return Action::Pause;
+            }
+            Phase::Forwarded(_) => {}
+            _ => return Action::Continue,
+        }
+        match &mut self.mode {
+            ResponseMode::Passthrough if self.cache.capturing() => {
+                let body = env.io.response_body(env.id, size);
+                self.capture(env, &body, end_of_stream);
+                Action::Continue
+            }
+            ResponseMode::Passthrough => Action::Continue,
+            ResponseMode::Stream(stream) => {
+                let body = env.io.response_body(env.id, size);
+                let mut out = Vec::with_capacity(body.len() + 256);
+                stream.push(&body, &mut out);
+                if end_of_stream {
+                    stream.finish(&mut out);
+                }
+                env.io.set_response_body(env.id, size, &out);
+                self.capture(env, &out, end_of_stream);
+                Action::Continue
+            }
+            ResponseMode::Error(_) | ResponseMode::Chat(_) if !end_of_stream => Action::Pause,
+            ResponseMode::Error(_) | ResponseMode::Chat(_) => {
+                let body = env.io.response_body(env.id, size);
+                let finished = self.finish_routed(body);
+                if finished.status != self.record.status {
+                    self.record.status = finished.status;
+                    env.io.set_response_header(env.id, ":status", Some(&finished.status.to_string()));
+                }
+                env.io.set_response_header(env.id, "content-type", Some("application/json"));
+                env.io.set_response_header(env.id, "content-length", Some(&finished.body.len().to_string()));
+                env.io.set_response_body(env.id, size, &finished.body);
+                if (200..300).contains(&finished.status) {
+                    self.capture(env, &finished.body, true);
+                }
+                Action::Continue
+            }
+        }
+    }
+
+    /// The whole body of a buffered routed response, finished for the client.
+    fn finish_routed(&mut self, body: Vec<u8>) -> Finished {
+        match &self.phase {
+            Phase::Forwarded(routed) => finish(&routed.plan, &mut self.mode, self.record.status, body),
+            _ => Finished { status: self.record.status, json: false, body },
+        }
+    }
+
+    fn capture(&mut self, env: &mut Env, bytes: &[u8], end: bool) {
+        self.cache.capture(bytes, end, env.settings, self.record.provider, env.io.host());
+    }
+
+    /// The routed attempt failed and the plan goes on: hold this response and run the next
+    /// attempts as dispatched calls.
+    fn recover(&mut self, env: &mut Env, routed: Routed, failure: Failure, next: Next) -> Action {
+        let Some((raw, body)) = routed.retained else {
+            return Action::Continue;
+        };
+        self.phase = Phase::Recovering(Box::new(Recovery {
+            call: routed.call,
+            raw,
+            body,
+            plan: routed.plan,
+            // Replaced by the next attempt's outcome before any answer.
+            latest: Outcome::of(failure, CallAnswer { status: 0, headers: Vec::new(), body: Vec::new() }),
+            answered: false,
+        }));
+        self.step(env, next);
+        Action::Pause
+    }
+
+    /// Carries out `next` until a call is on its way, a timer is set, or the answer is sent.
+    fn step(&mut self, env: &mut Env, mut next: Next) {
+        loop {
+            next = match next {
+                Next::GiveUp => return self.answer_recovered(env),
+                Next::Call { index, delay_ms } if delay_ms > 0 => {
+                    let due_ms = env.io.host().now_ms().saturating_add(delay_ms);
+                    env.tasks.timers.push(Timer { due_ms, owner: env.id, attempt: index });
+                    return rearm(env.tasks, env.io);
+                }
+                Next::Call { index, .. } => match self.dispatch_attempt(env, index) {
+                    Some(failed) => failed,
+                    None => return,
+                },
+            };
+        }
+    }
+
+    /// Dispatches attempt `index`; what to do instead when it cannot even start.
+    fn dispatch_attempt(&mut self, env: &mut Env, index: usize) -> Option<Next> {
+        let Phase::Recovering(recovery) = &mut self.phase else {
+            return None;
+        };
+        let now = env.io.host().now_ms() / 1000;
+        let forward = match recovery.call.forward(env.settings, &recovery.raw, index, &|| now) {
+            Ok(forward) => forward,
+            Err(error) => {
+                log::warn!("attempt {index} skipped, its request cannot be built: {}", error.message);
+                return Some(recovery.call.attempts.skip(env.io.host()));
+            }
+        };
+        recovery.plan = forward.response.clone();
+        let call = attempt_call(env.settings, forward, &recovery.raw, &recovery.body);
+        match env.io.dispatch(env.id, &call) {
+            Some(token) => {
+                env.tasks.calls.insert(token, (env.id, Task::Attempt));
+                None
+            }
+            // The gateway's own fault (e.g. no such cluster), not the provider's.
+            None => {
+                log::warn!("dispatching to cluster {} failed", call.cluster);
+                Some(recovery.call.attempts.skip(env.io.host()))
+            }
+        }
+    }
+
+    fn attempt_answered(&mut self, env: &mut Env, answer: CallAnswer) {
+        let Phase::Recovering(recovery) = &mut self.phase else {
+            return;
+        };
+        let next = match reply::call_failure(answer.status, &answer.body) {
+            None => {
+                recovery.call.attempts.succeeded(answer.status, env.io.host());
+                count_circuits_opened(env, &mut recovery.call);
+                recovery.latest = Outcome::Response(answer);
+                Next::GiveUp
+            }
+            Some(failure) => {
+                let next = recovery.call.attempts.failed(failure, &answer.headers, env.io.host());
+                count_circuits_opened(env, &mut recovery.call);
+                recovery.latest = Outcome::of(failure, answer);
+                next
+            }
+        };
+        self.step(env, next);
+    }
+
+    /// Sends the latest outcome of a recovered request as a local answer.
+    fn answer_recovered(&mut self, env: &mut Env) {
+        let Phase::Recovering(recovery) = &mut self.phase else {
+            return;
+        };
+        let head = self.record.method == "HEAD";
+        let (finished, mut headers) = match &mut recovery.latest {
+            Outcome::Response(answer) => {
+                let status = answer.status;
+                let event_stream =
+                    headers::find(&answer.headers, "content-type").is_some_and(|v| v.starts_with(b"text/event-stream"));
+                let mut mode = response_mode(&recovery.plan, head, status, &mut || event_stream);
+                let finished = finish(&recovery.plan, &mut mode, status, std::mem::take(&mut answer.body));
+                let headers = reply::provider_headers(&answer.headers, finished.json);
+                (finished, headers)
+            }
+            Outcome::Timeout => (reply::gateway_error(&reply::timeout_error()), json_headers()),
+            Outcome::Unreachable => {
+                let error = reply::unreachable_error("the connection failed before a response");
+                (reply::gateway_error(&error), json_headers())
+            }
+        };
+        recovery.answered = true;
+        self.record.status = finished.status;
+        self.record.provider = recovery.plan.provider.name;
+        if (200..300).contains(&finished.status) {
+            let content_type = headers.iter().find(|(n, _)| n == "content-type").map_or("", |(_, v)| v.as_str());
+            self.cache.start_capture(env.settings, content_type);
+            self.capture(env, &finished.body, true);
+        }
+        headers.extend(self.gateway_headers());
+        env.after.push(After::Reply { id: env.id, status: finished.status, headers, body: finished.body });
+    }
+
+    /// The gateway's response headers, for every answer: the trace id, and as far as known the
+    /// provider, the target and retries (configs that can recover), and the cache status.
+    fn gateway_headers(&self) -> Vec<(String, String)> {
+        let mut headers = vec![(TRACE_HEADER.to_string(), self.record.trace_id.clone())];
+        if !self.record.provider.is_empty() {
+            headers.push((PROVIDER_HEADER.to_string(), self.record.provider.to_string()));
+        }
+        let call = match &self.phase {
+            Phase::Forwarded(routed) => Some(&routed.call),
+            Phase::Recovering(recovery) => Some(&recovery.call),
+            _ => None,
+        };
+        if let Some(call) = call {
+            if !call.target_path().is_empty() {
+                headers.push((TARGET_HEADER.to_string(), call.target_path().to_string()));
+            }
+            if call.attempts.plan.can_recover() {
+                headers.push((RETRIES_HEADER.to_string(), call.attempts.retries.to_string()));
+            }
+        }
+        if let Some(status) = self.cache.status_header() {
+            headers.push((STATUS_HEADER.to_string(), status.to_string()));
+        }
+        headers
+    }
+
+    fn set_gateway_headers(&self, env: &mut Env) {
+        for (name, value) in self.gateway_headers() {
+            env.io.set_response_header(env.id, &name, Some(&value));
+        }
+    }
+
+    fn answer_error(&mut self, env: &mut Env, error: &GatewayError) -> Action {
+        self.answer(env, error.status, error.to_json())
+    }
+
+    /// Answers with a JSON body of the gateway's.
+    fn answer(&mut self, env: &mut Env, status: u16, body: Vec<u8>) -> Action {
+        self.record.status = status;
+        let mut headers = json_headers();
+        headers.extend(self.gateway_headers());
+        self.phase = Phase::Answered;
+        env.after.push(After::Reply { id: env.id, status, headers, body });
+        Action::Pause
+    }
+
+    /// Answers from the cache.
+    fn answer_hit(&mut self, env: &mut Env, hit: Hit) -> Action {
+        self.record.status = 200;
+        self.record.cache = hit.status.as_str();
+        self.record.provider = crate::providers::find(&hit.provider).map_or("", |spec| spec.name);
+        let headers = vec![
+            ("content-type".to_string(), hit.content_type),
+            (TRACE_HEADER.to_string(), self.record.trace_id.clone()),
+            (PROVIDER_HEADER.to_string(), hit.provider),
+            (STATUS_HEADER.to_string(), hit.status.as_str().to_string()),
+        ];
+        self.phase = Phase::Answered;
+        env.after.push(After::Reply { id: env.id, status: 200, headers, body: hit.body });
+        Action::Pause
+    }
+}
+
+fn json_headers() -> Vec<(String, String)> {
+    vec![("content-type".to_string(), "application/json".to_string())]
+}
+
+/// Adds the circuits the request's latest outcome opened to the host's counter.
+fn count_circuits_opened(env: &mut Env, call: &mut Call) {
+    let count = std::mem::take(&mut call.attempts.circuits_opened);
+    if count > 0 {
+        env.io.count_circuits_opened(count);
+    }
+}
+
+/// The dispatched call of a later attempt, through the recovery listener.
+fn attempt_call(settings: &Settings, forward: Forward, raw: &RawHeaders, original_body: &[u8]) -> Dispatch {
+    let body = forward.body.unwrap_or_else(|| original_body.to_vec());
+    // The cluster and per-try timeout headers stay: the internal listener's router uses them.
+    let framing = ["content-length", "transfer-encoding"];
+    let mut headers: Vec<(String, String)> = forward
+        .headers
+        .apply(raw)
+        .into_iter()
+        .filter(|(name, _)| !framing.contains(&name.as_str()))
+        .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
+        .collect();
+    headers.push(("content-length".into(), body.len().to_string()));
+    Dispatch { cluster: settings.recovery_cluster.clone(), headers, body, timeout_ms: CALL_TIMEOUT_MS }
+}

@@ -1,0 +1,43 @@
+//! The request record: what one request did, filled in by the exchange as it goes and
+//! written by the host adapter as the access log line when the request ends.
+
+use crate::request::headers::TraceFields;
+use std::fmt;
+
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Record {
+    pub trace_id: String,
+    pub trace: TraceFields,
+    pub method: String,
+    pub path: String,
+    /// The provider that answered; empty when none was chosen.
+    pub provider: &'static str,
+    /// Where the answering target sits in the config (empty for the root).
+    pub target: String,
+    pub retries: u32,
+    pub status: u16,
+    /// The cache status the client saw; empty when the cache has no part.
+    pub cache: &'static str,
+}
+
+impl fmt::Display for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Client-given values are quoted ({:?}) so they cannot forge fields of the line.
+        write!(
+            f,
+            "trace_id={:?} span_id={:?} parent_span_id={:?} span_name={:?} method={:?} path={:?} provider={} \
+             target={:?} retries={} status={} cache={:?}",
+            self.trace_id,
+            self.trace.span_id,
+            self.trace.parent_span_id,
+            self.trace.span_name,
+            self.method,
+            self.path,
+            if self.provider.is_empty() { "-" } else { self.provider },
+            self.target,
+            self.retries,
+            self.status,
+            if self.cache.is_empty() { "-" } else { self.cache },
+        )
+    }
+}

@@ -1,0 +1,186 @@
+//! How a provider's answer reaches the client: the response mode, finishing a buffered or
+//! recovered answer, the gateway's own error answers, and what a failure was.
+
+use crate::errors::GatewayError;
+use crate::pipeline::ResponsePlan;
+use crate::providers::{ResponseContext, StreamTranslator};
+use crate::routing::plan::Failure;
+
+/// How the response of a forwarded attempt is handled.
+pub(crate) enum ResponseMode {
+    /// Passes as it comes.
+    Passthrough,
+    /// Hold the headers and buffer the body, then reshape a provider error.
+    Error(u16),
+    /// Hold the headers and buffer the body, then translate a chat completion.
+    Chat(ResponseContext),
+    /// Translate a chat stream chunk by chunk.
+    Stream(Box<dyn StreamTranslator>),
+}
+
+/// Whether a response can carry a body (not for HEAD, 1xx, 204 and 304).
+pub(crate) fn has_body(head: bool, status: u16) -> bool {
+    !head && status >= 200 && status != 204 && status != 304
+}
+
+/// Picks how a response is handled. `event_stream` is asked only when it matters (a
+/// translated 2xx chat answer), since reading the content type costs a host call.
+pub(crate) fn response_mode(
+    plan: &ResponsePlan,
+    head: bool,
+    status: u16,
+    event_stream: &mut dyn FnMut() -> bool,
+) -> ResponseMode {
+    match &plan.chat {
+        _ if !has_body(head, status) => ResponseMode::Passthrough,
+        _ if status >= 400 => ResponseMode::Error(status),
+        None => ResponseMode::Passthrough,
+        Some(ctx) if event_stream() => ResponseMode::Stream(plan.provider.translator.chat_stream(ctx.clone())),
+        Some(ctx) => ResponseMode::Chat(ctx.clone()),
+    }
+}
+
+/// A finished answer: status, whether its body is the gateway's JSON (translated or an
+/// error), and the body.
+pub(crate) struct Finished {
+    pub status: u16,
+    pub json: bool,
+    pub body: Vec<u8>,
+}
+
+/// The one way a whole answer body is finished in `mode`: an error reshaped, a chat
+/// completion translated, a stream translated whole (a recovered call's answer arrives in
+/// one piece), or the body as it came.
+pub(crate) fn finish(plan: &ResponsePlan, mode: &mut ResponseMode, status: u16, body: Vec<u8>) -> Finished {
+    let translator = plan.provider.translator;
+    match mode {
+        ResponseMode::Error(status) => {
+            Finished { status: *status, json: true, body: translator.error_body(*status, &body) }
+        }
+        ResponseMode::Chat(ctx) => match translator.chat_response(&body, ctx) {
+            Ok(body) => Finished { status, json: true, body },
+            // A success the gateway cannot read is no success for the client.
+            Err(error) => gateway_error(&error),
+        },
+        ResponseMode::Stream(stream) => {
+            let mut out = Vec::with_capacity(body.len());
+            stream.push(&body, &mut out);
+            stream.finish(&mut out);
+            Finished { status, json: false, body: out }
+        }
+        ResponseMode::Passthrough => Finished { status, json: false, body },
+    }
+}
+
+pub(crate) fn gateway_error(error: &GatewayError) -> Finished {
+    Finished { status: error.status, json: true, body: error.to_json() }
+}
+
+pub(crate) fn timeout_error() -> GatewayError {
+    GatewayError::new(408, "timeout_error", "the provider did not answer within the request timeout")
+        .with_code("request_timeout")
+}
+
+pub(crate) fn unreachable_error(detail: &str) -> GatewayError {
+    GatewayError::new(502, "api_error", format!("provider unreachable: {detail}")).with_code("upstream_unreachable")
+}
+
+/// Why a routed attempt did not succeed, from Envoy's response details: the provider's
+/// status, or Envoy's own reply for a timeout or an unreachable provider. `None`: Envoy
+/// answered for a reason that says nothing about the provider (e.g. overload); that reply
+/// passes as it is.
+pub(crate) fn routed_failure(status: u16, details: &str) -> Option<Failure> {
+    match details {
+        "via_upstream" => Some(Failure::Status(status)),
+        "upstream_per_try_timeout" | "upstream_response_timeout" => Some(Failure::Timeout),
+        d if d.starts_with("upstream_reset_before_response_started")
+            || d.starts_with("no_healthy_upstream")
+            || d.starts_with("dns_resolution_failure") =>
+        {
+            Some(Failure::Unreachable)
+        }
+        _ => None,
+    }
+}
+
+/// Why a dispatched call did not succeed: Envoy's own text answers of a call that never
+/// reached a provider, no answer at all (status 0), or the provider's status. `None`: a 2xx.
+pub(crate) fn call_failure(status: u16, body: &[u8]) -> Option<Failure> {
+    match status {
+        0 => Some(Failure::Unreachable),
+        504 if body == b"upstream request timeout" => Some(Failure::Timeout),
+        503 if body.starts_with(b"upstream connect error") || body.starts_with(b"no healthy upstream") => {
+            Some(Failure::Unreachable)
+        }
+        200..=299 => None,
+        _ => Some(Failure::Status(status)),
+    }
+}
+
+/// The provider's response headers a local answer may carry (Envoy frames the body; a
+/// gateway JSON body has its own content type).
+pub(crate) fn provider_headers(headers: &[(String, Vec<u8>)], json: bool) -> Vec<(String, String)> {
+    let framing = ["content-length", "transfer-encoding", "connection", "keep-alive"];
+    let mut kept: Vec<(String, String)> = headers
+        .iter()
+        .filter(|(name, _)| !name.starts_with(':') && !framing.contains(&name.as_str()))
+        .filter(|(name, _)| !(json && name == "content-type"))
+        .map(|(name, value)| (name.clone(), String::from_utf8_lossy(value).into_owned()))
+        .collect();
+    if json {
+        kept.push(("content-type".into(), "application/json".into()));
+    }
+    kept
+}
+
+/// A `:status` value; 0 when absent or garbled.
+pub(crate) fn parse_status(value: Option<&[u8]>) -> u16 {
+    value.and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_read_from_envoy_details_and_call_bodies() {
+        assert_eq!(routed_failure(500, "via_upstream"), Some(Failure::Status(500)));
+        assert_eq!(routed_failure(504, "upstream_per_try_timeout"), Some(Failure::Timeout));
+        assert_eq!(
+            routed_failure(503, "upstream_reset_before_response_started{connection_failure}"),
+            Some(Failure::Unreachable)
+        );
+        assert_eq!(routed_failure(503, "overload_manager"), None);
+        assert_eq!(call_failure(0, b""), Some(Failure::Unreachable));
+        assert_eq!(call_failure(504, b"upstream request timeout"), Some(Failure::Timeout));
+        assert_eq!(call_failure(504, b"{\"error\": 1}"), Some(Failure::Status(504)));
+        assert_eq!(call_failure(503, b"no healthy upstream"), Some(Failure::Unreachable));
+        assert_eq!(call_failure(201, b""), None);
+        assert_eq!(call_failure(429, b""), Some(Failure::Status(429)));
+    }
+
+    #[test]
+    fn local_answers_keep_provider_headers_but_not_framing() {
+        let headers = vec![
+            (":status".to_string(), b"200".to_vec()),
+            ("content-length".to_string(), b"10".to_vec()),
+            ("content-type".to_string(), b"text/plain".to_vec()),
+            ("x-request-id".to_string(), b"abc".to_vec()),
+        ];
+        assert_eq!(
+            provider_headers(&headers, true),
+            vec![("x-request-id".into(), "abc".into()), ("content-type".into(), "application/json".into())]
+        );
+        assert_eq!(
+            provider_headers(&headers, false),
+            vec![("content-type".into(), "text/plain".into()), ("x-request-id".into(), "abc".into())]
+        );
+    }
+
+    #[test]
+    fn statuses_parse_or_read_as_zero() {
+        assert_eq!(parse_status(Some(b"204")), 204);
+        assert_eq!(parse_status(Some(b"2x4")), 0);
+        assert_eq!(parse_status(None), 0);
+    }
+}

@@ -1,0 +1,445 @@
+//! A thin, panic-free layer over the proxy-wasm ABI 0.2.1 host functions.
+//!
+//! The SDK's `hostcalls` end every call in `panic!("unexpected status")` and its trait methods
+//! `.unwrap()` those results; with `panic = "abort"` that kills the worker's VM. Here every host
+//! call returns `Result<_, HostError>` with the raw status, and the imports are declared with
+//! plain integers (the SDK declares them returning its `Status` enum, so a status it does not
+//! list, such as 6 `InvalidMemoryAccess`, is not even a valid value there).
+//!
+//! Names and signatures mirror proxy-wasm 0.2.5's `hostcalls.rs` exactly, so the module imports
+//! the same functions the SDK does. Memory the host returns was allocated through the SDK's
+//! exported `proxy_on_memory_allocate` (a boxed `[u8]` of exactly the requested size), so it is
+//! taken over as `Vec::from_raw_parts(ptr, size, size)`, as the SDK does.
+//!
+//! One exception: `dispatch_http_call` goes through the SDK, because the SDK's dispatcher must
+//! learn the call's token (its `proxy_on_http_call_response` panics on a token it does not
+//! know, and registering one is private to the SDK). See that function.
+
+use super::wire::{self, WireError};
+use std::fmt;
+use std::ptr::{null, null_mut};
+
+/// A host call that did not succeed: the raw status the host returned, or a byte format that
+/// could not be made or read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HostError {
+    /// The host's status (proxy-wasm `WasmResult`).
+    Status(u32),
+    /// Our arguments could not be serialised, or the host's answer could not be read.
+    Wire(WireError),
+    /// A WASI call's errno (`random_get`).
+    Errno(u32),
+}
+
+impl HostError {
+    pub(crate) const NOT_FOUND: u32 = 1;
+    pub(crate) const BAD_ARGUMENT: u32 = 2;
+    pub(crate) const CAS_MISMATCH: u32 = 8;
+
+    /// The shared-data value changed since it was read (`set_shared_data` with a stale CAS).
+    pub(crate) fn is_cas_mismatch(self) -> bool {
+        self == HostError::Status(Self::CAS_MISMATCH)
+    }
+
+    /// The host's status, when it was the host that refused.
+    pub(crate) fn status(self) -> Option<u32> {
+        match self {
+            HostError::Status(status) => Some(status),
+            HostError::Wire(_) | HostError::Errno(_) => None,
+        }
+    }
+}
+
+impl From<WireError> for HostError {
+    fn from(error: WireError) -> Self {
+        HostError::Wire(error)
+    }
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostError::Status(status) => {
+                // The names of proxy-wasm-cpp-host's `WasmResult`.
+                let name = match status {
+                    0 => "Ok",
+                    1 => "NotFound",
+                    2 => "BadArgument",
+                    3 => "SerializationFailure",
+                    4 => "ParseFailure",
+                    5 => "BadExpression",
+                    6 => "InvalidMemoryAccess",
+                    7 => "Empty",
+                    8 => "CasMismatch",
+                    9 => "ResultMismatch",
+                    10 => "InternalFailure",
+                    11 => "BrokenConnection",
+                    12 => "Unimplemented",
+                    _ => "unknown",
+                };
+                write!(f, "host status {status} ({name})")
+            }
+            HostError::Wire(error) => write!(f, "host data: {error}"),
+            HostError::Errno(errno) => write!(f, "WASI errno {errno}"),
+        }
+    }
+}
+
+const OK: u32 = 0;
+
+fn check(status: u32) -> Result<(), HostError> {
+    match status {
+        OK => Ok(()),
+        status => Err(HostError::Status(status)),
+    }
+}
+
+/// Takes ownership of bytes the host returned. The host answers an empty value with a null
+/// pointer (it allocates nothing for zero bytes).
+///
+/// # Safety
+/// `data`, when not null, must come from `proxy_on_memory_allocate(size)` and not be owned by
+/// anything else: that is what the host hands back from a successful call.
+unsafe fn take(data: *mut u8, size: usize) -> Vec<u8> {
+    if data.is_null() || size == 0 {
+        // Nothing was allocated for an empty value (and were something, a capacity-0 Vec
+        // would not free it either).
+        return Vec::new();
+    }
+    // SAFETY: per the function's contract, `data` is a live `Box<[u8]>` of `size` bytes
+    // allocated by the global allocator, which is exactly a Vec with length and capacity `size`.
+    unsafe { Vec::from_raw_parts(data, size, size) }
+}
+
+/// A header map (proxy-wasm `MapType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // `Map::RequestHeaders` names the ABI's map as it does
+pub(crate) enum Map {
+    RequestHeaders,
+    ResponseHeaders,
+    CallResponseHeaders,
+}
+
+impl Map {
+    fn raw(self) -> u32 {
+        match self {
+            Map::RequestHeaders => 0,
+            Map::ResponseHeaders => 2,
+            Map::CallResponseHeaders => 6,
+        }
+    }
+}
+
+/// A byte buffer (proxy-wasm `BufferType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Buffer {
+    RequestBody,
+    ResponseBody,
+    CallResponseBody,
+    PluginConfiguration,
+}
+
+impl Buffer {
+    fn raw(self) -> u32 {
+        match self {
+            Buffer::RequestBody => 0,
+            Buffer::ResponseBody => 1,
+            Buffer::CallResponseBody => 4,
+            Buffer::PluginConfiguration => 7,
+        }
+    }
+}
+
+// proxy-wasm ABI 0.2.1, as proxy-wasm 0.2.5 declares it, with its enums as the `u32`s they are.
+#[link(wasm_import_module = "env")]
+extern "C" {
+    fn proxy_get_log_level(return_level: *mut u32) -> u32;
+    fn proxy_get_current_time_nanoseconds(return_time: *mut u64) -> u32;
+    fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
+    fn proxy_get_buffer_bytes(
+        buffer_type: u32,
+        start: usize,
+        max_size: usize,
+        return_buffer_data: *mut *mut u8,
+        return_buffer_size: *mut usize,
+    ) -> u32;
+    fn proxy_set_buffer_bytes(
+        buffer_type: u32,
+        start: usize,
+        size: usize,
+        buffer_data: *const u8,
+        buffer_size: usize,
+    ) -> u32;
+    fn proxy_get_header_map_pairs(map_type: u32, return_map_data: *mut *mut u8, return_map_size: *mut usize) -> u32;
+    fn proxy_set_header_map_pairs(map_type: u32, map_data: *const u8, map_size: usize) -> u32;
+    fn proxy_get_header_map_value(
+        map_type: u32,
+        key_data: *const u8,
+        key_size: usize,
+        return_value_data: *mut *mut u8,
+        return_value_size: *mut usize,
+    ) -> u32;
+    fn proxy_remove_header_map_value(map_type: u32, key_data: *const u8, key_size: usize) -> u32;
+    fn proxy_replace_header_map_value(
+        map_type: u32,
+        key_data: *const u8,
+        key_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> u32;
+    fn proxy_get_property(
+        path_data: *const u8,
+        path_size: usize,
+        return_value_data: *mut *mut u8,
+        return_value_size: *mut usize,
+    ) -> u32;
+    fn proxy_get_shared_data(
+        key_data: *const u8,
+        key_size: usize,
+        return_value_data: *mut *mut u8,
+        return_value_size: *mut usize,
+        return_cas: *mut u32,
+    ) -> u32;
+    fn proxy_set_shared_data(
+        key_data: *const u8,
+        key_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+        cas: u32,
+    ) -> u32;
+    fn proxy_continue_stream(stream_type: u32) -> u32;
+    fn proxy_send_local_response(
+        status_code: u32,
+        status_code_details_data: *const u8,
+        status_code_details_size: usize,
+        body_data: *const u8,
+        body_size: usize,
+        headers_data: *const u8,
+        headers_size: usize,
+        grpc_status: i32,
+    ) -> u32;
+    fn proxy_set_effective_context(context_id: u32) -> u32;
+    fn proxy_define_metric(metric_type: u32, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
+    fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
+}
+
+// WASI's random source (Envoy implements it; Rust's std imports it too). WASI's errno is a u16,
+// an i32 in wasm, as the `wasi` crate declares it.
+#[link(wasm_import_module = "wasi_snapshot_preview1")]
+extern "C" {
+    fn random_get(buf: *mut u8, buf_len: usize) -> u16;
+}
+
+/// All pairs of a header map.
+pub(crate) fn get_map(map: Map) -> Result<Vec<(String, Vec<u8>)>, HostError> {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    // SAFETY: the out-pointers are valid for writes; on success the host hands over `data`.
+    let bytes = unsafe {
+        check(proxy_get_header_map_pairs(map.raw(), &mut data, &mut size))?;
+        take(data, size)
+    };
+    Ok(wire::parse_map(&bytes)?)
+}
+
+/// Replaces a whole header map.
+pub(crate) fn set_map(map: Map, pairs: &[(&str, &[u8])]) -> Result<(), HostError> {
+    let bytes = wire::serialize_map(pairs)?;
+    // SAFETY: the pointer and length describe a live slice.
+    check(unsafe { proxy_set_header_map_pairs(map.raw(), bytes.as_ptr(), bytes.len()) })
+}
+
+/// One header's value; `None` when the header is absent.
+pub(crate) fn get_map_value(map: Map, name: &str) -> Result<Option<Vec<u8>>, HostError> {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    // SAFETY: the name is a live slice, the out-pointers are valid for writes; on success the
+    // host hands over `data`.
+    unsafe {
+        match proxy_get_header_map_value(map.raw(), name.as_ptr(), name.len(), &mut data, &mut size) {
+            OK => Ok(Some(take(data, size))),
+            HostError::NOT_FOUND => Ok(None),
+            status => Err(HostError::Status(status)),
+        }
+    }
+}
+
+/// Sets a header, replacing every value it had (adds it when absent).
+pub(crate) fn replace_map_value(map: Map, name: &str, value: &[u8]) -> Result<(), HostError> {
+    // SAFETY: both pointer and length pairs describe live slices.
+    check(unsafe { proxy_replace_header_map_value(map.raw(), name.as_ptr(), name.len(), value.as_ptr(), value.len()) })
+}
+
+/// Removes a header (absent is fine).
+pub(crate) fn remove_map_value(map: Map, name: &str) -> Result<(), HostError> {
+    // SAFETY: the pointer and length describe a live slice.
+    check(unsafe { proxy_remove_header_map_value(map.raw(), name.as_ptr(), name.len()) })
+}
+
+/// Up to `size` bytes of a buffer from `start`; a buffer the host does not have is empty.
+pub(crate) fn get_buffer(buffer: Buffer, start: usize, size: usize) -> Result<Vec<u8>, HostError> {
+    let mut data: *mut u8 = null_mut();
+    let mut returned: usize = 0;
+    // SAFETY: the out-pointers are valid for writes; on success the host hands over `data`.
+    unsafe {
+        match proxy_get_buffer_bytes(buffer.raw(), start, size, &mut data, &mut returned) {
+            OK => Ok(take(data, returned)),
+            HostError::NOT_FOUND => Ok(Vec::new()),
+            status => Err(HostError::Status(status)),
+        }
+    }
+}
+
+/// Replaces `size` bytes of a buffer from `start` with `value` (`0, usize::MAX` replaces all).
+pub(crate) fn set_buffer(buffer: Buffer, start: usize, size: usize, value: &[u8]) -> Result<(), HostError> {
+    // SAFETY: the pointer and length describe a live slice.
+    check(unsafe { proxy_set_buffer_bytes(buffer.raw(), start, size, value.as_ptr(), value.len()) })
+}
+
+/// A host property (`["request", "path"]`); `None` when the host has no such property. An
+/// existing empty property is `Some` of nothing (the SDK answers `None` for both).
+pub(crate) fn get_property(path: &[&str]) -> Result<Option<Vec<u8>>, HostError> {
+    let path = wire::serialize_path(path)?;
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    // SAFETY: the path is a live slice, the out-pointers are valid for writes; on success the
+    // host hands over `data`.
+    unsafe {
+        match proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut size) {
+            OK => Ok(Some(take(data, size))),
+            HostError::NOT_FOUND => Ok(None),
+            status => Err(HostError::Status(status)),
+        }
+    }
+}
+
+/// Answers the stream locally with this status, headers and body (no gRPC status).
+pub(crate) fn send_local_response(status: u16, headers: &[(&str, &[u8])], body: &[u8]) -> Result<(), HostError> {
+    let headers = wire::serialize_map(headers)?;
+    // SAFETY: every pointer and length pair describes a live slice (the details are null, 0).
+    // The ABI's order is details, body, headers.
+    check(unsafe {
+        proxy_send_local_response(
+            u32::from(status),
+            null(),
+            0,
+            body.as_ptr(),
+            body.len(),
+            headers.as_ptr(),
+            headers.len(),
+            -1,
+        )
+    })
+}
+
+/// Dispatches an HTTP call to a cluster; the token its answer will carry.
+///
+/// This one goes through the SDK (`proxy_wasm::hostcalls::dispatch_http_call`): the SDK's
+/// exported `proxy_on_http_call_response` looks the token up in its dispatcher and panics
+/// (`expect("invalid token_id")`) on a token it was not told about, and only the SDK's own
+/// dispatch registers one. Its remaining panic arm is a status other than Ok, BadArgument
+/// (Envoy: unknown cluster, missing `:method`/`:path`/`:authority`) and InternalFailure
+/// (Envoy: the request could not start); Envoy's only other answer is InvalidMemoryAccess,
+/// which valid slices do not cause. The SDK takes header values as `&str`, so a value that is
+/// not UTF-8 is refused here before the call.
+#[allow(clippy::disallowed_methods)] // the one sanctioned SDK call; see above
+pub(crate) fn dispatch_http_call(
+    cluster: &str,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+    timeout_ms: u32,
+) -> Result<u32, HostError> {
+    let headers = wire::utf8_pairs(headers)?;
+    let body = if body.is_empty() { None } else { Some(body) };
+    let timeout = std::time::Duration::from_millis(u64::from(timeout_ms));
+    proxy_wasm::hostcalls::dispatch_http_call(cluster, headers, body, Vec::new(), timeout)
+        .map_err(|status| HostError::Status(status as u32))
+}
+
+/// Makes later host calls act on this context (an HTTP stream's id, from its root's timer or
+/// call answer). The SDK's own bookkeeping of the active context is not changed.
+pub(crate) fn set_effective_context(context_id: u32) -> Result<(), HostError> {
+    // SAFETY: no pointers.
+    check(unsafe { proxy_set_effective_context(context_id) })
+}
+
+/// A shared-data value and its CAS; `None` when the key is absent.
+pub(crate) fn get_shared_data(key: &str) -> Result<Option<(Vec<u8>, u32)>, HostError> {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    let mut cas: u32 = 0;
+    // SAFETY: the key is a live slice, the out-pointers are valid for writes; on success the
+    // host hands over `data`.
+    unsafe {
+        match proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas) {
+            OK => Ok(Some((take(data, size), cas))),
+            HostError::NOT_FOUND => Ok(None),
+            status => Err(HostError::Status(status)),
+        }
+    }
+}
+
+/// Stores a shared-data value. `cas` 0 writes unconditionally; any other value writes only if
+/// the stored CAS still is that (else `HostError::is_cas_mismatch`).
+pub(crate) fn set_shared_data(key: &str, value: &[u8], cas: u32) -> Result<(), HostError> {
+    // SAFETY: both pointer and length pairs describe live slices.
+    check(unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas) })
+}
+
+/// The host's wall-clock time in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> Result<u64, HostError> {
+    let mut nanos: u64 = 0;
+    // SAFETY: the out-pointer is valid for writes.
+    check(unsafe { proxy_get_current_time_nanoseconds(&mut nanos) })?;
+    Ok(nanos / 1_000_000)
+}
+
+/// Sets the root context's timer period (0 stops it).
+pub(crate) fn set_tick_period_ms(period: u32) -> Result<(), HostError> {
+    // SAFETY: no pointers.
+    check(unsafe { proxy_set_tick_period_milliseconds(period) })
+}
+
+/// Defines (or finds) a counter metric; its id.
+pub(crate) fn define_counter(name: &str) -> Result<u32, HostError> {
+    const COUNTER: u32 = 0;
+    let mut id: u32 = 0;
+    // SAFETY: the name is a live slice, the out-pointer is valid for writes.
+    check(unsafe { proxy_define_metric(COUNTER, name.as_ptr(), name.len(), &mut id) })?;
+    Ok(id)
+}
+
+/// Adds `by` to a metric.
+pub(crate) fn increment_metric(id: u32, by: i64) -> Result<(), HostError> {
+    // SAFETY: no pointers.
+    check(unsafe { proxy_increment_metric(id, by) })
+}
+
+/// Resumes a request paused in a request callback (proxy-wasm `StreamType::HttpRequest`).
+pub(crate) fn resume_request() -> Result<(), HostError> {
+    // SAFETY: no pointers.
+    check(unsafe { proxy_continue_stream(0) })
+}
+
+/// Resumes a response paused in a response callback (proxy-wasm `StreamType::HttpResponse`).
+pub(crate) fn resume_response() -> Result<(), HostError> {
+    // SAFETY: no pointers.
+    check(unsafe { proxy_continue_stream(1) })
+}
+
+/// Fills `buf` from the host's random source (WASI `random_get`; its error is a WASI errno).
+pub(crate) fn random_bytes(buf: &mut [u8]) -> Result<(), HostError> {
+    // SAFETY: the pointer and length describe a live, writable slice.
+    match unsafe { random_get(buf.as_mut_ptr(), buf.len()) } {
+        0 => Ok(()),
+        errno => Err(HostError::Errno(u32::from(errno))),
+    }
+}
+
+/// The host's log level for this plugin (proxy-wasm `LogLevel`: 0 trace .. 5 critical).
+pub(crate) fn log_level() -> Result<u32, HostError> {
+    let mut level: u32 = 0;
+    // SAFETY: the out-pointer is valid for writes.
+    check(unsafe { proxy_get_log_level(&mut level) })?;
+    Ok(level)
+}

@@ -1,0 +1,327 @@
+//! The thin host adapter: the only code that calls proxy-wasm. Its callbacks feed events to
+//! the exchange's [`Worker`] and run what comes back; every host call goes through `abi`,
+//! which returns a `Result` instead of panicking (a panic would kill the worker's VM).
+
+mod abi;
+mod wire;
+
+use crate::exchange::{self, Action, After, CallAnswer, Dispatch, Io, Output, Worker};
+use crate::ports::{Host, SharedStore};
+use crate::request::headers;
+use crate::settings::Settings;
+use abi::{Buffer, HostError, Map};
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{self, ContextType, LogLevel};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    proxy_wasm::set_root_context(|id| -> Box<dyn RootContext> {
+        Box::new(Root {
+            id,
+            shared: Rc::new(Shared {
+                // Until a configuration loads, no key is accepted: requests fail closed with 401.
+                worker: RefCell::new(Worker::new(Rc::new(Settings::default()))),
+                circuits_opened: Cell::new(None),
+            }),
+        })
+    });
+}}
+
+/// What the root context and the request contexts of one worker share.
+struct Shared {
+    worker: RefCell<Worker>,
+    /// The counter of circuits opened (an Envoy stat shared by every worker).
+    circuits_opened: Cell<Option<u32>>,
+}
+
+impl Shared {
+    /// Runs one event on the worker from the callback of context `current`, then the effects
+    /// that may re-enter the filter, once the worker is free again.
+    fn run(&self, current: u32, event: impl FnOnce(&mut Worker, &mut HostIo) -> Output) -> types::Action {
+        let mut io = HostIo { effective: current, circuits_opened: self.circuits_opened.get() };
+        let output = match self.worker.try_borrow_mut() {
+            Ok(mut worker) => event(&mut worker, &mut io),
+            Err(_) => {
+                log::error!("the filter was re-entered while busy; the event passes untouched");
+                return types::Action::Continue;
+            }
+        };
+        for after in output.after {
+            io.run_after(after);
+        }
+        match output.action {
+            Action::Continue => types::Action::Continue,
+            Action::Pause => types::Action::Pause,
+        }
+    }
+
+    fn call_answered(&self, current: u32, token: u32, num_headers: usize, body_size: usize) {
+        if !self.worker.try_borrow().is_ok_and(|worker| worker.awaits(token)) {
+            return;
+        }
+        // A call that failed has no headers (status 0).
+        let headers = if num_headers == 0 { Vec::new() } else { logged(abi::get_map(Map::CallResponseHeaders)) };
+        let body = logged(abi::get_buffer(Buffer::CallResponseBody, 0, body_size));
+        let status = exchange::parse_status(headers::find(&headers, ":status"));
+        self.run(current, |worker, io| worker.call_answered(token, CallAnswer { status, headers, body }, io));
+    }
+}
+
+/// A failed host call's default value; the failure is logged.
+fn logged<T: Default>(result: Result<T, HostError>) -> T {
+    result.unwrap_or_else(|error| {
+        log::warn!("host call failed: {error}");
+        T::default()
+    })
+}
+
+/// The host as the exchange sees it, from one callback.
+struct HostIo {
+    /// The context later host calls act on.
+    effective: u32,
+    circuits_opened: Option<u32>,
+}
+
+impl HostIo {
+    /// Makes host calls act on request `id` (a call answer or tick arrives on another context).
+    fn on(&mut self, id: u32) {
+        if self.effective != id {
+            logged(abi::set_effective_context(id));
+            self.effective = id;
+        }
+    }
+
+    fn run_after(&mut self, after: After) {
+        match after {
+            After::Reply { id, status, headers, body } => {
+                self.on(id);
+                let headers: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())).collect();
+                logged(abi::send_local_response(status, &headers, &body));
+            }
+            After::ResumeRequest(id) => {
+                self.on(id);
+                logged(abi::resume_request());
+            }
+        }
+    }
+}
+
+impl Io for HostIo {
+    fn host(&mut self) -> &mut dyn Host {
+        self
+    }
+
+    fn request_headers(&mut self, id: u32) -> Vec<(String, Vec<u8>)> {
+        self.on(id);
+        logged(abi::get_map(Map::RequestHeaders))
+    }
+
+    fn request_body(&mut self, id: u32, size: usize) -> Vec<u8> {
+        self.on(id);
+        logged(abi::get_buffer(Buffer::RequestBody, 0, size))
+    }
+
+    fn set_request_headers(&mut self, id: u32, headers: &[(String, Vec<u8>)]) {
+        self.on(id);
+        let headers: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+        logged(abi::set_map(Map::RequestHeaders, &headers));
+    }
+
+    fn set_request_header(&mut self, id: u32, name: &str, value: &str) {
+        self.on(id);
+        logged(abi::replace_map_value(Map::RequestHeaders, name, value.as_bytes()));
+    }
+
+    fn set_request_body(&mut self, id: u32, size: usize, body: &[u8]) {
+        self.on(id);
+        logged(abi::set_buffer(Buffer::RequestBody, 0, size, body));
+    }
+
+    fn response_header(&mut self, id: u32, name: &str) -> Option<Vec<u8>> {
+        self.on(id);
+        logged(abi::get_map_value(Map::ResponseHeaders, name))
+    }
+
+    fn response_headers(&mut self, id: u32) -> Vec<(String, Vec<u8>)> {
+        self.on(id);
+        logged(abi::get_map(Map::ResponseHeaders))
+    }
+
+    fn response_details(&mut self, id: u32) -> String {
+        self.on(id);
+        let details = logged(abi::get_property(&["response", "code_details"])).unwrap_or_default();
+        String::from_utf8_lossy(&details).into_owned()
+    }
+
+    fn response_body(&mut self, id: u32, size: usize) -> Vec<u8> {
+        self.on(id);
+        logged(abi::get_buffer(Buffer::ResponseBody, 0, size))
+    }
+
+    fn set_response_header(&mut self, id: u32, name: &str, value: Option<&str>) {
+        self.on(id);
+        match value {
+            Some(value) => logged(abi::replace_map_value(Map::ResponseHeaders, name, value.as_bytes())),
+            None => logged(abi::remove_map_value(Map::ResponseHeaders, name)),
+        }
+    }
+
+    fn set_response_body(&mut self, id: u32, size: usize, body: &[u8]) {
+        self.on(id);
+        logged(abi::set_buffer(Buffer::ResponseBody, 0, size, body));
+    }
+
+    fn dispatch(&mut self, id: u32, call: &Dispatch) -> Option<u32> {
+        self.on(id);
+        let headers: Vec<(&str, &[u8])> = call.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())).collect();
+        let timeout_ms = u32::try_from(call.timeout_ms).unwrap_or(u32::MAX);
+        match abi::dispatch_http_call(&call.cluster, &headers, &call.body, timeout_ms) {
+            Ok(token) => Some(token),
+            Err(error) => {
+                log::warn!("dispatching a call to cluster {} failed: {error}", call.cluster);
+                None
+            }
+        }
+    }
+
+    fn tick_every(&mut self, period_ms: u64) {
+        logged(abi::set_tick_period_ms(u32::try_from(period_ms).unwrap_or(u32::MAX)));
+    }
+
+    fn count_circuits_opened(&mut self, count: u32) {
+        if let Some(metric) = self.circuits_opened {
+            logged(abi::increment_metric(metric, i64::from(count)));
+        }
+    }
+}
+
+impl Host for HostIo {
+    fn random(&mut self) -> u64 {
+        let mut bytes = [0u8; 8];
+        if let Err(error) = abi::random_bytes(&mut bytes) {
+            log::warn!("random_get failed ({error}); random choices fall back to the first option");
+        }
+        u64::from_le_bytes(bytes)
+    }
+
+    fn now_ms(&self) -> u64 {
+        logged(abi::now_ms())
+    }
+
+    fn store(&self) -> &dyn SharedStore {
+        self
+    }
+}
+
+impl SharedStore for HostIo {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        logged(abi::get_shared_data(key))
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
+        abi::set_shared_data(key, value, cas).is_ok()
+    }
+}
+
+struct Root {
+    id: u32,
+    shared: Rc<Shared>,
+}
+
+impl Context for Root {
+    fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _num_trailers: usize) {
+        self.shared.call_answered(self.id, token, num_headers, body_size);
+    }
+}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, size: usize) -> bool {
+        // Follow Envoy's level for the wasm component, so disabled lines cost no formatting.
+        if let Some(level) = abi::log_level().ok().and_then(log_level) {
+            proxy_wasm::set_log_level(level);
+        }
+        self.shared.circuits_opened.set(abi::define_counter("gateway.circuits_opened").ok());
+        let bytes = logged(abi::get_buffer(Buffer::PluginConfiguration, 0, size));
+        let settings = match Settings::parse(&bytes) {
+            Ok(settings) => settings,
+            Err(message) => {
+                log::error!("{message}");
+                return false;
+            }
+        };
+        let io = HostIo { effective: self.id, circuits_opened: None };
+        exchange::prepare_store(&io, &settings);
+        match self.shared.worker.try_borrow_mut() {
+            Ok(mut worker) => worker.configure(settings),
+            Err(_) => return false,
+        }
+        true
+    }
+
+    fn on_tick(&mut self) {
+        self.shared.run(self.id, |worker, io| worker.tick(io));
+    }
+
+    fn create_http_context(&self, id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(Request { id, shared: Rc::clone(&self.shared) }))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+/// proxy-wasm's `LogLevel` from its number.
+fn log_level(level: u32) -> Option<LogLevel> {
+    Some(match level {
+        0 => LogLevel::Trace,
+        1 => LogLevel::Debug,
+        2 => LogLevel::Info,
+        3 => LogLevel::Warn,
+        4 => LogLevel::Error,
+        5 => LogLevel::Critical,
+        _ => return None,
+    })
+}
+
+struct Request {
+    id: u32,
+    shared: Rc<Shared>,
+}
+
+impl Context for Request {
+    fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _num_trailers: usize) {
+        self.shared.call_answered(self.id, token, num_headers, body_size);
+    }
+}
+
+impl HttpContext for Request {
+    fn on_http_request_headers(&mut self, _count: usize, end_of_stream: bool) -> types::Action {
+        self.shared.run(self.id, |worker, io| worker.request_headers(self.id, end_of_stream, io))
+    }
+
+    fn on_http_request_body(&mut self, size: usize, end_of_stream: bool) -> types::Action {
+        self.shared.run(self.id, |worker, io| worker.request_body(self.id, size, end_of_stream, io))
+    }
+
+    fn on_http_request_trailers(&mut self, _count: usize) -> types::Action {
+        self.shared.run(self.id, |worker, io| worker.request_trailers(self.id, io))
+    }
+
+    fn on_http_response_headers(&mut self, _count: usize, end_of_stream: bool) -> types::Action {
+        self.shared.run(self.id, |worker, io| worker.response_headers(self.id, end_of_stream, io))
+    }
+
+    fn on_http_response_body(&mut self, size: usize, end_of_stream: bool) -> types::Action {
+        self.shared.run(self.id, |worker, io| worker.response_body(self.id, size, end_of_stream, io))
+    }
+
+    fn on_log(&mut self) {
+        let record = self.shared.worker.try_borrow_mut().ok().and_then(|mut worker| worker.finished(self.id));
+        if let Some(record) = record {
+            log::info!("{record}");
+        }
+    }
+}
