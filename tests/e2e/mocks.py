@@ -15,11 +15,13 @@ lowercased headers, raw body bytes, parsed JSON and, for multipart bodies, the p
 Scripting is explicit and per test: ``mock.script(Reply(...))`` queues a reply for the
 next matching request (optionally only for a given ``model`` or ``path``). Requests with
 no matching script get the mock's default answer. ``reset()`` (called by an autouse
-fixture) drops scripts and recordings and releases any stream waiting on a gate.
+fixture) drops scripts and recordings and releases any reply waiting on a hold, gate or step.
 
     gate = threading.Event()
     openai_mock.script(Reply(text="one two three", gate=gate))   # gated stream
     openai_mock.script(Reply(stall=3))                           # sleep 3 s before headers
+    reply = openai_mock.script(Reply(hold=threading.Event()))    # no answer until the test sets it
+    reply.received.wait(5)                                       # the request with this reply arrived
     openai_mock.script(OpenAIMock.error(429, "slow down", code="rate_limit_exceeded"))
     anthropic_mock.script(Reply(tool_calls=[ToolCall("get_weather", {"city": "Paris"})]))
 
@@ -89,13 +91,20 @@ class Reply:
     thinking: str | None = None  # Anthropic only: a thinking block before the text
     stop_reason: str | None = None  # native finish_reason / stop_reason; derived if None
     usage: tuple[int, int] = (11, 7)  # (prompt/input tokens, completion/output tokens)
-    # timing
+    # timing (stall, chunk_delay: a slow provider) and events (hold, gate, step: the test decides)
     stall: float = 0.0  # seconds to sleep before sending the status line and headers
     chunk_delay: float = 0.0  # seconds between stream events
+    hold: threading.Event | None = None  # before the status line and headers, wait until set
+    hold_timeout: float = 15.0
     gate: threading.Event | None = None  # stream: after the first content chunk, wait
     gate_timeout: float = 15.0
+    step: threading.Semaphore | None = None  # OpenAI chat stream: before each content chunk after the
+    step_timeout: float = 15.0  # first, take a permit (the test releases one per chunk it has read)
     # filled in by the mock
+    hold_timed_out: bool | None = None  # True if the hold was never released in time
     gate_timed_out: bool | None = None  # True if the gate was never set in time
+    step_timed_out: bool | None = None  # True if a step permit never came in time
+    received: threading.Event = field(default_factory=threading.Event)  # a request took this reply
     served: threading.Event = field(default_factory=threading.Event)  # answer finished
 
     def resolved_text(self, default: str) -> str:
@@ -351,7 +360,7 @@ class MockProvider:
         self.stop()
 
     def reset(self):
-        """Forget recorded requests and scripts; let any gated stream finish."""
+        """Forget recorded requests and scripts; let any held, gated or stepped reply finish."""
         self._release_gates()
         with self._lock:
             self.requests.clear()
@@ -364,8 +373,11 @@ class MockProvider:
         with self._lock:
             replies = [r.reply for r in self._rules] + list(self._active)
         for r in replies:
-            if r.gate is not None:
-                r.gate.set()
+            for event in (r.hold, r.gate):
+                if event is not None:
+                    event.set()
+            if r.step is not None:
+                r.step.release(1000)
 
     # ---- scripting
     def script(
@@ -402,6 +414,7 @@ class MockProvider:
                     if rule.times <= 0:
                         self._rules.remove(rule)
                 self._active.append(rule.reply)
+                rule.reply.received.set()
                 return rule.reply
         return None
 
@@ -412,8 +425,9 @@ class MockProvider:
             self._cond.notify_all()
 
     def _count(self, attr: str):
-        with self._lock:
+        with self._cond:
             setattr(self, attr, getattr(self, attr) + 1)
+            self._cond.notify_all()
 
     @property
     def last(self) -> RecordedRequest:
@@ -430,17 +444,25 @@ class MockProvider:
             self._cond.wait_for(lambda: len(self.requests) >= n, timeout)
             return list(self.requests)
 
+    def wait_until(self, predicate: Callable[["MockProvider"], bool], timeout: float = 5.0) -> bool:
+        """Wait until ``predicate(mock)`` holds (checked whenever a request is recorded or a
+        connection or TLS failure counted), at most ``timeout`` seconds; returns whether it does."""
+        with self._cond:
+            return self._cond.wait_for(lambda: predicate(self), timeout)
+
     # ---- answering
     def handle(self, h: _Handler, req: RecordedRequest):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _serve(self, h: _Handler, req: RecordedRequest, produce: Callable[[Reply], None]):
-        """Pick the scripted reply (or a default one), apply stall, send a scripted raw
-        body or error, else call ``produce(reply)`` for the generated answer."""
+        """Pick the scripted reply (or a default one), apply stall and hold, send a scripted
+        raw body or error, else call ``produce(reply)`` for the generated answer."""
         reply = self._take_reply(req) or Reply()
         try:
             if reply.stall:
                 time.sleep(reply.stall)
+            if reply.hold is not None:
+                reply.hold_timed_out = not reply.hold.wait(reply.hold_timeout)
             if reply.body is not None:
                 body = reply.body
                 if isinstance(body, (dict, list)):
@@ -459,16 +481,22 @@ class MockProvider:
                 if reply in self._active:
                     self._active.remove(reply)
 
-    def _stream(self, h: _Handler, reply: Reply, events: list[bytes], first: int):
+    def _stream(self, h: _Handler, reply: Reply, events: list[bytes], first: int, content_end: int | None = None):
         """Send ``events[:first]`` at once, wait for the gate if any, then the rest one
-        event at a time (``chunk_delay`` apart)."""
+        event at a time (``chunk_delay`` apart). ``events[first:content_end]`` are the later
+        content chunks: with ``step``, each waits for a permit first."""
         h.start_stream(200, reply.headers)
         h.write_chunk(b"".join(events[:first]))
         if reply.gate is not None:
             reply.gate_timed_out = not reply.gate.wait(reply.gate_timeout)
-        for ev in events[first:]:
+        for i, ev in enumerate(events[first:], first):
             if reply.chunk_delay:
                 time.sleep(reply.chunk_delay)
+            if reply.step is not None and content_end is not None and i < content_end:
+                if not reply.step.acquire(timeout=reply.step_timeout):
+                    reply.step_timed_out = True
+                elif reply.step_timed_out is None:
+                    reply.step_timed_out = False
             h.write_chunk(ev)
         h.end_stream()
 
@@ -598,6 +626,7 @@ class OpenAIMock(MockProvider):
 
             events = [chunk({"role": "assistant", "content": "", "refusal": None})]
             events += [chunk({"content": piece}) for piece in reply.pieces(self.default_text)]
+            content_end = len(events)
             for i, (tc, call) in enumerate(zip(reply.tool_calls, calls)):
                 events.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
                                                       "function": {"name": tc.name, "arguments": ""}}]}))
@@ -610,7 +639,7 @@ class OpenAIMock(MockProvider):
                                     "usage": {"prompt_tokens": p, "completion_tokens": c,
                                               "total_tokens": p + c}}))
             events.append(b"data: [DONE]\n\n")
-            self._stream(h, reply, events, first=2)
+            self._stream(h, reply, events, first=2, content_end=content_end)
 
         self._serve(h, req, produce)
 

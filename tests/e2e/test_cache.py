@@ -226,12 +226,26 @@ def test_force_refresh_calls_the_provider_and_replaces_the_entry(gateway, openai
 
 
 def test_entries_expire_after_max_age(gateway, openai_mock):
-    headers = cached(openai_mock, max_age=1)
+    max_age = 2  # seconds; also the margin for the HITs right after each store
+    headers = cached(openai_mock, max_age=max_age)
     body = chat_body(unique())
+    before_store = time.monotonic()
     ask(gateway, headers, body, "MISS")
+    after_store = time.monotonic()  # the entry was stored (on Envoy's clock) between these two
     ask(gateway, headers, body, "HIT")
-    time.sleep(2.2)
-    ask(gateway, headers, body, "MISS")
+    # Expiry runs on Envoy's real clock, which a test cannot move: ask again until the answer
+    # is a MISS. A HIT stores nothing (the entry keeps its expiry) and calls no provider, so the
+    # asking changes nothing that is checked; the MISS stores the answer afresh, as before.
+    while True:
+        asked = time.monotonic()
+        r = gateway.post(CHAT, body, headers=headers, key=KEY)
+        assert r.status_code == 200, r.text
+        if r.headers.get(STATUS) == "MISS":
+            break
+        assert r.headers.get(STATUS) == "HIT", r.headers.get(STATUS)
+        assert asked < after_store + max_age + 0.05, "the entry outlived its max_age"
+        time.sleep(0.1)  # the pace of asking, not a synchronisation
+    assert time.monotonic() >= before_store + max_age - 0.01, "the entry expired before its max_age"
     ask(gateway, headers, body, "HIT")
     assert provider_calls(openai_mock) == 2
 

@@ -6,6 +6,7 @@ import json
 import ssl
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx2 as httpx
 import openai
@@ -99,6 +100,40 @@ def test_openai_gated_stream_holds_rest_until_gate(openai_mock):
                       timeout=httpx.Timeout(5, read=2)) as r:
         res = read_stream(r, lambda res: res.content and gate2.set())
     assert res.content == "first second third" and res.done
+
+
+def test_openai_hold_answers_only_once_released(openai_mock):
+    release = threading.Event()
+    reply = openai_mock.script(Reply(text="held", hold=release))
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        answer = pool.submit(httpx.post, f"{openai_mock.base_url}/chat/completions", json=body,
+                             headers={"Authorization": "Bearer k"}, timeout=10)
+        assert reply.received.wait(5)  # the request arrived and took this reply ...
+        assert not answer.done() and not reply.served.is_set()  # ... and nothing was answered yet
+        release.set()
+        r = answer.result(timeout=10)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "held"
+    assert reply.served.wait(5) and reply.hold_timed_out is False
+
+
+def test_openai_step_sends_one_chunk_per_permit(openai_mock):
+    url, auth = f"{openai_mock.base_url}/chat/completions", {"Authorization": "Bearer k"}
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    openai_mock.script(Reply(chunks=["a ", "b ", "c"], step=threading.Semaphore(0), step_timeout=3))
+    with httpx.stream("POST", url, headers=auth, json=body, timeout=httpx.Timeout(5, read=1)) as r:
+        lines = (line for line in r.iter_lines() if line.startswith("data: {"))
+        contents = (json.loads(line[6:])["choices"][0]["delta"].get("content") for line in lines)
+        assert [next(contents), next(contents)] == ["", "a "]  # the role chunk and the first content
+        with pytest.raises(httpx.ReadTimeout):  # no permit: "b " is not sent
+            next(contents)
+    # with a permit for each chunk read, the whole stream arrives
+    step = threading.Semaphore(0)
+    reply = openai_mock.script(Reply(chunks=["a ", "b ", "c"], step=step))
+    with httpx.stream("POST", url, headers=auth, json=body, timeout=httpx.Timeout(5, read=2)) as r:
+        res = read_stream(r, lambda res: res.content and step.release())
+    assert res.content == "a b c" and res.done
+    assert reply.served.wait(5) and reply.step_timed_out is False
 
 
 def test_openai_scripted_error_stall_and_model_keying(openai_mock):
@@ -263,10 +298,7 @@ def test_https_mock_self_signed(tmp_path):
         with pytest.raises(httpx.ConnectError):  # untrusted by default
             httpx.get(f"{mock.base_url}/models", headers={"Authorization": "Bearer k"}, timeout=5)
         assert mock.requests == []
-        deadline = time.monotonic() + 2
-        while mock.tls_failures < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert mock.tls_failures >= 1
+        assert mock.wait_until(lambda m: m.tls_failures >= 1, timeout=2)  # counted by the handshake's thread
         ctx = ssl.create_default_context(cafile=str(cert))
         r = httpx.get(f"{mock.base_url}/models", headers={"Authorization": "Bearer k"}, timeout=5, verify=ctx)
         assert r.status_code == 200 and len(mock.requests) == 1

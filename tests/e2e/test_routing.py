@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from helpers import (KEY, assert_chat_completion, assert_error, chat_body, config, error_of, read_stream,
                      served_by)
-from mocks import OpenAIMock
+from mocks import OpenAIMock, Reply
 
 
 def target(mock, model: str, **extra) -> dict:
@@ -420,18 +421,39 @@ def test_a_burst_opens_the_circuit_once(gateway, openai_mock):
 
 @pytest.mark.slow
 def test_circuit_closes_after_the_cooldown_with_one_trial(gateway, openai_mock):
+    cooldown = 30.0  # breaker()'s cooldown_interval, the shortest the config accepts
     cfg = config({**target(openai_mock, "m-a"), "api_key": unique_key(), "cb_config": breaker(1)})
     openai_mock.script(status=500)
+    before_open = time.monotonic()
     assert_error(gateway.chat(cfg), 500)
+    after_open = time.monotonic()  # the circuit opened (on Envoy's clock) between these two
     assert_error(gateway.chat(cfg), 503, code="circuit_open")
-    time.sleep(30.5)
-    openai_mock.script(reply=None, stall=1.0)
+    release = threading.Event()
+    held = openai_mock.script(Reply(hold=release, hold_timeout=30))  # the trial's answer waits for the test
+    # The cooldown runs on Envoy's real clock, which a test cannot move: ask again (a refusal
+    # changes nothing in the circuit) until one request is admitted as the trial, seen as its
+    # arrival at the mock. Until then every answer is the open circuit's 503, and once the
+    # cooldown has surely passed the very next request must be the trial.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        trial = pool.submit(gateway.chat, cfg)
-        time.sleep(0.3)
-        # While the trial is in flight, others are still held back.
+        while True:
+            asked = time.monotonic()
+            attempt = pool.submit(gateway.chat, cfg)
+            while not held.received.wait(0.05):  # the trial arrived, or ...
+                if attempt.done():  # ... the gateway refused this one
+                    break
+            if held.received.is_set():
+                break
+            assert_error(attempt.result(), 503, code="circuit_open")
+            assert asked < after_open + cooldown + 0.05, "still open after the cooldown"
+            time.sleep(0.2)  # the pace of asking, not a synchronisation
+        trial = attempt
+        assert openai_mock.requests[-1].received_at >= before_open + cooldown - 0.01, "a trial before the cooldown"
+        # While the trial is in flight (its answer held by the mock), others are still held back.
         assert_error(gateway.chat(cfg), 503, code="circuit_open")
-        assert trial.result().status_code == 200
+        assert not trial.done()
+        release.set()
+        assert trial.result(timeout=10).status_code == 200
+    assert held.hold_timed_out is False
     assert gateway.chat(cfg).status_code == 200
     assert len(openai_mock.requests) == 3
 

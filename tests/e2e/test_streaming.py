@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import httpx2 as httpx
 import openai
@@ -77,18 +76,32 @@ def test_gated_stream_with_sdk_through_anthropic(gateway, anthropic_mock):
     assert reply.gate_timed_out is False
 
 
-def test_slow_stream_arrives_progressively(gateway, openai_mock):
+def test_stream_arrives_chunk_by_chunk(gateway, openai_mock):
+    """Lock-step: the provider sends each content chunk only once the test has read the one
+    before it through the gateway. A gateway that holds back any chunk (not only the first,
+    which the gated tests cover) never delivers it, so the read times out and the test fails."""
     words = [f"w{i} " for i in range(12)]
-    openai_mock.script(Reply(chunks=words, chunk_delay=0.1))
-    arrivals = []
-    t0 = time.monotonic()
-    with gateway.stream("POST", CHAT, headers=custom_host(openai_mock), json=chat_body(stream=True)) as r:
-        assert r.status_code == 200
-        res = read_stream(r, lambda s: arrivals.append((time.monotonic() - t0, s.content)))
-    assert res.content == "".join(words)
-    first = next(t for t, c in arrivals if c)
-    last = arrivals[-1][0]
-    assert last - first >= 0.8, f"chunks arrived together ({first:.2f}s..{last:.2f}s): the stream was buffered"
+    step = threading.Semaphore(0)
+    reply = openai_mock.script(Reply(chunks=words, step=step, step_timeout=20))
+    seen = []
+
+    def next_chunk(res):
+        if res.content and res.content != (seen[-1] if seen else ""):
+            seen.append(res.content)
+            step.release()  # this chunk arrived: the provider may send the next one
+
+    try:
+        with gateway.stream("POST", CHAT, headers=custom_host(openai_mock), json=chat_body(stream=True),
+                            timeout=httpx.Timeout(30.0, read=5.0)) as r:
+            assert r.status_code == 200
+            res = read_stream(r, next_chunk)
+    except httpx.ReadTimeout:
+        pytest.fail(f"chunk {len(seen) + 1} of {len(words)} never arrived while the provider waited for the test to "
+                    f"read chunk {len(seen)}: the gateway holds back the stream")
+    assert seen == ["".join(words[:i + 1]) for i in range(len(words))]
+    assert res.content == "".join(words) and res.done
+    assert reply.served.wait(5)
+    assert reply.step_timed_out is False
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
