@@ -107,6 +107,19 @@ build_wasm() {
   fi
 }
 
+# The benchmark's baseline filter (bench/minimal-filter, its own workspace), built the same
+# way as the gateway's into target/minimal_filter.wasm.
+MINIMAL_WASM="$ROOT/target/minimal_filter.wasm"
+build_minimal_filter() {
+  local out="$ROOT/target/minimal-filter/$TARGET/release/minimal_filter.wasm"
+  wasm_cargo "$TARGET" build --release --quiet --locked --manifest-path "$ROOT/bench/minimal-filter/Cargo.toml" \
+    --target-dir "$ROOT/target/minimal-filter"
+  if ! cmp -s "$out" "$MINIMAL_WASM"; then
+    cp "$out" "$MINIMAL_WASM"
+    log "built $MINIMAL_WASM ($(wc -c <"$MINIMAL_WASM") bytes)"
+  fi
+}
+
 # The pure core's unit tests again inside wasm (32-bit), under Node with wasm-bindgen-test.
 # The runner must be the version of wasm-bindgen in Cargo.lock; it lives in .tools, never
 # ~/.cargo/bin, so a clean checkout always runs this install step. Its dependencies are
@@ -208,6 +221,6 @@ case "$COMMAND" in
   run) run ;;
   test) shift; test_all "$@" ;;
   config) shift; build >/dev/null; GATEWAY_WASM="$WASM" "$VENV/bin/python" envoy/render.py "$@" ;;
-  bench) shift; build; exec "$VENV/bin/python" bench/bench.py "$@" ;;
+  bench) shift; build; build_minimal_filter; exec "$VENV/bin/python" bench/bench.py "$@" ;;
   *) echo "usage: $0 [build|run|test|config|bench]" >&2; exit 2 ;;
 esac

@@ -2,11 +2,13 @@
 """Benchmark: bare Envoy against Envoy with the gateway filter, in one run, same machine.
 
 Both proxy a non-streaming chat completion to the same fast mock provider (a third Envoy
-answering with a fixed chat.completion), driven by wrk at each concurrency. The gateway is
+answering with a fixed chat.completion), driven by wrk at each concurrency, and so does the
+gateway's config with a minimal filter (bench/minimal-filter) in place of ours. The gateway is
 measured with provider headers, with a one-target config (uncached), with a fallback
 config, and with the one-target config plus `cache` where the same request repeats, so
 every measured request is a cache hit (no provider call). Prints markdown tables of
-requests per second and p50/p99 latency; copy them into bench/README.md.
+requests per second and p50/p99 latency, and of the proxy's CPU time per request for bare
+Envoy, the minimal filter and the gateway filter; copy them into bench/README.md.
 Run it with `./build.sh bench [--duration S] [--connections 16,64]`.
 """
 import argparse
@@ -25,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENVOY = ROOT / ".venv/bin/envoy"
+MINIMAL_WASM = ROOT / "target/minimal_filter.wasm"  # built by `./build.sh bench`
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 API_KEY = "gw-bench-key"
 
 COMPLETION = json.dumps({
@@ -145,25 +149,47 @@ def cache_status(port, headers, body):
         return resp.headers.get("x-gateway-cache-status")
 
 
+def cpu_seconds(pid):
+    """User plus system CPU time of process `pid` (all its threads) so far, from /proc/<pid>/stat."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    # Fields after the parenthesised command name (which may hold spaces): utime, stime are 14, 15.
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def with_plugin_configuration(config, value):
+    """The rendered gateway config with the wasm filter's plugin configuration set to `value`."""
+    config, count = re.subn(r'^(\s+value: )".*"$', lambda m: m.group(1) + json.dumps(value), config, flags=re.M)
+    if count != 1:
+        sys.exit(f"bench: expected one plugin configuration in the rendered config, found {count}")
+    return config
+
+
 def to_micros(text):
     value, unit = re.match(r"([\d.]+)(us|ms|s)", text).groups()
     return float(value) * {"us": 1, "ms": 1000, "s": 1_000_000}[unit]
 
 
-def run_wrk(port, headers, connections, duration, workdir):
+def run_wrk(port, headers, connections, duration, workdir, pid=None):
+    """One wrk run; with `pid`, also the CPU time that process spent per request served."""
     script = workdir / "request.lua"
     script.write_text(WRK_SCRIPT % {
         "body": json.dumps(REQUEST),
         "headers": "\n".join(f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items()),
     })
+    cpu_before = cpu_seconds(pid) if pid else None
     out = subprocess.run(
         ["wrk", "-t", str(min(2, connections)), "-c", str(connections), "-d", f"{duration}s", "--latency", "-s", str(script),
          f"http://127.0.0.1:{port}/v1/chat/completions"],
         check=True, capture_output=True, text=True).stdout
+    cpu_after = cpu_seconds(pid) if pid else None
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if non_2xx:
         sys.exit(f"bench: {non_2xx.group(1)} failed responses on port {port}:\n{out}")
+    requests = int(re.search(r"^\s*(\d+) requests in", out, re.M).group(1))
     return {
+        "requests": requests,
+        "cpu_us": (cpu_after - cpu_before) * 1e6 / requests if pid and requests else None,
         "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
         "p50": to_micros(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1)),
         "p99": to_micros(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1)),
@@ -179,7 +205,9 @@ def main():
     if not shutil.which("wrk"):
         subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, stdout=subprocess.DEVNULL)
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
-    mock_port, bare_port, gateway_port = free_port(), free_port(), free_port()
+    if not MINIMAL_WASM.exists():
+        sys.exit(f"bench: {MINIMAL_WASM} is missing: run the benchmark with ./build.sh bench, which builds it")
+    mock_port, bare_port, gateway_port, minimal_port = free_port(), free_port(), free_port(), free_port()
     procs = [start_envoy(MOCK % {"port": mock_port, "body": json.dumps(COMPLETION)}, workdir, "mock", 1)]
     procs.append(start_envoy(BARE % {"port": bare_port, "mock_port": mock_port}, workdir, "bare", args.concurrency))
     env = {**os.environ, "GATEWAY_PORT": str(gateway_port), "GATEWAY_ADMIN_PORT": str(free_port()),
@@ -187,6 +215,15 @@ def main():
     config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=env, check=True,
                             capture_output=True, text=True).stdout
     procs.append(start_envoy(config, workdir, "gateway", args.concurrency))
+    # The same template, listener and clusters with the minimal filter instead: its plugin
+    # configuration is the mock's authority, which it sets on every request with the cluster.
+    minimal_env = {**env, "GATEWAY_PORT": str(minimal_port), "GATEWAY_ADMIN_PORT": str(free_port()),
+                   "GATEWAY_WASM": str(MINIMAL_WASM)}
+    minimal_config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=minimal_env, check=True,
+                                    capture_output=True, text=True).stdout
+    procs.append(start_envoy(with_plugin_configuration(minimal_config, f"127.0.0.1:{mock_port}"), workdir, "minimal",
+                             args.concurrency))
+    pids = {bare_port: procs[1].pid, gateway_port: procs[2].pid, minimal_port: procs[3].pid}
     gateway_headers = {
         "x-gateway-api-key": API_KEY, "x-gateway-provider": "openai", "authorization": "Bearer sk-bench",
         "x-gateway-custom-host": f"http://127.0.0.1:{mock_port}/v1", "content-type": "application/json",
@@ -204,6 +241,7 @@ def main():
     try:
         wait_ready(bare_port, {"content-type": "application/json"}, REQUEST)
         wait_ready(gateway_port, gateway_headers, REQUEST)
+        wait_ready(minimal_port, gateway_headers, REQUEST)
         wait_ready(gateway_port, fallback_headers, REQUEST)
         wait_ready(gateway_port, cache_hit_headers, REQUEST)
         status = cache_status(gateway_port, cache_hit_headers, REQUEST)
@@ -212,12 +250,14 @@ def main():
         rows = []
         for connections in [int(c) for c in args.connections.split(",")]:
             # Warm each, then measure them back to back.
-            variants = (("bare", bare_port, {}), ("gateway", gateway_port, gateway_headers),
+            # The minimal filter gets the gateway's request (same bytes for Envoy to parse).
+            variants = (("bare", bare_port, {}), ("minimal", minimal_port, gateway_headers),
+                        ("gateway", gateway_port, gateway_headers),
                         ("uncached", gateway_port, uncached_headers), ("fallback", gateway_port, fallback_headers),
                         ("cache_hit", gateway_port, cache_hit_headers))
             for _, port, headers in variants:
                 run_wrk(port, headers, connections, 2, workdir)
-            rows.append((connections, {name: run_wrk(port, headers, connections, args.duration, workdir)
+            rows.append((connections, {name: run_wrk(port, headers, connections, args.duration, workdir, pids[port])
                                        for name, port, headers in variants}))
     finally:
         for proc in procs:
@@ -225,7 +265,7 @@ def main():
             proc.wait()
     print(f"wrk (2 threads), {args.duration}s per run, Envoy --concurrency {args.concurrency}, "
           f"{os.cpu_count()} cores, non-streaming chat completion\n")
-    names = {"bare": "bare Envoy", "gateway": "Envoy + filter (provider headers)",
+    names = {"bare": "bare Envoy", "minimal": "Envoy + minimal filter", "gateway": "Envoy + filter (provider headers)",
              "uncached": "Envoy + filter, one-target config (uncached)", "fallback": "Envoy + filter, fallback config",
              "cache_hit": "Envoy + filter, one-target config, cache hit"}
     print("| connections | proxy | req/s | p50 µs | p99 µs |")
@@ -245,6 +285,15 @@ def main():
         hit, uncached, bare = runs["cache_hit"], runs["uncached"], runs["bare"]
         print(f"| {connections} | {hit['rps'] / uncached['rps']:.1%} | {hit['rps'] / bare['rps']:.1%} "
               f"| {hit['p50'] - uncached['p50']:+.0f} | {hit['p50'] - bare['p50']:+.0f} |")
+    print("\nProxy CPU time per request served (utime+stime of the proxy process, all threads, over each"
+          " measured run):\n")
+    print("| connections | bare Envoy µs | minimal filter µs | gateway filter µs | minimal over bare µs "
+          "| our share (gateway − minimal) µs |")
+    print("|---|---|---|---|---|---|")
+    for connections, runs in rows:
+        bare, minimal, ours = (runs[key]["cpu_us"] for key in ("bare", "minimal", "gateway"))
+        print(f"| {connections} | {bare:.0f} | {minimal:.0f} | {ours:.0f} | {minimal - bare:+.0f} "
+              f"| {ours - minimal:+.0f} |")
 
 
 if __name__ == "__main__":
