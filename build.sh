@@ -3,6 +3,7 @@
 #   ./build.sh          build the filter (target/model_gateway.wasm) and install Envoy
 #   ./build.sh run      build if needed, then run Envoy with the filter in the foreground
 #   ./build.sh test     the whole suite: unit tests, config validation, end-to-end in real Envoy
+#   ./build.sh lint     cargo fmt --check and clippy (native and wasm), warnings as errors
 #   ./build.sh config   print the Envoy config `run` would use (envoy/render.py)
 #   ./build.sh bench    the benchmark (bench/README.md)
 set -euo pipefail
@@ -62,12 +63,12 @@ apt_install() {
 
 # Debian's Rust packages give the wasm standard library sources when rustup has no target.
 install_debian_wasm_toolchain() {
-  if [ -x /usr/bin/cargo ] && [ -d /usr/lib/rustlib/src/rust ] && command -v wasm-ld-19 >/dev/null \
-     && [ -d /usr/lib/wasm32-wasi ]; then
+  if [ -x /usr/bin/cargo ] && [ -x /usr/bin/cargo-clippy ] && [ -d /usr/lib/rustlib/src/rust ] \
+     && command -v wasm-ld-19 >/dev/null && [ -d /usr/lib/wasm32-wasi ]; then
     return
   fi
-  log "installing Debian's Rust toolchain for $TARGET (rustc-web, rust-web-src, lld-19, wasi-libc; about 1 min)"
-  apt_install rustc-web cargo-web rust-web-src lld-19 wasi-libc
+  log "installing Debian's Rust toolchain for $TARGET (rustc-web, rust-web-src, rust-web-clippy, lld-19, wasi-libc; about 1 min)"
+  apt_install rustc-web cargo-web rust-web-src rust-web-clippy lld-19 wasi-libc
 }
 
 # Runs cargo for a wasm target: plain cargo where rustup has the target, else Debian's route
@@ -77,16 +78,18 @@ has_rustup_target() {
 }
 
 wasm_cargo() {
-  local target="$1"; shift
+  # The target flags go right after the subcommand: what follows `--` belongs to the tool.
+  local target="$1" subcommand="$2"; shift 2
   if has_rustup_target "$target"; then
-    cargo "$@" --target "$target"
+    cargo "$subcommand" --target "$target" "$@"
   else
     install_debian_wasm_toolchain
-    RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
+    # /usr/bin first: `cargo clippy` must find Debian's clippy, which matches Debian's rustc.
+    PATH="/usr/bin:$PATH" RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
     CARGO_TARGET_WASM32_WASIP1_LINKER=wasm-ld-19 \
     CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C link-self-contained=no -L /usr/lib/wasm32-wasi" \
     CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER=wasm-ld-19 \
-      /usr/bin/cargo "$@" --target "$target" -Zbuild-std=std,panic_abort
+      /usr/bin/cargo "$subcommand" --target "$target" -Zbuild-std=std,panic_abort "$@"
   fi
 }
 
@@ -204,9 +207,20 @@ run() {
     --disable-hot-restart --log-level warn --component-log-level "wasm:${GATEWAY_LOG_LEVEL:-info}"
 }
 
+# The gates: formatting, and clippy with warnings as errors natively (the adapter included,
+# under cfg(clippy)) and for the wasm target.
+lint() {
+  log "format and lints"
+  cargo fmt --check
+  cargo fmt --check --manifest-path bench/minimal-filter/Cargo.toml
+  cargo clippy --quiet --all-targets -- -D warnings
+  wasm_cargo "$TARGET" clippy --quiet -- -D warnings
+}
+
 test_all() {
   build
   install_test_deps
+  lint
   log "unit tests"
   cargo test --quiet
   log "unit tests inside wasm"
@@ -221,6 +235,7 @@ case "$COMMAND" in
   run) run ;;
   test) shift; test_all "$@" ;;
   config) shift; build >/dev/null; GATEWAY_WASM="$WASM" "$VENV/bin/python" envoy/render.py "$@" ;;
+  lint) build; lint ;;
   bench) shift; build; build_minimal_filter; exec "$VENV/bin/python" bench/bench.py "$@" ;;
-  *) echo "usage: $0 [build|run|test|config|bench]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|run|test|lint|config|bench]" >&2; exit 2 ;;
 esac

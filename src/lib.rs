@@ -22,3 +22,8 @@ pub mod upstream;
 // Checked by native clippy too, though only the wasm build runs it.
 #[cfg(any(target_os = "wasi", clippy))]
 mod host;
+
+// The host layer's byte formats are pure: natively they are compiled for their tests alone.
+#[cfg(all(test, not(any(target_os = "wasi", clippy))))]
+#[path = "host/wire.rs"]
+mod wire;

@@ -32,22 +32,7 @@ pub(crate) enum HostError {
 }
 
 impl HostError {
-    pub(crate) const NOT_FOUND: u32 = 1;
-    pub(crate) const BAD_ARGUMENT: u32 = 2;
-    pub(crate) const CAS_MISMATCH: u32 = 8;
-
-    /// The shared-data value changed since it was read (`set_shared_data` with a stale CAS).
-    pub(crate) fn is_cas_mismatch(self) -> bool {
-        self == HostError::Status(Self::CAS_MISMATCH)
-    }
-
-    /// The host's status, when it was the host that refused.
-    pub(crate) fn status(self) -> Option<u32> {
-        match self {
-            HostError::Status(status) => Some(status),
-            HostError::Wire(_) | HostError::Errno(_) => None,
-        }
-    }
+    const NOT_FOUND: u32 = 1;
 }
 
 impl From<WireError> for HostError {
@@ -419,12 +404,6 @@ pub(crate) fn increment_metric(id: u32, by: i64) -> Result<(), HostError> {
 pub(crate) fn resume_request() -> Result<(), HostError> {
     // SAFETY: no pointers.
     check(unsafe { proxy_continue_stream(0) })
-}
-
-/// Resumes a response paused in a response callback (proxy-wasm `StreamType::HttpResponse`).
-pub(crate) fn resume_response() -> Result<(), HostError> {
-    // SAFETY: no pointers.
-    check(unsafe { proxy_continue_stream(1) })
 }
 
 /// Fills `buf` from the host's random source (WASI `random_get`; its error is a WASI errno).
