@@ -4,18 +4,18 @@
 //! decide something a collision could abuse (the cache compares the whole key of an entry;
 //! the breaker's ids only pick slots and share a record between colliding targets).
 
-pub struct Hasher(u64);
+pub(crate) struct Hasher(u64);
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 impl Hasher {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Hasher(FNV_OFFSET)
     }
 
     /// A hasher whose outputs are independent of `new()`'s (two of them make a 128-bit hash).
-    pub fn seeded(seed: u64) -> Self {
+    pub(crate) fn seeded(seed: u64) -> Self {
         let mut hasher = Hasher::new();
         hasher.bytes(&seed.to_le_bytes());
         hasher
@@ -29,7 +29,7 @@ impl Hasher {
 
     /// Adds one part. A presence tag and a length prefix per part: ("ab", "c") and ("a", "bc")
     /// differ, and so do a missing part and an empty one.
-    pub fn part(&mut self, part: Option<&[u8]>) -> &mut Self {
+    pub(crate) fn part(&mut self, part: Option<&[u8]>) -> &mut Self {
         match part {
             Some(bytes) => {
                 self.bytes(&[1]);
@@ -43,7 +43,7 @@ impl Hasher {
 
     /// The hash, its bits well mixed: callers take slots from the low bits and from bits 32
     /// and up, which FNV-1a alone mixes poorly.
-    pub fn finish(&self) -> u64 {
+    pub(crate) fn finish(&self) -> u64 {
         let mut h = self.0;
         h ^= h >> 33;
         h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);

@@ -13,7 +13,7 @@ use serde_json::Value;
 const ECHO_MAX: usize = 64;
 
 /// `s` cut to `ECHO_MAX` characters, for echoing client text in an error.
-pub fn shorten(s: &str) -> String {
+pub(crate) fn shorten(s: &str) -> String {
     match s.char_indices().nth(ECHO_MAX) {
         Some((end, _)) => format!("{}...", s.get(..end).unwrap_or_default()),
         None => s.to_string(),
@@ -21,7 +21,7 @@ pub fn shorten(s: &str) -> String {
 }
 
 /// The JSON type of `v` as error messages name it ("got a string").
-pub fn kind_of(v: &Value) -> &'static str {
+pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -33,7 +33,7 @@ pub fn kind_of(v: &Value) -> &'static str {
 }
 
 /// Path of property `key` inside the value at `parent` ("" is the root).
-pub fn join(parent: &str, key: &str) -> String {
+pub(crate) fn join(parent: &str, key: &str) -> String {
     if parent.is_empty() {
         key.to_string()
     } else {
@@ -42,12 +42,12 @@ pub fn join(parent: &str, key: &str) -> String {
 }
 
 /// Path of item `i` of the array at `path`.
-pub fn index(path: &str, i: usize) -> String {
+pub(crate) fn index(path: &str, i: usize) -> String {
     format!("{path}[{i}]")
 }
 
 /// Runs `check` on each item with its path (`messages[3]`), stopping at the first error.
-pub fn each_item<T, E>(
+pub(crate) fn each_item<T, E>(
     items: &[Value],
     path: &str,
     mut check: impl FnMut(&Value, &str) -> Result<T, E>,
@@ -57,7 +57,7 @@ pub fn each_item<T, E>(
 
 /// The entry of `allowed` whose `name` is `s`. Otherwise the allowed names, each between
 /// `quote`s and joined by ", ", for the caller's "must be one of" message.
-pub fn one_of<T: Copy>(s: &str, allowed: &[T], name: fn(T) -> &'static str, quote: &str) -> Result<T, String> {
+pub(crate) fn one_of<T: Copy>(s: &str, allowed: &[T], name: fn(T) -> &'static str, quote: &str) -> Result<T, String> {
     allowed.iter().copied().find(|t| name(*t) == s).ok_or_else(|| {
         let names: Vec<String> = allowed.iter().map(|t| format!("{quote}{}{quote}", name(*t))).collect();
         names.join(", ")

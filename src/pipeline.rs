@@ -19,30 +19,30 @@ use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
 /// Envoy routes on this header to the cluster that reaches the provider.
-pub const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
+pub(crate) const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
 /// Names the provider that served the request, on every provider response.
-pub const PROVIDER_HEADER: &str = "x-gateway-provider";
-pub const TRACE_HEADER: &str = "x-gateway-trace-id";
+pub(crate) const PROVIDER_HEADER: &str = "x-gateway-provider";
+pub(crate) const TRACE_HEADER: &str = "x-gateway-trace-id";
 /// Where the target that answered sits in the config, e.g. `targets[1].targets[0]`.
-pub const TARGET_HEADER: &str = "x-gateway-target";
+pub(crate) const TARGET_HEADER: &str = "x-gateway-target";
 /// How many retries the answer took (on requests whose config can retry or fall back).
-pub const RETRIES_HEADER: &str = "x-gateway-retries";
+pub(crate) const RETRIES_HEADER: &str = "x-gateway-retries";
 
 /// Request headers as the host gives them: lowercase names, raw values (values the gateway
 /// does not touch go upstream byte for byte).
-pub type RawHeaders = [(String, Vec<u8>)];
+pub(crate) type RawHeaders = [(String, Vec<u8>)];
 
 /// Header edits for the upstream request: removals first, then sets.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct HeaderEdits {
-    pub remove: Vec<String>,
-    pub set: Vec<(String, String)>,
+pub(crate) struct HeaderEdits {
+    pub(crate) remove: Vec<String>,
+    pub(crate) set: Vec<(String, String)>,
 }
 
 impl HeaderEdits {
     /// The request headers after the edits, for one host call that replaces them all
     /// (each single-header call costs a host round trip and a route-cache clear).
-    pub fn apply(&self, headers: &RawHeaders) -> Vec<(String, Vec<u8>)> {
+    pub(crate) fn apply(&self, headers: &RawHeaders) -> Vec<(String, Vec<u8>)> {
         let replaced = |name: &str| self.remove.iter().any(|r| r == name) || self.set.iter().any(|(s, _)| s == name);
         let mut result: Vec<(String, Vec<u8>)> = headers.iter().filter(|(name, _)| !replaced(name)).cloned().collect();
         result.extend(self.set.iter().map(|(name, value)| (name.clone(), value.clone().into_bytes())));
@@ -52,22 +52,22 @@ impl HeaderEdits {
 
 /// How the response of a forwarded request is handled.
 #[derive(Clone)]
-pub struct ResponsePlan {
-    pub provider: &'static ProviderSpec,
+pub(crate) struct ResponsePlan {
+    pub(crate) provider: &'static ProviderSpec,
     /// Set when chat responses must be translated to the OpenAI shape.
-    pub chat: Option<ResponseContext>,
+    pub(crate) chat: Option<ResponseContext>,
 }
 
 /// The upstream request of one attempt.
-pub struct Forward {
-    pub headers: HeaderEdits,
+pub(crate) struct Forward {
+    pub(crate) headers: HeaderEdits,
     /// The new body, when the gateway rewrote it (`None`: the client's bytes go as they came).
-    pub body: Option<Vec<u8>>,
-    pub response: ResponsePlan,
+    pub(crate) body: Option<Vec<u8>>,
+    pub(crate) response: ResponsePlan,
 }
 
 /// What the request headers said, kept until the request is routed.
-pub struct Intake {
+pub(crate) struct Intake {
     endpoint: Endpoint,
     path: String,
     query: Option<String>,
@@ -78,20 +78,20 @@ pub struct Intake {
 }
 
 /// A request that needs its body before it can be routed.
-pub struct Pending {
+pub(crate) struct Pending {
     intake: Intake,
 }
 
 /// A routed request: its plan and everything needed to build the upstream request of any
 /// attempt (the first goes through Envoy's router, later ones as dispatched calls).
-pub struct Call {
+pub(crate) struct Call {
     intake: Intake,
     /// The client's JSON body, parsed when the gateway needs to read or change it.
     body: Option<Value>,
-    pub attempts: Attempts,
+    pub(crate) attempts: Attempts,
 }
 
-pub enum Started {
+pub(crate) enum Started {
     Health,
     Ready(Call),
     NeedsBody(Pending),
@@ -99,7 +99,7 @@ pub enum Started {
 
 /// Request headers arrived: authenticate, parse the gateway headers and the config, and route
 /// the request when no body is needed.
-pub fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) -> Result<Started, GatewayError> {
+pub(crate) fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) -> Result<Started, GatewayError> {
     let pseudo = |name: &str| headers::find(raw, name).map(String::from_utf8_lossy).unwrap_or_default();
     let method = pseudo(":method");
     let Route::Api { endpoint, body, path, query } = classify(&method, &pseudo(":path"))? else {
@@ -136,7 +136,12 @@ pub fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) -> Resu
 }
 
 /// The whole request body arrived: parse it when the gateway reads or changes it, and route.
-pub fn finish(settings: &Settings, pending: Pending, body: &[u8], host: &mut dyn Host) -> Result<Call, GatewayError> {
+pub(crate) fn finish(
+    settings: &Settings,
+    pending: Pending,
+    body: &[u8],
+    host: &mut dyn Host,
+) -> Result<Call, GatewayError> {
     let intake = pending.intake;
     let cached = cache::is_cached_endpoint(intake.endpoint);
     let reads_body = intake.endpoint == Endpoint::ChatCompletions
@@ -168,7 +173,7 @@ fn route(settings: &Settings, intake: Intake, body: Option<Value>, host: &mut dy
 }
 
 /// Whether and how a request is cached.
-pub enum CachePlan {
+pub(crate) enum CachePlan {
     /// Not an endpoint the cache serves: no cache status either.
     Uncached,
     /// No cache config applies.
@@ -179,7 +184,7 @@ pub enum CachePlan {
 impl Call {
     /// The cache lookup of the current attempt's target, by the body it would send. Called
     /// before `forward`, which may move the body.
-    pub fn cache_plan(&self) -> CachePlan {
+    pub(crate) fn cache_plan(&self) -> CachePlan {
         let endpoint = self.intake.endpoint;
         if !cache::is_cached_endpoint(endpoint) {
             return CachePlan::Uncached;
@@ -220,7 +225,7 @@ impl Call {
     /// `now` reads Unix seconds from the host clock, only when a response will need them.
     /// When no later attempt can follow, the parsed body is moved into the request rather
     /// than copied.
-    pub fn forward(
+    pub(crate) fn forward(
         &mut self,
         settings: &Settings,
         raw: &RawHeaders,
@@ -271,12 +276,12 @@ impl Call {
     }
 
     /// Frees the parsed body once no later attempt can need it.
-    pub fn release_body(&mut self) {
+    pub(crate) fn release_body(&mut self) {
         self.body = None;
     }
 
     /// Where the current attempt's target sits in the config (empty for the root).
-    pub fn target_path(&self) -> &str {
+    pub(crate) fn target_path(&self) -> &str {
         self.attempts.plan.attempts.get(self.attempts.current).map_or("", |a| a.path.as_str())
     }
 }

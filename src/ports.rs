@@ -3,7 +3,7 @@
 //! `testing::FakeHost`.
 
 /// What the core needs from the host: randomness, the clock and the process-wide store.
-pub trait Host {
+pub(crate) trait Host {
     /// A uniformly random u64 (WASI `random_get`, never the clock).
     fn random(&mut self) -> u64;
     /// Unix time in milliseconds.
@@ -12,7 +12,7 @@ pub trait Host {
 }
 
 /// The store shared by every worker: proxy-wasm shared data in the host, a map in tests.
-pub trait SharedStore {
+pub(crate) trait SharedStore {
     /// The value of `key` and its CAS token; None when the key was never set.
     fn get(&self, key: &str) -> Option<(Vec<u8>, u32)>;
     /// Stores `value` if the key's CAS token still equals `cas`; false on a CAS mismatch.
@@ -26,14 +26,14 @@ pub(crate) mod testing {
     use std::cell::{Cell, RefCell};
     use std::collections::HashMap;
 
-    pub struct FakeHost {
-        pub random: u64,
-        pub now_ms: Cell<u64>,
-        pub data: RefCell<HashMap<String, (Vec<u8>, u32)>>,
+    pub(crate) struct FakeHost {
+        pub(crate) random: u64,
+        pub(crate) now_ms: Cell<u64>,
+        pub(crate) data: RefCell<HashMap<String, (Vec<u8>, u32)>>,
     }
 
     impl FakeHost {
-        pub fn new(random: u64) -> Self {
+        pub(crate) fn new(random: u64) -> Self {
             FakeHost { random, now_ms: Cell::new(1_000_000), data: RefCell::new(HashMap::new()) }
         }
     }

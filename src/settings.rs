@@ -9,64 +9,64 @@ use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Accepted `x-gateway-api-key` values; each key is its own tenant.
-    pub api_keys: Vec<String>,
+    pub(crate) api_keys: Vec<String>,
     /// Hosts a `custom_host` may name. `loopback` stands for 127.0.0.0/8, ::1 and
     /// localhost; `*.example.com` matches subdomains; `*` allows any host.
     #[serde(default = "default_allowed_custom_hosts")]
-    pub allowed_custom_hosts: Vec<String>,
+    pub(crate) allowed_custom_hosts: Vec<String>,
     /// Stored provider credentials, by `@slug` (without the `@`) or virtual key.
     #[serde(default)]
-    pub credentials: HashMap<String, Credential>,
+    pub(crate) credentials: HashMap<String, Credential>,
     /// Envoy clusters that reach any host over TLS and over plain HTTP.
     #[serde(default = "default_tls_cluster")]
-    pub tls_cluster: String,
+    pub(crate) tls_cluster: String,
     #[serde(default = "default_plain_cluster")]
-    pub plain_cluster: String,
+    pub(crate) plain_cluster: String,
     /// The cluster that carries dispatched calls (retries, fallback) to an internal listener
     /// whose router reaches the two clusters above, resolving new hosts on the way.
     #[serde(default = "default_recovery_cluster")]
-    pub recovery_cluster: String,
+    pub(crate) recovery_cluster: String,
     /// The response cache's memory and its embeddings provider.
     #[serde(default)]
-    pub cache: CacheSettings,
+    pub(crate) cache: CacheSettings,
 }
 
 /// Where the response cache may keep answers (shared data) and how semantic mode embeds.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct CacheSettings {
+pub(crate) struct CacheSettings {
     /// Bytes of values the cache may hold in shared data, index included.
     #[serde(default = "default_byte_budget")]
-    pub byte_budget: u64,
+    pub(crate) byte_budget: u64,
     /// Larger entries (request key plus answer) are not cached.
     #[serde(default = "default_max_entry_bytes")]
-    pub max_entry_bytes: u64,
+    pub(crate) max_entry_bytes: u64,
     /// The embeddings provider of semantic mode; without it semantic mode matches exactly.
     #[serde(default)]
-    pub semantic: Option<SemanticSettings>,
+    pub(crate) semantic: Option<SemanticSettings>,
     /// How the byte budget is cut into shared-data keys, computed once when the settings load.
     #[serde(skip)]
-    pub layout: Layout,
+    pub(crate) layout: Layout,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct SemanticSettings {
+pub(crate) struct SemanticSettings {
     /// An OpenAI-compatible API base URL; the gateway posts to `<base_url>/embeddings`.
-    pub base_url: String,
+    pub(crate) base_url: String,
     #[serde(default)]
-    pub api_key: Option<String>,
-    pub model: String,
+    pub(crate) api_key: Option<String>,
+    pub(crate) model: String,
     /// The cosine similarity from which a stored conversation answers a new one.
     #[serde(default = "default_threshold")]
-    pub threshold: f32,
+    pub(crate) threshold: f32,
     /// How long a lookup waits for the embedding before matching exactly.
     #[serde(default = "default_embedding_timeout_ms")]
-    pub timeout_ms: u64,
+    pub(crate) timeout_ms: u64,
     #[serde(skip)]
-    pub upstream: Option<Upstream>,
+    pub(crate) upstream: Option<Upstream>,
 }
 
 impl Default for CacheSettings {
@@ -103,16 +103,16 @@ const MIN_ENTRY_BYTES: u64 = 4096;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct Credential {
-    pub provider: String,
+pub(crate) struct Credential {
+    pub(crate) provider: String,
     #[serde(default)]
-    pub api_key: Option<String>,
+    pub(crate) api_key: Option<String>,
     #[serde(default)]
-    pub custom_host: Option<String>,
+    pub(crate) custom_host: Option<String>,
     #[serde(default)]
-    pub vendor_organization: Option<String>,
+    pub(crate) vendor_organization: Option<String>,
     #[serde(default)]
-    pub vendor_project: Option<String>,
+    pub(crate) vendor_project: Option<String>,
 }
 
 /// No keys: every request is refused until a configuration loads.
@@ -149,7 +149,7 @@ fn default_plain_cluster() -> String {
 impl Settings {
     /// Parses and normalises the plugin configuration. Errors never quote values: the
     /// configuration holds keys, and serde's messages would echo them into Envoy's log.
-    pub fn parse(bytes: &[u8]) -> Result<Settings, String> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Settings, String> {
         let mut settings: Settings = serde_json::from_slice(bytes).map_err(|e| {
             format!(
                 "invalid plugin configuration ({:?} error at line {} column {})",
@@ -178,7 +178,7 @@ impl Settings {
 
     /// Constant-time check of a gateway key: every configured key is compared in full, so
     /// the time taken says nothing about which key or how many bytes matched.
-    pub fn authenticate(&self, presented: &[u8]) -> bool {
+    pub(crate) fn authenticate(&self, presented: &[u8]) -> bool {
         let mut matched = false;
         for key in &self.api_keys {
             matched |= constant_time_eq(key.as_bytes(), presented);
@@ -187,13 +187,13 @@ impl Settings {
     }
 
     /// Whether a custom host may be reached; `host` is lowercase, IPv6 without brackets.
-    pub fn custom_host_allowed(&self, host: &str) -> bool {
+    pub(crate) fn custom_host_allowed(&self, host: &str) -> bool {
         self.allowed_custom_hosts.iter().any(|rule| host_matches(rule, host))
     }
 
     /// A stored credential by slug or virtual key. The error does not echo the name: a
     /// virtual key is itself a secret.
-    pub fn credential(&self, name: &str) -> Result<&Credential, GatewayError> {
+    pub(crate) fn credential(&self, name: &str) -> Result<&Credential, GatewayError> {
         self.credentials.get(name).ok_or_else(|| {
             GatewayError::new(401, "authentication_error", "unknown virtual key or provider slug")
                 .with_code("unknown_credential")

@@ -35,7 +35,7 @@ fn choice_index(choice: &Value, position: usize) -> Option<u64> {
 /// (`chat.completion` or `text_completion`), ending with `data: [DONE]`. With
 /// `include_usage` the stored usage comes last, in a chunk without choices. None when the
 /// bytes are not such an answer: the caller treats the entry as a miss.
-pub fn replay_sse(endpoint: Endpoint, completion: &[u8], include_usage: bool) -> Option<Vec<u8>> {
+pub(crate) fn replay_sse(endpoint: Endpoint, completion: &[u8], include_usage: bool) -> Option<Vec<u8>> {
     let (object, chunk_object) = object_names(endpoint)?;
     let Ok(Value::Object(stored)) = serde_json::from_slice::<Value>(completion) else {
         return None;
@@ -172,7 +172,7 @@ struct ChoiceParts {
 /// can be cached like a non-streamed one. Fed the OpenAI SSE bytes in chunks that may end
 /// anywhere; `finish` gives the answer only when the stream completed normally.
 #[derive(Debug)]
-pub struct StreamAssembler {
+pub(crate) struct StreamAssembler {
     endpoint: Endpoint,
     parser: SseParser,
     state: State,
@@ -189,7 +189,7 @@ impl StreamAssembler {
     /// `max_bytes` bounds the answer: a larger one is not assembled (its memory is freed at
     /// once) and `finish` returns None. Endpoints other than chat and text completions never
     /// assemble.
-    pub fn new(endpoint: Endpoint, max_bytes: usize) -> Self {
+    pub(crate) fn new(endpoint: Endpoint, max_bytes: usize) -> Self {
         let state = if object_names(endpoint).is_some() { State::Streaming } else { State::Failed };
         StreamAssembler {
             endpoint,
@@ -204,7 +204,7 @@ impl StreamAssembler {
     }
 
     /// Feeds the next bytes of the stream.
-    pub fn push(&mut self, chunk: &[u8]) {
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
         if self.state != State::Streaming {
             return;
         }
@@ -219,11 +219,11 @@ impl StreamAssembler {
     /// within `max_bytes`. An incomplete answer must never be stored.
     /// `data: [DONE]` arrived: the stream is complete for OpenAI clients, which may send
     /// their next request before the connection's end reaches the gateway.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         matches!(self.state, State::Done)
     }
 
-    pub fn finish(mut self) -> Option<Vec<u8>> {
+    pub(crate) fn finish(mut self) -> Option<Vec<u8>> {
         if self.state == State::Streaming {
             for event in self.parser.finish() {
                 self.on_event(event);

@@ -7,9 +7,9 @@
 //! `stream`/`stream_options` (one answer serves both ways: a stream is stored as the
 //! assembled completion and replayed as a stream when asked).
 
-pub mod completion;
-pub mod semantic;
-pub mod store;
+pub(crate) mod completion;
+pub(crate) mod semantic;
+pub(crate) mod store;
 
 use crate::config::CacheMode;
 use crate::hash::Hasher;
@@ -18,16 +18,16 @@ use completion::StreamAssembler;
 use serde_json::{Map, Value};
 
 /// The response header that tells how the cache served a request.
-pub const STATUS_HEADER: &str = "x-gateway-cache-status";
+pub(crate) const STATUS_HEADER: &str = "x-gateway-cache-status";
 
 /// How long an entry lives when the config gives no `max_age`: an hour bounds how stale an
 /// answer gets as models and prompts change, and keeps repeated traffic of a session cached.
-pub const DEFAULT_MAX_AGE_SECONDS: u64 = 3600;
+pub(crate) const DEFAULT_MAX_AGE_SECONDS: u64 = 3600;
 
 /// The tenant: a 128-bit hash of the gateway key (the key itself is never stored).
-pub type Tenant = [u8; 16];
+pub(crate) type Tenant = [u8; 16];
 
-pub fn tenant_of(gateway_key: &[u8]) -> Tenant {
+pub(crate) fn tenant_of(gateway_key: &[u8]) -> Tenant {
     let mut tenant = [0u8; 16];
     tenant[..8].copy_from_slice(&Hasher::seeded(1).part(Some(gateway_key)).finish().to_le_bytes());
     tenant[8..].copy_from_slice(&Hasher::seeded(2).part(Some(gateway_key)).finish().to_le_bytes());
@@ -36,36 +36,36 @@ pub fn tenant_of(gateway_key: &[u8]) -> Tenant {
 
 /// What identifies a cached answer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Key {
-    pub tenant: Tenant,
+pub(crate) struct Key {
+    pub(crate) tenant: Tenant,
     /// Everything else of the key, in full: a hit compares it byte for byte, so a hash
     /// collision can never serve another request's answer.
-    pub identity: Vec<u8>,
+    pub(crate) identity: Vec<u8>,
     /// Hash of tenant and identity: where the entry is indexed.
-    pub digest: u64,
+    pub(crate) digest: u64,
     /// Hash of the tenant and the identity without the conversation: the entries a semantic
     /// lookup compares with.
-    pub scope: u64,
+    pub(crate) scope: u64,
 }
 
 /// Where the answer comes from and how it is shaped: the provider, its base URL, and
 /// `strict_vendor_compliance` (which changes a translated answer).
-pub struct Origin<'a> {
-    pub provider: &'a str,
-    pub authority: &'a str,
-    pub base_path: &'a str,
-    pub strict_vendor_compliance: bool,
+pub(crate) struct Origin<'a> {
+    pub(crate) provider: &'a str,
+    pub(crate) authority: &'a str,
+    pub(crate) base_path: &'a str,
+    pub(crate) strict_vendor_compliance: bool,
 }
 
 /// The request body as the provider gets it: the client's fields with `override_params`
 /// forced onto them, read without copying either.
-pub struct Body<'a> {
-    pub fields: &'a Map<String, Value>,
-    pub overrides: &'a Map<String, Value>,
+pub(crate) struct Body<'a> {
+    pub(crate) fields: &'a Map<String, Value>,
+    pub(crate) overrides: &'a Map<String, Value>,
 }
 
 impl<'a> Body<'a> {
-    pub fn get(&self, name: &str) -> Option<&'a Value> {
+    pub(crate) fn get(&self, name: &str) -> Option<&'a Value> {
         self.overrides.get(name).or_else(|| self.fields.get(name))
     }
 
@@ -93,7 +93,7 @@ impl<'a> Body<'a> {
 }
 
 /// The key of a request whose `body` goes to `origin`.
-pub fn key(tenant: Tenant, namespace: Option<&str>, endpoint: Endpoint, origin: &Origin, body: &Body) -> Key {
+pub(crate) fn key(tenant: Tenant, namespace: Option<&str>, endpoint: Endpoint, origin: &Origin, body: &Body) -> Key {
     let strict = if origin.strict_vendor_compliance { "strict" } else { "lenient" };
     let parts = [
         namespace,
@@ -135,13 +135,13 @@ fn endpoint_name(endpoint: Endpoint) -> &'static str {
 }
 
 /// Endpoints whose answers are cached: their answer depends only on the request body.
-pub fn is_cached_endpoint(endpoint: Endpoint) -> bool {
+pub(crate) fn is_cached_endpoint(endpoint: Endpoint) -> bool {
     matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Embeddings)
 }
 
 /// How the cache served a request (the value of [`STATUS_HEADER`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     /// No cache config applies.
     Disabled,
     Miss,
@@ -155,7 +155,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Status::Disabled => "DISABLED",
             Status::Miss => "MISS",
@@ -169,24 +169,24 @@ impl Status {
 
 /// A cached request: what to look up and how to store its answer.
 #[derive(Debug, Clone)]
-pub struct Lookup {
-    pub key: Key,
-    pub mode: CacheMode,
-    pub max_age_ms: u64,
+pub(crate) struct Lookup {
+    pub(crate) key: Key,
+    pub(crate) mode: CacheMode,
+    pub(crate) max_age_ms: u64,
     /// Force refresh: no lookup, the answer replaces the entry.
-    pub refresh: bool,
-    pub endpoint: Endpoint,
+    pub(crate) refresh: bool,
+    pub(crate) endpoint: Endpoint,
     /// The request asked for a stream (a hit is replayed as one).
-    pub stream: bool,
-    pub include_usage: bool,
+    pub(crate) stream: bool,
+    pub(crate) include_usage: bool,
     /// The text semantic mode embeds (None in simple mode or when there is no conversation).
-    pub conversation: Option<String>,
+    pub(crate) conversation: Option<String>,
 }
 
 impl Lookup {
     /// The content type and body a hit answers with; None when the stored answer cannot be
     /// replayed as the stream the request asks for.
-    pub fn answer(&self, entry: &store::Entry) -> Option<(String, Vec<u8>)> {
+    pub(crate) fn answer(&self, entry: &store::Entry) -> Option<(String, Vec<u8>)> {
         if !self.stream {
             return Some((entry.content_type.clone(), entry.body.clone()));
         }
@@ -196,7 +196,7 @@ impl Lookup {
 }
 
 /// Collects a 2xx answer as it passes to the client, for storing once it is complete.
-pub enum Capture {
+pub(crate) enum Capture {
     /// A JSON answer, stored as it is.
     Json { content_type: String, body: Vec<u8>, max_bytes: usize },
     /// An OpenAI stream, stored as the completion it assembles into.
@@ -207,7 +207,7 @@ pub enum Capture {
 
 impl Capture {
     /// `content_type` of the answer the client gets (after translation to OpenAI's shape).
-    pub fn start(endpoint: Endpoint, content_type: &str, max_bytes: usize) -> Capture {
+    pub(crate) fn start(endpoint: Endpoint, content_type: &str, max_bytes: usize) -> Capture {
         let streams = matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions);
         if content_type.starts_with("text/event-stream") && streams {
             Capture::Stream(StreamAssembler::new(endpoint, max_bytes))
@@ -218,7 +218,7 @@ impl Capture {
         }
     }
 
-    pub fn push(&mut self, chunk: &[u8]) {
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
         match self {
             Capture::Json { body, max_bytes, .. } if body.len() + chunk.len() <= *max_bytes => {
                 body.extend_from_slice(chunk)
@@ -230,12 +230,12 @@ impl Capture {
     }
 
     /// A stream whose `[DONE]` arrived can be stored before the upstream's end.
-    pub fn is_complete(&self) -> bool {
+    pub(crate) fn is_complete(&self) -> bool {
         matches!(self, Capture::Stream(assembler) if assembler.is_done())
     }
 
     /// The content type and body to store, when the answer completed as one.
-    pub fn finish(self) -> Option<(String, Vec<u8>)> {
+    pub(crate) fn finish(self) -> Option<(String, Vec<u8>)> {
         match self {
             Capture::Json { content_type, body, .. } => {
                 let complete = serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok();

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 /// The text whose meaning decides a semantic hit: the whole conversation, because the system
 /// prompt and earlier turns change the answer. One line per chat message, `<role>: <text>`
 /// (text parts only); the prompt of a completion. None when the body has neither.
-pub fn conversation(body: &Body) -> Option<String> {
+pub(crate) fn conversation(body: &Body) -> Option<String> {
     if let Some(messages) = body.get("messages").and_then(Value::as_array) {
         let lines: Vec<String> = messages
             .iter()
@@ -39,12 +39,12 @@ fn text_of(content: Option<&Value>) -> String {
 }
 
 /// The body of the embeddings call.
-pub fn embeddings_request(model: &str, text: &str) -> Vec<u8> {
+pub(crate) fn embeddings_request(model: &str, text: &str) -> Vec<u8> {
     json!({"model": model, "input": text}).to_string().into_bytes()
 }
 
 /// The first embedding of an OpenAI embeddings answer; None for anything else.
-pub fn embedding_of(answer: &[u8]) -> Option<Vec<f32>> {
+pub(crate) fn embedding_of(answer: &[u8]) -> Option<Vec<f32>> {
     let value: Value = serde_json::from_slice(answer).ok()?;
     let numbers = value.get("data")?.get(0)?.get("embedding")?.as_array()?;
     let vector: Option<Vec<f32>> = numbers.iter().map(|n| n.as_f64().map(|f| f as f32)).collect();
@@ -53,7 +53,7 @@ pub fn embedding_of(answer: &[u8]) -> Option<Vec<f32>> {
 
 /// Cosine similarity of a query embedding and a stored (quantised) one; None when their
 /// dimensions differ or either has no direction.
-pub fn cosine(query: &[f32], stored: &[i8]) -> Option<f32> {
+pub(crate) fn cosine(query: &[f32], stored: &[i8]) -> Option<f32> {
     if query.len() != stored.len() {
         return None;
     }

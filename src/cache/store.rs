@@ -34,14 +34,14 @@ use crate::ports::SharedStore;
 
 /// An entry's smallest size class; each next class is four times larger.
 const SMALLEST_CLASS: usize = 4096;
-pub const INDEX_RECORDS: usize = 8;
+pub(crate) const INDEX_RECORDS: usize = 8;
 const INDEX_RECORD_LEN: usize = 21;
 /// A bucket holds up to `INDEX_RECORDS` records for about half as many slots: room for
 /// stale records before live ones are dropped.
 const SLOTS_PER_INDEX_BUCKET: usize = INDEX_RECORDS / 2;
-pub const VECTORS_PER_BUCKET: usize = 16;
+pub(crate) const VECTORS_PER_BUCKET: usize = 16;
 /// Longest embedding kept (OpenAI's text-embedding-3-large has 3072 dimensions).
-pub const MAX_DIMENSIONS: usize = 3072;
+pub(crate) const MAX_DIMENSIONS: usize = 3072;
 const VECTOR_HEAD_LEN: usize = 31;
 const VECTOR_BUCKET_BYTES: usize = 1 + VECTORS_PER_BUCKET * (VECTOR_HEAD_LEN + MAX_DIMENSIONS);
 const MAX_CAS_ATTEMPTS: usize = 16;
@@ -49,11 +49,11 @@ const VERSION: u8 = 1;
 
 /// What startup writes into each bucket and ring key (one byte: the SDK reads an empty value
 /// as no data).
-pub const EMPTY: &[u8] = &[0];
+pub(crate) const EMPTY: &[u8] = &[0];
 
 /// How the byte budget is cut into keys; the same for every worker with the same settings.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Layout {
+pub(crate) struct Layout {
     /// (entry size limit, number of slots) per class, smallest first.
     classes: Vec<(usize, u32)>,
     index_buckets: u32,
@@ -62,23 +62,23 @@ pub struct Layout {
 
 /// A data slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Location {
+pub(crate) struct Location {
     class: u8,
     slot: u32,
 }
 
 /// One cached answer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Entry {
-    pub expires_ms: u64,
+pub(crate) struct Entry {
+    pub(crate) expires_ms: u64,
     /// The provider that gave the answer.
-    pub provider: String,
-    pub content_type: String,
-    pub body: Vec<u8>,
+    pub(crate) provider: String,
+    pub(crate) content_type: String,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Layout {
-    pub fn new(byte_budget: u64, max_entry_bytes: u64, semantic: bool) -> Layout {
+    pub(crate) fn new(byte_budget: u64, max_entry_bytes: u64, semantic: bool) -> Layout {
         let budget = usize::try_from(byte_budget).unwrap_or(usize::MAX);
         let max_entry = usize::try_from(max_entry_bytes).unwrap_or(usize::MAX).max(SMALLEST_CLASS);
         let mut sizes = Vec::new();
@@ -104,7 +104,7 @@ impl Layout {
     }
 
     /// The keys that must exist before traffic: buckets and rings.
-    pub fn startup_keys(&self) -> impl Iterator<Item = String> + '_ {
+    pub(crate) fn startup_keys(&self) -> impl Iterator<Item = String> + '_ {
         let index = (0..self.index_buckets).map(index_key);
         let vectors = (0..self.vector_buckets).map(vector_key);
         let rings = (0..self.classes.len()).map(ring_key);
@@ -112,7 +112,8 @@ impl Layout {
     }
 
     /// The most bytes of values the layout can ever hold.
-    pub fn capacity(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
         let data: usize = self.classes.iter().map(|&(size, n)| size * n as usize).sum();
         let index = self.index_buckets as usize * (1 + INDEX_RECORDS * INDEX_RECORD_LEN);
         data + index + self.vector_buckets as usize * VECTOR_BUCKET_BYTES + self.classes.len() * 9
@@ -140,7 +141,7 @@ fn data_key(location: Location) -> String {
 }
 
 /// The exact entry of `key`, unless missing or expired.
-pub fn find(store: &dyn SharedStore, layout: &Layout, key: &Key, now_ms: u64) -> Option<Entry> {
+pub(crate) fn find(store: &dyn SharedStore, layout: &Layout, key: &Key, now_ms: u64) -> Option<Entry> {
     let (bucket, _) = store.get(&index_key(bucket_of(key.digest, layout.index_buckets)))?;
     let record = decode_index(&bucket).into_iter().find(|r| r.digest == key.digest && r.expires_ms > now_ms)?;
     let (value, _) = store.get(&data_key(record.location))?;
@@ -152,7 +153,7 @@ pub fn find(store: &dyn SharedStore, layout: &Layout, key: &Key, now_ms: u64) ->
 
 /// The entry of the same scope whose embedding is the most similar to `vector`, when its
 /// cosine similarity reaches `threshold`.
-pub fn find_similar(
+pub(crate) fn find_similar(
     store: &dyn SharedStore,
     layout: &Layout,
     key: &Key,
@@ -182,7 +183,7 @@ pub fn find_similar(
 
 /// Stores `entry` under `key` (and its embedding, when given). False when it was not stored:
 /// too large, or the store was too contended.
-pub fn put(
+pub(crate) fn put(
     store: &dyn SharedStore,
     layout: &Layout,
     key: &Key,

@@ -97,19 +97,19 @@ pub(super) fn one_of<T: Copy>(
 
 /// A JSON object being read property by property.
 pub(super) struct Obj<'a> {
-    pub map: &'a Map<String, Value>,
-    pub path: &'a str,
+    pub(crate) map: &'a Map<String, Value>,
+    pub(crate) path: &'a str,
 }
 
 impl<'a> Obj<'a> {
     /// An object whose properties are free (checked by the caller).
-    pub fn open(v: &'a Value, path: &'a str) -> Result<Self, ConfigError> {
+    pub(crate) fn open(v: &'a Value, path: &'a str) -> Result<Self, ConfigError> {
         let map = v.as_object().ok_or_else(|| expected(path, "an object", v))?;
         Ok(Obj { map, path })
     }
 
     /// An object whose properties must all be in `known`.
-    pub fn new(v: &'a Value, path: &'a str, known: &[&str]) -> Result<Self, ConfigError> {
+    pub(crate) fn new(v: &'a Value, path: &'a str, known: &[&str]) -> Result<Self, ConfigError> {
         let obj = Self::open(v, path)?;
         if let Some(key) = obj.map.keys().find(|k| !known.contains(&k.as_str())) {
             // The key is client text: cut it in the path as in the message.
@@ -119,16 +119,16 @@ impl<'a> Obj<'a> {
         Ok(obj)
     }
 
-    pub fn has(&self, key: &str) -> bool {
+    pub(crate) fn has(&self, key: &str) -> bool {
         self.map.contains_key(key)
     }
 
     /// Path of property `key`, a name from the schema (client keys are cut with `shorten`).
-    pub fn path(&self, key: &str) -> String {
+    pub(crate) fn path(&self, key: &str) -> String {
         join(self.path, key)
     }
 
-    pub fn opt<T>(
+    pub(crate) fn opt<T>(
         &self,
         key: &str,
         parse: impl FnOnce(&Value, &str) -> Result<T, ConfigError>,
@@ -136,7 +136,7 @@ impl<'a> Obj<'a> {
         self.map.get(key).map(|v| parse(v, &self.path(key))).transpose()
     }
 
-    pub fn req<T>(
+    pub(crate) fn req<T>(
         &self,
         key: &str,
         parse: impl FnOnce(&Value, &str) -> Result<T, ConfigError>,
@@ -145,7 +145,7 @@ impl<'a> Obj<'a> {
     }
 
     /// An optional array; absent reads as empty.
-    pub fn list<T>(
+    pub(crate) fn list<T>(
         &self,
         key: &str,
         item: impl Fn(&Value, &str) -> Result<T, ConfigError>,

@@ -19,70 +19,70 @@ use std::fmt;
 
 /// A config or a target (targets are configs). Field names are the JSON property names.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Config {
-    pub name: Option<String>,
-    pub strategy: Option<Strategy>,
-    pub targets: Vec<Config>,
-    pub provider: Option<String>,
-    pub api_key: Option<String>,
-    pub virtual_key: Option<String>,
-    pub custom_host: Option<String>,
-    pub weight: Option<f64>,
-    pub on_status_codes: Option<Vec<u16>>,
-    pub override_params: Option<Map<String, Value>>,
+pub(crate) struct Config {
+    pub(crate) name: Option<String>,
+    pub(crate) strategy: Option<Strategy>,
+    pub(crate) targets: Vec<Config>,
+    pub(crate) provider: Option<String>,
+    pub(crate) api_key: Option<String>,
+    pub(crate) virtual_key: Option<String>,
+    pub(crate) custom_host: Option<String>,
+    pub(crate) weight: Option<f64>,
+    pub(crate) on_status_codes: Option<Vec<u16>>,
+    pub(crate) override_params: Option<Map<String, Value>>,
     /// Milliseconds.
-    pub request_timeout: Option<u64>,
-    pub cache: Option<CacheConfig>,
-    pub retry: Option<RetryConfig>,
-    pub cb_config: Option<CircuitBreakerConfig>,
+    pub(crate) request_timeout: Option<u64>,
+    pub(crate) cache: Option<CacheConfig>,
+    pub(crate) retry: Option<RetryConfig>,
+    pub(crate) cb_config: Option<CircuitBreakerConfig>,
     /// Lowercased header names.
-    pub forward_headers: Option<Vec<String>>,
-    pub prompt_id: Option<String>,
-    pub strict_vendor_compliance: Option<bool>,
-    pub before_request_hooks: Vec<Hook>,
-    pub after_request_hooks: Vec<Hook>,
-    pub input_guardrails: Vec<Guardrail>,
-    pub output_guardrails: Vec<Guardrail>,
-    pub resource_name: Option<String>,
-    pub deployment_id: Option<String>,
-    pub api_version: Option<String>,
-    pub deployments: Vec<Deployment>,
-    pub vendor_organization: Option<String>,
-    pub vendor_project: Option<String>,
-    pub cloud_c_access_key_id: Option<String>,
-    pub cloud_c_secret_access_key: Option<String>,
-    pub cloud_c_region: Option<String>,
-    pub cloud_c_session_token: Option<String>,
-    pub cloud_b_project_id: Option<String>,
-    pub cloud_b_region: Option<String>,
-    pub cloud_b_service_account_json: Option<Map<String, Value>>,
-    pub cloud_a_region: Option<String>,
-    pub cloud_a_deployment_name: Option<String>,
-    pub cloud_a_deployment_type: Option<CloudADeploymentType>,
-    pub cloud_a_endpoint_name: Option<String>,
-    pub cloud_a_api_version: Option<String>,
+    pub(crate) forward_headers: Option<Vec<String>>,
+    pub(crate) prompt_id: Option<String>,
+    pub(crate) strict_vendor_compliance: Option<bool>,
+    pub(crate) before_request_hooks: Vec<Hook>,
+    pub(crate) after_request_hooks: Vec<Hook>,
+    pub(crate) input_guardrails: Vec<Guardrail>,
+    pub(crate) output_guardrails: Vec<Guardrail>,
+    pub(crate) resource_name: Option<String>,
+    pub(crate) deployment_id: Option<String>,
+    pub(crate) api_version: Option<String>,
+    pub(crate) deployments: Vec<Deployment>,
+    pub(crate) vendor_organization: Option<String>,
+    pub(crate) vendor_project: Option<String>,
+    pub(crate) cloud_c_access_key_id: Option<String>,
+    pub(crate) cloud_c_secret_access_key: Option<String>,
+    pub(crate) cloud_c_region: Option<String>,
+    pub(crate) cloud_c_session_token: Option<String>,
+    pub(crate) cloud_b_project_id: Option<String>,
+    pub(crate) cloud_b_region: Option<String>,
+    pub(crate) cloud_b_service_account_json: Option<Map<String, Value>>,
+    pub(crate) cloud_a_region: Option<String>,
+    pub(crate) cloud_a_deployment_name: Option<String>,
+    pub(crate) cloud_a_deployment_type: Option<CloudADeploymentType>,
+    pub(crate) cloud_a_endpoint_name: Option<String>,
+    pub(crate) cloud_a_api_version: Option<String>,
 }
 
 impl Config {
     /// Whether this node or any target below it satisfies `test`.
-    pub fn any_node(&self, test: &dyn Fn(&Config) -> bool) -> bool {
+    pub(crate) fn any_node(&self, test: &dyn Fn(&Config) -> bool) -> bool {
         test(self) || self.targets.iter().any(|t| t.any_node(test))
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Strategy {
-    pub mode: StrategyMode,
+pub(crate) struct Strategy {
+    pub(crate) mode: StrategyMode,
     /// Non-empty in mode conditional, empty otherwise.
-    pub conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
     /// The `name` of a target; present exactly in mode conditional.
-    pub default: Option<String>,
+    pub(crate) default: Option<String>,
     /// Only in mode fallback.
-    pub on_status_codes: Option<Vec<u16>>,
+    pub(crate) on_status_codes: Option<Vec<u16>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StrategyMode {
+pub(crate) enum StrategyMode {
     Single,
     LoadBalance,
     Fallback,
@@ -92,7 +92,7 @@ pub enum StrategyMode {
 impl StrategyMode {
     const ALL: [StrategyMode; 4] = [Self::Single, Self::LoadBalance, Self::Fallback, Self::Conditional];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Single => "single",
             Self::LoadBalance => "loadbalance",
@@ -103,21 +103,21 @@ impl StrategyMode {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Condition {
-    pub query: Map<String, Value>,
+pub(crate) struct Condition {
+    pub(crate) query: Map<String, Value>,
     /// The `name` of a target.
-    pub then: String,
+    pub(crate) then: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct CacheConfig {
-    pub mode: CacheMode,
+pub(crate) struct CacheConfig {
+    pub(crate) mode: CacheMode,
     /// Seconds.
-    pub max_age: Option<u64>,
+    pub(crate) max_age: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheMode {
+pub(crate) enum CacheMode {
     Simple,
     Semantic,
 }
@@ -125,7 +125,7 @@ pub enum CacheMode {
 impl CacheMode {
     const ALL: [CacheMode; 2] = [Self::Simple, Self::Semantic];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Simple => "simple",
             Self::Semantic => "semantic",
@@ -134,83 +134,83 @@ impl CacheMode {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct RetryConfig {
+pub(crate) struct RetryConfig {
     /// 0 to 10.
-    pub attempts: u32,
-    pub on_status_codes: Option<Vec<u16>>,
-    pub use_retry_after_headers: bool,
+    pub(crate) attempts: u32,
+    pub(crate) on_status_codes: Option<Vec<u16>>,
+    pub(crate) use_retry_after_headers: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct CircuitBreakerConfig {
+pub(crate) struct CircuitBreakerConfig {
     /// At least 1.
-    pub failure_threshold: u32,
+    pub(crate) failure_threshold: u32,
     /// Milliseconds, at least 30000.
-    pub cooldown_interval: u64,
-    pub failure_status_codes: Option<Vec<u16>>,
+    pub(crate) cooldown_interval: u64,
+    pub(crate) failure_status_codes: Option<Vec<u16>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Hook {
-    pub id: String,
+pub(crate) struct Hook {
+    pub(crate) id: String,
     /// JSON `type`.
-    pub kind: Option<String>,
-    pub checks: Vec<Check>,
-    pub on_fail: Option<HookOutcome>,
-    pub on_success: Option<HookOutcome>,
+    pub(crate) kind: Option<String>,
+    pub(crate) checks: Vec<Check>,
+    pub(crate) on_fail: Option<HookOutcome>,
+    pub(crate) on_success: Option<HookOutcome>,
     /// JSON `async`; only after-request hooks may set it.
-    pub is_async: bool,
+    pub(crate) is_async: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Check {
-    pub id: String,
-    pub parameters: Map<String, Value>,
+pub(crate) struct Check {
+    pub(crate) id: String,
+    pub(crate) parameters: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct HookOutcome {
-    pub feedback: Option<Feedback>,
+pub(crate) struct HookOutcome {
+    pub(crate) feedback: Option<Feedback>,
     /// Only in before-request hooks and output guardrails.
-    pub deny: Option<bool>,
+    pub(crate) deny: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Feedback {
-    pub value: Option<f64>,
-    pub weight: Option<f64>,
-    pub metadata: Option<Map<String, Value>>,
+pub(crate) struct Feedback {
+    pub(crate) value: Option<f64>,
+    pub(crate) weight: Option<f64>,
+    pub(crate) metadata: Option<Map<String, Value>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Guardrail {
+pub(crate) enum Guardrail {
     /// The id or slug of a stored guardrail.
     Reference(String),
     Inline(InlineGuardrail),
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct InlineGuardrail {
-    pub id: Option<String>,
-    pub deny: Option<bool>,
+pub(crate) struct InlineGuardrail {
+    pub(crate) id: Option<String>,
+    pub(crate) deny: Option<bool>,
     /// JSON `async`.
-    pub is_async: Option<bool>,
-    pub on_fail: Option<HookOutcome>,
-    pub on_success: Option<HookOutcome>,
+    pub(crate) is_async: Option<bool>,
+    pub(crate) on_fail: Option<HookOutcome>,
+    pub(crate) on_success: Option<HookOutcome>,
     /// Every further property (check id to its parameters), each an object.
-    pub checks: Map<String, Value>,
+    pub(crate) checks: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Deployment {
-    pub deployment_id: String,
-    pub alias: String,
-    pub api_version: String,
-    pub is_default: bool,
+pub(crate) struct Deployment {
+    pub(crate) deployment_id: String,
+    pub(crate) alias: String,
+    pub(crate) api_version: String,
+    pub(crate) is_default: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloudADeploymentType {
+pub(crate) enum CloudADeploymentType {
     Serverless,
     Managed,
 }
@@ -218,7 +218,7 @@ pub enum CloudADeploymentType {
 impl CloudADeploymentType {
     const ALL: [CloudADeploymentType; 2] = [Self::Serverless, Self::Managed];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Serverless => "serverless",
             Self::Managed => "managed",
@@ -228,11 +228,11 @@ impl CloudADeploymentType {
 
 /// Why a config was rejected, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
+pub(crate) struct ConfigError {
     /// JSON path of the value at fault, e.g. `targets[1].cb_config.cooldown_interval`;
     /// empty for the root.
-    pub path: String,
-    pub message: String,
+    pub(crate) path: String,
+    pub(crate) message: String,
 }
 
 impl ConfigError {
@@ -240,7 +240,7 @@ impl ConfigError {
         ConfigError { path: path.into(), message: message.into() }
     }
 
-    pub fn to_gateway_error(&self) -> GatewayError {
+    pub(crate) fn to_gateway_error(&self) -> GatewayError {
         GatewayError::invalid_param("config", self.to_string()).with_code("invalid_config")
     }
 }
@@ -256,7 +256,7 @@ impl fmt::Display for ConfigError {
 }
 
 /// Validates a config (the parsed `x-gateway-config` header or a saved config).
-pub fn parse_config(value: &Value) -> Result<Config, ConfigError> {
+pub(crate) fn parse_config(value: &Value) -> Result<Config, ConfigError> {
     parse_node(value, "", 0)
 }
 

@@ -20,7 +20,7 @@ pub(crate) enum CacheState {
 /// A request the cache looked up and may store the answer of.
 pub(crate) struct Caching {
     lookup: Lookup,
-    pub status: Status,
+    pub(crate) status: Status,
     /// The request's embedding, stored with its answer.
     vector: Option<Vec<f32>>,
     capture: Capture,
@@ -28,10 +28,10 @@ pub(crate) struct Caching {
 
 /// A stored answer that serves the request: its status, provider, content type and body.
 pub(crate) struct Hit {
-    pub status: Status,
-    pub provider: String,
-    pub content_type: String,
-    pub body: Vec<u8>,
+    pub(crate) status: Status,
+    pub(crate) provider: String,
+    pub(crate) content_type: String,
+    pub(crate) body: Vec<u8>,
 }
 
 impl CacheState {

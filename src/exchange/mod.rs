@@ -29,7 +29,7 @@ use crate::routing::plan::Failure;
 use crate::settings::Settings;
 use caching::{CacheState, Hit};
 use hashbrown::HashMap;
-pub use record::Record;
+pub(crate) use record::Record;
 pub(crate) use reply::parse_status;
 use reply::{finish, response_mode, Finished, ResponseMode};
 use std::rc::Rc;
@@ -38,7 +38,7 @@ type RawHeaders = Vec<(String, Vec<u8>)>;
 
 /// The host for one worker: reads and writes of a request's streams (named by context id),
 /// dispatched calls, the tick timer and metrics. None of these may re-enter the filter.
-pub trait Io {
+pub(crate) trait Io {
     fn host(&mut self) -> &mut dyn Host;
     fn request_headers(&mut self, id: u32) -> RawHeaders;
     fn request_body(&mut self, id: u32, size: usize) -> Vec<u8>;
@@ -64,30 +64,30 @@ pub trait Io {
 
 /// A call for the host to dispatch.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Dispatch {
-    pub cluster: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-    pub timeout_ms: u64,
+pub(crate) struct Dispatch {
+    pub(crate) cluster: String,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+    pub(crate) timeout_ms: u64,
 }
 
 /// A dispatched call's answer; status 0 when it failed without one.
-pub struct CallAnswer {
-    pub status: u16,
-    pub headers: RawHeaders,
-    pub body: Vec<u8>,
+pub(crate) struct CallAnswer {
+    pub(crate) status: u16,
+    pub(crate) headers: RawHeaders,
+    pub(crate) body: Vec<u8>,
 }
 
 /// What the host callback returns to Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Continue,
     Pause,
 }
 
 /// Effects that may re-enter the filter, run by the adapter after the exchange returns.
 #[derive(Debug, Clone, PartialEq)]
-pub enum After {
+pub(crate) enum After {
     /// Answer request `id` locally.
     Reply { id: u32, status: u16, headers: Vec<(String, String)>, body: Vec<u8> },
     /// Let request `id` go on (it was held for the embeddings call).
@@ -96,9 +96,9 @@ pub enum After {
 
 /// The result of one event.
 #[derive(Debug, PartialEq)]
-pub struct Output {
-    pub action: Action,
-    pub after: Vec<After>,
+pub(crate) struct Output {
+    pub(crate) action: Action,
+    pub(crate) after: Vec<After>,
 }
 
 impl Output {
@@ -139,7 +139,7 @@ struct Env<'a> {
 }
 
 /// Every request of one worker (one Envoy worker thread, one VM).
-pub struct Worker {
+pub(crate) struct Worker {
     settings: Rc<Settings>,
     exchanges: HashMap<u32, Exchange>,
     tasks: Tasks,
@@ -155,16 +155,12 @@ const UNROUTED: &str = "gateway-unrouted";
 const CALL_TIMEOUT_MS: u64 = 300_000;
 
 impl Worker {
-    pub fn new(settings: Rc<Settings>) -> Worker {
+    pub(crate) fn new(settings: Rc<Settings>) -> Worker {
         Worker { settings, exchanges: HashMap::new(), tasks: Tasks::default() }
     }
 
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     /// New requests use `settings` (requests in flight keep theirs).
-    pub fn configure(&mut self, settings: Settings) {
+    pub(crate) fn configure(&mut self, settings: Settings) {
         self.settings = Rc::new(settings);
     }
 
@@ -179,36 +175,36 @@ impl Worker {
         Output { action, after: env.after }
     }
 
-    pub fn request_headers(&mut self, id: u32, end_of_stream: bool, io: &mut dyn Io) -> Output {
+    pub(crate) fn request_headers(&mut self, id: u32, end_of_stream: bool, io: &mut dyn Io) -> Output {
         let raw = io.request_headers(id);
         let exchange = Exchange::new(Rc::clone(&self.settings), &raw, io.host());
         self.exchanges.insert(id, exchange);
         self.on(id, io, |exchange, env| exchange.request_headers(env, raw, end_of_stream))
     }
 
-    pub fn request_body(&mut self, id: u32, size: usize, end_of_stream: bool, io: &mut dyn Io) -> Output {
+    pub(crate) fn request_body(&mut self, id: u32, size: usize, end_of_stream: bool, io: &mut dyn Io) -> Output {
         self.on(id, io, |exchange, env| exchange.request_body(env, size, end_of_stream))
     }
 
-    pub fn request_trailers(&mut self, id: u32, io: &mut dyn Io) -> Output {
+    pub(crate) fn request_trailers(&mut self, id: u32, io: &mut dyn Io) -> Output {
         self.on(id, io, |exchange, env| exchange.request_trailers(env))
     }
 
-    pub fn response_headers(&mut self, id: u32, end_of_stream: bool, io: &mut dyn Io) -> Output {
+    pub(crate) fn response_headers(&mut self, id: u32, end_of_stream: bool, io: &mut dyn Io) -> Output {
         self.on(id, io, |exchange, env| exchange.response_headers(env, end_of_stream))
     }
 
-    pub fn response_body(&mut self, id: u32, size: usize, end_of_stream: bool, io: &mut dyn Io) -> Output {
+    pub(crate) fn response_body(&mut self, id: u32, size: usize, end_of_stream: bool, io: &mut dyn Io) -> Output {
         self.on(id, io, |exchange, env| exchange.response_body(env, size, end_of_stream))
     }
 
     /// Whether a call answer is awaited (an unknown token's answer need not even be read).
-    pub fn awaits(&self, token: u32) -> bool {
+    pub(crate) fn awaits(&self, token: u32) -> bool {
         self.tasks.calls.contains_key(&token)
     }
 
     /// A dispatched call answered, on whichever context it arrived.
-    pub fn call_answered(&mut self, token: u32, answer: CallAnswer, io: &mut dyn Io) -> Output {
+    pub(crate) fn call_answered(&mut self, token: u32, answer: CallAnswer, io: &mut dyn Io) -> Output {
         let Some((owner, task)) = self.tasks.calls.remove(&token) else {
             return Output::proceed();
         };
@@ -222,7 +218,7 @@ impl Worker {
     }
 
     /// The root's timer: starts the calls whose delay is over.
-    pub fn tick(&mut self, io: &mut dyn Io) -> Output {
+    pub(crate) fn tick(&mut self, io: &mut dyn Io) -> Output {
         let now = io.host().now_ms();
         let (due, waiting): (Vec<Timer>, Vec<Timer>) =
             std::mem::take(&mut self.tasks.timers).into_iter().partition(|t| t.due_ms <= now);
@@ -240,7 +236,7 @@ impl Worker {
     }
 
     /// Request `id` ended: its record, and nothing of it left behind.
-    pub fn finished(&mut self, id: u32) -> Option<Record> {
+    pub(crate) fn finished(&mut self, id: u32) -> Option<Record> {
         self.tasks.timers.retain(|t| t.owner != id);
         self.tasks.calls.retain(|_, (owner, _)| *owner != id);
         self.exchanges.remove(&id).map(Exchange::into_record)
@@ -249,7 +245,7 @@ impl Worker {
 
 /// Creates every breaker slot and cache key before traffic, so each later update is a
 /// compare-and-swap (shared data has no delete and no eviction; the keys are fixed).
-pub fn prepare_store(store: &dyn SharedStore, settings: &Settings) {
+pub(crate) fn prepare_store(store: &dyn SharedStore, settings: &Settings) {
     let startup = breaker::slot_keys()
         .map(|key| (key, breaker::EMPTY_SLOT))
         .chain(settings.cache.layout.startup_keys().map(|key| (key, store::EMPTY)));

@@ -5,19 +5,19 @@ use crate::request::headers::TraceFields;
 use std::fmt;
 
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Record {
-    pub trace_id: String,
-    pub trace: TraceFields,
-    pub method: String,
-    pub path: String,
+pub(crate) struct Record {
+    pub(crate) trace_id: String,
+    pub(crate) trace: TraceFields,
+    pub(crate) method: String,
+    pub(crate) path: String,
     /// The provider that answered; empty when none was chosen.
-    pub provider: &'static str,
+    pub(crate) provider: &'static str,
     /// Where the answering target sits in the config (empty for the root).
-    pub target: String,
-    pub retries: u32,
-    pub status: u16,
+    pub(crate) target: String,
+    pub(crate) retries: u32,
+    pub(crate) status: u16,
     /// The cache status the client saw; empty when the cache has no part.
-    pub cache: &'static str,
+    pub(crate) cache: &'static str,
 }
 
 impl fmt::Display for Record {

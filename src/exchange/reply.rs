@@ -43,9 +43,9 @@ pub(crate) fn response_mode(
 /// A finished answer: status, whether its body is the gateway's JSON (translated or an
 /// error), and the body.
 pub(crate) struct Finished {
-    pub status: u16,
-    pub json: bool,
-    pub body: Vec<u8>,
+    pub(crate) status: u16,
+    pub(crate) json: bool,
+    pub(crate) body: Vec<u8>,
 }
 
 /// The one way a whole answer body is finished in `mode`: an error reshaped, a chat

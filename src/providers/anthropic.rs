@@ -8,7 +8,7 @@ use crate::stream::sse::{write_data, SseEvent, SseParser, MAX_EVENT_BYTES};
 use hashbrown::HashMap;
 use serde_json::{json, Map, Value};
 
-pub struct Anthropic;
+pub(crate) struct Anthropic;
 
 const API_VERSION: &str = "2023-06-01";
 /// Anthropic requires `max_tokens`; OpenAI lets it default.

@@ -1,8 +1,8 @@
 //! Providers: one translator per provider behind one small interface, one file per provider.
 //! Adding a provider means one file and one line in `PROVIDERS`.
 
-pub mod anthropic;
-pub mod openai;
+pub(crate) mod anthropic;
+pub(crate) mod openai;
 
 use crate::errors::GatewayError;
 use crate::request::endpoint::Endpoint;
@@ -10,18 +10,18 @@ use serde_json::Value;
 
 /// What a translator needs to shape a response to OpenAI's form.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ResponseContext {
+pub(crate) struct ResponseContext {
     /// The model the client asked for (after `override_params`).
-    pub model: String,
+    pub(crate) model: String,
     /// Unix seconds from the host clock, for `created`.
-    pub created: u64,
+    pub(crate) created: u64,
     /// `stream_options.include_usage` of the request.
-    pub include_usage: bool,
+    pub(crate) include_usage: bool,
     /// When false, non-standard parts (thinking) are returned as `content_blocks`.
-    pub strict_vendor_compliance: bool,
+    pub(crate) strict_vendor_compliance: bool,
 }
 
-pub trait Translator: Sync {
+pub(crate) trait Translator: Sync {
     /// Upstream path, appended to the provider's base path, for `endpoint`. `openai_path` is
     /// what the client called after `/v1`, e.g. `/chat/completions` or `/batches/b1/cancel`.
     /// A provider that lacks the endpoint answers Err (a 400, never a 5xx).
@@ -59,7 +59,7 @@ pub trait Translator: Sync {
     fn error_body(&self, status: u16, body: &[u8]) -> Vec<u8>;
 }
 
-pub trait StreamTranslator {
+pub(crate) trait StreamTranslator {
     /// Consumes one upstream chunk (which may end anywhere, even mid-event) and appends the
     /// bytes for the client to `out`.
     fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>);
@@ -68,11 +68,11 @@ pub trait StreamTranslator {
 }
 
 /// A provider the gateway knows by name.
-pub struct ProviderSpec {
-    pub name: &'static str,
+pub(crate) struct ProviderSpec {
+    pub(crate) name: &'static str,
     /// Built-in base URL; None when the provider is only reachable through `custom_host`.
-    pub base_url: Option<&'static str>,
-    pub translator: &'static dyn Translator,
+    pub(crate) base_url: Option<&'static str>,
+    pub(crate) translator: &'static dyn Translator,
 }
 
 static OPENAI: openai::OpenAi = openai::OpenAi;
@@ -82,7 +82,7 @@ const fn compatible(name: &'static str, base_url: &'static str) -> ProviderSpec 
     ProviderSpec { name, base_url: Some(base_url), translator: &OPENAI }
 }
 
-pub static PROVIDERS: &[ProviderSpec] = &[
+pub(crate) static PROVIDERS: &[ProviderSpec] = &[
     compatible("openai", "https://api.openai.com/v1"),
     ProviderSpec { name: "anthropic", base_url: Some("https://api.anthropic.com/v1"), translator: &ANTHROPIC },
     // The generic name for any server that speaks OpenAI's API; needs `custom_host`.
@@ -101,12 +101,12 @@ pub static PROVIDERS: &[ProviderSpec] = &[
     ProviderSpec { name: "vllm", base_url: None, translator: &OPENAI },
 ];
 
-pub fn find(name: &str) -> Option<&'static ProviderSpec> {
+pub(crate) fn find(name: &str) -> Option<&'static ProviderSpec> {
     PROVIDERS.iter().find(|p| p.name == name)
 }
 
 /// The OpenAI error `type` that matches an HTTP status, for errors that carry none.
-pub fn error_kind_for_status(status: u16) -> &'static str {
+pub(crate) fn error_kind_for_status(status: u16) -> &'static str {
     match status {
         400 | 404 | 409 | 413 | 422 => "invalid_request_error",
         401 => "authentication_error",

@@ -5,7 +5,7 @@ use super::{error_kind_for_status, Endpoint, ResponseContext, StreamTranslator, 
 use crate::errors::{error_json, GatewayError};
 use serde_json::Value;
 
-pub struct OpenAi;
+pub(crate) struct OpenAi;
 
 impl Translator for OpenAi {
     fn upstream_path(&self, _endpoint: Endpoint, openai_path: &str) -> Result<String, GatewayError> {
@@ -61,7 +61,7 @@ impl StreamTranslator for Unchanged {
 /// Any error body into the OpenAI error object: an `{"error": {...}}` body keeps its fields,
 /// an `{"error": "text"}` or `{"message": ...}` body keeps its text, anything else becomes
 /// the message (truncated; bodies can be large HTML pages).
-pub fn normalize_error(status: u16, body: &[u8]) -> Vec<u8> {
+pub(crate) fn normalize_error(status: u16, body: &[u8]) -> Vec<u8> {
     let default_kind = error_kind_for_status(status);
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     if let Some(Value::Object(root)) = &parsed {

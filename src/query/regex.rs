@@ -36,13 +36,13 @@ const MAX_NESTING: usize = 32;
 
 /// A compiled pattern.
 #[derive(Debug)]
-pub struct Regex {
+pub(crate) struct Regex {
     program: Vec<Inst>,
     ignore_case: bool,
 }
 
 /// Compiles `pattern`, or says what is wrong with it.
-pub fn compile(pattern: &str) -> Result<Regex, String> {
+pub(crate) fn compile(pattern: &str) -> Result<Regex, String> {
     let chars: Vec<char> = pattern.chars().collect();
     if chars.len() > MAX_PATTERN_CHARS {
         return Err(format!("longer than {MAX_PATTERN_CHARS} characters"));
@@ -63,7 +63,7 @@ pub fn compile(pattern: &str) -> Result<Regex, String> {
 
 impl Regex {
     /// Whether the pattern matches anywhere in `text`.
-    pub fn is_match(&self, text: &str) -> bool {
+    pub(crate) fn is_match(&self, text: &str) -> bool {
         let mut current = Threads::new(self.program.len());
         let mut next = Threads::new(self.program.len());
         let mut stack = Vec::new();

@@ -26,7 +26,7 @@ const MAX_TOOLS: usize = 128;
 /// Validates an OpenAI chat completion request body (already parsed JSON). Errors are 400
 /// `invalid_request_error` whose `param` names the exact parameter, e.g. `messages[2].content`,
 /// `temperature`, `tools[3].function.name`, and whose message says what is wrong and what is allowed.
-pub fn validate_chat_request(body: &Value) -> Result<(), GatewayError> {
+pub(crate) fn validate_chat_request(body: &Value) -> Result<(), GatewayError> {
     let body = body
         .as_object()
         .ok_or_else(|| GatewayError::invalid_param("body", "The request body must be a JSON object."))?;
@@ -62,7 +62,7 @@ pub fn validate_chat_request(body: &Value) -> Result<(), GatewayError> {
 }
 
 /// `include_usage: true` in a request's `stream_options`.
-pub fn include_usage(stream_options: Option<&Value>) -> bool {
+pub(crate) fn include_usage(stream_options: Option<&Value>) -> bool {
     stream_options.and_then(|o| o.get("include_usage")).and_then(Value::as_bool) == Some(true)
 }
 

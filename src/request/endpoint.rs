@@ -4,7 +4,7 @@ use crate::errors::GatewayError;
 
 /// The OpenAI endpoints the gateway serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     ChatCompletions,
     Completions,
     Embeddings,
@@ -21,7 +21,7 @@ pub enum Endpoint {
 
 /// How the filter treats the request body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyMode {
+pub(crate) enum BodyMode {
     /// JSON the gateway reads (validation, `override_params`, translation).
     Json,
     /// Streams to the provider untouched (multipart uploads, resource endpoints).
@@ -29,7 +29,7 @@ pub enum BodyMode {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     Health,
     Api {
         endpoint: Endpoint,
@@ -58,7 +58,7 @@ const INFERENCE: &[(&str, Endpoint, BodyMode)] = &[
 const RESOURCES: &[&str] =
     &["/batches", "/files", "/fine_tuning", "/assistants", "/threads", "/models", "/vector_stores", "/uploads"];
 
-pub fn classify(method: &str, full_path: &str) -> Result<Route, GatewayError> {
+pub(crate) fn classify(method: &str, full_path: &str) -> Result<Route, GatewayError> {
     let (path, query) = match full_path.split_once('?') {
         Some((path, query)) => (path, Some(query.to_string())),
         None => (full_path, None),

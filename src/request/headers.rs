@@ -65,7 +65,7 @@ const HEADERS: &[(Field, &[&str])] = &[
 
 /// A header value as text. Gateway headers and credentials must be valid UTF-8 (a mangled
 /// key or config must not pass silently); other headers are decoded leniently.
-pub fn decode_value(name: &str, value: &[u8]) -> Result<String, GatewayError> {
+pub(crate) fn decode_value(name: &str, value: &[u8]) -> Result<String, GatewayError> {
     match std::str::from_utf8(value) {
         Ok(text) => Ok(text.to_string()),
         Err(_) if is_gateway_header(name) || name == "authorization" => {
@@ -77,7 +77,7 @@ pub fn decode_value(name: &str, value: &[u8]) -> Result<String, GatewayError> {
 }
 
 /// The first value of a header in raw request headers.
-pub fn find<'a>(raw: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a [u8]> {
+pub(crate) fn find<'a>(raw: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a [u8]> {
     raw.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice())
 }
 
@@ -87,21 +87,21 @@ fn find_field(raw: &[(String, Vec<u8>)], field: Field) -> Option<&[u8]> {
 }
 
 /// The gateway key as sent, before anything else is parsed.
-pub fn api_key(raw: &[(String, Vec<u8>)]) -> Option<&[u8]> {
+pub(crate) fn api_key(raw: &[(String, Vec<u8>)]) -> Option<&[u8]> {
     find_field(raw, Field::ApiKey)
 }
 
 /// Trace fields for the log line and the trace id header, readable even from a request
 /// the gateway rejects. Without a client trace id, Envoy's `x-request-id` serves.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct TraceFields {
-    pub trace_id: Option<String>,
-    pub span_id: String,
-    pub parent_span_id: String,
-    pub span_name: String,
+pub(crate) struct TraceFields {
+    pub(crate) trace_id: Option<String>,
+    pub(crate) span_id: String,
+    pub(crate) parent_span_id: String,
+    pub(crate) span_name: String,
 }
 
-pub fn trace_fields(raw: &[(String, Vec<u8>)]) -> TraceFields {
+pub(crate) fn trace_fields(raw: &[(String, Vec<u8>)]) -> TraceFields {
     // A value that is not UTF-8 counts as absent: a garbled id is no id.
     let text = |value: Option<&[u8]>| {
         value.and_then(|v| std::str::from_utf8(v).ok()).map(|v| v.trim().to_string()).unwrap_or_default()
@@ -118,7 +118,7 @@ pub fn trace_fields(raw: &[(String, Vec<u8>)]) -> TraceFields {
 
 /// Headers that carry the gateway's own secrets (its key, stored-credential references,
 /// configs with provider keys, cloud secrets): never forwarded, whatever the request asks.
-pub fn is_secret_header(name: &str) -> bool {
+pub(crate) fn is_secret_header(name: &str) -> bool {
     lookup(name).is_some_and(|(field, _)| {
         matches!(
             field,
@@ -133,7 +133,7 @@ pub fn is_secret_header(name: &str) -> bool {
 }
 
 /// Whether a request header is one of the gateway's own (never sent to a provider).
-pub fn is_gateway_header(name: &str) -> bool {
+pub(crate) fn is_gateway_header(name: &str) -> bool {
     name.starts_with("x-gateway-") || lookup(name).is_some()
 }
 
@@ -155,40 +155,40 @@ fn lookup(name: &str) -> Option<(Field, &'static str)> {
 
 /// Cloud-specific headers (spec 5.3), kept for the cloud providers.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct CloudHeaders {
-    pub a_resource_name: Option<String>,
-    pub a_deployment_id: Option<String>,
-    pub a_api_version: Option<String>,
-    pub a_model_name: Option<String>,
-    pub b_project_id: Option<String>,
-    pub b_region: Option<String>,
-    pub b_request_type: Option<String>,
-    pub c_session_token: Option<String>,
-    pub c_secret_access_key: Option<String>,
-    pub c_region: Option<String>,
-    pub c_access_key_id: Option<String>,
+pub(crate) struct CloudHeaders {
+    pub(crate) a_resource_name: Option<String>,
+    pub(crate) a_deployment_id: Option<String>,
+    pub(crate) a_api_version: Option<String>,
+    pub(crate) a_model_name: Option<String>,
+    pub(crate) b_project_id: Option<String>,
+    pub(crate) b_region: Option<String>,
+    pub(crate) b_request_type: Option<String>,
+    pub(crate) c_session_token: Option<String>,
+    pub(crate) c_secret_access_key: Option<String>,
+    pub(crate) c_region: Option<String>,
+    pub(crate) c_access_key_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct GatewayHeaders {
-    pub provider: Option<String>,
+pub(crate) struct GatewayHeaders {
+    pub(crate) provider: Option<String>,
     /// The token of `Authorization: Bearer <token>`.
-    pub bearer: Option<String>,
-    pub virtual_key: Option<String>,
-    pub config: Option<String>,
-    pub custom_host: Option<String>,
-    pub metadata: Option<Map<String, Value>>,
-    pub cache_force_refresh: Option<bool>,
-    pub cache_namespace: Option<String>,
-    pub request_timeout: Option<u64>,
-    pub forward_headers: Option<Vec<String>>,
-    pub vendor_beta: Option<String>,
-    pub cloud: CloudHeaders,
+    pub(crate) bearer: Option<String>,
+    pub(crate) virtual_key: Option<String>,
+    pub(crate) config: Option<String>,
+    pub(crate) custom_host: Option<String>,
+    pub(crate) metadata: Option<Map<String, Value>>,
+    pub(crate) cache_force_refresh: Option<bool>,
+    pub(crate) cache_namespace: Option<String>,
+    pub(crate) request_timeout: Option<u64>,
+    pub(crate) forward_headers: Option<Vec<String>>,
+    pub(crate) vendor_beta: Option<String>,
+    pub(crate) cloud: CloudHeaders,
 }
 
 impl GatewayHeaders {
     /// Parses the request headers (names lowercase, as Envoy gives them).
-    pub fn parse<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, GatewayError> {
+    pub(crate) fn parse<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, GatewayError> {
         let mut parsed = GatewayHeaders::default();
         for (name, value) in headers {
             if name == "authorization" {
@@ -293,7 +293,7 @@ fn parse_header_list(header: &str, value: &str) -> Result<Vec<String>, GatewayEr
 }
 
 /// An HTTP header name: one or more token characters (RFC 9110).
-pub fn is_header_name(name: &str) -> bool {
+pub(crate) fn is_header_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 

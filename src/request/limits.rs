@@ -7,13 +7,13 @@ use crate::errors::GatewayError;
 /// linear memory never shrinks, so one such request would keep ~400 MB in the worker for
 /// good. Real chat bodies hold far fewer values: long texts and base64 images are single
 /// strings.
-pub const MAX_JSON_VALUES: usize = 500_000;
+pub(crate) const MAX_JSON_VALUES: usize = 500_000;
 
 /// Rejects a body with more than `max_values` JSON values, in one pass over its bytes and
 /// without parsing it. Each `[`, `{` and `,` outside strings starts a value, plus the first
 /// one; this is exact except that an empty `[]` or `{}` counts one extra. Invalid JSON is
 /// left for the parser to reject.
-pub fn check_json_size(body: &[u8], max_values: usize) -> Result<(), GatewayError> {
+pub(crate) fn check_json_size(body: &[u8], max_values: usize) -> Result<(), GatewayError> {
     let mut values: usize = 1;
     let mut in_string = false;
     let mut escaped = false;

@@ -1,6 +1,6 @@
 //! The client's request: endpoint, gateway headers, body limits, chat validation.
 
-pub mod chat;
-pub mod endpoint;
-pub mod headers;
-pub mod limits;
+pub(crate) mod chat;
+pub(crate) mod endpoint;
+pub(crate) mod headers;
+pub(crate) mod limits;

@@ -8,21 +8,21 @@ use crate::errors::GatewayError;
 use crate::ports::Host;
 
 /// Where a request stands in its plan.
-pub struct Attempts {
-    pub plan: Plan,
+pub(crate) struct Attempts {
+    pub(crate) plan: Plan,
     /// The attempt in flight (or about to be).
-    pub current: usize,
+    pub(crate) current: usize,
     /// Retries of the current target so far.
     retries_here: u32,
     /// Retries of every target so far, for the client's response header.
-    pub retries: u32,
+    pub(crate) retries: u32,
     /// Circuits this request's outcomes opened, for the host's metric.
-    pub circuits_opened: u32,
+    pub(crate) circuits_opened: u32,
 }
 
 /// What to do after a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Call attempt `index` after `delay_ms` (0: at once).
     Call { index: usize, delay_ms: u64 },
     /// Nothing is left to try: the last failure is the answer.
@@ -31,7 +31,7 @@ pub enum Next {
 
 impl Attempts {
     /// The first attempt whose circuit lets it through; every circuit open is a 503.
-    pub fn start(plan: Plan, host: &mut dyn Host) -> Result<Attempts, GatewayError> {
+    pub(crate) fn start(plan: Plan, host: &mut dyn Host) -> Result<Attempts, GatewayError> {
         let mut attempts = Attempts { plan, current: 0, retries_here: 0, retries: 0, circuits_opened: 0 };
         if attempts.admitted(0, host) {
             return Ok(attempts);
@@ -52,19 +52,19 @@ impl Attempts {
     }
 
     /// The current attempt succeeded.
-    pub fn succeeded(&mut self, status: u16, host: &dyn Host) {
+    pub(crate) fn succeeded(&mut self, status: u16, host: &dyn Host) {
         self.record(Some(status), host);
     }
 
     /// The current attempt failed and nothing else will be tried (the request cannot be sent
     /// again): only the breaker learns of it.
-    pub fn failed_finally(&mut self, failure: Failure, host: &dyn Host) {
+    pub(crate) fn failed_finally(&mut self, failure: Failure, host: &dyn Host) {
         self.record(failure.provider_status(), host);
     }
 
     /// The current attempt could not even be sent (its request cannot be built for that
     /// target): move on as past an open circuit, telling the breaker nothing.
-    pub fn skip(&mut self, host: &mut dyn Host) -> Next {
+    pub(crate) fn skip(&mut self, host: &mut dyn Host) -> Next {
         match self.next_admitted(self.current, Failure::CircuitOpen, host) {
             Some(next) => {
                 self.current = next;
@@ -76,7 +76,7 @@ impl Attempts {
     }
 
     /// The current attempt failed. `headers` are the failed response's (for Retry-After).
-    pub fn failed(&mut self, failure: Failure, headers: &[(String, Vec<u8>)], host: &mut dyn Host) -> Next {
+    pub(crate) fn failed(&mut self, failure: Failure, headers: &[(String, Vec<u8>)], host: &mut dyn Host) -> Next {
         self.record(failure.provider_status(), host);
         let index = self.current;
         let retry = self.plan.attempts.get(index).and_then(|a| a.target.options.retry.clone());

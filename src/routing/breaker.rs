@@ -63,11 +63,11 @@ use crate::hash::Hasher;
 use crate::ports::SharedStore;
 
 /// The number of slots, so of shared-data keys, the breaker ever uses.
-pub const SLOT_COUNT: usize = 2048;
+pub(crate) const SLOT_COUNT: usize = 2048;
 
 /// The value the startup stores in each slot key. One byte rather than none: the SDK returns
 /// no data for an empty value, which an adapter could mistake for a missing key.
-pub const EMPTY_SLOT: &[u8] = &[0];
+pub(crate) const EMPTY_SLOT: &[u8] = &[0];
 
 const KEY_PREFIX: &str = "gateway.cb.";
 
@@ -79,10 +79,10 @@ const RECORD_LEN: usize = 30;
 
 /// The stable identity of a target: a hash of its provider, location and credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CircuitId(u64);
+pub(crate) struct CircuitId(u64);
 
 /// The circuit of a target. `location` is where it lives (e.g. authority and base path).
-pub fn circuit_id(provider: &str, location: &str, credential: Option<&str>) -> CircuitId {
+pub(crate) fn circuit_id(provider: &str, location: &str, credential: Option<&str>) -> CircuitId {
     let mut hasher = Hasher::new();
     hasher.part(Some(provider.as_bytes())).part(Some(location.as_bytes())).part(credential.map(str::as_bytes));
     CircuitId(hasher.finish())
@@ -90,7 +90,7 @@ pub fn circuit_id(provider: &str, location: &str, credential: Option<&str>) -> C
 
 /// What an attempt's result says about the target's health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The provider answered with a status not counted as a failure (a 4xx is the request's
     /// fault, not the target's: it proves the target is up, and settles a trial).
     Success,
@@ -100,7 +100,7 @@ pub enum Outcome {
 /// Classifies an attempt: `status` is None for a transport failure or a timeout, which count as
 /// failures. The config's `failure_status_codes` (by default every status from 500) are
 /// failures; any other response shows the target is up and is a success.
-pub fn classify(config: &CircuitBreakerConfig, status: Option<u16>) -> Outcome {
+pub(crate) fn classify(config: &CircuitBreakerConfig, status: Option<u16>) -> Outcome {
     let Some(status) = status else {
         return Outcome::Failure;
     };
@@ -117,7 +117,7 @@ pub fn classify(config: &CircuitBreakerConfig, status: Option<u16>) -> Outcome {
 
 /// Whether an attempt may go to a target now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// The circuit is closed (or not tracked): go.
     Closed,
     /// This attempt is the one trial after the cooldown: go, and record its outcome.
@@ -127,7 +127,7 @@ pub enum Admission {
 }
 
 /// Read-only: would [`admit`] refuse an attempt now? For choosing among loadbalance targets.
-pub fn is_open(store: &dyn SharedStore, id: CircuitId, config: &CircuitBreakerConfig, now_ms: u64) -> bool {
+pub(crate) fn is_open(store: &dyn SharedStore, id: CircuitId, config: &CircuitBreakerConfig, now_ms: u64) -> bool {
     match locate(store, id, now_ms) {
         Place::Held { record, .. } => refuses(&record, config, now_ms),
         Place::Free { .. } | Place::Busy => false,
@@ -136,7 +136,7 @@ pub fn is_open(store: &dyn SharedStore, id: CircuitId, config: &CircuitBreakerCo
 
 /// Called right before an attempt. After the cooldown (or once a trial has gone unanswered for
 /// a cooldown) the first caller to swap in a new trial gets [`Admission::Trial`].
-pub fn admit(store: &dyn SharedStore, id: CircuitId, config: &CircuitBreakerConfig, now_ms: u64) -> Admission {
+pub(crate) fn admit(store: &dyn SharedStore, id: CircuitId, config: &CircuitBreakerConfig, now_ms: u64) -> Admission {
     for _ in 0..MAX_CAS_ATTEMPTS {
         let Place::Held { key, cas, record } = locate(store, id, now_ms) else {
             return Admission::Closed;
@@ -159,20 +159,20 @@ pub fn admit(store: &dyn SharedStore, id: CircuitId, config: &CircuitBreakerConf
 
 /// What [`record`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     /// This call opened the circuit (from closed, or by a failed trial): true for exactly one
     /// caller per opening, so the host can count openings.
-    pub opened: bool,
+    pub(crate) opened: bool,
     /// The circuit's consecutive failures after this call; 0 when it is not tracked (or every
     /// CAS lost).
-    pub failures: u32,
+    pub(crate) failures: u32,
 }
 
 /// Records an attempt's outcome: a failure counts (opening the circuit at the threshold, or
 /// again when it is the trial's), a success closes the circuit and resets the count, and
 /// outcomes while open are ignored. Each change is a CAS on the
 /// circuit's slot, retried on a mismatch, so concurrent workers never lose a count.
-pub fn record(
+pub(crate) fn record(
     store: &dyn SharedStore,
     id: CircuitId,
     config: &CircuitBreakerConfig,
@@ -204,7 +204,7 @@ pub fn record(
 /// workers' VMs and the VMs of an earlier configuration share them. Two VMs creating the same
 /// key at once both store the placeholder; at worst that wipes a record written in that very
 /// instant.
-pub fn slot_keys() -> impl Iterator<Item = String> {
+pub(crate) fn slot_keys() -> impl Iterator<Item = String> {
     (0..SLOT_COUNT).map(slot_key)
 }
 

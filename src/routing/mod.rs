@@ -2,10 +2,10 @@
 //! `plan` walks the strategy tree into an ordered plan of attempts, `attempts` drives it
 //! through failures (retries, fallback, circuit breaker); this file builds single targets.
 
-pub mod attempts;
-pub mod breaker;
-pub mod plan;
-pub mod retry;
+pub(crate) mod attempts;
+pub(crate) mod breaker;
+pub(crate) mod plan;
+pub(crate) mod retry;
 
 use crate::config::{parse_config, CacheConfig, CircuitBreakerConfig, Config, RetryConfig};
 use crate::errors::GatewayError;
@@ -17,14 +17,14 @@ use serde_json::{Map, Value};
 
 /// Per-target options a config sets; children inherit them from their parents.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TargetOptions {
-    pub override_params: Map<String, Value>,
-    pub forward_headers: Vec<String>,
-    pub strict_vendor_compliance: bool,
-    pub request_timeout: Option<u64>,
-    pub retry: Option<RetryConfig>,
-    pub cb_config: Option<CircuitBreakerConfig>,
-    pub cache: Option<CacheConfig>,
+pub(crate) struct TargetOptions {
+    pub(crate) override_params: Map<String, Value>,
+    pub(crate) forward_headers: Vec<String>,
+    pub(crate) strict_vendor_compliance: bool,
+    pub(crate) request_timeout: Option<u64>,
+    pub(crate) retry: Option<RetryConfig>,
+    pub(crate) cb_config: Option<CircuitBreakerConfig>,
+    pub(crate) cache: Option<CacheConfig>,
 }
 
 impl TargetOptions {
@@ -75,13 +75,13 @@ impl TargetOptions {
 
 /// The provider one attempt goes to.
 #[derive(Clone)]
-pub struct Target {
-    pub provider: &'static ProviderSpec,
-    pub api_key: Option<String>,
-    pub upstream: Upstream,
-    pub vendor_organization: Option<String>,
-    pub vendor_project: Option<String>,
-    pub options: TargetOptions,
+pub(crate) struct Target {
+    pub(crate) provider: &'static ProviderSpec,
+    pub(crate) api_key: Option<String>,
+    pub(crate) upstream: Upstream,
+    pub(crate) vendor_organization: Option<String>,
+    pub(crate) vendor_project: Option<String>,
+    pub(crate) options: TargetOptions,
 }
 
 /// A provider choice before its location is known.
@@ -94,7 +94,7 @@ struct Choice {
 }
 
 /// The config header: a JSON config object, or the id of a saved config.
-pub fn parse_config_header(raw: &str) -> Result<Config, GatewayError> {
+pub(crate) fn parse_config_header(raw: &str) -> Result<Config, GatewayError> {
     match serde_json::from_str::<Value>(raw) {
         Ok(value) => parse_config(&value).map_err(|e| e.to_gateway_error()),
         Err(e) if raw.starts_with(['{', '[']) => {

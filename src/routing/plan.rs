@@ -13,18 +13,18 @@ use crate::settings::Settings;
 use serde_json::Value;
 
 /// One target of the plan.
-pub struct Attempt {
-    pub target: Target,
+pub(crate) struct Attempt {
+    pub(crate) target: Target,
     /// Where the target sits in the config, e.g. `targets[1].targets[0]`; empty for the root.
-    pub path: String,
-    pub circuit: Option<Circuit>,
+    pub(crate) path: String,
+    pub(crate) circuit: Option<Circuit>,
     /// The fallbacks this target belongs to, innermost first.
     exits: Vec<Exit>,
 }
 
-pub struct Circuit {
-    pub id: CircuitId,
-    pub config: CircuitBreakerConfig,
+pub(crate) struct Circuit {
+    pub(crate) id: CircuitId,
+    pub(crate) config: CircuitBreakerConfig,
 }
 
 /// How an attempt leaves one enclosing fallback when it fails.
@@ -37,7 +37,7 @@ struct Exit {
 
 /// Why an attempt did not succeed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// The provider answered with a status that is not 2xx.
     Status(u16),
     /// No response headers within the request timeout.
@@ -51,7 +51,7 @@ pub enum Failure {
 impl Failure {
     /// The status a user's status lists match: a timeout is a 408 and an unreachable provider
     /// a 502, as the client would see them.
-    pub fn status(self) -> u16 {
+    pub(crate) fn status(self) -> u16 {
         match self {
             Failure::Status(status) => status,
             Failure::Timeout => 408,
@@ -61,7 +61,7 @@ impl Failure {
     }
 
     /// The provider's status; `None` for failures without one.
-    pub fn provider_status(self) -> Option<u16> {
+    pub(crate) fn provider_status(self) -> Option<u16> {
         match self {
             Failure::Status(status) => Some(status),
             _ => None,
@@ -79,15 +79,16 @@ impl Exit {
     }
 }
 
-pub struct Plan {
-    pub attempts: Vec<Attempt>,
+pub(crate) struct Plan {
+    pub(crate) attempts: Vec<Attempt>,
 }
 
 impl Plan {
     /// The attempt to go to when attempt `index` failed: each enclosing fallback, innermost
     /// first, either moves to its next target or (its codes do not match, or it has no next
     /// target) fails as a whole and leaves the decision to the fallback around it.
-    pub fn next_after(&self, index: usize, failure: Failure) -> Option<usize> {
+    #[cfg(test)]
+    pub(crate) fn next_after(&self, index: usize, failure: Failure) -> Option<usize> {
         self.next_past(index, failure, 0).map(|(next, _)| next)
     }
 
@@ -96,7 +97,7 @@ impl Plan {
     /// pass it and always move on; the fallbacks around them decide by `failure`, as they
     /// would have without the open circuit. Also returns the fallback levels of the attempt it
     /// leads to that lie inside the fallback that moved on.
-    pub fn next_past(&self, index: usize, failure: Failure, skipped_levels: usize) -> Option<(usize, usize)> {
+    pub(crate) fn next_past(&self, index: usize, failure: Failure, skipped_levels: usize) -> Option<(usize, usize)> {
         let exits = &self.attempts.get(index)?.exits;
         let (level, next) = exits.iter().enumerate().find_map(|(level, exit)| {
             let taken = level < skipped_levels || exit.taken_on(failure);
@@ -108,7 +109,7 @@ impl Plan {
     }
 
     /// Whether any failure could lead to another call; only then must the request be kept.
-    pub fn can_recover(&self) -> bool {
+    pub(crate) fn can_recover(&self) -> bool {
         self.attempts.len() > 1
             || self.attempts.iter().any(|a| a.target.options.retry.as_ref().is_some_and(|r| r.attempts > 0))
     }
@@ -116,7 +117,7 @@ impl Plan {
 
 /// Makes the plan of a request. `input` is what conditions query:
 /// `{"metadata": ..., "params": <request body>, "url": {"pathname": ...}}`.
-pub fn make_plan(
+pub(crate) fn make_plan(
     settings: &Settings,
     headers: &GatewayHeaders,
     config: Option<&Config>,

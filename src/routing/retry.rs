@@ -5,7 +5,7 @@
 use crate::config::RetryConfig;
 
 /// Spec 2.4 default when on_status_codes is absent.
-pub const DEFAULT_RETRY_STATUS_CODES: [u16; 5] = [429, 500, 502, 503, 504];
+pub(crate) const DEFAULT_RETRY_STATUS_CODES: [u16; 5] = [429, 500, 502, 503, 504];
 
 /// First backoff ceiling. A transient overload usually clears within a few hundred
 /// milliseconds, and 200 ms is small next to the seconds an LLM call itself takes.
@@ -17,11 +17,11 @@ const BACKOFF_CAP_MS: u64 = 5_000;
 /// Longest Retry-After we wait for. Providers' per-minute rate-limit windows reset within
 /// a minute, so waiting up to one is worth it; a longer wait means a quota or daily limit,
 /// where holding the client's request open helps nobody: it gets the response to decide.
-pub const MAX_RETRY_AFTER_MS: u64 = 60_000;
+pub(crate) const MAX_RETRY_AFTER_MS: u64 = 60_000;
 
 /// Whether a failed attempt may be retried by this rule; `status` None means a transport
 /// failure or timeout (always retryable).
-pub fn is_retryable(config: &RetryConfig, status: Option<u16>) -> bool {
+pub(crate) fn is_retryable(config: &RetryConfig, status: Option<u16>) -> bool {
     let Some(status) = status else {
         return true;
     };
@@ -35,7 +35,7 @@ pub fn is_retryable(config: &RetryConfig, status: Option<u16>) -> bool {
 /// [0, min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2^retry)] ms for the retry with index `retry`
 /// (0 = first retry); `random` is a uniformly random u64 from the host. Full jitter spreads
 /// the retries of many clients hit by the same outage instead of having them return together.
-pub fn backoff_ms(retry: u32, random: u64) -> u64 {
+pub(crate) fn backoff_ms(retry: u32, random: u64) -> u64 {
     // Saturating, so a huge `retry` just lands on the cap.
     let ceiling = 2u64.saturating_pow(retry).saturating_mul(BACKOFF_BASE_MS).min(BACKOFF_CAP_MS);
     // The modulo bias is below 2^-50 for a ceiling this small.
@@ -44,7 +44,7 @@ pub fn backoff_ms(retry: u32, random: u64) -> u64 {
 
 /// What a provider's response asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryAfter {
+pub(crate) enum RetryAfter {
     /// No usable Retry-After header.
     Absent,
     /// Wait this many milliseconds.
@@ -57,7 +57,7 @@ pub enum RetryAfter {
 /// `retry-after-ms` (milliseconds, may be fractional) wins over `retry-after` (delta-seconds
 /// or an HTTP-date, RFC 9110 §10.2.3). A date in the past is Wait(0). An unparseable value
 /// counts as absent, so a garbled `retry-after-ms` falls back to `retry-after`.
-pub fn retry_after(headers: &[(String, Vec<u8>)], now_unix_ms: u64) -> RetryAfter {
+pub(crate) fn retry_after(headers: &[(String, Vec<u8>)], now_unix_ms: u64) -> RetryAfter {
     let wait_ms = header(headers, "retry-after-ms")
         .and_then(parse_milliseconds)
         .or_else(|| header(headers, "retry-after").and_then(|v| parse_retry_after(v, now_unix_ms)));
@@ -70,7 +70,7 @@ pub fn retry_after(headers: &[(String, Vec<u8>)], now_unix_ms: u64) -> RetryAfte
 
 /// The delay before the next retry: when the config honours Retry-After and the response
 /// carried one, that (TooLong gives None: do not retry); otherwise backoff_ms.
-pub fn next_delay(
+pub(crate) fn next_delay(
     config: &RetryConfig,
     retry: u32,
     headers: &[(String, Vec<u8>)],

@@ -1,6 +1,6 @@
 //! Incremental stream parsers.
 
-pub mod sse;
+pub(crate) mod sse;
 
 /// Helpers for the tests of every module that reads or writes streams.
 #[cfg(test)]
@@ -8,7 +8,7 @@ pub(crate) mod testing {
     use serde_json::{json, Value};
 
     /// The `data:` payloads of an OpenAI SSE body, JSON-parsed (`[DONE]` as a string).
-    pub fn payloads(out: &[u8]) -> Vec<Value> {
+    pub(crate) fn payloads(out: &[u8]) -> Vec<Value> {
         let text = std::str::from_utf8(out).unwrap();
         assert!(text.ends_with("\n\n"), "{text}");
         text.split_terminator("\n\n")
@@ -24,7 +24,7 @@ pub(crate) mod testing {
     }
 
     /// `len` pseudo-random bytes, the same on every run.
-    pub fn garbage(len: usize) -> Vec<u8> {
+    pub(crate) fn garbage(len: usize) -> Vec<u8> {
         let mut seed: u32 = 12345;
         (0..len)
             .map(|_| {

@@ -6,10 +6,10 @@
 /// Largest line or event `data` the parser buffers. Real events are small (Anthropic sends
 /// deltas), but an upstream that never ends a line would otherwise grow the buffer until the
 /// worker runs out of memory, and wasm linear memory never shrinks.
-pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
 /// Writes one `data:` event (the form of every OpenAI stream chunk).
-pub fn write_data(out: &mut Vec<u8>, payload: &[u8]) {
+pub(crate) fn write_data(out: &mut Vec<u8>, payload: &[u8]) {
     out.extend_from_slice(b"data: ");
     out.extend_from_slice(payload);
     out.extend_from_slice(b"\n\n");
@@ -17,15 +17,15 @@ pub fn write_data(out: &mut Vec<u8>, payload: &[u8]) {
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SseEvent {
+pub(crate) struct SseEvent {
     /// The `event:` field; None when absent or empty (the spec's default "message").
-    pub event: Option<String>,
+    pub(crate) event: Option<String>,
     /// The `data:` lines joined with `\n`.
-    pub data: String,
+    pub(crate) data: String,
 }
 
 #[derive(Debug, Default)]
-pub struct SseParser {
+pub(crate) struct SseParser {
     /// Bytes of the current, not yet terminated line.
     line: Vec<u8>,
     /// The previous line ended with `\r`: a `\n` right after it belongs to that terminator.
@@ -40,13 +40,13 @@ pub struct SseParser {
 }
 
 impl SseParser {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         SseParser::default()
     }
 
     /// Feeds one chunk and returns the events it completed. Check `overflowed` afterwards:
     /// the events returned came before the overflow.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         let mut events = Vec::new();
         for &byte in chunk {
             if self.overflowed {
@@ -72,7 +72,7 @@ impl SseParser {
 
     /// The stream ended: dispatches a last event that lacked its terminating blank line.
     /// An overflow stays visible afterwards.
-    pub fn finish(&mut self) -> Vec<SseEvent> {
+    pub(crate) fn finish(&mut self) -> Vec<SseEvent> {
         let mut events = Vec::new();
         if !self.line.is_empty() {
             self.end_line(&mut events);
@@ -84,7 +84,7 @@ impl SseParser {
 
     /// True once a line or an event's data exceeded `MAX_EVENT_BYTES`; from then on the
     /// parser returns no events.
-    pub fn overflowed(&self) -> bool {
+    pub(crate) fn overflowed(&self) -> bool {
         self.overflowed
     }
 
