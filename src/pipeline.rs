@@ -5,7 +5,7 @@ use crate::cache::{self, Lookup, Origin, Tenant};
 use crate::config::{CacheMode, Config, StrategyMode};
 use crate::errors::GatewayError;
 use crate::ports::Host;
-use crate::providers::{ProviderSpec, ResponseContext};
+use crate::providers::{self, Outbound, ProviderSpec, Translator, UpstreamRequest};
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
 use crate::request::endpoint::{classify, BodyMode, Route};
@@ -50,12 +50,10 @@ impl HeaderEdits {
     }
 }
 
-/// How the response of a forwarded request is handled.
-#[derive(Clone)]
+/// Who answers a forwarded request, and the translator that brings the answer back.
 pub(crate) struct ResponsePlan {
     pub(crate) provider: &'static ProviderSpec,
-    /// Set when chat responses must be translated to the OpenAI shape.
-    pub(crate) chat: Option<ResponseContext>,
+    pub(crate) translator: Box<dyn Translator>,
 }
 
 /// The upstream request of one attempt.
@@ -221,58 +219,48 @@ impl Call {
         }))
     }
 
-    /// The upstream request of attempt `index`: headers, path, auth and body for its target.
-    /// `now` reads Unix seconds from the host clock, only when a response will need them.
-    /// When no later attempt can follow, the parsed body is moved into the request rather
-    /// than copied.
+    /// The upstream request of attempt `index`: its target's provider translates the request
+    /// (path, headers, body), then its backend auth runs on the result. `now_ms` reads the
+    /// host clock, only when a translator needs it. When no later attempt can follow, the
+    /// parsed body is moved into the request rather than copied.
     pub(crate) fn forward(
         &mut self,
         settings: &Settings,
         raw: &RawHeaders,
         index: usize,
-        now: &dyn Fn() -> u64,
+        now_ms: &dyn Fn() -> u64,
     ) -> Result<Forward, GatewayError> {
         let Call { intake, body, attempts } = self;
         let target = match attempts.plan.attempts.get(index) {
             Some(attempt) => &attempt.target,
             None => return Err(GatewayError::new(500, "api_error", "no such attempt")),
         };
-        let upstream_path = target.provider.translator.upstream_path(intake.endpoint, &intake.path)?;
-        let location = UpstreamPath { path: &upstream_path, query: intake.query.as_deref() };
-        let headers = upstream_headers(settings, raw, target, &intake.gateway, location);
-        let forward =
-            |headers, body, chat| Forward { headers, body, response: ResponsePlan { provider: target.provider, chat } };
         let request =
             if attempts.plan.can_recover() { body.as_ref().map(Cow::Borrowed) } else { body.take().map(Cow::Owned) };
-        let Some(request) = request else {
-            return Ok(forward(headers, None, None));
-        };
         let overrides = &target.options.override_params;
-        let translator = target.provider.translator;
-        if intake.endpoint != Endpoint::ChatCompletions {
-            if overrides.is_empty() {
-                return Ok(forward(headers, None, None));
-            }
-            let (headers, body) = with_json_body(headers, overridden(request, overrides));
-            return Ok(forward(headers, Some(body), None));
-        }
+        let request = match request {
+            Some(request) if !overrides.is_empty() => Some(Cow::Owned(overridden(request, overrides))),
+            request => request,
+        };
         let strict = target.options.strict_vendor_compliance;
-        if overrides.is_empty() && !translator.translates_responses() {
-            // OpenAI-compatible and untouched: the original bytes go upstream as they came.
-            check_chat(&request, strict)?;
-            return Ok(forward(headers, None, None));
+        if let (Endpoint::ChatCompletions, Some(request)) = (intake.endpoint, &request) {
+            check_chat(request, strict)?;
         }
-        let value = overridden(request, overrides);
-        check_chat(&value, strict)?;
-        let chat_context = translator.translates_responses().then(|| ResponseContext {
-            model: value.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
-            created: now(),
-            include_usage: chat::include_usage(value.get("stream_options")),
+        let outbound = Outbound {
+            endpoint: intake.endpoint,
+            path: &intake.path,
+            body: request,
+            overridden: !overrides.is_empty(),
             strict_vendor_compliance: strict,
-        });
-        let translated = translator.chat_request(value, strict)?;
-        let (headers, body) = with_json_body(headers, translated);
-        Ok(forward(headers, Some(body), chat_context))
+            now_ms,
+            organization: target.vendor_organization.as_deref(),
+            project: target.vendor_project.as_deref(),
+            beta: intake.gateway.vendor_beta.as_deref(),
+        };
+        let prepared = providers::prepare(target.provider.kind, target.api_key.as_deref(), outbound)?;
+        let headers = upstream_headers(settings, raw, target, &prepared.request, intake.query.as_deref());
+        let response = ResponsePlan { provider: target.provider, translator: prepared.translator };
+        Ok(Forward { headers, body: prepared.request.body, response })
     }
 
     /// Frees the parsed body once no later attempt can need it.
@@ -286,17 +274,12 @@ impl Call {
     }
 }
 
-struct UpstreamPath<'a> {
-    path: &'a str,
-    query: Option<&'a str>,
-}
-
 fn upstream_headers(
     settings: &Settings,
     raw: &RawHeaders,
     target: &Target,
-    gateway: &GatewayHeaders,
-    location: UpstreamPath,
+    request: &UpstreamRequest,
+    query: Option<&str>,
 ) -> HeaderEdits {
     let forwarded = |name: &str| target.options.forward_headers.iter().any(|f| f == name);
     let mut edits = HeaderEdits::default();
@@ -313,21 +296,18 @@ fn upstream_headers(
     }
     let cluster = if target.upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
     let base = &target.upstream.base_path;
-    let path = match location.query {
-        Some(q) => format!("{base}{}?{q}", location.path),
-        None => format!("{base}{}", location.path),
+    let path = match query {
+        Some(q) => format!("{base}{}?{q}", request.path),
+        None => format!("{base}{}", request.path),
     };
     edits.set.push((":authority".into(), target.upstream.authority.clone()));
     edits.set.push((":path".into(), path));
     edits.set.push((CLUSTER_HEADER.into(), cluster.clone()));
-    let translator = target.provider.translator;
-    let vendor = translator.vendor_headers(
-        target.vendor_organization.as_deref(),
-        target.vendor_project.as_deref(),
-        gateway.vendor_beta.as_deref(),
-    );
-    let provider_headers = translator.auth_headers(target.api_key.as_deref()).into_iter().chain(vendor);
-    edits.set.extend(provider_headers.map(|(name, value)| (name.to_string(), value)));
+    edits.set.extend(request.headers.iter().map(|(name, value)| (name.to_string(), value.clone())));
+    if let Some(body) = &request.body {
+        edits.set.push(("content-length".into(), body.len().to_string()));
+        edits.set.push(("content-type".into(), "application/json".into()));
+    }
     if let Some(ms) = target.options.request_timeout {
         // Envoy's per-try timer stops at the response headers (the route timer would also
         // cut a stream that has started).
@@ -359,13 +339,6 @@ fn check_chat(request: &Value, strict: bool) -> Result<(), GatewayError> {
         ));
     }
     Ok(())
-}
-
-fn with_json_body(mut headers: HeaderEdits, body: Value) -> (HeaderEdits, Vec<u8>) {
-    let bytes = body.to_string().into_bytes();
-    headers.set.push(("content-length".into(), bytes.len().to_string()));
-    headers.set.push(("content-type".into(), "application/json".into()));
-    (headers, bytes)
 }
 
 fn parse_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {
@@ -506,7 +479,7 @@ mod tests {
     fn untouched_openai_chat_keeps_its_bytes() {
         let forward = forwarded(&request("POST", "/v1/chat/completions", OPENAI_LOCAL), CHAT).ok().unwrap();
         assert!(forward.body.is_none());
-        assert!(forward.response.chat.is_none());
+        assert!(!forward.response.translator.translates_responses());
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! into the complete object the cache stores.
 
 use crate::request::endpoint::Endpoint;
-use crate::stream::sse::{write_data, SseEvent, SseParser};
+use crate::stream::sse::{write_data, SseParser};
+use crate::stream::Event;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
@@ -271,7 +272,7 @@ impl StreamAssembler {
         }
     }
 
-    fn on_event(&mut self, event: SseEvent) {
+    fn on_event(&mut self, event: Event) {
         if self.state != State::Streaming {
             return;
         }

@@ -411,8 +411,8 @@ impl Exchange {
             Ok(cache) => cache,
             Err(hit) => return self.answer_hit(env, hit),
         };
-        let now = env.io.host().now_ms() / 1000;
-        let forward = match call.forward(env.settings, &raw, call.attempts.current, &|| now) {
+        let host = env.io.host();
+        let forward = match call.forward(env.settings, &raw, call.attempts.current, &|| host.now_ms()) {
             Ok(forward) => forward,
             Err(error) => return self.answer_error(env, &error),
         };
@@ -535,8 +535,8 @@ impl Exchange {
         if self.cache.is_active() && reply::has_body(head, status) && (200..300).contains(&status) {
             // The content type of what the client gets.
             let content_type = match &self.mode {
-                ResponseMode::Stream(_) => "text/event-stream".to_string(),
-                ResponseMode::Chat(_) => "application/json".to_string(),
+                ResponseMode::Stream => "text/event-stream".to_string(),
+                ResponseMode::Translated => "application/json".to_string(),
                 _ => env
                     .io
                     .response_header(env.id, "content-type")
@@ -547,54 +547,55 @@ impl Exchange {
         }
         match self.mode {
             ResponseMode::Passthrough => Action::Continue,
-            ResponseMode::Stream(_) => {
+            ResponseMode::Stream => {
                 // Translated chunks change the length; Envoy frames the stream.
                 env.io.set_response_header(env.id, "content-length", None);
                 Action::Continue
             }
             // No body will follow: answer with the finished one now.
-            ResponseMode::Error(_) | ResponseMode::Chat(_) if end_of_stream => {
-                let finished = self.finish_routed(Vec::new());
+            ResponseMode::Error(_) | ResponseMode::Translated if end_of_stream => {
+                let finished = self.finish_routed(env, Vec::new());
                 self.answer(env, finished.status, finished.body)
             }
             // Held until the whole body is in, so status and length can still change.
-            ResponseMode::Error(_) | ResponseMode::Chat(_) => Action::Pause,
+            ResponseMode::Error(_) | ResponseMode::Translated => Action::Pause,
         }
     }
 
     fn response_body(&mut self, env: &mut Env, size: usize, end_of_stream: bool) -> Action {
-        match &self.phase {
+        let routed = match &mut self.phase {
             Phase::Recovering(recovery) if recovery.answered => return Action::Continue,
             // The failed attempt's body: emptied chunk by chunk, so it never fills the buffer.
             Phase::Recovering(_) => {
                 env.io.set_response_body(env.id, size, &[]);
                 return Action::Pause;
             }
-            Phase::Forwarded(_) => {}
+            Phase::Forwarded(routed) => routed,
             _ => return Action::Continue,
-        }
-        match &mut self.mode {
+        };
+        match self.mode {
             ResponseMode::Passthrough if self.cache.capturing() => {
                 let body = env.io.response_body(env.id, size);
                 self.capture(env, &body, end_of_stream);
                 Action::Continue
             }
             ResponseMode::Passthrough => Action::Continue,
-            ResponseMode::Stream(stream) => {
+            ResponseMode::Stream => {
                 let body = env.io.response_body(env.id, size);
                 let mut out = Vec::with_capacity(body.len() + 256);
-                stream.push(&body, &mut out);
+                routed.plan.translator.stream(&body, &mut out);
                 if end_of_stream {
-                    stream.finish(&mut out);
+                    routed.plan.translator.stream_end(&mut out);
+                    self.record.usage = routed.plan.translator.usage();
                 }
                 env.io.set_response_body(env.id, size, &out);
                 self.capture(env, &out, end_of_stream);
                 Action::Continue
             }
-            ResponseMode::Error(_) | ResponseMode::Chat(_) if !end_of_stream => Action::Pause,
-            ResponseMode::Error(_) | ResponseMode::Chat(_) => {
+            ResponseMode::Error(_) | ResponseMode::Translated if !end_of_stream => Action::Pause,
+            ResponseMode::Error(_) | ResponseMode::Translated => {
                 let body = env.io.response_body(env.id, size);
-                let finished = self.finish_routed(body);
+                let finished = self.finish_routed(env, body);
                 if finished.status != self.record.status {
                     self.record.status = finished.status;
                     env.io.set_response_header(env.id, ":status", Some(&finished.status.to_string()));
@@ -610,12 +611,19 @@ impl Exchange {
         }
     }
 
-    /// The whole body of a buffered routed response, finished for the client.
-    fn finish_routed(&mut self, body: Vec<u8>) -> Finished {
-        match &self.phase {
-            Phase::Forwarded(routed) => finish(&routed.plan, &mut self.mode, self.record.status, body),
-            _ => Finished { status: self.record.status, json: false, body },
-        }
+    /// The whole body of a buffered routed response, finished for the client (an error is
+    /// reshaped with the provider's headers in view).
+    fn finish_routed(&mut self, env: &mut Env, body: Vec<u8>) -> Finished {
+        let Phase::Forwarded(routed) = &mut self.phase else {
+            return Finished { status: self.record.status, json: false, body };
+        };
+        let headers = match self.mode {
+            ResponseMode::Error(_) => env.io.response_headers(env.id),
+            _ => Vec::new(),
+        };
+        let finished = finish(&mut routed.plan, self.mode, self.record.status, &headers, body);
+        self.record.usage = routed.plan.translator.usage();
+        finished
     }
 
     fn capture(&mut self, env: &mut Env, bytes: &[u8], end: bool) {
@@ -664,16 +672,17 @@ impl Exchange {
         let Phase::Recovering(recovery) = &mut self.phase else {
             return None;
         };
-        let now = env.io.host().now_ms() / 1000;
-        let forward = match recovery.call.forward(env.settings, &recovery.raw, index, &|| now) {
+        let host = env.io.host();
+        let forward = match recovery.call.forward(env.settings, &recovery.raw, index, &|| host.now_ms()) {
             Ok(forward) => forward,
             Err(error) => {
                 log::warn!("attempt {index} skipped, its request cannot be built: {}", error.message);
                 return Some(recovery.call.attempts.skip(env.io.host()));
             }
         };
-        recovery.plan = forward.response.clone();
-        let call = attempt_call(env.settings, forward, &recovery.raw, &recovery.body);
+        let Forward { headers, body, response } = forward;
+        recovery.plan = response;
+        let call = attempt_call(env.settings, &headers.apply(&recovery.raw), body, &recovery.body);
         match env.io.dispatch(env.id, &call) {
             Some(token) => {
                 env.tasks.calls.insert(token, (env.id, Task::Attempt));
@@ -719,8 +728,10 @@ impl Exchange {
                 let status = answer.status;
                 let event_stream =
                     headers::find(&answer.headers, "content-type").is_some_and(|v| v.starts_with(b"text/event-stream"));
-                let mut mode = response_mode(&recovery.plan, head, status, &mut || event_stream);
-                let finished = finish(&recovery.plan, &mut mode, status, std::mem::take(&mut answer.body));
+                let mode = response_mode(&recovery.plan, head, status, &mut || event_stream);
+                let body = std::mem::take(&mut answer.body);
+                let finished = finish(&mut recovery.plan, mode, status, &answer.headers, body);
+                self.record.usage = recovery.plan.translator.usage();
                 let headers = reply::provider_headers(&answer.headers, finished.json);
                 (finished, headers)
             }
@@ -817,17 +828,16 @@ fn count_circuits_opened(env: &mut Env, call: &mut Call) {
     }
 }
 
-/// The dispatched call of a later attempt, through the recovery listener.
-fn attempt_call(settings: &Settings, forward: Forward, raw: &RawHeaders, original_body: &[u8]) -> Dispatch {
-    let body = forward.body.unwrap_or_else(|| original_body.to_vec());
+/// The dispatched call of a later attempt, through the recovery listener: the attempt's
+/// request headers and body (the client's, when the translator kept them).
+fn attempt_call(settings: &Settings, headers: &RawHeaders, body: Option<Vec<u8>>, original_body: &[u8]) -> Dispatch {
+    let body = body.unwrap_or_else(|| original_body.to_vec());
     // The cluster and per-try timeout headers stay: the internal listener's router uses them.
     let framing = ["content-length", "transfer-encoding"];
-    let mut headers: Vec<(String, String)> = forward
-        .headers
-        .apply(raw)
-        .into_iter()
+    let mut headers: Vec<(String, String)> = headers
+        .iter()
         .filter(|(name, _)| !framing.contains(&name.as_str()))
-        .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
+        .map(|(name, value)| (name.clone(), String::from_utf8_lossy(value).into_owned()))
         .collect();
     headers.push(("content-length".into(), body.len().to_string()));
     Dispatch { cluster: settings.recovery_cluster.clone(), headers, body, timeout_ms: CALL_TIMEOUT_MS }

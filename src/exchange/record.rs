@@ -1,6 +1,7 @@
 //! The request record: what one request did, filled in by the exchange as it goes and
 //! written by the host adapter as the access log line when the request ends.
 
+use crate::providers::Usage;
 use crate::request::headers::TraceFields;
 use std::fmt;
 
@@ -18,6 +19,8 @@ pub(crate) struct Record {
     pub(crate) status: u16,
     /// The cache status the client saw; empty when the cache has no part.
     pub(crate) cache: &'static str,
+    /// Token counts, when a translated answer told them.
+    pub(crate) usage: Option<Usage>,
 }
 
 impl fmt::Display for Record {
@@ -38,6 +41,35 @@ impl fmt::Display for Record {
             self.retries,
             self.status,
             if self.cache.is_empty() { "-" } else { self.cache },
-        )
+        )?;
+        match self.usage {
+            Some(usage) => {
+                write!(f, " prompt_tokens={} completion_tokens={}", usage.prompt_tokens, usage.completion_tokens)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_line_quotes_client_values_and_adds_usage_when_known() {
+        let mut record = Record {
+            trace_id: "t\" status=1".into(),
+            method: "POST".into(),
+            path: "/v1/chat/completions".into(),
+            provider: "anthropic",
+            status: 200,
+            ..Record::default()
+        };
+        assert_eq!(
+            record.to_string(),
+            r#"trace_id="t\" status=1" span_id="" parent_span_id="" span_name="" method="POST" path="/v1/chat/completions" provider=anthropic target="" retries=0 status=200 cache="-""#
+        );
+        record.usage = Some(Usage { prompt_tokens: 3, completion_tokens: 5 });
+        assert!(record.to_string().ends_with(r#"cache="-" prompt_tokens=3 completion_tokens=5"#));
     }
 }

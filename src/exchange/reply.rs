@@ -3,19 +3,19 @@
 
 use crate::errors::GatewayError;
 use crate::pipeline::ResponsePlan;
-use crate::providers::{ResponseContext, StreamTranslator};
 use crate::routing::plan::Failure;
 
 /// How the response of a forwarded attempt is handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ResponseMode {
     /// Passes as it comes.
     Passthrough,
     /// Hold the headers and buffer the body, then reshape a provider error.
     Error(u16),
-    /// Hold the headers and buffer the body, then translate a chat completion.
-    Chat(ResponseContext),
-    /// Translate a chat stream chunk by chunk.
-    Stream(Box<dyn StreamTranslator>),
+    /// Hold the headers and buffer the body, then translate the answer.
+    Translated,
+    /// Translate a stream chunk by chunk.
+    Stream,
 }
 
 /// Whether a response can carry a body (not for HEAD, 1xx, 204 and 304).
@@ -24,19 +24,23 @@ pub(crate) fn has_body(head: bool, status: u16) -> bool {
 }
 
 /// Picks how a response is handled. `event_stream` is asked only when it matters (a
-/// translated 2xx chat answer), since reading the content type costs a host call.
+/// translated 2xx answer), since reading the content type costs a host call.
 pub(crate) fn response_mode(
     plan: &ResponsePlan,
     head: bool,
     status: u16,
     event_stream: &mut dyn FnMut() -> bool,
 ) -> ResponseMode {
-    match &plan.chat {
-        _ if !has_body(head, status) => ResponseMode::Passthrough,
-        _ if status >= 400 => ResponseMode::Error(status),
-        None => ResponseMode::Passthrough,
-        Some(ctx) if event_stream() => ResponseMode::Stream(plan.provider.translator.chat_stream(ctx.clone())),
-        Some(ctx) => ResponseMode::Chat(ctx.clone()),
+    if !has_body(head, status) {
+        ResponseMode::Passthrough
+    } else if status >= 400 {
+        ResponseMode::Error(status)
+    } else if !plan.translator.translates_responses() {
+        ResponseMode::Passthrough
+    } else if event_stream() {
+        ResponseMode::Stream
+    } else {
+        ResponseMode::Translated
     }
 }
 
@@ -48,24 +52,28 @@ pub(crate) struct Finished {
     pub(crate) body: Vec<u8>,
 }
 
-/// The one way a whole answer body is finished in `mode`: an error reshaped, a chat
-/// completion translated, a stream translated whole (a recovered call's answer arrives in
-/// one piece), or the body as it came.
-pub(crate) fn finish(plan: &ResponsePlan, mode: &mut ResponseMode, status: u16, body: Vec<u8>) -> Finished {
-    let translator = plan.provider.translator;
+/// The one way a whole answer body is finished in `mode`: an error reshaped (the
+/// translator sees the provider's headers too), an answer translated, a stream translated
+/// whole (a recovered call's answer arrives in one piece), or the body as it came.
+pub(crate) fn finish(
+    plan: &mut ResponsePlan,
+    mode: ResponseMode,
+    status: u16,
+    headers: &[(String, Vec<u8>)],
+    body: Vec<u8>,
+) -> Finished {
+    let translator = &mut plan.translator;
     match mode {
-        ResponseMode::Error(status) => {
-            Finished { status: *status, json: true, body: translator.error_body(*status, &body) }
-        }
-        ResponseMode::Chat(ctx) => match translator.chat_response(&body, ctx) {
+        ResponseMode::Error(status) => Finished { status, json: true, body: translator.error(status, headers, &body) },
+        ResponseMode::Translated => match translator.response(&body) {
             Ok(body) => Finished { status, json: true, body },
             // A success the gateway cannot read is no success for the client.
             Err(error) => gateway_error(&error),
         },
-        ResponseMode::Stream(stream) => {
+        ResponseMode::Stream => {
             let mut out = Vec::with_capacity(body.len());
-            stream.push(&body, &mut out);
-            stream.finish(&mut out);
+            translator.stream(&body, &mut out);
+            translator.stream_end(&mut out);
             Finished { status, json: false, body: out }
         }
         ResponseMode::Passthrough => Finished { status, json: false, body },

@@ -1,61 +1,68 @@
 //! OpenAI and every OpenAI-compatible provider: requests and responses pass through;
 //! only the credential header and non-OpenAI error bodies are reshaped.
 
-use super::{error_kind_for_status, Endpoint, ResponseContext, StreamTranslator, Translator};
+use super::{error_kind_for_status, Outbound, Provider, Translator, UpstreamRequest, Usage};
 use crate::errors::{error_json, GatewayError};
 use serde_json::Value;
 
 pub(crate) struct OpenAi;
 
-impl Translator for OpenAi {
-    fn upstream_path(&self, _endpoint: Endpoint, openai_path: &str) -> Result<String, GatewayError> {
-        Ok(openai_path.to_string())
+impl Provider for OpenAi {
+    fn translator(&self) -> Box<dyn Translator> {
+        Box::new(Passthrough)
     }
 
-    fn auth_headers(&self, api_key: Option<&str>) -> Vec<(&'static str, String)> {
-        api_key.map(|key| ("authorization", format!("Bearer {key}"))).into_iter().collect()
-    }
-
-    fn vendor_headers(
+    fn authorize(
         &self,
-        organization: Option<&str>,
-        project: Option<&str>,
-        beta: Option<&str>,
-    ) -> Vec<(&'static str, String)> {
-        [("openai-organization", organization), ("openai-project", project), ("openai-beta", beta)]
-            .into_iter()
-            .filter_map(|(name, value)| value.map(|v| (name, v.to_string())))
-            .collect()
+        api_key: Option<&str>,
+        _request: &UpstreamRequest,
+        _now_ms: &dyn Fn() -> u64,
+    ) -> Result<Vec<(&'static str, String)>, GatewayError> {
+        Ok(api_key.map(|key| ("authorization", format!("Bearer {key}"))).into_iter().collect())
     }
+}
 
-    fn chat_request(&self, body: Value, _strict_vendor_compliance: bool) -> Result<Value, GatewayError> {
-        Ok(body)
+/// OpenAI's own API: the request goes as it came (re-serialised only when `override_params`
+/// changed it), answers and streams pass untouched.
+struct Passthrough;
+
+impl Translator for Passthrough {
+    fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
+        let vendor = [("openai-organization", outbound.organization), ("openai-project", outbound.project)];
+        let headers = vendor
+            .into_iter()
+            .chain([("openai-beta", outbound.beta)])
+            .filter_map(|(name, value)| value.map(|v| (name, v.to_string())))
+            .collect();
+        let body = match outbound.body {
+            Some(body) if outbound.overridden => Some(body.to_string().into_bytes()),
+            _ => None,
+        };
+        Ok(UpstreamRequest { path: outbound.path.to_string(), headers, body })
     }
 
     fn translates_responses(&self) -> bool {
         false
     }
 
-    fn chat_response(&self, body: &[u8], _ctx: &ResponseContext) -> Result<Vec<u8>, GatewayError> {
+    fn response(&mut self, body: &[u8]) -> Result<Vec<u8>, GatewayError> {
         Ok(body.to_vec())
     }
 
-    fn chat_stream(&self, _ctx: ResponseContext) -> Box<dyn StreamTranslator> {
-        Box::new(Unchanged)
-    }
-
-    fn error_body(&self, status: u16, body: &[u8]) -> Vec<u8> {
-        normalize_error(status, body)
-    }
-}
-
-struct Unchanged;
-
-impl StreamTranslator for Unchanged {
-    fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+    fn stream(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
         out.extend_from_slice(chunk);
     }
-    fn finish(&mut self, _out: &mut Vec<u8>) {}
+
+    fn stream_end(&mut self, _out: &mut Vec<u8>) {}
+
+    fn error(&self, status: u16, _headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
+        normalize_error(status, body)
+    }
+
+    /// Answers pass untouched, so the gateway does not read their usage.
+    fn usage(&self) -> Option<Usage> {
+        None
+    }
 }
 
 /// Any error body into the OpenAI error object: an `{"error": {...}}` body keeps its fields,
@@ -132,11 +139,28 @@ mod tests {
 
     #[test]
     fn credential_and_vendor_headers() {
-        assert_eq!(OpenAi.auth_headers(Some("sk")), vec![("authorization", "Bearer sk".to_string())]);
-        assert!(OpenAi.auth_headers(None).is_empty());
+        let request = UpstreamRequest { path: "/chat/completions".into(), headers: vec![], body: None };
         assert_eq!(
-            OpenAi.vendor_headers(Some("org"), None, Some("assistants=v2")),
+            OpenAi.authorize(Some("sk"), &request, &|| 0).unwrap(),
+            vec![("authorization", "Bearer sk".to_string())]
+        );
+        assert!(OpenAi.authorize(None, &request, &|| 0).unwrap().is_empty());
+        let outbound = Outbound {
+            endpoint: crate::request::endpoint::Endpoint::Resource,
+            path: "/assistants",
+            body: None,
+            overridden: false,
+            strict_vendor_compliance: true,
+            now_ms: &|| 0,
+            organization: Some("org"),
+            project: None,
+            beta: Some("assistants=v2"),
+        };
+        let request = OpenAi.translator().request(outbound).unwrap();
+        assert_eq!(
+            request.headers,
             vec![("openai-organization", "org".to_string()), ("openai-beta", "assistants=v2".to_string())]
         );
+        assert_eq!((request.path.as_str(), request.body), ("/assistants", None));
     }
 }

@@ -2,6 +2,17 @@
 
 pub(crate) mod sse;
 
+/// One event of a provider's stream, whatever framed it (server-sent events today; the
+/// AWS event stream's messages decode to the same), so converters do not depend on the
+/// transport.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Event {
+    /// The event's type (SSE `event:`); None when absent or empty (SSE's default "message").
+    pub(crate) event: Option<String>,
+    /// The payload (SSE `data:` lines joined with `\n`).
+    pub(crate) data: String,
+}
+
 /// Helpers for the tests of every module that reads or writes streams.
 #[cfg(test)]
 pub(crate) mod testing {

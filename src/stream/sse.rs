@@ -8,20 +8,13 @@
 /// worker runs out of memory, and wasm linear memory never shrinks.
 pub(crate) const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
+use super::Event;
+
 /// Writes one `data:` event (the form of every OpenAI stream chunk).
 pub(crate) fn write_data(out: &mut Vec<u8>, payload: &[u8]) {
     out.extend_from_slice(b"data: ");
     out.extend_from_slice(payload);
     out.extend_from_slice(b"\n\n");
-}
-
-/// One dispatched event.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SseEvent {
-    /// The `event:` field; None when absent or empty (the spec's default "message").
-    pub(crate) event: Option<String>,
-    /// The `data:` lines joined with `\n`.
-    pub(crate) data: String,
 }
 
 #[derive(Debug, Default)]
@@ -46,7 +39,7 @@ impl SseParser {
 
     /// Feeds one chunk and returns the events it completed. Check `overflowed` afterwards:
     /// the events returned came before the overflow.
-    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<Event> {
         let mut events = Vec::new();
         for &byte in chunk {
             if self.overflowed {
@@ -72,7 +65,7 @@ impl SseParser {
 
     /// The stream ended: dispatches a last event that lacked its terminating blank line.
     /// An overflow stays visible afterwards.
-    pub(crate) fn finish(&mut self) -> Vec<SseEvent> {
+    pub(crate) fn finish(&mut self) -> Vec<Event> {
         let mut events = Vec::new();
         if !self.line.is_empty() {
             self.end_line(&mut events);
@@ -96,7 +89,7 @@ impl SseParser {
         self.data = None;
     }
 
-    fn end_line(&mut self, events: &mut Vec<SseEvent>) {
+    fn end_line(&mut self, events: &mut Vec<Event>) {
         let bytes = std::mem::take(&mut self.line);
         let decoded = String::from_utf8_lossy(&bytes);
         let mut line: &str = &decoded;
@@ -133,10 +126,10 @@ impl SseParser {
         }
     }
 
-    fn dispatch(&mut self, events: &mut Vec<SseEvent>) {
+    fn dispatch(&mut self, events: &mut Vec<Event>) {
         let event = self.event.take().filter(|e| !e.is_empty());
         if let Some(data) = self.data.take() {
-            events.push(SseEvent { event, data });
+            events.push(Event { event, data });
         }
     }
 }
@@ -148,18 +141,18 @@ mod tests {
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
-    fn ev(event: Option<&str>, data: &str) -> SseEvent {
-        SseEvent { event: event.map(str::to_string), data: data.to_string() }
+    fn ev(event: Option<&str>, data: &str) -> Event {
+        Event { event: event.map(str::to_string), data: data.to_string() }
     }
 
-    fn parse_whole(input: &[u8]) -> Vec<SseEvent> {
+    fn parse_whole(input: &[u8]) -> Vec<Event> {
         let mut p = SseParser::new();
         let mut events = p.push(input);
         events.extend(p.finish());
         events
     }
 
-    fn parse_split(input: &[u8], at: usize) -> Vec<SseEvent> {
+    fn parse_split(input: &[u8], at: usize) -> Vec<Event> {
         let (a, b) = input.split_at(at);
         let mut p = SseParser::new();
         let mut events = p.push(a);
@@ -168,7 +161,7 @@ mod tests {
         events
     }
 
-    fn parse_bytewise(input: &[u8]) -> Vec<SseEvent> {
+    fn parse_bytewise(input: &[u8]) -> Vec<Event> {
         let mut p = SseParser::new();
         let mut events = Vec::new();
         for b in input {
@@ -195,7 +188,7 @@ mod tests {
         event: delta\r\n\
         data: last";
 
-    fn expected() -> Vec<SseEvent> {
+    fn expected() -> Vec<Event> {
         vec![
             ev(Some("message_start"), "{\"a\":1}"),
             ev(None, "first\n two spaces\n"),

@@ -1,0 +1,234 @@
+//! Anthropic's stream events as OpenAI `chat.completion.chunk`s. [`EventConverter`] knows only
+//! events, so any transport that carries Anthropic's events can use it; [`SseStream`] is
+//! the one for server-sent events.
+
+use super::{finish_reason, prompt_tokens, str_field, usage_json};
+use crate::errors::error_json;
+use crate::providers::{ResponseContext, Usage};
+use crate::stream::sse::{write_data, SseParser, MAX_EVENT_BYTES};
+use crate::stream::Event;
+use hashbrown::HashMap;
+use serde_json::{json, Map, Value};
+
+/// Anthropic's events in, OpenAI's chunks out.
+pub(crate) struct EventConverter {
+    ctx: ResponseContext,
+    /// Message id and model, from `message_start`.
+    id: String,
+    model: String,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    /// OpenAI tool call index of each Anthropic `tool_use` content block index.
+    tool_blocks: HashMap<u64, usize>,
+    /// `[DONE]` was sent; the client stream is over.
+    done: bool,
+}
+
+impl EventConverter {
+    pub(crate) fn new(ctx: ResponseContext) -> Self {
+        EventConverter {
+            model: ctx.model.clone(),
+            ctx,
+            id: String::new(),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            tool_blocks: HashMap::new(),
+            done: false,
+        }
+    }
+
+    fn on_event(&mut self, event: &Event, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+            return;
+        };
+        // The JSON `type` repeats the SSE event name and is always sent.
+        let kind = str_field(Some(&data), "type").or(event.event.as_deref()).unwrap_or_default();
+        match kind {
+            "message_start" => self.on_message_start(&data, out),
+            "content_block_start" => self.on_block_start(&data, out),
+            "content_block_delta" => self.on_block_delta(&data, out),
+            "message_delta" => {
+                if let Some(tokens) = data.get("usage").and_then(|u| u.get("output_tokens")).and_then(Value::as_u64) {
+                    self.completion_tokens = tokens;
+                }
+                let reason = finish_reason(str_field(data.get("delta"), "stop_reason"));
+                self.emit_delta(json!({}), Some(reason), out);
+            }
+            "message_stop" => {
+                if self.ctx.include_usage {
+                    let usage = usage_json(self.prompt_tokens, self.completion_tokens);
+                    write_data(out, self.chunk(json!([]), usage).to_string().as_bytes());
+                }
+                self.end(out);
+            }
+            "error" => {
+                let error = data.get("error");
+                let message = str_field(error, "message").unwrap_or("provider stream error");
+                let kind = str_field(error, "type").unwrap_or("api_error");
+                self.end_with_error(message, kind, out);
+            }
+            // ping, content_block_stop and future events carry nothing for the client.
+            _ => {}
+        }
+    }
+
+    fn on_message_start(&mut self, data: &Value, out: &mut Vec<u8>) {
+        let message = data.get("message");
+        self.id = str_field(message, "id").unwrap_or_default().to_string();
+        if let Some(model) = str_field(message, "model") {
+            self.model = model.to_string();
+        }
+        self.prompt_tokens = prompt_tokens(message.and_then(|m| m.get("usage")));
+        self.emit_delta(json!({"role": "assistant", "content": ""}), None, out);
+    }
+
+    fn on_block_start(&mut self, data: &Value, out: &mut Vec<u8>) {
+        let block = data.get("content_block");
+        let Some(index) = data.get("index").and_then(Value::as_u64) else {
+            return;
+        };
+        // Text and thinking arrive as deltas; a repeated start would announce the call twice.
+        if str_field(block, "type") != Some("tool_use") || self.tool_blocks.contains_key(&index) {
+            return;
+        }
+        let tool_index = self.tool_blocks.len();
+        self.tool_blocks.insert(index, tool_index);
+        let call = json!({
+            "index": tool_index,
+            "id": str_field(block, "id").unwrap_or_default(),
+            "type": "function",
+            "function": {"name": str_field(block, "name").unwrap_or_default(), "arguments": ""},
+        });
+        self.emit_delta(json!({"tool_calls": [call]}), None, out);
+    }
+
+    fn on_block_delta(&mut self, data: &Value, out: &mut Vec<u8>) {
+        let Some(index) = data.get("index").and_then(Value::as_u64) else {
+            return;
+        };
+        let delta = data.get("delta");
+        match str_field(delta, "type") {
+            Some("text_delta") => {
+                if let Some(text) = str_field(delta, "text") {
+                    self.emit_delta(json!({"content": text}), None, out);
+                }
+            }
+            Some("input_json_delta") => {
+                let tool_index = self.tool_blocks.get(&index);
+                if let (Some(tool_index), Some(json)) = (tool_index, str_field(delta, "partial_json")) {
+                    let call = json!({"index": tool_index, "function": {"arguments": json}});
+                    self.emit_delta(json!({"tool_calls": [call]}), None, out);
+                }
+            }
+            Some("thinking_delta") => self.emit_block_delta(index, "thinking", str_field(delta, "thinking"), out),
+            Some("signature_delta") => self.emit_block_delta(index, "signature", str_field(delta, "signature"), out),
+            _ => {}
+        }
+    }
+
+    /// Thinking is not part of OpenAI's chunk; it is sent only to clients that accept extras.
+    fn emit_block_delta(&self, index: u64, field: &str, value: Option<&str>, out: &mut Vec<u8>) {
+        if self.ctx.strict_vendor_compliance {
+            return;
+        }
+        if let Some(value) = value {
+            let block = json!({"index": index, "delta": {field: value}});
+            self.emit_delta(json!({"content_blocks": [block]}), None, out);
+        }
+    }
+
+    fn emit_delta(&self, delta: Value, finish_reason: Option<&str>, out: &mut Vec<u8>) {
+        let choices = json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}]);
+        // With include_usage OpenAI sends `"usage": null` on every chunk but the last.
+        write_data(out, self.chunk(choices, Value::Null).to_string().as_bytes());
+    }
+
+    fn chunk(&self, choices: Value, usage: Value) -> Value {
+        let mut chunk = Map::new();
+        chunk.insert("id".into(), self.id.as_str().into());
+        chunk.insert("object".into(), "chat.completion.chunk".into());
+        chunk.insert("created".into(), self.ctx.created.into());
+        chunk.insert("model".into(), self.model.as_str().into());
+        chunk.insert("choices".into(), choices);
+        if self.ctx.include_usage {
+            chunk.insert("usage".into(), usage);
+        }
+        Value::Object(chunk)
+    }
+
+    fn end(&mut self, out: &mut Vec<u8>) {
+        write_data(out, b"[DONE]");
+        self.done = true;
+    }
+
+    /// OpenAI's in-stream error chunk, then the end of the stream.
+    pub(crate) fn end_with_error(&mut self, message: &str, kind: &str, out: &mut Vec<u8>) {
+        write_data(out, &error_json(message, kind, None, None));
+        self.end(out);
+    }
+
+    /// The upstream stream ended: an upstream that ended without `message_stop` still ends
+    /// the client stream cleanly.
+    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
+        if !self.done {
+            self.end(out);
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.done
+    }
+
+    pub(crate) fn usage(&self) -> Usage {
+        Usage { prompt_tokens: self.prompt_tokens, completion_tokens: self.completion_tokens }
+    }
+}
+
+/// Anthropic's server-sent event stream.
+pub(crate) struct SseStream {
+    parser: SseParser,
+    events: EventConverter,
+}
+
+impl SseStream {
+    pub(crate) fn new(ctx: ResponseContext) -> Self {
+        SseStream { parser: SseParser::new(), events: EventConverter::new(ctx) }
+    }
+
+    /// Consumes one upstream chunk (which may end anywhere, even mid-event).
+    pub(crate) fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        // After `[DONE]` nothing is sent, so nothing needs parsing or buffering.
+        if self.events.is_done() {
+            return;
+        }
+        for event in self.parser.push(chunk) {
+            self.events.on_event(&event, out);
+        }
+        self.end_if_overflowed(out);
+    }
+
+    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.events.is_done() {
+            return;
+        }
+        for event in self.parser.finish() {
+            self.events.on_event(&event, out);
+        }
+        self.end_if_overflowed(out);
+        self.events.finish(out);
+    }
+
+    pub(crate) fn usage(&self) -> Usage {
+        self.events.usage()
+    }
+
+    fn end_if_overflowed(&mut self, out: &mut Vec<u8>) {
+        if self.parser.overflowed() && !self.events.is_done() {
+            let message = format!("provider 'anthropic' sent a stream event larger than {MAX_EVENT_BYTES} bytes");
+            self.events.end_with_error(&message, "api_error", out);
+        }
+    }
+}
