@@ -145,7 +145,9 @@ pub(crate) struct Worker {
     tasks: Tasks,
 }
 
-/// Names no cluster: a held request that Envoy resumed without the gateway's edits goes nowhere.
+/// Names no cluster: a held request that Envoy resumed without the gateway's edits goes
+/// nowhere, even when the client named a cluster itself (without the header Envoy's route
+/// finds no cluster either).
 const UNROUTED: &str = "gateway-unrouted";
 
 /// A dispatched call needs a timeout of its own; the request timeout is Envoy's per-try
@@ -366,7 +368,9 @@ impl Exchange {
                 }
             }
             Ok(Started::NeedsBody(pending)) => {
-                env.io.set_request_header(env.id, CLUSTER_HEADER, UNROUTED);
+                if headers::find(&raw, CLUSTER_HEADER).is_some() {
+                    env.io.set_request_header(env.id, CLUSTER_HEADER, UNROUTED);
+                }
                 self.phase = Phase::AwaitingBody(Box::new((pending, raw)));
                 // Held until the body is complete (allow_on_headers_stop_iteration).
                 Action::Pause
