@@ -13,6 +13,8 @@
 mod caching;
 mod record;
 mod reply;
+#[cfg(test)]
+mod tests;
 
 use crate::cache::store;
 use crate::cache::{semantic, STATUS_HEADER};
@@ -511,7 +513,7 @@ impl Exchange {
                 let next = routed.call.attempts.failed(failure, &headers, env.io.host());
                 count_circuits_opened(env, &mut routed.call);
                 if matches!(next, Next::Call { .. }) {
-                    return self.recover(env, *routed, failure, next);
+                    return self.recover(env, *routed, failure, next, headers);
                 }
             } else {
                 routed.call.attempts.failed_finally(failure, env.io.host());
@@ -635,18 +637,23 @@ impl Exchange {
     }
 
     /// The routed attempt failed and the plan goes on: hold this response and run the next
-    /// attempts as dispatched calls.
-    fn recover(&mut self, env: &mut Env, routed: Routed, failure: Failure, next: Next) -> Action {
+    /// attempts as dispatched calls (`headers`: the failed response's).
+    fn recover(&mut self, env: &mut Env, routed: Routed, failure: Failure, next: Next, headers: RawHeaders) -> Action {
         let Some((raw, body)) = routed.retained else {
             return Action::Continue;
+        };
+        // The failed response's status and headers (its body is dropped chunk by chunk): the
+        // answer when no later attempt can even be dispatched.
+        let status = match failure {
+            Failure::Status(status) => status,
+            Failure::Timeout | Failure::Unreachable | Failure::CircuitOpen => 0,
         };
         self.phase = Phase::Recovering(Box::new(Recovery {
             call: routed.call,
             raw,
             body,
             plan: routed.plan,
-            // Replaced by the next attempt's outcome before any answer.
-            latest: Outcome::of(failure, CallAnswer { status: 0, headers: Vec::new(), body: Vec::new() }),
+            latest: Outcome::of(failure, CallAnswer { status, headers, body: Vec::new() }),
             answered: false,
         }));
         self.step(env, next);
