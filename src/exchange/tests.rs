@@ -358,9 +358,14 @@ fn a_request_without_a_gateway_key_is_refused_in_openai_shape() {
 #[test]
 fn a_held_request_ending_in_trailers_is_refused() {
     let mut gw = Gateway::new(SETTINGS);
-    let headers =
-        request("POST", "/v1/chat/completions", &[("x-gateway-api-key", "gw-key"), ("x-gateway-provider", "openai")]);
+    // A client that names a cluster itself gets it overwritten while the request is held.
+    let headers = request(
+        "POST",
+        "/v1/chat/completions",
+        &[("x-gateway-api-key", "gw-key"), ("x-gateway-provider", "openai"), (CLUSTER_HEADER, "gateway_recovery")],
+    );
     assert_eq!(gw.request_headers(1, headers, true).action, Action::Pause);
+    assert_eq!(gw.upstream_header(1, CLUSTER_HEADER).as_deref(), Some(UNROUTED));
     gw.io.streams(1).request_body.extend_from_slice(CHAT);
     assert_eq!(gw.worker.request_body(1, CHAT.len(), false, &mut gw.io).action, Action::Pause);
     let out = gw.worker.request_trailers(1, &mut gw.io);
@@ -387,9 +392,10 @@ fn openai_compatible_chat_goes_upstream_and_back_untouched() {
             ("content-type", "application/json"),
         ],
     );
-    // Held until the body is in, and meanwhile routed nowhere.
+    // Held until the body is in, and meanwhile routed nowhere: no cluster header, no write.
     assert_eq!(gw.request_headers(1, headers, true).action, Action::Pause);
-    assert_eq!(gw.upstream_header(1, CLUSTER_HEADER).as_deref(), Some(UNROUTED));
+    assert_eq!(gw.upstream_header(1, CLUSTER_HEADER), None);
+    assert!(gw.io.writes.is_empty(), "{:?}", gw.io.writes);
     assert_eq!(gw.request_body(1, CHAT), Output::proceed());
 
     // One replacement of the whole header map, no body rewrite.
