@@ -5,6 +5,8 @@
 //! translated body). Adding a provider means its own files and one line in `PROVIDERS`.
 
 pub(crate) mod anthropic;
+#[cfg(test)]
+mod fixtures;
 pub(crate) mod openai;
 
 use crate::errors::GatewayError;
