@@ -201,6 +201,8 @@ def main():
     parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--connections", default="16,64")
     parser.add_argument("--concurrency", type=int, default=1, help="Envoy worker threads of each proxy")
+    parser.add_argument("--compare-wasm", type=Path, help="another build of the filter (e.g. an earlier commit's), "
+                        "measured in the same run under the same config, for before/after figures")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, stdout=subprocess.DEVNULL)
@@ -224,6 +226,15 @@ def main():
     procs.append(start_envoy(with_plugin_configuration(minimal_config, f"127.0.0.1:{mock_port}"), workdir, "minimal",
                              args.concurrency))
     pids = {bare_port: procs[1].pid, gateway_port: procs[2].pid, minimal_port: procs[3].pid}
+    compare_port = None
+    if args.compare_wasm:
+        compare_port = free_port()
+        compare_env = {**env, "GATEWAY_PORT": str(compare_port), "GATEWAY_ADMIN_PORT": str(free_port()),
+                       "GATEWAY_WASM": str(args.compare_wasm.resolve())}
+        compare_config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=compare_env, check=True,
+                                        capture_output=True, text=True).stdout
+        procs.append(start_envoy(compare_config, workdir, "compare", args.concurrency))
+        pids[compare_port] = procs[-1].pid
     gateway_headers = {
         "x-gateway-api-key": API_KEY, "x-gateway-provider": "openai", "authorization": "Bearer sk-bench",
         "x-gateway-custom-host": f"http://127.0.0.1:{mock_port}/v1", "content-type": "application/json",
@@ -242,6 +253,8 @@ def main():
         wait_ready(bare_port, {"content-type": "application/json"}, REQUEST)
         wait_ready(gateway_port, gateway_headers, REQUEST)
         wait_ready(minimal_port, gateway_headers, REQUEST)
+        if compare_port:
+            wait_ready(compare_port, gateway_headers, REQUEST)
         wait_ready(gateway_port, fallback_headers, REQUEST)
         wait_ready(gateway_port, cache_hit_headers, REQUEST)
         status = cache_status(gateway_port, cache_hit_headers, REQUEST)
@@ -255,6 +268,8 @@ def main():
                         ("gateway", gateway_port, gateway_headers),
                         ("uncached", gateway_port, uncached_headers), ("fallback", gateway_port, fallback_headers),
                         ("cache_hit", gateway_port, cache_hit_headers))
+            if compare_port:
+                variants += (("compare", compare_port, gateway_headers),)
             for _, port, headers in variants:
                 run_wrk(port, headers, connections, 2, workdir)
             rows.append((connections, {name: run_wrk(port, headers, connections, args.duration, workdir, pids[port])
@@ -267,7 +282,8 @@ def main():
           f"{os.cpu_count()} cores, non-streaming chat completion\n")
     names = {"bare": "bare Envoy", "minimal": "Envoy + minimal filter", "gateway": "Envoy + filter (provider headers)",
              "uncached": "Envoy + filter, one-target config (uncached)", "fallback": "Envoy + filter, fallback config",
-             "cache_hit": "Envoy + filter, one-target config, cache hit"}
+             "cache_hit": "Envoy + filter, one-target config, cache hit",
+             "compare": f"Envoy + {args.compare_wasm} (provider headers)"}
     print("| connections | proxy | req/s | p50 µs | p99 µs |")
     print("|---|---|---|---|---|")
     for connections, runs in rows:
@@ -295,6 +311,13 @@ def main():
         print(f"| {connections} | {bare:.0f} | {minimal:.0f} | {ours:.0f} | {minimal - bare:+.0f} "
               f"| {ours - minimal:+.0f} |")
 
+    if compare_port:
+        print(f"\nThe same request through {args.compare_wasm}, CPU per request side by side:\n")
+        print("| connections | compared filter µs | gateway filter µs | its share over minimal µs | our share µs |")
+        print("|---|---|---|---|---|")
+        for connections, runs in rows:
+            minimal, ours, other = (runs[key]["cpu_us"] for key in ("minimal", "gateway", "compare"))
+            print(f"| {connections} | {other:.0f} | {ours:.0f} | {other - minimal:+.0f} | {ours - minimal:+.0f} |")
 
 if __name__ == "__main__":
     main()

@@ -41,12 +41,12 @@ pub(crate) struct HeaderEdits {
 
 impl HeaderEdits {
     /// The request headers after the edits, for one host call that replaces them all
-    /// (each single-header call costs a host round trip and a route-cache clear).
-    pub(crate) fn apply(&self, headers: &RawHeaders) -> Vec<(String, Vec<u8>)> {
+    /// (each single-header call costs a host round trip and a route-cache clear). Borrowed:
+    /// nothing is copied on the way to the host.
+    pub(crate) fn apply<'a>(&'a self, headers: &'a RawHeaders) -> Vec<(&'a str, &'a [u8])> {
         let replaced = |name: &str| self.remove.iter().any(|r| r == name) || self.set.iter().any(|(s, _)| s == name);
-        let mut result: Vec<(String, Vec<u8>)> = headers.iter().filter(|(name, _)| !replaced(name)).cloned().collect();
-        result.extend(self.set.iter().map(|(name, value)| (name.clone(), value.clone().into_bytes())));
-        result
+        let kept = headers.iter().filter(|(name, _)| !replaced(name)).map(|(n, v)| (n.as_str(), v.as_slice()));
+        kept.chain(self.set.iter().map(|(name, value)| (name.as_str(), value.as_bytes()))).collect()
     }
 }
 
@@ -119,8 +119,11 @@ pub(crate) fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) 
             .with_code("missing_api_key"))
         }
     };
+    // Only the headers the gateway reads are decoded (the others go upstream as they came).
+    let read = |name: &str| name == "authorization" || name == "vendor-beta" || is_gateway_header(name);
     let decoded = raw
         .iter()
+        .filter(|(name, _)| read(name))
         .map(|(name, value)| decode_value(name, value).map(|text| (name.as_str(), text)))
         .collect::<Result<Vec<_>, _>>()?;
     let gateway = GatewayHeaders::parse(decoded.iter().map(|(name, value)| (*name, value.as_str())))?;
@@ -432,8 +435,9 @@ mod tests {
         let mut h = request("GET", "/v1/batches", OPENAI_LOCAL);
         h.push(("x-latin1".into(), b"caf\xe9".to_vec()));
         assert!(matches!(started(&h), Ok(Started::Ready(_))));
-        let upstream = forwarded(&h, b"").ok().unwrap().headers.apply(&h);
-        assert!(upstream.contains(&("x-latin1".to_string(), b"caf\xe9".to_vec())));
+        let forward = forwarded(&h, b"").ok().unwrap();
+        let upstream = forward.headers.apply(&h);
+        assert!(upstream.contains(&("x-latin1", &b"caf\xe9"[..])));
         let mut bad = request("GET", "/v1/batches", OPENAI_LOCAL);
         bad.push(("x-gateway-metadata".into(), b"{\"a\":\"\xff\"}".to_vec()));
         assert_eq!(started(&bad).err().unwrap().param.as_deref(), Some("x-gateway-metadata"));
@@ -464,9 +468,9 @@ mod tests {
         };
         let before = request("POST", "/p", &[(":authority", "gw"), ("x-gateway-api-key", "k"), ("x-keep", "v")]);
         let after = edits.apply(&before);
-        let names: Vec<&str> = after.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<&str> = after.iter().map(|(n, _)| *n).collect();
         assert_eq!(names, vec![":method", ":path", "x-keep", ":authority", "x-new"]);
-        assert_eq!(after[3].1, b"up:80");
+        assert_eq!(after[3].1, b"up:80".as_slice());
     }
 
     #[test]

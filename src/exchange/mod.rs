@@ -45,7 +45,7 @@ pub(crate) trait Io {
     fn request_headers(&mut self, id: u32) -> RawHeaders;
     fn request_body(&mut self, id: u32, size: usize) -> Vec<u8>;
     /// Replaces every request header at once (one host call instead of one per header).
-    fn set_request_headers(&mut self, id: u32, headers: &[(String, Vec<u8>)]);
+    fn set_request_headers(&mut self, id: u32, headers: &[(&str, &[u8])]);
     fn set_request_header(&mut self, id: u32, name: &str, value: &str);
     /// Replaces the first `size` bytes of the buffered request body.
     fn set_request_body(&mut self, id: u32, size: usize, body: &[u8]);
@@ -766,10 +766,10 @@ impl Exchange {
 
     /// The gateway's response headers, for every answer: the trace id, and as far as known the
     /// provider, the target and retries (configs that can recover), and the cache status.
-    fn gateway_headers(&self) -> Vec<(String, String)> {
-        let mut headers = vec![(TRACE_HEADER.to_string(), self.record.trace_id.clone())];
+    fn each_gateway_header(&self, add: &mut dyn FnMut(&str, &str)) {
+        add(TRACE_HEADER, &self.record.trace_id);
         if !self.record.provider.is_empty() {
-            headers.push((PROVIDER_HEADER.to_string(), self.record.provider.to_string()));
+            add(PROVIDER_HEADER, self.record.provider);
         }
         let call = match &self.phase {
             Phase::Forwarded(routed) => Some(&routed.call),
@@ -778,22 +778,26 @@ impl Exchange {
         };
         if let Some(call) = call {
             if !call.target_path().is_empty() {
-                headers.push((TARGET_HEADER.to_string(), call.target_path().to_string()));
+                add(TARGET_HEADER, call.target_path());
             }
             if call.attempts.plan.can_recover() {
-                headers.push((RETRIES_HEADER.to_string(), call.attempts.retries.to_string()));
+                add(RETRIES_HEADER, &call.attempts.retries.to_string());
             }
         }
         if let Some(status) = self.cache.status_header() {
-            headers.push((STATUS_HEADER.to_string(), status.to_string()));
+            add(STATUS_HEADER, status);
         }
+    }
+
+    /// The same headers for a local answer.
+    fn gateway_headers(&self) -> Vec<(String, String)> {
+        let mut headers = Vec::new();
+        self.each_gateway_header(&mut |name, value| headers.push((name.to_string(), value.to_string())));
         headers
     }
 
     fn set_gateway_headers(&self, env: &mut Env) {
-        for (name, value) in self.gateway_headers() {
-            env.io.set_response_header(env.id, &name, Some(&value));
-        }
+        self.each_gateway_header(&mut |name, value| env.io.set_response_header(env.id, name, Some(value)));
     }
 
     fn answer_error(&mut self, env: &mut Env, error: &GatewayError) -> Action {
@@ -841,14 +845,19 @@ fn count_circuits_opened(env: &mut Env, call: &mut Call) {
 
 /// The dispatched call of a later attempt, through the recovery listener: the attempt's
 /// request headers and body (the client's, when the translator kept them).
-fn attempt_call(settings: &Settings, headers: &RawHeaders, body: Option<Vec<u8>>, original_body: &[u8]) -> Dispatch {
+fn attempt_call(
+    settings: &Settings,
+    headers: &[(&str, &[u8])],
+    body: Option<Vec<u8>>,
+    original_body: &[u8],
+) -> Dispatch {
     let body = body.unwrap_or_else(|| original_body.to_vec());
     // The cluster and per-try timeout headers stay: the internal listener's router uses them.
     let framing = ["content-length", "transfer-encoding"];
     let mut headers: Vec<(String, String)> = headers
         .iter()
-        .filter(|(name, _)| !framing.contains(&name.as_str()))
-        .map(|(name, value)| (name.clone(), String::from_utf8_lossy(value).into_owned()))
+        .filter(|(name, _)| !framing.contains(name))
+        .map(|(name, value)| (name.to_string(), String::from_utf8_lossy(value).into_owned()))
         .collect();
     headers.push(("content-length".into(), body.len().to_string()));
     Dispatch { cluster: settings.recovery_cluster.clone(), headers, body, timeout_ms: CALL_TIMEOUT_MS }

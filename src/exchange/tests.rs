@@ -117,9 +117,10 @@ impl Io for FakeIo {
         body[..size.min(body.len())].to_vec()
     }
 
-    fn set_request_headers(&mut self, id: u32, headers: &[(String, Vec<u8>)]) {
-        self.streams(id).request_headers = headers.to_vec();
-        self.writes.push(Write::RequestHeaders(id, headers.to_vec()));
+    fn set_request_headers(&mut self, id: u32, headers: &[(&str, &[u8])]) {
+        let headers: Vec<(String, Vec<u8>)> = headers.iter().map(|(n, v)| (n.to_string(), v.to_vec())).collect();
+        self.streams(id).request_headers = headers.clone();
+        self.writes.push(Write::RequestHeaders(id, headers));
     }
 
     fn set_request_header(&mut self, id: u32, name: &str, value: &str) {
@@ -965,4 +966,38 @@ fn requests_of_one_worker_do_not_mix() {
     assert_eq!((id, status), (2, 429));
     let (id, status, ..) = reply(&gw.answer(t1, 200, &[], COMPLETION));
     assert_eq!((id, status), (1, 200));
+}
+
+#[test]
+#[ignore]
+fn timing_probe() {
+    let mut gw = Gateway::new(SETTINGS);
+    let body = br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello in one short sentence."}],"max_tokens":16}"#;
+    let n = 20000;
+    let start = std::time::Instant::now();
+    for id in 1..=n {
+        let headers = request(
+            "POST",
+            "/v1/chat/completions",
+            &[
+                ("host", "127.0.0.1:8787"),
+                ("user-agent", "wrk"),
+                ("x-gateway-api-key", "gw-key"),
+                ("x-gateway-provider", "openai"),
+                ("x-gateway-custom-host", "http://127.0.0.1:9000/v1"),
+                ("authorization", "Bearer sk-local"),
+                ("content-type", "application/json"),
+                ("content-length", "130"),
+                ("x-forwarded-proto", "http"),
+                ("x-request-id", "0b1c8d1e-1111-2222-3333-444455556666"),
+            ],
+        );
+        gw.post(id, headers, body);
+        gw.response_headers(id, 200, &[("content-type", "application/json")], "via_upstream");
+        gw.response_body(id, b"{}", true);
+        gw.worker.finished(id);
+        gw.io.writes.clear();
+        gw.io.streams.clear();
+    }
+    eprintln!("per request: {:?}", start.elapsed() / n);
 }

@@ -123,10 +123,9 @@ impl Io for HostIo {
         logged(abi::get_buffer(Buffer::RequestBody, 0, size))
     }
 
-    fn set_request_headers(&mut self, id: u32, headers: &[(String, Vec<u8>)]) {
+    fn set_request_headers(&mut self, id: u32, headers: &[(&str, &[u8])]) {
         self.on(id);
-        let headers: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
-        logged(abi::set_map(Map::RequestHeaders, &headers));
+        logged(abi::set_map(Map::RequestHeaders, headers));
     }
 
     fn set_request_header(&mut self, id: u32, name: &str, value: &str) {

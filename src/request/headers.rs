@@ -3,7 +3,9 @@
 //! names, so `apiKey` arrives as `apikey`).
 
 use crate::errors::GatewayError;
+use hashbrown::HashMap;
 use serde_json::{Map, Value};
+use std::sync::OnceLock;
 
 /// Every gateway header, by field. The first name is the canonical one used in errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,17 +104,28 @@ pub(crate) struct TraceFields {
 }
 
 pub(crate) fn trace_fields(raw: &[(String, Vec<u8>)]) -> TraceFields {
+    // The first value of each, in one pass over the headers.
+    let (mut trace_id, mut request_id, mut span_id, mut parent_span_id, mut span_name) = (None, None, None, None, None);
+    for (name, value) in raw {
+        let slot = match lookup(name).map(|(field, _)| field) {
+            Some(Field::TraceId) => &mut trace_id,
+            Some(Field::SpanId) => &mut span_id,
+            Some(Field::ParentSpanId) => &mut parent_span_id,
+            Some(Field::SpanName) => &mut span_name,
+            _ if name == "x-request-id" => &mut request_id,
+            _ => continue,
+        };
+        slot.get_or_insert(value.as_slice());
+    }
     // A value that is not UTF-8 counts as absent: a garbled id is no id.
     let text = |value: Option<&[u8]>| {
         value.and_then(|v| std::str::from_utf8(v).ok()).map(|v| v.trim().to_string()).unwrap_or_default()
     };
-    let trace_id =
-        [find_field(raw, Field::TraceId), find(raw, "x-request-id")].into_iter().map(text).find(|id| !id.is_empty());
     TraceFields {
-        trace_id,
-        span_id: text(find_field(raw, Field::SpanId)),
-        parent_span_id: text(find_field(raw, Field::ParentSpanId)),
-        span_name: text(find_field(raw, Field::SpanName)),
+        trace_id: [trace_id, request_id].into_iter().map(text).find(|id| !id.is_empty()),
+        span_id: text(span_id),
+        parent_span_id: text(parent_span_id),
+        span_name: text(span_name),
     }
 }
 
@@ -147,10 +160,14 @@ fn lookup(name: &str) -> Option<(Field, &'static str)> {
     if !candidate {
         return None;
     }
-    HEADERS
-        .iter()
-        .find(|(_, names)| names.contains(&name))
-        .and_then(|(field, names)| names.first().map(|canonical| (*field, *canonical)))
+    static BY_NAME: OnceLock<HashMap<&'static str, (Field, &'static str)>> = OnceLock::new();
+    let by_name = BY_NAME.get_or_init(|| {
+        let entries = HEADERS.iter().filter_map(|(field, names)| Some((*field, *names, *names.first()?)));
+        entries
+            .flat_map(|(field, names, canonical)| names.iter().map(move |name| (*name, (field, canonical))))
+            .collect()
+    });
+    by_name.get(name).copied()
 }
 
 /// Cloud-specific headers (spec 5.3), kept for the cloud providers.
