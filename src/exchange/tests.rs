@@ -967,37 +967,3 @@ fn requests_of_one_worker_do_not_mix() {
     let (id, status, ..) = reply(&gw.answer(t1, 200, &[], COMPLETION));
     assert_eq!((id, status), (1, 200));
 }
-
-#[test]
-#[ignore]
-fn timing_probe() {
-    let mut gw = Gateway::new(SETTINGS);
-    let body = br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello in one short sentence."}],"max_tokens":16}"#;
-    let n = 20000;
-    let start = std::time::Instant::now();
-    for id in 1..=n {
-        let headers = request(
-            "POST",
-            "/v1/chat/completions",
-            &[
-                ("host", "127.0.0.1:8787"),
-                ("user-agent", "wrk"),
-                ("x-gateway-api-key", "gw-key"),
-                ("x-gateway-provider", "openai"),
-                ("x-gateway-custom-host", "http://127.0.0.1:9000/v1"),
-                ("authorization", "Bearer sk-local"),
-                ("content-type", "application/json"),
-                ("content-length", "130"),
-                ("x-forwarded-proto", "http"),
-                ("x-request-id", "0b1c8d1e-1111-2222-3333-444455556666"),
-            ],
-        );
-        gw.post(id, headers, body);
-        gw.response_headers(id, 200, &[("content-type", "application/json")], "via_upstream");
-        gw.response_body(id, b"{}", true);
-        gw.worker.finished(id);
-        gw.io.writes.clear();
-        gw.io.streams.clear();
-    }
-    eprintln!("per request: {:?}", start.elapsed() / n);
-}
