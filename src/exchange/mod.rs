@@ -621,7 +621,7 @@ impl Exchange {
     /// reshaped with the provider's headers in view).
     fn finish_routed(&mut self, env: &mut Env, body: Vec<u8>) -> Finished {
         let Phase::Forwarded(routed) = &mut self.phase else {
-            return Finished { status: self.record.status, json: false, body };
+            return Finished { status: self.record.status, json: false, body, error_code: None };
         };
         let headers = match self.mode {
             ResponseMode::Error(_) => env.io.response_headers(env.id),
@@ -629,6 +629,7 @@ impl Exchange {
         };
         let finished = finish(&mut routed.plan, self.mode, self.record.status, &headers, body);
         self.record.usage = routed.plan.translator.usage();
+        self.record.error_code = finished.error_code;
         finished
     }
 
@@ -754,6 +755,7 @@ impl Exchange {
         };
         recovery.answered = true;
         self.record.status = finished.status;
+        self.record.error_code = finished.error_code;
         self.record.provider = recovery.plan.provider.name;
         if (200..300).contains(&finished.status) {
             let content_type = headers.iter().find(|(n, _)| n == "content-type").map_or("", |(_, v)| v.as_str());
@@ -801,6 +803,7 @@ impl Exchange {
     }
 
     fn answer_error(&mut self, env: &mut Env, error: &GatewayError) -> Action {
+        self.record.error_code = error.code;
         self.answer(env, error.status, error.to_json())
     }
 

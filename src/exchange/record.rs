@@ -21,6 +21,8 @@ pub(crate) struct Record {
     pub(crate) cache: &'static str,
     /// Token counts, when a translated answer told them.
     pub(crate) usage: Option<Usage>,
+    /// The code of the gateway's own error answer (e.g. `invalid_api_key`, `request_timeout`).
+    pub(crate) error_code: Option<&'static str>,
 }
 
 impl fmt::Display for Record {
@@ -42,6 +44,9 @@ impl fmt::Display for Record {
             self.status,
             if self.cache.is_empty() { "-" } else { self.cache },
         )?;
+        if let Some(code) = self.error_code {
+            write!(f, " error={code}")?;
+        }
         match self.usage {
             Some(usage) => {
                 write!(f, " prompt_tokens={} completion_tokens={}", usage.prompt_tokens, usage.completion_tokens)
@@ -71,5 +76,7 @@ mod tests {
         );
         record.usage = Some(Usage { prompt_tokens: 3, completion_tokens: 5 });
         assert!(record.to_string().ends_with(r#"cache="-" prompt_tokens=3 completion_tokens=5"#));
+        record.error_code = Some("request_timeout");
+        assert!(record.to_string().ends_with(r#"cache="-" error=request_timeout prompt_tokens=3 completion_tokens=5"#));
     }
 }

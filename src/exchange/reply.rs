@@ -50,6 +50,8 @@ pub(crate) struct Finished {
     pub(crate) status: u16,
     pub(crate) json: bool,
     pub(crate) body: Vec<u8>,
+    /// Set when the body is the gateway's own error.
+    pub(crate) error_code: Option<&'static str>,
 }
 
 /// The one way a whole answer body is finished in `mode`: an error reshaped (the
@@ -64,9 +66,11 @@ pub(crate) fn finish(
 ) -> Finished {
     let translator = &mut plan.translator;
     match mode {
-        ResponseMode::Error(status) => Finished { status, json: true, body: translator.error(status, headers, &body) },
+        ResponseMode::Error(status) => {
+            Finished { status, json: true, body: translator.error(status, headers, &body), error_code: None }
+        }
         ResponseMode::Translated => match translator.response(&body) {
-            Ok(body) => Finished { status, json: true, body },
+            Ok(body) => Finished { status, json: true, body, error_code: None },
             // A success the gateway cannot read is no success for the client.
             Err(error) => gateway_error(&error),
         },
@@ -74,14 +78,14 @@ pub(crate) fn finish(
             let mut out = Vec::with_capacity(body.len());
             translator.stream(&body, &mut out);
             translator.stream_end(&mut out);
-            Finished { status, json: false, body: out }
+            Finished { status, json: false, body: out, error_code: None }
         }
-        ResponseMode::Passthrough => Finished { status, json: false, body },
+        ResponseMode::Passthrough => Finished { status, json: false, body, error_code: None },
     }
 }
 
 pub(crate) fn gateway_error(error: &GatewayError) -> Finished {
-    Finished { status: error.status, json: true, body: error.to_json() }
+    Finished { status: error.status, json: true, body: error.to_json(), error_code: error.code }
 }
 
 pub(crate) fn timeout_error() -> GatewayError {
