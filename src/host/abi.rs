@@ -139,6 +139,7 @@ impl Buffer {
 #[link(wasm_import_module = "env")]
 extern "C" {
     fn proxy_get_log_level(return_level: *mut u32) -> u32;
+    fn proxy_log(level: u32, message_data: *const u8, message_size: usize) -> u32;
     fn proxy_get_current_time_nanoseconds(return_time: *mut u64) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
     fn proxy_get_buffer_bytes(
@@ -413,6 +414,12 @@ pub(crate) fn random_bytes(buf: &mut [u8]) -> Result<(), HostError> {
         0 => Ok(()),
         errno => Err(HostError::Errno(u32::from(errno))),
     }
+}
+
+/// Writes one line to the host's log at `level` (proxy-wasm `LogLevel`: 0 trace .. 5 critical).
+pub(crate) fn log(level: u32, message: &str) -> Result<(), HostError> {
+    // SAFETY: the pointer and length describe a live slice.
+    check(unsafe { proxy_log(level, message.as_ptr(), message.len()) })
 }
 
 /// The host's log level for this plugin (proxy-wasm `LogLevel`: 0 trace .. 5 critical).

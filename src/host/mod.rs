@@ -11,12 +11,19 @@ use crate::request::headers;
 use crate::settings::Settings;
 use abi::{Buffer, HostError, Map};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{self, ContextType, LogLevel};
+use proxy_wasm::types::{self, ContextType};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 proxy_wasm::main! {{
-    proxy_wasm::set_log_level(LogLevel::Info);
+    // The `log` crate writes through `abi::log`: the SDK's logger unwraps the host's answer.
+    if log::set_logger(&HostLogger).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
+    // A panic aborts the VM (panic = "abort"); its message reaches Envoy's log first.
+    std::panic::set_hook(Box::new(|panic| {
+        let _ = abi::log(CRITICAL, &panic.to_string());
+    }));
     proxy_wasm::set_root_context(|id| -> Box<dyn RootContext> {
         Box::new(Root {
             id,
@@ -238,8 +245,8 @@ impl Context for Root {
 impl RootContext for Root {
     fn on_configure(&mut self, size: usize) -> bool {
         // Follow Envoy's level for the wasm component, so disabled lines cost no formatting.
-        if let Some(level) = abi::log_level().ok().and_then(log_level) {
-            proxy_wasm::set_log_level(level);
+        if let Ok(level) = abi::log_level() {
+            log::set_max_level(level_filter(level));
         }
         self.shared.circuits_opened.set(abi::define_counter("gateway.circuits_opened").ok());
         let bytes = logged(abi::get_buffer(Buffer::PluginConfiguration, 0, size));
@@ -272,17 +279,46 @@ impl RootContext for Root {
     }
 }
 
-/// proxy-wasm's `LogLevel` from its number.
-fn log_level(level: u32) -> Option<LogLevel> {
-    Some(match level {
-        0 => LogLevel::Trace,
-        1 => LogLevel::Debug,
-        2 => LogLevel::Info,
-        3 => LogLevel::Warn,
-        4 => LogLevel::Error,
-        5 => LogLevel::Critical,
-        _ => return None,
-    })
+/// proxy-wasm's `LogLevel` numbers.
+const CRITICAL: u32 = 5;
+
+/// The `log` crate's filter for a proxy-wasm log level (critical lines are the gateway's
+/// panics alone, written by the panic hook).
+fn level_filter(level: u32) -> log::LevelFilter {
+    match level {
+        0 => log::LevelFilter::Trace,
+        1 => log::LevelFilter::Debug,
+        2 => log::LevelFilter::Info,
+        3 => log::LevelFilter::Warn,
+        4 => log::LevelFilter::Error,
+        _ => log::LevelFilter::Off,
+    }
+}
+
+/// The `log` crate's lines into Envoy's log.
+struct HostLogger;
+
+impl log::Log for HostLogger {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let level = match record.level() {
+            log::Level::Trace => 0,
+            log::Level::Debug => 1,
+            log::Level::Info => 2,
+            log::Level::Warn => 3,
+            log::Level::Error => 4,
+        };
+        // Nothing to do when the host refuses a log line.
+        let _ = abi::log(level, &record.args().to_string());
+    }
+
+    fn flush(&self) {}
 }
 
 struct Request {
