@@ -693,10 +693,12 @@ impl Exchange {
             }
         };
         let Forward { headers, body, response } = forward;
-        recovery.plan = response;
         let call = attempt_call(env.settings, &headers.apply(&recovery.raw), body, &recovery.body);
         match env.io.dispatch(env.id, &call) {
             Some(token) => {
+                // The answer will be this attempt's (until then the latest outcome is the
+                // previous attempt's, answered by its own provider's translator).
+                recovery.plan = response;
                 env.tasks.calls.insert(token, (env.id, Task::Attempt));
                 None
             }

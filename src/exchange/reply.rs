@@ -130,12 +130,14 @@ pub(crate) fn call_failure(status: u16, body: &[u8]) -> Option<Failure> {
 }
 
 /// The provider's response headers a local answer may carry (Envoy frames the body; a
-/// gateway JSON body has its own content type).
+/// gateway JSON body has its own content type; the gateway's own headers are the gateway's
+/// to set, never an upstream's).
 pub(crate) fn provider_headers(headers: &[(String, Vec<u8>)], json: bool) -> Vec<(String, String)> {
     let framing = ["content-length", "transfer-encoding", "connection", "keep-alive"];
     let mut kept: Vec<(String, String)> = headers
         .iter()
         .filter(|(name, _)| !name.starts_with(':') && !framing.contains(&name.as_str()))
+        .filter(|(name, _)| !name.starts_with("x-gateway-"))
         .filter(|(name, _)| !(json && name == "content-type"))
         .map(|(name, value)| (name.clone(), String::from_utf8_lossy(value).into_owned()))
         .collect();
@@ -178,6 +180,7 @@ mod tests {
             ("content-length".to_string(), b"10".to_vec()),
             ("content-type".to_string(), b"text/plain".to_vec()),
             ("x-request-id".to_string(), b"abc".to_vec()),
+            ("x-gateway-provider".to_string(), b"forged".to_vec()),
         ];
         assert_eq!(
             provider_headers(&headers, true),

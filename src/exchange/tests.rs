@@ -645,9 +645,18 @@ fn when_every_target_fails_the_client_gets_the_last_failure() {
 fn a_recovery_call_that_cannot_start_answers_with_the_failed_attempts_status() {
     let mut gw = Gateway::new(SETTINGS);
     gw.io.dispatch_fails = true;
-    let config = fallback(vec![openai("a", 9001), openai("b", 9002)]);
+    // The next target is another provider's: the answer is still the first one's, shaped and
+    // named as its own provider's.
+    let anthropic = json!({"provider": "anthropic", "api_key": "sk-ant", "custom_host": "http://127.0.0.1:9002/v1"});
+    let config = fallback(vec![openai("a", 9001), anthropic]);
     gw.post(1, chat_with_config("gw-key", &config), CHAT);
-    let failed = [("content-type", "text/plain"), ("content-length", "4"), ("x-request-id", "up-1")];
+    // An upstream's copy of a gateway header never reaches the client.
+    let failed = [
+        ("content-type", "text/plain"),
+        ("content-length", "4"),
+        ("x-request-id", "up-1"),
+        ("x-gateway-provider", "forged"),
+    ];
     let out = gw.response_headers(1, 500, &failed, "via_upstream");
     assert_eq!(out.action, Action::Pause);
     // The second target cannot be called (e.g. no recovery cluster): the client learns the
@@ -658,6 +667,12 @@ fn a_recovery_call_that_cannot_start_answers_with_the_failed_attempts_status() {
     assert_eq!(body["error"]["message"], "provider returned status 500");
     assert_eq!(headers["content-type"], "application/json");
     assert_eq!(headers["x-request-id"], "up-1");
+    assert_eq!(headers["x-gateway-provider"], "openai");
+    let (_, _, listed, _) = match out.after.as_slice() {
+        [After::Reply { id, status, headers, body }] => (id, status, headers.clone(), body),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(listed.iter().filter(|(name, _)| name == "x-gateway-provider").count(), 1);
     assert!(!headers.contains_key("content-length"));
     assert_eq!(gw.worker.finished(1).unwrap().status, 500);
 }

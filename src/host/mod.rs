@@ -50,9 +50,13 @@ impl Shared {
         let mut io = HostIo { effective: current, circuits_opened: self.circuits_opened.get() };
         let output = match self.worker.try_borrow_mut() {
             Ok(mut worker) => event(&mut worker, &mut io),
+            // Cannot happen while no host call inside an event re-enters the filter; should it,
+            // the request fails closed rather than passing unchecked.
             Err(_) => {
-                log::error!("the filter was re-entered while busy; the event passes untouched");
-                return types::Action::Continue;
+                log::error!("the filter was re-entered while busy; the request is refused");
+                let body = br#"{"error":{"message":"the gateway could not handle this request","type":"api_error","param":null,"code":null}}"#;
+                logged(abi::send_local_response(500, &[("content-type", b"application/json")], body));
+                return types::Action::Pause;
             }
         };
         for after in output.after {
@@ -92,25 +96,23 @@ struct HostIo {
 }
 
 impl HostIo {
-    /// Makes host calls act on request `id` (a call answer or tick arrives on another context).
-    fn on(&mut self, id: u32) {
+    /// Makes host calls act on request `id` (a call answer or tick arrives on another
+    /// context); when the host refuses, the calls for `id` are not made at all.
+    fn on(&mut self, id: u32) -> Result<(), HostError> {
         if self.effective != id {
-            logged(abi::set_effective_context(id));
+            abi::set_effective_context(id)?;
             self.effective = id;
         }
+        Ok(())
     }
 
     fn run_after(&mut self, after: After) {
         match after {
             After::Reply { id, status, headers, body } => {
-                self.on(id);
                 let headers: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())).collect();
-                logged(abi::send_local_response(status, &headers, &body));
+                logged(self.on(id).and_then(|()| abi::send_local_response(status, &headers, &body)));
             }
-            After::ResumeRequest(id) => {
-                self.on(id);
-                logged(abi::resume_request());
-            }
+            After::ResumeRequest(id) => logged(self.on(id).and_then(|()| abi::resume_request())),
         }
     }
 }
@@ -121,69 +123,60 @@ impl Io for HostIo {
     }
 
     fn request_headers(&mut self, id: u32) -> Vec<(String, Vec<u8>)> {
-        self.on(id);
-        logged(abi::get_map(Map::RequestHeaders))
+        logged(self.on(id).and_then(|()| abi::get_map(Map::RequestHeaders)))
     }
 
     fn request_body(&mut self, id: u32, size: usize) -> Vec<u8> {
-        self.on(id);
-        logged(abi::get_buffer(Buffer::RequestBody, 0, size))
+        logged(self.on(id).and_then(|()| abi::get_buffer(Buffer::RequestBody, 0, size)))
     }
 
     fn set_request_headers(&mut self, id: u32, headers: &[(&str, &[u8])]) {
-        self.on(id);
-        logged(abi::set_map(Map::RequestHeaders, headers));
+        logged(self.on(id).and_then(|()| abi::set_map(Map::RequestHeaders, headers)));
     }
 
     fn set_request_header(&mut self, id: u32, name: &str, value: &str) {
-        self.on(id);
-        logged(abi::replace_map_value(Map::RequestHeaders, name, value.as_bytes()));
+        logged(self.on(id).and_then(|()| abi::replace_map_value(Map::RequestHeaders, name, value.as_bytes())));
     }
 
     fn set_request_body(&mut self, id: u32, size: usize, body: &[u8]) {
-        self.on(id);
-        logged(abi::set_buffer(Buffer::RequestBody, 0, size, body));
+        logged(self.on(id).and_then(|()| abi::set_buffer(Buffer::RequestBody, 0, size, body)));
     }
 
     fn response_header(&mut self, id: u32, name: &str) -> Option<Vec<u8>> {
-        self.on(id);
-        logged(abi::get_map_value(Map::ResponseHeaders, name))
+        logged(self.on(id).and_then(|()| abi::get_map_value(Map::ResponseHeaders, name)))
     }
 
     fn response_headers(&mut self, id: u32) -> Vec<(String, Vec<u8>)> {
-        self.on(id);
-        logged(abi::get_map(Map::ResponseHeaders))
+        logged(self.on(id).and_then(|()| abi::get_map(Map::ResponseHeaders)))
     }
 
     fn response_details(&mut self, id: u32) -> String {
-        self.on(id);
-        let details = logged(abi::get_property(&["response", "code_details"])).unwrap_or_default();
+        let details = logged(self.on(id).and_then(|()| abi::get_property(&["response", "code_details"])));
+        let details = details.unwrap_or_default();
         String::from_utf8_lossy(&details).into_owned()
     }
 
     fn response_body(&mut self, id: u32, size: usize) -> Vec<u8> {
-        self.on(id);
-        logged(abi::get_buffer(Buffer::ResponseBody, 0, size))
+        logged(self.on(id).and_then(|()| abi::get_buffer(Buffer::ResponseBody, 0, size)))
     }
 
     fn set_response_header(&mut self, id: u32, name: &str, value: Option<&str>) {
-        self.on(id);
-        match value {
-            Some(value) => logged(abi::replace_map_value(Map::ResponseHeaders, name, value.as_bytes())),
-            None => logged(abi::remove_map_value(Map::ResponseHeaders, name)),
-        }
+        logged(self.on(id).and_then(|()| match value {
+            Some(value) => abi::replace_map_value(Map::ResponseHeaders, name, value.as_bytes()),
+            None => abi::remove_map_value(Map::ResponseHeaders, name),
+        }));
     }
 
     fn set_response_body(&mut self, id: u32, size: usize, body: &[u8]) {
-        self.on(id);
-        logged(abi::set_buffer(Buffer::ResponseBody, 0, size, body));
+        logged(self.on(id).and_then(|()| abi::set_buffer(Buffer::ResponseBody, 0, size, body)));
     }
 
     fn dispatch(&mut self, id: u32, call: &Dispatch) -> Option<u32> {
-        self.on(id);
         let headers: Vec<(&str, &[u8])> = call.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())).collect();
         let timeout_ms = u32::try_from(call.timeout_ms).unwrap_or(u32::MAX);
-        match abi::dispatch_http_call(&call.cluster, &headers, &call.body, timeout_ms) {
+        let dispatched =
+            self.on(id).and_then(|()| abi::dispatch_http_call(&call.cluster, &headers, &call.body, timeout_ms));
+        match dispatched {
             Ok(token) => Some(token),
             Err(error) => {
                 log::warn!("dispatching a call to cluster {} failed: {error}", call.cluster);
