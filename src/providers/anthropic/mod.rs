@@ -49,13 +49,23 @@ struct Messages {
 
 impl Messages {
     fn ctx(&self) -> ResponseContext {
-        self.ctx.clone().unwrap_or_else(|| ResponseContext {
-            model: String::new(),
-            created: 0,
-            include_usage: false,
-            strict_vendor_compliance: true,
-        })
+        context_or_default(&self.ctx)
     }
+
+    /// The stream converter, made at the first chunk (not copied per chunk).
+    fn sse(&mut self) -> &mut SseStream {
+        let ctx = &self.ctx;
+        self.stream.get_or_insert_with(|| SseStream::new(context_or_default(ctx)))
+    }
+}
+
+fn context_or_default(ctx: &Option<ResponseContext>) -> ResponseContext {
+    ctx.clone().unwrap_or_else(|| ResponseContext {
+        model: String::new(),
+        created: 0,
+        include_usage: false,
+        strict_vendor_compliance: true,
+    })
 }
 
 impl Translator for Messages {
@@ -95,13 +105,11 @@ impl Translator for Messages {
     }
 
     fn stream(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        let ctx = self.ctx();
-        self.stream.get_or_insert_with(|| SseStream::new(ctx)).push(chunk, out);
+        self.sse().push(chunk, out);
     }
 
     fn stream_end(&mut self, out: &mut Vec<u8>) {
-        let ctx = self.ctx();
-        let stream = self.stream.get_or_insert_with(|| SseStream::new(ctx));
+        let stream = self.sse();
         stream.finish(out);
         self.usage = Some(stream.usage());
     }
