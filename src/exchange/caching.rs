@@ -15,6 +15,8 @@ pub(crate) enum CacheState {
     Off,
     Disabled,
     Active(Box<Caching>),
+    /// The request was answered from the cache.
+    Served(Status),
 }
 
 /// A request the cache looked up and may store the answer of.
@@ -26,7 +28,7 @@ pub(crate) struct Caching {
     capture: Capture,
 }
 
-/// A stored answer that serves the request: its status, provider, content type and body.
+/// A stored answer that serves the request: how it was found, its provider, content type and body.
 pub(crate) struct Hit {
     pub(crate) status: Status,
     pub(crate) provider: String,
@@ -59,6 +61,7 @@ impl CacheState {
             CacheState::Off => None,
             CacheState::Disabled => Some(Status::Disabled.as_str()),
             CacheState::Active(caching) => Some(caching.status.as_str()),
+            CacheState::Served(status) => Some(status.as_str()),
         }
     }
 

@@ -350,9 +350,7 @@ impl Exchange {
             record.target = recovery.call.target_path().to_string();
             record.retries = recovery.call.attempts.retries;
         }
-        if record.cache.is_empty() {
-            record.cache = self.cache.status_header().unwrap_or_default();
-        }
+        record.cache = self.cache.status_header().unwrap_or_default();
         record
     }
 
@@ -822,15 +820,12 @@ impl Exchange {
     /// Answers from the cache.
     fn answer_hit(&mut self, env: &mut Env, hit: Hit) -> Action {
         self.record.status = 200;
-        self.record.cache = hit.status.as_str();
         self.record.provider = crate::providers::find(&hit.provider).map_or("", |spec| spec.name);
-        let headers = vec![
-            ("content-type".to_string(), hit.content_type),
-            (TRACE_HEADER.to_string(), self.record.trace_id.clone()),
-            (PROVIDER_HEADER.to_string(), hit.provider),
-            (STATUS_HEADER.to_string(), hit.status.as_str().to_string()),
-        ];
+        self.cache = CacheState::Served(hit.status);
+        // No attempt answered: the gateway headers name no target and no retries.
         self.phase = Phase::Answered;
+        let mut headers = vec![("content-type".to_string(), hit.content_type)];
+        headers.extend(self.gateway_headers());
         env.after.push(After::Reply { id: env.id, status: 200, headers, body: hit.body });
         Action::Pause
     }
