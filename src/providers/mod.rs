@@ -5,6 +5,8 @@
 //! translated body). Adding a provider means its own files and one line in `PROVIDERS`.
 
 pub(crate) mod anthropic;
+#[allow(dead_code)] // wired by the provider registration (cloud issue)
+pub(crate) mod bedrock;
 #[cfg(test)]
 mod fixtures;
 pub(crate) mod openai;
