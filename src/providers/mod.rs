@@ -7,13 +7,16 @@
 pub(crate) mod anthropic;
 #[allow(dead_code)] // wired by the provider registration (cloud issue)
 pub(crate) mod bedrock;
+pub(crate) mod chat_input;
+pub(crate) mod chunks;
 #[cfg(test)]
 mod fixtures;
 pub(crate) mod openai;
 
 use crate::errors::GatewayError;
+use crate::request::chat;
 use crate::request::endpoint::Endpoint;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::borrow::Cow;
 
 /// What a translator needs to shape a response to OpenAI's form.
@@ -27,6 +30,13 @@ pub(crate) struct ResponseContext {
     pub(crate) include_usage: bool,
     /// When false, non-standard parts (thinking) are returned as `content_blocks`.
     pub(crate) strict_vendor_compliance: bool,
+}
+
+/// For an answer that comes before its request was translated (it never does).
+impl Default for ResponseContext {
+    fn default() -> Self {
+        ResponseContext { model: String::new(), created: 0, include_usage: false, strict_vendor_compliance: true }
+    }
 }
 
 /// One request as the client made it, for a translator.
@@ -163,6 +173,43 @@ pub(crate) static PROVIDERS: &[ProviderSpec] = &[
 
 pub(crate) fn find(name: &str) -> Option<&'static ProviderSpec> {
     PROVIDERS.iter().find(|p| p.name == name)
+}
+
+/// The chat body of a request to a provider that serves only chat completions, and what the
+/// answer needs of it; any other endpoint is a 400 (never a 5xx).
+pub(crate) fn chat_only(provider: &str, outbound: Outbound) -> Result<(Value, ResponseContext), GatewayError> {
+    let Outbound { endpoint, path, body, now_ms, strict_vendor_compliance, .. } = outbound;
+    let body = match (endpoint, body) {
+        (Endpoint::ChatCompletions, Some(body)) => body.into_owned(),
+        _ => {
+            let message = format!("provider '{provider}' does not support /v1{path}");
+            return Err(GatewayError::new(400, "invalid_request_error", message).with_code("unsupported_endpoint"));
+        }
+    };
+    let ctx = ResponseContext {
+        model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
+        created: now_ms() / 1000,
+        include_usage: chat::include_usage(body.get("stream_options")),
+        strict_vendor_compliance,
+    };
+    Ok((body, ctx))
+}
+
+pub(crate) fn str_field<'a>(value: Option<&'a Value>, field: &str) -> Option<&'a str> {
+    value.and_then(|v| v.get(field)).and_then(Value::as_str)
+}
+
+pub(crate) fn u64_field(value: Option<&Value>, field: &str) -> u64 {
+    value.and_then(|v| v.get(field)).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// OpenAI's `usage` object.
+pub(crate) fn usage_json(prompt_tokens: u64, completion_tokens: u64) -> Value {
+    json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens.saturating_add(completion_tokens),
+    })
 }
 
 /// The OpenAI error `type` that matches an HTTP status, for errors that carry none.

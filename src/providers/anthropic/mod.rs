@@ -13,11 +13,11 @@ pub(crate) use response::convert_response;
 pub(crate) use stream::SseStream;
 
 use super::openai::normalize_error;
-use super::{Outbound, Provider, ResponseContext, Translator, UpstreamRequest, Usage};
+// The conversions' shared helpers, for `super::` in the submodules.
+use super::{chat_only, Outbound, Provider, ResponseContext, Translator, UpstreamRequest, Usage};
+use super::{str_field, u64_field, usage_json};
 use crate::errors::GatewayError;
-use crate::request::chat;
-use crate::request::endpoint::Endpoint;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 pub(crate) struct Anthropic;
 
@@ -49,44 +49,20 @@ struct Messages {
 
 impl Messages {
     fn ctx(&self) -> ResponseContext {
-        context_or_default(&self.ctx)
+        self.ctx.clone().unwrap_or_default()
     }
 
     /// The stream converter, made at the first chunk (not copied per chunk).
     fn sse(&mut self) -> &mut SseStream {
         let ctx = &self.ctx;
-        self.stream.get_or_insert_with(|| SseStream::new(context_or_default(ctx)))
+        self.stream.get_or_insert_with(|| SseStream::new(ctx.clone().unwrap_or_default()))
     }
-}
-
-fn context_or_default(ctx: &Option<ResponseContext>) -> ResponseContext {
-    ctx.clone().unwrap_or_else(|| ResponseContext {
-        model: String::new(),
-        created: 0,
-        include_usage: false,
-        strict_vendor_compliance: true,
-    })
 }
 
 impl Translator for Messages {
     fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
-        let body = match (outbound.endpoint, outbound.body) {
-            (Endpoint::ChatCompletions, Some(body)) => body.into_owned(),
-            _ => {
-                return Err(GatewayError::new(
-                    400,
-                    "invalid_request_error",
-                    format!("provider 'anthropic' does not support /v1{}", outbound.path),
-                )
-                .with_code("unsupported_endpoint"))
-            }
-        };
-        self.ctx = Some(ResponseContext {
-            model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
-            created: (outbound.now_ms)() / 1000,
-            include_usage: chat::include_usage(body.get("stream_options")),
-            strict_vendor_compliance: outbound.strict_vendor_compliance,
-        });
+        let (body, ctx) = chat_only("anthropic", outbound)?;
+        self.ctx = Some(ctx);
         // `thinking` under strict_vendor_compliance is rejected by the pipeline before this call.
         let body = convert_request(body)?;
         // The version header goes even without a key (a local server behind custom_host).
@@ -128,14 +104,6 @@ impl Translator for Messages {
 // ---------------------------------------------------------------------------------------------
 // Shared by the conversions
 
-pub(super) fn str_field<'a>(value: Option<&'a Value>, field: &str) -> Option<&'a str> {
-    value.and_then(|v| v.get(field)).and_then(Value::as_str)
-}
-
-pub(super) fn u64_field(value: Option<&Value>, field: &str) -> u64 {
-    value.and_then(|v| v.get(field)).and_then(Value::as_u64).unwrap_or(0)
-}
-
 /// Anthropic's `stop_reason` as an OpenAI `finish_reason`.
 pub(super) fn finish_reason(stop_reason: Option<&str>) -> &'static str {
     match stop_reason {
@@ -152,12 +120,4 @@ pub(super) fn prompt_tokens(usage: Option<&Value>) -> u64 {
     u64_field(usage, "input_tokens")
         .saturating_add(u64_field(usage, "cache_read_input_tokens"))
         .saturating_add(u64_field(usage, "cache_creation_input_tokens"))
-}
-
-pub(super) fn usage_json(prompt_tokens: u64, completion_tokens: u64) -> Value {
-    json!({
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens.saturating_add(completion_tokens),
-    })
 }

@@ -2,6 +2,10 @@
 
 use super::str_field;
 use crate::errors::GatewayError;
+use crate::providers::chat_input::{
+    content_error, function_tools, part_param, reject_unsupported, stop_sequences, tool_call, tool_call_id, tool_calls,
+    tool_choice, FunctionTool, ToolChoice,
+};
 use serde_json::{json, Map, Value};
 
 /// Anthropic requires `max_tokens`; OpenAI lets it default.
@@ -37,7 +41,7 @@ pub(crate) fn convert_request(body: Value) -> Result<Value, GatewayError> {
     };
     // OpenAI reads null as "use the default"; Anthropic rejects nulls.
     req.retain(|_, v| !v.is_null());
-    reject_unsupported(&req)?;
+    reject_unsupported(&req, "anthropic")?;
     for field in DROPPED_FIELDS {
         req.remove(*field);
     }
@@ -74,7 +78,7 @@ pub(crate) fn convert_request(body: Value) -> Result<Value, GatewayError> {
     }
 
     if let Some(stop) = req.remove("stop") {
-        out.insert("stop_sequences".into(), convert_stop(stop)?);
+        out.insert("stop_sequences".into(), stop_sequences(stop)?);
     }
     let user = req.remove("user");
 
@@ -89,43 +93,6 @@ pub(crate) fn convert_request(body: Value) -> Result<Value, GatewayError> {
         }
     }
     Ok(Value::Object(out))
-}
-
-/// OpenAI fields whose requested behaviour Anthropic cannot provide.
-fn reject_unsupported(req: &Map<String, Value>) -> Result<(), GatewayError> {
-    if req.get("n").and_then(Value::as_f64).is_some_and(|n| n > 1.0) {
-        return Err(GatewayError::invalid_param("n", "provider 'anthropic' returns a single choice; 'n' must be 1"));
-    }
-    if req.get("logprobs") == Some(&Value::Bool(true)) {
-        return Err(GatewayError::invalid_param("logprobs", "'logprobs' is not supported by provider 'anthropic'"));
-    }
-    for field in ["functions", "function_call"] {
-        if req.get(field).is_some_and(|v| !is_empty(v)) {
-            return Err(GatewayError::invalid_param(
-                field,
-                format!("'{field}' is not supported by provider 'anthropic'; use 'tools' and 'tool_choice'"),
-            ));
-        }
-    }
-    // `text` is Anthropic's only output; it is dropped with the other OpenAI-only fields.
-    if matches!(str_field(req.get("response_format"), "type"), Some("json_object" | "json_schema")) {
-        return Err(GatewayError::invalid_param(
-            "response_format",
-            "provider 'anthropic' has no JSON mode through this gateway yet; \
-             only response_format type 'text' is supported",
-        ));
-    }
-    Ok(())
-}
-
-fn is_empty(value: &Value) -> bool {
-    match value {
-        Value::Null => true,
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-        Value::Bool(_) | Value::Number(_) => false,
-    }
 }
 
 /// OpenAI `messages` into Anthropic's top-level `system` and its `messages`, where roles
@@ -231,17 +198,6 @@ fn convert_content(content: Option<&Value>, i: usize) -> Result<Value, GatewayEr
     }
 }
 
-fn content_error(i: usize) -> GatewayError {
-    GatewayError::invalid_param(
-        format!("messages[{i}].content"),
-        "content must be a string or an array of content parts",
-    )
-}
-
-fn part_param(i: usize, j: usize, field: &str) -> String {
-    format!("messages[{i}].content[{j}].{field}")
-}
-
 fn convert_part(part: &Value, i: usize, j: usize) -> Result<Value, GatewayError> {
     match str_field(Some(part), "type") {
         Some("text") => text_block(part, i, j),
@@ -284,13 +240,7 @@ fn image_block(part: &Value, i: usize, j: usize) -> Result<Value, GatewayError> 
 
 /// Assistant content followed by its tool calls as `tool_use` blocks.
 fn assistant_content(message: &Value, content: Option<&Value>, i: usize) -> Result<Value, GatewayError> {
-    let calls = match message.get("tool_calls") {
-        None | Some(Value::Null) => &[][..],
-        Some(Value::Array(calls)) => calls.as_slice(),
-        Some(_) => {
-            return Err(GatewayError::invalid_param(format!("messages[{i}].tool_calls"), "tool_calls must be an array"))
-        }
-    };
+    let calls = tool_calls(message, i)?;
     if calls.is_empty() {
         return convert_content(content, i);
     }
@@ -299,42 +249,14 @@ fn assistant_content(message: &Value, content: Option<&Value>, i: usize) -> Resu
         None => Vec::new(),
     };
     for (j, call) in calls.iter().enumerate() {
-        blocks.push(tool_use_block(call, i, j)?);
+        let call = tool_call(call, i, j, "anthropic")?;
+        blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}));
     }
     Ok(Value::Array(blocks))
 }
 
-fn tool_use_block(call: &Value, i: usize, j: usize) -> Result<Value, GatewayError> {
-    let bad = |field: &str, message: &str| {
-        GatewayError::invalid_param(format!("messages[{i}].tool_calls[{j}].{field}"), message)
-    };
-    if str_field(Some(call), "type").is_some_and(|t| t != "function") {
-        return Err(bad("type", "only function tool calls are supported by provider 'anthropic'"));
-    }
-    let id = str_field(Some(call), "id").ok_or_else(|| bad("id", "id must be a string"))?;
-    let function = call.get("function");
-    let name = str_field(function, "name").ok_or_else(|| bad("function.name", "name must be a string"))?;
-    let input = match function.and_then(|f| f.get("arguments")) {
-        None => Some(json!({})),
-        Some(Value::String(arguments)) => parse_arguments(arguments),
-        Some(_) => None,
-    }
-    .ok_or_else(|| bad("function.arguments", "arguments must be a JSON object encoded as a string"))?;
-    Ok(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
-}
-
-/// Tool call arguments as a JSON object; models emit "" for tools without parameters.
-fn parse_arguments(arguments: &str) -> Option<Value> {
-    if arguments.trim().is_empty() {
-        return Some(json!({}));
-    }
-    serde_json::from_str::<Value>(arguments).ok().filter(Value::is_object)
-}
-
 fn tool_result(message: &Value, content: Option<&Value>, i: usize) -> Result<Value, GatewayError> {
-    let id = str_field(Some(message), "tool_call_id").ok_or_else(|| {
-        GatewayError::invalid_param(format!("messages[{i}].tool_call_id"), "tool_call_id must be a string")
-    })?;
+    let id = tool_call_id(message, i)?;
     let mut block = Map::new();
     block.insert("type".into(), "tool_result".into());
     block.insert("tool_use_id".into(), id.into());
@@ -345,51 +267,26 @@ fn tool_result(message: &Value, content: Option<&Value>, i: usize) -> Result<Val
 }
 
 fn convert_tools(tools: &Value) -> Result<Vec<Value>, GatewayError> {
-    let Value::Array(tools) = tools else {
-        return Err(GatewayError::invalid_param("tools", "tools must be an array"));
+    let tools = function_tools(tools, "anthropic")?;
+    let convert = |tool: FunctionTool| {
+        let mut out = Map::new();
+        out.insert("name".into(), tool.name.into());
+        if let Some(description) = tool.description {
+            out.insert("description".into(), description.into());
+        }
+        out.insert("input_schema".into(), tool.schema);
+        Value::Object(out)
     };
-    tools
-        .iter()
-        .enumerate()
-        .map(|(i, tool)| {
-            if str_field(Some(tool), "type") != Some("function") {
-                return Err(GatewayError::invalid_param(
-                    format!("tools[{i}].type"),
-                    "only function tools are supported by provider 'anthropic'",
-                ));
-            }
-            let function = tool.get("function");
-            let name = str_field(function, "name").ok_or_else(|| {
-                GatewayError::invalid_param(format!("tools[{i}].function.name"), "name must be a string")
-            })?;
-            let mut out = Map::new();
-            out.insert("name".into(), name.into());
-            if let Some(description) = str_field(function, "description") {
-                out.insert("description".into(), description.into());
-            }
-            let schema = function
-                .and_then(|f| f.get("parameters"))
-                .filter(|p| p.is_object())
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-            out.insert("input_schema".into(), schema);
-            Ok(Value::Object(out))
-        })
-        .collect()
+    Ok(tools.into_iter().map(convert).collect())
 }
 
 fn convert_tool_choice(choice: &Value) -> Result<Value, GatewayError> {
-    let named = (str_field(Some(choice), "type"), str_field(choice.get("function"), "name"));
-    match (choice.as_str(), named) {
-        (Some("auto"), _) => Ok(json!({"type": "auto"})),
-        (Some("required"), _) => Ok(json!({"type": "any"})),
-        (Some("none"), _) => Ok(json!({"type": "none"})),
-        (None, (Some("function"), Some(name))) => Ok(json!({"type": "tool", "name": name})),
-        _ => Err(GatewayError::invalid_param(
-            "tool_choice",
-            "tool_choice must be 'auto', 'required', 'none' or {\"type\":\"function\",\"function\":{\"name\":...}}",
-        )),
-    }
+    Ok(match tool_choice(choice)? {
+        ToolChoice::Auto => json!({"type": "auto"}),
+        ToolChoice::Required => json!({"type": "any"}),
+        ToolChoice::None => json!({"type": "none"}),
+        ToolChoice::Function(name) => json!({"type": "tool", "name": name}),
+    })
 }
 
 fn disable_parallel_tool_use(tool_choice: Option<Value>) -> Value {
@@ -401,12 +298,4 @@ fn disable_parallel_tool_use(tool_choice: Option<Value>) -> Value {
         }
     }
     tool_choice
-}
-
-fn convert_stop(stop: Value) -> Result<Value, GatewayError> {
-    match stop {
-        Value::String(stop) => Ok(json!([stop])),
-        Value::Array(stops) if stops.iter().all(Value::is_string) => Ok(Value::Array(stops)),
-        _ => Err(GatewayError::invalid_param("stop", "stop must be a string or an array of strings")),
-    }
 }

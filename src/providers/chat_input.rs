@@ -1,0 +1,182 @@
+//! Reading an OpenAI chat request for a translator to another API: the checks and the parts
+//! (tool calls, tools, tool choice, stop) every such translation needs alike. `provider`
+//! names the provider in error messages.
+
+use super::str_field;
+use crate::errors::GatewayError;
+use serde_json::{json, Map, Value};
+
+/// OpenAI fields whose requested behaviour a provider without them cannot provide.
+pub(crate) fn reject_unsupported(req: &Map<String, Value>, provider: &str) -> Result<(), GatewayError> {
+    if req.get("n").and_then(Value::as_f64).is_some_and(|n| n > 1.0) {
+        return Err(GatewayError::invalid_param(
+            "n",
+            format!("provider '{provider}' returns a single choice; 'n' must be 1"),
+        ));
+    }
+    if req.get("logprobs") == Some(&Value::Bool(true)) {
+        return Err(GatewayError::invalid_param(
+            "logprobs",
+            format!("'logprobs' is not supported by provider '{provider}'"),
+        ));
+    }
+    for field in ["functions", "function_call"] {
+        if req.get(field).is_some_and(|v| !is_empty(v)) {
+            return Err(GatewayError::invalid_param(
+                field,
+                format!("'{field}' is not supported by provider '{provider}'; use 'tools' and 'tool_choice'"),
+            ));
+        }
+    }
+    // `text` is the only output; it is dropped with the other OpenAI-only fields.
+    if matches!(str_field(req.get("response_format"), "type"), Some("json_object" | "json_schema")) {
+        return Err(GatewayError::invalid_param(
+            "response_format",
+            format!(
+                "provider '{provider}' has no JSON mode through this gateway yet; \
+                 only response_format type 'text' is supported"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+pub(crate) fn content_error(i: usize) -> GatewayError {
+    GatewayError::invalid_param(
+        format!("messages[{i}].content"),
+        "content must be a string or an array of content parts",
+    )
+}
+
+pub(crate) fn part_param(i: usize, j: usize, field: &str) -> String {
+    format!("messages[{i}].content[{j}].{field}")
+}
+
+/// The `tool_calls` of assistant message `i` (none when absent or null).
+pub(crate) fn tool_calls(message: &Value, i: usize) -> Result<&[Value], GatewayError> {
+    match message.get("tool_calls") {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(calls)) => Ok(calls.as_slice()),
+        Some(_) => Err(GatewayError::invalid_param(format!("messages[{i}].tool_calls"), "tool_calls must be an array")),
+    }
+}
+
+/// One assistant tool call: its id, function name and arguments as a JSON object.
+pub(crate) struct ToolCall<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) input: Value,
+}
+
+/// Tool call `j` of message `i`.
+pub(crate) fn tool_call<'a>(call: &'a Value, i: usize, j: usize, provider: &str) -> Result<ToolCall<'a>, GatewayError> {
+    let bad = |field: &str, message: String| {
+        GatewayError::invalid_param(format!("messages[{i}].tool_calls[{j}].{field}"), message)
+    };
+    if str_field(Some(call), "type").is_some_and(|t| t != "function") {
+        return Err(bad("type", format!("only function tool calls are supported by provider '{provider}'")));
+    }
+    let id = str_field(Some(call), "id").ok_or_else(|| bad("id", "id must be a string".into()))?;
+    let function = call.get("function");
+    let name = str_field(function, "name").ok_or_else(|| bad("function.name", "name must be a string".into()))?;
+    let input = match function.and_then(|f| f.get("arguments")) {
+        None => Some(json!({})),
+        Some(Value::String(arguments)) => parse_arguments(arguments),
+        Some(_) => None,
+    }
+    .ok_or_else(|| bad("function.arguments", "arguments must be a JSON object encoded as a string".into()))?;
+    Ok(ToolCall { id, name, input })
+}
+
+/// Tool call arguments as a JSON object; models emit "" for tools without parameters.
+fn parse_arguments(arguments: &str) -> Option<Value> {
+    if arguments.trim().is_empty() {
+        return Some(json!({}));
+    }
+    serde_json::from_str::<Value>(arguments).ok().filter(Value::is_object)
+}
+
+/// The `tool_call_id` of tool message `i`.
+pub(crate) fn tool_call_id(message: &Value, i: usize) -> Result<&str, GatewayError> {
+    str_field(Some(message), "tool_call_id").ok_or_else(|| {
+        GatewayError::invalid_param(format!("messages[{i}].tool_call_id"), "tool_call_id must be a string")
+    })
+}
+
+/// One function tool offered to the model.
+pub(crate) struct FunctionTool<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) description: Option<&'a str>,
+    /// The parameters' JSON schema (an empty object schema when there is none).
+    pub(crate) schema: Value,
+}
+
+pub(crate) fn function_tools<'a>(tools: &'a Value, provider: &str) -> Result<Vec<FunctionTool<'a>>, GatewayError> {
+    let Value::Array(tools) = tools else {
+        return Err(GatewayError::invalid_param("tools", "tools must be an array"));
+    };
+    tools
+        .iter()
+        .enumerate()
+        .map(|(i, tool)| {
+            if str_field(Some(tool), "type") != Some("function") {
+                return Err(GatewayError::invalid_param(
+                    format!("tools[{i}].type"),
+                    format!("only function tools are supported by provider '{provider}'"),
+                ));
+            }
+            let function = tool.get("function");
+            let name = str_field(function, "name").ok_or_else(|| {
+                GatewayError::invalid_param(format!("tools[{i}].function.name"), "name must be a string")
+            })?;
+            let schema = function
+                .and_then(|f| f.get("parameters"))
+                .filter(|p| p.is_object())
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+            Ok(FunctionTool { name, description: str_field(function, "description"), schema })
+        })
+        .collect()
+}
+
+/// OpenAI's `tool_choice`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ToolChoice<'a> {
+    Auto,
+    Required,
+    None,
+    Function(&'a str),
+}
+
+pub(crate) fn tool_choice(choice: &Value) -> Result<ToolChoice<'_>, GatewayError> {
+    let named = (str_field(Some(choice), "type"), str_field(choice.get("function"), "name"));
+    match (choice.as_str(), named) {
+        (Some("auto"), _) => Ok(ToolChoice::Auto),
+        (Some("required"), _) => Ok(ToolChoice::Required),
+        (Some("none"), _) => Ok(ToolChoice::None),
+        (None, (Some("function"), Some(name))) => Ok(ToolChoice::Function(name)),
+        _ => Err(GatewayError::invalid_param(
+            "tool_choice",
+            "tool_choice must be 'auto', 'required', 'none' or {\"type\":\"function\",\"function\":{\"name\":...}}",
+        )),
+    }
+}
+
+/// `stop` as a list of strings.
+pub(crate) fn stop_sequences(stop: Value) -> Result<Value, GatewayError> {
+    match stop {
+        Value::String(stop) => Ok(json!([stop])),
+        Value::Array(stops) if stops.iter().all(Value::is_string) => Ok(Value::Array(stops)),
+        _ => Err(GatewayError::invalid_param("stop", "stop must be a string or an array of strings")),
+    }
+}
