@@ -51,6 +51,16 @@ fn is_empty(value: &Value) -> bool {
     }
 }
 
+/// The error of message `i`'s role when the translation takes no such role.
+pub(crate) fn role_error(i: usize, role: &str, provider: &str) -> GatewayError {
+    let message = if role == "function" {
+        format!("role 'function' is not supported by provider '{provider}'; use 'tools' and 'tool' messages")
+    } else {
+        format!("unknown role '{role}'")
+    };
+    GatewayError::invalid_param(format!("messages[{i}].role"), message)
+}
+
 pub(crate) fn content_error(i: usize) -> GatewayError {
     GatewayError::invalid_param(
         format!("messages[{i}].content"),

@@ -212,6 +212,60 @@ pub(crate) fn usage_json(prompt_tokens: u64, completion_tokens: u64) -> Value {
     })
 }
 
+/// The assistant's reply of a translated answer, gathered block by block.
+#[derive(Default)]
+pub(crate) struct Reply {
+    text: Option<String>,
+    tool_calls: Vec<Value>,
+    /// Every block, for clients that accept non-standard parts.
+    pub(crate) content_blocks: Vec<Value>,
+}
+
+impl Reply {
+    pub(crate) fn text(&mut self, part: &str) {
+        self.text.get_or_insert_with(String::new).push_str(part);
+        self.content_blocks.push(json!({"type": "text", "text": part}));
+    }
+
+    /// A tool call; its arguments are the JSON text of `input`.
+    pub(crate) fn tool_call(&mut self, id: &str, name: &str, input: Option<&Value>) {
+        self.tool_calls.push(json!({
+            "id": id,
+            "type": "function",
+            "function": {"name": name, "arguments": input.map_or_else(|| "{}".to_string(), Value::to_string)},
+        }));
+    }
+
+    /// The `chat.completion` of one choice.
+    pub(crate) fn completion(
+        self,
+        id: &str,
+        model: &str,
+        ctx: &ResponseContext,
+        finish_reason: &str,
+        usage: Usage,
+    ) -> Vec<u8> {
+        let mut message = serde_json::Map::new();
+        message.insert("role".into(), "assistant".into());
+        message.insert("content".into(), self.text.map_or(Value::Null, Value::String));
+        if !self.tool_calls.is_empty() {
+            message.insert("tool_calls".into(), Value::Array(self.tool_calls));
+        }
+        if !ctx.strict_vendor_compliance {
+            message.insert("content_blocks".into(), Value::Array(self.content_blocks));
+        }
+        let response = json!({
+            "id": id,
+            "object": "chat.completion",
+            "created": ctx.created,
+            "model": model,
+            "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason}],
+            "usage": usage_json(usage.prompt_tokens, usage.completion_tokens),
+        });
+        response.to_string().into_bytes()
+    }
+}
+
 /// The OpenAI error `type` that matches an HTTP status, for errors that carry none.
 pub(crate) fn error_kind_for_status(status: u16) -> &'static str {
     match status {
@@ -221,6 +275,29 @@ pub(crate) fn error_kind_for_status(status: u16) -> &'static str {
         408 => "timeout_error",
         429 => "rate_limit_error",
         _ => "api_error",
+    }
+}
+
+/// Helpers for the tests of the translators.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::Outbound;
+    use crate::request::endpoint::Endpoint;
+    use serde_json::Value;
+
+    /// A client request at 1_700_000_000_123 ms, strict.
+    pub(crate) fn outbound(endpoint: Endpoint, path: &'static str, body: Option<Value>) -> Outbound<'static> {
+        Outbound {
+            endpoint,
+            path,
+            body: body.map(std::borrow::Cow::Owned),
+            overridden: false,
+            strict_vendor_compliance: true,
+            now_ms: &|| 1_700_000_000_123,
+            organization: None,
+            project: None,
+            beta: None,
+        }
     }
 }
 

@@ -15,7 +15,7 @@ pub(crate) use stream::SseStream;
 use super::openai::normalize_error;
 // The conversions' shared helpers, for `super::` in the submodules.
 use super::{chat_only, Outbound, Provider, ResponseContext, Translator, UpstreamRequest, Usage};
-use super::{str_field, u64_field, usage_json};
+use super::{str_field, u64_field};
 use crate::errors::GatewayError;
 use serde_json::Value;
 

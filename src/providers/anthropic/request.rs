@@ -3,8 +3,8 @@
 use super::str_field;
 use crate::errors::GatewayError;
 use crate::providers::chat_input::{
-    content_error, function_tools, part_param, reject_unsupported, stop_sequences, tool_call, tool_call_id, tool_calls,
-    tool_choice, FunctionTool, ToolChoice,
+    content_error, function_tools, part_param, reject_unsupported, role_error, stop_sequences, tool_call, tool_call_id,
+    tool_calls, tool_choice, FunctionTool, ToolChoice,
 };
 use serde_json::{json, Map, Value};
 
@@ -114,18 +114,7 @@ fn convert_messages(messages: Option<&Value>) -> Result<(Option<Value>, Value), 
             "user" => push_turn(&mut turns, "user", convert_content(content, i)?),
             "assistant" => push_turn(&mut turns, "assistant", assistant_content(message, content, i)?),
             "tool" => push_turn(&mut turns, "user", tool_result(message, content, i)?),
-            "function" => {
-                return Err(GatewayError::invalid_param(
-                    format!("messages[{i}].role"),
-                    "role 'function' is not supported by provider 'anthropic'; use 'tools' and 'tool' messages",
-                ))
-            }
-            role => {
-                return Err(GatewayError::invalid_param(
-                    format!("messages[{i}].role"),
-                    format!("unknown role '{role}'"),
-                ))
-            }
+            role => return Err(role_error(i, role, "anthropic")),
         }
     }
 

@@ -1,7 +1,8 @@
 // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
 use super::*;
 use crate::errors::GatewayError;
-use crate::providers::{Outbound, Provider, ResponseContext, Usage};
+use crate::providers::testing::outbound;
+use crate::providers::{Provider, ResponseContext, Usage};
 use crate::request::endpoint::Endpoint;
 use crate::stream::sse::MAX_EVENT_BYTES;
 use crate::stream::testing::payloads;
@@ -35,20 +36,6 @@ fn ctx(strict: bool, include_usage: bool) -> ResponseContext {
 }
 
 // --- endpoints and headers ------------------------------------------------------------
-
-fn outbound(endpoint: Endpoint, path: &'static str, body: Option<Value>) -> Outbound<'static> {
-    Outbound {
-        endpoint,
-        path,
-        body: body.map(std::borrow::Cow::Owned),
-        overridden: false,
-        strict_vendor_compliance: true,
-        now_ms: &|| 1_700_000_000_123,
-        organization: None,
-        project: None,
-        beta: None,
-    }
-}
 
 #[test]
 fn chat_goes_to_messages_with_the_version_header_and_the_key() {

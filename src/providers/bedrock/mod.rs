@@ -1,4 +1,126 @@
-//! AWS Bedrock (cloud C) through the Converse API.
+//! AWS Bedrock (cloud C) through the Converse API: OpenAI chat requests become
+//! `/model/{id}/converse` (or `/converse-stream`) requests; answers, event streams and errors
+//! come back in OpenAI's shapes. The pieces here are host-independent: [`sigv4::sign`] makes
+//! the auth headers of the final request, [`Converse`] translates.
 
 pub(crate) mod eventstream;
+mod request;
+mod response;
 pub(crate) mod sigv4;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use request::convert_request;
+pub(crate) use response::convert_response;
+pub(crate) use stream::EventStream;
+
+use super::openai::normalize_error_of_kind;
+use super::{chat_only, u64_field, Outbound, ResponseContext, Translator, UpstreamRequest, Usage};
+use crate::errors::GatewayError;
+use crate::hash::Hasher;
+use serde_json::Value;
+
+/// One chat completion through the Converse API.
+#[derive(Default)]
+pub(crate) struct Converse {
+    /// What the answer needs of the request; set by `request`.
+    ctx: Option<ResponseContext>,
+    /// The answer's id (Converse answers have none); set by `request`.
+    id: String,
+    stream: Option<EventStream>,
+    usage: Option<Usage>,
+}
+
+impl Converse {
+    pub(crate) fn new() -> Self {
+        Converse::default()
+    }
+
+    /// The stream converter, made at the first chunk.
+    fn events(&mut self) -> &mut EventStream {
+        let (ctx, id) = (&self.ctx, &self.id);
+        self.stream.get_or_insert_with(|| EventStream::new(ctx.clone().unwrap_or_default(), id.clone()))
+    }
+}
+
+impl Translator for Converse {
+    fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
+        let now_ms = (outbound.now_ms)();
+        let (body, ctx) = chat_only("bedrock", outbound)?;
+        let (body, path) = convert_request(body)?;
+        let body = body.to_string().into_bytes();
+        self.id = chat_id(now_ms, &body);
+        self.ctx = Some(ctx);
+        Ok(UpstreamRequest { path, headers: Vec::new(), body: Some(body) })
+    }
+
+    fn translates_responses(&self) -> bool {
+        true
+    }
+
+    fn response(&mut self, body: &[u8]) -> Result<Vec<u8>, GatewayError> {
+        let (answer, usage) = convert_response(body, &self.ctx.clone().unwrap_or_default(), &self.id)?;
+        self.usage = Some(usage);
+        Ok(answer)
+    }
+
+    fn stream(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        self.events().push(chunk, out);
+    }
+
+    fn stream_end(&mut self, out: &mut Vec<u8>) {
+        let events = self.events();
+        events.finish(out);
+        self.usage = Some(events.usage());
+    }
+
+    /// Bedrock answers `{"message": ...}` with its error type in the `x-amzn-ErrorType`
+    /// header (`ValidationException:http://internal.amazon.com/...`: the name before `:`).
+    fn error(&self, status: u16, headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
+        let kind = headers
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case("x-amzn-errortype"))
+            .and_then(|(_, value)| std::str::from_utf8(value).ok())
+            .and_then(|value| value.split(':').next())
+            .map(str::trim)
+            .filter(|kind| !kind.is_empty());
+        normalize_error_of_kind(status, body, kind)
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+}
+
+/// An id for the answer: the request's time and body hashed (Converse sends none).
+fn chat_id(now_ms: u64, body: &[u8]) -> String {
+    let mut hasher = Hasher::new();
+    hasher.part(Some(&now_ms.to_le_bytes())).part(Some(body));
+    format!("chatcmpl-{:016x}", hasher.finish())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared by the conversions
+
+/// Converse's `stopReason` as an OpenAI `finish_reason`.
+fn finish_reason(stop_reason: Option<&str>) -> &'static str {
+    match stop_reason {
+        Some("max_tokens") => "length",
+        Some("tool_use") => "tool_calls",
+        Some("content_filtered" | "guardrail_intervened") => "content_filter",
+        // end_turn, stop_sequence, unknown or missing.
+        _ => "stop",
+    }
+}
+
+/// Converse `usage` (answers and the stream's `metadata`); OpenAI counts cached prompt tokens
+/// as prompt tokens, Converse reports them apart.
+fn tokens(usage: Option<&Value>) -> Usage {
+    Usage {
+        prompt_tokens: u64_field(usage, "inputTokens")
+            .saturating_add(u64_field(usage, "cacheReadInputTokens"))
+            .saturating_add(u64_field(usage, "cacheWriteInputTokens")),
+        completion_tokens: u64_field(usage, "outputTokens"),
+    }
+}

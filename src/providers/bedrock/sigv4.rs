@@ -152,7 +152,7 @@ fn canonical_query(query: &str) -> String {
 }
 
 /// RFC 3986 encoding as AWS wants it: everything but `A-Z a-z 0-9 - _ . ~`, upper-case hex.
-fn uri_encode(text: &str) -> String {
+pub(super) fn uri_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
