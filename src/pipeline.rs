@@ -5,7 +5,7 @@ use crate::cache::{self, Lookup, Origin, Tenant};
 use crate::config::{CacheMode, Config, StrategyMode};
 use crate::errors::GatewayError;
 use crate::ports::Host;
-use crate::providers::{self, Outbound, ProviderSpec, Translator, UpstreamRequest};
+use crate::providers::{self, Destination, Outbound, Prepared, ProviderSpec, Translator};
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
 use crate::request::endpoint::{classify, BodyMode, Route};
@@ -67,6 +67,7 @@ pub(crate) struct Forward {
 /// What the request headers said, kept until the request is routed.
 pub(crate) struct Intake {
     endpoint: Endpoint,
+    method: String,
     path: String,
     query: Option<String>,
     gateway: GatewayHeaders,
@@ -128,8 +129,9 @@ pub(crate) fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) 
         .collect::<Result<Vec<_>, _>>()?;
     let gateway = GatewayHeaders::parse(decoded.iter().map(|(name, value)| (*name, value.as_str())))?;
     let config = gateway.config.as_deref().map(parse_config_header).transpose()?;
-    let intake = Intake { endpoint, path, query, gateway, config, tenant };
-    if body == BodyMode::Json && method == "POST" {
+    let json_post = body == BodyMode::Json && method == "POST";
+    let intake = Intake { endpoint, method: method.into_owned(), path, query, gateway, config, tenant };
+    if json_post {
         Ok(Started::NeedsBody(Pending { intake }))
     } else {
         route(settings, intake, None, host).map(Started::Ready)
@@ -144,12 +146,9 @@ pub(crate) fn finish(
     host: &mut dyn Host,
 ) -> Result<Call, GatewayError> {
     let intake = pending.intake;
-    let cached = cache::is_cached_endpoint(intake.endpoint);
-    let reads_body = intake.endpoint == Endpoint::ChatCompletions
-        || intake.config.as_ref().is_some_and(|c| {
-            c.any_node(&|n| n.override_params.is_some() || is_conditional(n) || (cached && n.cache.is_some()))
-        });
-    let body = if reads_body { Some(Value::Object(parse_object(body)?)) } else { None };
+    // Every JSON body the gateway holds is read: translators place requests by the model
+    // (a deployment, a model in the path), the cache and conditions read the rest.
+    let body = Some(Value::Object(parse_object(body)?));
     route(settings, intake, body, host)
 }
 
@@ -260,8 +259,14 @@ impl Call {
             project: target.vendor_project.as_deref(),
             beta: intake.gateway.vendor_beta.as_deref(),
         };
-        let prepared = providers::prepare(target.provider.kind, target.api_key.as_deref(), outbound)?;
-        let headers = upstream_headers(settings, raw, target, &prepared.request, intake.query.as_deref());
+        let destination = Destination {
+            backend: target.backend.as_ref(),
+            upstream: &target.upstream,
+            method: &intake.method,
+            query: intake.query.as_deref(),
+        };
+        let prepared = providers::prepare(destination, outbound)?;
+        let headers = upstream_headers(settings, raw, target, &prepared);
         let response = ResponsePlan { provider: target.provider, translator: prepared.translator };
         Ok(Forward { headers, body: prepared.request.body, response })
     }
@@ -277,13 +282,7 @@ impl Call {
     }
 }
 
-fn upstream_headers(
-    settings: &Settings,
-    raw: &RawHeaders,
-    target: &Target,
-    request: &UpstreamRequest,
-    query: Option<&str>,
-) -> HeaderEdits {
+fn upstream_headers(settings: &Settings, raw: &RawHeaders, target: &Target, prepared: &Prepared) -> HeaderEdits {
     let forwarded = |name: &str| target.options.forward_headers.iter().any(|f| f == name);
     let mut edits = HeaderEdits::default();
     for (name, _) in raw {
@@ -298,13 +297,9 @@ fn upstream_headers(
         }
     }
     let cluster = if target.upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
-    let base = &target.upstream.base_path;
-    let path = match query {
-        Some(q) => format!("{base}{}?{q}", request.path),
-        None => format!("{base}{}", request.path),
-    };
+    let request = &prepared.request;
     edits.set.push((":authority".into(), target.upstream.authority.clone()));
-    edits.set.push((":path".into(), path));
+    edits.set.push((":path".into(), prepared.path.clone()));
     edits.set.push((CLUSTER_HEADER.into(), cluster.clone()));
     edits.set.extend(request.headers.iter().map(|(name, value)| (name.to_string(), value.clone())));
     if let Some(body) = &request.body {

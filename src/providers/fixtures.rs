@@ -13,7 +13,7 @@
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
-use super::{find, prepare, Outbound, Prepared, Usage};
+use super::{bind_and_prepare, find, Outbound, Prepared, TargetFields, Usage};
 use crate::request::chat;
 use crate::request::endpoint::{classify, Endpoint, Route};
 use serde::Deserialize;
@@ -225,7 +225,12 @@ fn prepare_fixture(fixture: &Fixture, check: &mut Check) -> Option<Result<Prepar
         project: client.vendor_project.as_deref(),
         beta: client.vendor_beta.as_deref(),
     };
-    Some(prepare(spec.kind, client.api_key.as_deref(), outbound))
+    let cloud = crate::cloud::CloudFields::default();
+    // Without a key or a public endpoint, the target is a local server.
+    let local = client.api_key.is_none() || spec.base_url.is_none();
+    let fields = TargetFields { api_key: client.api_key.as_deref(), custom_host: local, built_in: None, cloud: &cloud };
+    let custom_host = local.then_some("http://127.0.0.1:8000/v1");
+    Some(bind_and_prepare(spec.name, fields, custom_host, &client.method, outbound))
 }
 
 fn check_fixture(name: &str, text: &str) -> Vec<String> {

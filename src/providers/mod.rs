@@ -5,14 +5,18 @@
 //! translated body). Adding a provider means its own files and one line in `PROVIDERS`.
 
 pub(crate) mod anthropic;
+pub(crate) mod azure;
 #[cfg(test)]
 mod fixtures;
 pub(crate) mod openai;
 
+use crate::cloud::CloudFields;
 use crate::errors::GatewayError;
 use crate::request::endpoint::Endpoint;
+use crate::upstream::Upstream;
 use serde_json::Value;
 use std::borrow::Cow;
+use std::rc::Rc;
 
 /// What a translator needs to shape a response to OpenAI's form.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +55,8 @@ pub(crate) struct Outbound<'a> {
 pub(crate) struct UpstreamRequest {
     /// Below the upstream's base path, without the query.
     pub(crate) path: String,
+    /// The provider's own query (e.g. Azure's `api-version`), sent before the client's.
+    pub(crate) query: Option<String>,
     /// Headers the provider needs besides its credential.
     pub(crate) headers: Vec<(&'static str, String)>,
     /// The body to send; `None`: the client's bytes as they came.
@@ -64,19 +70,126 @@ pub(crate) struct Usage {
     pub(crate) completion_tokens: u64,
 }
 
+/// A provider the gateway knows by name: it checks one target's fields and binds them into
+/// the backend every request to that target goes through.
 pub(crate) trait Provider: Sync {
+    /// Checks the fields a target gives this provider (errors name the field: a 400 for a
+    /// place that cannot work, a 401 without credentials) and binds them.
+    fn bind(&self, name: &str, fields: TargetFields) -> Result<Binding, GatewayError>;
+}
+
+/// What one target names besides its provider: merged from the config node, the headers and
+/// a stored credential.
+pub(crate) struct TargetFields<'a> {
+    pub(crate) api_key: Option<&'a str>,
+    /// Whether `custom_host` replaces the base URL (fields used only to build it are optional).
+    pub(crate) custom_host: bool,
+    /// The provider's built-in base URL, if it has one.
+    pub(crate) built_in: Option<&'static str>,
+    pub(crate) cloud: &'a CloudFields,
+}
+
+/// A target bound to its provider.
+pub(crate) struct Binding {
+    /// The base URL the fields name (an Azure resource, a cloud region's host); `None`: the
+    /// provider's built-in one.
+    pub(crate) base_url: Option<String>,
+    pub(crate) backend: Rc<dyn Backend>,
+    /// The credential that tells the account apart (an API key, an access key id), so that
+    /// accounts on one upstream have circuits of their own.
+    pub(crate) account: Option<String>,
+}
+
+/// One target's provider with its options and credentials.
+pub(crate) trait Backend {
     /// The translator of one request.
     fn translator(&self) -> Box<dyn Translator>;
 
     /// Backend auth: the headers that carry the credential, made from the final request
-    /// (after translation, so a signature can cover the body; a provider that signs always
-    /// returns the body it sends). `now_ms` reads the host clock.
+    /// (after translation, so a signature can cover the body and the path as sent).
+    /// `now_ms` reads the host clock.
     fn authorize(
         &self,
-        api_key: Option<&str>,
-        request: &UpstreamRequest,
+        request: &Signable,
         now_ms: &dyn Fn() -> u64,
     ) -> Result<Vec<(&'static str, String)>, GatewayError>;
+}
+
+/// The upstream request as it will be sent, for backend auth.
+// Read by the signing backends (Bedrock's SigV4), which land with the cloud issue.
+#[allow(dead_code)]
+pub(crate) struct Signable<'a> {
+    pub(crate) method: &'a str,
+    /// `host:port` as sent in `:authority`.
+    pub(crate) authority: &'a str,
+    /// The whole path as sent: the base path, the translator's path and the query.
+    pub(crate) path: &'a str,
+    /// The body as sent; empty when the client's bytes go as they came (providers that sign
+    /// translate every request, so they always have the body).
+    pub(crate) body: &'a [u8],
+}
+
+/// The API key of a provider that takes one, from the config, a stored credential or the
+/// client's Bearer: required unless a custom host (a local server) is given.
+pub(crate) fn required_key(name: &str, fields: &TargetFields) -> Result<Option<String>, GatewayError> {
+    if !fields.custom_host && fields.built_in.is_none() {
+        return Err(no_endpoint(name));
+    }
+    match fields.api_key {
+        Some(key) => Ok(Some(key.to_string())),
+        None if fields.custom_host => Ok(None),
+        None => Err(missing_key(name)),
+    }
+}
+
+/// The header a provider's API key goes in.
+#[derive(Clone, Copy)]
+pub(crate) enum KeyHeader {
+    /// `Authorization: Bearer <key>`.
+    Bearer,
+    Named(&'static str),
+}
+
+/// A target of a provider that takes an API key and has a built-in base URL.
+pub(crate) fn bind_keyed(
+    name: &str,
+    fields: TargetFields,
+    header: KeyHeader,
+    translator: fn() -> Box<dyn Translator>,
+) -> Result<Binding, GatewayError> {
+    let key = required_key(name, &fields)?;
+    Ok(Binding { base_url: None, account: key.clone(), backend: Rc::new(Keyed { key, header, translator }) })
+}
+
+struct Keyed {
+    key: Option<String>,
+    header: KeyHeader,
+    translator: fn() -> Box<dyn Translator>,
+}
+
+impl Backend for Keyed {
+    fn translator(&self) -> Box<dyn Translator> {
+        (self.translator)()
+    }
+
+    fn authorize(&self, _: &Signable, _: &dyn Fn() -> u64) -> Result<Vec<(&'static str, String)>, GatewayError> {
+        let credential = self.key.iter().map(|key| match self.header {
+            KeyHeader::Bearer => ("authorization", format!("Bearer {key}")),
+            KeyHeader::Named(name) => (name, key.clone()),
+        });
+        Ok(credential.collect())
+    }
+}
+
+pub(crate) fn missing_key(name: &str) -> GatewayError {
+    GatewayError::new(
+        401,
+        "authentication_error",
+        format!(
+            "no credential for provider '{name}': send Authorization: Bearer <provider key> or api_key in the config"
+        ),
+    )
+    .with_code("missing_provider_key")
 }
 
 /// One request's translation, both ways.
@@ -105,36 +218,86 @@ pub(crate) trait Translator {
     fn usage(&self) -> Option<Usage>;
 }
 
-/// A request made ready for one provider: the upstream request with the credential headers
-/// added after translation, and the translator that will bring the answer back.
+/// A target that names no address for a provider without a public endpoint.
+pub(crate) fn no_endpoint(name: &str) -> GatewayError {
+    GatewayError::invalid_param(
+        "custom_host",
+        format!("provider '{name}' has no public endpoint: give its address as custom_host"),
+    )
+}
+
+/// A request made ready for one target: the upstream request with the credential headers
+/// added after translation, the whole path as sent, and the translator that will bring the
+/// answer back.
 pub(crate) struct Prepared {
     pub(crate) request: UpstreamRequest,
+    /// The base path, the translator's path, then its query and the client's.
+    pub(crate) path: String,
     pub(crate) translator: Box<dyn Translator>,
 }
 
-pub(crate) fn prepare(
-    provider: &dyn Provider,
-    api_key: Option<&str>,
+/// Where and how a request is sent, besides what the translator decides.
+pub(crate) struct Destination<'a> {
+    pub(crate) backend: &'a dyn Backend,
+    pub(crate) upstream: &'a Upstream,
+    pub(crate) method: &'a str,
+    /// The client's query string, passed on as given.
+    pub(crate) query: Option<&'a str>,
+}
+
+pub(crate) fn prepare(to: Destination, outbound: Outbound) -> Result<Prepared, GatewayError> {
+    let now_ms = outbound.now_ms;
+    let mut translator = to.backend.translator();
+    let mut request = translator.request(outbound)?;
+    let mut path = format!("{}{}", to.upstream.base_path, request.path);
+    let queries = [request.query.as_deref(), to.query].into_iter().flatten().filter(|q| !q.is_empty());
+    for (i, query) in queries.enumerate() {
+        path.push(if i == 0 { '?' } else { '&' });
+        path.push_str(query);
+    }
+    let signable = Signable {
+        method: to.method,
+        authority: &to.upstream.authority,
+        path: &path,
+        body: request.body.as_deref().unwrap_or_default(),
+    };
+    let credential = to.backend.authorize(&signable, now_ms)?;
+    request.headers.extend(credential);
+    Ok(Prepared { request, path, translator })
+}
+
+/// What routing and the pipeline do for one target, for translator tests and fixtures: binds
+/// the named provider to the fields and prepares one request (the built-in base URL unless a
+/// custom host is given).
+#[cfg(test)]
+pub(crate) fn bind_and_prepare(
+    name: &str,
+    fields: TargetFields,
+    custom_host: Option<&str>,
+    method: &str,
     outbound: Outbound,
 ) -> Result<Prepared, GatewayError> {
-    let now_ms = outbound.now_ms;
-    let mut translator = provider.translator();
-    let mut request = translator.request(outbound)?;
-    let credential = provider.authorize(api_key, &request, now_ms)?;
-    request.headers.extend(credential);
-    Ok(Prepared { request, translator })
+    let spec = find(name).ok_or_else(|| GatewayError::invalid_param("provider", "unknown provider"))?;
+    let binding = spec.kind.bind(name, TargetFields { built_in: spec.base_url, ..fields })?;
+    let base_url = custom_host.or(binding.base_url.as_deref()).or(spec.base_url).unwrap_or("http://127.0.0.1:1");
+    let upstream = Upstream::parse(base_url).map_err(|e| GatewayError::invalid_param("custom_host", e))?;
+    let to = Destination { backend: binding.backend.as_ref(), upstream: &upstream, method, query: None };
+    prepare(to, outbound)
 }
 
 /// A provider the gateway knows by name.
 pub(crate) struct ProviderSpec {
     pub(crate) name: &'static str,
-    /// Built-in base URL; None when the provider is only reachable through `custom_host`.
+    /// Built-in base URL; None when the provider builds it from the target's fields, or is
+    /// only reachable through `custom_host`.
     pub(crate) base_url: Option<&'static str>,
     pub(crate) kind: &'static dyn Provider,
 }
 
 static OPENAI: openai::OpenAi = openai::OpenAi;
 static ANTHROPIC: anthropic::Anthropic = anthropic::Anthropic;
+static AZURE_OPENAI: azure::AzureOpenAi = azure::AzureOpenAi;
+static AZURE_AI: azure::AzureAi = azure::AzureAi;
 
 const fn compatible(name: &'static str, base_url: &'static str) -> ProviderSpec {
     ProviderSpec { name, base_url: Some(base_url), kind: &OPENAI }
@@ -143,6 +306,9 @@ const fn compatible(name: &'static str, base_url: &'static str) -> ProviderSpec 
 pub(crate) static PROVIDERS: &[ProviderSpec] = &[
     compatible("openai", "https://api.openai.com/v1"),
     ProviderSpec { name: "anthropic", base_url: Some("https://api.anthropic.com/v1"), kind: &ANTHROPIC },
+    // Cloud A: base URLs built from the resource, or the endpoint and region.
+    ProviderSpec { name: "azure-openai", base_url: None, kind: &AZURE_OPENAI },
+    ProviderSpec { name: "azure-ai", base_url: None, kind: &AZURE_AI },
     // The generic name for any server that speaks OpenAI's API; needs `custom_host`.
     ProviderSpec { name: "openai-compatible", base_url: None, kind: &OPENAI },
     compatible("groq", "https://api.groq.com/openai/v1"),
@@ -183,26 +349,44 @@ mod tests {
     use crate::hash::Hasher;
     use serde_json::json;
 
-    struct ModelPath;
+    /// Lives in a region named by the target's fields; signs what is sent.
+    struct Regional;
+
+    struct Signing {
+        secret: String,
+    }
 
     struct Invoke;
 
-    impl Provider for ModelPath {
+    impl Provider for Regional {
+        fn bind(&self, _name: &str, fields: TargetFields) -> Result<Binding, GatewayError> {
+            let region = fields.cloud.cloud_c_region.as_deref();
+            let base_url = match region {
+                Some(region) => Some(format!("https://runtime.{region}.example.com")),
+                None if fields.custom_host => None,
+                None => return Err(GatewayError::invalid_param("cloud_c_region", "required")),
+            };
+            let secret = fields.cloud.cloud_c_secret_access_key.clone().unwrap_or_default();
+            Ok(Binding { base_url, backend: Rc::new(Signing { secret }), account: None })
+        }
+    }
+
+    impl Backend for Signing {
         fn translator(&self) -> Box<dyn Translator> {
             Box::new(Invoke)
         }
 
         fn authorize(
             &self,
-            api_key: Option<&str>,
-            request: &UpstreamRequest,
+            request: &Signable,
             now_ms: &dyn Fn() -> u64,
         ) -> Result<Vec<(&'static str, String)>, GatewayError> {
-            let body = request.body.as_deref().unwrap_or_default();
             let mut hasher = Hasher::new();
-            hasher.part(api_key.map(str::as_bytes)).part(Some(request.path.as_bytes())).part(Some(body));
-            let signature = format!("t={},h={:016x}", now_ms(), hasher.finish());
-            Ok(vec![("x-signature", signature)])
+            let parts = [self.secret.as_bytes(), request.authority.as_bytes(), request.path.as_bytes(), request.body];
+            for part in parts {
+                hasher.part(Some(part));
+            }
+            Ok(vec![("x-signature", format!("t={},h={:016x}", now_ms(), hasher.finish()))])
         }
     }
 
@@ -213,6 +397,7 @@ mod tests {
             let sent = json!({"input": body.get("messages")});
             Ok(UpstreamRequest {
                 path: format!("/model/{model}/invoke"),
+                query: Some("v=2".to_string()),
                 headers: vec![],
                 body: Some(sent.to_string().into_bytes()),
             })
@@ -249,13 +434,28 @@ mod tests {
             project: None,
             beta: None,
         };
-        let prepared = prepare(&ModelPath, Some("key"), outbound).unwrap();
-        assert_eq!(prepared.request.path, "/model/m-1/invoke");
+        let cloud = CloudFields {
+            cloud_c_region: Some("eu-1".into()),
+            cloud_c_secret_access_key: Some("s3cret".into()),
+            ..CloudFields::default()
+        };
+        let fields = TargetFields { api_key: None, custom_host: false, built_in: None, cloud: &cloud };
+        let to = Regional.bind("regional", fields).unwrap();
+        let upstream = Upstream::parse(&to.base_url.unwrap()).unwrap();
+        let destination =
+            Destination { backend: to.backend.as_ref(), upstream: &upstream, method: "POST", query: None };
+        let prepared = prepare(destination, outbound).unwrap();
+        assert_eq!(prepared.path, "/model/m-1/invoke?v=2");
         let sent = prepared.request.body.clone().unwrap();
         assert_eq!(sent, br#"{"input":[{"content":"Hi","role":"user"}]}"#);
         let mut hasher = Hasher::new();
-        hasher.part(Some(b"key")).part(Some(b"/model/m-1/invoke")).part(Some(&sent));
+        for part in [&b"s3cret"[..], b"runtime.eu-1.example.com:443", b"/model/m-1/invoke?v=2", &sent] {
+            hasher.part(Some(part));
+        }
         let expected = format!("t=42,h={:016x}", hasher.finish());
         assert_eq!(prepared.request.headers, vec![("x-signature", expected)]);
+        let nowhere =
+            TargetFields { api_key: None, custom_host: false, built_in: None, cloud: &CloudFields::default() };
+        assert_eq!(Regional.bind("regional", nowhere).err().map(|e| e.param), Some(Some("cloud_c_region".into())));
     }
 }

@@ -13,7 +13,10 @@ pub(crate) use response::convert_response;
 pub(crate) use stream::SseStream;
 
 use super::openai::normalize_error;
-use super::{Outbound, Provider, ResponseContext, Translator, UpstreamRequest, Usage};
+use super::{
+    bind_keyed, Binding, KeyHeader, Outbound, Provider, ResponseContext, TargetFields, Translator, UpstreamRequest,
+    Usage,
+};
 use crate::errors::GatewayError;
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
@@ -24,17 +27,8 @@ pub(crate) struct Anthropic;
 const API_VERSION: &str = "2023-06-01";
 
 impl Provider for Anthropic {
-    fn translator(&self) -> Box<dyn Translator> {
-        Box::new(Messages::default())
-    }
-
-    fn authorize(
-        &self,
-        api_key: Option<&str>,
-        _request: &UpstreamRequest,
-        _now_ms: &dyn Fn() -> u64,
-    ) -> Result<Vec<(&'static str, String)>, GatewayError> {
-        Ok(api_key.map(|key| ("x-api-key", key.to_string())).into_iter().collect())
+    fn bind(&self, name: &str, fields: TargetFields) -> Result<Binding, GatewayError> {
+        bind_keyed(name, fields, KeyHeader::Named("x-api-key"), || Box::<Messages>::default())
     }
 }
 
@@ -91,7 +85,12 @@ impl Translator for Messages {
         let body = convert_request(body)?;
         // The version header goes even without a key (a local server behind custom_host).
         let headers = vec![("anthropic-version", API_VERSION.to_string())];
-        Ok(UpstreamRequest { path: "/messages".to_string(), headers, body: Some(body.to_string().into_bytes()) })
+        Ok(UpstreamRequest {
+            path: "/messages".to_string(),
+            query: None,
+            headers,
+            body: Some(body.to_string().into_bytes()),
+        })
     }
 
     fn translates_responses(&self) -> bool {
