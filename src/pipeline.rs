@@ -5,7 +5,7 @@ use crate::cache::{self, Lookup, Origin, Tenant};
 use crate::config::{CacheMode, Config, StrategyMode};
 use crate::errors::GatewayError;
 use crate::ports::Host;
-use crate::providers::{self, Destination, Outbound, Prepared, ProviderSpec, Translator};
+use crate::providers::{self, Backend, Destination, Outbound, Prepared, ProviderSpec, Translator};
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
 use crate::request::endpoint::{classify, BodyMode, Route};
@@ -17,6 +17,7 @@ use crate::routing::{parse_config_header, Target};
 use crate::settings::Settings;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
+use std::rc::Rc;
 
 /// Envoy routes on this header to the cluster that reaches the provider.
 pub(crate) const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
@@ -230,6 +231,7 @@ impl Call {
         settings: &Settings,
         raw: &RawHeaders,
         index: usize,
+        token: Option<&str>,
         now_ms: &dyn Fn() -> u64,
     ) -> Result<Forward, GatewayError> {
         let Call { intake, body, attempts } = self;
@@ -264,11 +266,18 @@ impl Call {
             upstream: &target.upstream,
             method: &intake.method,
             query: intake.query.as_deref(),
+            token,
         };
         let prepared = providers::prepare(destination, outbound)?;
         let headers = upstream_headers(settings, raw, target, &prepared);
         let response = ResponsePlan { provider: target.provider, translator: prepared.translator };
         Ok(Forward { headers, body: prepared.request.body, response })
+    }
+
+    /// The token source of attempt `index`'s backend, when it fetches a token first.
+    pub(crate) fn token_source(&self, index: usize) -> Option<Rc<dyn Backend>> {
+        let attempt = self.attempts.plan.attempts.get(index)?;
+        attempt.target.backend.token_source().is_some().then(|| Rc::clone(&attempt.target.backend))
     }
 
     /// Frees the parsed body once no later attempt can need it.
@@ -387,7 +396,7 @@ mod tests {
             Started::NeedsBody(pending) => finish(&settings(), pending, body, &mut host)?,
             Started::Health => panic!("not an API request"),
         };
-        call.forward(&settings(), h, call.attempts.current, &|| 1)
+        call.forward(&settings(), h, call.attempts.current, None, &|| 1)
     }
 
     const CHAT: &[u8] = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;

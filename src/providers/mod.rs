@@ -113,6 +113,32 @@ pub(crate) trait Backend {
         request: &Signable,
         now_ms: &dyn Fn() -> u64,
     ) -> Result<Vec<(&'static str, String)>, GatewayError>;
+
+    /// A credential this backend fetches before its requests (an OAuth access token), which
+    /// the gateway caches; `authorize` then finds it in `Signable::token`.
+    fn token_source(&self) -> Option<&dyn TokenSource> {
+        None
+    }
+}
+
+/// A token a backend exchanges its credential for, at a token endpoint.
+pub(crate) trait TokenSource {
+    /// Names the credential in the shared token cache: a digest over the whole credential
+    /// (its private key included), so that only the same credential finds the token; never
+    /// the secret itself.
+    fn cache_key(&self) -> &str;
+
+    /// The token endpoint's request, made only when no cached token is fresh.
+    fn request(&self, now_ms: u64) -> Result<TokenRequest, GatewayError>;
+}
+
+/// A POST to a token endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TokenRequest {
+    /// The endpoint's absolute URL.
+    pub(crate) url: String,
+    pub(crate) content_type: &'static str,
+    pub(crate) body: Vec<u8>,
 }
 
 /// The upstream request as it will be sent, for backend auth.
@@ -124,6 +150,8 @@ pub(crate) struct Signable<'a> {
     pub(crate) authority: &'a str,
     /// The whole path as sent: the base path, the translator's path and the query.
     pub(crate) path: &'a str,
+    /// The access token fetched for this target, when its backend has a token source.
+    pub(crate) token: Option<&'a str>,
     /// The body as sent; empty when the client's bytes go as they came (providers that sign
     /// translate every request, so they always have the body).
     pub(crate) body: &'a [u8],
@@ -243,6 +271,8 @@ pub(crate) struct Destination<'a> {
     pub(crate) method: &'a str,
     /// The client's query string, passed on as given.
     pub(crate) query: Option<&'a str>,
+    /// The backend's access token, when it has a token source.
+    pub(crate) token: Option<&'a str>,
 }
 
 pub(crate) fn prepare(to: Destination, outbound: Outbound) -> Result<Prepared, GatewayError> {
@@ -259,6 +289,7 @@ pub(crate) fn prepare(to: Destination, outbound: Outbound) -> Result<Prepared, G
         method: to.method,
         authority: &to.upstream.authority,
         path: &path,
+        token: to.token,
         body: request.body.as_deref().unwrap_or_default(),
     };
     let credential = to.backend.authorize(&signable, now_ms)?;
@@ -281,7 +312,7 @@ pub(crate) fn bind_and_prepare(
     let binding = spec.kind.bind(name, TargetFields { built_in: spec.base_url, ..fields })?;
     let base_url = custom_host.or(binding.base_url.as_deref()).or(spec.base_url).unwrap_or("http://127.0.0.1:1");
     let upstream = Upstream::parse(base_url).map_err(|e| GatewayError::invalid_param("custom_host", e))?;
-    let to = Destination { backend: binding.backend.as_ref(), upstream: &upstream, method, query: None };
+    let to = Destination { backend: binding.backend.as_ref(), upstream: &upstream, method, query: None, token: None };
     prepare(to, outbound)
 }
 
@@ -443,7 +474,7 @@ mod tests {
         let to = Regional.bind("regional", fields).unwrap();
         let upstream = Upstream::parse(&to.base_url.unwrap()).unwrap();
         let destination =
-            Destination { backend: to.backend.as_ref(), upstream: &upstream, method: "POST", query: None };
+            Destination { backend: to.backend.as_ref(), upstream: &upstream, method: "POST", query: None, token: None };
         let prepared = prepare(destination, outbound).unwrap();
         assert_eq!(prepared.path, "/model/m-1/invoke?v=2");
         let sent = prepared.request.body.clone().unwrap();

@@ -134,8 +134,13 @@ mod tests {
     #[test]
     fn credential_and_vendor_headers() {
         let cloud = crate::cloud::CloudFields::default();
-        let request =
-            crate::providers::Signable { method: "POST", authority: "h:443", path: "/v1/chat/completions", body: b"" };
+        let request = crate::providers::Signable {
+            method: "POST",
+            authority: "h:443",
+            path: "/v1/chat/completions",
+            token: None,
+            body: b"",
+        };
         let public = Some("https://api.openai.com/v1");
         let keyed = TargetFields { api_key: Some("sk"), custom_host: false, built_in: public, cloud: &cloud };
         let keyed = OpenAi.bind("openai", keyed).unwrap();
