@@ -299,9 +299,11 @@ fn upstream_headers(
     }
     let cluster = if target.upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
     let base = &target.upstream.base_path;
-    let path = match query {
-        Some(q) => format!("{base}{}?{q}", request.path),
-        None => format!("{base}{}", request.path),
+    // The provider's query (e.g. Gemini's `alt=sse`) first, then the client's.
+    let query: Vec<&str> = [request.query.as_deref(), query].into_iter().flatten().filter(|q| !q.is_empty()).collect();
+    let path = match query.as_slice() {
+        [] => format!("{base}{}", request.path),
+        parts => format!("{base}{}?{}", request.path, parts.join("&")),
     };
     edits.set.push((":authority".into(), target.upstream.authority.clone()));
     edits.set.push((":path".into(), path));

@@ -7,6 +7,7 @@
 pub(crate) mod anthropic;
 #[cfg(test)]
 mod fixtures;
+pub(crate) mod google;
 pub(crate) mod openai;
 
 use crate::errors::GatewayError;
@@ -51,6 +52,8 @@ pub(crate) struct Outbound<'a> {
 pub(crate) struct UpstreamRequest {
     /// Below the upstream's base path, without the query.
     pub(crate) path: String,
+    /// The provider's own query (without `?`); the client's query, if any, follows it.
+    pub(crate) query: Option<String>,
     /// Headers the provider needs besides its credential.
     pub(crate) headers: Vec<(&'static str, String)>,
     /// The body to send; `None`: the client's bytes as they came.
@@ -175,6 +178,41 @@ pub(crate) fn error_kind_for_status(status: u16) -> &'static str {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Shared by the translators
+
+pub(crate) fn str_field<'a>(value: Option<&'a Value>, field: &str) -> Option<&'a str> {
+    value.and_then(|v| v.get(field)).and_then(Value::as_str)
+}
+
+pub(crate) fn u64_field(value: Option<&Value>, field: &str) -> u64 {
+    value.and_then(|v| v.get(field)).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// OpenAI's `usage` object.
+pub(crate) fn usage_json(prompt_tokens: u64, completion_tokens: u64) -> Value {
+    serde_json::json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens.saturating_add(completion_tokens),
+    })
+}
+
+/// One OpenAI `chat.completion.chunk`. With include_usage OpenAI sends `"usage": null` on
+/// every chunk but the last, which has the counts and no choices.
+pub(crate) fn chunk_json(id: &str, model: &str, ctx: &ResponseContext, choices: Value, usage: Value) -> Value {
+    let mut chunk = serde_json::Map::new();
+    chunk.insert("id".into(), id.into());
+    chunk.insert("object".into(), "chat.completion.chunk".into());
+    chunk.insert("created".into(), ctx.created.into());
+    chunk.insert("model".into(), model.into());
+    chunk.insert("choices".into(), choices);
+    if ctx.include_usage {
+        chunk.insert("usage".into(), usage);
+    }
+    Value::Object(chunk)
+}
+
 #[cfg(test)]
 mod tests {
     //! A provider of the kind the cloud providers are (its path names the model, its auth
@@ -213,6 +251,7 @@ mod tests {
             let sent = json!({"input": body.get("messages")});
             Ok(UpstreamRequest {
                 path: format!("/model/{model}/invoke"),
+                query: None,
                 headers: vec![],
                 body: Some(sent.to_string().into_bytes()),
             })

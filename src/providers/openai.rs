@@ -38,7 +38,7 @@ impl Translator for Passthrough {
             Some(body) if outbound.overridden => Some(body.to_string().into_bytes()),
             _ => None,
         };
-        Ok(UpstreamRequest { path: outbound.path.to_string(), headers, body })
+        Ok(UpstreamRequest { path: outbound.path.to_string(), query: None, headers, body })
     }
 
     fn translates_responses(&self) -> bool {
@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn credential_and_vendor_headers() {
-        let request = UpstreamRequest { path: "/chat/completions".into(), headers: vec![], body: None };
+        let request = UpstreamRequest { path: "/chat/completions".into(), query: None, headers: vec![], body: None };
         assert_eq!(
             OpenAi.authorize(Some("sk"), &request, &|| 0).unwrap(),
             vec![("authorization", "Bearer sk".to_string())]

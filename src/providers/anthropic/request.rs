@@ -231,14 +231,14 @@ fn convert_content(content: Option<&Value>, i: usize) -> Result<Value, GatewayEr
     }
 }
 
-fn content_error(i: usize) -> GatewayError {
+pub(crate) fn content_error(i: usize) -> GatewayError {
     GatewayError::invalid_param(
         format!("messages[{i}].content"),
         "content must be a string or an array of content parts",
     )
 }
 
-fn part_param(i: usize, j: usize, field: &str) -> String {
+pub(crate) fn part_param(i: usize, j: usize, field: &str) -> String {
     format!("messages[{i}].content[{j}].{field}")
 }
 
@@ -324,7 +324,7 @@ fn tool_use_block(call: &Value, i: usize, j: usize) -> Result<Value, GatewayErro
 }
 
 /// Tool call arguments as a JSON object; models emit "" for tools without parameters.
-fn parse_arguments(arguments: &str) -> Option<Value> {
+pub(crate) fn parse_arguments(arguments: &str) -> Option<Value> {
     if arguments.trim().is_empty() {
         return Some(json!({}));
     }
@@ -403,7 +403,7 @@ fn disable_parallel_tool_use(tool_choice: Option<Value>) -> Value {
     tool_choice
 }
 
-fn convert_stop(stop: Value) -> Result<Value, GatewayError> {
+pub(crate) fn convert_stop(stop: Value) -> Result<Value, GatewayError> {
     match stop {
         Value::String(stop) => Ok(json!([stop])),
         Value::Array(stops) if stops.iter().all(Value::is_string) => Ok(Value::Array(stops)),

@@ -611,7 +611,7 @@ const TRANSCRIPT: &str = concat!(
 );
 
 fn run_stream(ctx: ResponseContext, chunks: &[&[u8]]) -> Vec<u8> {
-    let mut stream = SseStream::new(ctx);
+    let mut stream = SseStream::new(stream::EventConverter::new(ctx));
     let mut out = Vec::new();
     for chunk in chunks {
         stream.push(chunk, &mut out);
