@@ -7,6 +7,7 @@
 pub(crate) mod anthropic;
 #[cfg(test)]
 mod fixtures;
+#[allow(dead_code)] // wired by the provider registration (cloud issue)
 pub(crate) mod google;
 pub(crate) mod openai;
 

@@ -20,7 +20,7 @@ use super::{Outbound, Provider, ResponseContext, Translator, UpstreamRequest, Us
 use crate::errors::GatewayError;
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 pub(crate) struct Anthropic;
 

@@ -334,3 +334,37 @@ pub(crate) fn tool_call(call: Option<&Value>, index: usize) -> Value {
         "function": {"name": super::str_field(call, "name").unwrap_or_default(), "arguments": arguments},
     })
 }
+
+/// Stand-ins of the `google` and `vertex-ai` providers for the translation fixtures, until
+/// the registration gives them their options: Vertex in project `my-project`, region
+/// `us-central1`; the fixture's key as the Gemini API key, or as Vertex's access token.
+#[cfg(test)]
+pub(crate) fn fixture_providers() -> &'static [(&'static str, &'static dyn super::Provider)] {
+    struct Stand(bool);
+    impl super::Provider for Stand {
+        fn translator(&self) -> Box<dyn Translator> {
+            let location = VertexLocation { project: "my-project".into(), region: "us-central1".into() };
+            if self.0 {
+                vertex_translator(location)
+            } else {
+                Box::new(GeminiTranslator::new(GeminiTransport::GeminiApi))
+            }
+        }
+        fn authorize(
+            &self,
+            api_key: Option<&str>,
+            _request: &UpstreamRequest,
+            _now_ms: &dyn Fn() -> u64,
+        ) -> Result<Vec<(&'static str, String)>, GatewayError> {
+            let header = |key: &str| match self.0 {
+                true => ("authorization", format!("Bearer {key}")),
+                false => ("x-goog-api-key", key.to_string()),
+            };
+            Ok(api_key.map(header).into_iter().collect())
+        }
+    }
+    static GOOGLE: Stand = Stand(false);
+    static VERTEX: Stand = Stand(true);
+    static STANDS: [(&str, &dyn super::Provider); 2] = [("google", &GOOGLE), ("vertex-ai", &VERTEX)];
+    &STANDS
+}

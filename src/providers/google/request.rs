@@ -154,28 +154,29 @@ fn convert_messages(messages: Option<&Value>, provider: &str) -> Result<(Option<
     let mut called: HashMap<&str, &str> = HashMap::new();
     for (i, message) in messages.iter().enumerate() {
         let content = message.get("content").filter(|c| !c.is_null());
-        let (turn, parts) =
-            match str_field(Some(message), "role").unwrap_or_default() {
-                "system" | "developer" => {
-                    system.extend(text_parts(content, i, provider)?);
-                    continue;
-                }
-                "user" => (Turn::User, convert_content(content, i, provider)?),
-                "assistant" => (Turn::Model, assistant_parts(message, content, i, &mut called, provider)?),
-                "tool" => (Turn::FunctionResults, vec![function_response(message, content, i, &called, provider)?]),
-                "function" => return Err(GatewayError::invalid_param(
+        let (turn, parts) = match str_field(Some(message), "role").unwrap_or_default() {
+            "system" | "developer" => {
+                system.extend(text_parts(content, i, provider)?);
+                continue;
+            }
+            "user" => (Turn::User, convert_content(content, i, provider)?),
+            "assistant" => (Turn::Model, assistant_parts(message, content, i, &mut called, provider)?),
+            "tool" => (Turn::FunctionResults, vec![function_response(message, content, i, &called, provider)?]),
+            "function" => {
+                return Err(GatewayError::invalid_param(
                     format!("messages[{i}].role"),
                     format!(
                         "role 'function' is not supported by provider '{provider}'; use 'tools' and 'tool' messages"
                     ),
-                )),
-                role => {
-                    return Err(GatewayError::invalid_param(
-                        format!("messages[{i}].role"),
-                        format!("unknown role '{role}'"),
-                    ))
-                }
-            };
+                ))
+            }
+            role => {
+                return Err(GatewayError::invalid_param(
+                    format!("messages[{i}].role"),
+                    format!("unknown role '{role}'"),
+                ))
+            }
+        };
         match turns.last_mut() {
             Some((last, last_parts)) if *last == turn => last_parts.extend(parts),
             _ => turns.push((turn, parts)),

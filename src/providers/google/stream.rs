@@ -119,12 +119,11 @@ impl Converter for GeminiEvents {
             self.on_candidate(candidate, position, out);
         }
         // A blocked prompt gets no candidate, only the reason.
-        if candidates.is_empty() && self.candidates.is_empty() {
-            if str_field(data.get("promptFeedback"), "blockReason").is_some() {
-                self.candidates.insert(0, 0);
-                self.emit(0, json!({"role": "assistant", "content": ""}), None, out);
-                self.emit(0, json!({}), Some("content_filter"), out);
-            }
+        let blocked = str_field(data.get("promptFeedback"), "blockReason").is_some();
+        if candidates.is_empty() && self.candidates.is_empty() && blocked {
+            self.candidates.insert(0, 0);
+            self.emit(0, json!({"role": "assistant", "content": ""}), None, out);
+            self.emit(0, json!({}), Some("content_filter"), out);
         }
     }
 
