@@ -298,15 +298,8 @@ fn upstream_headers(
         }
     }
     let cluster = if target.upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
-    let base = &target.upstream.base_path;
-    // The provider's query (e.g. Gemini's `alt=sse`) first, then the client's.
-    let query: Vec<&str> = [request.query.as_deref(), query].into_iter().flatten().filter(|q| !q.is_empty()).collect();
-    let path = match query.as_slice() {
-        [] => format!("{base}{}", request.path),
-        parts => format!("{base}{}?{}", request.path, parts.join("&")),
-    };
     edits.set.push((":authority".into(), target.upstream.authority.clone()));
-    edits.set.push((":path".into(), path));
+    edits.set.push((":path".into(), upstream_path(&target.upstream.base_path, request, query)));
     edits.set.push((CLUSTER_HEADER.into(), cluster.clone()));
     edits.set.extend(request.headers.iter().map(|(name, value)| (name.to_string(), value.clone())));
     if let Some(body) = &request.body {
@@ -319,6 +312,17 @@ fn upstream_headers(
         edits.set.push((TIMEOUT_HEADER.into(), ms.to_string()));
     }
     edits
+}
+
+/// The upstream `:path`: the base path, the provider's path, then the provider's query (e.g.
+/// Gemini's `alt=sse`) and the client's, joined with `&`.
+fn upstream_path(base: &str, request: &UpstreamRequest, client_query: Option<&str>) -> String {
+    let query: Vec<&str> =
+        [request.query.as_deref(), client_query].into_iter().flatten().filter(|q| !q.is_empty()).collect();
+    match query.as_slice() {
+        [] => format!("{base}{}", request.path),
+        parts => format!("{base}{}?{}", request.path, parts.join("&")),
+    }
 }
 
 /// Envoy's per-try timeout of a routed request.
@@ -473,6 +477,17 @@ mod tests {
         let names: Vec<&str> = after.iter().map(|(n, _)| *n).collect();
         assert_eq!(names, vec![":method", ":path", "x-keep", ":authority", "x-new"]);
         assert_eq!(after[3].1, b"up:80".as_slice());
+    }
+
+    #[test]
+    fn the_providers_query_goes_before_the_clients() {
+        let mut request = UpstreamRequest { path: "/m:stream".into(), query: None, headers: vec![], body: None };
+        assert_eq!(upstream_path("/base", &request, None), "/base/m:stream");
+        assert_eq!(upstream_path("/base", &request, Some("a=1")), "/base/m:stream?a=1");
+        request.query = Some("alt=sse".into());
+        assert_eq!(upstream_path("", &request, None), "/m:stream?alt=sse");
+        assert_eq!(upstream_path("", &request, Some("a=1&b=2")), "/m:stream?alt=sse&a=1&b=2");
+        assert_eq!(upstream_path("", &request, Some("")), "/m:stream?alt=sse");
     }
 
     #[test]

@@ -7,7 +7,7 @@ mod request;
 mod response;
 mod stream;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 // OpenAI request readers that other translators share.
 pub(crate) use request::{content_error, convert_request, convert_stop, parse_arguments, part_param};

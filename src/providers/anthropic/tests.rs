@@ -36,7 +36,7 @@ fn ctx(strict: bool, include_usage: bool) -> ResponseContext {
 
 // --- endpoints and headers ------------------------------------------------------------
 
-fn outbound(endpoint: Endpoint, path: &'static str, body: Option<Value>) -> Outbound<'static> {
+pub(crate) fn outbound(endpoint: Endpoint, path: &'static str, body: Option<Value>) -> Outbound<'static> {
     Outbound {
         endpoint,
         path,
