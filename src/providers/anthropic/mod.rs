@@ -10,7 +10,10 @@ mod stream;
 pub(crate) mod tests;
 
 // OpenAI request readers that other translators share.
-pub(crate) use request::{content_error, convert_request, convert_stop, parse_arguments, part_param};
+pub(crate) use request::{
+    content_error, convert_request, convert_stop, function_tools, part_param, read_tool_call, tool_calls, tool_choice,
+    ToolChoice,
+};
 pub(crate) use response::convert_response;
 pub(crate) use stream::{EventConverter, SseStream};
 

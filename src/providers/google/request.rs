@@ -1,7 +1,9 @@
 //! OpenAI chat completion requests as Gemini `GenerateContentRequest`s.
 
 use crate::errors::GatewayError;
-use crate::providers::anthropic::{content_error, convert_stop, parse_arguments, part_param};
+use crate::providers::anthropic::{
+    content_error, convert_stop, function_tools, part_param, read_tool_call, tool_calls, tool_choice, ToolChoice,
+};
 use crate::providers::str_field;
 use hashbrown::HashMap;
 use serde_json::{json, Map, Value};
@@ -310,29 +312,12 @@ fn assistant_parts<'a>(
         Some(_) => convert_content(content, i, provider)?,
         None => Vec::new(),
     };
-    let calls = match message.get("tool_calls") {
-        None | Some(Value::Null) => &[][..],
-        Some(Value::Array(calls)) => calls.as_slice(),
-        Some(_) => {
-            return Err(GatewayError::invalid_param(format!("messages[{i}].tool_calls"), "tool_calls must be an array"))
+    for (j, call) in tool_calls(message, i)?.iter().enumerate() {
+        let call = read_tool_call(call, i, j, provider)?;
+        if let Some(id) = call.id {
+            called.insert(id, call.name);
         }
-    };
-    for (j, call) in calls.iter().enumerate() {
-        let bad = |field: &str, message: &str| {
-            GatewayError::invalid_param(format!("messages[{i}].tool_calls[{j}].{field}"), message)
-        };
-        let function = call.get("function");
-        let name = str_field(function, "name").ok_or_else(|| bad("function.name", "name must be a string"))?;
-        let args = match function.and_then(|f| f.get("arguments")) {
-            None => Some(json!({})),
-            Some(Value::String(arguments)) => parse_arguments(arguments),
-            Some(_) => None,
-        }
-        .ok_or_else(|| bad("function.arguments", "arguments must be a JSON object encoded as a string"))?;
-        if let Some(id) = str_field(Some(call), "id") {
-            called.insert(id, name);
-        }
-        parts.push(json!({"functionCall": {"name": name, "args": args}}));
+        parts.push(json!({"functionCall": {"name": call.name, "args": call.arguments}}));
     }
     Ok(parts)
 }
@@ -369,52 +354,34 @@ fn function_response(
 }
 
 fn convert_tools(tools: &Value, provider: &str) -> Result<Vec<Value>, GatewayError> {
-    let Value::Array(tools) = tools else {
-        return Err(GatewayError::invalid_param("tools", "tools must be an array"));
-    };
-    tools
-        .iter()
-        .enumerate()
-        .map(|(i, tool)| {
-            if str_field(Some(tool), "type") != Some("function") {
-                return Err(GatewayError::invalid_param(
-                    format!("tools[{i}].type"),
-                    format!("only function tools are supported by provider '{provider}'"),
-                ));
-            }
-            let function = tool.get("function");
-            let name = str_field(function, "name").ok_or_else(|| {
-                GatewayError::invalid_param(format!("tools[{i}].function.name"), "name must be a string")
-            })?;
+    let tools = function_tools(tools, provider)?;
+    Ok(tools
+        .into_iter()
+        .map(|tool| {
             let mut out = Map::new();
-            out.insert("name".into(), name.into());
-            if let Some(description) = str_field(function, "description") {
+            out.insert("name".into(), tool.name.into());
+            if let Some(description) = tool.description {
                 out.insert("description".into(), description.into());
             }
-            // Gemini rejects an object schema without properties: a tool without
-            // parameters has none.
-            let parameters = function.and_then(|f| f.get("parameters")).filter(|p| {
+            // Gemini rejects an object schema without properties: a tool without parameters
+            // has none.
+            let parameters = tool.parameters.filter(|p| {
                 p.get("properties").and_then(Value::as_object).is_some_and(|props| !props.is_empty())
                     || p.get("type").and_then(Value::as_str).is_some_and(|t| t != "object")
             });
             if let Some(parameters) = parameters {
                 out.insert("parameters".into(), gemini_schema(parameters));
             }
-            Ok(Value::Object(out))
+            Value::Object(out)
         })
-        .collect()
+        .collect())
 }
 
 fn convert_tool_choice(choice: &Value) -> Result<Value, GatewayError> {
-    let named = (str_field(Some(choice), "type"), str_field(choice.get("function"), "name"));
-    match (choice.as_str(), named) {
-        (Some("auto"), _) => Ok(json!({"mode": "AUTO"})),
-        (Some("required"), _) => Ok(json!({"mode": "ANY"})),
-        (Some("none"), _) => Ok(json!({"mode": "NONE"})),
-        (None, (Some("function"), Some(name))) => Ok(json!({"mode": "ANY", "allowedFunctionNames": [name]})),
-        _ => Err(GatewayError::invalid_param(
-            "tool_choice",
-            "tool_choice must be 'auto', 'required', 'none' or {\"type\":\"function\",\"function\":{\"name\":...}}",
-        )),
-    }
+    Ok(match tool_choice(choice)? {
+        ToolChoice::Auto => json!({"mode": "AUTO"}),
+        ToolChoice::Required => json!({"mode": "ANY"}),
+        ToolChoice::None => json!({"mode": "NONE"}),
+        ToolChoice::Function(name) => json!({"mode": "ANY", "allowedFunctionNames": [name]}),
+    })
 }
