@@ -29,6 +29,16 @@ pub(crate) struct ResponseContext {
     pub(crate) strict_vendor_compliance: bool,
 }
 
+/// The request's context, or a neutral one for an answer that came without a request.
+pub(crate) fn context_or_default(ctx: &Option<ResponseContext>) -> ResponseContext {
+    ctx.clone().unwrap_or_else(|| ResponseContext {
+        model: String::new(),
+        created: 0,
+        include_usage: false,
+        strict_vendor_compliance: true,
+    })
+}
+
 /// One request as the client made it, for a translator.
 pub(crate) struct Outbound<'a> {
     pub(crate) endpoint: Endpoint,

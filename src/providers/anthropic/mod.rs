@@ -19,7 +19,7 @@ pub(crate) use stream::{EventConverter, SseStream};
 
 use super::google::{self, VertexLocation};
 use super::openai::normalize_error;
-use super::{Outbound, Provider, ResponseContext, Translator, UpstreamRequest, Usage};
+use super::{context_or_default, Outbound, Provider, ResponseContext, Translator, UpstreamRequest, Usage};
 use crate::errors::GatewayError;
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
@@ -101,15 +101,6 @@ fn vertex_body(location: &VertexLocation, body: &mut Value) -> Result<String, Ga
     }
     let method = if streams { "streamRawPredict" } else { "rawPredict" };
     location.model_path("anthropic", &model, method)
-}
-
-fn context_or_default(ctx: &Option<ResponseContext>) -> ResponseContext {
-    ctx.clone().unwrap_or_else(|| ResponseContext {
-        model: String::new(),
-        created: 0,
-        include_usage: false,
-        strict_vendor_compliance: true,
-    })
 }
 
 impl Translator for Messages {

@@ -21,7 +21,7 @@ pub(crate) use stream::GeminiEvents;
 
 use super::anthropic::{Messages, Transport};
 use super::openai::normalize_error;
-use super::{error_kind_for_status, Outbound, ResponseContext, Translator, UpstreamRequest, Usage};
+use super::{context_or_default, error_kind_for_status, Outbound, ResponseContext, Translator, UpstreamRequest, Usage};
 use crate::errors::{error_json, GatewayError};
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
@@ -114,17 +114,8 @@ impl GeminiTranslator {
     }
 }
 
-fn context_or_default(ctx: &Option<ResponseContext>) -> ResponseContext {
-    ctx.clone().unwrap_or_else(|| ResponseContext {
-        model: String::new(),
-        created: 0,
-        include_usage: false,
-        strict_vendor_compliance: true,
-    })
-}
-
-/// What answers a chat completion, when the caller knows only the request: the Gemini
-/// API, or a Vertex translator that picks Gemini or Anthropic by the model it is asked for.
+/// Vertex AI's translator: Gemini or Anthropic, picked by the model of the request it gets
+/// (the Gemini API's is `GeminiTranslator::new(GeminiTransport::GeminiApi)`).
 pub(crate) fn vertex_translator(location: VertexLocation) -> Box<dyn Translator> {
     Box::new(Vertex::Pending(location))
 }
