@@ -23,6 +23,8 @@ pub(crate) struct CloudFields {
     pub(crate) cloud_b_project_id: Option<String>,
     pub(crate) cloud_b_region: Option<String>,
     pub(crate) cloud_b_service_account_json: Option<Map<String, Value>>,
+    /// `X-Cloud-B-LLM-Request-Type` (a header), passed to Vertex under its own name.
+    pub(crate) cloud_b_request_type: Option<String>,
     pub(crate) cloud_c_access_key_id: Option<String>,
     pub(crate) cloud_c_secret_access_key: Option<String>,
     pub(crate) cloud_c_region: Option<String>,
@@ -67,6 +69,7 @@ impl CloudFields {
             cloud_a_api_version: pick(self.cloud_a_api_version, &fallback.cloud_a_api_version),
             cloud_b_project_id: pick(self.cloud_b_project_id, &fallback.cloud_b_project_id),
             cloud_b_region: pick(self.cloud_b_region, &fallback.cloud_b_region),
+            cloud_b_request_type: pick(self.cloud_b_request_type, &fallback.cloud_b_request_type),
             cloud_b_service_account_json: self
                 .cloud_b_service_account_json
                 .or_else(|| fallback.cloud_b_service_account_json.clone()),

@@ -314,6 +314,7 @@ fn cloud_fields(obj: &Obj) -> Result<CloudFields, ConfigError> {
         cloud_b_project_id: obj.opt("cloud_b_project_id", string)?,
         cloud_b_region: obj.opt("cloud_b_region", string)?,
         cloud_b_service_account_json: obj.opt("cloud_b_service_account_json", object)?,
+        cloud_b_request_type: None,
         cloud_c_access_key_id: obj.opt("cloud_c_access_key_id", string)?,
         cloud_c_secret_access_key: obj.opt("cloud_c_secret_access_key", string)?,
         cloud_c_region: obj.opt("cloud_c_region", string)?,

@@ -5,7 +5,8 @@
 
 use super::openai::Passthrough;
 use super::{
-    missing_key, Backend, Binding, Outbound, Provider, Signable, TargetFields, Translator, UpstreamRequest, Usage,
+    host_label, missing_key, path_segment, Backend, Binding, Outbound, Provider, Signable, TargetFields, Translator,
+    UpstreamRequest, Usage,
 };
 use crate::cloud::{CloudADeploymentType, CloudFields, Deployment};
 use crate::errors::GatewayError;
@@ -21,7 +22,7 @@ impl Provider for AzureOpenAi {
         let cloud = fields.cloud;
         let base_url = match &cloud.resource_name {
             Some(resource) => {
-                Some(format!("https://{}.openai.azure.com/openai", host_label(resource, "resource_name")?))
+                Some(format!("https://{}.openai.azure.com/openai", host_label("resource_name", resource)?))
             }
             None if fields.custom_host => None,
             None => return Err(required("resource_name", "the Azure OpenAI resource (or custom_host)")),
@@ -54,8 +55,8 @@ impl Provider for AzureAi {
                 CloudADeploymentType::Serverless => "models.ai.azure.com",
                 CloudADeploymentType::Managed => "inference.ml.azure.com",
             };
-            let endpoint = host_label(endpoint, "cloud_a_endpoint_name")?;
-            Some(format!("https://{endpoint}.{}.{domain}", host_label(region, "cloud_a_region")?))
+            let endpoint = host_label("cloud_a_endpoint_name", endpoint)?;
+            Some(format!("https://{endpoint}.{}.{domain}", host_label("cloud_a_region", region)?))
         };
         let key = fields.api_key.map(str::to_string).ok_or_else(|| missing_key(name))?;
         let place = Foundry {
@@ -149,7 +150,7 @@ impl Deployments {
                 .deployment_id
                 .as_deref()
                 .ok_or_else(|| required("deployment_id", "the Azure OpenAI deployment (or `deployments`)"))?;
-            let deployment_id = path_segment(deployment_id, "deployment_id")?.to_string();
+            let deployment_id = path_segment("deployment_id", deployment_id)?.to_string();
             let api_version =
                 cloud.api_version.clone().ok_or_else(|| required("api_version", "Azure's API version"))?;
             return Ok(Deployments::Fixed { deployment_id, api_version });
@@ -159,7 +160,7 @@ impl Deployments {
                 .with_code("invalid_config"));
         }
         for (i, deployment) in cloud.deployments.iter().enumerate() {
-            path_segment(&deployment.deployment_id, &format!("deployments[{i}].deployment_id"))?;
+            path_segment(&format!("deployments[{i}].deployment_id"), &deployment.deployment_id)?;
         }
         Ok(Deployments::ByAlias(cloud.deployments.clone()))
     }
@@ -225,32 +226,6 @@ impl Place for Foundry {
 
 fn required(field: &str, what: &str) -> GatewayError {
     GatewayError::invalid_param(field, format!("`{field}` is required: {what}")).with_code("invalid_config")
-}
-
-/// A name that becomes one label of a host name: letters, digits and hyphens only, so it can
-/// never move the request to another host.
-fn host_label<'a>(value: &'a str, field: &str) -> Result<&'a str, GatewayError> {
-    let valid = !value.is_empty() && value.len() <= 63 && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-    if valid {
-        Ok(value)
-    } else {
-        Err(GatewayError::invalid_param(
-            field,
-            format!("`{field}` must be letters, digits and hyphens (a host name label)"),
-        )
-        .with_code("invalid_config"))
-    }
-}
-
-/// A deployment name that becomes one path segment: it can never climb out of the path.
-fn path_segment<'a>(value: &'a str, field: &str) -> Result<&'a str, GatewayError> {
-    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"-._".contains(&b);
-    if !value.is_empty() && value != "." && value != ".." && value.bytes().all(allowed) {
-        Ok(value)
-    } else {
-        Err(GatewayError::invalid_param(field, format!("`{field}` must be letters, digits, '-', '_' and '.'"))
-            .with_code("invalid_config"))
-    }
 }
 
 /// A query value with everything but unreserved characters percent-encoded.

@@ -40,6 +40,11 @@ const FIXTURES: &[(&str, &str)] = fixtures![
     "anthropic/stream_text_tool_call_usage.json",
     "anthropic/error_rate_limit.json",
     "anthropic/unsupported_endpoint.json",
+    "google/system_tools_tool_turn.json",
+    "google/answer_function_call.json",
+    "vertex_ai/gemini_stream_text_function_call_usage.json",
+    "vertex_ai/gemini_error_invalid_argument.json",
+    "vertex_ai/anthropic_raw_predict.json",
     "openai/passthrough_chat.json",
     "openai/override_changed_body.json",
     "openai/vendor_headers_resource.json",
@@ -83,6 +88,8 @@ struct ClientRequest {
     vendor_organization: Option<String>,
     vendor_project: Option<String>,
     vendor_beta: Option<String>,
+    /// The target's config (its cloud fields), checked as the gateway checks configs.
+    config: Option<Value>,
 }
 
 fn post() -> String {
@@ -93,6 +100,8 @@ fn post() -> String {
 #[serde(deny_unknown_fields)]
 struct UpstreamExpect {
     path: String,
+    /// The provider's own query, without `?`.
+    query: Option<String>,
     /// In order: the provider's headers, then the credential.
     headers: Vec<(String, String)>,
     /// Null: the client's bytes go as they came.
@@ -225,7 +234,16 @@ fn prepare_fixture(fixture: &Fixture, check: &mut Check) -> Option<Result<Prepar
         project: client.vendor_project.as_deref(),
         beta: client.vendor_beta.as_deref(),
     };
-    let cloud = crate::cloud::CloudFields::default();
+    let cloud = match &client.config {
+        Some(config) => match crate::config::parse_config(config) {
+            Ok(config) => config.cloud,
+            Err(e) => {
+                check.fail("client_request.config", e.to_string());
+                return None;
+            }
+        },
+        None => crate::cloud::CloudFields::default(),
+    };
     // Without a key or a public endpoint, the target is a local server.
     let local = client.api_key.is_none() || spec.base_url.is_none();
     let fields = TargetFields { api_key: client.api_key.as_deref(), custom_host: local, built_in: None, cloud: &cloud };
@@ -289,6 +307,7 @@ fn check_fixture(name: &str, text: &str) -> Vec<String> {
 fn check_upstream(check: &mut Check, expected: &UpstreamExpect, prepared: &Prepared) {
     let request = &prepared.request;
     check.eq("upstream_request.path", &expected.path, &request.path);
+    check.eq("upstream_request.query", &expected.query, &request.query);
     let headers: Vec<(String, String)> =
         request.headers.iter().map(|(name, value)| (name.to_string(), value.clone())).collect();
     check.eq("upstream_request.headers", &expected.headers, &headers);

@@ -8,6 +8,7 @@ pub(crate) mod anthropic;
 pub(crate) mod azure;
 #[cfg(test)]
 mod fixtures;
+pub(crate) mod google;
 pub(crate) mod openai;
 
 use crate::cloud::CloudFields;
@@ -29,6 +30,16 @@ pub(crate) struct ResponseContext {
     pub(crate) include_usage: bool,
     /// When false, non-standard parts (thinking) are returned as `content_blocks`.
     pub(crate) strict_vendor_compliance: bool,
+}
+
+/// The request's context, or a neutral one for an answer that came without a request.
+pub(crate) fn context_or_default(ctx: &Option<ResponseContext>) -> ResponseContext {
+    ctx.clone().unwrap_or_else(|| ResponseContext {
+        model: String::new(),
+        created: 0,
+        include_usage: false,
+        strict_vendor_compliance: true,
+    })
 }
 
 /// One request as the client made it, for a translator.
@@ -246,6 +257,35 @@ pub(crate) trait Translator {
     fn usage(&self) -> Option<Usage>;
 }
 
+/// A value that goes into the path as one segment. Model ids, projects and regions are made
+/// of these characters (Vertex's Anthropic ids carry `@`); anything else could reach another
+/// path or a query, so it is refused rather than escaped.
+pub(crate) fn path_segment<'a>(field: &str, value: &'a str) -> Result<&'a str, GatewayError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@');
+    if value.is_empty() || !value.chars().all(allowed) || value.starts_with('.') {
+        return Err(GatewayError::invalid_param(
+            field,
+            format!("'{field}' must be non-empty and made of letters, digits, '-', '_', '.' and '@'"),
+        ));
+    }
+    Ok(value)
+}
+
+/// A name that becomes one label of a host name: letters, digits and hyphens only, so it can
+/// never move the request to another host.
+pub(crate) fn host_label<'a>(field: &str, value: &'a str) -> Result<&'a str, GatewayError> {
+    let valid = !value.is_empty() && value.len() <= 63 && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if valid {
+        Ok(value)
+    } else {
+        Err(GatewayError::invalid_param(
+            field,
+            format!("`{field}` must be letters, digits and hyphens (a host name label)"),
+        )
+        .with_code("invalid_config"))
+    }
+}
+
 /// A target that names no address for a provider without a public endpoint.
 pub(crate) fn no_endpoint(name: &str) -> GatewayError {
     GatewayError::invalid_param(
@@ -279,12 +319,7 @@ pub(crate) fn prepare(to: Destination, outbound: Outbound) -> Result<Prepared, G
     let now_ms = outbound.now_ms;
     let mut translator = to.backend.translator();
     let mut request = translator.request(outbound)?;
-    let mut path = format!("{}{}", to.upstream.base_path, request.path);
-    let queries = [request.query.as_deref(), to.query].into_iter().flatten().filter(|q| !q.is_empty());
-    for (i, query) in queries.enumerate() {
-        path.push(if i == 0 { '?' } else { '&' });
-        path.push_str(query);
-    }
+    let path = upstream_path(&to.upstream.base_path, &request, to.query);
     let signable = Signable {
         method: to.method,
         authority: &to.upstream.authority,
@@ -295,6 +330,17 @@ pub(crate) fn prepare(to: Destination, outbound: Outbound) -> Result<Prepared, G
     let credential = to.backend.authorize(&signable, now_ms)?;
     request.headers.extend(credential);
     Ok(Prepared { request, path, translator })
+}
+
+/// The upstream `:path`: the base path, the provider's path, then the provider's query (e.g.
+/// Gemini's `alt=sse`) and the client's, joined with `&`.
+fn upstream_path(base: &str, request: &UpstreamRequest, client_query: Option<&str>) -> String {
+    let query: Vec<&str> =
+        [request.query.as_deref(), client_query].into_iter().flatten().filter(|q| !q.is_empty()).collect();
+    match query.as_slice() {
+        [] => format!("{base}{}", request.path),
+        parts => format!("{base}{}?{}", request.path, parts.join("&")),
+    }
 }
 
 /// What routing and the pipeline do for one target, for translator tests and fixtures: binds
@@ -329,6 +375,8 @@ static OPENAI: openai::OpenAi = openai::OpenAi;
 static ANTHROPIC: anthropic::Anthropic = anthropic::Anthropic;
 static AZURE_OPENAI: azure::AzureOpenAi = azure::AzureOpenAi;
 static AZURE_AI: azure::AzureAi = azure::AzureAi;
+static GEMINI: google::Gemini = google::Gemini;
+static VERTEX_AI: google::VertexAi = google::VertexAi;
 
 const fn compatible(name: &'static str, base_url: &'static str) -> ProviderSpec {
     ProviderSpec { name, base_url: Some(base_url), kind: &OPENAI }
@@ -340,6 +388,9 @@ pub(crate) static PROVIDERS: &[ProviderSpec] = &[
     // Cloud A: base URLs built from the resource, or the endpoint and region.
     ProviderSpec { name: "azure-openai", base_url: None, kind: &AZURE_OPENAI },
     ProviderSpec { name: "azure-ai", base_url: None, kind: &AZURE_AI },
+    // Cloud B: the Gemini API, and Vertex AI (its host from the region).
+    ProviderSpec { name: "google", base_url: Some("https://generativelanguage.googleapis.com"), kind: &GEMINI },
+    ProviderSpec { name: "vertex-ai", base_url: None, kind: &VERTEX_AI },
     // The generic name for any server that speaks OpenAI's API; needs `custom_host`.
     ProviderSpec { name: "openai-compatible", base_url: None, kind: &OPENAI },
     compatible("groq", "https://api.groq.com/openai/v1"),
@@ -370,6 +421,41 @@ pub(crate) fn error_kind_for_status(status: u16) -> &'static str {
         429 => "rate_limit_error",
         _ => "api_error",
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared by the translators
+
+pub(crate) fn str_field<'a>(value: Option<&'a Value>, field: &str) -> Option<&'a str> {
+    value.and_then(|v| v.get(field)).and_then(Value::as_str)
+}
+
+pub(crate) fn u64_field(value: Option<&Value>, field: &str) -> u64 {
+    value.and_then(|v| v.get(field)).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// OpenAI's `usage` object.
+pub(crate) fn usage_json(prompt_tokens: u64, completion_tokens: u64) -> Value {
+    serde_json::json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens.saturating_add(completion_tokens),
+    })
+}
+
+/// One OpenAI `chat.completion.chunk`. With include_usage OpenAI sends `"usage": null` on
+/// every chunk but the last, which has the counts and no choices.
+pub(crate) fn chunk_json(id: &str, model: &str, ctx: &ResponseContext, choices: Value, usage: Value) -> Value {
+    let mut chunk = serde_json::Map::new();
+    chunk.insert("id".into(), id.into());
+    chunk.insert("object".into(), "chat.completion.chunk".into());
+    chunk.insert("created".into(), ctx.created.into());
+    chunk.insert("model".into(), model.into());
+    chunk.insert("choices".into(), choices);
+    if ctx.include_usage {
+        chunk.insert("usage".into(), usage);
+    }
+    Value::Object(chunk)
 }
 
 #[cfg(test)]
@@ -488,5 +574,16 @@ mod tests {
         let nowhere =
             TargetFields { api_key: None, custom_host: false, built_in: None, cloud: &CloudFields::default() };
         assert_eq!(Regional.bind("regional", nowhere).err().map(|e| e.param), Some(Some("cloud_c_region".into())));
+    }
+
+    #[test]
+    fn the_providers_query_goes_before_the_clients() {
+        let mut request = UpstreamRequest { path: "/m:stream".into(), query: None, headers: vec![], body: None };
+        assert_eq!(upstream_path("/base", &request, None), "/base/m:stream");
+        assert_eq!(upstream_path("/base", &request, Some("a=1")), "/base/m:stream?a=1");
+        request.query = Some("alt=sse".into());
+        assert_eq!(upstream_path("", &request, None), "/m:stream?alt=sse");
+        assert_eq!(upstream_path("", &request, Some("a=1&b=2")), "/m:stream?alt=sse&a=1&b=2");
+        assert_eq!(upstream_path("", &request, Some("")), "/m:stream?alt=sse");
     }
 }

@@ -187,8 +187,6 @@ pub(crate) struct GatewayHeaders {
     pub(crate) vendor_beta: Option<String>,
     /// Cloud fields sent as headers (spec 5.3).
     pub(crate) cloud: CloudFields,
-    /// `X-Cloud-B-LLM-Request-Type`, passed to Vertex under its own name.
-    pub(crate) cloud_b_request_type: Option<String>,
 }
 
 impl GatewayHeaders {
@@ -228,7 +226,7 @@ impl GatewayHeaders {
             Field::CloudAModelName => self.cloud.cloud_a_model_name = text,
             Field::CloudBProjectId => self.cloud.cloud_b_project_id = text,
             Field::CloudBRegion => self.cloud.cloud_b_region = text,
-            Field::CloudBRequestType => self.cloud_b_request_type = text,
+            Field::CloudBRequestType => self.cloud.cloud_b_request_type = text,
             Field::CloudCSessionToken => self.cloud.cloud_c_session_token = text,
             Field::CloudCSecretAccessKey => self.cloud.cloud_c_secret_access_key = text,
             Field::CloudCRegion => self.cloud.cloud_c_region = text,
@@ -330,7 +328,7 @@ mod tests {
         assert_eq!(h.bearer.as_deref(), Some("sk-1"));
         assert_eq!(h.custom_host.as_deref(), Some("http://127.0.0.1:1/v1"));
         assert_eq!(h.cloud.cloud_c_access_key_id.as_deref(), Some("AKIA"));
-        assert_eq!(h.cloud_b_request_type.as_deref(), Some("embeddings"));
+        assert_eq!(h.cloud.cloud_b_request_type.as_deref(), Some("embeddings"));
         // The key and the trace fields are read from the raw headers, under the same aliases.
         let raw: Vec<(String, Vec<u8>)> = pairs.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect();
         assert_eq!(api_key(&raw), Some(&b"gw"[..]));

@@ -1,26 +1,32 @@
 //! Anthropic Messages API: OpenAI chat requests become `/v1/messages` requests; Anthropic
 //! messages, streams and errors come back in OpenAI's shapes. The conversions live apart
-//! (`request`, `response`, `stream`) so other transports of Anthropic's models can reuse them.
+//! (`request`, `response`, `stream`) so other transports of Anthropic's models can reuse them;
+//! Vertex AI's `rawPredict` takes the same translator with [`Transport::Vertex`].
 
 mod request;
 mod response;
 mod stream;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
-pub(crate) use request::convert_request;
+// OpenAI request readers that other translators share.
+pub(crate) use request::{
+    content_error, convert_request, convert_stop, function_tools, part_param, read_tool_call, tool_calls, tool_choice,
+    ToolChoice,
+};
 pub(crate) use response::convert_response;
-pub(crate) use stream::SseStream;
+pub(crate) use stream::{EventConverter, SseStream};
 
+use super::google::{self, VertexLocation};
 use super::openai::normalize_error;
 use super::{
-    bind_keyed, Binding, KeyHeader, Outbound, Provider, ResponseContext, TargetFields, Translator, UpstreamRequest,
-    Usage,
+    bind_keyed, context_or_default, Binding, KeyHeader, Outbound, Provider, ResponseContext, TargetFields, Translator,
+    UpstreamRequest, Usage,
 };
 use crate::errors::GatewayError;
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 pub(crate) struct Anthropic;
 
@@ -28,13 +34,25 @@ const API_VERSION: &str = "2023-06-01";
 
 impl Provider for Anthropic {
     fn bind(&self, name: &str, fields: TargetFields) -> Result<Binding, GatewayError> {
-        bind_keyed(name, fields, KeyHeader::Named("x-api-key"), || Box::<Messages>::default())
+        bind_keyed(name, fields, KeyHeader::Named("x-api-key"), || Box::new(Messages::new(Transport::Direct)))
     }
 }
 
+/// Where the Messages body goes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Transport {
+    /// Anthropic's own API: `/messages`, the version in a header.
+    Direct,
+    /// Vertex AI's `rawPredict`/`streamRawPredict`: the model in the path, the version in the body.
+    Vertex(VertexLocation),
+}
+
+/// Vertex's Anthropic API version, sent in the body.
+const VERTEX_VERSION: &str = "vertex-2023-10-16";
+
 /// One chat completion through the Messages API.
-#[derive(Default)]
-struct Messages {
+pub(crate) struct Messages {
+    transport: Transport,
     /// What the answer needs of the request; set by `request`.
     ctx: Option<ResponseContext>,
     stream: Option<SseStream>,
@@ -42,6 +60,17 @@ struct Messages {
 }
 
 impl Messages {
+    pub(crate) fn new(transport: Transport) -> Self {
+        Messages { transport, ctx: None, stream: None, usage: None }
+    }
+
+    fn provider(&self) -> &'static str {
+        match self.transport {
+            Transport::Direct => "anthropic",
+            Transport::Vertex(_) => "vertex-ai",
+        }
+    }
+
     fn ctx(&self) -> ResponseContext {
         context_or_default(&self.ctx)
     }
@@ -49,17 +78,23 @@ impl Messages {
     /// The stream converter, made at the first chunk (not copied per chunk).
     fn sse(&mut self) -> &mut SseStream {
         let ctx = &self.ctx;
-        self.stream.get_or_insert_with(|| SseStream::new(context_or_default(ctx)))
+        self.stream.get_or_insert_with(|| SseStream::new(EventConverter::new(context_or_default(ctx))))
     }
 }
 
-fn context_or_default(ctx: &Option<ResponseContext>) -> ResponseContext {
-    ctx.clone().unwrap_or_else(|| ResponseContext {
-        model: String::new(),
-        created: 0,
-        include_usage: false,
-        strict_vendor_compliance: true,
-    })
+/// Vertex wants the model in the path and the version in the body: the body loses `model`
+/// and gains `anthropic_version`; returns the path.
+fn vertex_body(location: &VertexLocation, body: &mut Value) -> Result<String, GatewayError> {
+    let model = match body.as_object_mut().and_then(|body| body.remove("model")) {
+        Some(Value::String(model)) => model,
+        _ => return Err(GatewayError::invalid_param("model", "'model' must be a string")),
+    };
+    let streams = body.get("stream") == Some(&Value::Bool(true));
+    if let Value::Object(body) = body {
+        body.insert("anthropic_version".into(), VERTEX_VERSION.into());
+    }
+    let method = if streams { "streamRawPredict" } else { "rawPredict" };
+    location.model_path("anthropic", &model, method)
 }
 
 impl Translator for Messages {
@@ -70,7 +105,7 @@ impl Translator for Messages {
                 return Err(GatewayError::new(
                     400,
                     "invalid_request_error",
-                    format!("provider 'anthropic' does not support /v1{}", outbound.path),
+                    format!("provider '{}' does not support /v1{}", self.provider(), outbound.path),
                 )
                 .with_code("unsupported_endpoint"))
             }
@@ -82,15 +117,13 @@ impl Translator for Messages {
             strict_vendor_compliance: outbound.strict_vendor_compliance,
         });
         // `thinking` under strict_vendor_compliance is rejected by the pipeline before this call.
-        let body = convert_request(body)?;
-        // The version header goes even without a key (a local server behind custom_host).
-        let headers = vec![("anthropic-version", API_VERSION.to_string())];
-        Ok(UpstreamRequest {
-            path: "/messages".to_string(),
-            query: None,
-            headers,
-            body: Some(body.to_string().into_bytes()),
-        })
+        let mut body = convert_request(body)?;
+        let (path, headers) = match &self.transport {
+            // The version header goes even without a key (a local server behind custom_host).
+            Transport::Direct => ("/messages".to_string(), vec![("anthropic-version", API_VERSION.to_string())]),
+            Transport::Vertex(location) => (vertex_body(location, &mut body)?, Vec::new()),
+        };
+        Ok(UpstreamRequest { path, query: None, headers, body: Some(body.to_string().into_bytes()) })
     }
 
     fn translates_responses(&self) -> bool {
@@ -110,13 +143,17 @@ impl Translator for Messages {
     fn stream_end(&mut self, out: &mut Vec<u8>) {
         let stream = self.sse();
         stream.finish(out);
-        self.usage = Some(stream.usage());
+        self.usage = Some(stream.converter().usage());
     }
 
     // Anthropic's `{"type":"error","error":{"type","message"}}` has the `error.type` and
-    // `error.message` of OpenAI's shape, so the generic reshaping covers it.
+    // `error.message` of OpenAI's shape, so the generic reshaping covers it; Vertex answers
+    // its own errors in Google's shape.
     fn error(&self, status: u16, _headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
-        normalize_error(status, body)
+        match self.transport {
+            Transport::Direct => normalize_error(status, body),
+            Transport::Vertex(_) => google::error(status, body),
+        }
     }
 
     fn usage(&self) -> Option<Usage> {
@@ -127,13 +164,7 @@ impl Translator for Messages {
 // ---------------------------------------------------------------------------------------------
 // Shared by the conversions
 
-pub(super) fn str_field<'a>(value: Option<&'a Value>, field: &str) -> Option<&'a str> {
-    value.and_then(|v| v.get(field)).and_then(Value::as_str)
-}
-
-pub(super) fn u64_field(value: Option<&Value>, field: &str) -> u64 {
-    value.and_then(|v| v.get(field)).and_then(Value::as_u64).unwrap_or(0)
-}
+pub(super) use super::{str_field, u64_field, usage_json};
 
 /// Anthropic's `stop_reason` as an OpenAI `finish_reason`.
 pub(super) fn finish_reason(stop_reason: Option<&str>) -> &'static str {
@@ -151,12 +182,4 @@ pub(super) fn prompt_tokens(usage: Option<&Value>) -> u64 {
     u64_field(usage, "input_tokens")
         .saturating_add(u64_field(usage, "cache_read_input_tokens"))
         .saturating_add(u64_field(usage, "cache_creation_input_tokens"))
-}
-
-pub(super) fn usage_json(prompt_tokens: u64, completion_tokens: u64) -> Value {
-    json!({
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens.saturating_add(completion_tokens),
-    })
 }

@@ -231,14 +231,14 @@ fn convert_content(content: Option<&Value>, i: usize) -> Result<Value, GatewayEr
     }
 }
 
-fn content_error(i: usize) -> GatewayError {
+pub(crate) fn content_error(i: usize) -> GatewayError {
     GatewayError::invalid_param(
         format!("messages[{i}].content"),
         "content must be a string or an array of content parts",
     )
 }
 
-fn part_param(i: usize, j: usize, field: &str) -> String {
+pub(crate) fn part_param(i: usize, j: usize, field: &str) -> String {
     format!("messages[{i}].content[{j}].{field}")
 }
 
@@ -284,13 +284,7 @@ fn image_block(part: &Value, i: usize, j: usize) -> Result<Value, GatewayError> 
 
 /// Assistant content followed by its tool calls as `tool_use` blocks.
 fn assistant_content(message: &Value, content: Option<&Value>, i: usize) -> Result<Value, GatewayError> {
-    let calls = match message.get("tool_calls") {
-        None | Some(Value::Null) => &[][..],
-        Some(Value::Array(calls)) => calls.as_slice(),
-        Some(_) => {
-            return Err(GatewayError::invalid_param(format!("messages[{i}].tool_calls"), "tool_calls must be an array"))
-        }
-    };
+    let calls = tool_calls(message, i)?;
     if calls.is_empty() {
         return convert_content(content, i);
     }
@@ -304,23 +298,52 @@ fn assistant_content(message: &Value, content: Option<&Value>, i: usize) -> Resu
     Ok(Value::Array(blocks))
 }
 
-fn tool_use_block(call: &Value, i: usize, j: usize) -> Result<Value, GatewayError> {
+/// An assistant message's `tool_calls` (none when absent).
+pub(crate) fn tool_calls(message: &Value, i: usize) -> Result<&[Value], GatewayError> {
+    match message.get("tool_calls") {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(calls)) => Ok(calls.as_slice()),
+        Some(_) => Err(GatewayError::invalid_param(format!("messages[{i}].tool_calls"), "tool_calls must be an array")),
+    }
+}
+
+/// One of OpenAI's tool calls: its id, the function's name and its arguments as a JSON object.
+pub(crate) struct ToolCall<'a> {
+    pub(crate) id: Option<&'a str>,
+    pub(crate) name: &'a str,
+    pub(crate) arguments: Value,
+}
+
+/// `messages[i].tool_calls[j]`, which must call a function.
+pub(crate) fn read_tool_call<'a>(
+    call: &'a Value,
+    i: usize,
+    j: usize,
+    provider: &str,
+) -> Result<ToolCall<'a>, GatewayError> {
     let bad = |field: &str, message: &str| {
         GatewayError::invalid_param(format!("messages[{i}].tool_calls[{j}].{field}"), message)
     };
     if str_field(Some(call), "type").is_some_and(|t| t != "function") {
-        return Err(bad("type", "only function tool calls are supported by provider 'anthropic'"));
+        return Err(bad("type", &format!("only function tool calls are supported by provider '{provider}'")));
     }
-    let id = str_field(Some(call), "id").ok_or_else(|| bad("id", "id must be a string"))?;
     let function = call.get("function");
     let name = str_field(function, "name").ok_or_else(|| bad("function.name", "name must be a string"))?;
-    let input = match function.and_then(|f| f.get("arguments")) {
+    let arguments = match function.and_then(|f| f.get("arguments")) {
         None => Some(json!({})),
         Some(Value::String(arguments)) => parse_arguments(arguments),
         Some(_) => None,
     }
     .ok_or_else(|| bad("function.arguments", "arguments must be a JSON object encoded as a string"))?;
-    Ok(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
+    Ok(ToolCall { id: str_field(Some(call), "id"), name, arguments })
+}
+
+fn tool_use_block(call: &Value, i: usize, j: usize) -> Result<Value, GatewayError> {
+    let call = read_tool_call(call, i, j, "anthropic")?;
+    let id = call.id.ok_or_else(|| {
+        GatewayError::invalid_param(format!("messages[{i}].tool_calls[{j}].id"), "id must be a string")
+    })?;
+    Ok(json!({"type": "tool_use", "id": id, "name": call.name, "input": call.arguments}))
 }
 
 /// Tool call arguments as a JSON object; models emit "" for tools without parameters.
@@ -344,7 +367,15 @@ fn tool_result(message: &Value, content: Option<&Value>, i: usize) -> Result<Val
     Ok(Value::Array(vec![Value::Object(block)]))
 }
 
-fn convert_tools(tools: &Value) -> Result<Vec<Value>, GatewayError> {
+/// One function tool of OpenAI's `tools`.
+pub(crate) struct FunctionTool<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) description: Option<&'a str>,
+    pub(crate) parameters: Option<&'a Value>,
+}
+
+/// OpenAI's `tools`, all of which must be function tools.
+pub(crate) fn function_tools<'a>(tools: &'a Value, provider: &str) -> Result<Vec<FunctionTool<'a>>, GatewayError> {
     let Value::Array(tools) = tools else {
         return Err(GatewayError::invalid_param("tools", "tools must be an array"));
     };
@@ -355,41 +386,66 @@ fn convert_tools(tools: &Value) -> Result<Vec<Value>, GatewayError> {
             if str_field(Some(tool), "type") != Some("function") {
                 return Err(GatewayError::invalid_param(
                     format!("tools[{i}].type"),
-                    "only function tools are supported by provider 'anthropic'",
+                    format!("only function tools are supported by provider '{provider}'"),
                 ));
             }
             let function = tool.get("function");
             let name = str_field(function, "name").ok_or_else(|| {
                 GatewayError::invalid_param(format!("tools[{i}].function.name"), "name must be a string")
             })?;
-            let mut out = Map::new();
-            out.insert("name".into(), name.into());
-            if let Some(description) = str_field(function, "description") {
-                out.insert("description".into(), description.into());
-            }
-            let schema = function
-                .and_then(|f| f.get("parameters"))
-                .filter(|p| p.is_object())
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-            out.insert("input_schema".into(), schema);
-            Ok(Value::Object(out))
+            let description = str_field(function, "description");
+            let parameters = function.and_then(|f| f.get("parameters")).filter(|p| p.is_object());
+            Ok(FunctionTool { name, description, parameters })
         })
         .collect()
 }
 
-fn convert_tool_choice(choice: &Value) -> Result<Value, GatewayError> {
+fn convert_tools(tools: &Value) -> Result<Vec<Value>, GatewayError> {
+    let tools = function_tools(tools, "anthropic")?;
+    Ok(tools
+        .into_iter()
+        .map(|tool| {
+            let mut out = Map::new();
+            out.insert("name".into(), tool.name.into());
+            if let Some(description) = tool.description {
+                out.insert("description".into(), description.into());
+            }
+            let schema = tool.parameters.cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+            out.insert("input_schema".into(), schema);
+            Value::Object(out)
+        })
+        .collect())
+}
+
+/// OpenAI's `tool_choice`.
+pub(crate) enum ToolChoice<'a> {
+    Auto,
+    Required,
+    None,
+    Function(&'a str),
+}
+
+pub(crate) fn tool_choice(choice: &Value) -> Result<ToolChoice<'_>, GatewayError> {
     let named = (str_field(Some(choice), "type"), str_field(choice.get("function"), "name"));
     match (choice.as_str(), named) {
-        (Some("auto"), _) => Ok(json!({"type": "auto"})),
-        (Some("required"), _) => Ok(json!({"type": "any"})),
-        (Some("none"), _) => Ok(json!({"type": "none"})),
-        (None, (Some("function"), Some(name))) => Ok(json!({"type": "tool", "name": name})),
+        (Some("auto"), _) => Ok(ToolChoice::Auto),
+        (Some("required"), _) => Ok(ToolChoice::Required),
+        (Some("none"), _) => Ok(ToolChoice::None),
+        (None, (Some("function"), Some(name))) => Ok(ToolChoice::Function(name)),
         _ => Err(GatewayError::invalid_param(
             "tool_choice",
             "tool_choice must be 'auto', 'required', 'none' or {\"type\":\"function\",\"function\":{\"name\":...}}",
         )),
     }
+}
+
+fn convert_tool_choice(choice: &Value) -> Result<Value, GatewayError> {
+    Ok(match tool_choice(choice)? {
+        ToolChoice::Auto => json!({"type": "auto"}),
+        ToolChoice::Required => json!({"type": "any"}),
+        ToolChoice::None => json!({"type": "none"}),
+        ToolChoice::Function(name) => json!({"type": "tool", "name": name}),
+    })
 }
 
 fn disable_parallel_tool_use(tool_choice: Option<Value>) -> Value {
@@ -403,7 +459,7 @@ fn disable_parallel_tool_use(tool_choice: Option<Value>) -> Value {
     tool_choice
 }
 
-fn convert_stop(stop: Value) -> Result<Value, GatewayError> {
+pub(crate) fn convert_stop(stop: Value) -> Result<Value, GatewayError> {
     match stop {
         Value::String(stop) => Ok(json!([stop])),
         Value::Array(stops) if stops.iter().all(Value::is_string) => Ok(Value::Array(stops)),

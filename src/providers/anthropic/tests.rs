@@ -36,7 +36,7 @@ fn ctx(strict: bool, include_usage: bool) -> ResponseContext {
 
 // --- endpoints and headers ------------------------------------------------------------
 
-fn outbound(endpoint: Endpoint, path: &'static str, body: Option<Value>) -> Outbound<'static> {
+pub(crate) fn outbound(endpoint: Endpoint, path: &'static str, body: Option<Value>) -> Outbound<'static> {
     Outbound {
         endpoint,
         path,
@@ -80,17 +80,19 @@ fn chat_goes_to_messages_with_the_version_header_and_the_key() {
 
 #[test]
 fn other_endpoints_are_refused() {
-    let e = Messages::default().request(outbound(Endpoint::Embeddings, "/embeddings", None)).unwrap_err();
+    let e = Messages::new(Transport::Direct).request(outbound(Endpoint::Embeddings, "/embeddings", None)).unwrap_err();
     assert_eq!(e.status, 400);
     assert_eq!(e.kind, "invalid_request_error");
     assert_eq!(e.code, Some("unsupported_endpoint"));
     assert_eq!(e.message, "provider 'anthropic' does not support /v1/embeddings");
-    assert!(Messages::default().request(outbound(Endpoint::Resource, "/batches/b1/cancel", None)).is_err());
+    assert!(Messages::new(Transport::Direct)
+        .request(outbound(Endpoint::Resource, "/batches/b1/cancel", None))
+        .is_err());
 }
 
 #[test]
 fn the_translator_reports_usage_of_answers_and_streams() {
-    let mut translator = Messages::default();
+    let mut translator = Messages::new(Transport::Direct);
     let body = with_messages(json!([{"role": "user", "content": "Hi"}]));
     translator.request(outbound(Endpoint::ChatCompletions, "/chat/completions", Some(body))).unwrap();
     assert_eq!(translator.usage(), None);
@@ -609,7 +611,7 @@ const TRANSCRIPT: &str = concat!(
 );
 
 fn run_stream(ctx: ResponseContext, chunks: &[&[u8]]) -> Vec<u8> {
-    let mut stream = SseStream::new(ctx);
+    let mut stream = SseStream::new(stream::EventConverter::new(ctx));
     let mut out = Vec::new();
     for chunk in chunks {
         stream.push(chunk, &mut out);
