@@ -5,7 +5,7 @@ use crate::cache::{self, Lookup, Origin, Tenant};
 use crate::config::{CacheMode, Config, StrategyMode};
 use crate::errors::GatewayError;
 use crate::ports::Host;
-use crate::providers::{self, Outbound, ProviderSpec, Translator, UpstreamRequest};
+use crate::providers::{self, Backend, Destination, Outbound, Prepared, ProviderSpec, Translator};
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
 use crate::request::endpoint::{classify, BodyMode, Route};
@@ -17,6 +17,7 @@ use crate::routing::{parse_config_header, Target};
 use crate::settings::Settings;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
+use std::rc::Rc;
 
 /// Envoy routes on this header to the cluster that reaches the provider.
 pub(crate) const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
@@ -67,6 +68,7 @@ pub(crate) struct Forward {
 /// What the request headers said, kept until the request is routed.
 pub(crate) struct Intake {
     endpoint: Endpoint,
+    method: String,
     path: String,
     query: Option<String>,
     gateway: GatewayHeaders,
@@ -128,8 +130,9 @@ pub(crate) fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) 
         .collect::<Result<Vec<_>, _>>()?;
     let gateway = GatewayHeaders::parse(decoded.iter().map(|(name, value)| (*name, value.as_str())))?;
     let config = gateway.config.as_deref().map(parse_config_header).transpose()?;
-    let intake = Intake { endpoint, path, query, gateway, config, tenant };
-    if body == BodyMode::Json && method == "POST" {
+    let json_post = body == BodyMode::Json && method == "POST";
+    let intake = Intake { endpoint, method: method.into_owned(), path, query, gateway, config, tenant };
+    if json_post {
         Ok(Started::NeedsBody(Pending { intake }))
     } else {
         route(settings, intake, None, host).map(Started::Ready)
@@ -144,12 +147,9 @@ pub(crate) fn finish(
     host: &mut dyn Host,
 ) -> Result<Call, GatewayError> {
     let intake = pending.intake;
-    let cached = cache::is_cached_endpoint(intake.endpoint);
-    let reads_body = intake.endpoint == Endpoint::ChatCompletions
-        || intake.config.as_ref().is_some_and(|c| {
-            c.any_node(&|n| n.override_params.is_some() || is_conditional(n) || (cached && n.cache.is_some()))
-        });
-    let body = if reads_body { Some(Value::Object(parse_object(body)?)) } else { None };
+    // Every JSON body the gateway holds is read: translators place requests by the model
+    // (a deployment, a model in the path), the cache and conditions read the rest.
+    let body = Some(Value::Object(parse_object(body)?));
     route(settings, intake, body, host)
 }
 
@@ -231,6 +231,7 @@ impl Call {
         settings: &Settings,
         raw: &RawHeaders,
         index: usize,
+        token: Option<&str>,
         now_ms: &dyn Fn() -> u64,
     ) -> Result<Forward, GatewayError> {
         let Call { intake, body, attempts } = self;
@@ -260,10 +261,23 @@ impl Call {
             project: target.vendor_project.as_deref(),
             beta: intake.gateway.vendor_beta.as_deref(),
         };
-        let prepared = providers::prepare(target.provider.kind, target.api_key.as_deref(), outbound)?;
-        let headers = upstream_headers(settings, raw, target, &prepared.request, intake.query.as_deref());
+        let destination = Destination {
+            backend: target.backend.as_ref(),
+            upstream: &target.upstream,
+            method: &intake.method,
+            query: intake.query.as_deref(),
+            token,
+        };
+        let prepared = providers::prepare(destination, outbound)?;
+        let headers = upstream_headers(settings, raw, target, &prepared);
         let response = ResponsePlan { provider: target.provider, translator: prepared.translator };
         Ok(Forward { headers, body: prepared.request.body, response })
+    }
+
+    /// The token source of attempt `index`'s backend, when it fetches a token first.
+    pub(crate) fn token_source(&self, index: usize) -> Option<Rc<dyn Backend>> {
+        let attempt = self.attempts.plan.attempts.get(index)?;
+        attempt.target.backend.token_source().is_some().then(|| Rc::clone(&attempt.target.backend))
     }
 
     /// Frees the parsed body once no later attempt can need it.
@@ -277,13 +291,7 @@ impl Call {
     }
 }
 
-fn upstream_headers(
-    settings: &Settings,
-    raw: &RawHeaders,
-    target: &Target,
-    request: &UpstreamRequest,
-    query: Option<&str>,
-) -> HeaderEdits {
+fn upstream_headers(settings: &Settings, raw: &RawHeaders, target: &Target, prepared: &Prepared) -> HeaderEdits {
     let forwarded = |name: &str| target.options.forward_headers.iter().any(|f| f == name);
     let mut edits = HeaderEdits::default();
     for (name, _) in raw {
@@ -298,13 +306,9 @@ fn upstream_headers(
         }
     }
     let cluster = if target.upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
-    let base = &target.upstream.base_path;
-    let path = match query {
-        Some(q) => format!("{base}{}?{q}", request.path),
-        None => format!("{base}{}", request.path),
-    };
+    let request = &prepared.request;
     edits.set.push((":authority".into(), target.upstream.authority.clone()));
-    edits.set.push((":path".into(), path));
+    edits.set.push((":path".into(), prepared.path.clone()));
     edits.set.push((CLUSTER_HEADER.into(), cluster.clone()));
     edits.set.extend(request.headers.iter().map(|(name, value)| (name.to_string(), value.clone())));
     if let Some(body) = &request.body {
@@ -392,7 +396,7 @@ mod tests {
             Started::NeedsBody(pending) => finish(&settings(), pending, body, &mut host)?,
             Started::Health => panic!("not an API request"),
         };
-        call.forward(&settings(), h, call.attempts.current, &|| 1)
+        call.forward(&settings(), h, call.attempts.current, None, &|| 1)
     }
 
     const CHAT: &[u8] = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;

@@ -2,10 +2,13 @@
 //! gateway keys, the custom-host allow-list, stored provider credentials and cluster names.
 
 use crate::cache::store::Layout;
+use crate::cloud::CloudFields;
+use crate::config::parse_config;
 use crate::errors::GatewayError;
 use crate::upstream::Upstream;
 use hashbrown::HashMap;
 use serde::Deserialize;
+use serde_json::Value;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -101,18 +104,42 @@ fn default_embedding_timeout_ms() -> u64 {
 const MIN_BYTE_BUDGET: u64 = 1 << 20;
 const MIN_ENTRY_BYTES: u64 = 4096;
 
+/// A stored provider: its name, key, custom host, vendor ids and cloud fields, written and
+/// checked as a config target that names a provider (so the same errors, JSON paths included).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "Value")]
 pub(crate) struct Credential {
     pub(crate) provider: String,
-    #[serde(default)]
     pub(crate) api_key: Option<String>,
-    #[serde(default)]
     pub(crate) custom_host: Option<String>,
-    #[serde(default)]
     pub(crate) vendor_organization: Option<String>,
-    #[serde(default)]
     pub(crate) vendor_project: Option<String>,
+    pub(crate) cloud: CloudFields,
+}
+
+impl TryFrom<Value> for Credential {
+    type Error = String;
+
+    fn try_from(value: Value) -> Result<Self, String> {
+        const OWN_KEYS: [&str; 5] = ["provider", "api_key", "custom_host", "vendor_organization", "vendor_project"];
+        let known = |key: &str| OWN_KEYS.contains(&key) || CloudFields::KEYS.contains(&key);
+        if let Some(key) = value.as_object().and_then(|fields| fields.keys().find(|key| !known(key))) {
+            return Err(format!("unknown field `{key}` in a stored credential"));
+        }
+        let config = parse_config(&value).map_err(|e| e.to_string())?;
+        let provider = config
+            .provider
+            .filter(|name| !name.starts_with('@'))
+            .ok_or("a stored credential needs `provider`, a provider name")?;
+        Ok(Credential {
+            provider,
+            api_key: config.api_key,
+            custom_host: config.custom_host,
+            vendor_organization: config.vendor_organization,
+            vendor_project: config.vendor_project,
+            cloud: config.cloud,
+        })
+    }
 }
 
 /// No keys: every request is refused until a configuration loads.

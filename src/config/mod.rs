@@ -10,6 +10,7 @@ mod parts;
 #[cfg(test)]
 mod tests;
 
+use crate::cloud::{CloudADeploymentType, CloudFields};
 use crate::errors::GatewayError;
 use crate::json_check::{index, join};
 use check::{boolean, integer, object, one_of, status_codes, string, Obj};
@@ -43,24 +44,10 @@ pub(crate) struct Config {
     pub(crate) after_request_hooks: Vec<Hook>,
     pub(crate) input_guardrails: Vec<Guardrail>,
     pub(crate) output_guardrails: Vec<Guardrail>,
-    pub(crate) resource_name: Option<String>,
-    pub(crate) deployment_id: Option<String>,
-    pub(crate) api_version: Option<String>,
-    pub(crate) deployments: Vec<Deployment>,
     pub(crate) vendor_organization: Option<String>,
     pub(crate) vendor_project: Option<String>,
-    pub(crate) cloud_c_access_key_id: Option<String>,
-    pub(crate) cloud_c_secret_access_key: Option<String>,
-    pub(crate) cloud_c_region: Option<String>,
-    pub(crate) cloud_c_session_token: Option<String>,
-    pub(crate) cloud_b_project_id: Option<String>,
-    pub(crate) cloud_b_region: Option<String>,
-    pub(crate) cloud_b_service_account_json: Option<Map<String, Value>>,
-    pub(crate) cloud_a_region: Option<String>,
-    pub(crate) cloud_a_deployment_name: Option<String>,
-    pub(crate) cloud_a_deployment_type: Option<CloudADeploymentType>,
-    pub(crate) cloud_a_endpoint_name: Option<String>,
-    pub(crate) cloud_a_api_version: Option<String>,
+    /// Where a cloud provider's target lives and its credentials.
+    pub(crate) cloud: CloudFields,
 }
 
 impl Config {
@@ -201,31 +188,6 @@ pub(crate) struct InlineGuardrail {
     pub(crate) checks: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Deployment {
-    pub(crate) deployment_id: String,
-    pub(crate) alias: String,
-    pub(crate) api_version: String,
-    pub(crate) is_default: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CloudADeploymentType {
-    Serverless,
-    Managed,
-}
-
-impl CloudADeploymentType {
-    const ALL: [CloudADeploymentType; 2] = [Self::Serverless, Self::Managed];
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Serverless => "serverless",
-            Self::Managed => "managed",
-        }
-    }
-}
-
 /// Why a config was rejected, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ConfigError {
@@ -264,7 +226,7 @@ pub(crate) fn parse_config(value: &Value) -> Result<Config, ConfigError> {
 /// stack and kill the worker.
 const MAX_TARGET_DEPTH: usize = 8;
 
-const CONFIG_KEYS: &[&str] = &[
+const OWN_KEYS: &[&str] = &[
     "name",
     "strategy",
     "targets",
@@ -286,24 +248,8 @@ const CONFIG_KEYS: &[&str] = &[
     "after_request_hooks",
     "input_guardrails",
     "output_guardrails",
-    "resource_name",
-    "deployment_id",
-    "api_version",
-    "deployments",
     "vendor_organization",
     "vendor_project",
-    "cloud_c_access_key_id",
-    "cloud_c_secret_access_key",
-    "cloud_c_region",
-    "cloud_c_session_token",
-    "cloud_b_project_id",
-    "cloud_b_region",
-    "cloud_b_service_account_json",
-    "cloud_a_region",
-    "cloud_a_deployment_name",
-    "cloud_a_deployment_type",
-    "cloud_a_endpoint_name",
-    "cloud_a_api_version",
 ];
 
 /// One config node: the root (`depth` 0) or a target.
@@ -311,7 +257,8 @@ fn parse_node(value: &Value, path: &str, depth: usize) -> Result<Config, ConfigE
     if depth > MAX_TARGET_DEPTH {
         return Err(ConfigError::new(path, format!("targets nest more than {MAX_TARGET_DEPTH} levels deep")));
     }
-    let obj = Obj::new(value, path, CONFIG_KEYS)?;
+    let keys: Vec<&str> = OWN_KEYS.iter().chain(CloudFields::KEYS).copied().collect();
+    let obj = Obj::new(value, path, &keys)?;
     let config = Config {
         name: obj.opt("name", string)?,
         strategy: obj.opt("strategy", parts::strategy)?,
@@ -334,26 +281,9 @@ fn parse_node(value: &Value, path: &str, depth: usize) -> Result<Config, ConfigE
         after_request_hooks: obj.list("after_request_hooks", |v, p| hooks::hook(v, p, Stage::Response))?,
         input_guardrails: obj.list("input_guardrails", |v, p| hooks::guardrail(v, p, Stage::Request))?,
         output_guardrails: obj.list("output_guardrails", |v, p| hooks::guardrail(v, p, Stage::Response))?,
-        resource_name: obj.opt("resource_name", string)?,
-        deployment_id: obj.opt("deployment_id", string)?,
-        api_version: obj.opt("api_version", string)?,
-        deployments: obj.list("deployments", parts::deployment)?,
         vendor_organization: obj.opt("vendor_organization", string)?,
         vendor_project: obj.opt("vendor_project", string)?,
-        cloud_c_access_key_id: obj.opt("cloud_c_access_key_id", string)?,
-        cloud_c_secret_access_key: obj.opt("cloud_c_secret_access_key", string)?,
-        cloud_c_region: obj.opt("cloud_c_region", string)?,
-        cloud_c_session_token: obj.opt("cloud_c_session_token", string)?,
-        cloud_b_project_id: obj.opt("cloud_b_project_id", string)?,
-        cloud_b_region: obj.opt("cloud_b_region", string)?,
-        cloud_b_service_account_json: obj.opt("cloud_b_service_account_json", object)?,
-        cloud_a_region: obj.opt("cloud_a_region", string)?,
-        cloud_a_deployment_name: obj.opt("cloud_a_deployment_name", string)?,
-        cloud_a_deployment_type: obj.opt("cloud_a_deployment_type", |v, p| {
-            one_of(v, p, &CloudADeploymentType::ALL, CloudADeploymentType::as_str)
-        })?,
-        cloud_a_endpoint_name: obj.opt("cloud_a_endpoint_name", string)?,
-        cloud_a_api_version: obj.opt("cloud_a_api_version", string)?,
+        cloud: cloud_fields(&obj)?,
     };
     check_targets(&obj, &config)?;
     if !does_something(&config) {
@@ -365,6 +295,31 @@ fn parse_node(value: &Value, path: &str, depth: usize) -> Result<Config, ConfigE
         ));
     }
     Ok(config)
+}
+
+fn cloud_fields(obj: &Obj) -> Result<CloudFields, ConfigError> {
+    Ok(CloudFields {
+        resource_name: obj.opt("resource_name", string)?,
+        deployment_id: obj.opt("deployment_id", string)?,
+        api_version: obj.opt("api_version", string)?,
+        deployments: obj.list("deployments", parts::deployment)?,
+        cloud_a_model_name: None,
+        cloud_a_region: obj.opt("cloud_a_region", string)?,
+        cloud_a_deployment_name: obj.opt("cloud_a_deployment_name", string)?,
+        cloud_a_deployment_type: obj.opt("cloud_a_deployment_type", |v, p| {
+            one_of(v, p, &CloudADeploymentType::ALL, CloudADeploymentType::as_str)
+        })?,
+        cloud_a_endpoint_name: obj.opt("cloud_a_endpoint_name", string)?,
+        cloud_a_api_version: obj.opt("cloud_a_api_version", string)?,
+        cloud_b_project_id: obj.opt("cloud_b_project_id", string)?,
+        cloud_b_region: obj.opt("cloud_b_region", string)?,
+        cloud_b_service_account_json: obj.opt("cloud_b_service_account_json", object)?,
+        cloud_b_request_type: None,
+        cloud_c_access_key_id: obj.opt("cloud_c_access_key_id", string)?,
+        cloud_c_secret_access_key: obj.opt("cloud_c_secret_access_key", string)?,
+        cloud_c_region: obj.opt("cloud_c_region", string)?,
+        cloud_c_session_token: obj.opt("cloud_c_session_token", string)?,
+    })
 }
 
 /// `targets` and `strategy` go together; conditional routing must refer to real targets.
@@ -424,7 +379,8 @@ fn check_target_references(obj: &Obj, strategy: &Strategy, targets: &[Config]) -
 fn does_something(c: &Config) -> bool {
     let provider = c.provider.is_some();
     let managed_slug = c.provider.as_deref().is_some_and(|p| p.starts_with('@'));
-    let cloud_a_kind = c.cloud_a_deployment_type.is_some();
+    let cloud = &c.cloud;
+    let cloud_a_kind = cloud.cloud_a_deployment_type.is_some();
     managed_slug
         || provider && (c.api_key.is_some() || c.custom_host.is_some())
         || c.virtual_key.is_some()
@@ -434,16 +390,16 @@ fn does_something(c: &Config) -> bool {
         || c.prompt_id.is_some()
         || c.forward_headers.as_ref().is_some_and(|h| !h.is_empty())
         || c.request_timeout.is_some()
-        || provider && c.cloud_c_access_key_id.is_some() && c.cloud_c_secret_access_key.is_some()
+        || provider && cloud.cloud_c_access_key_id.is_some() && cloud.cloud_c_secret_access_key.is_some()
         || provider
-            && c.cloud_b_region.is_some()
-            && (c.cloud_b_service_account_json.is_some() || c.cloud_b_project_id.is_some())
+            && cloud.cloud_b_region.is_some()
+            && (cloud.cloud_b_service_account_json.is_some() || cloud.cloud_b_project_id.is_some())
         || provider
             && cloud_a_kind
-            && c.cloud_a_deployment_name.is_some()
-            && c.cloud_a_region.is_some()
-            && c.cloud_a_api_version.is_some()
-        || provider && cloud_a_kind && c.cloud_a_endpoint_name.is_some()
+            && cloud.cloud_a_deployment_name.is_some()
+            && cloud.cloud_a_region.is_some()
+            && cloud.cloud_a_api_version.is_some()
+        || provider && cloud_a_kind && cloud.cloud_a_endpoint_name.is_some()
         || !c.before_request_hooks.is_empty()
         || !c.after_request_hooks.is_empty()
         || !c.input_guardrails.is_empty()

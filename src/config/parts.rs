@@ -3,9 +3,9 @@
 
 use super::check::{array_of, boolean, integer, number, object, one_of, status_codes, string, Obj};
 use super::{
-    CacheConfig, CacheMode, CircuitBreakerConfig, Condition, ConfigError, Deployment, RetryConfig, Strategy,
-    StrategyMode,
+    CacheConfig, CacheMode, CircuitBreakerConfig, Condition, ConfigError, RetryConfig, Strategy, StrategyMode,
 };
+use crate::cloud::Deployment;
 use crate::json_check::join;
 use crate::query;
 use crate::request::headers::is_header_name;

@@ -1,5 +1,6 @@
 // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
 use super::*;
+use crate::cloud::{CloudADeploymentType, CloudFields, Deployment};
 use serde_json::json;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -116,7 +117,7 @@ fn property_types_are_checked() {
     rejected(with(json!({"cloud_b_service_account_json": "{}"})), "cloud_b_service_account_json", "must be an object");
     let c = ok(with(json!({"strict_vendor_compliance": false, "name": "n", "cloud_b_service_account_json": {"a": 1}})));
     assert_eq!(c.strict_vendor_compliance, Some(false));
-    assert_eq!(c.cloud_b_service_account_json, json!({"a": 1}).as_object().cloned());
+    assert_eq!(c.cloud.cloud_b_service_account_json, json!({"a": 1}).as_object().cloned());
 }
 
 #[test]
@@ -188,7 +189,7 @@ fn enums_list_their_allowed_values() {
     );
     assert_eq!(ok(with(json!({"cache": {"mode": "simple"}}))).cache.map(|c| c.mode), Some(CacheMode::Simple));
     let c = ok(with(json!({"cloud_a_deployment_type": "serverless"})));
-    assert_eq!(c.cloud_a_deployment_type, Some(CloudADeploymentType::Serverless));
+    assert_eq!(c.cloud.cloud_a_deployment_type, Some(CloudADeploymentType::Serverless));
 }
 
 // ---- required properties ----
@@ -623,7 +624,7 @@ fn deployments_parse() {
         api_version: "2024-06-01".into(),
         is_default,
     };
-    assert_eq!(c.deployments, vec![d("d1", "gpt-4o", true), d("d2", "mini", false)]);
+    assert_eq!(c.cloud.deployments, vec![d("d1", "gpt-4o", true), d("d2", "mini", false)]);
     rejected(
         with(json!({"deployments": [{"deployment_id": "d", "alias": "a", "api_version": "v", "is_default": "y"}]})),
         "deployments[0].is_default",
@@ -797,16 +798,19 @@ fn realistic_nested_config_parses_into_the_expected_struct() {
                     Config {
                         provider: s("cloud-a"),
                         api_key: s("k"),
-                        resource_name: s("res"),
-                        deployment_id: s("dep"),
-                        api_version: s("2024-06-01"),
                         weight: Some(0.3),
-                        deployments: vec![Deployment {
-                            deployment_id: "d1".into(),
-                            alias: "gpt-4o".into(),
-                            api_version: "2024-06-01".into(),
-                            is_default: true,
-                        }],
+                        cloud: CloudFields {
+                            resource_name: s("res"),
+                            deployment_id: s("dep"),
+                            api_version: s("2024-06-01"),
+                            deployments: vec![Deployment {
+                                deployment_id: "d1".into(),
+                                alias: "gpt-4o".into(),
+                                api_version: "2024-06-01".into(),
+                                is_default: true,
+                            }],
+                            ..Default::default()
+                        },
                         ..Default::default()
                     },
                 ],
@@ -833,26 +837,35 @@ fn realistic_nested_config_parses_into_the_expected_struct() {
             },
             Config {
                 provider: s("cloud-c"),
-                cloud_c_access_key_id: s("AK"),
-                cloud_c_secret_access_key: s("SK"),
-                cloud_c_region: s("us-east-1"),
-                cloud_c_session_token: s("tok"),
+                cloud: CloudFields {
+                    cloud_c_access_key_id: s("AK"),
+                    cloud_c_secret_access_key: s("SK"),
+                    cloud_c_region: s("us-east-1"),
+                    cloud_c_session_token: s("tok"),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             Config {
                 provider: s("cloud-b"),
-                cloud_b_region: s("europe-west4"),
-                cloud_b_project_id: s("proj"),
-                cloud_b_service_account_json: Some(map(json!({"type": "service_account"}))),
+                cloud: CloudFields {
+                    cloud_b_region: s("europe-west4"),
+                    cloud_b_project_id: s("proj"),
+                    cloud_b_service_account_json: Some(map(json!({"type": "service_account"}))),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             Config {
                 provider: s("cloud-a"),
-                cloud_a_endpoint_name: s("ep"),
-                cloud_a_deployment_type: Some(CloudADeploymentType::Managed),
-                cloud_a_region: s("r"),
-                cloud_a_deployment_name: s("dn"),
-                cloud_a_api_version: s("v1"),
+                cloud: CloudFields {
+                    cloud_a_endpoint_name: s("ep"),
+                    cloud_a_deployment_type: Some(CloudADeploymentType::Managed),
+                    cloud_a_region: s("r"),
+                    cloud_a_deployment_name: s("dn"),
+                    cloud_a_api_version: s("v1"),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             Config {

@@ -5,7 +5,7 @@ use super::Dispatch;
 use crate::cache::store::{self, Entry};
 use crate::cache::{semantic, Capture, Lookup, Status};
 use crate::config::CacheMode;
-use crate::pipeline::{CachePlan, CLUSTER_HEADER};
+use crate::pipeline::CachePlan;
 use crate::ports::Host;
 use crate::settings::Settings;
 
@@ -167,18 +167,8 @@ fn hit(lookup: &Lookup, status: Status, entry: Entry) -> Option<Hit> {
 fn embeddings_request(settings: &Settings, text: &str) -> Option<Dispatch> {
     let semantic = settings.cache.semantic.as_ref()?;
     let upstream = semantic.upstream.as_ref()?;
-    let cluster = if upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
     let body = semantic::embeddings_request(&semantic.model, text);
-    let mut headers = vec![
-        (":method".to_string(), "POST".to_string()),
-        (":path".to_string(), format!("{}/embeddings", upstream.base_path)),
-        (":authority".to_string(), upstream.authority.clone()),
-        ("content-type".to_string(), "application/json".to_string()),
-        ("content-length".to_string(), body.len().to_string()),
-        (CLUSTER_HEADER.to_string(), cluster.clone()),
-    ];
-    if let Some(key) = &semantic.api_key {
-        headers.push(("authorization".to_string(), format!("Bearer {key}")));
-    }
-    Some(Dispatch { cluster: settings.recovery_cluster.clone(), headers, body, timeout_ms: semantic.timeout_ms })
+    let path = format!("{}/embeddings", upstream.base_path);
+    let headers = semantic.api_key.iter().map(|key| ("authorization".to_string(), format!("Bearer {key}"))).collect();
+    Some(Dispatch::post(settings, upstream, &path, "application/json", body, headers, semantic.timeout_ms))
 }

@@ -15,6 +15,7 @@ mod record;
 mod reply;
 #[cfg(test)]
 mod tests;
+mod tokens;
 
 use crate::cache::store;
 use crate::cache::{semantic, STATUS_HEADER};
@@ -29,6 +30,7 @@ use crate::routing::attempts::Next;
 use crate::routing::breaker;
 use crate::routing::plan::Failure;
 use crate::settings::Settings;
+use crate::upstream::Upstream;
 use caching::{CacheState, Hit};
 use hashbrown::HashMap;
 pub(crate) use record::Record;
@@ -71,6 +73,32 @@ pub(crate) struct Dispatch {
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: Vec<u8>,
     pub(crate) timeout_ms: u64,
+}
+
+impl Dispatch {
+    /// A POST to `upstream` through the recovery listener, whose router reaches any host by
+    /// the cluster header (resolving new hosts on the way).
+    fn post(
+        settings: &Settings,
+        upstream: &Upstream,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+        extra: Vec<(String, String)>,
+        timeout_ms: u64,
+    ) -> Dispatch {
+        let cluster = if upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
+        let mut headers = vec![
+            (":method".to_string(), "POST".to_string()),
+            (":path".to_string(), path.to_string()),
+            (":authority".to_string(), upstream.authority.clone()),
+            ("content-type".to_string(), content_type.to_string()),
+            ("content-length".to_string(), body.len().to_string()),
+            (CLUSTER_HEADER.to_string(), cluster.clone()),
+        ];
+        headers.extend(extra);
+        Dispatch { cluster: settings.recovery_cluster.clone(), headers, body, timeout_ms }
+    }
 }
 
 /// A dispatched call's answer; status 0 when it failed without one.
@@ -117,11 +145,13 @@ struct Timer {
 }
 
 /// What a dispatched call was for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Task {
     /// A recovery attempt (the plan knows which).
     Attempt,
     Embedding,
+    /// An access token for the credential with this cache key.
+    Token(String),
 }
 
 /// Dispatched calls in flight (token → request and purpose) and waiting calls.
@@ -129,6 +159,8 @@ enum Task {
 struct Tasks {
     calls: HashMap<u32, (u32, Task)>,
     timers: Vec<Timer>,
+    /// Requests waiting for an access token, by credential: one fetch serves them all.
+    token_waiters: HashMap<String, Vec<u32>>,
 }
 
 /// What an exchange's event handler can reach besides the exchange.
@@ -212,13 +244,36 @@ impl Worker {
         let Some((owner, task)) = self.tasks.calls.remove(&token) else {
             return Output::proceed();
         };
-        self.on(owner, io, |exchange, env| {
-            match task {
-                Task::Embedding => exchange.embedding_arrived(env, answer),
-                Task::Attempt => exchange.attempt_answered(env, answer),
+        let key = match task {
+            Task::Token(key) => key,
+            task => {
+                return self.on(owner, io, |exchange, env| {
+                    match task {
+                        Task::Embedding => exchange.embedding_arrived(env, answer),
+                        _ => exchange.attempt_answered(env, answer),
+                    }
+                    Action::Continue
+                })
             }
-            Action::Continue
-        })
+        };
+        let fetched = tokens::from_answer(&answer);
+        match &fetched {
+            Ok((token, expires_in)) => {
+                let now_ms = io.host().now_ms();
+                tokens::remember(io.host().store(), &key, token, *expires_in, now_ms);
+            }
+            Err(error) => log::warn!("{}", error.message),
+        }
+        let fetched = fetched.map(|(token, _)| token);
+        let mut after = Vec::new();
+        for waiter in self.tasks.token_waiters.remove(&key).unwrap_or_default() {
+            let output = self.on(waiter, io, |exchange, env| {
+                exchange.token_arrived(env, &fetched);
+                Action::Continue
+            });
+            after.extend(output.after);
+        }
+        Output { action: Action::Continue, after }
     }
 
     /// The root's timer: starts the calls whose delay is over.
@@ -242,7 +297,11 @@ impl Worker {
     /// Request `id` ended: its record, and nothing of it left behind.
     pub(crate) fn finished(&mut self, id: u32) -> Option<Record> {
         self.tasks.timers.retain(|t| t.owner != id);
-        self.tasks.calls.retain(|_, (owner, _)| *owner != id);
+        // A token fetch goes on for the other requests waiting for it.
+        self.tasks.calls.retain(|_, (owner, task)| *owner != id || matches!(task, Task::Token(_)));
+        for waiters in self.tasks.token_waiters.values_mut() {
+            waiters.retain(|waiter| *waiter != id);
+        }
         self.exchanges.remove(&id).map(Exchange::into_record)
     }
 }
@@ -271,11 +330,28 @@ enum Phase {
     Headers,
     /// The request headers are held (with their raw values) until the body is complete.
     AwaitingBody(Box<(Pending, RawHeaders)>),
+    /// Routed and held until its backend's access token arrives.
+    AwaitingToken(Box<Held>),
     Forwarded(Box<Routed>),
     /// The first attempt failed; later ones run as dispatched calls.
     Recovering(Box<Recovery>),
     /// The gateway answered itself; its answer passes the response callbacks untouched.
     Answered,
+}
+
+/// A routed request not yet sent: its call, headers and body (as `forward` takes them).
+struct Held {
+    call: Call,
+    raw: RawHeaders,
+    body: Option<(usize, Vec<u8>)>,
+}
+
+/// Whether a request's backend needs an access token first.
+enum Token {
+    Unneeded,
+    Ready(String),
+    /// Being fetched; the request waits for it.
+    Awaited,
 }
 
 /// A request routed through Envoy's router.
@@ -295,6 +371,8 @@ struct Recovery {
     /// The response plan of the latest attempt.
     plan: ResponsePlan,
     latest: Outcome,
+    /// The attempt waiting for its backend's access token.
+    awaiting_token: Option<usize>,
     /// The answer was sent.
     answered: bool,
 }
@@ -409,14 +487,35 @@ impl Exchange {
     /// Sends the current attempt of `call` through Envoy's router. `body` is the whole request
     /// body and its size in Envoy's buffer, when the gateway has it (or knows there is none);
     /// only then can a later attempt send the request again.
-    fn forward(&mut self, env: &mut Env, mut call: Call, raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Action {
+    fn forward(&mut self, env: &mut Env, call: Call, raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Action {
         // Before `forward`, which may move the body.
         self.cache = match CacheState::look_up(call.cache_plan(), env.settings, env.io.host()) {
             Ok(cache) => cache,
             Err(hit) => return self.answer_hit(env, hit),
         };
+        let token = match token_for(env, &call, call.attempts.current) {
+            Ok(Token::Unneeded) => None,
+            Ok(Token::Ready(token)) => Some(token),
+            Ok(Token::Awaited) => {
+                self.phase = Phase::AwaitingToken(Box::new(Held { call, raw, body }));
+                return Action::Pause;
+            }
+            Err(error) => return self.answer_error(env, &error),
+        };
+        self.send(env, call, raw, body, token.as_deref())
+    }
+
+    /// Sends the current attempt of `call` (with its backend's access token, when it needs one).
+    fn send(
+        &mut self,
+        env: &mut Env,
+        mut call: Call,
+        raw: RawHeaders,
+        body: Option<(usize, Vec<u8>)>,
+        token: Option<&str>,
+    ) -> Action {
         let host = env.io.host();
-        let forward = match call.forward(env.settings, &raw, call.attempts.current, &|| host.now_ms()) {
+        let forward = match call.forward(env.settings, &raw, call.attempts.current, token, &|| host.now_ms()) {
             Ok(forward) => forward,
             Err(error) => return self.answer_error(env, &error),
         };
@@ -437,6 +536,41 @@ impl Exchange {
         } else {
             Action::Continue
         }
+    }
+
+    /// The access token a held request or a recovery attempt waited for (or why there is none).
+    fn token_arrived(&mut self, env: &mut Env, fetched: &Result<String, GatewayError>) {
+        if matches!(self.phase, Phase::AwaitingToken(_)) {
+            let Phase::AwaitingToken(held) = std::mem::replace(&mut self.phase, Phase::Headers) else {
+                return;
+            };
+            let Held { call, raw, body } = *held;
+            let action = match fetched {
+                Ok(token) => self.send(env, call, raw, body, Some(token)),
+                Err(error) => self.answer_error(env, error),
+            };
+            if action == Action::Continue {
+                env.after.push(After::ResumeRequest(env.id));
+            }
+            return;
+        }
+        let Phase::Recovering(recovery) = &mut self.phase else {
+            return;
+        };
+        let Some(index) = recovery.awaiting_token.take() else {
+            return;
+        };
+        let next = match fetched {
+            Ok(token) => match self.dispatch_attempt(env, index, Some(token)) {
+                Some(next) => next,
+                None => return,
+            },
+            Err(error) => {
+                log::warn!("attempt {index} skipped: {}", error.message);
+                recovery.call.attempts.skip(env.io.host())
+            }
+        };
+        self.step(env, next);
     }
 
     /// Semantic mode: starts the embeddings call; true when the request waits for it.
@@ -480,8 +614,11 @@ impl Exchange {
                 return if answered { Action::Continue } else { Action::Pause };
             }
             // Envoy answered before the request went upstream (e.g. 413 for a huge body).
-            phase @ (Phase::Headers | Phase::AwaitingBody(..)) => {
-                self.phase = phase;
+            phase @ (Phase::Headers | Phase::AwaitingBody(..) | Phase::AwaitingToken(..)) => {
+                // A request still waiting for its token is over: the token finds nothing to send.
+                if !matches!(phase, Phase::AwaitingToken(..)) {
+                    self.phase = phase;
+                }
                 self.record.status = reply::parse_status(env.io.response_header(env.id, ":status").as_deref());
                 self.set_gateway_headers(env);
                 return Action::Continue;
@@ -653,6 +790,7 @@ impl Exchange {
             body,
             plan: routed.plan,
             latest: Outcome::of(failure, CallAnswer { status, headers, body: Vec::new() }),
+            awaiting_token: None,
             answered: false,
         }));
         self.step(env, next);
@@ -669,7 +807,7 @@ impl Exchange {
                     env.tasks.timers.push(Timer { due_ms, owner: env.id, attempt: index });
                     return rearm(env.tasks, env.io);
                 }
-                Next::Call { index, .. } => match self.dispatch_attempt(env, index) {
+                Next::Call { index, .. } => match self.dispatch_attempt(env, index, None) {
                     Some(failed) => failed,
                     None => return,
                 },
@@ -677,13 +815,30 @@ impl Exchange {
         }
     }
 
-    /// Dispatches attempt `index`; what to do instead when it cannot even start.
-    fn dispatch_attempt(&mut self, env: &mut Env, index: usize) -> Option<Next> {
+    /// Dispatches attempt `index` (`token`: its backend's access token, just fetched); what to
+    /// do instead when it cannot even start.
+    fn dispatch_attempt(&mut self, env: &mut Env, index: usize, token: Option<&str>) -> Option<Next> {
         let Phase::Recovering(recovery) = &mut self.phase else {
             return None;
         };
+        let cached = match token {
+            Some(_) => None,
+            None => match token_for(env, &recovery.call, index) {
+                Ok(Token::Unneeded) => None,
+                Ok(Token::Ready(token)) => Some(token),
+                Ok(Token::Awaited) => {
+                    recovery.awaiting_token = Some(index);
+                    return None;
+                }
+                Err(error) => {
+                    log::warn!("attempt {index} skipped: {}", error.message);
+                    return Some(recovery.call.attempts.skip(env.io.host()));
+                }
+            },
+        };
+        let token = token.or(cached.as_deref());
         let host = env.io.host();
-        let forward = match recovery.call.forward(env.settings, &recovery.raw, index, &|| host.now_ms()) {
+        let forward = match recovery.call.forward(env.settings, &recovery.raw, index, token, &|| host.now_ms()) {
             Ok(forward) => forward,
             Err(error) => {
                 log::warn!("attempt {index} skipped, its request cannot be built: {}", error.message);
@@ -829,6 +984,35 @@ impl Exchange {
         env.after.push(After::Reply { id: env.id, status: 200, headers, body: hit.body });
         Action::Pause
     }
+}
+
+/// Whether attempt `index` of `call` needs an access token: cached, or fetched now (one
+/// fetch per credential serves every request waiting for it).
+fn token_for(env: &mut Env, call: &Call, index: usize) -> Result<Token, GatewayError> {
+    let Some(backend) = call.token_source(index) else {
+        return Ok(Token::Unneeded);
+    };
+    let Some(source) = backend.token_source() else {
+        return Ok(Token::Unneeded);
+    };
+    let key = source.cache_key();
+    let host = env.io.host();
+    if let Some(token) = tokens::cached(host.store(), key, host.now_ms()) {
+        return Ok(Token::Ready(token));
+    }
+    if let Some(waiters) = env.tasks.token_waiters.get_mut(key) {
+        waiters.push(env.id);
+        return Ok(Token::Awaited);
+    }
+    let request = source.request(host.now_ms())?;
+    let dispatch = tokens::call(env.settings, &request)?;
+    let Some(call_token) = env.io.dispatch(env.id, &dispatch) else {
+        return Err(GatewayError::new(502, "api_error", "the token endpoint could not be called")
+            .with_code("token_exchange_failed"));
+    };
+    env.tasks.calls.insert(call_token, (env.id, Task::Token(key.to_string())));
+    env.tasks.token_waiters.insert(key.to_string(), vec![env.id]);
+    Ok(Token::Awaited)
 }
 
 fn json_headers() -> Vec<(String, String)> {

@@ -982,3 +982,89 @@ fn requests_of_one_worker_do_not_mix() {
     let (id, status, ..) = reply(&gw.answer(t1, 200, &[], COMPLETION));
     assert_eq!((id, status), (1, 200));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Access tokens (a Vertex AI service account)
+
+fn vertex_with_service_account() -> Value {
+    let key_file = json!({
+        "type": "service_account",
+        "project_id": "proj-1",
+        "private_key_id": "kid-1",
+        "private_key": include_str!("../providers/google/testdata/test_key.pem"),
+        "client_email": "gw@proj-1.iam.gserviceaccount.com",
+        "token_uri": "http://127.0.0.1:9200/token",
+    });
+    json!({"provider": "vertex-ai", "cloud_b_region": "us-central1", "cloud_b_service_account_json": key_file,
+           "custom_host": "http://127.0.0.1:9300"})
+}
+
+const TOKEN_ANSWER: &[u8] = br#"{"access_token":"ya29.first","expires_in":3600,"token_type":"Bearer"}"#;
+
+#[test]
+fn one_token_exchange_serves_every_request_until_shortly_before_it_expires() {
+    let mut gw = Gateway::new(SETTINGS);
+    // Two requests arrive before any token: both wait for one exchange.
+    assert_eq!(gw.post(1, chat_with_config("gw-key", &vertex_with_service_account()), CHAT).action, Action::Pause);
+    assert_eq!(gw.post(2, chat_with_config("gw-key", &vertex_with_service_account()), CHAT).action, Action::Pause);
+    assert_eq!(gw.io.sent.len(), 1, "one exchange per credential");
+    let exchange = gw.io.sent[0].clone();
+    assert_eq!((exchange.header(":path"), exchange.header(":authority")), (Some("/token"), Some("127.0.0.1:9200")));
+    assert_eq!(exchange.header("content-type"), Some("application/x-www-form-urlencoded"));
+    let form = String::from_utf8(exchange.call.body.clone()).unwrap();
+    assert!(
+        form.starts_with("grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=ey"),
+        "{form}"
+    );
+    assert_eq!(gw.upstream_header(1, "authorization"), None, "nothing is sent before the token");
+
+    let out = gw.answer(exchange.token, 200, &[], TOKEN_ANSWER);
+    assert_eq!(out.after, vec![After::ResumeRequest(1), After::ResumeRequest(2)]);
+    for id in [1, 2] {
+        assert_eq!(gw.upstream_header(id, "authorization").as_deref(), Some("Bearer ya29.first"));
+        assert_eq!(
+            gw.upstream_header(id, ":path").as_deref(),
+            Some("/v1/projects/proj-1/locations/us-central1/publishers/google/models/m:generateContent")
+        );
+        gw.worker.finished(id);
+    }
+    // Later requests use the cached token without waiting.
+    gw.advance_clock(3_000_000);
+    assert_eq!(gw.post(3, chat_with_config("gw-key", &vertex_with_service_account()), CHAT).action, Action::Continue);
+    assert_eq!(gw.upstream_header(3, "authorization").as_deref(), Some("Bearer ya29.first"));
+    assert_eq!(gw.io.sent.len(), 1);
+    // In the token's last minute a new one is fetched.
+    gw.advance_clock(540_000);
+    assert_eq!(gw.post(4, chat_with_config("gw-key", &vertex_with_service_account()), CHAT).action, Action::Pause);
+    assert_eq!(gw.io.sent.len(), 2);
+}
+
+#[test]
+fn a_refused_exchange_answers_401_and_a_waiter_that_left_does_not_stop_the_others() {
+    let mut gw = Gateway::new(SETTINGS);
+    gw.post(1, chat_with_config("gw-key", &vertex_with_service_account()), CHAT);
+    gw.post(2, chat_with_config("gw-key", &vertex_with_service_account()), CHAT);
+    // The client of the request that started the exchange goes away.
+    gw.worker.finished(1);
+    let token = gw.io.sent[0].token;
+    let refused = br#"{"error":"invalid_grant","error_description":"Invalid JWT Signature."}"#;
+    let (id, status, _, body) = reply(&gw.answer(token, 400, &[], refused));
+    assert_eq!((id, status), (2, 401));
+    assert_eq!(body["error"]["code"], "token_exchange_failed");
+    assert!(body["error"]["message"].as_str().unwrap().contains("Invalid JWT Signature."));
+}
+
+#[test]
+fn the_clients_own_access_token_goes_as_it_is() {
+    let mut gw = Gateway::new(SETTINGS);
+    let config = json!({"provider": "vertex-ai", "cloud_b_region": "global", "cloud_b_project_id": "p",
+                        "custom_host": "http://127.0.0.1:9300"});
+    let mut headers = chat_with_config("gw-key", &config);
+    headers.push(("authorization".to_string(), b"Bearer ya29.client".to_vec()));
+    headers.push(("x-cloud-b-llm-request-type".to_string(), b"dedicated".to_vec()));
+    assert_eq!(gw.post(1, headers, CHAT).action, Action::Continue);
+    assert!(gw.io.sent.is_empty(), "no exchange");
+    assert_eq!(gw.upstream_header(1, "authorization").as_deref(), Some("Bearer ya29.client"));
+    assert_eq!(gw.upstream_header(1, "x-vertex-ai-llm-request-type").as_deref(), Some("dedicated"));
+    assert_eq!(gw.upstream_header(1, "x-cloud-b-llm-request-type"), None);
+}

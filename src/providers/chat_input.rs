@@ -81,31 +81,47 @@ pub(crate) fn tool_calls(message: &Value, i: usize) -> Result<&[Value], GatewayE
     }
 }
 
-/// One assistant tool call: its id, function name and arguments as a JSON object.
+/// One of OpenAI's tool calls: its id, the function's name and its arguments as a JSON object.
 pub(crate) struct ToolCall<'a> {
-    pub(crate) id: &'a str,
+    pub(crate) id: Option<&'a str>,
     pub(crate) name: &'a str,
-    pub(crate) input: Value,
+    pub(crate) arguments: Value,
+    /// `messages[i].tool_calls[j]`, for errors.
+    at: (usize, usize),
 }
 
-/// Tool call `j` of message `i`.
-pub(crate) fn tool_call<'a>(call: &'a Value, i: usize, j: usize, provider: &str) -> Result<ToolCall<'a>, GatewayError> {
-    let bad = |field: &str, message: String| {
+impl<'a> ToolCall<'a> {
+    /// The id, for APIs that pair each result with its call by id.
+    pub(crate) fn required_id(&self) -> Result<&'a str, GatewayError> {
+        let (i, j) = self.at;
+        self.id.ok_or_else(|| {
+            GatewayError::invalid_param(format!("messages[{i}].tool_calls[{j}].id"), "id must be a string")
+        })
+    }
+}
+
+/// `messages[i].tool_calls[j]`, which must call a function.
+pub(crate) fn read_tool_call<'a>(
+    call: &'a Value,
+    i: usize,
+    j: usize,
+    provider: &str,
+) -> Result<ToolCall<'a>, GatewayError> {
+    let bad = |field: &str, message: &str| {
         GatewayError::invalid_param(format!("messages[{i}].tool_calls[{j}].{field}"), message)
     };
     if str_field(Some(call), "type").is_some_and(|t| t != "function") {
-        return Err(bad("type", format!("only function tool calls are supported by provider '{provider}'")));
+        return Err(bad("type", &format!("only function tool calls are supported by provider '{provider}'")));
     }
-    let id = str_field(Some(call), "id").ok_or_else(|| bad("id", "id must be a string".into()))?;
     let function = call.get("function");
-    let name = str_field(function, "name").ok_or_else(|| bad("function.name", "name must be a string".into()))?;
-    let input = match function.and_then(|f| f.get("arguments")) {
+    let name = str_field(function, "name").ok_or_else(|| bad("function.name", "name must be a string"))?;
+    let arguments = match function.and_then(|f| f.get("arguments")) {
         None => Some(json!({})),
         Some(Value::String(arguments)) => parse_arguments(arguments),
         Some(_) => None,
     }
-    .ok_or_else(|| bad("function.arguments", "arguments must be a JSON object encoded as a string".into()))?;
-    Ok(ToolCall { id, name, input })
+    .ok_or_else(|| bad("function.arguments", "arguments must be a JSON object encoded as a string"))?;
+    Ok(ToolCall { id: str_field(Some(call), "id"), name, arguments, at: (i, j) })
 }
 
 /// Tool call arguments as a JSON object; models emit "" for tools without parameters.
@@ -123,14 +139,32 @@ pub(crate) fn tool_call_id(message: &Value, i: usize) -> Result<&str, GatewayErr
     })
 }
 
-/// One function tool offered to the model.
+/// One function tool of OpenAI's `tools`.
 pub(crate) struct FunctionTool<'a> {
     pub(crate) name: &'a str,
     pub(crate) description: Option<&'a str>,
-    /// The parameters' JSON schema (an empty object schema when there is none).
-    pub(crate) schema: Value,
+    /// The parameters' JSON schema, when it is an object.
+    pub(crate) parameters: Option<&'a Value>,
 }
 
+impl FunctionTool<'_> {
+    /// `name` and, when given, `description`: how every API's tool declaration starts.
+    pub(crate) fn declaration(&self) -> Map<String, Value> {
+        let mut out = Map::new();
+        out.insert("name".into(), self.name.into());
+        if let Some(description) = self.description {
+            out.insert("description".into(), description.into());
+        }
+        out
+    }
+
+    /// The parameters' schema, or the schema of no parameters for APIs that require one.
+    pub(crate) fn schema(&self) -> Value {
+        self.parameters.cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}}))
+    }
+}
+
+/// OpenAI's `tools`, all of which must be function tools.
 pub(crate) fn function_tools<'a>(tools: &'a Value, provider: &str) -> Result<Vec<FunctionTool<'a>>, GatewayError> {
     let Value::Array(tools) = tools else {
         return Err(GatewayError::invalid_param("tools", "tools must be an array"));
@@ -149,12 +183,9 @@ pub(crate) fn function_tools<'a>(tools: &'a Value, provider: &str) -> Result<Vec
             let name = str_field(function, "name").ok_or_else(|| {
                 GatewayError::invalid_param(format!("tools[{i}].function.name"), "name must be a string")
             })?;
-            let schema = function
-                .and_then(|f| f.get("parameters"))
-                .filter(|p| p.is_object())
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-            Ok(FunctionTool { name, description: str_field(function, "description"), schema })
+            let description = str_field(function, "description");
+            let parameters = function.and_then(|f| f.get("parameters")).filter(|p| p.is_object());
+            Ok(FunctionTool { name, description, parameters })
         })
         .collect()
 }

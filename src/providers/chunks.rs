@@ -19,7 +19,12 @@ impl ChunkWriter {
 
     /// A chunk of the one choice.
     pub(crate) fn delta(&self, delta: Value, finish_reason: Option<&str>, out: &mut Vec<u8>) {
-        let choices = json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}]);
+        self.choice_delta(0, delta, finish_reason, out);
+    }
+
+    /// A chunk of choice `index`, for providers that stream several.
+    pub(crate) fn choice_delta(&self, index: u64, delta: Value, finish_reason: Option<&str>, out: &mut Vec<u8>) {
+        let choices = json!([{"index": index, "delta": delta, "logprobs": null, "finish_reason": finish_reason}]);
         // With include_usage OpenAI sends `"usage": null` on every chunk but the last.
         write_data(out, self.chunk(choices, Value::Null).to_string().as_bytes());
     }

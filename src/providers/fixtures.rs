@@ -14,9 +14,7 @@
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 use super::bedrock::eventstream::encode_frame;
-use super::bedrock::Converse;
-use super::{find, prepare, Outbound, Prepared, Provider, Translator, UpstreamRequest, Usage};
-use crate::errors::GatewayError;
+use super::{bind_and_prepare, find, Outbound, Prepared, TargetFields, Usage};
 use crate::request::chat;
 use crate::request::endpoint::{classify, Endpoint, Route};
 use serde::Deserialize;
@@ -43,6 +41,11 @@ const FIXTURES: &[(&str, &str)] = fixtures![
     "anthropic/stream_text_tool_call_usage.json",
     "anthropic/error_rate_limit.json",
     "anthropic/unsupported_endpoint.json",
+    "google/system_tools_tool_turn.json",
+    "google/answer_function_call.json",
+    "vertex_ai/gemini_stream_text_function_call_usage.json",
+    "vertex_ai/gemini_error_invalid_argument.json",
+    "vertex_ai/anthropic_raw_predict.json",
     "openai/passthrough_chat.json",
     "openai/override_changed_body.json",
     "openai/vendor_headers_resource.json",
@@ -53,26 +56,6 @@ const FIXTURES: &[(&str, &str)] = fixtures![
     "bedrock/stream_exception.json",
     "bedrock/error_validation.json",
 ];
-
-/// Bedrock's translation before it joins `PROVIDERS` (its credentials and region come with the
-/// per-target options being reshaped): the fixtures run it without auth headers. Once it is
-/// registered, `find` answers first and the fixtures show its SigV4 headers.
-struct UnwiredBedrock;
-
-impl Provider for UnwiredBedrock {
-    fn translator(&self) -> Box<dyn Translator> {
-        Box::new(Converse::new())
-    }
-
-    fn authorize(
-        &self,
-        _api_key: Option<&str>,
-        _request: &UpstreamRequest,
-        _now_ms: &dyn Fn() -> u64,
-    ) -> Result<Vec<(&'static str, String)>, GatewayError> {
-        Ok(Vec::new())
-    }
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -111,6 +94,8 @@ struct ClientRequest {
     vendor_organization: Option<String>,
     vendor_project: Option<String>,
     vendor_beta: Option<String>,
+    /// The target's config (its cloud fields), checked as the gateway checks configs.
+    config: Option<Value>,
 }
 
 fn post() -> String {
@@ -121,6 +106,8 @@ fn post() -> String {
 #[serde(deny_unknown_fields)]
 struct UpstreamExpect {
     path: String,
+    /// The provider's own query, without `?`.
+    query: Option<String>,
     /// In order: the provider's headers, then the credential.
     headers: Vec<(String, String)>,
     /// Null: the client's bytes go as they came.
@@ -232,14 +219,10 @@ fn json_diff(at: &str, expected: &Value, actual: &Value, out: &mut Vec<(String, 
 }
 
 /// The fixture's request made ready for its provider, as the pipeline does.
-fn prepare_fixture(fixture: &Fixture, check: &mut Check) -> Option<Result<Prepared, GatewayError>> {
-    let provider: &dyn Provider = match find(&fixture.provider) {
-        Some(spec) => spec.kind,
-        None if fixture.provider == "bedrock" => &UnwiredBedrock,
-        None => {
-            check.fail("provider", format!("unknown provider '{}'", fixture.provider));
-            return None;
-        }
+fn prepare_fixture(fixture: &Fixture, check: &mut Check) -> Option<Result<Prepared, crate::errors::GatewayError>> {
+    let Some(spec) = find(&fixture.provider) else {
+        check.fail("provider", format!("unknown provider '{}'", fixture.provider));
+        return None;
     };
     let client = &fixture.client_request;
     let (endpoint, path) = match classify(&client.method, &client.path) {
@@ -269,7 +252,21 @@ fn prepare_fixture(fixture: &Fixture, check: &mut Check) -> Option<Result<Prepar
         project: client.vendor_project.as_deref(),
         beta: client.vendor_beta.as_deref(),
     };
-    Some(prepare(provider, client.api_key.as_deref(), outbound))
+    let cloud = match &client.config {
+        Some(config) => match crate::config::parse_config(config) {
+            Ok(config) => config.cloud,
+            Err(e) => {
+                check.fail("client_request.config", e.to_string());
+                return None;
+            }
+        },
+        None => crate::cloud::CloudFields::default(),
+    };
+    // Without a key or a public endpoint, the target is a local server.
+    let local = client.api_key.is_none() || spec.base_url.is_none();
+    let fields = TargetFields { api_key: client.api_key.as_deref(), custom_host: local, built_in: None, cloud: &cloud };
+    let custom_host = local.then_some("http://127.0.0.1:8000/v1");
+    Some(bind_and_prepare(spec.name, fields, custom_host, &client.method, outbound))
 }
 
 fn check_fixture(name: &str, text: &str) -> Vec<String> {
@@ -328,6 +325,7 @@ fn check_fixture(name: &str, text: &str) -> Vec<String> {
 fn check_upstream(check: &mut Check, expected: &UpstreamExpect, prepared: &Prepared) {
     let request = &prepared.request;
     check.eq("upstream_request.path", &expected.path, &request.path);
+    check.eq("upstream_request.query", &expected.query, &request.query);
     let headers: Vec<(String, String)> =
         request.headers.iter().map(|(name, value)| (name.to_string(), value.clone())).collect();
     check.eq("upstream_request.headers", &expected.headers, &headers);

@@ -5,19 +5,24 @@
 //! translated body). Adding a provider means its own files and one line in `PROVIDERS`.
 
 pub(crate) mod anthropic;
-#[allow(dead_code)] // wired by the provider registration (cloud issue)
+pub(crate) mod azure;
+#[allow(dead_code)] // wired by the registration in the next commit
 pub(crate) mod bedrock;
 pub(crate) mod chat_input;
 pub(crate) mod chunks;
 #[cfg(test)]
 mod fixtures;
+pub(crate) mod google;
 pub(crate) mod openai;
 
+use crate::cloud::CloudFields;
 use crate::errors::GatewayError;
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
+use crate::upstream::Upstream;
 use serde_json::{json, Value};
 use std::borrow::Cow;
+use std::rc::Rc;
 
 /// What a translator needs to shape a response to OpenAI's form.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,11 +37,14 @@ pub(crate) struct ResponseContext {
     pub(crate) strict_vendor_compliance: bool,
 }
 
-/// For an answer that comes before its request was translated (it never does).
-impl Default for ResponseContext {
-    fn default() -> Self {
-        ResponseContext { model: String::new(), created: 0, include_usage: false, strict_vendor_compliance: true }
-    }
+/// The request's context, or a neutral one for an answer that came without a request.
+pub(crate) fn context_or_default(ctx: &Option<ResponseContext>) -> ResponseContext {
+    ctx.clone().unwrap_or_else(|| ResponseContext {
+        model: String::new(),
+        created: 0,
+        include_usage: false,
+        strict_vendor_compliance: true,
+    })
 }
 
 /// One request as the client made it, for a translator.
@@ -63,6 +71,8 @@ pub(crate) struct Outbound<'a> {
 pub(crate) struct UpstreamRequest {
     /// Below the upstream's base path, without the query.
     pub(crate) path: String,
+    /// The provider's own query (e.g. Azure's `api-version`), sent before the client's.
+    pub(crate) query: Option<String>,
     /// Headers the provider needs besides its credential.
     pub(crate) headers: Vec<(&'static str, String)>,
     /// The body to send; `None`: the client's bytes as they came.
@@ -76,19 +86,154 @@ pub(crate) struct Usage {
     pub(crate) completion_tokens: u64,
 }
 
+/// A provider the gateway knows by name: it checks one target's fields and binds them into
+/// the backend every request to that target goes through.
 pub(crate) trait Provider: Sync {
+    /// Checks the fields a target gives this provider (errors name the field: a 400 for a
+    /// place that cannot work, a 401 without credentials) and binds them.
+    fn bind(&self, name: &str, fields: TargetFields) -> Result<Binding, GatewayError>;
+}
+
+/// What one target names besides its provider: merged from the config node, the headers and
+/// a stored credential.
+pub(crate) struct TargetFields<'a> {
+    pub(crate) api_key: Option<&'a str>,
+    /// Whether `custom_host` replaces the base URL (fields used only to build it are optional).
+    pub(crate) custom_host: bool,
+    /// The provider's built-in base URL, if it has one.
+    pub(crate) built_in: Option<&'static str>,
+    pub(crate) cloud: &'a CloudFields,
+}
+
+/// A target bound to its provider.
+pub(crate) struct Binding {
+    /// The base URL the fields name (an Azure resource, a cloud region's host); `None`: the
+    /// provider's built-in one.
+    pub(crate) base_url: Option<String>,
+    pub(crate) backend: Rc<dyn Backend>,
+    /// The credential that tells the account apart (an API key, an access key id), so that
+    /// accounts on one upstream have circuits of their own.
+    pub(crate) account: Option<String>,
+}
+
+/// One target's provider with its options and credentials.
+pub(crate) trait Backend {
     /// The translator of one request.
     fn translator(&self) -> Box<dyn Translator>;
 
     /// Backend auth: the headers that carry the credential, made from the final request
-    /// (after translation, so a signature can cover the body; a provider that signs always
-    /// returns the body it sends). `now_ms` reads the host clock.
+    /// (after translation, so a signature can cover the body and the path as sent).
+    /// `now_ms` reads the host clock.
     fn authorize(
         &self,
-        api_key: Option<&str>,
-        request: &UpstreamRequest,
+        request: &Signable,
         now_ms: &dyn Fn() -> u64,
     ) -> Result<Vec<(&'static str, String)>, GatewayError>;
+
+    /// A credential this backend fetches before its requests (an OAuth access token), which
+    /// the gateway caches; `authorize` then finds it in `Signable::token`.
+    fn token_source(&self) -> Option<&dyn TokenSource> {
+        None
+    }
+}
+
+/// A token a backend exchanges its credential for, at a token endpoint.
+pub(crate) trait TokenSource {
+    /// Names the credential in the shared token cache: a digest over the whole credential
+    /// (its private key included), so that only the same credential finds the token; never
+    /// the secret itself.
+    fn cache_key(&self) -> &str;
+
+    /// The token endpoint's request, made only when no cached token is fresh.
+    fn request(&self, now_ms: u64) -> Result<TokenRequest, GatewayError>;
+}
+
+/// A POST to a token endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TokenRequest {
+    /// The endpoint's absolute URL.
+    pub(crate) url: String,
+    pub(crate) content_type: &'static str,
+    pub(crate) body: Vec<u8>,
+}
+
+/// The upstream request as it will be sent, for backend auth.
+// Read by the signing backends (Bedrock's SigV4), which land with the cloud issue.
+#[allow(dead_code)]
+pub(crate) struct Signable<'a> {
+    pub(crate) method: &'a str,
+    /// `host:port` as sent in `:authority`.
+    pub(crate) authority: &'a str,
+    /// The whole path as sent: the base path, the translator's path and the query.
+    pub(crate) path: &'a str,
+    /// The access token fetched for this target, when its backend has a token source.
+    pub(crate) token: Option<&'a str>,
+    /// The body as sent; empty when the client's bytes go as they came (providers that sign
+    /// translate every request, so they always have the body).
+    pub(crate) body: &'a [u8],
+}
+
+/// The API key of a provider that takes one, from the config, a stored credential or the
+/// client's Bearer: required unless a custom host (a local server) is given.
+pub(crate) fn required_key(name: &str, fields: &TargetFields) -> Result<Option<String>, GatewayError> {
+    if !fields.custom_host && fields.built_in.is_none() {
+        return Err(no_endpoint(name));
+    }
+    match fields.api_key {
+        Some(key) => Ok(Some(key.to_string())),
+        None if fields.custom_host => Ok(None),
+        None => Err(missing_key(name)),
+    }
+}
+
+/// The header a provider's API key goes in.
+#[derive(Clone, Copy)]
+pub(crate) enum KeyHeader {
+    /// `Authorization: Bearer <key>`.
+    Bearer,
+    Named(&'static str),
+}
+
+/// A target of a provider that takes an API key and has a built-in base URL.
+pub(crate) fn bind_keyed(
+    name: &str,
+    fields: TargetFields,
+    header: KeyHeader,
+    translator: fn() -> Box<dyn Translator>,
+) -> Result<Binding, GatewayError> {
+    let key = required_key(name, &fields)?;
+    Ok(Binding { base_url: None, account: key.clone(), backend: Rc::new(Keyed { key, header, translator }) })
+}
+
+struct Keyed {
+    key: Option<String>,
+    header: KeyHeader,
+    translator: fn() -> Box<dyn Translator>,
+}
+
+impl Backend for Keyed {
+    fn translator(&self) -> Box<dyn Translator> {
+        (self.translator)()
+    }
+
+    fn authorize(&self, _: &Signable, _: &dyn Fn() -> u64) -> Result<Vec<(&'static str, String)>, GatewayError> {
+        let credential = self.key.iter().map(|key| match self.header {
+            KeyHeader::Bearer => ("authorization", format!("Bearer {key}")),
+            KeyHeader::Named(name) => (name, key.clone()),
+        });
+        Ok(credential.collect())
+    }
+}
+
+pub(crate) fn missing_key(name: &str) -> GatewayError {
+    GatewayError::new(
+        401,
+        "authentication_error",
+        format!(
+            "no credential for provider '{name}': send Authorization: Bearer <provider key> or api_key in the config"
+        ),
+    )
+    .with_code("missing_provider_key")
 }
 
 /// One request's translation, both ways.
@@ -117,36 +262,126 @@ pub(crate) trait Translator {
     fn usage(&self) -> Option<Usage>;
 }
 
-/// A request made ready for one provider: the upstream request with the credential headers
-/// added after translation, and the translator that will bring the answer back.
+/// A value that goes into the path as one segment. Model ids, projects and regions are made
+/// of these characters (Vertex's Anthropic ids carry `@`); anything else could reach another
+/// path or a query, so it is refused rather than escaped.
+pub(crate) fn path_segment<'a>(field: &str, value: &'a str) -> Result<&'a str, GatewayError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@');
+    if value.is_empty() || !value.chars().all(allowed) || value.starts_with('.') {
+        return Err(GatewayError::invalid_param(
+            field,
+            format!("'{field}' must be non-empty and made of letters, digits, '-', '_', '.' and '@'"),
+        ));
+    }
+    Ok(value)
+}
+
+/// A name that becomes one label of a host name: letters, digits and hyphens only, so it can
+/// never move the request to another host.
+pub(crate) fn host_label<'a>(field: &str, value: &'a str) -> Result<&'a str, GatewayError> {
+    let valid = !value.is_empty() && value.len() <= 63 && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if valid {
+        Ok(value)
+    } else {
+        Err(GatewayError::invalid_param(
+            field,
+            format!("`{field}` must be letters, digits and hyphens (a host name label)"),
+        )
+        .with_code("invalid_config"))
+    }
+}
+
+/// A target that names no address for a provider without a public endpoint.
+pub(crate) fn no_endpoint(name: &str) -> GatewayError {
+    GatewayError::invalid_param(
+        "custom_host",
+        format!("provider '{name}' has no public endpoint: give its address as custom_host"),
+    )
+}
+
+/// A request made ready for one target: the upstream request with the credential headers
+/// added after translation, the whole path as sent, and the translator that will bring the
+/// answer back.
 pub(crate) struct Prepared {
     pub(crate) request: UpstreamRequest,
+    /// The base path, the translator's path, then its query and the client's.
+    pub(crate) path: String,
     pub(crate) translator: Box<dyn Translator>,
 }
 
-pub(crate) fn prepare(
-    provider: &dyn Provider,
-    api_key: Option<&str>,
+/// Where and how a request is sent, besides what the translator decides.
+pub(crate) struct Destination<'a> {
+    pub(crate) backend: &'a dyn Backend,
+    pub(crate) upstream: &'a Upstream,
+    pub(crate) method: &'a str,
+    /// The client's query string, passed on as given.
+    pub(crate) query: Option<&'a str>,
+    /// The backend's access token, when it has a token source.
+    pub(crate) token: Option<&'a str>,
+}
+
+pub(crate) fn prepare(to: Destination, outbound: Outbound) -> Result<Prepared, GatewayError> {
+    let now_ms = outbound.now_ms;
+    let mut translator = to.backend.translator();
+    let mut request = translator.request(outbound)?;
+    let path = upstream_path(&to.upstream.base_path, &request, to.query);
+    let signable = Signable {
+        method: to.method,
+        authority: &to.upstream.authority,
+        path: &path,
+        token: to.token,
+        body: request.body.as_deref().unwrap_or_default(),
+    };
+    let credential = to.backend.authorize(&signable, now_ms)?;
+    request.headers.extend(credential);
+    Ok(Prepared { request, path, translator })
+}
+
+/// The upstream `:path`: the base path, the provider's path, then the provider's query (e.g.
+/// Gemini's `alt=sse`) and the client's, joined with `&`.
+fn upstream_path(base: &str, request: &UpstreamRequest, client_query: Option<&str>) -> String {
+    let query: Vec<&str> =
+        [request.query.as_deref(), client_query].into_iter().flatten().filter(|q| !q.is_empty()).collect();
+    match query.as_slice() {
+        [] => format!("{base}{}", request.path),
+        parts => format!("{base}{}?{}", request.path, parts.join("&")),
+    }
+}
+
+/// What routing and the pipeline do for one target, for translator tests and fixtures: binds
+/// the named provider to the fields and prepares one request (the built-in base URL unless a
+/// custom host is given).
+#[cfg(test)]
+pub(crate) fn bind_and_prepare(
+    name: &str,
+    fields: TargetFields,
+    custom_host: Option<&str>,
+    method: &str,
     outbound: Outbound,
 ) -> Result<Prepared, GatewayError> {
-    let now_ms = outbound.now_ms;
-    let mut translator = provider.translator();
-    let mut request = translator.request(outbound)?;
-    let credential = provider.authorize(api_key, &request, now_ms)?;
-    request.headers.extend(credential);
-    Ok(Prepared { request, translator })
+    let spec = find(name).ok_or_else(|| GatewayError::invalid_param("provider", "unknown provider"))?;
+    let binding = spec.kind.bind(name, TargetFields { built_in: spec.base_url, ..fields })?;
+    let base_url = custom_host.or(binding.base_url.as_deref()).or(spec.base_url).unwrap_or("http://127.0.0.1:1");
+    let upstream = Upstream::parse(base_url).map_err(|e| GatewayError::invalid_param("custom_host", e))?;
+    let to = Destination { backend: binding.backend.as_ref(), upstream: &upstream, method, query: None, token: None };
+    prepare(to, outbound)
 }
 
 /// A provider the gateway knows by name.
 pub(crate) struct ProviderSpec {
     pub(crate) name: &'static str,
-    /// Built-in base URL; None when the provider is only reachable through `custom_host`.
+    /// Built-in base URL; None when the provider builds it from the target's fields, or is
+    /// only reachable through `custom_host`.
     pub(crate) base_url: Option<&'static str>,
     pub(crate) kind: &'static dyn Provider,
 }
 
 static OPENAI: openai::OpenAi = openai::OpenAi;
 static ANTHROPIC: anthropic::Anthropic = anthropic::Anthropic;
+static AZURE_OPENAI: azure::AzureOpenAi = azure::AzureOpenAi;
+static AZURE_AI: azure::AzureAi = azure::AzureAi;
+static GEMINI: google::Gemini = google::Gemini;
+static VERTEX_AI: google::VertexAi = google::VertexAi;
 
 const fn compatible(name: &'static str, base_url: &'static str) -> ProviderSpec {
     ProviderSpec { name, base_url: Some(base_url), kind: &OPENAI }
@@ -155,6 +390,12 @@ const fn compatible(name: &'static str, base_url: &'static str) -> ProviderSpec 
 pub(crate) static PROVIDERS: &[ProviderSpec] = &[
     compatible("openai", "https://api.openai.com/v1"),
     ProviderSpec { name: "anthropic", base_url: Some("https://api.anthropic.com/v1"), kind: &ANTHROPIC },
+    // Cloud A: base URLs built from the resource, or the endpoint and region.
+    ProviderSpec { name: "azure-openai", base_url: None, kind: &AZURE_OPENAI },
+    ProviderSpec { name: "azure-ai", base_url: None, kind: &AZURE_AI },
+    // Cloud B: the Gemini API, and Vertex AI (its host from the region).
+    ProviderSpec { name: "google", base_url: Some("https://generativelanguage.googleapis.com"), kind: &GEMINI },
+    ProviderSpec { name: "vertex-ai", base_url: None, kind: &VERTEX_AI },
     // The generic name for any server that speaks OpenAI's API; needs `custom_host`.
     ProviderSpec { name: "openai-compatible", base_url: None, kind: &OPENAI },
     compatible("groq", "https://api.groq.com/openai/v1"),
@@ -175,25 +416,20 @@ pub(crate) fn find(name: &str) -> Option<&'static ProviderSpec> {
     PROVIDERS.iter().find(|p| p.name == name)
 }
 
-/// The chat body of a request to a provider that serves only chat completions, and what the
-/// answer needs of it; any other endpoint is a 400 (never a 5xx).
-pub(crate) fn chat_only(provider: &str, outbound: Outbound) -> Result<(Value, ResponseContext), GatewayError> {
-    let Outbound { endpoint, path, body, now_ms, strict_vendor_compliance, .. } = outbound;
-    let body = match (endpoint, body) {
-        (Endpoint::ChatCompletions, Some(body)) => body.into_owned(),
-        _ => {
-            let message = format!("provider '{provider}' does not support /v1{path}");
-            return Err(GatewayError::new(400, "invalid_request_error", message).with_code("unsupported_endpoint"));
-        }
-    };
-    let ctx = ResponseContext {
-        model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
-        created: now_ms() / 1000,
-        include_usage: chat::include_usage(body.get("stream_options")),
-        strict_vendor_compliance,
-    };
-    Ok((body, ctx))
+/// The OpenAI error `type` that matches an HTTP status, for errors that carry none.
+pub(crate) fn error_kind_for_status(status: u16) -> &'static str {
+    match status {
+        400 | 404 | 409 | 413 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        408 => "timeout_error",
+        429 => "rate_limit_error",
+        _ => "api_error",
+    }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Shared by the translators
 
 pub(crate) fn str_field<'a>(value: Option<&'a Value>, field: &str) -> Option<&'a str> {
     value.and_then(|v| v.get(field)).and_then(Value::as_str)
@@ -210,6 +446,29 @@ pub(crate) fn usage_json(prompt_tokens: u64, completion_tokens: u64) -> Value {
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens.saturating_add(completion_tokens),
     })
+}
+
+/// The chat body of a request to a provider that serves only chat completions, and what the
+/// answer needs of it; any other endpoint is a 400 (never a 5xx).
+pub(crate) fn chat_only<'a>(
+    provider: &str,
+    outbound: Outbound<'a>,
+) -> Result<(Cow<'a, Value>, ResponseContext), GatewayError> {
+    let Outbound { endpoint, path, body, now_ms, strict_vendor_compliance, .. } = outbound;
+    let body = match (endpoint, body) {
+        (Endpoint::ChatCompletions, Some(body)) => body,
+        _ => {
+            let message = format!("provider '{provider}' does not support /v1{path}");
+            return Err(GatewayError::new(400, "invalid_request_error", message).with_code("unsupported_endpoint"));
+        }
+    };
+    let ctx = ResponseContext {
+        model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
+        created: now_ms() / 1000,
+        include_usage: chat::include_usage(body.get("stream_options")),
+        strict_vendor_compliance,
+    };
+    Ok((body, ctx))
 }
 
 /// The assistant's reply of a translated answer, gathered block by block.
@@ -266,18 +525,6 @@ impl Reply {
     }
 }
 
-/// The OpenAI error `type` that matches an HTTP status, for errors that carry none.
-pub(crate) fn error_kind_for_status(status: u16) -> &'static str {
-    match status {
-        400 | 404 | 409 | 413 | 422 => "invalid_request_error",
-        401 => "authentication_error",
-        403 => "permission_error",
-        408 => "timeout_error",
-        429 => "rate_limit_error",
-        _ => "api_error",
-    }
-}
-
 /// Helpers for the tests of the translators.
 #[cfg(test)]
 pub(crate) mod testing {
@@ -309,26 +556,44 @@ mod tests {
     use crate::hash::Hasher;
     use serde_json::json;
 
-    struct ModelPath;
+    /// Lives in a region named by the target's fields; signs what is sent.
+    struct Regional;
+
+    struct Signing {
+        secret: String,
+    }
 
     struct Invoke;
 
-    impl Provider for ModelPath {
+    impl Provider for Regional {
+        fn bind(&self, _name: &str, fields: TargetFields) -> Result<Binding, GatewayError> {
+            let region = fields.cloud.cloud_c_region.as_deref();
+            let base_url = match region {
+                Some(region) => Some(format!("https://runtime.{region}.example.com")),
+                None if fields.custom_host => None,
+                None => return Err(GatewayError::invalid_param("cloud_c_region", "required")),
+            };
+            let secret = fields.cloud.cloud_c_secret_access_key.clone().unwrap_or_default();
+            Ok(Binding { base_url, backend: Rc::new(Signing { secret }), account: None })
+        }
+    }
+
+    impl Backend for Signing {
         fn translator(&self) -> Box<dyn Translator> {
             Box::new(Invoke)
         }
 
         fn authorize(
             &self,
-            api_key: Option<&str>,
-            request: &UpstreamRequest,
+            request: &Signable,
             now_ms: &dyn Fn() -> u64,
         ) -> Result<Vec<(&'static str, String)>, GatewayError> {
-            let body = request.body.as_deref().unwrap_or_default();
             let mut hasher = Hasher::new();
-            hasher.part(api_key.map(str::as_bytes)).part(Some(request.path.as_bytes())).part(Some(body));
-            let signature = format!("t={},h={:016x}", now_ms(), hasher.finish());
-            Ok(vec![("x-signature", signature)])
+            let parts = [self.secret.as_bytes(), request.authority.as_bytes(), request.path.as_bytes(), request.body];
+            for part in parts {
+                hasher.part(Some(part));
+            }
+            Ok(vec![("x-signature", format!("t={},h={:016x}", now_ms(), hasher.finish()))])
         }
     }
 
@@ -339,6 +604,7 @@ mod tests {
             let sent = json!({"input": body.get("messages")});
             Ok(UpstreamRequest {
                 path: format!("/model/{model}/invoke"),
+                query: Some("v=2".to_string()),
                 headers: vec![],
                 body: Some(sent.to_string().into_bytes()),
             })
@@ -375,13 +641,39 @@ mod tests {
             project: None,
             beta: None,
         };
-        let prepared = prepare(&ModelPath, Some("key"), outbound).unwrap();
-        assert_eq!(prepared.request.path, "/model/m-1/invoke");
+        let cloud = CloudFields {
+            cloud_c_region: Some("eu-1".into()),
+            cloud_c_secret_access_key: Some("s3cret".into()),
+            ..CloudFields::default()
+        };
+        let fields = TargetFields { api_key: None, custom_host: false, built_in: None, cloud: &cloud };
+        let to = Regional.bind("regional", fields).unwrap();
+        let upstream = Upstream::parse(&to.base_url.unwrap()).unwrap();
+        let destination =
+            Destination { backend: to.backend.as_ref(), upstream: &upstream, method: "POST", query: None, token: None };
+        let prepared = prepare(destination, outbound).unwrap();
+        assert_eq!(prepared.path, "/model/m-1/invoke?v=2");
         let sent = prepared.request.body.clone().unwrap();
         assert_eq!(sent, br#"{"input":[{"content":"Hi","role":"user"}]}"#);
         let mut hasher = Hasher::new();
-        hasher.part(Some(b"key")).part(Some(b"/model/m-1/invoke")).part(Some(&sent));
+        for part in [&b"s3cret"[..], b"runtime.eu-1.example.com:443", b"/model/m-1/invoke?v=2", &sent] {
+            hasher.part(Some(part));
+        }
         let expected = format!("t=42,h={:016x}", hasher.finish());
         assert_eq!(prepared.request.headers, vec![("x-signature", expected)]);
+        let nowhere =
+            TargetFields { api_key: None, custom_host: false, built_in: None, cloud: &CloudFields::default() };
+        assert_eq!(Regional.bind("regional", nowhere).err().map(|e| e.param), Some(Some("cloud_c_region".into())));
+    }
+
+    #[test]
+    fn the_providers_query_goes_before_the_clients() {
+        let mut request = UpstreamRequest { path: "/m:stream".into(), query: None, headers: vec![], body: None };
+        assert_eq!(upstream_path("/base", &request, None), "/base/m:stream");
+        assert_eq!(upstream_path("/base", &request, Some("a=1")), "/base/m:stream?a=1");
+        request.query = Some("alt=sse".into());
+        assert_eq!(upstream_path("", &request, None), "/m:stream?alt=sse");
+        assert_eq!(upstream_path("", &request, Some("a=1&b=2")), "/m:stream?alt=sse&a=1&b=2");
+        assert_eq!(upstream_path("", &request, Some("")), "/m:stream?alt=sse");
     }
 }

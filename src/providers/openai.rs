@@ -1,30 +1,24 @@
 //! OpenAI and every OpenAI-compatible provider: requests and responses pass through;
 //! only the credential header and non-OpenAI error bodies are reshaped.
 
-use super::{error_kind_for_status, Outbound, Provider, Translator, UpstreamRequest, Usage};
+use super::{
+    bind_keyed, error_kind_for_status, Binding, KeyHeader, Outbound, Provider, TargetFields, Translator,
+    UpstreamRequest, Usage,
+};
 use crate::errors::{error_json, GatewayError};
 use serde_json::Value;
 
 pub(crate) struct OpenAi;
 
 impl Provider for OpenAi {
-    fn translator(&self) -> Box<dyn Translator> {
-        Box::new(Passthrough)
-    }
-
-    fn authorize(
-        &self,
-        api_key: Option<&str>,
-        _request: &UpstreamRequest,
-        _now_ms: &dyn Fn() -> u64,
-    ) -> Result<Vec<(&'static str, String)>, GatewayError> {
-        Ok(api_key.map(|key| ("authorization", format!("Bearer {key}"))).into_iter().collect())
+    fn bind(&self, name: &str, fields: TargetFields) -> Result<Binding, GatewayError> {
+        bind_keyed(name, fields, KeyHeader::Bearer, || Box::new(Passthrough))
     }
 }
 
 /// OpenAI's own API: the request goes as it came (re-serialised only when `override_params`
 /// changed it), answers and streams pass untouched.
-struct Passthrough;
+pub(crate) struct Passthrough;
 
 impl Translator for Passthrough {
     fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
@@ -38,7 +32,7 @@ impl Translator for Passthrough {
             Some(body) if outbound.overridden => Some(body.to_string().into_bytes()),
             _ => None,
         };
-        Ok(UpstreamRequest { path: outbound.path.to_string(), headers, body })
+        Ok(UpstreamRequest { path: outbound.path.to_string(), query: None, headers, body })
     }
 
     fn translates_responses(&self) -> bool {
@@ -147,12 +141,25 @@ mod tests {
 
     #[test]
     fn credential_and_vendor_headers() {
-        let request = UpstreamRequest { path: "/chat/completions".into(), headers: vec![], body: None };
-        assert_eq!(
-            OpenAi.authorize(Some("sk"), &request, &|| 0).unwrap(),
-            vec![("authorization", "Bearer sk".to_string())]
-        );
-        assert!(OpenAi.authorize(None, &request, &|| 0).unwrap().is_empty());
+        let cloud = crate::cloud::CloudFields::default();
+        let request = crate::providers::Signable {
+            method: "POST",
+            authority: "h:443",
+            path: "/v1/chat/completions",
+            token: None,
+            body: b"",
+        };
+        let public = Some("https://api.openai.com/v1");
+        let keyed = TargetFields { api_key: Some("sk"), custom_host: false, built_in: public, cloud: &cloud };
+        let keyed = OpenAi.bind("openai", keyed).unwrap();
+        assert_eq!(keyed.backend.authorize(&request, &|| 0).unwrap(), vec![("authorization", "Bearer sk".to_string())]);
+        let local = OpenAi
+            .bind("vllm", TargetFields { api_key: None, custom_host: true, built_in: None, cloud: &cloud })
+            .unwrap();
+        assert!(local.backend.authorize(&request, &|| 0).unwrap().is_empty());
+        let keyless =
+            OpenAi.bind("openai", TargetFields { api_key: None, custom_host: false, built_in: public, cloud: &cloud });
+        assert_eq!(keyless.err().map(|e| e.status), Some(401));
         let outbound = Outbound {
             endpoint: crate::request::endpoint::Endpoint::Resource,
             path: "/assistants",
@@ -164,7 +171,7 @@ mod tests {
             project: None,
             beta: Some("assistants=v2"),
         };
-        let request = OpenAi.translator().request(outbound).unwrap();
+        let request = Passthrough.request(outbound).unwrap();
         assert_eq!(
             request.headers,
             vec![("openai-organization", "org".to_string()), ("openai-beta", "assistants=v2".to_string())]

@@ -2,6 +2,7 @@
 //! arrive under the snake_case or camelCase names client libraries use (Envoy lowercases
 //! names, so `apiKey` arrives as `apikey`).
 
+use crate::cloud::CloudFields;
 use crate::errors::GatewayError;
 use hashbrown::HashMap;
 use serde_json::{Map, Value};
@@ -170,22 +171,6 @@ fn lookup(name: &str) -> Option<(Field, &'static str)> {
     by_name.get(name).copied()
 }
 
-/// Cloud-specific headers (spec 5.3), kept for the cloud providers.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct CloudHeaders {
-    pub(crate) a_resource_name: Option<String>,
-    pub(crate) a_deployment_id: Option<String>,
-    pub(crate) a_api_version: Option<String>,
-    pub(crate) a_model_name: Option<String>,
-    pub(crate) b_project_id: Option<String>,
-    pub(crate) b_region: Option<String>,
-    pub(crate) b_request_type: Option<String>,
-    pub(crate) c_session_token: Option<String>,
-    pub(crate) c_secret_access_key: Option<String>,
-    pub(crate) c_region: Option<String>,
-    pub(crate) c_access_key_id: Option<String>,
-}
-
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct GatewayHeaders {
     pub(crate) provider: Option<String>,
@@ -200,7 +185,8 @@ pub(crate) struct GatewayHeaders {
     pub(crate) request_timeout: Option<u64>,
     pub(crate) forward_headers: Option<Vec<String>>,
     pub(crate) vendor_beta: Option<String>,
-    pub(crate) cloud: CloudHeaders,
+    /// Cloud fields sent as headers (spec 5.3).
+    pub(crate) cloud: CloudFields,
 }
 
 impl GatewayHeaders {
@@ -234,17 +220,17 @@ impl GatewayHeaders {
             Field::CacheNamespace => self.cache_namespace = text,
             Field::RequestTimeout => self.request_timeout = Some(parse_timeout(header, value)?),
             Field::ForwardHeaders => self.forward_headers = Some(parse_header_list(header, value)?),
-            Field::CloudAResourceName => self.cloud.a_resource_name = text,
-            Field::CloudADeploymentId => self.cloud.a_deployment_id = text,
-            Field::CloudAApiVersion => self.cloud.a_api_version = text,
-            Field::CloudAModelName => self.cloud.a_model_name = text,
-            Field::CloudBProjectId => self.cloud.b_project_id = text,
-            Field::CloudBRegion => self.cloud.b_region = text,
-            Field::CloudBRequestType => self.cloud.b_request_type = text,
-            Field::CloudCSessionToken => self.cloud.c_session_token = text,
-            Field::CloudCSecretAccessKey => self.cloud.c_secret_access_key = text,
-            Field::CloudCRegion => self.cloud.c_region = text,
-            Field::CloudCAccessKeyId => self.cloud.c_access_key_id = text,
+            Field::CloudAResourceName => self.cloud.resource_name = text,
+            Field::CloudADeploymentId => self.cloud.deployment_id = text,
+            Field::CloudAApiVersion => self.cloud.api_version = text,
+            Field::CloudAModelName => self.cloud.cloud_a_model_name = text,
+            Field::CloudBProjectId => self.cloud.cloud_b_project_id = text,
+            Field::CloudBRegion => self.cloud.cloud_b_region = text,
+            Field::CloudBRequestType => self.cloud.cloud_b_request_type = text,
+            Field::CloudCSessionToken => self.cloud.cloud_c_session_token = text,
+            Field::CloudCSecretAccessKey => self.cloud.cloud_c_secret_access_key = text,
+            Field::CloudCRegion => self.cloud.cloud_c_region = text,
+            Field::CloudCAccessKeyId => self.cloud.cloud_c_access_key_id = text,
         }
         Ok(())
     }
@@ -341,8 +327,8 @@ mod tests {
         assert_eq!(h.provider.as_deref(), Some("openai"));
         assert_eq!(h.bearer.as_deref(), Some("sk-1"));
         assert_eq!(h.custom_host.as_deref(), Some("http://127.0.0.1:1/v1"));
-        assert_eq!(h.cloud.c_access_key_id.as_deref(), Some("AKIA"));
-        assert_eq!(h.cloud.b_request_type.as_deref(), Some("embeddings"));
+        assert_eq!(h.cloud.cloud_c_access_key_id.as_deref(), Some("AKIA"));
+        assert_eq!(h.cloud.cloud_b_request_type.as_deref(), Some("embeddings"));
         // The key and the trace fields are read from the raw headers, under the same aliases.
         let raw: Vec<(String, Vec<u8>)> = pairs.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect();
         assert_eq!(api_key(&raw), Some(&b"gw"[..]));

@@ -7,13 +7,15 @@ pub(crate) mod breaker;
 pub(crate) mod plan;
 pub(crate) mod retry;
 
+use crate::cloud::CloudFields;
 use crate::config::{parse_config, CacheConfig, CircuitBreakerConfig, Config, RetryConfig};
 use crate::errors::GatewayError;
-use crate::providers::{self, ProviderSpec};
+use crate::providers::{self, Backend, ProviderSpec, TargetFields};
 use crate::request::headers::GatewayHeaders;
 use crate::settings::Settings;
 use crate::upstream::Upstream;
 use serde_json::{Map, Value};
+use std::rc::Rc;
 
 /// Per-target options a config sets; children inherit them from their parents.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,7 +79,10 @@ impl TargetOptions {
 #[derive(Clone)]
 pub(crate) struct Target {
     pub(crate) provider: &'static ProviderSpec,
-    pub(crate) api_key: Option<String>,
+    /// The provider bound to this target's options and credentials.
+    pub(crate) backend: Rc<dyn Backend>,
+    /// The credential that tells this target's account apart (its circuit is its own).
+    pub(crate) account: Option<String>,
     pub(crate) upstream: Upstream,
     pub(crate) vendor_organization: Option<String>,
     pub(crate) vendor_project: Option<String>,
@@ -91,6 +96,7 @@ struct Choice {
     custom_host: Option<String>,
     vendor_organization: Option<String>,
     vendor_project: Option<String>,
+    cloud: CloudFields,
 }
 
 /// The config header: a JSON config object, or the id of a saved config.
@@ -124,23 +130,26 @@ pub(crate) fn leaf_target(
 ) -> Result<Target, GatewayError> {
     let choice = if let Some(provider) = &node.provider {
         match provider.strip_prefix('@') {
-            Some(slug) => choice_from_credential(settings, slug)?,
+            Some(slug) => choice_from_credential(settings, slug, headers)?,
             None => Choice {
                 provider: provider.clone(),
+                // Credentials in the config win over the client's Authorization header.
                 api_key: node.api_key.clone().or_else(|| headers.bearer.clone()),
                 custom_host: node.custom_host.clone(),
                 vendor_organization: None,
                 vendor_project: None,
+                cloud: headers.cloud.clone(),
             },
         }
     } else if let Some(virtual_key) = &node.virtual_key {
-        choice_from_credential(settings, virtual_key)?
+        choice_from_credential(settings, virtual_key, headers)?
     } else {
         choice_from_headers(settings, headers)?
     };
     let choice = Choice {
         vendor_organization: node.vendor_organization.clone().or(choice.vendor_organization),
         vendor_project: node.vendor_project.clone().or(choice.vendor_project),
+        cloud: node.cloud.clone().or(&choice.cloud),
         ..choice
     };
     build_target(settings, choice, options)
@@ -172,7 +181,8 @@ pub(crate) fn not_implemented(feature: &str) -> GatewayError {
         .with_code("not_implemented")
 }
 
-fn choice_from_credential(settings: &Settings, name: &str) -> Result<Choice, GatewayError> {
+/// A stored credential; the cloud headers fill only the fields it leaves unset.
+fn choice_from_credential(settings: &Settings, name: &str, headers: &GatewayHeaders) -> Result<Choice, GatewayError> {
     let credential = settings.credential(name)?;
     Ok(Choice {
         provider: credential.provider.clone(),
@@ -180,22 +190,24 @@ fn choice_from_credential(settings: &Settings, name: &str) -> Result<Choice, Gat
         custom_host: credential.custom_host.clone(),
         vendor_organization: credential.vendor_organization.clone(),
         vendor_project: credential.vendor_project.clone(),
+        cloud: credential.cloud.clone().or(&headers.cloud),
     })
 }
 
 fn choice_from_headers(settings: &Settings, headers: &GatewayHeaders) -> Result<Choice, GatewayError> {
     if let Some(virtual_key) = &headers.virtual_key {
-        return choice_from_credential(settings, virtual_key);
+        return choice_from_credential(settings, virtual_key, headers);
     }
     match &headers.provider {
         Some(provider) => match provider.strip_prefix('@') {
-            Some(slug) => choice_from_credential(settings, slug),
+            Some(slug) => choice_from_credential(settings, slug, headers),
             None => Ok(Choice {
                 provider: provider.clone(),
                 api_key: headers.bearer.clone(),
                 custom_host: headers.custom_host.clone(),
                 vendor_organization: None,
                 vendor_project: None,
+                cloud: headers.cloud.clone(),
             }),
         },
         None => Err(GatewayError::new(
@@ -217,8 +229,8 @@ fn build_target(settings: &Settings, choice: Choice, options: TargetOptions) -> 
         )
         .with_code("unknown_provider")
     })?;
-    let upstream = match (&choice.custom_host, provider.base_url) {
-        (Some(custom_host), _) => {
+    let custom = match &choice.custom_host {
+        Some(custom_host) => {
             let upstream = Upstream::parse(custom_host)
                 .map_err(|e| GatewayError::invalid_param("custom_host", format!("custom host {e}")))?;
             if !settings.custom_host_allowed(&upstream.host) {
@@ -229,31 +241,27 @@ fn build_target(settings: &Settings, choice: Choice, options: TargetOptions) -> 
                 )
                 .with_code("custom_host_not_allowed"));
             }
-            upstream
+            Some(upstream)
         }
+        None => None,
+    };
+    let fields = TargetFields {
+        api_key: choice.api_key.as_deref(),
+        custom_host: custom.is_some(),
+        built_in: provider.base_url,
+        cloud: &choice.cloud,
+    };
+    let binding = provider.kind.bind(provider.name, fields)?;
+    let upstream = match (custom, binding.base_url.as_deref().or(provider.base_url)) {
+        (Some(custom), _) => custom,
         (None, Some(base_url)) => Upstream::parse(base_url)
             .map_err(|e| GatewayError::new(500, "api_error", format!("built-in base URL {e}")))?,
-        (None, None) => {
-            return Err(GatewayError::invalid_param(
-                "custom_host",
-                format!("provider '{}' has no public endpoint: give its address as custom_host", provider.name),
-            ))
-        }
+        (None, None) => return Err(providers::no_endpoint(provider.name)),
     };
-    if choice.api_key.is_none() && choice.custom_host.is_none() {
-        return Err(GatewayError::new(
-            401,
-            "authentication_error",
-            format!(
-                "no credential for provider '{}': send Authorization: Bearer <provider key> or api_key in the config",
-                provider.name
-            ),
-        )
-        .with_code("missing_provider_key"));
-    }
     Ok(Target {
         provider,
-        api_key: choice.api_key,
+        backend: binding.backend,
+        account: binding.account,
         upstream,
         vendor_organization: choice.vendor_organization,
         vendor_project: choice.vendor_project,
@@ -301,14 +309,14 @@ mod tests {
     fn provider_name_with_bearer() {
         let t = select(&[("x-gateway-provider", "openai"), ("authorization", "Bearer sk-1")]).unwrap();
         assert_eq!(t.provider.name, "openai");
-        assert_eq!(t.api_key.as_deref(), Some("sk-1"));
+        assert_eq!(t.account.as_deref(), Some("sk-1"));
         assert_eq!(t.upstream.authority, "api.openai.com:443");
     }
 
     #[test]
     fn slug_and_virtual_key_use_stored_credentials() {
         let t = select(&[("x-gateway-provider", "@openai-prod")]).unwrap();
-        assert_eq!(t.api_key.as_deref(), Some("sk-stored"));
+        assert_eq!(t.account.as_deref(), Some("sk-stored"));
         let t = select(&[("x-gateway-virtual-key", "vk-local")]).unwrap();
         assert_eq!(t.provider.name, "anthropic");
         assert_eq!(t.upstream.authority, "127.0.0.1:9");
@@ -362,7 +370,7 @@ mod tests {
             ("authorization", "Bearer sk-h"),
         ])
         .unwrap();
-        assert_eq!(t.api_key.as_deref(), Some("sk-h"));
+        assert_eq!(t.account.as_deref(), Some("sk-h"));
         assert_eq!(t.options.override_params.get("model"), Some(&Value::from("m")));
     }
 
@@ -391,7 +399,7 @@ mod tests {
                 {{"provider": "openai", "api_key": "first", "weight": {w0}}},
                 {{"provider": "openai", "api_key": "second", "weight": {w1}}}]}}"#
             );
-            select_target(&settings(), &headers(&[("x-gateway-config", &config)]), random).map(|t| t.api_key.unwrap())
+            select_target(&settings(), &headers(&[("x-gateway-config", &config)]), random).map(|t| t.account.unwrap())
         };
         assert_eq!(lb(1.0, 1.0, 0).unwrap(), "first");
         assert_eq!(lb(1.0, 1.0, u64::MAX).unwrap(), "second");

@@ -204,7 +204,7 @@ impl Resolver<'_> {
             id: circuit_id(
                 target.provider.name,
                 &format!("{}{}", target.upstream.authority, target.upstream.base_path),
-                target.api_key.as_deref(),
+                target.account.as_deref(),
             ),
             config,
         });
@@ -322,7 +322,7 @@ mod tests {
     }
 
     fn keys(plan: &Plan) -> Vec<&str> {
-        plan.attempts.iter().map(|a| a.target.api_key.as_deref().unwrap_or("")).collect()
+        plan.attempts.iter().map(|a| a.target.account.as_deref().unwrap_or("")).collect()
     }
 
     #[test]

@@ -13,6 +13,19 @@ pub(crate) struct Event {
     pub(crate) data: String,
 }
 
+/// One provider's stream events in, OpenAI's `chat.completion.chunk`s out.
+pub(crate) trait Converter {
+    /// The provider's name, for the errors the gateway itself puts in the stream.
+    fn provider(&self) -> &'static str;
+    fn on_event(&mut self, event: &Event, out: &mut Vec<u8>);
+    /// The client stream is over; nothing more is sent.
+    fn is_done(&self) -> bool;
+    /// OpenAI's in-stream error chunk, then the end of the client stream.
+    fn end_with_error(&mut self, message: &str, kind: &str, out: &mut Vec<u8>);
+    /// The upstream stream ended: ends the client stream if it is not over.
+    fn finish(&mut self, out: &mut Vec<u8>);
+}
+
 /// Helpers for the tests of every module that reads or writes streams.
 #[cfg(test)]
 pub(crate) mod testing {

@@ -8,7 +8,7 @@
 /// worker runs out of memory, and wasm linear memory never shrinks.
 pub(crate) const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
-use super::Event;
+use super::{Converter, Event};
 
 /// Writes one `data:` event (the form of every OpenAI stream chunk).
 pub(crate) fn write_data(out: &mut Vec<u8>, payload: &[u8]) {
@@ -130,6 +130,56 @@ impl SseParser {
         let event = self.event.take().filter(|e| !e.is_empty());
         if let Some(data) = self.data.take() {
             events.push(Event { event, data });
+        }
+    }
+}
+
+/// A provider's server-sent event stream through its [`Converter`]: the framing, the end of
+/// the stream and the bound on event size are the same for every provider.
+pub(crate) struct SseStream<C> {
+    parser: SseParser,
+    events: C,
+}
+
+impl<C: Converter> SseStream<C> {
+    pub(crate) fn new(events: C) -> Self {
+        SseStream { parser: SseParser::new(), events }
+    }
+
+    /// Consumes one upstream chunk (which may end anywhere, even mid-event).
+    pub(crate) fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        // After the end nothing is sent, so nothing needs parsing or buffering.
+        if self.events.is_done() {
+            return;
+        }
+        for event in self.parser.push(chunk) {
+            self.events.on_event(&event, out);
+        }
+        self.end_if_overflowed(out);
+    }
+
+    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.events.is_done() {
+            return;
+        }
+        for event in self.parser.finish() {
+            self.events.on_event(&event, out);
+        }
+        self.end_if_overflowed(out);
+        self.events.finish(out);
+    }
+
+    pub(crate) fn converter(&self) -> &C {
+        &self.events
+    }
+
+    fn end_if_overflowed(&mut self, out: &mut Vec<u8>) {
+        if self.parser.overflowed() && !self.events.is_done() {
+            let message = format!(
+                "provider '{}' sent a stream event larger than {MAX_EVENT_BYTES} bytes",
+                self.events.provider()
+            );
+            self.events.end_with_error(&message, "api_error", out);
         }
     }
 }

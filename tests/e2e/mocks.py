@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import dataclasses
 import json
 import re
 import ssl
@@ -874,6 +875,37 @@ class OpenAIMock(MockProvider):
 
 
 # --------------------------------------------------------------------------- Anthropic
+
+
+class AzureOpenAIMock(OpenAIMock):
+    """Azure OpenAI's wire format: OpenAI's bodies under ``/openai/deployments/{deployment}/...``
+    (files and batches under ``/openai/...``), the key in ``api-key``, ``api-version`` required
+    in the query; errors as Azure words them. It answers as the OpenAI mock does for the same
+    path under ``/v1``."""
+
+    name = "azure-openai"
+    deployments = ("gpt4o-prod", "gpt4o-mini")
+
+    def __init__(self, key: str, **kw: Any):
+        super().__init__(**kw)
+        self.key = key
+        self.base_url = f"{self.origin}/openai"
+
+    def handle(self, h, req):
+        m = re.fullmatch(r"/openai(?:/deployments/(?P<deployment>[^/]+))?(?P<rest>/.*)", req.path)
+        if not m or (m["deployment"] is not None and m["deployment"] not in self.deployments):
+            return h.send_json(404, {"error": {"code": "DeploymentNotFound", "message":
+                                               "The API deployment for this resource does not exist."}})
+        if req.header("api-key") != self.key:
+            return h.send_json(401, {"error": {"code": "401", "message": "Access denied due to invalid "
+                                               "subscription key or wrong API endpoint."}})
+        if not req.qs("api-version"):
+            return h.send_json(404, {"error": {"code": "404", "message": "Resource not found"}})
+        if req.header("authorization"):
+            return h.send_json(400, {"error": {"code": "BadRequest", "message": "two credentials sent"}})
+        inner = dataclasses.replace(req, path="/v1" + m["rest"],
+                                    headers={**req.headers, "authorization": f"Bearer {self.key}"})
+        super().handle(h, inner)
 
 
 class AnthropicMock(MockProvider):

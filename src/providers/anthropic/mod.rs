@@ -1,6 +1,7 @@
 //! Anthropic Messages API: OpenAI chat requests become `/v1/messages` requests; Anthropic
 //! messages, streams and errors come back in OpenAI's shapes. The conversions live apart
-//! (`request`, `response`, `stream`) so other transports of Anthropic's models can reuse them.
+//! (`request`, `response`, `stream`) so other transports of Anthropic's models can reuse them;
+//! Vertex AI's `rawPredict` takes the same translator with [`Transport::Vertex`].
 
 mod request;
 mod response;
@@ -10,12 +11,14 @@ mod tests;
 
 pub(crate) use request::convert_request;
 pub(crate) use response::convert_response;
-pub(crate) use stream::SseStream;
+pub(crate) use stream::{EventConverter, SseStream};
 
+use super::google::{self, VertexLocation};
 use super::openai::normalize_error;
-// The conversions' shared helpers, for `super::` in the submodules.
-use super::{chat_only, Outbound, Provider, ResponseContext, Translator, UpstreamRequest, Usage};
-use super::{str_field, u64_field};
+use super::{
+    bind_keyed, chat_only, context_or_default, Binding, KeyHeader, Outbound, Provider, ResponseContext, TargetFields,
+    Translator, UpstreamRequest, Usage,
+};
 use crate::errors::GatewayError;
 use serde_json::Value;
 
@@ -24,23 +27,26 @@ pub(crate) struct Anthropic;
 const API_VERSION: &str = "2023-06-01";
 
 impl Provider for Anthropic {
-    fn translator(&self) -> Box<dyn Translator> {
-        Box::new(Messages::default())
-    }
-
-    fn authorize(
-        &self,
-        api_key: Option<&str>,
-        _request: &UpstreamRequest,
-        _now_ms: &dyn Fn() -> u64,
-    ) -> Result<Vec<(&'static str, String)>, GatewayError> {
-        Ok(api_key.map(|key| ("x-api-key", key.to_string())).into_iter().collect())
+    fn bind(&self, name: &str, fields: TargetFields) -> Result<Binding, GatewayError> {
+        bind_keyed(name, fields, KeyHeader::Named("x-api-key"), || Box::new(Messages::new(Transport::Direct)))
     }
 }
 
+/// Where the Messages body goes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Transport {
+    /// Anthropic's own API: `/messages`, the version in a header.
+    Direct,
+    /// Vertex AI's `rawPredict`/`streamRawPredict`: the model in the path, the version in the body.
+    Vertex(VertexLocation),
+}
+
+/// Vertex's Anthropic API version, sent in the body.
+const VERTEX_VERSION: &str = "vertex-2023-10-16";
+
 /// One chat completion through the Messages API.
-#[derive(Default)]
-struct Messages {
+pub(crate) struct Messages {
+    transport: Transport,
     /// What the answer needs of the request; set by `request`.
     ctx: Option<ResponseContext>,
     stream: Option<SseStream>,
@@ -48,26 +54,55 @@ struct Messages {
 }
 
 impl Messages {
+    pub(crate) fn new(transport: Transport) -> Self {
+        Messages { transport, ctx: None, stream: None, usage: None }
+    }
+
+    fn provider(&self) -> &'static str {
+        match self.transport {
+            Transport::Direct => "anthropic",
+            Transport::Vertex(_) => "vertex-ai",
+        }
+    }
+
     fn ctx(&self) -> ResponseContext {
-        self.ctx.clone().unwrap_or_default()
+        context_or_default(&self.ctx)
     }
 
     /// The stream converter, made at the first chunk (not copied per chunk).
     fn sse(&mut self) -> &mut SseStream {
         let ctx = &self.ctx;
-        self.stream.get_or_insert_with(|| SseStream::new(ctx.clone().unwrap_or_default()))
+        self.stream.get_or_insert_with(|| SseStream::new(EventConverter::new(context_or_default(ctx))))
     }
+}
+
+/// Vertex wants the model in the path and the version in the body: the body loses `model`
+/// and gains `anthropic_version`; returns the path.
+fn vertex_body(location: &VertexLocation, body: &mut Value) -> Result<String, GatewayError> {
+    let model = match body.as_object_mut().and_then(|body| body.remove("model")) {
+        Some(Value::String(model)) => model,
+        _ => return Err(GatewayError::invalid_param("model", "'model' must be a string")),
+    };
+    let streams = body.get("stream") == Some(&Value::Bool(true));
+    if let Value::Object(body) = body {
+        body.insert("anthropic_version".into(), VERTEX_VERSION.into());
+    }
+    let method = if streams { "streamRawPredict" } else { "rawPredict" };
+    location.model_path("anthropic", &model, method)
 }
 
 impl Translator for Messages {
     fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
-        let (body, ctx) = chat_only("anthropic", outbound)?;
+        let (body, ctx) = chat_only(self.provider(), outbound)?;
         self.ctx = Some(ctx);
         // `thinking` under strict_vendor_compliance is rejected by the pipeline before this call.
-        let body = convert_request(body)?;
-        // The version header goes even without a key (a local server behind custom_host).
-        let headers = vec![("anthropic-version", API_VERSION.to_string())];
-        Ok(UpstreamRequest { path: "/messages".to_string(), headers, body: Some(body.to_string().into_bytes()) })
+        let mut body = convert_request(body.into_owned())?;
+        let (path, headers) = match &self.transport {
+            // The version header goes even without a key (a local server behind custom_host).
+            Transport::Direct => ("/messages".to_string(), vec![("anthropic-version", API_VERSION.to_string())]),
+            Transport::Vertex(location) => (vertex_body(location, &mut body)?, Vec::new()),
+        };
+        Ok(UpstreamRequest { path, query: None, headers, body: Some(body.to_string().into_bytes()) })
     }
 
     fn translates_responses(&self) -> bool {
@@ -87,13 +122,17 @@ impl Translator for Messages {
     fn stream_end(&mut self, out: &mut Vec<u8>) {
         let stream = self.sse();
         stream.finish(out);
-        self.usage = Some(stream.usage());
+        self.usage = Some(stream.converter().usage());
     }
 
     // Anthropic's `{"type":"error","error":{"type","message"}}` has the `error.type` and
-    // `error.message` of OpenAI's shape, so the generic reshaping covers it.
+    // `error.message` of OpenAI's shape, so the generic reshaping covers it; Vertex answers
+    // its own errors in Google's shape.
     fn error(&self, status: u16, _headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
-        normalize_error(status, body)
+        match self.transport {
+            Transport::Direct => normalize_error(status, body),
+            Transport::Vertex(_) => google::error(status, body),
+        }
     }
 
     fn usage(&self) -> Option<Usage> {
@@ -103,6 +142,8 @@ impl Translator for Messages {
 
 // ---------------------------------------------------------------------------------------------
 // Shared by the conversions
+
+pub(super) use super::{str_field, u64_field};
 
 /// Anthropic's `stop_reason` as an OpenAI `finish_reason`.
 pub(super) fn finish_reason(stop_reason: Option<&str>) -> &'static str {

@@ -3,8 +3,8 @@
 use super::str_field;
 use crate::errors::GatewayError;
 use crate::providers::chat_input::{
-    content_error, function_tools, part_param, reject_unsupported, role_error, stop_sequences, tool_call, tool_call_id,
-    tool_calls, tool_choice, FunctionTool, ToolChoice,
+    content_error, function_tools, part_param, read_tool_call, reject_unsupported, role_error, stop_sequences,
+    tool_call_id, tool_calls, tool_choice, FunctionTool, ToolChoice,
 };
 use serde_json::{json, Map, Value};
 
@@ -238,8 +238,8 @@ fn assistant_content(message: &Value, content: Option<&Value>, i: usize) -> Resu
         None => Vec::new(),
     };
     for (j, call) in calls.iter().enumerate() {
-        let call = tool_call(call, i, j, "anthropic")?;
-        blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}));
+        let call = read_tool_call(call, i, j, "anthropic")?;
+        blocks.push(json!({"type": "tool_use", "id": call.required_id()?, "name": call.name, "input": call.arguments}));
     }
     Ok(Value::Array(blocks))
 }
@@ -258,12 +258,8 @@ fn tool_result(message: &Value, content: Option<&Value>, i: usize) -> Result<Val
 fn convert_tools(tools: &Value) -> Result<Vec<Value>, GatewayError> {
     let tools = function_tools(tools, "anthropic")?;
     let convert = |tool: FunctionTool| {
-        let mut out = Map::new();
-        out.insert("name".into(), tool.name.into());
-        if let Some(description) = tool.description {
-            out.insert("description".into(), description.into());
-        }
-        out.insert("input_schema".into(), tool.schema);
+        let mut out = tool.declaration();
+        out.insert("input_schema".into(), tool.schema());
         Value::Object(out)
     };
     Ok(tools.into_iter().map(convert).collect())

@@ -6,8 +6,8 @@ use super::{finish_reason, prompt_tokens, str_field};
 use crate::errors::error_json;
 use crate::providers::chunks::ChunkWriter;
 use crate::providers::{ResponseContext, Usage};
-use crate::stream::sse::{write_data, SseParser, MAX_EVENT_BYTES};
-use crate::stream::Event;
+use crate::stream::sse::write_data;
+use crate::stream::{Converter, Event};
 use hashbrown::HashMap;
 use serde_json::{json, Value};
 
@@ -34,7 +34,7 @@ impl EventConverter {
         }
     }
 
-    fn on_event(&mut self, event: &Event, out: &mut Vec<u8>) {
+    fn handle(&mut self, event: &Event, out: &mut Vec<u8>) {
         if self.done {
             return;
         }
@@ -139,71 +139,36 @@ impl EventConverter {
         self.done = true;
     }
 
-    /// OpenAI's in-stream error chunk, then the end of the stream.
-    pub(crate) fn end_with_error(&mut self, message: &str, kind: &str, out: &mut Vec<u8>) {
-        write_data(out, &error_json(message, kind, None, None));
-        self.end(out);
-    }
-
-    /// The upstream stream ended: an upstream that ended without `message_stop` still ends
-    /// the client stream cleanly.
-    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
-        if !self.done {
-            self.end(out);
-        }
-    }
-
-    pub(crate) fn is_done(&self) -> bool {
-        self.done
-    }
-
     pub(crate) fn usage(&self) -> Usage {
         Usage { prompt_tokens: self.prompt_tokens, completion_tokens: self.completion_tokens }
     }
 }
 
+impl Converter for EventConverter {
+    fn provider(&self) -> &'static str {
+        "anthropic"
+    }
+
+    fn on_event(&mut self, event: &Event, out: &mut Vec<u8>) {
+        self.handle(event, out);
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn end_with_error(&mut self, message: &str, kind: &str, out: &mut Vec<u8>) {
+        write_data(out, &error_json(message, kind, None, None));
+        self.end(out);
+    }
+
+    /// An upstream that ended without `message_stop` still ends the client stream cleanly.
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if !self.done {
+            self.end(out);
+        }
+    }
+}
+
 /// Anthropic's server-sent event stream.
-pub(crate) struct SseStream {
-    parser: SseParser,
-    events: EventConverter,
-}
-
-impl SseStream {
-    pub(crate) fn new(ctx: ResponseContext) -> Self {
-        SseStream { parser: SseParser::new(), events: EventConverter::new(ctx) }
-    }
-
-    /// Consumes one upstream chunk (which may end anywhere, even mid-event).
-    pub(crate) fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        // After `[DONE]` nothing is sent, so nothing needs parsing or buffering.
-        if self.events.is_done() {
-            return;
-        }
-        for event in self.parser.push(chunk) {
-            self.events.on_event(&event, out);
-        }
-        self.end_if_overflowed(out);
-    }
-
-    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.events.is_done() {
-            return;
-        }
-        for event in self.parser.finish() {
-            self.events.on_event(&event, out);
-        }
-        self.end_if_overflowed(out);
-        self.events.finish(out);
-    }
-
-    pub(crate) fn usage(&self) -> Usage {
-        self.events.usage()
-    }
-
-    fn end_if_overflowed(&mut self, out: &mut Vec<u8>) {
-        if self.parser.overflowed() && !self.events.is_done() {
-            let message = format!("provider 'anthropic' sent a stream event larger than {MAX_EVENT_BYTES} bytes");
-            self.events.end_with_error(&message, "api_error", out);
-        }
-    }
-}
+pub(crate) type SseStream = crate::stream::sse::SseStream<EventConverter>;

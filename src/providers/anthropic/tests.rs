@@ -2,7 +2,7 @@
 use super::*;
 use crate::errors::GatewayError;
 use crate::providers::testing::outbound;
-use crate::providers::{Provider, ResponseContext, Usage};
+use crate::providers::{Outbound, ResponseContext, Usage};
 use crate::request::endpoint::Endpoint;
 use crate::stream::sse::MAX_EVENT_BYTES;
 use crate::stream::testing::payloads;
@@ -37,15 +37,21 @@ fn ctx(strict: bool, include_usage: bool) -> ResponseContext {
 
 // --- endpoints and headers ------------------------------------------------------------
 
+/// A target with this key (or none, behind a custom host).
+fn prepare_with_key(key: Option<&str>, outbound: Outbound) -> crate::providers::Prepared {
+    let cloud = crate::cloud::CloudFields::default();
+    let fields =
+        crate::providers::TargetFields { api_key: key, custom_host: key.is_none(), built_in: None, cloud: &cloud };
+    let custom_host = if key.is_none() { Some("https://llm.internal/v1") } else { None };
+    crate::providers::bind_and_prepare("anthropic", fields, custom_host, "POST", outbound).unwrap()
+}
+
 #[test]
 fn chat_goes_to_messages_with_the_version_header_and_the_key() {
     let body = with_messages(json!([{"role": "user", "content": "Hi"}]));
-    let prepared = crate::providers::prepare(
-        &Anthropic,
-        Some("sk-ant"),
-        outbound(Endpoint::ChatCompletions, "/chat/completions", Some(body)),
-    )
-    .unwrap();
+    let prepared =
+        prepare_with_key(Some("sk-ant"), outbound(Endpoint::ChatCompletions, "/chat/completions", Some(body)));
+    assert_eq!(prepared.path, "/v1/messages");
     assert_eq!(prepared.request.path, "/messages");
     assert_eq!(
         prepared.request.headers,
@@ -54,32 +60,26 @@ fn chat_goes_to_messages_with_the_version_header_and_the_key() {
     let sent: Value = serde_json::from_slice(prepared.request.body.as_deref().unwrap()).unwrap();
     assert_eq!(sent["max_tokens"], 4096);
     assert!(prepared.translator.translates_responses());
-    let keyless = crate::providers::prepare(
-        &Anthropic,
-        None,
-        outbound(
-            Endpoint::ChatCompletions,
-            "/chat/completions",
-            Some(with_messages(json!([{"role": "user", "content": "Hi"}]))),
-        ),
-    )
-    .unwrap();
+    let body = with_messages(json!([{"role": "user", "content": "Hi"}]));
+    let keyless = prepare_with_key(None, outbound(Endpoint::ChatCompletions, "/chat/completions", Some(body)));
     assert_eq!(keyless.request.headers, vec![("anthropic-version", "2023-06-01".to_string())]);
 }
 
 #[test]
 fn other_endpoints_are_refused() {
-    let e = Anthropic.translator().request(outbound(Endpoint::Embeddings, "/embeddings", None)).unwrap_err();
+    let e = Messages::new(Transport::Direct).request(outbound(Endpoint::Embeddings, "/embeddings", None)).unwrap_err();
     assert_eq!(e.status, 400);
     assert_eq!(e.kind, "invalid_request_error");
     assert_eq!(e.code, Some("unsupported_endpoint"));
     assert_eq!(e.message, "provider 'anthropic' does not support /v1/embeddings");
-    assert!(Anthropic.translator().request(outbound(Endpoint::Resource, "/batches/b1/cancel", None)).is_err());
+    assert!(Messages::new(Transport::Direct)
+        .request(outbound(Endpoint::Resource, "/batches/b1/cancel", None))
+        .is_err());
 }
 
 #[test]
 fn the_translator_reports_usage_of_answers_and_streams() {
-    let mut translator = Anthropic.translator();
+    let mut translator = Messages::new(Transport::Direct);
     let body = with_messages(json!([{"role": "user", "content": "Hi"}]));
     translator.request(outbound(Endpoint::ChatCompletions, "/chat/completions", Some(body))).unwrap();
     assert_eq!(translator.usage(), None);
@@ -598,7 +598,7 @@ const TRANSCRIPT: &str = concat!(
 );
 
 fn run_stream(ctx: ResponseContext, chunks: &[&[u8]]) -> Vec<u8> {
-    let mut stream = SseStream::new(ctx);
+    let mut stream = SseStream::new(stream::EventConverter::new(ctx));
     let mut out = Vec::new();
     for chunk in chunks {
         stream.push(chunk, &mut out);

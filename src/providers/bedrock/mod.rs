@@ -16,7 +16,7 @@ pub(crate) use response::convert_response;
 pub(crate) use stream::EventStream;
 
 use super::openai::normalize_error_of_kind;
-use super::{chat_only, u64_field, Outbound, ResponseContext, Translator, UpstreamRequest, Usage};
+use super::{chat_only, context_or_default, u64_field, Outbound, ResponseContext, Translator, UpstreamRequest, Usage};
 use crate::errors::GatewayError;
 use crate::hash::Hasher;
 use serde_json::Value;
@@ -40,7 +40,7 @@ impl Converse {
     /// The stream converter, made at the first chunk.
     fn events(&mut self) -> &mut EventStream {
         let (ctx, id) = (&self.ctx, &self.id);
-        self.stream.get_or_insert_with(|| EventStream::new(ctx.clone().unwrap_or_default(), id.clone()))
+        self.stream.get_or_insert_with(|| EventStream::new(context_or_default(ctx), id.clone()))
     }
 }
 
@@ -48,11 +48,11 @@ impl Translator for Converse {
     fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
         let now_ms = (outbound.now_ms)();
         let (body, ctx) = chat_only("bedrock", outbound)?;
-        let (body, path) = convert_request(body)?;
+        let (body, path) = convert_request(body.into_owned())?;
         let body = body.to_string().into_bytes();
         self.id = chat_id(now_ms, &body);
         self.ctx = Some(ctx);
-        Ok(UpstreamRequest { path, headers: Vec::new(), body: Some(body) })
+        Ok(UpstreamRequest { path, query: None, headers: Vec::new(), body: Some(body) })
     }
 
     fn translates_responses(&self) -> bool {
@@ -60,7 +60,7 @@ impl Translator for Converse {
     }
 
     fn response(&mut self, body: &[u8]) -> Result<Vec<u8>, GatewayError> {
-        let (answer, usage) = convert_response(body, &self.ctx.clone().unwrap_or_default(), &self.id)?;
+        let (answer, usage) = convert_response(body, &context_or_default(&self.ctx), &self.id)?;
         self.usage = Some(usage);
         Ok(answer)
     }

@@ -3,8 +3,8 @@
 use super::sigv4::uri_encode;
 use crate::errors::GatewayError;
 use crate::providers::chat_input::{
-    content_error, function_tools, part_param, reject_unsupported, role_error, stop_sequences, tool_call, tool_call_id,
-    tool_calls, tool_choice, ToolChoice,
+    content_error, function_tools, part_param, read_tool_call, reject_unsupported, role_error, stop_sequences,
+    tool_call_id, tool_calls, tool_choice, ToolChoice,
 };
 use crate::providers::str_field;
 use serde_json::{json, Map, Value};
@@ -183,8 +183,8 @@ fn assistant_blocks(message: &Value, content: Option<&Value>, i: usize) -> Resul
         _ => content_blocks(content, i)?,
     };
     for (j, call) in calls.iter().enumerate() {
-        let call = tool_call(call, i, j, PROVIDER)?;
-        blocks.push(json!({"toolUse": {"toolUseId": call.id, "name": call.name, "input": call.input}}));
+        let call = read_tool_call(call, i, j, PROVIDER)?;
+        blocks.push(json!({"toolUse": {"toolUseId": call.required_id()?, "name": call.name, "input": call.arguments}}));
     }
     Ok(blocks)
 }
@@ -212,12 +212,8 @@ fn tool_config(tools: Option<&Value>, choice: Option<&Value>) -> Result<Option<V
     let specs: Vec<Value> = tools
         .into_iter()
         .map(|tool| {
-            let mut spec = Map::new();
-            spec.insert("name".into(), tool.name.into());
-            if let Some(description) = tool.description {
-                spec.insert("description".into(), description.into());
-            }
-            spec.insert("inputSchema".into(), json!({"json": tool.schema}));
+            let mut spec = tool.declaration();
+            spec.insert("inputSchema".into(), json!({"json": tool.schema()}));
             json!({"toolSpec": spec})
         })
         .collect();

@@ -3,7 +3,7 @@
 //! and a SHA-256 of the exact body, so it must be made after translation.
 
 use crate::errors::GatewayError;
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 const ALGORITHM: &str = "AWS4-HMAC-SHA256";

@@ -1,0 +1,107 @@
+//! The fields that place a target at a cloud provider and carry its credentials, wherever
+//! they come from (a config node, the headers of spec 5.3, a stored credential).
+
+use serde_json::{Map, Value};
+
+/// The fields that place a target at a cloud provider and carry its credentials (Azure's
+/// `resource_name`, `deployment_id`, `api_version`, `deployments` and the `cloud_*` fields),
+/// from a config node, the headers of spec 5.3 or a stored credential. Each provider checks
+/// the ones it needs when a target is built.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct CloudFields {
+    pub(crate) resource_name: Option<String>,
+    pub(crate) deployment_id: Option<String>,
+    pub(crate) api_version: Option<String>,
+    pub(crate) deployments: Vec<Deployment>,
+    /// `x-gateway-cloud-a-model-name` (a header; the config has no such field).
+    pub(crate) cloud_a_model_name: Option<String>,
+    pub(crate) cloud_a_region: Option<String>,
+    pub(crate) cloud_a_deployment_name: Option<String>,
+    pub(crate) cloud_a_deployment_type: Option<CloudADeploymentType>,
+    pub(crate) cloud_a_endpoint_name: Option<String>,
+    pub(crate) cloud_a_api_version: Option<String>,
+    pub(crate) cloud_b_project_id: Option<String>,
+    pub(crate) cloud_b_region: Option<String>,
+    pub(crate) cloud_b_service_account_json: Option<Map<String, Value>>,
+    /// `X-Cloud-B-LLM-Request-Type` (a header), passed to Vertex under its own name.
+    pub(crate) cloud_b_request_type: Option<String>,
+    pub(crate) cloud_c_access_key_id: Option<String>,
+    pub(crate) cloud_c_secret_access_key: Option<String>,
+    pub(crate) cloud_c_region: Option<String>,
+    pub(crate) cloud_c_session_token: Option<String>,
+}
+
+impl CloudFields {
+    /// The config's property names of these fields.
+    pub(crate) const KEYS: &'static [&'static str] = &[
+        "resource_name",
+        "deployment_id",
+        "api_version",
+        "deployments",
+        "cloud_c_access_key_id",
+        "cloud_c_secret_access_key",
+        "cloud_c_region",
+        "cloud_c_session_token",
+        "cloud_b_project_id",
+        "cloud_b_region",
+        "cloud_b_service_account_json",
+        "cloud_a_region",
+        "cloud_a_deployment_name",
+        "cloud_a_deployment_type",
+        "cloud_a_endpoint_name",
+        "cloud_a_api_version",
+    ];
+
+    /// Fields set here win; the others come from `fallback` (a config node over the headers,
+    /// a stored credential over the headers).
+    pub(crate) fn or(self, fallback: &CloudFields) -> CloudFields {
+        let pick = |own: Option<String>, other: &Option<String>| own.or_else(|| other.clone());
+        CloudFields {
+            resource_name: pick(self.resource_name, &fallback.resource_name),
+            deployment_id: pick(self.deployment_id, &fallback.deployment_id),
+            api_version: pick(self.api_version, &fallback.api_version),
+            deployments: if self.deployments.is_empty() { fallback.deployments.clone() } else { self.deployments },
+            cloud_a_model_name: pick(self.cloud_a_model_name, &fallback.cloud_a_model_name),
+            cloud_a_region: pick(self.cloud_a_region, &fallback.cloud_a_region),
+            cloud_a_deployment_name: pick(self.cloud_a_deployment_name, &fallback.cloud_a_deployment_name),
+            cloud_a_deployment_type: self.cloud_a_deployment_type.or(fallback.cloud_a_deployment_type),
+            cloud_a_endpoint_name: pick(self.cloud_a_endpoint_name, &fallback.cloud_a_endpoint_name),
+            cloud_a_api_version: pick(self.cloud_a_api_version, &fallback.cloud_a_api_version),
+            cloud_b_project_id: pick(self.cloud_b_project_id, &fallback.cloud_b_project_id),
+            cloud_b_region: pick(self.cloud_b_region, &fallback.cloud_b_region),
+            cloud_b_request_type: pick(self.cloud_b_request_type, &fallback.cloud_b_request_type),
+            cloud_b_service_account_json: self
+                .cloud_b_service_account_json
+                .or_else(|| fallback.cloud_b_service_account_json.clone()),
+            cloud_c_access_key_id: pick(self.cloud_c_access_key_id, &fallback.cloud_c_access_key_id),
+            cloud_c_secret_access_key: pick(self.cloud_c_secret_access_key, &fallback.cloud_c_secret_access_key),
+            cloud_c_region: pick(self.cloud_c_region, &fallback.cloud_c_region),
+            cloud_c_session_token: pick(self.cloud_c_session_token, &fallback.cloud_c_session_token),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Deployment {
+    pub(crate) deployment_id: String,
+    pub(crate) alias: String,
+    pub(crate) api_version: String,
+    pub(crate) is_default: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CloudADeploymentType {
+    Serverless,
+    Managed,
+}
+
+impl CloudADeploymentType {
+    pub(crate) const ALL: [CloudADeploymentType; 2] = [Self::Serverless, Self::Managed];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Serverless => "serverless",
+            Self::Managed => "managed",
+        }
+    }
+}
