@@ -262,8 +262,9 @@ fn prepare_fixture(fixture: &Fixture, check: &mut Check) -> Option<Result<Prepar
         },
         None => crate::cloud::CloudFields::default(),
     };
-    // Without a key or a public endpoint, the target is a local server.
-    let local = client.api_key.is_none() || spec.base_url.is_none();
+    // A config names the target's place (a region); without one, a target without a key or a
+    // public endpoint is a local server.
+    let local = client.config.is_none() && (client.api_key.is_none() || spec.base_url.is_none());
     let fields = TargetFields { api_key: client.api_key.as_deref(), custom_host: local, built_in: None, cloud: &cloud };
     let custom_host = local.then_some("http://127.0.0.1:8000/v1");
     Some(bind_and_prepare(spec.name, fields, custom_host, &client.method, outbound))

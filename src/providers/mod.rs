@@ -6,7 +6,6 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod azure;
-#[allow(dead_code)] // wired by the registration in the next commit
 pub(crate) mod bedrock;
 pub(crate) mod chat_input;
 pub(crate) mod chunks;
@@ -158,8 +157,6 @@ pub(crate) struct TokenRequest {
 }
 
 /// The upstream request as it will be sent, for backend auth.
-// Read by the signing backends (Bedrock's SigV4), which land with the cloud issue.
-#[allow(dead_code)]
 pub(crate) struct Signable<'a> {
     pub(crate) method: &'a str,
     /// `host:port` as sent in `:authority`.
@@ -382,6 +379,7 @@ static AZURE_OPENAI: azure::AzureOpenAi = azure::AzureOpenAi;
 static AZURE_AI: azure::AzureAi = azure::AzureAi;
 static GEMINI: google::Gemini = google::Gemini;
 static VERTEX_AI: google::VertexAi = google::VertexAi;
+static BEDROCK: bedrock::Bedrock = bedrock::Bedrock;
 
 const fn compatible(name: &'static str, base_url: &'static str) -> ProviderSpec {
     ProviderSpec { name, base_url: Some(base_url), kind: &OPENAI }
@@ -396,6 +394,8 @@ pub(crate) static PROVIDERS: &[ProviderSpec] = &[
     // Cloud B: the Gemini API, and Vertex AI (its host from the region).
     ProviderSpec { name: "google", base_url: Some("https://generativelanguage.googleapis.com"), kind: &GEMINI },
     ProviderSpec { name: "vertex-ai", base_url: None, kind: &VERTEX_AI },
+    // Cloud C: Bedrock's runtime host from the region, SigV4 over the request as sent.
+    ProviderSpec { name: "bedrock", base_url: None, kind: &BEDROCK },
     // The generic name for any server that speaks OpenAI's API; needs `custom_host`.
     ProviderSpec { name: "openai-compatible", base_url: None, kind: &OPENAI },
     compatible("groq", "https://api.groq.com/openai/v1"),

@@ -1,7 +1,7 @@
 //! AWS Bedrock (cloud C) through the Converse API: OpenAI chat requests become
 //! `/model/{id}/converse` (or `/converse-stream`) requests; answers, event streams and errors
-//! come back in OpenAI's shapes. The pieces here are host-independent: [`sigv4::sign`] makes
-//! the auth headers of the final request, [`Converse`] translates.
+//! come back in OpenAI's shapes. [`Bedrock`] binds a target's access keys and region;
+//! [`sigv4::sign`] makes the auth headers of the final request, [`Converse`] translates.
 
 pub(crate) mod eventstream;
 mod request;
@@ -16,10 +16,87 @@ pub(crate) use response::convert_response;
 pub(crate) use stream::EventStream;
 
 use super::openai::normalize_error_of_kind;
-use super::{chat_only, context_or_default, u64_field, Outbound, ResponseContext, Translator, UpstreamRequest, Usage};
+use super::{
+    chat_only, context_or_default, host_label, u64_field, Backend, Binding, Outbound, Provider, ResponseContext,
+    Signable, TargetFields, Translator, UpstreamRequest, Usage,
+};
+use crate::cloud::CloudFields;
 use crate::errors::GatewayError;
 use crate::hash::Hasher;
 use serde_json::Value;
+use sigv4::AwsCredentials;
+use std::rc::Rc;
+
+/// The region SigV4 signs for when a custom host is given without one.
+const DEFAULT_REGION: &str = "us-east-1";
+
+pub(crate) struct Bedrock;
+
+impl Provider for Bedrock {
+    fn bind(&self, name: &str, fields: TargetFields) -> Result<Binding, GatewayError> {
+        let cloud = fields.cloud;
+        let (base_url, region) = match &cloud.cloud_c_region {
+            Some(region) => {
+                let region = host_label("cloud_c_region", region)?;
+                let base_url = format!("https://bedrock-runtime.{region}.amazonaws.com");
+                ((!fields.custom_host).then_some(base_url), region.to_string())
+            }
+            // A custom host (a proxy, a local mock) names the place; the signature still needs a region.
+            None if fields.custom_host => (None, DEFAULT_REGION.to_string()),
+            None => {
+                return Err(GatewayError::invalid_param(
+                    "cloud_c_region",
+                    "`cloud_c_region` (e.g. us-east-1) is required for bedrock, unless custom_host is given",
+                )
+                .with_code("invalid_config"))
+            }
+        };
+        let credentials = credentials(name, cloud)?;
+        let account = Some(credentials.access_key_id.clone());
+        Ok(Binding { base_url, account, backend: Rc::new(SigV4 { credentials, region }) })
+    }
+}
+
+/// The access key pair (and session token) of the target; a missing one is a 401 that says
+/// what to send, never echoing what was sent.
+fn credentials(name: &str, cloud: &CloudFields) -> Result<AwsCredentials, GatewayError> {
+    let non_empty = |field: &Option<String>| field.clone().filter(|value| !value.is_empty());
+    match (non_empty(&cloud.cloud_c_access_key_id), non_empty(&cloud.cloud_c_secret_access_key)) {
+        (Some(access_key_id), Some(secret_access_key)) => {
+            Ok(AwsCredentials { access_key_id, secret_access_key, session_token: cloud.cloud_c_session_token.clone() })
+        }
+        _ => Err(GatewayError::new(
+            401,
+            "authentication_error",
+            format!(
+                "no credential for provider '{name}': send cloud_c_access_key_id and cloud_c_secret_access_key \
+                 (and cloud_c_session_token for temporary keys) in the config, or the headers \
+                 x-gateway-cloud-c-access-key-id and x-gateway-cloud-c-secret-access-key"
+            ),
+        )
+        .with_code("missing_provider_key")),
+    }
+}
+
+/// A Bedrock target: every request signed with its keys for its region.
+struct SigV4 {
+    credentials: AwsCredentials,
+    region: String,
+}
+
+impl Backend for SigV4 {
+    fn translator(&self) -> Box<dyn Translator> {
+        Box::new(Converse::new())
+    }
+
+    fn authorize(
+        &self,
+        request: &Signable,
+        now_ms: &dyn Fn() -> u64,
+    ) -> Result<Vec<(&'static str, String)>, GatewayError> {
+        sigv4::sign(&self.credentials, &self.region, "bedrock", request, now_ms())
+    }
+}
 
 /// One chat completion through the Converse API.
 #[derive(Default)]

@@ -3,6 +3,7 @@
 //! and a SHA-256 of the exact body, so it must be made after translation.
 
 use crate::errors::GatewayError;
+use crate::providers::Signable;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
@@ -17,45 +18,20 @@ pub(crate) struct AwsCredentials {
     pub(crate) session_token: Option<String>,
 }
 
-/// The request exactly as it goes on the wire.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SignedRequest<'a> {
-    /// `POST`, `GET`, ... (signed upper-case).
-    pub(crate) method: &'a str,
-    /// The `Host` / `:authority` value exactly as sent, port included when one is sent
-    /// (`127.0.0.1:9000`). It is signed verbatim: AWS compares the signature with the header
-    /// it receives, so the caller must send this very string. AWS SDKs send no default port
-    /// (`bedrock-runtime.us-east-1.amazonaws.com`); [`authority`] builds that form.
-    pub(crate) authority: &'a str,
-    /// The full path as sent, with any `custom_host` base path and its percent-encoding
-    /// (`/prefix/model/anthropic.claude-3%3A0/converse`), without the query.
-    pub(crate) path: &'a str,
-    /// The query as sent, without `?`.
-    pub(crate) query: Option<&'a str>,
-    pub(crate) body: &'a [u8],
-}
-
-/// The `Host` value an AWS SDK sends: the default port of the scheme is left out.
-pub(crate) fn authority(https: bool, host: &str, port: Option<u16>) -> String {
-    match port {
-        Some(443) if https => host.to_string(),
-        Some(80) if !https => host.to_string(),
-        Some(port) => format!("{host}:{port}"),
-        None => host.to_string(),
-    }
-}
-
 /// The headers to add to the request: `authorization`, `x-amz-date`, `x-amz-content-sha256`
 /// and, with a session token, `x-amz-security-token`. The signed headers are `host` plus
-/// these; the caller must send `request.authority` as the host and must not change the path,
-/// query or body afterwards. `now_ms` is the host clock (Unix milliseconds).
+/// these. Everything is signed exactly as sent: the authority verbatim, port included (AWS
+/// checks the signature against the `Host` it receives), the path with its percent-encoding
+/// and any `custom_host` base path, the query, the body. `now_ms` is the host clock (Unix
+/// milliseconds).
 pub(crate) fn sign(
     credentials: &AwsCredentials,
     region: &str,
     service: &str,
-    request: &SignedRequest,
+    request: &Signable,
     now_ms: u64,
 ) -> Result<Vec<(&'static str, String)>, GatewayError> {
+    let (path, query) = request.path.split_once('?').unwrap_or((request.path, ""));
     let (date, timestamp) = amz_date(now_ms);
     let payload_hash = hex(&Sha256::digest(request.body));
     let token = credentials.session_token.as_deref().filter(|t| !t.is_empty());
@@ -64,8 +40,7 @@ pub(crate) fn sign(
     if let Some(token) = token {
         signed.push(("x-amz-security-token", token));
     }
-    let (canonical, signed_headers) =
-        canonical_request(request.method, request.path, request.query.unwrap_or_default(), &signed, &payload_hash);
+    let (canonical, signed_headers) = canonical_request(request.method, path, query, &signed, &payload_hash);
     let scope = format!("{date}/{region}/{service}/aws4_request");
     let signature = signature(&credentials.secret_access_key, &date, region, service, &timestamp, &canonical)?;
     let authorization = format!(
@@ -323,9 +298,6 @@ mod tests {
         assert_eq!(canonical_query("b=2&a=%7e x&a=1&flag"), "a=1&a=~%20x&b=2&flag=");
         assert_eq!(canonical_query("k=%zz%4"), "k=%25zz%254");
         assert_eq!(header_value("  a   b "), "a b");
-        assert_eq!(authority(true, "h", Some(443)), "h");
-        assert_eq!(authority(false, "h", Some(443)), "h:443");
-        assert_eq!(authority(false, "127.0.0.1", Some(9000)), "127.0.0.1:9000");
     }
 
     // The expected values of the two tests below were computed with Python botocore 1.44.5
@@ -337,11 +309,11 @@ mod tests {
     #[test]
     fn converse_request_with_session_token_matches_botocore() {
         let body = br#"{"messages":[{"role":"user","content":[{"text":"Hi"}]}]}"#;
-        let request = SignedRequest {
+        let request = Signable {
             method: "POST",
             authority: "bedrock-runtime.us-east-1.amazonaws.com",
             path: "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse",
-            query: None,
+            token: None,
             body,
         };
         let headers =
@@ -360,11 +332,11 @@ mod tests {
     #[test]
     fn custom_host_with_port_and_prefix_matches_botocore() {
         let body = br#"{"inferenceConfig":{"maxTokens":5}}"#;
-        let request = SignedRequest {
+        let request = Signable {
             method: "POST",
             authority: "127.0.0.1:9000",
-            path: "/proxy/model/us.meta.llama3-2-1b-instruct-v1%3A0/converse-stream",
-            query: Some("b=2&a=1"),
+            path: "/proxy/model/us.meta.llama3-2-1b-instruct-v1%3A0/converse-stream?b=2&a=1",
+            token: None,
             body,
         };
         let headers = sign(&suite_credentials(Some("")), "eu-west-3", "bedrock", &request, 1_700_000_000_123).unwrap();

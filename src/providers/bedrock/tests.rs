@@ -1,6 +1,7 @@
 // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
 use super::eventstream::{encode_frame, event_frame};
 use super::*;
+use crate::cloud::CloudFields;
 use crate::providers::testing::outbound;
 use crate::request::endpoint::Endpoint;
 use crate::stream::testing::payloads;
@@ -241,4 +242,91 @@ fn reasoning_goes_to_clients_that_accept_extras() {
         json!([{"type": "thinking", "thinking": "think", "signature": "sig"}, {"type": "text", "text": "Hi"}])
     );
     assert_eq!(convert_response(b"{}", &ctx, "id").unwrap_err().status, 502);
+}
+
+// --- binding and signing -----------------------------------------------------------------
+
+const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
+
+fn keys(region: Option<&str>) -> CloudFields {
+    CloudFields {
+        cloud_c_access_key_id: Some("AKIDEXAMPLE".into()),
+        cloud_c_secret_access_key: Some(SECRET.into()),
+        cloud_c_region: region.map(str::to_string),
+        ..CloudFields::default()
+    }
+}
+
+fn bind(cloud: &CloudFields, custom_host: bool) -> Result<Binding, GatewayError> {
+    Bedrock.bind("bedrock", TargetFields { api_key: None, custom_host, built_in: None, cloud })
+}
+
+#[test]
+fn the_region_names_the_host() {
+    let binding = bind(&keys(Some("eu-west-3")), false).unwrap();
+    assert_eq!(binding.base_url.as_deref(), Some("https://bedrock-runtime.eu-west-3.amazonaws.com"));
+    assert_eq!(binding.account.as_deref(), Some("AKIDEXAMPLE"));
+    // A custom host replaces the host; the region is then optional.
+    assert_eq!(bind(&keys(Some("eu-west-3")), true).unwrap().base_url, None);
+    assert_eq!(bind(&keys(None), true).unwrap().base_url, None);
+    let e = bind(&keys(None), false).err().unwrap();
+    assert_eq!((e.status, e.param.as_deref(), e.code), (400, Some("cloud_c_region"), Some("invalid_config")));
+    // A region is one host label: it cannot move the request to another host.
+    let e = bind(&keys(Some("evil.com/x")), false).err().unwrap();
+    assert_eq!((e.status, e.param.as_deref()), (400, Some("cloud_c_region")));
+}
+
+#[test]
+fn both_keys_are_required_and_never_echoed() {
+    let without = |strip: fn(&mut CloudFields)| {
+        let mut cloud = keys(Some("us-east-1"));
+        strip(&mut cloud);
+        bind(&cloud, false).err().unwrap()
+    };
+    for e in [
+        without(|c| c.cloud_c_access_key_id = None),
+        without(|c| c.cloud_c_secret_access_key = None),
+        without(|c| c.cloud_c_secret_access_key = Some(String::new())),
+    ] {
+        assert_eq!((e.status, e.code), (401, Some("missing_provider_key")));
+        assert!(e.message.contains("cloud_c_secret_access_key"), "{}", e.message);
+        assert!(e.message.contains("x-gateway-cloud-c-access-key-id"), "{}", e.message);
+        assert!(!e.message.contains("AKIDEXAMPLE") && !e.message.contains(SECRET), "{}", e.message);
+    }
+}
+
+/// What is signed is what is sent: the custom host's authority with its port, its base path
+/// before the model's path, the model id's `%3A` as sent, the translated body; the region
+/// defaults to us-east-1. The expected headers were computed with Python botocore 1.44.5
+/// (`SigV4Auth(Credentials("AKIDEXAMPLE", secret, "tok"), "bedrock", "us-east-1")` over
+/// `POST http://127.0.0.1:9000/proxy/model/...%3A0/converse` with that body, at 1_700_000_000 s).
+#[test]
+fn the_request_is_signed_as_sent() {
+    let cloud = CloudFields { cloud_c_session_token: Some("tok".into()), ..keys(None) };
+    let fields = TargetFields { api_key: None, custom_host: true, built_in: None, cloud: &cloud };
+    let body = json!({"model": "us.anthropic.claude-3-5-haiku-20241022-v1:0", "messages": [{"role": "user", "content": "Hi"}]});
+    let outbound = outbound(Endpoint::ChatCompletions, "/chat/completions", Some(body));
+    let prepared =
+        crate::providers::bind_and_prepare("bedrock", fields, Some("http://127.0.0.1:9000/proxy"), "POST", outbound)
+            .unwrap();
+    assert_eq!(prepared.path, "/proxy/model/us.anthropic.claude-3-5-haiku-20241022-v1%3A0/converse");
+    assert_eq!(
+        prepared.request.body.as_deref(),
+        Some(&br#"{"messages":[{"content":[{"text":"Hi"}],"role":"user"}]}"#[..])
+    );
+    let headers: Vec<(&str, &str)> = prepared.request.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    assert_eq!(
+        headers,
+        vec![
+            (
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20231114/us-east-1/bedrock/aws4_request, \
+                 SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token, \
+                 Signature=4f22310776d6e8af1c5b29d8e4885263388274160e079aa8d11017d590f39945"
+            ),
+            ("x-amz-date", "20231114T221320Z"),
+            ("x-amz-content-sha256", "d0cf73810a68223dbb8e96c7aca7e7c3c34a4a8312cda45e2cd5832fe615b2ac"),
+            ("x-amz-security-token", "tok"),
+        ]
+    );
 }
