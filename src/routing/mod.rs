@@ -280,7 +280,11 @@ mod tests {
         Settings::parse(
             br#"{"api_keys": ["gw"], "credentials": {
                 "openai-prod": {"provider": "openai", "api_key": "sk-stored"},
-                "vk-local": {"provider": "anthropic", "api_key": "sk-ant", "custom_host": "http://127.0.0.1:9/v1"}}}"#,
+                "vk-local": {"provider": "anthropic", "api_key": "sk-ant", "custom_host": "http://127.0.0.1:9/v1"},
+                "azure-prod": {"provider": "azure-openai", "api_key": "az-stored", "resource_name": "contoso",
+                               "api_version": "2024-10-21"},
+                "vertex-prod": {"provider": "vertex-ai", "cloud_b_region": "europe-west4",
+                                "cloud_b_project_id": "stored-project", "api_key": "ya29.stored"}}}"#,
         )
         .unwrap()
     }
@@ -321,6 +325,44 @@ mod tests {
         assert_eq!(t.provider.name, "anthropic");
         assert_eq!(t.upstream.authority, "127.0.0.1:9");
         assert_eq!(select(&[("x-gateway-virtual-key", "nope")]).err().unwrap().status, 401);
+    }
+
+    #[test]
+    fn cloud_fields_come_from_the_config_the_headers_and_stored_credentials() {
+        // A stored credential's fields; the headers fill the ones it leaves unset.
+        let t = select(&[("x-gateway-provider", "@azure-prod"), ("x-gateway-cloud-a-deployment-id", "gpt4o")]).unwrap();
+        assert_eq!(
+            (t.upstream.authority.as_str(), t.account.as_deref()),
+            ("contoso.openai.azure.com:443", Some("az-stored"))
+        );
+        // Without the header the stored credential lacks a deployment: a 400 naming it.
+        let err = select(&[("x-gateway-provider", "@azure-prod")]).err().unwrap();
+        assert_eq!((err.status, err.param.as_deref()), (400, Some("deployment_id")));
+        // A config's field wins over the header's.
+        let config = r#"{"provider": "vertex-ai", "cloud_b_region": "us-east5", "cloud_b_project_id": "p"}"#;
+        let t = select(&[
+            ("x-gateway-config", config),
+            ("x-gateway-cloud-b-region", "asia-south1"),
+            ("authorization", "Bearer ya29.t"),
+        ])
+        .unwrap();
+        assert_eq!(t.upstream.authority, "us-east5-aiplatform.googleapis.com:443");
+        let t = select(&[("x-gateway-provider", "@vertex-prod")]).unwrap();
+        assert_eq!(t.upstream.authority, "europe-west4-aiplatform.googleapis.com:443");
+    }
+
+    #[test]
+    fn stored_credentials_are_checked_as_config_targets() {
+        let bad = br#"{"api_keys": ["gw"], "credentials": {"x": {"provider": "openai", "api_key": "k", "retry": {}}}}"#;
+        // (The message gives the place, never the values: the configuration holds keys.)
+        assert!(Settings::parse(bad).is_err());
+        let slug = br#"{"api_keys": ["gw"], "credentials": {"x": {"provider": "@other", "api_key": "k"}}}"#;
+        assert!(Settings::parse(slug).is_err());
+        let shape = br#"{"api_keys": ["gw"], "credentials": {"x": {"provider": "bedrock", "cloud_c_region": 5}}}"#;
+        assert!(Settings::parse(shape).is_err());
+        let good = br#"{"api_keys": ["gw"], "credentials": {"x": {"provider": "bedrock", "cloud_c_region": "us-east-1",
+            "cloud_c_access_key_id": "AK", "cloud_c_secret_access_key": "SK"}}}"#;
+        assert_eq!(Settings::parse(good).unwrap().credentials["x"].cloud.cloud_c_region.as_deref(), Some("us-east-1"));
     }
 
     #[test]
