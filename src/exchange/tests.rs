@@ -575,6 +575,19 @@ fn a_bedrock_event_stream_reaches_the_client_as_server_sent_events() {
     assert_eq!(gw.response_body(1, second, true), Output::proceed());
     let sse = String::from_utf8(gw.client_body(1)).unwrap();
     assert!(sse.contains(r#""content":"Hi there""#) && sse.ends_with("data: [DONE]\n\n"), "{sse}");
+
+    // The same stream as the answer of a recovery call arrives whole: translated the same way.
+    let bedrock = json!({"provider": "bedrock", "custom_host": "http://127.0.0.1:9002",
+        "cloud_c_access_key_id": "AKIDEXAMPLE", "cloud_c_secret_access_key": "secret"});
+    let config = fallback(vec![openai("sk-first", 9001), bedrock]);
+    gw.post(2, chat_with_config("gw-key", &config), body);
+    gw.response_headers(2, 500, &[("content-type", "application/json")], "via_upstream");
+    let token = gw.io.sent.last().map(|call| call.token).unwrap();
+    let out = gw.answer(token, 200, &[("content-type", "application/vnd.amazon.eventstream")], &frames);
+    let (_, status, headers, body) = reply(&out);
+    assert_eq!((status, headers["content-type"].as_str()), (200, "text/event-stream"));
+    let sse = body.as_str().unwrap_or_default();
+    assert!(sse.contains(r#""content":"Hi there""#) && sse.ends_with("data: [DONE]\n\n"), "{sse}");
 }
 
 // ---------------------------------------------------------------------------------------------
