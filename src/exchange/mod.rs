@@ -30,6 +30,7 @@ use crate::routing::attempts::Next;
 use crate::routing::breaker;
 use crate::routing::plan::Failure;
 use crate::settings::Settings;
+use crate::stream;
 use crate::upstream::Upstream;
 use caching::{CacheState, Hit};
 use hashbrown::HashMap;
@@ -669,8 +670,7 @@ impl Exchange {
         };
         let head = self.record.method == "HEAD";
         let (id, io) = (env.id, &mut *env.io);
-        let mut event_stream =
-            || io.response_header(id, "content-type").is_some_and(|v| v.starts_with(b"text/event-stream"));
+        let mut event_stream = || io.response_header(id, "content-type").is_some_and(|v| stream::is_stream(&v));
         self.mode = response_mode(&routed.plan, head, status, &mut event_stream);
         self.set_gateway_headers(env);
         if self.cache.is_active() && reply::has_body(head, status) && (200..300).contains(&status) {
@@ -691,6 +691,10 @@ impl Exchange {
             ResponseMode::Stream => {
                 // Translated chunks change the length; Envoy frames the stream.
                 env.io.set_response_header(env.id, "content-length", None);
+                let provider_type = env.io.response_header(env.id, "content-type");
+                if let Some(content_type) = stream::client_content_type(provider_type.as_deref()) {
+                    env.io.set_response_header(env.id, "content-type", Some(content_type));
+                }
                 Action::Continue
             }
             // No body will follow: answer with the finished one now.
@@ -893,13 +897,17 @@ impl Exchange {
         let (finished, mut headers) = match &mut recovery.latest {
             Outcome::Response(answer) => {
                 let status = answer.status;
-                let event_stream =
-                    headers::find(&answer.headers, "content-type").is_some_and(|v| v.starts_with(b"text/event-stream"));
+                let provider_type = headers::find(&answer.headers, "content-type");
+                let event_stream = provider_type.is_some_and(stream::is_stream);
                 let mode = response_mode(&recovery.plan, head, status, &mut || event_stream);
                 let body = std::mem::take(&mut answer.body);
                 let finished = finish(&mut recovery.plan, mode, status, &answer.headers, body);
                 self.record.usage = recovery.plan.translator.usage();
-                let headers = reply::provider_headers(&answer.headers, finished.json);
+                let mut headers = reply::provider_headers(&answer.headers, finished.json);
+                if let (ResponseMode::Stream, Some(sse)) = (mode, stream::client_content_type(provider_type)) {
+                    headers.retain(|(name, _)| name != "content-type");
+                    headers.push(("content-type".into(), sse.into()));
+                }
                 (finished, headers)
             }
             Outcome::Timeout => (reply::gateway_error(&reply::timeout_error()), json_headers()),

@@ -548,6 +548,48 @@ fn an_anthropic_stream_is_translated_chunk_by_chunk() {
     assert!(sse.ends_with("data: [DONE]\n\n"), "{sse}");
 }
 
+/// A Bedrock stream is AWS's binary event stream: it is translated as it comes like an SSE
+/// stream, and the client gets server-sent events with their content type.
+#[test]
+fn a_bedrock_event_stream_reaches_the_client_as_server_sent_events() {
+    use crate::providers::bedrock::eventstream::event_frame;
+    let mut gw = Gateway::new(SETTINGS);
+    let config = json!({"provider": "bedrock", "cloud_c_region": "us-east-1",
+        "cloud_c_access_key_id": "AKIDEXAMPLE", "cloud_c_secret_access_key": "secret"});
+    let body = br#"{"model":"amazon.nova-lite-v1:0","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    assert_eq!(gw.post(1, chat_with_config("gw-key", &config), body), Output::proceed());
+    assert_eq!(gw.upstream_header(1, ":path").as_deref(), Some("/model/amazon.nova-lite-v1%3A0/converse-stream"));
+    assert!(gw.upstream_header(1, "authorization").is_some_and(|a| a.starts_with("AWS4-HMAC-SHA256 ")));
+    let headers = [("content-type", "application/vnd.amazon.eventstream")];
+    assert_eq!(gw.response_headers(1, 200, &headers, "via_upstream"), Output::proceed());
+    assert_eq!(gw.client_header(1, "content-type").as_deref(), Some("text/event-stream"));
+    let frames = [
+        event_frame("messageStart", r#"{"role":"assistant"}"#),
+        event_frame("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"Hi there"}}"#),
+        event_frame("messageStop", r#"{"stopReason":"end_turn"}"#),
+        event_frame("metadata", r#"{"usage":{"inputTokens":3,"outputTokens":2}}"#),
+    ]
+    .concat();
+    let (first, second) = frames.split_at(40);
+    assert_eq!(gw.response_body(1, first, false), Output::proceed());
+    assert_eq!(gw.response_body(1, second, true), Output::proceed());
+    let sse = String::from_utf8(gw.client_body(1)).unwrap();
+    assert!(sse.contains(r#""content":"Hi there""#) && sse.ends_with("data: [DONE]\n\n"), "{sse}");
+
+    // The same stream as the answer of a recovery call arrives whole: translated the same way.
+    let bedrock = json!({"provider": "bedrock", "custom_host": "http://127.0.0.1:9002",
+        "cloud_c_access_key_id": "AKIDEXAMPLE", "cloud_c_secret_access_key": "secret"});
+    let config = fallback(vec![openai("sk-first", 9001), bedrock]);
+    gw.post(2, chat_with_config("gw-key", &config), body);
+    gw.response_headers(2, 500, &[("content-type", "application/json")], "via_upstream");
+    let token = gw.io.sent.last().map(|call| call.token).unwrap();
+    let out = gw.answer(token, 200, &[("content-type", "application/vnd.amazon.eventstream")], &frames);
+    let (_, status, headers, body) = reply(&out);
+    assert_eq!((status, headers["content-type"].as_str()), (200, "text/event-stream"));
+    let sse = body.as_str().unwrap_or_default();
+    assert!(sse.contains(r#""content":"Hi there""#) && sse.ends_with("data: [DONE]\n\n"), "{sse}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. Recovery: fallback after a failed first attempt
 

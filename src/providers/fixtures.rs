@@ -13,6 +13,7 @@
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
+use super::bedrock::eventstream::encode_frame;
 use super::{bind_and_prepare, find, Outbound, Prepared, TargetFields, Usage};
 use crate::request::chat;
 use crate::request::endpoint::{classify, Endpoint, Route};
@@ -49,6 +50,11 @@ const FIXTURES: &[(&str, &str)] = fixtures![
     "openai/override_changed_body.json",
     "openai/vendor_headers_resource.json",
     "openai_compatible/detail_error.json",
+    "bedrock/system_tools_tool_result.json",
+    "bedrock/answer_tool_use.json",
+    "bedrock/stream_text_tool_call_usage.json",
+    "bedrock/stream_exception.json",
+    "bedrock/error_validation.json",
 ];
 
 #[derive(Deserialize)]
@@ -118,6 +124,18 @@ struct ProviderResponse {
     body: Option<Value>,
     /// A server-sent event stream, as the chunks it arrives in.
     sse_chunks: Option<Vec<String>>,
+    /// An AWS event stream (binary), as its frames; it is fed in chunks of 7 bytes (frames
+    /// cut anywhere), and whole.
+    event_stream: Option<Vec<EventFrame>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventFrame {
+    /// String headers, e.g. `[":event-type", "messageStart"]`.
+    headers: Vec<(String, String)>,
+    /// Sent compact.
+    payload: Value,
 }
 
 #[derive(Deserialize)]
@@ -244,8 +262,9 @@ fn prepare_fixture(fixture: &Fixture, check: &mut Check) -> Option<Result<Prepar
         },
         None => crate::cloud::CloudFields::default(),
     };
-    // Without a key or a public endpoint, the target is a local server.
-    let local = client.api_key.is_none() || spec.base_url.is_none();
+    // A config names the target's place (a region); without one, a target without a key or a
+    // public endpoint is a local server.
+    let local = client.config.is_none() && (client.api_key.is_none() || spec.base_url.is_none());
     let fields = TargetFields { api_key: client.api_key.as_deref(), custom_host: local, built_in: None, cloud: &cloud };
     let custom_host = local.then_some("http://127.0.0.1:8000/v1");
     Some(bind_and_prepare(spec.name, fields, custom_host, &client.method, outbound))
@@ -332,7 +351,26 @@ fn check_response(
     // The caller keeps the provider's status; the fixture states it for the reader.
     check.eq("client_response.status", &provider.status, &client.status);
     let translator = &mut prepared.translator;
-    match (&provider.body, &provider.sse_chunks) {
+    let chunks: Option<Vec<Vec<u8>>> = match (&provider.sse_chunks, &provider.event_stream) {
+        (Some(chunks), None) => Some(chunks.iter().map(|chunk| chunk.as_bytes().to_vec()).collect()),
+        (None, Some(frames)) => {
+            let bytes: Vec<u8> = frames
+                .iter()
+                .flat_map(|frame| {
+                    let headers: Vec<(&str, &str)> =
+                        frame.headers.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+                    encode_frame(&headers, frame.payload.to_string().as_bytes())
+                })
+                .collect();
+            Some(bytes.chunks(7).map(<[u8]>::to_vec).collect())
+        }
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            check.fail("provider_response", "sse_chunks and event_stream are exclusive");
+            return;
+        }
+    };
+    match (&provider.body, chunks) {
         (Some(body), None) => {
             let sent = body.to_string().into_bytes();
             let answer = if (200..300).contains(&provider.status) {
@@ -359,22 +397,22 @@ fn check_response(
         }
         (None, Some(chunks)) => {
             let mut out = Vec::new();
-            for chunk in chunks {
-                translator.stream(chunk.as_bytes(), &mut out);
+            for chunk in &chunks {
+                translator.stream(chunk, &mut out);
             }
             translator.stream_end(&mut out);
             check_stream(check, client, &out);
             // However the stream is split, the client gets the same bytes.
             if let Some(Ok(mut whole)) = prepare_fixture(fixture, check) {
                 let mut again = Vec::new();
-                whole.translator.stream(chunks.concat().as_bytes(), &mut again);
+                whole.translator.stream(&chunks.concat(), &mut again);
                 whole.translator.stream_end(&mut again);
                 if again != out {
-                    check.fail("provider_response.sse_chunks", "the output depends on where the stream is split");
+                    check.fail("provider_response", "the output depends on where the stream is split");
                 }
             }
         }
-        _ => check.fail("provider_response", "needs exactly one of body and sse_chunks"),
+        _ => check.fail("provider_response", "needs exactly one of body, sse_chunks and event_stream"),
     }
 }
 

@@ -6,6 +6,9 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod azure;
+pub(crate) mod bedrock;
+pub(crate) mod chat_input;
+pub(crate) mod chunks;
 #[cfg(test)]
 mod fixtures;
 pub(crate) mod google;
@@ -13,9 +16,10 @@ pub(crate) mod openai;
 
 use crate::cloud::CloudFields;
 use crate::errors::GatewayError;
+use crate::request::chat;
 use crate::request::endpoint::Endpoint;
 use crate::upstream::Upstream;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::borrow::Cow;
 use std::rc::Rc;
 
@@ -153,8 +157,6 @@ pub(crate) struct TokenRequest {
 }
 
 /// The upstream request as it will be sent, for backend auth.
-// Read by the signing backends (Bedrock's SigV4), which land with the cloud issue.
-#[allow(dead_code)]
 pub(crate) struct Signable<'a> {
     pub(crate) method: &'a str,
     /// `host:port` as sent in `:authority`.
@@ -377,6 +379,7 @@ static AZURE_OPENAI: azure::AzureOpenAi = azure::AzureOpenAi;
 static AZURE_AI: azure::AzureAi = azure::AzureAi;
 static GEMINI: google::Gemini = google::Gemini;
 static VERTEX_AI: google::VertexAi = google::VertexAi;
+static BEDROCK: bedrock::Bedrock = bedrock::Bedrock;
 
 const fn compatible(name: &'static str, base_url: &'static str) -> ProviderSpec {
     ProviderSpec { name, base_url: Some(base_url), kind: &OPENAI }
@@ -391,6 +394,8 @@ pub(crate) static PROVIDERS: &[ProviderSpec] = &[
     // Cloud B: the Gemini API, and Vertex AI (its host from the region).
     ProviderSpec { name: "google", base_url: Some("https://generativelanguage.googleapis.com"), kind: &GEMINI },
     ProviderSpec { name: "vertex-ai", base_url: None, kind: &VERTEX_AI },
+    // Cloud C: Bedrock's runtime host from the region, SigV4 over the request as sent.
+    ProviderSpec { name: "bedrock", base_url: None, kind: &BEDROCK },
     // The generic name for any server that speaks OpenAI's API; needs `custom_host`.
     ProviderSpec { name: "openai-compatible", base_url: None, kind: &OPENAI },
     compatible("groq", "https://api.groq.com/openai/v1"),
@@ -436,26 +441,111 @@ pub(crate) fn u64_field(value: Option<&Value>, field: &str) -> u64 {
 
 /// OpenAI's `usage` object.
 pub(crate) fn usage_json(prompt_tokens: u64, completion_tokens: u64) -> Value {
-    serde_json::json!({
+    json!({
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens.saturating_add(completion_tokens),
     })
 }
 
-/// One OpenAI `chat.completion.chunk`. With include_usage OpenAI sends `"usage": null` on
-/// every chunk but the last, which has the counts and no choices.
-pub(crate) fn chunk_json(id: &str, model: &str, ctx: &ResponseContext, choices: Value, usage: Value) -> Value {
-    let mut chunk = serde_json::Map::new();
-    chunk.insert("id".into(), id.into());
-    chunk.insert("object".into(), "chat.completion.chunk".into());
-    chunk.insert("created".into(), ctx.created.into());
-    chunk.insert("model".into(), model.into());
-    chunk.insert("choices".into(), choices);
-    if ctx.include_usage {
-        chunk.insert("usage".into(), usage);
+/// The chat body of a request to a provider that serves only chat completions, and what the
+/// answer needs of it; any other endpoint is a 400 (never a 5xx).
+pub(crate) fn chat_only<'a>(
+    provider: &str,
+    outbound: Outbound<'a>,
+) -> Result<(Cow<'a, Value>, ResponseContext), GatewayError> {
+    let Outbound { endpoint, path, body, now_ms, strict_vendor_compliance, .. } = outbound;
+    let body = match (endpoint, body) {
+        (Endpoint::ChatCompletions, Some(body)) => body,
+        _ => {
+            let message = format!("provider '{provider}' does not support /v1{path}");
+            return Err(GatewayError::new(400, "invalid_request_error", message).with_code("unsupported_endpoint"));
+        }
+    };
+    let ctx = ResponseContext {
+        model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
+        created: now_ms() / 1000,
+        include_usage: chat::include_usage(body.get("stream_options")),
+        strict_vendor_compliance,
+    };
+    Ok((body, ctx))
+}
+
+/// The assistant's reply of a translated answer, gathered block by block.
+#[derive(Default)]
+pub(crate) struct Reply {
+    text: Option<String>,
+    tool_calls: Vec<Value>,
+    /// Every block, for clients that accept non-standard parts.
+    pub(crate) content_blocks: Vec<Value>,
+}
+
+impl Reply {
+    pub(crate) fn text(&mut self, part: &str) {
+        self.text.get_or_insert_with(String::new).push_str(part);
+        self.content_blocks.push(json!({"type": "text", "text": part}));
     }
-    Value::Object(chunk)
+
+    /// A tool call; its arguments are the JSON text of `input`.
+    pub(crate) fn tool_call(&mut self, id: &str, name: &str, input: Option<&Value>) {
+        self.tool_calls.push(json!({
+            "id": id,
+            "type": "function",
+            "function": {"name": name, "arguments": input.map_or_else(|| "{}".to_string(), Value::to_string)},
+        }));
+    }
+
+    /// The `chat.completion` of one choice.
+    pub(crate) fn completion(
+        self,
+        id: &str,
+        model: &str,
+        ctx: &ResponseContext,
+        finish_reason: &str,
+        usage: Usage,
+    ) -> Vec<u8> {
+        let mut message = serde_json::Map::new();
+        message.insert("role".into(), "assistant".into());
+        message.insert("content".into(), self.text.map_or(Value::Null, Value::String));
+        if !self.tool_calls.is_empty() {
+            message.insert("tool_calls".into(), Value::Array(self.tool_calls));
+        }
+        if !ctx.strict_vendor_compliance {
+            message.insert("content_blocks".into(), Value::Array(self.content_blocks));
+        }
+        let response = json!({
+            "id": id,
+            "object": "chat.completion",
+            "created": ctx.created,
+            "model": model,
+            "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason}],
+            "usage": usage_json(usage.prompt_tokens, usage.completion_tokens),
+        });
+        response.to_string().into_bytes()
+    }
+}
+
+/// Helpers for the tests of the translators.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::Outbound;
+    use crate::request::endpoint::Endpoint;
+    use serde_json::Value;
+
+    /// A client request at 1_700_000_000_123 ms, strict.
+    pub(crate) fn outbound(endpoint: Endpoint, path: &'static str, body: Option<Value>) -> Outbound<'static> {
+        Outbound {
+            endpoint,
+            path,
+            body: body.map(std::borrow::Cow::Owned),
+            overridden: false,
+            strict_vendor_compliance: true,
+            now_ms: &|| 1_700_000_000_123,
+            organization: None,
+            project: None,
+            beta: None,
+        }
+    }
 }
 
 #[cfg(test)]

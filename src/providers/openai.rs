@@ -63,7 +63,13 @@ impl Translator for Passthrough {
 /// an `{"error": "text"}` or `{"message": ...}` body keeps its text, anything else becomes
 /// the message (truncated; bodies can be large HTML pages).
 pub(crate) fn normalize_error(status: u16, body: &[u8]) -> Vec<u8> {
-    let default_kind = error_kind_for_status(status);
+    normalize_error_of_kind(status, body, None)
+}
+
+/// [`normalize_error`] for a provider that sends its error type apart from the body (in a
+/// header): `kind` is the type unless the body has its own.
+pub(crate) fn normalize_error_of_kind(status: u16, body: &[u8], kind: Option<&str>) -> Vec<u8> {
+    let default_kind = kind.unwrap_or(error_kind_for_status(status));
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     if let Some(Value::Object(root)) = &parsed {
         let text_of = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
@@ -81,7 +87,9 @@ pub(crate) fn normalize_error(status: u16, body: &[u8]) -> Vec<u8> {
             }
             Some(Value::String(message)) => return error_json(message, default_kind, None, None),
             _ => {
-                if let Some(message) = text_of(root.get("message")).or_else(|| text_of(root.get("detail"))) {
+                // `Message`: AWS services spell it so in some errors.
+                let message = ["message", "Message", "detail"].iter().find_map(|field| text_of(root.get(*field)));
+                if let Some(message) = message {
                     return error_json(&message, default_kind, None, None);
                 }
             }

@@ -13,6 +13,22 @@ pub(crate) struct Event {
     pub(crate) data: String,
 }
 
+/// Whether a provider's answer is a stream its translator reads as it comes, by the content
+/// type: server-sent events, or AWS's binary event stream (Bedrock's `converse-stream`).
+pub(crate) fn is_stream(content_type: &[u8]) -> bool {
+    content_type.starts_with(b"text/event-stream") || content_type.starts_with(b"application/vnd.amazon.eventstream")
+}
+
+/// The content type the client gets for a translated stream, which is always OpenAI's
+/// server-sent events: `None` keeps the provider's when it is already SSE (its parameters,
+/// e.g. a charset, as sent).
+pub(crate) fn client_content_type(provider: Option<&[u8]>) -> Option<&'static str> {
+    match provider {
+        Some(content_type) if content_type.starts_with(b"text/event-stream") => None,
+        _ => Some("text/event-stream"),
+    }
+}
+
 /// One provider's stream events in, OpenAI's `chat.completion.chunk`s out.
 pub(crate) trait Converter {
     /// The provider's name, for the errors the gateway itself puts in the stream.

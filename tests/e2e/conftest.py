@@ -2,6 +2,8 @@
 
 * ``openai_mock`` / ``anthropic_mock`` (session): the mock providers, reset before and
   after every test by an autouse fixture.
+* ``google_token_mock`` / ``vertex_mock`` / ``bedrock_mock`` (session, mocks_cloud.py):
+  started by the first test that uses one, and reset around each test that uses it.
 * ``gateway`` (session): `build.sh run` started once, in its own process group, with
   GATEWAY_PORT, GATEWAY_ADMIN_PORT, GATEWAY_API_KEYS, GATEWAY_CREDENTIALS,
   GATEWAY_LOG_LEVEL=info and GATEWAY_CACHE (semantic matching through the OpenAI mock's
@@ -45,6 +47,7 @@ pytest.register_assert_rewrite("helpers")
 import helpers  # noqa: E402
 import httpx2 as httpx  # noqa: E402
 from mocks import AnthropicMock, OpenAIMock  # noqa: E402
+from mocks_cloud import BedrockMock, GoogleTokenMock, VertexMock  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SH = REPO / "build.sh"
@@ -72,6 +75,52 @@ def _reset_mocks(openai_mock, anthropic_mock):
     yield
     openai_mock.reset()  # also releases streams still waiting on a gate
     anthropic_mock.reset()
+
+
+@pytest.fixture(scope="session")
+def google_token_mock():
+    """Google's OAuth token endpoint with a service account of its own (``service_account_json()``)."""
+    mock = GoogleTokenMock().start()
+    yield mock
+    mock.stop()
+
+
+@pytest.fixture(scope="session")
+def vertex_mock(google_token_mock):
+    """Vertex AI and the Gemini API: tokens issued by ``google_token_mock`` or
+    ``helpers.VERTEX_CLIENT_TOKEN``; Gemini key ``helpers.GEMINI_API_KEY``."""
+    mock = VertexMock(google_token_mock, tokens={helpers.VERTEX_CLIENT_TOKEN},
+                      api_keys={helpers.GEMINI_API_KEY}).start()
+    yield mock
+    mock.stop()
+
+
+@pytest.fixture(scope="session")
+def bedrock_mock():
+    """Bedrock's Converse API for region us-east-1: the key pair ``helpers.AWS_ACCESS_KEY_ID``, the
+    temporary one ``helpers.AWS_TEMP_ACCESS_KEY_ID`` (with ``helpers.AWS_SESSION_TOKEN``) and the
+    API key ``helpers.BEDROCK_API_KEY``."""
+    mock = BedrockMock({helpers.AWS_ACCESS_KEY_ID: helpers.AWS_SECRET_ACCESS_KEY,
+                        helpers.AWS_TEMP_ACCESS_KEY_ID: (helpers.AWS_TEMP_SECRET_ACCESS_KEY,
+                                                         helpers.AWS_SESSION_TOKEN)},
+                       region="us-east-1", api_keys={helpers.BEDROCK_API_KEY}).start()
+    yield mock
+    mock.stop()
+
+
+_CLOUD_MOCKS = ("google_token_mock", "vertex_mock", "bedrock_mock")
+
+
+@pytest.fixture(autouse=True)
+def _reset_cloud_mocks(request):
+    """Resets, before and after the test, the cloud mocks it uses (directly or through other
+    fixtures); a test that uses none neither starts nor resets them."""
+    used = [request.getfixturevalue(name) for name in _CLOUD_MOCKS if name in request.fixturenames]
+    for mock in used:
+        mock.reset()
+    yield
+    for mock in used:
+        mock.reset()
 
 
 def _free_ports(n: int) -> list[int]:

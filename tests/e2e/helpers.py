@@ -33,6 +33,15 @@ ANTHROPIC_VK_KEY = "sk-ant-vk"
 # The semantic cache's embeddings provider (the OpenAI mock) in the session gateway's GATEWAY_CACHE.
 EMBED_KEY = "sk-embed-key"
 EMBED_MODEL = "text-embedding-mock"
+# What the cloud mocks (mocks_cloud.py, conftest's session fixtures) accept besides what they issue.
+VERTEX_CLIENT_TOKEN = "ya29.client-own-access-token"  # a client's own Google access token
+GEMINI_API_KEY = "gm-mock-api-key"
+AWS_ACCESS_KEY_ID = "AKIAMOCKGATEWAYE2E01"
+AWS_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYMOCKSECRET"
+AWS_TEMP_ACCESS_KEY_ID = "ASIAMOCKGATEWAYE2E02"  # temporary credentials: need the session token
+AWS_TEMP_SECRET_ACCESS_KEY = "tEmPsEcReT/mock+KEY/0123456789abcdefghij"
+AWS_SESSION_TOKEN = "IQoJb3JpZ2luX2VjEMOCK//////////session+token=="
+BEDROCK_API_KEY = "ABSKbW9jay1iZWRyb2NrLWFwaS1rZXk="
 
 _ANY = object()
 
@@ -50,7 +59,8 @@ GATEWAY_HEADER_ALIASES = (
 
 # Every secret the suite hands the gateway (gateway keys, provider keys, stored credentials).
 SECRETS = (KEY, KEY2, CLIENT_TOKEN, OPENAI_SLUG_KEY, ANTHROPIC_SLUG_KEY, OPENAI_VK_KEY, ANTHROPIC_VK_KEY,
-           EMBED_KEY, "sk-config-key")
+           EMBED_KEY, "sk-config-key", VERTEX_CLIENT_TOKEN, GEMINI_API_KEY, AWS_SECRET_ACCESS_KEY,
+           AWS_TEMP_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, BEDROCK_API_KEY)
 
 
 # --------------------------------------------------------------------------- the gateway

@@ -298,9 +298,10 @@ class _Handler(BaseHTTPRequestHandler):
     def send_json(self, status: int, obj: Any, headers: dict | None = None):
         self.send_bytes(status, json.dumps(obj).encode(), "application/json", headers)
 
-    def start_stream(self, status: int = 200, headers: dict | None = None):
+    def start_stream(self, status: int = 200, headers: dict | None = None,
+                     content_type: str = "text/event-stream; charset=utf-8"):
         self.send_response(status)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Content-Type", content_type)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         for k, v in (headers or {}).items():
@@ -402,8 +403,13 @@ class MockProvider:
             self._rules.append(_Rule(reply, model, path, times))
         return reply
 
+    def request_model(self, req: RecordedRequest) -> str | None:
+        """The model a request asks for (what ``script(model=...)`` matches): the JSON body's
+        ``model`` here; mocks of APIs that name it in the path override this."""
+        return req.json.get("model") if isinstance(req.json, dict) else None
+
     def _take_reply(self, req: RecordedRequest) -> Reply | None:
-        model = req.json.get("model") if isinstance(req.json, dict) else None
+        model = self.request_model(req)
         with self._lock:
             for rule in self._rules:
                 if rule.model is not None and rule.model != model:
@@ -473,7 +479,8 @@ class MockProvider:
                     h.send_bytes(reply.status, raw, reply.headers.get("Content-Type", "application/json"),
                                  {k: v for k, v in reply.headers.items() if k.lower() != "content-type"})
             elif reply.status >= 400:
-                h.send_json(reply.status, self.error_body(reply.status, None, None), reply.headers)
+                h.send_json(reply.status, self.error_body(reply.status, None, None),
+                            {**self.error_headers(reply.status), **reply.headers})
             else:
                 produce(reply)
         finally:
@@ -482,12 +489,20 @@ class MockProvider:
                 if reply in self._active:
                     self._active.remove(reply)
 
-    def _stream(self, h: _Handler, reply: Reply, events: list[bytes], first: int, content_end: int | None = None):
+    def _stream(self, h: _Handler, reply: Reply, events: list[bytes], first: int, content_end: int | None = None,
+                content_type: str = "text/event-stream; charset=utf-8", headers: dict | None = None,
+                write_size: int | None = None):
         """Send ``events[:first]`` at once, wait for the gate if any, then the rest one
         event at a time (``chunk_delay`` apart). ``events[first:content_end]`` are the later
-        content chunks: with ``step``, each waits for a permit first."""
-        h.start_stream(200, reply.headers)
-        h.write_chunk(b"".join(events[:first]))
+        content chunks: with ``step``, each waits for a permit first. ``headers`` replace the
+        reply's; ``write_size`` splits every write into chunks of that many bytes."""
+        def write(data: bytes):
+            size = write_size or max(len(data), 1)
+            for k in range(0, len(data), size):
+                h.write_chunk(data[k:k + size])
+
+        h.start_stream(200, reply.headers if headers is None else headers, content_type)
+        write(b"".join(events[:first]))
         if reply.gate is not None:
             reply.gate_timed_out = not reply.gate.wait(reply.gate_timeout)
         for i, ev in enumerate(events[first:], first):
@@ -498,11 +513,15 @@ class MockProvider:
                     reply.step_timed_out = True
                 elif reply.step_timed_out is None:
                     reply.step_timed_out = False
-            h.write_chunk(ev)
+            write(ev)
         h.end_stream()
 
     def error_body(self, status: int, message: str | None, type_: str | None) -> dict:  # pragma: no cover
         raise NotImplementedError
+
+    def error_headers(self, status: int) -> dict[str, str]:
+        """Headers of a generated error answer (a scripted ``Reply(status=...)`` without a body)."""
+        return {}
 
 
 # --------------------------------------------------------------------------- OpenAI
@@ -935,12 +954,13 @@ class AnthropicMock(MockProvider):
     def _err(self, h, status, type_, message):
         h.send_json(status, self.error_body(status, message, type_), {"request-id": f"req_mock{_hex()}"})
 
-    def validate(self, body: Any) -> str | None:
+    @classmethod
+    def validate(cls, body: Any) -> str | None:
         """Return the Anthropic-style error message for an invalid request, else None."""
         if not isinstance(body, dict):
             return "Request body must be a JSON object"
         for k in body:
-            if k not in self._fields:
+            if k not in cls._fields:
                 return f"{k}: Extra inputs are not permitted"
         if not isinstance(body.get("model"), str) or not body["model"]:
             return "model: Field required"
@@ -969,7 +989,7 @@ class AnthropicMock(MockProvider):
             if not isinstance(content, list):
                 return f"messages.{i}.content: Input should be a valid string or list"
             for j, block in enumerate(content):
-                if not isinstance(block, dict) or block.get("type") not in self._block_types:
+                if not isinstance(block, dict) or block.get("type") not in cls._block_types:
                     return f"messages.{i}.content.{j}: Input tag does not match any of the expected tags"
                 t = block["type"]
                 if t == "text" and not isinstance(block.get("text"), str):
@@ -1041,69 +1061,71 @@ class AnthropicMock(MockProvider):
         if problem:
             return self._err(h, 400, "invalid_request_error", problem)
         body = req.json
-        model = body["model"]
+        self._serve(h, req, lambda reply: self.answer(h, reply, body["model"], bool(body.get("stream"))))
 
-        def produce(reply: Reply):
-            mid = f"msg_mock{_hex(20)}"
-            text = reply.resolved_text(self.default_text)
-            stop = reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
-            p, c = reply.usage
-            tools = [(tc.id or f"toolu_mock{_hex(16)}", tc) for tc in reply.tool_calls]
-            signature = "EqMBCkgIARABGAIiQL" + _hex(16)
-            usage = {"input_tokens": p, "output_tokens": c, "cache_creation_input_tokens": 0,
-                     "cache_read_input_tokens": 0}
-            if not body.get("stream"):
-                content: list[dict] = []
-                if reply.thinking is not None:
-                    content.append({"type": "thinking", "thinking": reply.thinking, "signature": signature})
-                if text:
-                    content.append({"type": "text", "text": text})
-                for tid, tc in tools:
-                    content.append({"type": "tool_use", "id": tid, "name": tc.name, "input": tc.arguments})
-                return h.send_json(200, {
-                    "id": mid, "type": "message", "role": "assistant", "model": model, "content": content,
-                    "stop_reason": stop, "stop_sequence": None, "usage": usage,
-                }, {"request-id": f"req_mock{_hex()}", **reply.headers})
-
-            events = [_sse({"type": "message_start", "message": {
-                "id": mid, "type": "message", "role": "assistant", "model": model, "content": [],
-                "stop_reason": None, "stop_sequence": None, "usage": {**usage, "output_tokens": 1}}},
-                "message_start")]
-            first = None  # index of the first delta event: the gate waits right after it
-            index = 0
-
-            def block(start: dict, deltas: list[dict]):
-                nonlocal index, first
-                events.append(_sse({"type": "content_block_start", "index": index, "content_block": start},
-                                   "content_block_start"))
-                if index == 0:
-                    events.append(_sse({"type": "ping"}, "ping"))
-                for d in deltas:
-                    events.append(_sse({"type": "content_block_delta", "index": index, "delta": d},
-                                       "content_block_delta"))
-                    if first is None:
-                        first = len(events)
-                events.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
-                index += 1
-
+    def answer(self, h: _Handler, reply: Reply, model: str, stream: bool):
+        """Send the Messages API answer generated from ``reply``: a ``message`` object, or with
+        ``stream`` the real SSE event sequence (gate after the first delta). It uses only what
+        every ``MockProvider`` has, so other mocks serve the same answers with it
+        (``AnthropicMock.answer(vertex_mock, ...)`` for Anthropic on Vertex)."""
+        mid = f"msg_mock{_hex(20)}"
+        text = reply.resolved_text(self.default_text)
+        stop = reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
+        p, c = reply.usage
+        tools = [(tc.id or f"toolu_mock{_hex(16)}", tc) for tc in reply.tool_calls]
+        signature = "EqMBCkgIARABGAIiQL" + _hex(16)
+        usage = {"input_tokens": p, "output_tokens": c, "cache_creation_input_tokens": 0,
+                 "cache_read_input_tokens": 0}
+        if not stream:
+            content: list[dict] = []
             if reply.thinking is not None:
-                block({"type": "thinking", "thinking": "", "signature": ""},
-                      [{"type": "thinking_delta", "thinking": t} for t in _split(reply.thinking, 3)]
-                      + [{"type": "signature_delta", "signature": signature}])
-            pieces = reply.pieces(self.default_text)
-            if pieces:
-                block({"type": "text", "text": ""}, [{"type": "text_delta", "text": t} for t in pieces])
+                content.append({"type": "thinking", "thinking": reply.thinking, "signature": signature})
+            if text:
+                content.append({"type": "text", "text": text})
             for tid, tc in tools:
-                block({"type": "tool_use", "id": tid, "name": tc.name, "input": {}},
-                      [{"type": "input_json_delta", "partial_json": ""}]
-                      + [{"type": "input_json_delta", "partial_json": t}
-                         for t in _split(json.dumps(tc.arguments), 3)])
-            events.append(_sse({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                "usage": {"output_tokens": c}}, "message_delta"))
-            events.append(_sse({"type": "message_stop"}, "message_stop"))
-            self._stream(h, reply, events, first=first or len(events))
+                content.append({"type": "tool_use", "id": tid, "name": tc.name, "input": tc.arguments})
+            return h.send_json(200, {
+                "id": mid, "type": "message", "role": "assistant", "model": model, "content": content,
+                "stop_reason": stop, "stop_sequence": None, "usage": usage,
+            }, {"request-id": f"req_mock{_hex()}", **reply.headers})
 
-        self._serve(h, req, produce)
+        events = [_sse({"type": "message_start", "message": {
+            "id": mid, "type": "message", "role": "assistant", "model": model, "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": {**usage, "output_tokens": 1}}},
+            "message_start")]
+        first = None  # index of the first delta event: the gate waits right after it
+        index = 0
+
+        def block(start: dict, deltas: list[dict]):
+            nonlocal index, first
+            events.append(_sse({"type": "content_block_start", "index": index, "content_block": start},
+                               "content_block_start"))
+            if index == 0:
+                events.append(_sse({"type": "ping"}, "ping"))
+            for d in deltas:
+                events.append(_sse({"type": "content_block_delta", "index": index, "delta": d},
+                                   "content_block_delta"))
+                if first is None:
+                    first = len(events)
+            events.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+            index += 1
+
+        if reply.thinking is not None:
+            block({"type": "thinking", "thinking": "", "signature": ""},
+                  [{"type": "thinking_delta", "thinking": t} for t in _split(reply.thinking, 3)]
+                  + [{"type": "signature_delta", "signature": signature}])
+        pieces = reply.pieces(self.default_text)
+        if pieces:
+            block({"type": "text", "text": ""}, [{"type": "text_delta", "text": t} for t in pieces])
+        for tid, tc in tools:
+            block({"type": "tool_use", "id": tid, "name": tc.name, "input": {}},
+                  [{"type": "input_json_delta", "partial_json": ""}]
+                  + [{"type": "input_json_delta", "partial_json": t}
+                     for t in _split(json.dumps(tc.arguments), 3)])
+        events.append(_sse({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                            "usage": {"output_tokens": c}}, "message_delta"))
+        events.append(_sse({"type": "message_stop"}, "message_stop"))
+        self._stream(h, reply, events, first=first or len(events))
 
 
 # --------------------------------------------------------------------------- TLS

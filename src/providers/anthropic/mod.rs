@@ -7,25 +7,19 @@ mod request;
 mod response;
 mod stream;
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
 
-// OpenAI request readers that other translators share.
-pub(crate) use request::{
-    content_error, convert_request, convert_stop, function_tools, part_param, read_tool_call, tool_calls, tool_choice,
-    ToolChoice,
-};
+pub(crate) use request::convert_request;
 pub(crate) use response::convert_response;
 pub(crate) use stream::{EventConverter, SseStream};
 
 use super::google::{self, VertexLocation};
 use super::openai::normalize_error;
 use super::{
-    bind_keyed, context_or_default, Binding, KeyHeader, Outbound, Provider, ResponseContext, TargetFields, Translator,
-    UpstreamRequest, Usage,
+    bind_keyed, chat_only, context_or_default, Binding, KeyHeader, Outbound, Provider, ResponseContext, TargetFields,
+    Translator, UpstreamRequest, Usage,
 };
 use crate::errors::GatewayError;
-use crate::request::chat;
-use crate::request::endpoint::Endpoint;
 use serde_json::Value;
 
 pub(crate) struct Anthropic;
@@ -99,25 +93,10 @@ fn vertex_body(location: &VertexLocation, body: &mut Value) -> Result<String, Ga
 
 impl Translator for Messages {
     fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
-        let body = match (outbound.endpoint, outbound.body) {
-            (Endpoint::ChatCompletions, Some(body)) => body.into_owned(),
-            _ => {
-                return Err(GatewayError::new(
-                    400,
-                    "invalid_request_error",
-                    format!("provider '{}' does not support /v1{}", self.provider(), outbound.path),
-                )
-                .with_code("unsupported_endpoint"))
-            }
-        };
-        self.ctx = Some(ResponseContext {
-            model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
-            created: (outbound.now_ms)() / 1000,
-            include_usage: chat::include_usage(body.get("stream_options")),
-            strict_vendor_compliance: outbound.strict_vendor_compliance,
-        });
+        let (body, ctx) = chat_only(self.provider(), outbound)?;
+        self.ctx = Some(ctx);
         // `thinking` under strict_vendor_compliance is rejected by the pipeline before this call.
-        let mut body = convert_request(body)?;
+        let mut body = convert_request(body.into_owned())?;
         let (path, headers) = match &self.transport {
             // The version header goes even without a key (a local server behind custom_host).
             Transport::Direct => ("/messages".to_string(), vec![("anthropic-version", API_VERSION.to_string())]),
@@ -164,7 +143,7 @@ impl Translator for Messages {
 // ---------------------------------------------------------------------------------------------
 // Shared by the conversions
 
-pub(super) use super::{str_field, u64_field, usage_json};
+pub(super) use super::{str_field, u64_field};
 
 /// Anthropic's `stop_reason` as an OpenAI `finish_reason`.
 pub(super) fn finish_reason(stop_reason: Option<&str>) -> &'static str {

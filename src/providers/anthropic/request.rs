@@ -2,6 +2,10 @@
 
 use super::str_field;
 use crate::errors::GatewayError;
+use crate::providers::chat_input::{
+    content_error, function_tools, part_param, read_tool_call, reject_unsupported, role_error, stop_sequences,
+    tool_call_id, tool_calls, tool_choice, FunctionTool, ToolChoice,
+};
 use serde_json::{json, Map, Value};
 
 /// Anthropic requires `max_tokens`; OpenAI lets it default.
@@ -37,7 +41,7 @@ pub(crate) fn convert_request(body: Value) -> Result<Value, GatewayError> {
     };
     // OpenAI reads null as "use the default"; Anthropic rejects nulls.
     req.retain(|_, v| !v.is_null());
-    reject_unsupported(&req)?;
+    reject_unsupported(&req, "anthropic")?;
     for field in DROPPED_FIELDS {
         req.remove(*field);
     }
@@ -74,7 +78,7 @@ pub(crate) fn convert_request(body: Value) -> Result<Value, GatewayError> {
     }
 
     if let Some(stop) = req.remove("stop") {
-        out.insert("stop_sequences".into(), convert_stop(stop)?);
+        out.insert("stop_sequences".into(), stop_sequences(stop)?);
     }
     let user = req.remove("user");
 
@@ -89,43 +93,6 @@ pub(crate) fn convert_request(body: Value) -> Result<Value, GatewayError> {
         }
     }
     Ok(Value::Object(out))
-}
-
-/// OpenAI fields whose requested behaviour Anthropic cannot provide.
-fn reject_unsupported(req: &Map<String, Value>) -> Result<(), GatewayError> {
-    if req.get("n").and_then(Value::as_f64).is_some_and(|n| n > 1.0) {
-        return Err(GatewayError::invalid_param("n", "provider 'anthropic' returns a single choice; 'n' must be 1"));
-    }
-    if req.get("logprobs") == Some(&Value::Bool(true)) {
-        return Err(GatewayError::invalid_param("logprobs", "'logprobs' is not supported by provider 'anthropic'"));
-    }
-    for field in ["functions", "function_call"] {
-        if req.get(field).is_some_and(|v| !is_empty(v)) {
-            return Err(GatewayError::invalid_param(
-                field,
-                format!("'{field}' is not supported by provider 'anthropic'; use 'tools' and 'tool_choice'"),
-            ));
-        }
-    }
-    // `text` is Anthropic's only output; it is dropped with the other OpenAI-only fields.
-    if matches!(str_field(req.get("response_format"), "type"), Some("json_object" | "json_schema")) {
-        return Err(GatewayError::invalid_param(
-            "response_format",
-            "provider 'anthropic' has no JSON mode through this gateway yet; \
-             only response_format type 'text' is supported",
-        ));
-    }
-    Ok(())
-}
-
-fn is_empty(value: &Value) -> bool {
-    match value {
-        Value::Null => true,
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-        Value::Bool(_) | Value::Number(_) => false,
-    }
 }
 
 /// OpenAI `messages` into Anthropic's top-level `system` and its `messages`, where roles
@@ -147,18 +114,7 @@ fn convert_messages(messages: Option<&Value>) -> Result<(Option<Value>, Value), 
             "user" => push_turn(&mut turns, "user", convert_content(content, i)?),
             "assistant" => push_turn(&mut turns, "assistant", assistant_content(message, content, i)?),
             "tool" => push_turn(&mut turns, "user", tool_result(message, content, i)?),
-            "function" => {
-                return Err(GatewayError::invalid_param(
-                    format!("messages[{i}].role"),
-                    "role 'function' is not supported by provider 'anthropic'; use 'tools' and 'tool' messages",
-                ))
-            }
-            role => {
-                return Err(GatewayError::invalid_param(
-                    format!("messages[{i}].role"),
-                    format!("unknown role '{role}'"),
-                ))
-            }
+            role => return Err(role_error(i, role, "anthropic")),
         }
     }
 
@@ -231,17 +187,6 @@ fn convert_content(content: Option<&Value>, i: usize) -> Result<Value, GatewayEr
     }
 }
 
-pub(crate) fn content_error(i: usize) -> GatewayError {
-    GatewayError::invalid_param(
-        format!("messages[{i}].content"),
-        "content must be a string or an array of content parts",
-    )
-}
-
-pub(crate) fn part_param(i: usize, j: usize, field: &str) -> String {
-    format!("messages[{i}].content[{j}].{field}")
-}
-
 fn convert_part(part: &Value, i: usize, j: usize) -> Result<Value, GatewayError> {
     match str_field(Some(part), "type") {
         Some("text") => text_block(part, i, j),
@@ -293,71 +238,14 @@ fn assistant_content(message: &Value, content: Option<&Value>, i: usize) -> Resu
         None => Vec::new(),
     };
     for (j, call) in calls.iter().enumerate() {
-        blocks.push(tool_use_block(call, i, j)?);
+        let call = read_tool_call(call, i, j, "anthropic")?;
+        blocks.push(json!({"type": "tool_use", "id": call.required_id()?, "name": call.name, "input": call.arguments}));
     }
     Ok(Value::Array(blocks))
 }
 
-/// An assistant message's `tool_calls` (none when absent).
-pub(crate) fn tool_calls(message: &Value, i: usize) -> Result<&[Value], GatewayError> {
-    match message.get("tool_calls") {
-        None | Some(Value::Null) => Ok(&[]),
-        Some(Value::Array(calls)) => Ok(calls.as_slice()),
-        Some(_) => Err(GatewayError::invalid_param(format!("messages[{i}].tool_calls"), "tool_calls must be an array")),
-    }
-}
-
-/// One of OpenAI's tool calls: its id, the function's name and its arguments as a JSON object.
-pub(crate) struct ToolCall<'a> {
-    pub(crate) id: Option<&'a str>,
-    pub(crate) name: &'a str,
-    pub(crate) arguments: Value,
-}
-
-/// `messages[i].tool_calls[j]`, which must call a function.
-pub(crate) fn read_tool_call<'a>(
-    call: &'a Value,
-    i: usize,
-    j: usize,
-    provider: &str,
-) -> Result<ToolCall<'a>, GatewayError> {
-    let bad = |field: &str, message: &str| {
-        GatewayError::invalid_param(format!("messages[{i}].tool_calls[{j}].{field}"), message)
-    };
-    if str_field(Some(call), "type").is_some_and(|t| t != "function") {
-        return Err(bad("type", &format!("only function tool calls are supported by provider '{provider}'")));
-    }
-    let function = call.get("function");
-    let name = str_field(function, "name").ok_or_else(|| bad("function.name", "name must be a string"))?;
-    let arguments = match function.and_then(|f| f.get("arguments")) {
-        None => Some(json!({})),
-        Some(Value::String(arguments)) => parse_arguments(arguments),
-        Some(_) => None,
-    }
-    .ok_or_else(|| bad("function.arguments", "arguments must be a JSON object encoded as a string"))?;
-    Ok(ToolCall { id: str_field(Some(call), "id"), name, arguments })
-}
-
-fn tool_use_block(call: &Value, i: usize, j: usize) -> Result<Value, GatewayError> {
-    let call = read_tool_call(call, i, j, "anthropic")?;
-    let id = call.id.ok_or_else(|| {
-        GatewayError::invalid_param(format!("messages[{i}].tool_calls[{j}].id"), "id must be a string")
-    })?;
-    Ok(json!({"type": "tool_use", "id": id, "name": call.name, "input": call.arguments}))
-}
-
-/// Tool call arguments as a JSON object; models emit "" for tools without parameters.
-fn parse_arguments(arguments: &str) -> Option<Value> {
-    if arguments.trim().is_empty() {
-        return Some(json!({}));
-    }
-    serde_json::from_str::<Value>(arguments).ok().filter(Value::is_object)
-}
-
 fn tool_result(message: &Value, content: Option<&Value>, i: usize) -> Result<Value, GatewayError> {
-    let id = str_field(Some(message), "tool_call_id").ok_or_else(|| {
-        GatewayError::invalid_param(format!("messages[{i}].tool_call_id"), "tool_call_id must be a string")
-    })?;
+    let id = tool_call_id(message, i)?;
     let mut block = Map::new();
     block.insert("type".into(), "tool_result".into());
     block.insert("tool_use_id".into(), id.into());
@@ -367,76 +255,14 @@ fn tool_result(message: &Value, content: Option<&Value>, i: usize) -> Result<Val
     Ok(Value::Array(vec![Value::Object(block)]))
 }
 
-/// One function tool of OpenAI's `tools`.
-pub(crate) struct FunctionTool<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) description: Option<&'a str>,
-    pub(crate) parameters: Option<&'a Value>,
-}
-
-/// OpenAI's `tools`, all of which must be function tools.
-pub(crate) fn function_tools<'a>(tools: &'a Value, provider: &str) -> Result<Vec<FunctionTool<'a>>, GatewayError> {
-    let Value::Array(tools) = tools else {
-        return Err(GatewayError::invalid_param("tools", "tools must be an array"));
-    };
-    tools
-        .iter()
-        .enumerate()
-        .map(|(i, tool)| {
-            if str_field(Some(tool), "type") != Some("function") {
-                return Err(GatewayError::invalid_param(
-                    format!("tools[{i}].type"),
-                    format!("only function tools are supported by provider '{provider}'"),
-                ));
-            }
-            let function = tool.get("function");
-            let name = str_field(function, "name").ok_or_else(|| {
-                GatewayError::invalid_param(format!("tools[{i}].function.name"), "name must be a string")
-            })?;
-            let description = str_field(function, "description");
-            let parameters = function.and_then(|f| f.get("parameters")).filter(|p| p.is_object());
-            Ok(FunctionTool { name, description, parameters })
-        })
-        .collect()
-}
-
 fn convert_tools(tools: &Value) -> Result<Vec<Value>, GatewayError> {
     let tools = function_tools(tools, "anthropic")?;
-    Ok(tools
-        .into_iter()
-        .map(|tool| {
-            let mut out = Map::new();
-            out.insert("name".into(), tool.name.into());
-            if let Some(description) = tool.description {
-                out.insert("description".into(), description.into());
-            }
-            let schema = tool.parameters.cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-            out.insert("input_schema".into(), schema);
-            Value::Object(out)
-        })
-        .collect())
-}
-
-/// OpenAI's `tool_choice`.
-pub(crate) enum ToolChoice<'a> {
-    Auto,
-    Required,
-    None,
-    Function(&'a str),
-}
-
-pub(crate) fn tool_choice(choice: &Value) -> Result<ToolChoice<'_>, GatewayError> {
-    let named = (str_field(Some(choice), "type"), str_field(choice.get("function"), "name"));
-    match (choice.as_str(), named) {
-        (Some("auto"), _) => Ok(ToolChoice::Auto),
-        (Some("required"), _) => Ok(ToolChoice::Required),
-        (Some("none"), _) => Ok(ToolChoice::None),
-        (None, (Some("function"), Some(name))) => Ok(ToolChoice::Function(name)),
-        _ => Err(GatewayError::invalid_param(
-            "tool_choice",
-            "tool_choice must be 'auto', 'required', 'none' or {\"type\":\"function\",\"function\":{\"name\":...}}",
-        )),
-    }
+    let convert = |tool: FunctionTool| {
+        let mut out = tool.declaration();
+        out.insert("input_schema".into(), tool.schema());
+        Value::Object(out)
+    };
+    Ok(tools.into_iter().map(convert).collect())
 }
 
 fn convert_tool_choice(choice: &Value) -> Result<Value, GatewayError> {
@@ -457,12 +283,4 @@ fn disable_parallel_tool_use(tool_choice: Option<Value>) -> Value {
         }
     }
     tool_choice
-}
-
-pub(crate) fn convert_stop(stop: Value) -> Result<Value, GatewayError> {
-    match stop {
-        Value::String(stop) => Ok(json!([stop])),
-        Value::Array(stops) if stops.iter().all(Value::is_string) => Ok(Value::Array(stops)),
-        _ => Err(GatewayError::invalid_param("stop", "stop must be a string or an array of strings")),
-    }
 }

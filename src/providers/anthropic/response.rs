@@ -1,9 +1,9 @@
 //! An Anthropic message as an OpenAI `chat.completion`.
 
-use super::{finish_reason, prompt_tokens, str_field, u64_field, usage_json};
+use super::{finish_reason, prompt_tokens, str_field, u64_field};
 use crate::errors::GatewayError;
-use crate::providers::{ResponseContext, Usage};
-use serde_json::{json, Map, Value};
+use crate::providers::{Reply, ResponseContext, Usage};
+use serde_json::{json, Value};
 
 fn invalid_response() -> GatewayError {
     GatewayError::new(502, "api_error", "invalid response from provider anthropic")
@@ -14,58 +14,29 @@ pub(crate) fn convert_response(body: &[u8], ctx: &ResponseContext) -> Result<(Ve
     let message: Value = serde_json::from_slice(body).map_err(|_| invalid_response())?;
     let blocks = message.get("content").and_then(Value::as_array).ok_or_else(invalid_response)?;
 
-    let mut text: Option<String> = None;
-    let mut tool_calls = Vec::new();
-    let mut content_blocks = Vec::new();
+    let mut reply = Reply::default();
     for block in blocks {
         match str_field(Some(block), "type") {
-            Some("text") => {
-                let part = str_field(Some(block), "text").unwrap_or_default();
-                text.get_or_insert_with(String::new).push_str(part);
-                content_blocks.push(json!({"type": "text", "text": part}));
-            }
-            Some("thinking") => content_blocks.push(json!({
+            Some("text") => reply.text(str_field(Some(block), "text").unwrap_or_default()),
+            Some("thinking") => reply.content_blocks.push(json!({
                 "type": "thinking",
                 "thinking": str_field(Some(block), "thinking").unwrap_or_default(),
                 "signature": str_field(Some(block), "signature").unwrap_or_default(),
             })),
-            Some("tool_use") => tool_calls.push(json!({
-                "id": str_field(Some(block), "id").unwrap_or_default(),
-                "type": "function",
-                "function": {
-                    "name": str_field(Some(block), "name").unwrap_or_default(),
-                    "arguments": block.get("input").map_or_else(|| "{}".to_string(), Value::to_string),
-                },
-            })),
+            Some("tool_use") => reply.tool_call(
+                str_field(Some(block), "id").unwrap_or_default(),
+                str_field(Some(block), "name").unwrap_or_default(),
+                block.get("input"),
+            ),
             // redacted_thinking and blocks unknown to OpenAI are kept as they are.
-            _ => content_blocks.push(block.clone()),
+            _ => reply.content_blocks.push(block.clone()),
         }
-    }
-
-    let mut reply = Map::new();
-    reply.insert("role".into(), "assistant".into());
-    reply.insert("content".into(), text.map_or(Value::Null, Value::String));
-    if !tool_calls.is_empty() {
-        reply.insert("tool_calls".into(), Value::Array(tool_calls));
-    }
-    if !ctx.strict_vendor_compliance {
-        reply.insert("content_blocks".into(), Value::Array(content_blocks));
     }
 
     let usage = message.get("usage");
     let tokens = Usage { prompt_tokens: prompt_tokens(usage), completion_tokens: u64_field(usage, "output_tokens") };
-    let response = json!({
-        "id": str_field(Some(&message), "id").unwrap_or_default(),
-        "object": "chat.completion",
-        "created": ctx.created,
-        "model": str_field(Some(&message), "model").unwrap_or(&ctx.model),
-        "choices": [{
-            "index": 0,
-            "message": reply,
-            "logprobs": null,
-            "finish_reason": finish_reason(str_field(Some(&message), "stop_reason")),
-        }],
-        "usage": usage_json(tokens.prompt_tokens, tokens.completion_tokens),
-    });
-    Ok((response.to_string().into_bytes(), tokens))
+    let id = str_field(Some(&message), "id").unwrap_or_default();
+    let model = str_field(Some(&message), "model").unwrap_or(&ctx.model);
+    let reason = finish_reason(str_field(Some(&message), "stop_reason"));
+    Ok((reply.completion(id, model, ctx, reason, tokens), tokens))
 }

@@ -2,9 +2,10 @@
 //! events, so any transport that carries Anthropic's events can use it; [`SseStream`] is
 //! the one for server-sent events.
 
-use super::{finish_reason, prompt_tokens, str_field, usage_json};
+use super::{finish_reason, prompt_tokens, str_field};
 use crate::errors::error_json;
-use crate::providers::{chunk_json, ResponseContext, Usage};
+use crate::providers::chunks::ChunkWriter;
+use crate::providers::{ResponseContext, Usage};
 use crate::stream::sse::write_data;
 use crate::stream::{Converter, Event};
 use hashbrown::HashMap;
@@ -12,10 +13,8 @@ use serde_json::{json, Value};
 
 /// Anthropic's events in, OpenAI's chunks out.
 pub(crate) struct EventConverter {
-    ctx: ResponseContext,
-    /// Message id and model, from `message_start`.
-    id: String,
-    model: String,
+    /// Its id and model come from `message_start`.
+    chunks: ChunkWriter,
     prompt_tokens: u64,
     completion_tokens: u64,
     /// OpenAI tool call index of each Anthropic `tool_use` content block index.
@@ -27,9 +26,7 @@ pub(crate) struct EventConverter {
 impl EventConverter {
     pub(crate) fn new(ctx: ResponseContext) -> Self {
         EventConverter {
-            model: ctx.model.clone(),
-            ctx,
-            id: String::new(),
+            chunks: ChunkWriter::new(ctx, String::new()),
             prompt_tokens: 0,
             completion_tokens: 0,
             tool_blocks: HashMap::new(),
@@ -55,13 +52,10 @@ impl EventConverter {
                     self.completion_tokens = tokens;
                 }
                 let reason = finish_reason(str_field(data.get("delta"), "stop_reason"));
-                self.emit_delta(json!({}), Some(reason), out);
+                self.chunks.delta(json!({}), Some(reason), out);
             }
             "message_stop" => {
-                if self.ctx.include_usage {
-                    let usage = usage_json(self.prompt_tokens, self.completion_tokens);
-                    write_data(out, self.chunk(json!([]), usage).to_string().as_bytes());
-                }
+                self.chunks.usage(self.prompt_tokens, self.completion_tokens, out);
                 self.end(out);
             }
             "error" => {
@@ -77,12 +71,12 @@ impl EventConverter {
 
     fn on_message_start(&mut self, data: &Value, out: &mut Vec<u8>) {
         let message = data.get("message");
-        self.id = str_field(message, "id").unwrap_or_default().to_string();
+        self.chunks.id = str_field(message, "id").unwrap_or_default().to_string();
         if let Some(model) = str_field(message, "model") {
-            self.model = model.to_string();
+            self.chunks.model = model.to_string();
         }
         self.prompt_tokens = prompt_tokens(message.and_then(|m| m.get("usage")));
-        self.emit_delta(json!({"role": "assistant", "content": ""}), None, out);
+        self.chunks.delta(json!({"role": "assistant", "content": ""}), None, out);
     }
 
     fn on_block_start(&mut self, data: &Value, out: &mut Vec<u8>) {
@@ -102,7 +96,7 @@ impl EventConverter {
             "type": "function",
             "function": {"name": str_field(block, "name").unwrap_or_default(), "arguments": ""},
         });
-        self.emit_delta(json!({"tool_calls": [call]}), None, out);
+        self.chunks.delta(json!({"tool_calls": [call]}), None, out);
     }
 
     fn on_block_delta(&mut self, data: &Value, out: &mut Vec<u8>) {
@@ -113,14 +107,14 @@ impl EventConverter {
         match str_field(delta, "type") {
             Some("text_delta") => {
                 if let Some(text) = str_field(delta, "text") {
-                    self.emit_delta(json!({"content": text}), None, out);
+                    self.chunks.delta(json!({"content": text}), None, out);
                 }
             }
             Some("input_json_delta") => {
                 let tool_index = self.tool_blocks.get(&index);
                 if let (Some(tool_index), Some(json)) = (tool_index, str_field(delta, "partial_json")) {
                     let call = json!({"index": tool_index, "function": {"arguments": json}});
-                    self.emit_delta(json!({"tool_calls": [call]}), None, out);
+                    self.chunks.delta(json!({"tool_calls": [call]}), None, out);
                 }
             }
             Some("thinking_delta") => self.emit_block_delta(index, "thinking", str_field(delta, "thinking"), out),
@@ -131,23 +125,13 @@ impl EventConverter {
 
     /// Thinking is not part of OpenAI's chunk; it is sent only to clients that accept extras.
     fn emit_block_delta(&self, index: u64, field: &str, value: Option<&str>, out: &mut Vec<u8>) {
-        if self.ctx.strict_vendor_compliance {
+        if self.chunks.ctx.strict_vendor_compliance {
             return;
         }
         if let Some(value) = value {
             let block = json!({"index": index, "delta": {field: value}});
-            self.emit_delta(json!({"content_blocks": [block]}), None, out);
+            self.chunks.delta(json!({"content_blocks": [block]}), None, out);
         }
-    }
-
-    fn emit_delta(&self, delta: Value, finish_reason: Option<&str>, out: &mut Vec<u8>) {
-        let choices = json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}]);
-        // With include_usage OpenAI sends `"usage": null` on every chunk but the last.
-        write_data(out, self.chunk(choices, Value::Null).to_string().as_bytes());
-    }
-
-    fn chunk(&self, choices: Value, usage: Value) -> Value {
-        chunk_json(&self.id, &self.model, &self.ctx, choices, usage)
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {

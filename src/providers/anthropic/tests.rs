@@ -1,6 +1,7 @@
 // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
 use super::*;
 use crate::errors::GatewayError;
+use crate::providers::testing::outbound;
 use crate::providers::{Outbound, ResponseContext, Usage};
 use crate::request::endpoint::Endpoint;
 use crate::stream::sse::MAX_EVENT_BYTES;
@@ -35,20 +36,6 @@ fn ctx(strict: bool, include_usage: bool) -> ResponseContext {
 }
 
 // --- endpoints and headers ------------------------------------------------------------
-
-pub(crate) fn outbound(endpoint: Endpoint, path: &'static str, body: Option<Value>) -> Outbound<'static> {
-    Outbound {
-        endpoint,
-        path,
-        body: body.map(std::borrow::Cow::Owned),
-        overridden: false,
-        strict_vendor_compliance: true,
-        now_ms: &|| 1_700_000_000_123,
-        organization: None,
-        project: None,
-        beta: None,
-    }
-}
 
 /// A target with this key (or none, behind a custom host).
 fn prepare_with_key(key: Option<&str>, outbound: Outbound) -> crate::providers::Prepared {

@@ -24,12 +24,10 @@ pub(crate) use stream::GeminiEvents;
 use super::anthropic::{Messages, Transport};
 use super::openai::normalize_error;
 use super::{
-    context_or_default, error_kind_for_status, path_segment, Outbound, ResponseContext, Translator, UpstreamRequest,
-    Usage,
+    chat_only, context_or_default, error_kind_for_status, path_segment, Outbound, ResponseContext, Translator,
+    UpstreamRequest, Usage,
 };
 use crate::errors::{error_json, GatewayError};
-use crate::request::chat;
-use crate::request::endpoint::Endpoint;
 use crate::stream::sse::SseStream;
 use serde_json::Value;
 
@@ -199,26 +197,10 @@ impl Translator for Vertex {
 impl Translator for GeminiTranslator {
     fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
         let provider = self.transport.provider();
-        let body = match (outbound.endpoint, outbound.body) {
-            (Endpoint::ChatCompletions, Some(body)) => body,
-            _ => {
-                return Err(GatewayError::new(
-                    400,
-                    "invalid_request_error",
-                    format!("provider '{provider}' does not support /v1{}", outbound.path),
-                )
-                .with_code("unsupported_endpoint"))
-            }
-        };
-        let model = body.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
+        let (body, ctx) = chat_only(provider, outbound)?;
         let streams = body.get("stream") == Some(&Value::Bool(true));
-        self.ctx = Some(ResponseContext {
-            model: model.clone(),
-            created: (outbound.now_ms)() / 1000,
-            include_usage: chat::include_usage(body.get("stream_options")),
-            strict_vendor_compliance: outbound.strict_vendor_compliance,
-        });
-        let path = self.transport.path(&model, streams)?;
+        let path = self.transport.path(&ctx.model, streams)?;
+        self.ctx = Some(ctx);
         let sent = convert_request(&body, provider)?;
         Ok(UpstreamRequest {
             path,

@@ -1,8 +1,9 @@
 //! OpenAI chat completion requests as Gemini `GenerateContentRequest`s.
 
 use crate::errors::GatewayError;
-use crate::providers::anthropic::{
-    content_error, convert_stop, function_tools, part_param, read_tool_call, tool_calls, tool_choice, ToolChoice,
+use crate::providers::chat_input::{
+    content_error, function_tools, part_param, read_tool_call, role_error, stop_sequences, tool_call_id, tool_calls,
+    tool_choice, ToolChoice,
 };
 use crate::providers::str_field;
 use hashbrown::HashMap;
@@ -97,7 +98,7 @@ fn generation_config(req: &Map<String, Value>) -> Result<Map<String, Value>, Gat
         config.insert("maxOutputTokens".into(), tokens.clone());
     }
     if let Some(stop) = field(req, "stop") {
-        config.insert("stopSequences".into(), convert_stop(stop.clone())?);
+        config.insert("stopSequences".into(), stop_sequences(stop.clone())?);
     }
     if let Some(format) = field(req, "response_format") {
         match str_field(Some(format), "type") {
@@ -164,20 +165,7 @@ fn convert_messages(messages: Option<&Value>, provider: &str) -> Result<(Option<
             "user" => (Turn::User, convert_content(content, i, provider)?),
             "assistant" => (Turn::Model, assistant_parts(message, content, i, &mut called, provider)?),
             "tool" => (Turn::FunctionResults, vec![function_response(message, content, i, &called, provider)?]),
-            "function" => {
-                return Err(GatewayError::invalid_param(
-                    format!("messages[{i}].role"),
-                    format!(
-                        "role 'function' is not supported by provider '{provider}'; use 'tools' and 'tool' messages"
-                    ),
-                ))
-            }
-            role => {
-                return Err(GatewayError::invalid_param(
-                    format!("messages[{i}].role"),
-                    format!("unknown role '{role}'"),
-                ))
-            }
+            role => return Err(role_error(i, role, provider)),
         };
         match turns.last_mut() {
             Some((last, last_parts)) if *last == turn => last_parts.extend(parts),
@@ -332,12 +320,10 @@ fn function_response(
     called: &HashMap<&str, &str>,
     provider: &str,
 ) -> Result<Value, GatewayError> {
-    let param = format!("messages[{i}].tool_call_id");
-    let id = str_field(Some(message), "tool_call_id")
-        .ok_or_else(|| GatewayError::invalid_param(param.as_str(), "tool_call_id must be a string"))?;
+    let id = tool_call_id(message, i)?;
     let name = called.get(id).copied().or_else(|| str_field(Some(message), "name")).ok_or_else(|| {
         GatewayError::invalid_param(
-            param.as_str(),
+            format!("messages[{i}].tool_call_id"),
             format!("tool_call_id '{id}' answers no tool call of an earlier assistant message"),
         )
     })?;
@@ -358,11 +344,7 @@ fn convert_tools(tools: &Value, provider: &str) -> Result<Vec<Value>, GatewayErr
     Ok(tools
         .into_iter()
         .map(|tool| {
-            let mut out = Map::new();
-            out.insert("name".into(), tool.name.into());
-            if let Some(description) = tool.description {
-                out.insert("description".into(), description.into());
-            }
+            let mut out = tool.declaration();
             // Gemini rejects an object schema without properties: a tool without parameters
             // has none.
             let parameters = tool.parameters.filter(|p| {

@@ -3,7 +3,8 @@
 
 use super::{finish_reason, tool_call, usage_of};
 use crate::errors::error_json;
-use crate::providers::{chunk_json, error_kind_for_status, str_field, usage_json, ResponseContext, Usage};
+use crate::providers::chunks::ChunkWriter;
+use crate::providers::{error_kind_for_status, str_field, ResponseContext, Usage};
 use crate::stream::sse::write_data;
 use crate::stream::{Converter, Event};
 use hashbrown::HashMap;
@@ -12,10 +13,8 @@ use serde_json::{json, Value};
 /// Gemini's responses in, OpenAI's chunks out.
 pub(crate) struct GeminiEvents {
     provider: &'static str,
-    ctx: ResponseContext,
-    /// Response id and model version, from the first response.
-    id: String,
-    model: String,
+    /// Its id and model come from the responses (`responseId`, `modelVersion`).
+    chunks: ChunkWriter,
     /// The tool calls sent so far of each candidate seen (its role chunk went out).
     candidates: HashMap<u64, usize>,
     /// The latest counts (each response repeats the totals so far).
@@ -29,9 +28,7 @@ impl GeminiEvents {
     pub(crate) fn new(ctx: ResponseContext, provider: &'static str) -> Self {
         GeminiEvents {
             provider,
-            model: ctx.model.clone(),
-            ctx,
-            id: String::new(),
+            chunks: ChunkWriter::new(ctx, String::new()),
             candidates: HashMap::new(),
             usage: Usage::default(),
             done: false,
@@ -46,7 +43,7 @@ impl GeminiEvents {
         let index = candidate.get("index").and_then(Value::as_u64).unwrap_or(position as u64);
         if !self.candidates.contains_key(&index) {
             self.candidates.insert(index, 0);
-            self.emit(index, json!({"role": "assistant", "content": ""}), None, out);
+            self.chunks.choice_delta(index, json!({"role": "assistant", "content": ""}), None, out);
         }
         let parts = candidate.get("content").and_then(|c| c.get("parts")).and_then(Value::as_array);
         for part in parts.map(Vec::as_slice).unwrap_or_default() {
@@ -58,24 +55,18 @@ impl GeminiEvents {
                 if let Value::Object(delta) = &mut delta {
                     delta.insert("index".into(), call_index.into());
                 }
-                self.emit(index, json!({"tool_calls": [delta]}), None, out);
+                self.chunks.choice_delta(index, json!({"tool_calls": [delta]}), None, out);
             } else if let Some(text) = str_field(Some(part), "text") {
                 // Thoughts are not part of OpenAI's answer; empty texts say nothing.
                 if part.get("thought") != Some(&Value::Bool(true)) && !text.is_empty() {
-                    self.emit(index, json!({"content": text}), None, out);
+                    self.chunks.choice_delta(index, json!({"content": text}), None, out);
                 }
             }
         }
         if let Some(reason) = str_field(Some(candidate), "finishReason") {
             let called = self.candidates.get(&index).is_some_and(|calls| *calls > 0);
-            self.emit(index, json!({}), Some(finish_reason(Some(reason), called)), out);
+            self.chunks.choice_delta(index, json!({}), Some(finish_reason(Some(reason), called)), out);
         }
-    }
-
-    fn emit(&self, index: u64, delta: Value, finish_reason: Option<&str>, out: &mut Vec<u8>) {
-        let choices = json!([{"index": index, "delta": delta, "logprobs": null, "finish_reason": finish_reason}]);
-        let chunk = chunk_json(&self.id, &self.model, &self.ctx, choices, Value::Null);
-        write_data(out, chunk.to_string().as_bytes());
     }
 
     fn end(&mut self, out: &mut Vec<u8>) {
@@ -103,13 +94,13 @@ impl Converter for GeminiEvents {
             self.end_with_error(message, error_kind_for_status(code.unwrap_or(500)), out);
             return;
         }
-        if self.id.is_empty() {
+        if self.chunks.id.is_empty() {
             if let Some(id) = str_field(Some(&data), "responseId") {
-                self.id = id.to_string();
+                self.chunks.id = id.to_string();
             }
         }
         if let Some(model) = str_field(Some(&data), "modelVersion") {
-            self.model = model.to_string();
+            self.chunks.model = model.to_string();
         }
         if let Some(metadata) = data.get("usageMetadata") {
             self.usage = usage_of(Some(metadata));
@@ -122,8 +113,8 @@ impl Converter for GeminiEvents {
         let blocked = str_field(data.get("promptFeedback"), "blockReason").is_some();
         if candidates.is_empty() && self.candidates.is_empty() && blocked {
             self.candidates.insert(0, 0);
-            self.emit(0, json!({"role": "assistant", "content": ""}), None, out);
-            self.emit(0, json!({}), Some("content_filter"), out);
+            self.chunks.choice_delta(0, json!({"role": "assistant", "content": ""}), None, out);
+            self.chunks.choice_delta(0, json!({}), Some("content_filter"), out);
         }
     }
 
@@ -142,11 +133,7 @@ impl Converter for GeminiEvents {
         if self.done {
             return;
         }
-        if self.ctx.include_usage {
-            let usage = usage_json(self.usage.prompt_tokens, self.usage.completion_tokens);
-            let chunk = chunk_json(&self.id, &self.model, &self.ctx, json!([]), usage);
-            write_data(out, chunk.to_string().as_bytes());
-        }
+        self.chunks.usage(self.usage.prompt_tokens, self.usage.completion_tokens, out);
         self.end(out);
     }
 }

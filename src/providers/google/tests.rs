@@ -1,6 +1,7 @@
 // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
 use super::*;
-use crate::providers::anthropic::tests::outbound;
+use crate::providers::testing::outbound;
+use crate::request::endpoint::Endpoint;
 use crate::stream::testing::payloads;
 use serde_json::json;
 #[cfg(target_arch = "wasm32")]
