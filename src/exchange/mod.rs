@@ -1106,10 +1106,23 @@ impl Exchange {
         self.record.status = finished.status;
         self.record.error_code = finished.error_code;
         self.record.provider = recovery.plan.provider.name;
+        let mut finished = finished;
         if (200..300).contains(&finished.status) {
             let content_type = headers.iter().find(|(n, _)| n == "content-type").map_or("", |(_, v)| v.as_str());
             self.cache.start_capture(env.settings, content_type);
             self.capture(env, &finished.body, true);
+            if self.guard.is_some() {
+                let content_type = content_type.to_string();
+                let answer = Answer { status: finished.status, content_type, body: finished.body };
+                // Sent as a local reply once the output checks' calls answered.
+                let Some(answer) = self.checked_answer(env, answer) else {
+                    return;
+                };
+                headers.retain(|(name, _)| name != "content-type");
+                headers.push(("content-type".into(), answer.content_type));
+                (finished.status, finished.body) = (answer.status, answer.body);
+                self.record.status = finished.status;
+            }
         }
         headers.extend(self.gateway_headers());
         env.after.push(After::Reply { id: env.id, status: finished.status, headers, body: finished.body });
