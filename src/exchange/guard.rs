@@ -250,9 +250,28 @@ impl Guard {
         let mut calls = HashMap::new();
         let now_ms = env.io.host().now_ms();
         for pending in pending {
+            let jwks = match &pending.then {
+                Continuation::Jwks { uri, .. } => Some(uri.clone()),
+                Continuation::Webhook { .. } => None,
+            };
+            // One JWKS fetch serves every check waiting for it.
+            if let Some(waiters) = jwks.as_ref().and_then(|uri| env.tasks.jwks_waiters.get_mut(uri)) {
+                let alias = env.tasks.aliases;
+                env.tasks.aliases = alias.wrapping_sub(1);
+                waiters.push((env.id, alias));
+                calls.insert(alias, Waiting { slot: pending.slot, then: pending.then, started_ms: now_ms });
+                continue;
+            }
             match dispatch(env, &pending.call) {
                 Some(token) => {
-                    env.tasks.calls.insert(token, (env.id, Task::Check));
+                    let task = match jwks {
+                        Some(uri) => {
+                            env.tasks.jwks_waiters.insert(uri.clone(), vec![(env.id, token)]);
+                            Task::Jwks(uri)
+                        }
+                        None => Task::Check,
+                    };
+                    env.tasks.calls.insert(token, (env.id, task));
                     calls.insert(token, Waiting { slot: pending.slot, then: pending.then, started_ms: now_ms });
                 }
                 None => {

@@ -173,8 +173,10 @@ enum Task {
     Embedding,
     /// An access token for the credential with this cache key.
     Token(String),
-    /// A guardrail check's call (a webhook, a JWKS fetch).
+    /// A guardrail check's call (a webhook).
     Check,
+    /// A JWKS fetch: its answer goes to every check waiting for this URI.
+    Jwks(String),
 }
 
 /// Dispatched calls in flight (token → request and purpose) and waiting calls.
@@ -184,6 +186,10 @@ struct Tasks {
     timers: Vec<Timer>,
     /// Requests waiting for an access token, by credential: one fetch serves them all.
     token_waiters: HashMap<String, Vec<u32>>,
+    /// Checks waiting for a JWKS, by URI: (request, the token its check waits under).
+    jwks_waiters: HashMap<String, Vec<(u32, u32)>>,
+    /// Tokens for checks that wait for another request's call, counted down from `u32::MAX`.
+    aliases: u32,
 }
 
 /// What an exchange's event handler can reach besides the exchange.
@@ -215,7 +221,7 @@ const CALL_TIMEOUT_MS: u64 = 300_000;
 
 impl Worker {
     pub(crate) fn new(settings: Rc<Settings>) -> Worker {
-        Worker { settings, exchanges: HashMap::new(), tasks: Tasks::default() }
+        Worker { settings, exchanges: HashMap::new(), tasks: Tasks { aliases: u32::MAX, ..Tasks::default() } }
     }
 
     /// New requests use `settings` (requests in flight keep theirs).
@@ -269,6 +275,18 @@ impl Worker {
         };
         let key = match task {
             Task::Token(key) => key,
+            Task::Jwks(uri) => {
+                let mut after = Vec::new();
+                for (waiter, alias) in self.tasks.jwks_waiters.remove(&uri).unwrap_or_default() {
+                    let copy = CallAnswer { status: answer.status, headers: Vec::new(), body: answer.body.clone() };
+                    let output = self.on(waiter, io, |exchange, env| {
+                        exchange.check_answered(env, alias, copy);
+                        Action::Continue
+                    });
+                    after.extend(output.after);
+                }
+                return Output { action: Action::Continue, after };
+            }
             task => {
                 return self.on(owner, io, |exchange, env| {
                     match task {
@@ -321,10 +339,13 @@ impl Worker {
     /// Request `id` ended: its record, and nothing of it left behind.
     pub(crate) fn finished(&mut self, id: u32) -> Option<Record> {
         self.tasks.timers.retain(|t| t.owner != id);
-        // A token fetch goes on for the other requests waiting for it.
-        self.tasks.calls.retain(|_, (owner, task)| *owner != id || matches!(task, Task::Token(_)));
+        // A token or JWKS fetch goes on for the other requests waiting for it.
+        self.tasks.calls.retain(|_, (owner, task)| *owner != id || matches!(task, Task::Token(_) | Task::Jwks(_)));
         for waiters in self.tasks.token_waiters.values_mut() {
             waiters.retain(|waiter| *waiter != id);
+        }
+        for waiters in self.tasks.jwks_waiters.values_mut() {
+            waiters.retain(|(waiter, _)| *waiter != id);
         }
         self.exchanges.remove(&id).map(Exchange::into_record)
     }
@@ -796,7 +817,10 @@ impl Exchange {
             if reply::has_body(head, status) && (200..300).contains(&status) {
                 let stream =
                     self.mode == ResponseMode::Stream || (self.mode == ResponseMode::Passthrough && event_stream());
-                self.hold = if stream { guard.holds_streams() } else { guard.shapes_answer() };
+                // Only JSON answers are held whole (not audio or images).
+                let json = self.mode == ResponseMode::Translated
+                    || io.response_header(id, "content-type").is_some_and(|v| v.windows(4).any(|w| w == b"json"));
+                self.hold = if stream { guard.holds_streams() } else { json && guard.shapes_answer() };
                 if stream && !self.hold {
                     // The stream flows: a flagged request shows in its status only.
                     if guard.outcome() == verdict::Outcome::Flag {

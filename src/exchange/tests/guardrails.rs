@@ -260,9 +260,16 @@ fn a_jwks_is_fetched_once_then_read_from_shared_data() {
 
     let mut gw = Gateway::new(SETTINGS);
     assert_eq!(gw.post(1, headers.clone(), CHAT).action, Action::Pause);
+    // A second request meanwhile waits for the same fetch; one that ended waits no more.
+    assert_eq!(gw.post(10, headers.clone(), CHAT).action, Action::Pause);
+    assert_eq!(gw.post(11, headers.clone(), CHAT).action, Action::Pause);
+    gw.worker.finished(11);
+    assert_eq!(gw.io.sent.len(), 1);
     let fetch = gw.io.sent[0].clone();
     assert_eq!((fetch.header(":method"), fetch.header(":path")), (Some("GET"), Some("/jwks.json")));
-    assert_eq!(gw.answer(fetch.token, 200, &[], jwks.as_bytes()).after, vec![After::ResumeRequest(1)]);
+    assert_eq!(fetch.header("content-length"), None);
+    let out = gw.answer(fetch.token, 200, &[], jwks.as_bytes());
+    assert_eq!(out.after, vec![After::ResumeRequest(1), After::ResumeRequest(10)]);
 
     // The next requests verify against the cached set: no fetch, no wait.
     for id in 2..5 {
@@ -275,4 +282,34 @@ fn a_jwks_is_fetched_once_then_read_from_shared_data() {
     bad.push(("x-user-token".into(), format!("{signed}.{}", b64(b"nope")).into_bytes()));
     let (_, status, _, _) = reply(&gw.post(9, bad, CHAT));
     assert_eq!(status, 446);
+}
+
+#[test]
+fn a_recovered_answer_passes_the_output_checks() {
+    let mut gw = Gateway::new(SETTINGS);
+    let mut config = fallback(vec![openai("a", 9001), openai("b", 9002)]);
+    config["output_guardrails"] = json!([blocks("Hello", false)]);
+    gw.post(1, chat_with_config("gw-key", &config), CHAT);
+    gw.response_headers(1, 500, &[], "via_upstream");
+    let token = gw.io.sent[0].token;
+    let (_, status, headers, body) = reply(&gw.answer(token, 200, &[("content-type", "application/json")], COMPLETION));
+    assert_eq!((status, headers["content-type"].as_str()), (246, "application/json"));
+    assert_eq!(body["choices"][0]["message"]["content"], "Hello!");
+    assert_eq!(body["hook_results"]["after_request_hooks"][0]["verdict"], false);
+    assert_eq!(gw.worker.finished(1).unwrap().status, 246);
+}
+
+#[test]
+fn hooks_on_a_target_and_stored_guardrails_are_refused() {
+    let mut gw = Gateway::new(SETTINGS);
+    let mut target = openai("a", 9001);
+    target["input_guardrails"] = json!([blocks("x", true)]);
+    gw.request_headers(1, chat_with_config("gw-key", &fallback(vec![target])), true);
+    let (_, status, _, body) = reply(&gw.request_body(1, CHAT));
+    assert_eq!(status, 501);
+    assert!(body["error"]["message"].as_str().unwrap().contains("top-level"), "{body}");
+    let out = gw.post(2, guarded(json!({"output_guardrails": ["pg-pii-1"]})), CHAT);
+    let (_, status, _, body) = reply(&out);
+    assert_eq!(status, 501);
+    assert!(body["error"]["message"].as_str().unwrap().contains("control plane"), "{body}");
 }
