@@ -205,6 +205,16 @@ def test_without_deny_a_stream_flows_and_the_verdict_goes_to_the_log(gateway, op
     assert 'hooks="out:output_guardrails[0]=false"' in line
 
 
+def test_a_flagged_stream_flows_with_status_246(gateway, openai_mock):
+    headers = guarded(openai_mock, input_guardrails=[blocks("forbidden", False)])
+    client = gateway.sdk(headers)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-mock", messages=[{"role": "user", "content": "the forbidden word"}], stream=True)
+    assert raw.status_code == 246
+    text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+    assert text == OpenAIMock.default_text
+
+
 # --------------------------------------------------------------------------- webhooks
 
 
