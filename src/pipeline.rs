@@ -285,6 +285,25 @@ impl Call {
         self.body = None;
     }
 
+    /// The top-level config node, whose hooks and guardrails apply to the request.
+    pub(crate) fn root_config(&self) -> Option<&Config> {
+        self.intake.config.as_ref()
+    }
+
+    /// The client's parsed JSON body (until `forward` or `release_body` let it go).
+    pub(crate) fn request_json(&self) -> Option<&Value> {
+        self.body.as_ref()
+    }
+
+    /// The `x-gateway-metadata` map.
+    pub(crate) fn metadata(&self) -> Option<&Map<String, Value>> {
+        self.intake.gateway.metadata.as_ref()
+    }
+
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        self.intake.endpoint
+    }
+
     /// Where the current attempt's target sits in the config (empty for the root).
     pub(crate) fn target_path(&self) -> &str {
         self.attempts.plan.attempts.get(self.attempts.current).map_or("", |a| a.path.as_str())

@@ -23,6 +23,8 @@ pub(crate) struct Record {
     pub(crate) usage: Option<Usage>,
     /// The code of the gateway's own error answer (e.g. `invalid_api_key`, `request_timeout`).
     pub(crate) error_code: Option<&'static str>,
+    /// Each hook's and guardrail's id and verdict (and feedback value), e.g. `in:pii=false/-1`.
+    pub(crate) hooks: String,
 }
 
 impl fmt::Display for Record {
@@ -46,6 +48,9 @@ impl fmt::Display for Record {
         )?;
         if let Some(code) = self.error_code {
             write!(f, " error={code}")?;
+        }
+        if !self.hooks.is_empty() {
+            write!(f, " hooks={:?}", self.hooks)?;
         }
         match self.usage {
             Some(usage) => {

@@ -7,6 +7,8 @@ use crate::ports::testing::FakeHost;
 use serde_json::{json, Value};
 use std::collections::HashMap as StdHashMap;
 
+mod guardrails;
+
 // ---------------------------------------------------------------------------------------------
 // The fake host
 

@@ -33,7 +33,7 @@
 //! never panics. Both are the same walk (see `eval`), so they cannot disagree on what is valid:
 //! a query that does not validate matches nothing.
 
-mod regex;
+pub(crate) mod regex;
 use crate::json_check::{index, join, kind_of, shorten};
 use serde_json::{Map, Number, Value};
 use std::cmp::Ordering;

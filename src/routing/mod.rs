@@ -8,7 +8,7 @@ pub(crate) mod plan;
 pub(crate) mod retry;
 
 use crate::cloud::CloudFields;
-use crate::config::{parse_config, CacheConfig, CircuitBreakerConfig, Config, RetryConfig};
+use crate::config::{parse_config, CacheConfig, CircuitBreakerConfig, Config, Guardrail, RetryConfig};
 use crate::errors::GatewayError;
 use crate::providers::{self, Backend, ProviderSpec, TargetFields};
 use crate::request::headers::GatewayHeaders;
@@ -164,13 +164,19 @@ pub(crate) fn header_target(settings: &Settings, headers: &GatewayHeaders) -> Re
 /// or guard it are refused rather than skipped: silently dropping a guardrail or a prompt
 /// template would send something the user did not intend. (The cache only makes a call
 /// cheaper, so it is accepted.)
-pub(crate) fn unavailable_feature(node: &Config) -> Option<&'static str> {
+pub(crate) fn unavailable_feature(node: &Config, root: bool) -> Option<&'static str> {
+    let has_hooks = !node.input_guardrails.is_empty()
+        || !node.output_guardrails.is_empty()
+        || !node.before_request_hooks.is_empty()
+        || !node.after_request_hooks.is_empty();
+    let stored =
+        node.input_guardrails.iter().chain(&node.output_guardrails).any(|g| matches!(g, Guardrail::Reference(_)));
     if node.prompt_id.is_some() {
         Some("prompt_id (prompt templates need the control plane)")
-    } else if !node.input_guardrails.is_empty() || !node.output_guardrails.is_empty() {
-        Some("guardrails")
-    } else if !node.before_request_hooks.is_empty() || !node.after_request_hooks.is_empty() {
-        Some("request hooks")
+    } else if stored {
+        Some("a stored guardrail (a string in input_guardrails/output_guardrails needs the control plane; write the guardrail inline)")
+    } else if has_hooks && !root {
+        Some("hooks and guardrails on a target (only the top-level config's apply; move them there)")
     } else {
         None
     }
@@ -421,11 +427,17 @@ mod tests {
         for config in [
             r#"{"provider":"openai","api_key":"k","prompt_id":"p1"}"#,
             r#"{"provider":"openai","api_key":"k","input_guardrails":["pii"]}"#,
-            r#"{"strategy":{"mode":"loadbalance"},"before_request_hooks":[{"id":"h"}],"targets":[{"provider":"openai","api_key":"k"}]}"#,
+            r#"{"strategy":{"mode":"fallback"},"targets":[{"provider":"openai","api_key":"k","before_request_hooks":[{"id":"h","checks":[{"id":"default.contains","parameters":{"words":["x"]}}]}]}]}"#,
         ] {
             let err = select(&[("x-gateway-config", config)]).err().unwrap();
             assert_eq!((err.status, err.code), (501, Some("not_implemented")), "{config}");
         }
+        // The top-level config's inline guardrails and hooks run.
+        assert!(select(&[(
+            "x-gateway-config",
+            r#"{"provider":"openai","api_key":"k","input_guardrails":[{"default.contains":{"words":["x"]}}],"before_request_hooks":[{"id":"h","checks":[{"id":"default.contains","parameters":{"words":["x"]}}]}]}"#
+        )])
+        .is_ok());
         assert!(select(&[(
             "x-gateway-config",
             r#"{"provider":"openai","api_key":"k","retry":{"attempts":2},"cache":{"mode":"simple"}}"#

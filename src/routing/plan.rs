@@ -162,7 +162,7 @@ impl Resolver<'_> {
         inherited: &TargetOptions,
     ) -> Result<Vec<Attempt>, GatewayError> {
         let options = inherited.inherit(node);
-        if let Some(feature) = unavailable_feature(node) {
+        if let Some(feature) = unavailable_feature(node, path.is_empty()) {
             return Err(not_implemented(feature));
         }
         let (Some(strategy), Some(first)) = (node.strategy.as_ref(), node.targets.first()) else {

@@ -1,0 +1,378 @@
+//! Guardrails and hooks in the exchange: the top-level config's checks run on the request
+//! before it is sent (and before the cache), and on the answer before it reaches the client.
+//! Checks that call out (webhooks, JWKS fetches) are tasks like any dispatched call; the
+//! request or the answer is held until every one answered or timed out.
+
+use super::{Dispatch, Env, RawHeaders, Task};
+use crate::cache::completion::StreamAssembler;
+use crate::errors::GatewayError;
+use crate::guardrails::calls::{CallSpec, Continuation, JwksUpdate, Reply};
+use crate::guardrails::verdict::{self, Item, ItemResult, Outcome, Slot, StageRun, Started};
+use crate::guardrails::{request_text, response_text, CachedJwks, Env as CheckEnv, Input, Stage};
+use crate::pipeline::Call;
+use crate::ports::SharedStore;
+use crate::request::endpoint::Endpoint;
+use crate::routing::not_implemented;
+use hashbrown::HashMap;
+use serde_json::{Map, Value};
+
+/// A streamed answer is assembled for the output checks up to this size.
+const MAX_ASSEMBLED_BYTES: usize = 4 << 20;
+
+/// An answer on its way to the client.
+pub(super) struct Answer {
+    pub(super) status: u16,
+    pub(super) content_type: String,
+    pub(super) body: Vec<u8>,
+}
+
+impl Answer {
+    fn is_stream(&self) -> bool {
+        crate::stream::is_stream(self.content_type.as_bytes())
+    }
+}
+
+/// Whether a stage is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Progress {
+    Done,
+    Waiting,
+}
+
+/// A check waiting for its call.
+struct Waiting {
+    slot: Slot,
+    then: Continuation,
+    started_ms: u64,
+}
+
+struct Running {
+    stage: Stage,
+    run: StageRun,
+    calls: HashMap<u32, Waiting>,
+}
+
+/// The checks of one request and what they decided so far.
+pub(super) struct Guard {
+    request: Value,
+    metadata: Option<Map<String, Value>>,
+    headers: RawHeaders,
+    model: String,
+    endpoint: Endpoint,
+    before_items: Vec<Item>,
+    after_items: Vec<Item>,
+    async_items: Vec<Item>,
+    before: Vec<ItemResult>,
+    after: Vec<ItemResult>,
+    async_results: Vec<ItemResult>,
+    running: Option<Running>,
+    /// The answer held while the output checks wait for their calls.
+    pub(super) held: Option<Answer>,
+    /// A stream that flows while it is assembled for the output checks (no item denies).
+    watch: Option<StreamAssembler>,
+}
+
+impl Guard {
+    /// The checks of `call`'s top-level config; None when it has none.
+    pub(super) fn new(call: &Call, raw: &RawHeaders) -> Result<Option<Guard>, GatewayError> {
+        let Some(config) = call.root_config() else {
+            return Ok(None);
+        };
+        let refused = |_| not_implemented("a stored guardrail (it needs the control plane)");
+        let before_items =
+            verdict::items(&config.before_request_hooks, &config.input_guardrails, Stage::Before).map_err(refused)?;
+        let after =
+            verdict::items(&config.after_request_hooks, &config.output_guardrails, Stage::After).map_err(refused)?;
+        if before_items.is_empty() && after.is_empty() {
+            return Ok(None);
+        }
+        let (async_items, after_items) = after.into_iter().partition(|item| item.is_async);
+        let request = call.request_json().cloned().unwrap_or(Value::Null);
+        let model = request.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
+        Ok(Some(Guard {
+            request,
+            metadata: call.metadata().cloned(),
+            headers: raw.clone(),
+            model,
+            endpoint: call.endpoint(),
+            before_items,
+            after_items,
+            async_items,
+            before: Vec::new(),
+            after: Vec::new(),
+            async_results: Vec::new(),
+            running: None,
+            held: None,
+            watch: None,
+        }))
+    }
+
+    pub(super) fn start_before(&mut self, env: &mut Env) -> Progress {
+        let items = std::mem::take(&mut self.before_items);
+        self.start(env, Stage::Before, items, None)
+    }
+
+    /// Whether the answer changes with the checks: some check ran before, or will after.
+    pub(super) fn shapes_answer(&self) -> bool {
+        !self.before.is_empty() || !self.after_items.is_empty() || !self.async_items.is_empty()
+    }
+
+    /// Whether an output check may deny, so a stream must be held until it is decided.
+    pub(super) fn holds_streams(&self) -> bool {
+        self.after_items.iter().any(|item| item.deny)
+    }
+
+    pub(super) fn outcome(&self) -> Outcome {
+        verdict::outcome(&self.before).max(verdict::outcome(&self.after))
+    }
+
+    pub(super) fn denied_body(&self) -> Vec<u8> {
+        verdict::denied_body(&verdict::hook_results(&self.before, &self.after))
+    }
+
+    /// Runs the output checks on `answer` (a 2xx), kept in `held` until they decided.
+    pub(super) fn start_after(&mut self, env: &mut Env, answer: Answer) -> Progress {
+        let json = self.answer_json(&answer);
+        let items = std::mem::take(&mut self.after_items);
+        let progress = self.start(env, Stage::After, items, Some(&json));
+        self.held = Some(answer);
+        if progress == Progress::Done {
+            self.run_async(env, &json);
+        }
+        progress
+    }
+
+    /// The answer the client gets once every check decided.
+    pub(super) fn compose(&mut self, env: &mut Env, answer: Answer) -> Answer {
+        if self.held.is_none() && self.running.is_none() && !self.async_items.is_empty() {
+            let json = self.answer_json(&answer);
+            self.run_async(env, &json);
+        }
+        let results = verdict::hook_results(&self.before, &self.after);
+        match self.outcome() {
+            Outcome::Deny => Answer {
+                status: verdict::DENY_STATUS,
+                content_type: "application/json".into(),
+                body: verdict::denied_body(&results),
+            },
+            outcome => {
+                let status = if outcome == Outcome::Flag { verdict::FLAG_STATUS } else { answer.status };
+                let body = if answer.is_stream() {
+                    answer.body
+                } else {
+                    verdict::with_hook_results(&answer.body, &results).unwrap_or(answer.body)
+                };
+                Answer { status, content_type: answer.content_type, body }
+            }
+        }
+    }
+
+    /// A flowing stream is assembled for the output checks, whose verdicts go to the record.
+    pub(super) fn watch_stream(&mut self) {
+        if !self.after_items.is_empty() || !self.async_items.is_empty() {
+            self.watch = Some(StreamAssembler::new(self.endpoint, MAX_ASSEMBLED_BYTES));
+        }
+    }
+
+    pub(super) fn watching(&self) -> bool {
+        self.watch.is_some()
+    }
+
+    /// The client's bytes of a flowing stream; at its end the output checks run for the record
+    /// (their calls are sent, the answer is not held).
+    pub(super) fn watched(&mut self, env: &mut Env, bytes: &[u8], end: bool) {
+        let Some(watch) = &mut self.watch else {
+            return;
+        };
+        watch.push(bytes);
+        if !end {
+            return;
+        }
+        let json = self.watch.take().and_then(StreamAssembler::finish);
+        let json = json.and_then(|b| serde_json::from_slice::<Value>(&b).ok()).unwrap_or(Value::Null);
+        let items = std::mem::take(&mut self.after_items);
+        self.start(env, Stage::After, items, Some(&json));
+        self.run_async(env, &json);
+    }
+
+    fn answer_json(&self, answer: &Answer) -> Value {
+        let bytes = if answer.is_stream() {
+            let mut assembler = StreamAssembler::new(self.endpoint, MAX_ASSEMBLED_BYTES);
+            assembler.push(&answer.body);
+            assembler.finish().unwrap_or_default()
+        } else {
+            answer.body.clone()
+        };
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    }
+
+    /// Async items: their checks run now, their calls go out unawaited; never the answer's.
+    fn run_async(&mut self, env: &mut Env, json: &Value) {
+        let items = std::mem::take(&mut self.async_items);
+        if items.is_empty() {
+            return;
+        }
+        let started = self.evaluate(env, Stage::After, items, Some(json));
+        for call in started.sends.iter().chain(started.pending.iter().map(|p| &p.call)) {
+            send(env, call);
+        }
+        // Checks that waited for a call show as failed ("no answer") in the record.
+        self.async_results = started.run.finish();
+    }
+
+    fn evaluate(&self, env: &mut Env, stage: Stage, items: Vec<Item>, response: Option<&Value>) -> Started {
+        let text = match response {
+            Some(answer) => response_text(answer),
+            None => request_text(&self.request),
+        };
+        let input = Input {
+            stage,
+            text: &text,
+            request: &self.request,
+            response,
+            metadata: self.metadata.as_ref(),
+            headers: &self.headers,
+            model: &self.model,
+        };
+        let host = env.io.host();
+        let host: &dyn crate::ports::Host = host;
+        let store = host.store();
+        let jwks = |uri: &str| cached_jwks(store, uri);
+        let check_env = CheckEnv { now_s: host.now_ms() / 1000, jwks: &jwks };
+        StageRun::start(items, &input, &check_env, &|| host.now_ms())
+    }
+
+    fn start(&mut self, env: &mut Env, stage: Stage, items: Vec<Item>, response: Option<&Value>) -> Progress {
+        let Started { mut run, pending, sends } = self.evaluate(env, stage, items, response);
+        for call in &sends {
+            send(env, call);
+        }
+        let mut calls = HashMap::new();
+        let now_ms = env.io.host().now_ms();
+        for pending in pending {
+            let jwks = match &pending.then {
+                Continuation::Jwks { uri, .. } => Some(uri.clone()),
+                Continuation::Webhook { .. } => None,
+            };
+            // One JWKS fetch serves every check waiting for it.
+            if let Some(waiters) = jwks.as_ref().and_then(|uri| env.tasks.jwks_waiters.get_mut(uri)) {
+                let alias = env.tasks.aliases;
+                env.tasks.aliases = alias.wrapping_sub(1);
+                waiters.push((env.id, alias));
+                calls.insert(alias, Waiting { slot: pending.slot, then: pending.then, started_ms: now_ms });
+                continue;
+            }
+            match dispatch(env, &pending.call) {
+                Some(token) => {
+                    let task = match jwks {
+                        Some(uri) => {
+                            env.tasks.jwks_waiters.insert(uri.clone(), vec![(env.id, token)]);
+                            Task::Jwks(uri)
+                        }
+                        None => Task::Check,
+                    };
+                    env.tasks.calls.insert(token, (env.id, task));
+                    calls.insert(token, Waiting { slot: pending.slot, then: pending.then, started_ms: now_ms });
+                }
+                None => {
+                    let failed = Reply { status: 0, body: &[] };
+                    run.answer(pending.slot, pending.then, failed, now_ms / 1000, 0);
+                }
+            }
+        }
+        if run.is_done() {
+            self.finished(stage, run);
+            Progress::Done
+        } else {
+            self.running = Some(Running { stage, run, calls });
+            Progress::Waiting
+        }
+    }
+
+    /// A check's call answered (status 0: failed or timed out); Done when its stage is decided.
+    pub(super) fn answer(&mut self, env: &mut Env, token: u32, status: u16, body: &[u8]) -> Option<Progress> {
+        let running = self.running.as_mut()?;
+        let waiting = running.calls.remove(&token)?;
+        let now_ms = env.io.host().now_ms();
+        let elapsed = now_ms.saturating_sub(waiting.started_ms);
+        let update = running.run.answer(waiting.slot, waiting.then, Reply { status, body }, now_ms / 1000, elapsed);
+        if let Some(update) = update {
+            remember_jwks(env.io.host().store(), &update, now_ms / 1000);
+        }
+        if !running.run.is_done() {
+            return Some(Progress::Waiting);
+        }
+        let Running { stage, run, .. } = self.running.take()?;
+        self.finished(stage, run);
+        Some(Progress::Done)
+    }
+
+    fn finished(&mut self, stage: Stage, run: StageRun) {
+        match stage {
+            Stage::Before => self.before = run.finish(),
+            Stage::After => self.after = run.finish(),
+        }
+    }
+
+    /// Each item's id and verdict (and its feedback's value), for the log line:
+    /// `in:id=true out:id=false/-1 async:id=true`.
+    pub(super) fn summary(&self) -> String {
+        let stages = [("in", &self.before), ("out", &self.after), ("async", &self.async_results)];
+        let mut parts = Vec::new();
+        for (stage, results) in stages {
+            for result in results {
+                let mut part = format!("{stage}:{}={}", result.id, result.verdict);
+                if let Some(value) = result.feedback.as_ref().and_then(|f| f.value) {
+                    part.push_str(&format!("/{value}"));
+                }
+                parts.push(part);
+            }
+        }
+        parts.join(" ")
+    }
+}
+
+fn dispatch(env: &mut Env, call: &CallSpec) -> Option<u32> {
+    if !env.settings.custom_host_allowed(&call.upstream.host) {
+        log::warn!("a check's call to '{}' is refused: the host is not in the allow-list", call.upstream.host);
+        return None;
+    }
+    let dispatch = Dispatch::request(
+        env.settings,
+        &call.upstream,
+        call.method,
+        &call.path,
+        call.body.clone(),
+        call.headers.clone(),
+        call.timeout_ms,
+    );
+    let token = env.io.dispatch(env.id, &dispatch);
+    if token.is_none() {
+        log::warn!("a check's call to '{}' could not start", call.upstream.host);
+    }
+    token
+}
+
+/// Sends a call whose answer nobody awaits.
+fn send(env: &mut Env, call: &CallSpec) {
+    dispatch(env, call);
+}
+
+fn jwks_key(uri: &str) -> String {
+    format!("jwks:{uri}")
+}
+
+/// The JWKS of `uri` in shared data: the fetch time (Unix seconds, little-endian) then the JSON.
+fn cached_jwks(store: &dyn SharedStore, uri: &str) -> Option<CachedJwks> {
+    let (value, _) = store.get(&jwks_key(uri))?;
+    let (fetched_at, json) = value.split_first_chunk::<8>()?;
+    (!json.is_empty()).then(|| CachedJwks { json: json.to_vec(), fetched_at_s: u64::from_le_bytes(*fetched_at) })
+}
+
+fn remember_jwks(store: &dyn SharedStore, update: &JwksUpdate, now_s: u64) {
+    let mut value = now_s.to_le_bytes().to_vec();
+    value.extend_from_slice(&update.json);
+    if !store.set(&jwks_key(&update.uri), &value, 0) {
+        log::warn!("a JWKS could not be cached in shared data");
+    }
+}

@@ -1,0 +1,193 @@
+//! Guardrails and hooks (spec 2.6, 2.7, 4.3): the checks, their verdicts and the bodies they
+//! produce, as plain Rust. The exchange runs them; nothing here knows of proxy-wasm.
+//!
+//! How the exchange drives a stage (before the request, or after the response):
+//! 1. `verdict::items` turns a config's hooks and inline guardrails into `Item`s.
+//! 2. `verdict::StageRun::start` evaluates every check of those items against an `Input`.
+//!    Most checks decide at once. A check that needs the network yields a `PendingCall`: the
+//!    exchange dispatches its `CallSpec` and, when the call answers (or fails, or times out:
+//!    status 0), hands the `Reply` to `StageRun::answer`, which runs the pending call's
+//!    `Continuation` (the webhook's verdict, the JWT verified against a fetched JWKS). Calls
+//!    listed in `sends` (`default.log`) are fire-and-forget: dispatch them, ignore the answer.
+//! 3. Once `StageRun::is_done`, `StageRun::finish` gives one `ItemResult` per item;
+//!    `verdict::outcome` says Pass, Flag (answer 246) or Deny (answer 446), and
+//!    `verdict::hook_results`, `verdict::with_hook_results` and `verdict::denied_body` build the
+//!    JSON.
+//!
+//! Async items (`async: true`, after-request only) are run the same way after the answer went
+//! out; their results go to the log and never change the answer (`outcome` ignores them).
+
+pub(crate) mod calls;
+mod checks;
+pub(crate) mod jwt;
+mod schema;
+pub(crate) mod verdict;
+
+#[cfg(test)]
+mod tests;
+
+use crate::config::Check;
+use crate::json_check::shorten;
+use calls::{CallSpec, Continuation};
+use serde_json::{json, Map, Value};
+
+/// The parameters of one check, as configured.
+pub(crate) type Params = Map<String, Value>;
+
+/// Which side of the provider call a check runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// `before_request_hooks`, `input_guardrails`: sees the request.
+    Before,
+    /// `after_request_hooks`, `output_guardrails`: sees the request and the response.
+    After,
+}
+
+/// What a check sees.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Input<'a> {
+    pub(crate) stage: Stage,
+    /// Before: the last message's text parts (`request_text`); after: the first choice's
+    /// message content (`response_text`).
+    pub(crate) text: &'a str,
+    /// The client's request body.
+    pub(crate) request: &'a Value,
+    /// The provider's answer (after the response only).
+    pub(crate) response: Option<&'a Value>,
+    /// The `x-gateway-metadata` map.
+    pub(crate) metadata: Option<&'a Map<String, Value>>,
+    /// The client's request headers: lowercase names, raw values (for `default.jwt`).
+    pub(crate) headers: &'a [(String, Vec<u8>)],
+    /// The model the request asked for.
+    pub(crate) model: &'a str,
+}
+
+/// What a check needs from the core besides its input.
+pub(crate) struct Env<'a> {
+    /// Unix time in seconds, for token lifetimes.
+    pub(crate) now_s: u64,
+    /// The cached JWKS of a URI, if the core holds one (shared data).
+    pub(crate) jwks: &'a dyn Fn(&str) -> Option<CachedJwks>,
+}
+
+/// A JWKS as the core cached it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CachedJwks {
+    pub(crate) json: Vec<u8>,
+    /// When it was fetched (Unix seconds): decides freshness (`cacheMaxAge`) and the
+    /// unknown-`kid` refetch (at most once per `jwt::REFETCH_AFTER_S`).
+    pub(crate) fetched_at_s: u64,
+}
+
+/// The result of one check, in `hook_results` as `{id, verdict, data, error, execution_time}`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CheckResult {
+    pub(crate) id: String,
+    pub(crate) verdict: bool,
+    pub(crate) data: Value,
+    /// Why the check could not run (bad parameters, a failed call); the verdict is then false.
+    pub(crate) error: Option<String>,
+    /// Milliseconds; filled by the caller, which owns the clock.
+    pub(crate) execution_time: u64,
+}
+
+impl CheckResult {
+    pub(crate) fn new(id: &str, verdict: bool, data: Value) -> CheckResult {
+        CheckResult { id: id.to_string(), verdict, data, error: None, execution_time: 0 }
+    }
+
+    /// A check that could not run fails, whatever it would have said.
+    pub(crate) fn failed(id: &str, error: impl Into<String>, data: Value) -> CheckResult {
+        CheckResult { id: id.to_string(), verdict: false, data, error: Some(error.into()), execution_time: 0 }
+    }
+
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "verdict": self.verdict,
+            "data": self.data,
+            "error": self.error.as_ref().map(|e| json!({"message": e})),
+            "execution_time": self.execution_time,
+        })
+    }
+}
+
+/// How a check is decided.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Evaluation {
+    /// Decided at once.
+    Done(CheckResult),
+    /// Decided at once; the core also sends `CallSpec` and ignores its answer (`default.log`).
+    DoneAndSend(CheckResult, CallSpec),
+    /// Decided by a call: dispatch the `CallSpec`, then give its `Reply` to the continuation.
+    Needs(CallSpec, Continuation),
+}
+
+/// Evaluates check `id` with its parameters against what it sees.
+pub(crate) fn evaluate(check: &Check, input: &Input, env: &Env) -> Evaluation {
+    let (id, params) = (check.id.as_str(), &check.parameters);
+    let done = |r: Result<CheckResult, String>| {
+        Evaluation::Done(r.unwrap_or_else(|error| CheckResult::failed(id, error, Value::Null)))
+    };
+    match id {
+        "default.regexMatch" => done(checks::regex_match(id, params, input)),
+        "default.contains" => done(checks::contains(id, params, input)),
+        "default.wordCount" => done(checks::word_count(id, params, input)),
+        "default.sentenceCount" => done(checks::sentence_count(id, params, input)),
+        "default.characterCount" => done(checks::character_count(id, params, input)),
+        "default.jsonSchema" => done(checks::json_schema(id, params, input)),
+        "default.jsonKeys" => done(checks::json_keys(id, params, input)),
+        "default.validUrls" => done(checks::valid_urls(id, input)),
+        "default.containsCode" => done(checks::contains_code(id, params, input)),
+        "default.modelWhitelist" => done(checks::model_whitelist(id, params, input)),
+        "default.requiredMetadataKeys" => done(checks::required_metadata_keys(id, params, input)),
+        "default.webhook" => calls::webhook(id, params, input),
+        "default.log" => calls::log(id, params, input),
+        "default.jwt" => calls::jwt(id, params, input, env),
+        _ => Evaluation::Done(CheckResult::failed(id, format!("unknown check `{}`", shorten(id)), Value::Null)),
+    }
+}
+
+/// The text before-request checks see: the last message's text parts (a string content, or
+/// the `text` of its parts, joined by newlines); for the completions and embeddings bodies,
+/// `prompt` or `input`.
+pub(crate) fn request_text(body: &Value) -> String {
+    if let Some(messages) = body.get("messages").and_then(Value::as_array) {
+        return messages.last().and_then(|m| m.get("content")).map(content_text).unwrap_or_default();
+    }
+    body.get("prompt").or_else(|| body.get("input")).map(content_text).unwrap_or_default()
+}
+
+/// The text after-request checks see: the first choice's message content (or `text`, for
+/// completions).
+pub(crate) fn response_text(body: &Value) -> String {
+    let Some(choice) = body.get("choices").and_then(|c| c.get(0)) else {
+        return String::new();
+    };
+    choice
+        .get("message")
+        .and_then(|m| m.get("content"))
+        .or_else(|| choice.get("text"))
+        .map(content_text)
+        .unwrap_or_default()
+}
+
+/// A string, or the text of an array of parts (`{"type": "text", "text": ...}` or strings).
+fn content_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => {
+            let texts = parts.iter().filter_map(|p| p.as_str().or_else(|| p.get("text").and_then(Value::as_str)));
+            texts.collect::<Vec<_>>().join("\n")
+        }
+        _ => String::new(),
+    }
+}
+
+/// At most 100 characters of `text`, for a check's `data`.
+fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(100) {
+        Some((end, _)) => format!("{}...", text.get(..end).unwrap_or_default()),
+        None => text.to_string(),
+    }
+}

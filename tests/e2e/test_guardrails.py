@@ -1,0 +1,339 @@
+"""Guardrails and hooks (spec 2.6, 2.7, 4.3): input checks deny with 446 before the provider is called,
+failing checks flag the answer with 246, output checks see the answer (JSON and streams), webhooks and
+JWKS fetches are dispatched calls, async hooks never delay the answer, and `default.jwt` verifies tokens
+against a JWKS served by the test (keys made at test time)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
+from helpers import CHAT, chat_body, config, provider_config
+from mocks import OpenAIMock, Reply
+
+
+class Hooks:
+    """A webhook and JWKS server: records what it gets; answers as the test says."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.requests: list[tuple[str, str, dict]] = []
+        self.verdict = True
+        self.status = 200
+        self.hold: threading.Event | None = None
+        self.jwks: dict = {"keys": []}
+        self.received = threading.Event()
+        hooks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _answer(self, status: int, body: dict):
+                data = json.dumps(body).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    pass  # the gateway gave up on a stalled call
+
+            def do_GET(self):
+                with hooks.lock:
+                    hooks.requests.append(("GET", self.path, {}))
+                    jwks = hooks.jwks
+                self._answer(200, jwks)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
+                with hooks.lock:
+                    hooks.requests.append(("POST", self.path, body))
+                    hold, status, verdict = hooks.hold, hooks.status, hooks.verdict
+                hooks.received.set()
+                if hold is not None:
+                    hold.wait(15)
+                self._answer(status, {"verdict": verdict})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def reset(self):
+        with self.lock:
+            self.requests.clear()
+            self.verdict, self.status, self.hold = True, 200, None
+            self.received.clear()
+
+    def of(self, path: str) -> list:
+        with self.lock:
+            return [r for r in self.requests if r[1] == path]
+
+
+@pytest.fixture(scope="module")
+def hooks():
+    server = Hooks()
+    yield server
+    server.server.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _reset_hooks(hooks):
+    hooks.reset()
+    yield
+    if hooks.hold is not None:
+        hooks.hold.set()
+
+
+def guarded(openai_mock, **checks) -> dict:
+    return config(provider_config(openai_mock, **checks))
+
+
+def blocks(word: str, deny: bool) -> dict:
+    return {"default.contains": {"words": [word], "operator": "none"}, "deny": deny}
+
+
+def webhook(hooks: Hooks, path: str, *, deny: bool = False, is_async: bool = False, timeout: int = 3000) -> dict:
+    hook = {"id": f"wh{path.replace('/', '-')}", "type": "guardrail",
+            "checks": [{"id": "default.webhook", "parameters": {"webhookURL": hooks.url + path, "timeout": timeout}}]}
+    if deny:
+        hook["on_fail"] = {"deny": True}
+    if is_async:
+        hook["async"] = True
+    return hook
+
+
+def assert_denied(r, stage: str = "before_request_hooks") -> dict:
+    assert r.status_code == 446, r.text
+    assert r.headers["content-type"] == "application/json"
+    body = r.json()
+    assert body["error"]["type"] == "hooks_failed"
+    assert any(not item["verdict"] for item in body["hook_results"][stage]), body
+    return body
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+def test_a_denying_input_guardrail_answers_446_and_the_provider_is_never_called(gateway, openai_mock):
+    r = gateway.chat(guarded(openai_mock, input_guardrails=[blocks("forbidden", True)]),
+                     chat_body("say the forbidden word"))
+    body = assert_denied(r)
+    item = body["hook_results"]["before_request_hooks"][0]
+    assert item["deny"] is True and item["checks"][0]["id"] == "default.contains"
+    assert openai_mock.requests == []
+    line = gateway.wait_for_log_line('hooks="in:input_guardrails[0]=false"')
+    assert "status=446" in line
+
+
+def test_a_failing_check_without_deny_answers_246_with_hook_results(gateway, openai_mock):
+    headers = guarded(openai_mock, input_guardrails=[blocks("forbidden", False)])
+    client = gateway.sdk(headers)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-mock", messages=[{"role": "user", "content": "say the forbidden word"}])
+    assert raw.status_code == 246
+    assert raw.parse().choices[0].message.content == OpenAIMock.default_text
+    results = json.loads(raw.http_response.text)["hook_results"]
+    assert results["before_request_hooks"][0]["verdict"] is False
+    assert results["after_request_hooks"] == []
+    assert len(openai_mock.requests) == 1
+
+
+def test_passing_checks_answer_200_with_hook_results(gateway, openai_mock):
+    r = gateway.chat(guarded(openai_mock, input_guardrails=[blocks("forbidden", True)]), chat_body("hello"))
+    assert r.status_code == 200, r.text
+    assert r.json()["hook_results"]["before_request_hooks"][0]["verdict"] is True
+    assert int(r.headers["content-length"]) == len(r.content)
+
+
+# --------------------------------------------------------------------------- output checks
+
+
+def test_a_denying_output_guardrail_replaces_a_json_answer(gateway, openai_mock):
+    r = gateway.chat(guarded(openai_mock, output_guardrails=[blocks("mock", True)]))
+    body = assert_denied(r, "after_request_hooks")
+    assert "choices" not in body
+    assert len(openai_mock.requests) == 1
+
+
+def test_an_output_json_schema_check_flags_an_answer_that_is_not_json(gateway, openai_mock):
+    schema = {"default.jsonSchema": {"schema": {"type": "object", "required": ["answer"]}}}
+    r = gateway.chat(guarded(openai_mock, output_guardrails=[schema]))
+    assert r.status_code == 246, r.text
+    assert r.json()["hook_results"]["after_request_hooks"][0]["verdict"] is False
+    openai_mock.script(Reply(text='{"answer": 42}'))
+    r = gateway.chat(guarded(openai_mock, output_guardrails=[schema]))
+    assert r.status_code == 200, r.text
+
+
+def test_a_denying_output_guardrail_holds_a_stream_and_answers_446_json(gateway, openai_mock):
+    headers = guarded(openai_mock, output_guardrails=[blocks("mock", True)])
+    with gateway.stream("POST", CHAT, headers=headers, json=chat_body(stream=True)) as resp:
+        body = resp.read()
+    assert resp.status_code == 446
+    assert resp.headers["content-type"] == "application/json"
+    assert b"data:" not in body
+    assert json.loads(body)["error"]["type"] == "hooks_failed"
+
+
+def test_a_stream_that_passes_a_denying_guardrail_is_released_unchanged(gateway, openai_mock):
+    headers = guarded(openai_mock, output_guardrails=[blocks("forbidden", True)])
+    client = gateway.sdk(headers)
+    stream = client.chat.completions.create(model="gpt-mock", messages=[{"role": "user", "content": "hi"}],
+                                            stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == OpenAIMock.default_text
+
+
+def test_without_deny_a_stream_flows_and_the_verdict_goes_to_the_log(gateway, openai_mock):
+    headers = {**guarded(openai_mock, output_guardrails=[blocks("mock", False)]), "x-gateway-trace-id": "gr-flow"}
+    with gateway.stream("POST", CHAT, headers=headers, json=chat_body(stream=True)) as resp:
+        body = resp.read()
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    assert body.rstrip().endswith(b"data: [DONE]")
+    line = gateway.wait_for_log_line('trace_id="gr-flow"')
+    assert 'hooks="out:output_guardrails[0]=false"' in line
+
+
+def test_a_flagged_stream_flows_with_status_246(gateway, openai_mock):
+    headers = guarded(openai_mock, input_guardrails=[blocks("forbidden", False)])
+    client = gateway.sdk(headers)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-mock", messages=[{"role": "user", "content": "the forbidden word"}], stream=True)
+    assert raw.status_code == 246
+    text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+    assert text == OpenAIMock.default_text
+
+
+# --------------------------------------------------------------------------- webhooks
+
+
+def test_a_webhook_verdict_decides(gateway, openai_mock, hooks):
+    headers = guarded(openai_mock, before_request_hooks=[webhook(hooks, "/check", deny=True)])
+    r = gateway.chat(headers, chat_body("hi there"))
+    assert r.status_code == 200, r.text
+    (_, _, sent), = hooks.of("/check")
+    assert sent["request"]["messages"][0]["content"] == "hi there"
+    hooks.verdict = False
+    assert_denied(gateway.chat(headers))
+    assert len(openai_mock.requests) == 1
+
+
+def test_a_failing_webhook_fails_its_check(gateway, openai_mock, hooks):
+    hooks.status = 500
+    body = assert_denied(gateway.chat(guarded(openai_mock, before_request_hooks=[webhook(hooks, "/f", deny=True)])))
+    assert "500" in body["hook_results"]["before_request_hooks"][0]["checks"][0]["error"]["message"]
+    assert openai_mock.requests == []
+
+
+def test_a_webhook_that_times_out_fails_its_check_without_a_hang(gateway, openai_mock, hooks):
+    hooks.hold = threading.Event()
+    headers = guarded(openai_mock, before_request_hooks=[webhook(hooks, "/slow", deny=True, timeout=300)])
+    started = time.monotonic()
+    body = assert_denied(gateway.chat(headers))
+    assert time.monotonic() - started < 5
+    # Envoy's router gives up first (504) or the call's own timeout ends it (no answer).
+    message = body["hook_results"]["before_request_hooks"][0]["checks"][0]["error"]["message"]
+    assert "504" in message or "timed out" in message, message
+
+
+def test_an_output_webhook_sees_the_answer(gateway, openai_mock, hooks):
+    hooks.verdict = False
+    r = gateway.chat(guarded(openai_mock, after_request_hooks=[webhook(hooks, "/out")]))
+    assert r.status_code == 246, r.text
+    assert r.json()["choices"][0]["message"]["content"] == OpenAIMock.default_text
+    (_, _, sent), = hooks.of("/out")
+    assert sent["response"]["choices"][0]["message"]["content"] == OpenAIMock.default_text
+
+
+def test_an_async_webhook_does_not_delay_the_answer(gateway, openai_mock, hooks):
+    hooks.hold = threading.Event()
+    started = time.monotonic()
+    r = gateway.chat(guarded(openai_mock, after_request_hooks=[webhook(hooks, "/async", is_async=True)]))
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == OpenAIMock.default_text
+    assert hooks.received.wait(5), "the async webhook was called"
+    assert time.monotonic() - started < 5
+    assert not hooks.hold.is_set(), "the answer came while the webhook still stalled"
+    hooks.hold.set()
+
+
+# --------------------------------------------------------------------------- default.jwt
+
+
+def new_key():
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def jwk(key, kid: str) -> dict:
+    return {**json.loads(RSAAlgorithm.to_jwk(key.public_key())), "kid": kid}
+
+
+def token(key, kid: str, **claims) -> str:
+    now = int(time.time())
+    return jwt.encode({"sub": "user", "iat": now, "exp": now + 600, **claims}, key, algorithm="RS256",
+                      headers={"kid": kid})
+
+
+def jwt_headers(openai_mock, hooks, path: str, tok: str, **params) -> dict:
+    check = {"id": "default.jwt", "parameters": {"jwksUri": hooks.url + path, "headerKey": "x-user-token",
+                                                 "algorithms": ["RS256"], **params}}
+    hook = {"id": "jwt", "type": "guardrail", "checks": [check], "on_fail": {"deny": True}}
+    return {**guarded(openai_mock, before_request_hooks=[hook]), "x-user-token": f"Bearer {tok}"}
+
+
+def test_jwt_valid_expired_and_wrong_key(gateway, openai_mock, hooks):
+    key = new_key()
+    hooks.jwks = {"keys": [jwk(key, "k1")]}
+    r = gateway.chat(jwt_headers(openai_mock, hooks, "/jwks-a.json", token(key, "k1")))
+    assert r.status_code == 200, r.text
+    now = int(time.time())
+    # Expired beyond the tolerance; inside the tolerance it still passes.
+    assert_denied(gateway.chat(jwt_headers(openai_mock, hooks, "/jwks-a.json", token(key, "k1", exp=now - 60))))
+    r = gateway.chat(jwt_headers(openai_mock, hooks, "/jwks-a.json", token(key, "k1", exp=now - 1),
+                                 clockTolerance=30))
+    assert r.status_code == 200, r.text
+    # Signed by another key with the same kid.
+    assert_denied(gateway.chat(jwt_headers(openai_mock, hooks, "/jwks-a.json", token(new_key(), "k1"))))
+    # A token older than maxTokenAge.
+    old = token(key, "k1", iat=now - 7200)
+    assert_denied(gateway.chat(jwt_headers(openai_mock, hooks, "/jwks-a.json", old, maxTokenAge="1h")))
+    # No token at all.
+    headers = jwt_headers(openai_mock, hooks, "/jwks-a.json", "x")
+    del headers["x-user-token"]
+    assert_denied(gateway.chat(headers))
+    assert len(hooks.of("/jwks-a.json")) == 1, "one fetch served every request"
+
+
+def test_a_jwks_is_fetched_once_for_many_requests(gateway, openai_mock, hooks):
+    key = new_key()
+    hooks.jwks = {"keys": [jwk(key, "many")]}
+    for _ in range(5):
+        r = gateway.chat(jwt_headers(openai_mock, hooks, "/jwks-many.json", token(key, "many")))
+        assert r.status_code == 200, r.text
+    assert len(hooks.of("/jwks-many.json")) == 1
+
+
+@pytest.mark.slow
+def test_a_rotated_jwks_is_refetched_for_an_unknown_kid(gateway, openai_mock, hooks):
+    old, new = new_key(), new_key()
+    hooks.jwks = {"keys": [jwk(old, "old")]}
+    assert gateway.chat(jwt_headers(openai_mock, hooks, "/jwks-rot.json", token(old, "old"))).status_code == 200
+    hooks.jwks = {"keys": [jwk(new, "new")]}
+    # Within 30 s of the fetch an unknown kid does not refetch (a flood of bad tokens cannot).
+    assert_denied(gateway.chat(jwt_headers(openai_mock, hooks, "/jwks-rot.json", token(new, "new"))))
+    assert len(hooks.of("/jwks-rot.json")) == 1
+    time.sleep(31)
+    r = gateway.chat(jwt_headers(openai_mock, hooks, "/jwks-rot.json", token(new, "new")))
+    assert r.status_code == 200, r.text
+    assert len(hooks.of("/jwks-rot.json")) == 2
