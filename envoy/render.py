@@ -9,6 +9,8 @@ from here, so they cannot drift. Settings (environment variables):
   GATEWAY_CREDENTIALS (JSON object: slug or virtual key -> {provider, api_key, custom_host, ...}),
   GATEWAY_CACHE (JSON object: the response cache's byte_budget, max_entry_bytes and semantic
   embeddings provider; see the README),
+  GATEWAY_METRICS (JSON object: the metrics' model label bound, `models` and `max_models`),
+  GATEWAY_ACCESS_LOG (file of the JSON access log; default /dev/stdout),
   GATEWAY_CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt).
 """
 import json
@@ -49,6 +51,7 @@ def render(env):
         sys.exit("render.py: GATEWAY_API_KEYS is empty")
     credentials = json_object(env, "GATEWAY_CREDENTIALS")
     cache = json_object(env, "GATEWAY_CACHE")
+    metrics = json_object(env, "GATEWAY_METRICS")
     plugin = {
         "api_keys": keys,
         "allowed_custom_hosts": split_list(env.get("GATEWAY_ALLOWED_CUSTOM_HOSTS") or "loopback"),
@@ -56,6 +59,8 @@ def render(env):
     }
     if cache:
         plugin["cache"] = cache
+    if metrics:
+        plugin["metrics"] = metrics
     template = string.Template((HERE / "gateway.yaml.tmpl").read_text())
     return template.substitute(
         PORT=int(env.get("GATEWAY_PORT") or 8787),
@@ -63,6 +68,7 @@ def render(env):
         LISTEN_ADDRESS=env.get("GATEWAY_LISTEN_ADDRESS") or "127.0.0.1",
         WASM_PATH=json.dumps(env.get("GATEWAY_WASM") or str(HERE.parent / "target/model_gateway.wasm")),
         CA_BUNDLE=json.dumps(env.get("GATEWAY_CA_BUNDLE") or "/etc/ssl/certs/ca-certificates.crt"),
+        ACCESS_LOG_PATH=json.dumps(env.get("GATEWAY_ACCESS_LOG") or "/dev/stdout"),
         # A JSON string literal is a valid YAML double-quoted scalar.
         PLUGIN_CONFIGURATION=json.dumps(json.dumps(plugin, separators=(",", ":"))),
     )

@@ -91,6 +91,16 @@ pub(crate) struct Call {
     pub(crate) attempts: Attempts,
 }
 
+/// What a routed request's attempt is, for the request record.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Facts {
+    pub(crate) provider: &'static str,
+    pub(crate) model: String,
+    pub(crate) stream: bool,
+    /// An endpoint whose answers carry token usage.
+    pub(crate) reports_usage: bool,
+}
+
 pub(crate) enum Started {
     Health,
     Ready(Call),
@@ -278,6 +288,30 @@ impl Call {
     pub(crate) fn token_source(&self, index: usize) -> Option<Rc<dyn Backend>> {
         let attempt = self.attempts.plan.attempts.get(index)?;
         attempt.target.backend.token_source().is_some().then(|| Rc::clone(&attempt.target.backend))
+    }
+
+    /// What the request says of itself for the record: the provider and model attempt
+    /// `index` sends to (`override_params` win over the client's model), whether the client
+    /// asked for a stream, and its metadata. Read before `forward`, which may move the body.
+    pub(crate) fn facts(&self, index: usize) -> Facts {
+        let target = self.attempts.plan.attempts.get(index).map(|a| &a.target);
+        let field = |name: &str| self.body.as_ref().and_then(|b| b.get(name));
+        let forced = target.and_then(|t| t.options.override_params.get("model"));
+        let model = forced.or_else(|| field("model")).and_then(Value::as_str).unwrap_or_default();
+        Facts {
+            provider: target.map_or("", |t| t.provider.name),
+            model: model.to_string(),
+            stream: field("stream").and_then(Value::as_bool) == Some(true),
+            reports_usage: matches!(
+                self.intake.endpoint,
+                Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Embeddings
+            ),
+        }
+    }
+
+    /// The client's `x-gateway-metadata`.
+    pub(crate) fn metadata(&self) -> Option<&Map<String, Value>> {
+        self.intake.gateway.metadata.as_ref()
     }
 
     /// Frees the parsed body once no later attempt can need it.
