@@ -5,7 +5,8 @@
 use crate::providers::Usage;
 use crate::request::headers::TraceFields;
 use crate::routing::attempts::Move;
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use std::fmt;
 
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -55,34 +56,64 @@ impl Record {
     /// The access-log line: one JSON object of what the request did. Never a key, a prompt or
     /// an answer; the path without its query.
     pub(crate) fn to_json(&self) -> Vec<u8> {
-        let text = |value: &str| if value.is_empty() { Value::Null } else { Value::String(value.to_string()) };
         let count = |step: Move| self.moves.iter().filter(|(_, s)| *s == step).count();
         let reached = !self.provider.is_empty();
-        let line = json!({
-            "trace_id": self.trace_id,
-            "span_id": text(&self.trace.span_id),
-            "parent_span_id": text(&self.trace.parent_span_id),
-            "span_name": text(&self.trace.span_name),
-            "metadata": self.metadata,
-            "method": self.method,
-            "path": self.path.split('?').next().unwrap_or_default(),
-            "provider": text(self.provider),
-            "model": text(&self.model),
-            "target": if reached { Value::String(self.target.clone()) } else { Value::Null },
-            "attempts": if reached { self.moves.len() + 1 } else { 0 },
-            "retries": count(Move::Retry),
-            "fallbacks": count(Move::Fallback),
-            "cache_status": text(self.cache),
-            "status": self.status,
-            "stream": self.stream,
-            "prompt_tokens": self.usage.map(|u| u.prompt_tokens),
-            "completion_tokens": self.usage.map(|u| u.completion_tokens),
-            "duration_ms": self.duration_ms,
-            "time_to_first_token_ms": self.time_to_first_token_ms,
-            "error_code": self.error_code,
-        });
+        let line = AccessLine {
+            trace_id: &self.trace_id,
+            span_id: text(&self.trace.span_id),
+            parent_span_id: text(&self.trace.parent_span_id),
+            span_name: text(&self.trace.span_name),
+            metadata: self.metadata.as_ref(),
+            method: &self.method,
+            path: self.path.split('?').next().unwrap_or_default(),
+            provider: text(self.provider),
+            model: text(&self.model),
+            target: reached.then_some(self.target.as_str()),
+            attempts: if reached { self.moves.len() + 1 } else { 0 },
+            retries: count(Move::Retry),
+            fallbacks: count(Move::Fallback),
+            cache_status: text(self.cache),
+            status: self.status,
+            stream: self.stream,
+            prompt_tokens: self.usage.map(|u| u.prompt_tokens),
+            completion_tokens: self.usage.map(|u| u.completion_tokens),
+            duration_ms: self.duration_ms,
+            time_to_first_token_ms: self.time_to_first_token_ms,
+            error_code: self.error_code,
+        };
         serde_json::to_vec(&line).unwrap_or_default()
     }
+}
+
+/// An empty text as `null`.
+fn text(value: &str) -> Option<&str> {
+    (!value.is_empty()).then_some(value)
+}
+
+/// The access-log object, serialised straight from the record's fields.
+#[derive(Serialize)]
+struct AccessLine<'a> {
+    trace_id: &'a str,
+    span_id: Option<&'a str>,
+    parent_span_id: Option<&'a str>,
+    span_name: Option<&'a str>,
+    metadata: Option<&'a Map<String, Value>>,
+    method: &'a str,
+    path: &'a str,
+    provider: Option<&'a str>,
+    model: Option<&'a str>,
+    target: Option<&'a str>,
+    attempts: usize,
+    retries: usize,
+    fallbacks: usize,
+    cache_status: Option<&'a str>,
+    status: u16,
+    stream: bool,
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    duration_ms: u64,
+    time_to_first_token_ms: Option<u64>,
+    error_code: Option<&'a str>,
 }
 
 impl fmt::Display for Record {
@@ -119,6 +150,7 @@ impl fmt::Display for Record {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_log_line_quotes_client_values_and_adds_usage_when_known() {
