@@ -49,11 +49,15 @@ pub(crate) struct MetricsSettings {
     pub(crate) models: Option<Vec<String>>,
     #[serde(default = "default_max_models")]
     pub(crate) max_models: usize,
+    /// For streams from OpenAI-shaped providers whose client did not ask for usage: ask for
+    /// it (`stream_options.include_usage`), count it, and strip it from the client's stream.
+    #[serde(default)]
+    pub(crate) stream_usage: bool,
 }
 
 impl Default for MetricsSettings {
     fn default() -> Self {
-        MetricsSettings { models: None, max_models: default_max_models() }
+        MetricsSettings { models: None, max_models: default_max_models(), stream_usage: false }
     }
 }
 

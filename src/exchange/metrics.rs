@@ -236,7 +236,7 @@ mod tests {
 
     #[test]
     fn model_labels_are_bounded_and_sanitised() {
-        let capped = MetricsSettings { models: None, max_models: 2 };
+        let capped = MetricsSettings { models: None, max_models: 2, stream_usage: false };
         let mut labels = ModelLabels::default();
         assert_eq!(labels.label(&capped, "a"), "a");
         assert_eq!(labels.label(&capped, "b c{}"), "b_c__");
@@ -244,8 +244,11 @@ mod tests {
         assert_eq!(labels.label(&capped, "a"), "a", "a model seen before keeps its label");
         assert_eq!(labels.label(&capped, ""), "none");
         assert_eq!(labels.label(&capped, &"x".repeat(100)).len(), 5, "other: the cut value is a new one");
-        let listed =
-            MetricsSettings { models: Some(vec!["gpt-4o".into(), "anthropic.claude-v2:1".into()]), max_models: 0 };
+        let listed = MetricsSettings {
+            models: Some(vec!["gpt-4o".into(), "anthropic.claude-v2:1".into()]),
+            max_models: 0,
+            stream_usage: false,
+        };
         assert_eq!(labels.label(&listed, "gpt-4o"), "gpt-4o");
         assert_eq!(labels.label(&listed, "anthropic.claude-v2:1"), "anthropic.claude-v2:1");
         assert_eq!(labels.label(&listed, "a"), "other", "only the listed models");

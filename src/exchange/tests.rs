@@ -1241,3 +1241,23 @@ fn a_request_refused_before_provider_selection_has_no_request_metrics() {
     assert_eq!(record.status, 401);
     assert!(gw.metrics().is_empty(), "{:?}", gw.metrics());
 }
+
+#[test]
+fn with_stream_usage_a_stream_is_counted_and_the_client_gets_it_as_it_asked() {
+    let mut gw = Gateway::new(r#"{"api_keys": ["gw-key"], "metrics": {"stream_usage": true}}"#);
+    let body = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    gw.post(1, chat_with_config("gw-key", &openai("sk", 9001)), body);
+    let sent = json_of(&gw.io.streams(1).request_body);
+    assert_eq!(sent["stream_options"], json!({"include_usage": true}), "asked upstream");
+    gw.response_headers(1, 200, &[("content-type", "text/event-stream")], "via_upstream");
+    gw.response_body(1, b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n", false);
+    gw.response_body(1, b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"co", false);
+    gw.response_body(1, b"mpletion_tokens\":1}}\n\ndata: [DONE]\n\n", true);
+    let client = String::from_utf8(gw.client_body(1)).unwrap();
+    assert!(!client.contains("usage") && client.ends_with("data: [DONE]\n\n"), "{client}");
+    assert!(client.contains(r#""content":"Hi""#), "{client}");
+    assert_eq!(gw.finished(1).unwrap().usage, Some(crate::providers::Usage { prompt_tokens: 5, completion_tokens: 1 }));
+    let metrics = gw.metrics();
+    assert!(metrics
+        .contains(&"gen_ai_client_token_usage_total.provider.openai.gen_ai_token_type.input.model.m 5".to_string()));
+}

@@ -47,7 +47,7 @@ impl UsageScan {
             let after = key + KEY.len();
             match value_after(bytes.get(after..).unwrap_or_default()) {
                 Parsed::Value(value, used) => {
-                    if let Some(usage) = usage_of(&value) {
+                    if let Some(usage) = Usage::of_openai(&value) {
                         self.usage = Some(usage);
                     }
                     at = after + used;
@@ -94,19 +94,6 @@ fn value_after(bytes: &[u8]) -> Parsed {
         Some(Err(error)) if error.is_eof() => Parsed::Unfinished,
         _ => Parsed::NotAValue,
     }
-}
-
-/// Token counts of a usage object: `prompt_tokens`/`completion_tokens` (chat, completions,
-/// embeddings) or `input_tokens`/`output_tokens`.
-fn usage_of(value: &Value) -> Option<Usage> {
-    let object = value.as_object()?;
-    let count = |names: [&str; 2]| names.iter().find_map(|name| object.get(*name).and_then(Value::as_u64));
-    let prompt = count(["prompt_tokens", "input_tokens"]);
-    let completion = count(["completion_tokens", "output_tokens"]);
-    if prompt.is_none() && completion.is_none() {
-        return None;
-    }
-    Some(Usage { prompt_tokens: prompt.unwrap_or(0), completion_tokens: completion.unwrap_or(0) })
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

@@ -6,7 +6,7 @@ with every field. No secret, and no prompt, in either.
 
 The module runs its own gateway (its counts are exact: no other test's traffic reaches it),
 with GATEWAY_ACCESS_LOG in a file of its own and GATEWAY_METRICS listing the models that get
-a label.
+a label and asking for the usage of streams whose client did not (`stream_usage`).
 """
 
 from __future__ import annotations
@@ -16,18 +16,19 @@ import re
 import time
 import uuid
 
+import httpx2 as httpx
 import pytest
 from helpers import CLIENT_TOKEN, SECRETS, chat_body, config, custom_host, read_stream
-from mocks import AnthropicMock, OpenAIMock
 
-MODELS = ["m-chat", "m-stream", "m-cache", "m-retry", "m-fall-a", "m-fall-b", "m-err", "claude-obs", "gpt-4.1"]
+MODELS = ["m-chat", "m-stream", "m-stream-asked", "m-cache", "m-retry", "m-fall-a", "m-fall-b", "m-err", "claude-obs", "gpt-4.1"]
 PROMPT = "the secret prompt text 7f3a"
 
 
 @pytest.fixture(scope="module")
 def obs(start_gateway, tmp_path_factory):
     access_log = tmp_path_factory.mktemp("obs-access") / "access.log"
-    env = {"GATEWAY_ACCESS_LOG": str(access_log), "GATEWAY_METRICS": json.dumps({"models": MODELS})}
+    env = {"GATEWAY_ACCESS_LOG": str(access_log),
+           "GATEWAY_METRICS": json.dumps({"models": MODELS, "stream_usage": True})}
     with start_gateway("observability", None, env) as gw:
         gw.access_log = access_log
         yield gw
@@ -40,7 +41,6 @@ _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 def prometheus(gw) -> list[tuple[str, dict, float]]:
-    import httpx2 as httpx
     r = httpx.get(f"http://127.0.0.1:{gw.admin_port}/stats/prometheus", timeout=5)
     r.raise_for_status()
     samples = []
@@ -81,6 +81,18 @@ def trace() -> str:
     return f"obs-{uuid.uuid4().hex[:12]}"
 
 
+def openai_target(mock, model: str) -> dict:
+    return {"provider": "openai", "api_key": "sk-config-key", "custom_host": mock.base_url,
+            "override_params": {"model": model}}
+
+
+def failing_fallback(mock) -> dict:
+    """A fallback whose first target (model m-fall-a) answers 500 once; m-fall-b answers."""
+    mock.script(status=500, model="m-fall-a")
+    return {"strategy": {"mode": "fallback"}, "targets": [openai_target(mock, "m-fall-a"),
+                                                          openai_target(mock, "m-fall-b")]}
+
+
 # --------------------------------------------------------------------------- metrics
 
 
@@ -116,6 +128,25 @@ def test_a_stream_counts_time_to_first_token_and_the_usage_it_asked_for(obs, ope
     assert value(obs, "gen_ai_server_request_duration_count", **labels) == 1
 
 
+def test_a_stream_without_usage_is_counted_and_reaches_the_client_as_it_asked(obs, openai_mock):
+    body = chat_body(model="m-stream-asked", stream=True)
+    with obs.stream("POST", "/v1/chat/completions", headers=custom_host(openai_mock), json=body) as r:
+        assert r.status_code == 200
+        result = read_stream(r)
+    assert result.done and result.content and result.usage is None
+    assert all("usage" not in chunk for chunk in result.chunks), result.chunks
+    assert openai_mock.last.json["stream_options"] == {"include_usage": True}, "asked upstream"
+    labels = dict(provider="openai", model="m-stream-asked")
+    assert value(obs, "gen_ai_client_token_usage_total", gen_ai_token_type="input", **labels) == 11
+    assert value(obs, "gen_ai_client_token_usage_total", gen_ai_token_type="output", **labels) == 7
+    # The SDK's stream, without usage, is what it always was.
+    stream = obs.sdk(custom_host(openai_mock)).chat.completions.create(
+        model="m-stream-asked", stream=True, messages=[{"role": "user", "content": "Count"}])
+    chunks = list(stream)
+    assert chunks and all(c.usage is None for c in chunks)
+    assert value(obs, "gen_ai_client_token_usage_total", gen_ai_token_type="input", **labels) == 22
+
+
 def test_a_translated_provider_counts_its_tokens(obs, anthropic_mock):
     r = obs.chat(custom_host(anthropic_mock, "anthropic"), chat_body(model="claude-obs"))
     assert r.status_code == 200, r.text
@@ -143,16 +174,12 @@ def test_a_cache_hit_counts_as_a_hit_with_no_tokens_and_one_store(obs, openai_mo
 def test_a_retry_and_a_fallback_count_by_provider(obs, openai_mock):
     retries = value(obs, "gen_ai_gateway_retries_total", provider="openai")
     fallbacks = value(obs, "gen_ai_gateway_fallbacks_total", provider="openai")
-    target = {"provider": "openai", "api_key": "sk-config-key", "custom_host": openai_mock.base_url}
     openai_mock.script(status=503, model="m-retry")
-    r = obs.chat(config({**target, "override_params": {"model": "m-retry"}, "retry": {"attempts": 1}}))
+    r = obs.chat(config({**openai_target(openai_mock, "m-retry"), "retry": {"attempts": 1}}))
     assert (r.status_code, r.headers["x-gateway-retries"]) == (200, "1")
     assert value(obs, "gen_ai_gateway_retries_total", provider="openai") == retries + 1
 
-    openai_mock.script(status=500, model="m-fall-a")
-    cfg = {"strategy": {"mode": "fallback"}, "targets": [
-        {**target, "override_params": {"model": "m-fall-a"}}, {**target, "override_params": {"model": "m-fall-b"}}]}
-    r = obs.chat(config(cfg))
+    r = obs.chat(config(failing_fallback(openai_mock)))
     assert (r.status_code, r.headers["x-gateway-target"]) == (200, "targets[1]")
     assert value(obs, "gen_ai_gateway_fallbacks_total", provider="openai") == fallbacks + 1
     assert value(obs, "gen_ai_gateway_retries_total", provider="openai") == retries + 1
@@ -217,11 +244,7 @@ def test_errors_and_recoveries_are_in_the_access_log(obs, openai_mock):
     assert (line["status"], line["error_code"], line["provider"], line["attempts"]) == (401, "invalid_api_key", None, 0)
 
     fell_back = trace()
-    target = {"provider": "openai", "api_key": "sk-config-key", "custom_host": openai_mock.base_url}
-    openai_mock.script(status=500, model="m-fall-a")
-    cfg = {"strategy": {"mode": "fallback"}, "targets": [
-        {**target, "override_params": {"model": "m-fall-a"}}, {**target, "override_params": {"model": "m-fall-b"}}]}
-    assert obs.chat({**config(cfg), "x-gateway-trace-id": fell_back}).status_code == 200
+    assert obs.chat({**config(failing_fallback(openai_mock)), "x-gateway-trace-id": fell_back}).status_code == 200
     [line] = access_lines(obs, fell_back)
     assert (line["model"], line["target"], line["attempts"], line["fallbacks"]) == ("m-fall-b", "targets[1]", 2, 1)
     assert line["stream"] is False and line["time_to_first_token_ms"] is None
@@ -231,7 +254,6 @@ def test_no_secret_or_prompt_in_metrics_or_the_access_log(obs, openai_mock):
     obs.chat(custom_host(openai_mock), chat_body(PROMPT, model="m-chat"))
     obs.chat(config({"provider": "openai", "api_key": "sk-config-key", "custom_host": openai_mock.base_url}),
              chat_body(PROMPT, model="m-chat"))
-    import httpx2 as httpx
     stats = httpx.get(f"http://127.0.0.1:{obs.admin_port}/stats/prometheus", timeout=5).text
     assert "gen_ai_gateway_requests_total{" in stats
     time.sleep(1.5)
