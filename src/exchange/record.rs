@@ -47,10 +47,13 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    /// The request's end at `now_ms`: its duration and time to first token.
+    /// The request's end at `now_ms`: its duration and, for a stream that succeeded, its time
+    /// to first token (an error's body is no token).
     pub(crate) fn end(&mut self, now_ms: u64) {
         self.duration_ms = now_ms.saturating_sub(self.start_ms);
-        self.time_to_first_token_ms = self.first_byte_ms.map(|first| first.saturating_sub(self.start_ms));
+        let succeeded = (200..300).contains(&self.status);
+        let first = self.first_byte_ms.filter(|_| self.stream && succeeded);
+        self.time_to_first_token_ms = first.map(|first| first.saturating_sub(self.start_ms));
     }
 
     /// The access-log line: one JSON object of what the request did. Never a key, a prompt or

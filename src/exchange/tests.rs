@@ -1261,3 +1261,15 @@ fn with_stream_usage_a_stream_is_counted_and_the_client_gets_it_as_it_asked() {
     assert!(metrics
         .contains(&"gen_ai_client_token_usage_total.provider.openai.gen_ai_token_type.input.model.m 5".to_string()));
 }
+
+#[test]
+fn a_stream_that_fails_has_no_time_to_first_token() {
+    let mut gw = Gateway::new(SETTINGS);
+    let body = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    gw.post(1, chat_with_config("gw-key", &openai("sk", 9001)), body);
+    gw.response_headers(1, 429, &[("content-type", "application/json")], "via_upstream");
+    gw.response_body(1, br#"{"error":{"message":"slow down"}}"#, true);
+    let record = gw.finished(1).unwrap();
+    assert_eq!((record.status, record.time_to_first_token_ms), (429, None));
+    assert!(!gw.metrics().iter().any(|m| m.starts_with(metrics::TIME_TO_FIRST_TOKEN)), "{:?}", gw.metrics());
+}
