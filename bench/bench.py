@@ -203,6 +203,9 @@ def main():
     parser.add_argument("--concurrency", type=int, default=1, help="Envoy worker threads of each proxy")
     parser.add_argument("--compare-wasm", type=Path, help="another build of the filter (e.g. an earlier commit's), "
                         "measured in the same run under the same config, for before/after figures")
+    parser.add_argument("--compare-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a GATEWAY_* setting of the --compare-wasm proxy's config only (repeatable), e.g. "
+                        "GATEWAY_ACCESS_LOG=off for a build from before the access log")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, stdout=subprocess.DEVNULL)
@@ -220,7 +223,7 @@ def main():
     # The same template, listener and clusters with the minimal filter instead: its plugin
     # configuration is the mock's authority, which it sets on every request with the cluster.
     minimal_env = {**env, "GATEWAY_PORT": str(minimal_port), "GATEWAY_ADMIN_PORT": str(free_port()),
-                   "GATEWAY_WASM": str(MINIMAL_WASM)}
+                   "GATEWAY_WASM": str(MINIMAL_WASM), "GATEWAY_ACCESS_LOG": "off"}
     minimal_config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=minimal_env, check=True,
                                     capture_output=True, text=True).stdout
     procs.append(start_envoy(with_plugin_configuration(minimal_config, f"127.0.0.1:{mock_port}"), workdir, "minimal",
@@ -230,7 +233,8 @@ def main():
     if args.compare_wasm:
         compare_port = free_port()
         compare_env = {**env, "GATEWAY_PORT": str(compare_port), "GATEWAY_ADMIN_PORT": str(free_port()),
-                       "GATEWAY_WASM": str(args.compare_wasm.resolve())}
+                       "GATEWAY_WASM": str(args.compare_wasm.resolve()),
+                       **dict(setting.split("=", 1) for setting in args.compare_env)}
         compare_config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=compare_env, check=True,
                                         capture_output=True, text=True).stdout
         procs.append(start_envoy(compare_config, workdir, "compare", args.concurrency))

@@ -9,10 +9,13 @@ from here, so they cannot drift. Settings (environment variables):
   GATEWAY_CREDENTIALS (JSON object: slug or virtual key -> {provider, api_key, custom_host, ...}),
   GATEWAY_CACHE (JSON object: the response cache's byte_budget, max_entry_bytes and semantic
   embeddings provider; see the README),
+  GATEWAY_METRICS (JSON object: the metrics' model label bound, `models` and `max_models`),
+  GATEWAY_ACCESS_LOG (file of the JSON access log; default /dev/stdout; "off": none),
   GATEWAY_CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt).
 """
 import json
 import os
+import re
 import string
 import sys
 from pathlib import Path
@@ -49,6 +52,7 @@ def render(env):
         sys.exit("render.py: GATEWAY_API_KEYS is empty")
     credentials = json_object(env, "GATEWAY_CREDENTIALS")
     cache = json_object(env, "GATEWAY_CACHE")
+    metrics = json_object(env, "GATEWAY_METRICS")
     plugin = {
         "api_keys": keys,
         "allowed_custom_hosts": split_list(env.get("GATEWAY_ALLOWED_CUSTOM_HOSTS") or "loopback"),
@@ -56,13 +60,20 @@ def render(env):
     }
     if cache:
         plugin["cache"] = cache
-    template = string.Template((HERE / "gateway.yaml.tmpl").read_text())
+    if metrics:
+        plugin["metrics"] = metrics
+    text = (HERE / "gateway.yaml.tmpl").read_text()
+    access_log = env.get("GATEWAY_ACCESS_LOG") or "/dev/stdout"
+    if access_log == "off":
+        text = re.sub(r"(?ms)^ *# access-log: begin\n.*?^ *# access-log: end\n", "", text)
+    template = string.Template(text)
     return template.substitute(
         PORT=int(env.get("GATEWAY_PORT") or 8787),
         ADMIN_PORT=int(env.get("GATEWAY_ADMIN_PORT") or 9901),
         LISTEN_ADDRESS=env.get("GATEWAY_LISTEN_ADDRESS") or "127.0.0.1",
         WASM_PATH=json.dumps(env.get("GATEWAY_WASM") or str(HERE.parent / "target/model_gateway.wasm")),
         CA_BUNDLE=json.dumps(env.get("GATEWAY_CA_BUNDLE") or "/etc/ssl/certs/ca-certificates.crt"),
+        ACCESS_LOG_PATH=json.dumps(access_log),
         # A JSON string literal is a valid YAML double-quoted scalar.
         PLUGIN_CONFIGURATION=json.dumps(json.dumps(plugin, separators=(",", ":"))),
     )

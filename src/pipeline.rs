@@ -5,6 +5,7 @@ use crate::cache::{self, Lookup, Origin, Tenant};
 use crate::config::{CacheMode, Config, StrategyMode};
 use crate::errors::GatewayError;
 use crate::ports::Host;
+use crate::providers::openai::UsageStripped;
 use crate::providers::{self, Backend, Destination, Outbound, Prepared, ProviderSpec, Translator};
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
@@ -89,6 +90,16 @@ pub(crate) struct Call {
     /// The client's JSON body, parsed when the gateway needs to read or change it.
     body: Option<Value>,
     pub(crate) attempts: Attempts,
+}
+
+/// What a routed request's attempt is, for the request record.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Facts {
+    pub(crate) provider: &'static str,
+    pub(crate) model: String,
+    pub(crate) stream: bool,
+    /// An endpoint whose answers carry token usage.
+    pub(crate) reports_usage: bool,
 }
 
 pub(crate) enum Started {
@@ -246,6 +257,20 @@ impl Call {
             Some(request) if !overrides.is_empty() => Some(Cow::Owned(overridden(request, overrides))),
             request => request,
         };
+        // Usage the gateway asks for on the client's behalf, for its metrics.
+        let asks_usage = settings.metrics.stream_usage
+            && intake.endpoint == Endpoint::ChatCompletions
+            && target.provider.kind.answers_as_openai()
+            && request.as_ref().is_some_and(|r| {
+                let options = r.get("stream_options");
+                r.get("stream").and_then(Value::as_bool) == Some(true)
+                    && options.is_none_or(Value::is_object)
+                    && !chat::include_usage(options)
+            });
+        let request = match request {
+            Some(request) if asks_usage => Some(Cow::Owned(with_usage(request))),
+            request => request,
+        };
         let strict = target.options.strict_vendor_compliance;
         if let (Endpoint::ChatCompletions, Some(request)) = (intake.endpoint, &request) {
             check_chat(request, strict)?;
@@ -254,7 +279,7 @@ impl Call {
             endpoint: intake.endpoint,
             path: &intake.path,
             body: request,
-            overridden: !overrides.is_empty(),
+            overridden: !overrides.is_empty() || asks_usage,
             strict_vendor_compliance: strict,
             now_ms,
             organization: target.vendor_organization.as_deref(),
@@ -270,7 +295,9 @@ impl Call {
         };
         let prepared = providers::prepare(destination, outbound)?;
         let headers = upstream_headers(settings, raw, target, &prepared);
-        let response = ResponsePlan { provider: target.provider, translator: prepared.translator };
+        let translator =
+            if asks_usage { Box::new(UsageStripped::new(prepared.translator)) } else { prepared.translator };
+        let response = ResponsePlan { provider: target.provider, translator };
         Ok(Forward { headers, body: prepared.request.body, response })
     }
 
@@ -278,6 +305,30 @@ impl Call {
     pub(crate) fn token_source(&self, index: usize) -> Option<Rc<dyn Backend>> {
         let attempt = self.attempts.plan.attempts.get(index)?;
         attempt.target.backend.token_source().is_some().then(|| Rc::clone(&attempt.target.backend))
+    }
+
+    /// What the request says of itself for the record: the provider and model attempt
+    /// `index` sends to (`override_params` win over the client's model), whether the client
+    /// asked for a stream, and its metadata. Read before `forward`, which may move the body.
+    pub(crate) fn facts(&self, index: usize) -> Facts {
+        let target = self.attempts.plan.attempts.get(index).map(|a| &a.target);
+        let field = |name: &str| self.body.as_ref().and_then(|b| b.get(name));
+        let forced = target.and_then(|t| t.options.override_params.get("model"));
+        let model = forced.or_else(|| field("model")).and_then(Value::as_str).unwrap_or_default();
+        Facts {
+            provider: target.map_or("", |t| t.provider.name),
+            model: model.to_string(),
+            stream: field("stream").and_then(Value::as_bool) == Some(true),
+            reports_usage: matches!(
+                self.intake.endpoint,
+                Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Embeddings
+            ),
+        }
+    }
+
+    /// The client's `x-gateway-metadata`.
+    pub(crate) fn metadata(&self) -> Option<&Map<String, Value>> {
+        self.intake.gateway.metadata.as_ref()
     }
 
     /// Frees the parsed body once no later attempt can need it.
@@ -293,11 +344,6 @@ impl Call {
     /// The client's parsed JSON body (until `forward` or `release_body` let it go).
     pub(crate) fn request_json(&self) -> Option<&Value> {
         self.body.as_ref()
-    }
-
-    /// The `x-gateway-metadata` map.
-    pub(crate) fn metadata(&self) -> Option<&Map<String, Value>> {
-        self.intake.gateway.metadata.as_ref()
     }
 
     pub(crate) fn endpoint(&self) -> Endpoint {
@@ -356,6 +402,17 @@ fn overridden(request: Cow<Value>, overrides: &Map<String, Value>) -> Value {
     value
 }
 
+/// The request with `stream_options.include_usage` set (other stream options kept).
+fn with_usage(request: Cow<Value>) -> Value {
+    let mut value = request.into_owned();
+    if let Value::Object(map) = &mut value {
+        if let Value::Object(options) = map.entry("stream_options").or_insert_with(|| json!({})) {
+            options.insert("include_usage".into(), Value::Bool(true));
+        }
+    }
+    value
+}
+
 fn check_chat(request: &Value, strict: bool) -> Result<(), GatewayError> {
     chat::validate_chat_request(request)?;
     if strict && request.get("thinking").is_some_and(|t| !t.is_null()) {
@@ -409,13 +466,41 @@ mod tests {
 
     /// The first attempt's upstream request for headers `h` and `body`.
     fn forwarded(h: &RawHeaders, body: &[u8]) -> Result<Forward, GatewayError> {
+        forwarded_with(&settings(), h, body)
+    }
+
+    fn forwarded_with(settings: &Settings, h: &RawHeaders, body: &[u8]) -> Result<Forward, GatewayError> {
         let mut host = FakeHost::new(0);
-        let mut call = match start(&settings(), h, &mut host)? {
+        let mut call = match start(settings, h, &mut host)? {
             Started::Ready(call) => call,
-            Started::NeedsBody(pending) => finish(&settings(), pending, body, &mut host)?,
+            Started::NeedsBody(pending) => finish(settings, pending, body, &mut host)?,
             Started::Health => panic!("not an API request"),
         };
-        call.forward(&settings(), h, call.attempts.current, None, &|| 1)
+        call.forward(settings, h, call.attempts.current, None, &|| 1)
+    }
+
+    #[test]
+    fn with_stream_usage_on_an_openai_stream_asks_for_usage_the_client_did_not() {
+        let settings = Settings::parse(br#"{"api_keys": ["gw-key"], "metrics": {"stream_usage": true}}"#).unwrap();
+        let h = request("POST", "/v1/chat/completions", OPENAI_LOCAL);
+        let stream =
+            br#"{"model":"m","stream":true,"stream_options":{"x":1},"messages":[{"role":"user","content":"hi"}]}"#;
+        let sent: Value =
+            serde_json::from_slice(&forwarded_with(&settings, &h, stream).unwrap().body.unwrap()).unwrap();
+        assert_eq!(sent["stream_options"], json!({"x": 1, "include_usage": true}));
+        let stream = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        let forward = forwarded_with(&settings, &h, stream).unwrap();
+        let sent: Value = serde_json::from_slice(&forward.body.unwrap()).unwrap();
+        assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+        assert!(forward.response.translator.translates_responses(), "the client's stream is rewritten");
+        // The client asked itself, or no stream, or the setting off: the body goes as it came.
+        let asked = br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(forwarded_with(&settings, &h, asked).unwrap().body, None);
+        assert_eq!(forwarded_with(&settings, &h, CHAT).unwrap().body, None);
+        assert_eq!(forwarded(&h, stream).unwrap().body, None);
+        // A bad stream_options is the validation's to refuse, never replaced.
+        let bad = br#"{"model":"m","stream":true,"stream_options":"x","messages":[{"role":"user","content":"hi"}]}"#;
+        assert!(forwarded_with(&settings, &h, bad).is_err());
     }
 
     const CHAT: &[u8] = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;

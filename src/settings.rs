@@ -34,6 +34,35 @@ pub(crate) struct Settings {
     /// The response cache's memory and its embeddings provider.
     #[serde(default)]
     pub(crate) cache: CacheSettings,
+    /// Bounds on the metrics' labels.
+    #[serde(default)]
+    pub(crate) metrics: MetricsSettings,
+}
+
+/// How many distinct `model` label values the metrics may carry.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MetricsSettings {
+    /// The models that get a label of their own; any other is `other`. Without a list, the
+    /// first `max_models` distinct models a worker sees get one.
+    #[serde(default)]
+    pub(crate) models: Option<Vec<String>>,
+    #[serde(default = "default_max_models")]
+    pub(crate) max_models: usize,
+    /// For streams from OpenAI-shaped providers whose client did not ask for usage: ask for
+    /// it (`stream_options.include_usage`), count it, and strip it from the client's stream.
+    #[serde(default)]
+    pub(crate) stream_usage: bool,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        MetricsSettings { models: None, max_models: default_max_models(), stream_usage: false }
+    }
+}
+
+fn default_max_models() -> usize {
+    50
 }
 
 /// Where the response cache may keep answers (shared data) and how semantic mode embeds.
@@ -153,6 +182,7 @@ impl Default for Settings {
             plain_cluster: default_plain_cluster(),
             recovery_cluster: default_recovery_cluster(),
             cache: CacheSettings::default(),
+            metrics: MetricsSettings::default(),
         }
     }
 }

@@ -131,18 +131,25 @@ impl CacheState {
     }
 
     /// Collects what the client receives; stores the answer once it is complete (a stream at
-    /// its `[DONE]`: the client may ask again before the upstream's end).
-    pub(crate) fn capture(&mut self, bytes: &[u8], end: bool, settings: &Settings, provider: &str, host: &dyn Host) {
+    /// its `[DONE]`: the client may ask again before the upstream's end). The bytes of the
+    /// answer when it was stored.
+    pub(crate) fn capture(
+        &mut self,
+        bytes: &[u8],
+        end: bool,
+        settings: &Settings,
+        provider: &str,
+        host: &dyn Host,
+    ) -> Option<u64> {
         let CacheState::Active(caching) = self else {
-            return;
+            return None;
         };
         caching.capture.push(bytes);
         if !(end || caching.capture.is_complete()) {
-            return;
+            return None;
         }
-        let Some((content_type, body)) = std::mem::replace(&mut caching.capture, Capture::Off).finish() else {
-            return;
-        };
+        let (content_type, body) = std::mem::replace(&mut caching.capture, Capture::Off).finish()?;
+        let stored = u64::try_from(body.len()).unwrap_or(u64::MAX);
         let now = host.now_ms();
         let entry = Entry {
             expires_ms: now.saturating_add(caching.lookup.max_age_ms),
@@ -151,8 +158,11 @@ impl CacheState {
             body,
         };
         let layout = &settings.cache.layout;
-        if !store::put(host.store(), layout, &caching.lookup.key, &entry, caching.vector.as_deref(), now) {
+        if store::put(host.store(), layout, &caching.lookup.key, &entry, caching.vector.as_deref(), now) {
+            Some(stored)
+        } else {
             log::debug!("answer not cached: larger than max_entry_bytes, or the store was contended");
+            None
         }
     }
 }

@@ -12,11 +12,13 @@
 
 mod caching;
 mod guard;
+pub(crate) mod metrics;
 mod record;
 mod reply;
 #[cfg(test)]
 mod tests;
 mod tokens;
+mod usage;
 
 use crate::cache::store;
 use crate::cache::{semantic, STATUS_HEADER};
@@ -37,10 +39,12 @@ use crate::upstream::Upstream;
 use caching::{CacheState, Hit};
 use guard::{Answer, Guard, Progress};
 use hashbrown::HashMap;
+use metrics::ModelLabels;
 pub(crate) use record::Record;
 pub(crate) use reply::parse_status;
 use reply::{finish, response_mode, Finished, ResponseMode};
 use std::rc::Rc;
+use usage::UsageScan;
 
 type RawHeaders = Vec<(String, Vec<u8>)>;
 
@@ -67,7 +71,9 @@ pub(crate) trait Io {
     fn dispatch(&mut self, id: u32, call: &Dispatch) -> Option<u32>;
     /// The root context's tick period; 0 stops the ticks.
     fn tick_every(&mut self, period_ms: u64);
-    fn count_circuits_opened(&mut self, count: u32);
+    /// Adds `value` to a counter, or records it in a histogram (the stat is named with its
+    /// labels, see [`metrics`]).
+    fn metric(&mut self, kind: metrics::Kind, name: &str, value: u64);
 }
 
 /// A call for the host to dispatch.
@@ -206,6 +212,7 @@ pub(crate) struct Worker {
     settings: Rc<Settings>,
     exchanges: HashMap<u32, Exchange>,
     tasks: Tasks,
+    models: ModelLabels,
 }
 
 /// Names no cluster: a held request that Envoy resumed without the gateway's edits goes
@@ -221,7 +228,12 @@ const CALL_TIMEOUT_MS: u64 = 300_000;
 
 impl Worker {
     pub(crate) fn new(settings: Rc<Settings>) -> Worker {
-        Worker { settings, exchanges: HashMap::new(), tasks: Tasks { aliases: u32::MAX, ..Tasks::default() } }
+        Worker {
+            settings,
+            exchanges: HashMap::new(),
+            tasks: Tasks { aliases: u32::MAX, ..Tasks::default() },
+            models: ModelLabels::default(),
+        }
     }
 
     /// New requests use `settings` (requests in flight keep theirs).
@@ -336,8 +348,9 @@ impl Worker {
         Output { action: Action::Continue, after }
     }
 
-    /// Request `id` ended: its record, and nothing of it left behind.
-    pub(crate) fn finished(&mut self, id: u32) -> Option<Record> {
+    /// Request `id` ended: its metrics go to the host, its record is returned, and nothing
+    /// of it is left behind.
+    pub(crate) fn finished(&mut self, id: u32, io: &mut dyn Io) -> Option<Record> {
         self.tasks.timers.retain(|t| t.owner != id);
         // A token or JWKS fetch goes on for the other requests waiting for it.
         self.tasks.calls.retain(|_, (owner, task)| *owner != id || matches!(task, Task::Token(_) | Task::Jwks(_)));
@@ -347,7 +360,14 @@ impl Worker {
         for waiters in self.tasks.jwks_waiters.values_mut() {
             waiters.retain(|(waiter, _)| *waiter != id);
         }
-        self.exchanges.remove(&id).map(Exchange::into_record)
+        let exchange = self.exchanges.remove(&id)?;
+        let settings = Rc::clone(&exchange.settings);
+        let mut record = exchange.into_record();
+        record.end(io.host().now_ms());
+        for metric in metrics::of_request(&record, &settings.metrics, &mut self.models) {
+            io.metric(metric.kind, &metric.name, metric.value);
+        }
+        Some(record)
     }
 }
 
@@ -452,6 +472,10 @@ struct Exchange {
     guard: Option<Box<Guard>>,
     /// The 2xx answer is held whole for the output checks (`hook_results`, 246, 446).
     hold: bool,
+    /// The endpoint's answers carry token usage.
+    reports_usage: bool,
+    /// Reads the usage of an answer that passes untouched.
+    usage: Option<UsageScan>,
 }
 
 impl Exchange {
@@ -468,6 +492,7 @@ impl Exchange {
             trace,
             method: text(":method").unwrap_or_default(),
             path: text(":path").unwrap_or_default(),
+            start_ms: host.now_ms(),
             ..Record::default()
         };
         Exchange {
@@ -478,20 +503,42 @@ impl Exchange {
             cache: CacheState::Off,
             guard: None,
             hold: false,
+            reports_usage: false,
+            usage: None,
         }
     }
 
     fn into_record(self) -> Record {
         let mut record = self.record;
-        if let Phase::Recovering(recovery) = &self.phase {
+        if let Phase::Recovering(recovery) = self.phase {
             record.target = recovery.call.target_path().to_string();
             record.retries = recovery.call.attempts.retries;
+            record.moves = recovery.call.attempts.moves;
         }
         record.cache = self.cache.status_header().unwrap_or_default();
         if let Some(guard) = &self.guard {
             record.hooks = guard.summary();
         }
         record
+    }
+
+    /// The routed request's facts for the record, from attempt `index` of `call`.
+    fn note(&mut self, call: &Call, index: usize) {
+        let facts = call.facts(index);
+        self.record.provider = facts.provider;
+        self.record.model = facts.model;
+        self.record.stream = facts.stream;
+        self.reports_usage = facts.reports_usage;
+        if self.record.metadata.is_none() {
+            self.record.metadata = call.metadata().cloned();
+        }
+    }
+
+    /// The first byte of a streamed answer goes to the client now.
+    fn first_byte(&mut self, env: &mut Env) {
+        if self.record.stream && self.record.first_byte_ms.is_none() {
+            self.record.first_byte_ms = Some(env.io.host().now_ms());
+        }
     }
 
     fn request_headers(&mut self, env: &mut Env, raw: RawHeaders, end_of_stream: bool) -> Action {
@@ -628,6 +675,7 @@ impl Exchange {
     /// only then can a later attempt send the request again.
     fn forward(&mut self, env: &mut Env, call: Call, raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Action {
         // Before `forward`, which may move the body.
+        self.note(&call, call.attempts.current);
         self.cache = match CacheState::look_up(call.cache_plan(), env.settings, env.io.host()) {
             Ok(cache) => cache,
             Err(hit) => return self.answer_hit(env, hit),
@@ -845,6 +893,13 @@ impl Exchange {
             };
             self.cache.start_capture(env.settings, &content_type);
         }
+        if self.mode == ResponseMode::Passthrough
+            && self.reports_usage
+            && reply::has_body(head, status)
+            && (200..300).contains(&status)
+        {
+            self.usage = Some(UsageScan::default());
+        }
         match self.mode {
             // Held whole for the output checks.
             _ if self.hold => Action::Pause,
@@ -879,13 +934,22 @@ impl Exchange {
             Phase::Forwarded(routed) => routed,
             _ => return Action::Continue,
         };
+        if size > 0 && self.record.stream && self.record.first_byte_ms.is_none() {
+            self.record.first_byte_ms = Some(env.io.host().now_ms());
+        }
         if self.hold {
             return self.held_body(env, size, end_of_stream);
         }
         let watching = self.guard.as_ref().is_some_and(|g| g.watching());
         match self.mode {
-            ResponseMode::Passthrough if self.cache.capturing() || watching => {
+            ResponseMode::Passthrough if self.cache.capturing() || watching || self.usage.is_some() => {
                 let body = env.io.response_body(env.id, size);
+                if let Some(scan) = &mut self.usage {
+                    scan.push(&body);
+                    if end_of_stream {
+                        self.record.usage = scan.usage();
+                    }
+                }
                 self.capture(env, &body, end_of_stream);
                 self.watched(env, &body, end_of_stream);
                 Action::Continue
@@ -983,7 +1047,9 @@ impl Exchange {
     }
 
     fn capture(&mut self, env: &mut Env, bytes: &[u8], end: bool) {
-        self.cache.capture(bytes, end, env.settings, self.record.provider, env.io.host());
+        if let Some(stored) = self.cache.capture(bytes, end, env.settings, self.record.provider, env.io.host()) {
+            self.record.cache_stored = Some(stored);
+        }
     }
 
     /// The routed attempt failed and the plan goes on: hold this response and run the next
@@ -1051,6 +1117,8 @@ impl Exchange {
             },
         };
         let token = token.or(cached.as_deref());
+        let facts = recovery.call.facts(index);
+        self.record.model = facts.model;
         let host = env.io.host();
         let forward = match recovery.call.forward(env.settings, &recovery.raw, index, token, &|| host.now_ms()) {
             Ok(forward) => forward,
@@ -1113,6 +1181,9 @@ impl Exchange {
                 let body = std::mem::take(&mut answer.body);
                 let finished = finish(&mut recovery.plan, mode, status, &answer.headers, body);
                 self.record.usage = recovery.plan.translator.usage();
+                if mode == ResponseMode::Passthrough && self.reports_usage && (200..300).contains(&status) {
+                    self.record.usage = UsageScan::of(&finished.body);
+                }
                 let mut headers = reply::provider_headers(&answer.headers, finished.json);
                 if let (ResponseMode::Stream, Some(sse)) = (mode, stream::client_content_type(provider_type)) {
                     headers.retain(|(name, _)| name != "content-type");
@@ -1127,6 +1198,10 @@ impl Exchange {
             }
         };
         recovery.answered = true;
+        self.record.stream &= (200..300).contains(&finished.status);
+        if self.record.stream && self.record.first_byte_ms.is_none() {
+            self.record.first_byte_ms = Some(env.io.host().now_ms());
+        }
         self.record.status = finished.status;
         self.record.error_code = finished.error_code;
         self.record.provider = recovery.plan.provider.name;
@@ -1208,6 +1283,7 @@ impl Exchange {
         self.record.status = 200;
         self.record.provider = crate::providers::find(&hit.provider).map_or("", |spec| spec.name);
         self.cache = CacheState::Served(hit.status);
+        self.first_byte(env);
         // No attempt answered: the gateway headers name no target and no retries.
         self.phase = Phase::Answered;
         let answer = Answer { status: 200, content_type: hit.content_type, body: hit.body };
@@ -1260,7 +1336,7 @@ fn json_headers() -> Vec<(String, String)> {
 fn count_circuits_opened(env: &mut Env, call: &mut Call) {
     let count = std::mem::take(&mut call.attempts.circuits_opened);
     if count > 0 {
-        env.io.count_circuits_opened(count);
+        env.io.metric(metrics::Kind::Counter, metrics::CIRCUITS_OPENED, u64::from(count));
     }
 }
 

@@ -1,8 +1,12 @@
-//! The request record: what one request did, filled in by the exchange as it goes and
-//! written by the host adapter as the access log line when the request ends.
+//! The request record: what one request did, filled in by the exchange as it goes. When the
+//! request ends it becomes its metrics, the filter's log line (`Display`) and the access-log
+//! JSON object (`to_json`).
 
 use crate::providers::Usage;
 use crate::request::headers::TraceFields;
+use crate::routing::attempts::Move;
+use serde::Serialize;
+use serde_json::{Map, Value};
 use std::fmt;
 
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -25,6 +29,96 @@ pub(crate) struct Record {
     pub(crate) error_code: Option<&'static str>,
     /// Each hook's and guardrail's id and verdict (and feedback value), e.g. `in:pii=false/-1`.
     pub(crate) hooks: String,
+    /// The model the answering attempt asked for (empty when the request names none).
+    pub(crate) model: String,
+    /// The client's `x-gateway-metadata`.
+    pub(crate) metadata: Option<Map<String, Value>>,
+    /// The client asked for a stream.
+    pub(crate) stream: bool,
+    /// Host clock (ms) when the request arrived, and when the first byte of a streamed
+    /// answer went to the client.
+    pub(crate) start_ms: u64,
+    pub(crate) first_byte_ms: Option<u64>,
+    /// Filled in when the request ends.
+    pub(crate) duration_ms: u64,
+    pub(crate) time_to_first_token_ms: Option<u64>,
+    /// Retries and fallbacks, with the provider of the target that failed.
+    pub(crate) moves: Vec<(&'static str, Move)>,
+    /// The bytes of the answer the cache stored.
+    pub(crate) cache_stored: Option<u64>,
+}
+
+impl Record {
+    /// The request's end at `now_ms`: its duration and, for a stream that succeeded, its time
+    /// to first token (an error's body is no token).
+    pub(crate) fn end(&mut self, now_ms: u64) {
+        self.duration_ms = now_ms.saturating_sub(self.start_ms);
+        let succeeded = (200..300).contains(&self.status);
+        let first = self.first_byte_ms.filter(|_| self.stream && succeeded);
+        self.time_to_first_token_ms = first.map(|first| first.saturating_sub(self.start_ms));
+    }
+
+    /// The access-log line: one JSON object of what the request did. Never a key, a prompt or
+    /// an answer; the path without its query.
+    pub(crate) fn to_json(&self) -> Vec<u8> {
+        let count = |step: Move| self.moves.iter().filter(|(_, s)| *s == step).count();
+        let reached = !self.provider.is_empty();
+        let line = AccessLine {
+            trace_id: &self.trace_id,
+            span_id: text(&self.trace.span_id),
+            parent_span_id: text(&self.trace.parent_span_id),
+            span_name: text(&self.trace.span_name),
+            metadata: self.metadata.as_ref(),
+            method: &self.method,
+            path: self.path.split('?').next().unwrap_or_default(),
+            provider: text(self.provider),
+            model: text(&self.model),
+            target: reached.then_some(self.target.as_str()),
+            attempts: if reached { self.moves.len() + 1 } else { 0 },
+            retries: count(Move::Retry),
+            fallbacks: count(Move::Fallback),
+            cache_status: text(self.cache),
+            status: self.status,
+            stream: self.stream,
+            prompt_tokens: self.usage.map(|u| u.prompt_tokens),
+            completion_tokens: self.usage.map(|u| u.completion_tokens),
+            duration_ms: self.duration_ms,
+            time_to_first_token_ms: self.time_to_first_token_ms,
+            error_code: self.error_code,
+        };
+        serde_json::to_vec(&line).unwrap_or_default()
+    }
+}
+
+/// An empty text as `null`.
+fn text(value: &str) -> Option<&str> {
+    (!value.is_empty()).then_some(value)
+}
+
+/// The access-log object, serialised straight from the record's fields.
+#[derive(Serialize)]
+struct AccessLine<'a> {
+    trace_id: &'a str,
+    span_id: Option<&'a str>,
+    parent_span_id: Option<&'a str>,
+    span_name: Option<&'a str>,
+    metadata: Option<&'a Map<String, Value>>,
+    method: &'a str,
+    path: &'a str,
+    provider: Option<&'a str>,
+    model: Option<&'a str>,
+    target: Option<&'a str>,
+    attempts: usize,
+    retries: usize,
+    fallbacks: usize,
+    cache_status: Option<&'a str>,
+    status: u16,
+    stream: bool,
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    duration_ms: u64,
+    time_to_first_token_ms: Option<u64>,
+    error_code: Option<&'a str>,
 }
 
 impl fmt::Display for Record {
@@ -64,6 +158,7 @@ impl fmt::Display for Record {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_log_line_quotes_client_values_and_adds_usage_when_known() {
@@ -83,5 +178,38 @@ mod tests {
         assert!(record.to_string().ends_with(r#"cache="-" prompt_tokens=3 completion_tokens=5"#));
         record.error_code = Some("request_timeout");
         assert!(record.to_string().ends_with(r#"cache="-" error=request_timeout prompt_tokens=3 completion_tokens=5"#));
+    }
+
+    #[test]
+    fn the_access_log_object_has_every_field() {
+        let mut record = Record {
+            trace_id: "t-1".into(),
+            method: "POST".into(),
+            path: "/v1/chat/completions?api-version=1".into(),
+            provider: "openai",
+            model: "gpt-4o".into(),
+            status: 200,
+            cache: "MISS",
+            stream: true,
+            start_ms: 1000,
+            first_byte_ms: Some(1040),
+            moves: vec![("openai", Move::Retry), ("openai", Move::Fallback)],
+            usage: Some(Usage { prompt_tokens: 3, completion_tokens: 5 }),
+            ..Record::default()
+        };
+        record.trace.span_id = "s".into();
+        record.end(1100);
+        let line: Value = serde_json::from_slice(&record.to_json()).unwrap();
+        assert_eq!(
+            line,
+            json!({"trace_id": "t-1", "span_id": "s", "parent_span_id": null, "span_name": null, "metadata": null,
+                   "method": "POST", "path": "/v1/chat/completions", "provider": "openai", "model": "gpt-4o",
+                   "target": "", "attempts": 3, "retries": 1, "fallbacks": 1, "cache_status": "MISS", "status": 200,
+                   "stream": true, "prompt_tokens": 3, "completion_tokens": 5, "duration_ms": 100,
+                   "time_to_first_token_ms": 40, "error_code": null})
+        );
+        let refused = Record { status: 401, error_code: Some("invalid_api_key"), ..Record::default() };
+        let line: Value = serde_json::from_slice(&refused.to_json()).unwrap();
+        assert_eq!((line["attempts"].clone(), line["provider"].clone()), (json!(0), Value::Null));
     }
 }

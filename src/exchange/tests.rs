@@ -58,7 +58,8 @@ struct FakeIo {
     /// Every dispatch fails (e.g. the recovery cluster is missing).
     dispatch_fails: bool,
     ticks: Vec<u64>,
-    circuits_opened: Vec<u32>,
+    /// Every metric update, in order.
+    metrics: Vec<(metrics::Kind, String, u64)>,
 }
 
 impl FakeIo {
@@ -71,7 +72,7 @@ impl FakeIo {
             next_token: 1,
             dispatch_fails: false,
             ticks: Vec::new(),
-            circuits_opened: Vec::new(),
+            metrics: Vec::new(),
         }
     }
 
@@ -176,8 +177,8 @@ impl Io for FakeIo {
         self.ticks.push(period_ms);
     }
 
-    fn count_circuits_opened(&mut self, count: u32) {
-        self.circuits_opened.push(count);
+    fn metric(&mut self, kind: metrics::Kind, name: &str, value: u64) {
+        self.metrics.push((kind, name.to_string(), value));
     }
 }
 
@@ -272,6 +273,16 @@ impl Gateway {
     fn advance_clock(&mut self, ms: u64) {
         self.io.host.now_ms.set(self.io.host.now_ms.get() + ms);
     }
+
+    /// Request `id` ends (Envoy's `on_log`): its record; its metrics go to `io.metrics`.
+    fn finished(&mut self, id: u32) -> Option<Record> {
+        self.worker.finished(id, &mut self.io)
+    }
+
+    /// The metrics sent so far, as `name value` (counters and histogram values alike).
+    fn metrics(&self) -> Vec<String> {
+        self.io.metrics.iter().map(|(_, name, value)| format!("{name} {value}")).collect()
+    }
 }
 
 fn request(method: &str, path: &str, extra: &[(&str, &str)]) -> RawHeaders {
@@ -335,7 +346,7 @@ fn health_answers_without_a_key() {
     assert_eq!(headers["content-type"], "application/json");
     assert!(headers.contains_key(TRACE_HEADER));
     assert!(gw.io.writes.is_empty(), "nothing goes upstream");
-    assert_eq!(gw.worker.finished(1).unwrap().status, 200);
+    assert_eq!(gw.finished(1).unwrap().status, 200);
 }
 
 #[test]
@@ -354,7 +365,7 @@ fn a_request_without_a_gateway_key_is_refused_in_openai_shape() {
     assert!(gw.io.writes.is_empty());
     // The body that follows is not looked at; the response passes as the gateway made it.
     assert_eq!(gw.request_body(1, CHAT), Output::proceed());
-    let record = gw.worker.finished(1).unwrap();
+    let record = gw.finished(1).unwrap();
     assert_eq!((record.status, record.trace_id.as_str()), (401, "trace-401"));
 }
 
@@ -427,7 +438,7 @@ fn openai_compatible_chat_goes_upstream_and_back_untouched() {
     assert_eq!(gw.client_body(1), COMPLETION);
     assert!(!gw.io.writes.iter().any(|w| matches!(w, Write::ResponseBody(..))), "the body passes untouched");
 
-    let record = gw.worker.finished(1).unwrap();
+    let record = gw.finished(1).unwrap();
     assert_eq!((record.provider, record.status, record.path.as_str()), ("openai", 200, "/v1/chat/completions"));
     assert!(gw.io.sent.is_empty() && gw.io.ticks.is_empty());
 }
@@ -487,7 +498,7 @@ fn anthropic_requests_and_answers_are_translated() {
     assert_eq!(gw.client_header(1, "content-length"), Some(client_body.len().to_string()));
     assert_eq!(gw.client_header(1, "content-type").as_deref(), Some("application/json"));
     assert_eq!(gw.client_header(1, PROVIDER_HEADER).as_deref(), Some("anthropic"));
-    assert_eq!(gw.worker.finished(1).unwrap().status, 200);
+    assert_eq!(gw.finished(1).unwrap().status, 200);
 }
 
 #[test]
@@ -506,7 +517,7 @@ fn an_anthropic_error_keeps_its_status_in_openai_shape() {
     assert_eq!(gw.client_header(1, ":status").as_deref(), Some("429"));
     assert_eq!(gw.client_header(1, "content-length"), Some(gw.client_body(1).len().to_string()));
     assert!(gw.io.sent.is_empty(), "no config that recovers: no further call");
-    assert_eq!(gw.worker.finished(1).unwrap().status, 429);
+    assert_eq!(gw.finished(1).unwrap().status, 429);
 }
 
 const ANTHROPIC_STREAM: &str = concat!(
@@ -607,7 +618,11 @@ fn a_failed_first_target_falls_back_to_the_second_as_a_dispatched_call() {
     // The first target fails: its response is held, the second is called.
     let out = gw.response_headers(1, 500, &[("content-type", "application/json")], "via_upstream");
     assert_eq!(out, Output { action: Action::Pause, after: vec![] });
-    assert_eq!(gw.io.circuits_opened, vec![1], "one failure opens the first target's circuit");
+    assert_eq!(
+        gw.metrics(),
+        ["gen_ai_gateway_circuits_opened_total 1"],
+        "one failure opens the first target's circuit"
+    );
     let [call] = gw.io.sent.as_slice() else { panic!("one call: {:?}", gw.io.sent) };
     let call = call.clone();
     assert_eq!((call.id, call.call.cluster.as_str()), (1, "gateway_recovery"));
@@ -644,7 +659,7 @@ fn a_failed_first_target_falls_back_to_the_second_as_a_dispatched_call() {
     assert!(!headers.contains_key("content-length") && !headers.contains_key(":status"));
     assert!(headers.contains_key(TRACE_HEADER));
 
-    let record = gw.worker.finished(1).unwrap();
+    let record = gw.finished(1).unwrap();
     assert_eq!((record.target.as_str(), record.status, record.provider), ("targets[1]", 200, "openai"));
 }
 
@@ -682,7 +697,7 @@ fn when_every_target_fails_the_client_gets_the_last_failure() {
     assert_eq!(status, 529);
     assert_eq!(body["error"]["message"], "overloaded");
     assert_eq!(headers[TARGET_HEADER], "targets[1]");
-    assert_eq!(gw.worker.finished(1).unwrap().status, 529);
+    assert_eq!(gw.finished(1).unwrap().status, 529);
 }
 
 #[test]
@@ -718,7 +733,7 @@ fn a_recovery_call_that_cannot_start_answers_with_the_failed_attempts_status() {
     };
     assert_eq!(listed.iter().filter(|(name, _)| name == "x-gateway-provider").count(), 1);
     assert!(!headers.contains_key("content-length"));
-    assert_eq!(gw.worker.finished(1).unwrap().status, 500);
+    assert_eq!(gw.finished(1).unwrap().status, 500);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -749,7 +764,7 @@ fn a_retry_waits_for_the_providers_retry_after_on_the_root_timer() {
 
     let (_, status, headers, _) = reply(&gw.answer(gw.io.sent[0].token, 200, &[], COMPLETION));
     assert_eq!((status, headers[RETRIES_HEADER].as_str()), (200, "1"));
-    let record = gw.worker.finished(1).unwrap();
+    let record = gw.finished(1).unwrap();
     assert_eq!((record.retries, record.status), (1, 200));
 }
 
@@ -770,7 +785,7 @@ fn envoys_per_try_timeout_is_a_408_of_the_gateway() {
     assert_eq!(body["error"]["code"], "request_timeout");
     assert_eq!(body["error"]["type"], "timeout_error");
     assert_eq!(headers[PROVIDER_HEADER], "openai");
-    assert_eq!(gw.worker.finished(1).unwrap().status, 408);
+    assert_eq!(gw.finished(1).unwrap().status, 408);
 }
 
 #[test]
@@ -783,7 +798,7 @@ fn a_recovery_call_without_an_answer_is_a_502() {
     let (_, status, _, body) = reply(&gw.answer(token, 0, &[], b""));
     assert_eq!(status, 502);
     assert_eq!(body["error"]["code"], "upstream_unreachable");
-    assert_eq!(gw.worker.finished(1).unwrap().status, 502);
+    assert_eq!(gw.finished(1).unwrap().status, 502);
 }
 
 #[test]
@@ -816,7 +831,7 @@ fn a_repeated_request_is_answered_from_the_cache_of_its_tenant_only() {
     let (first, second) = COMPLETION.split_at(30);
     gw.response_body(1, first, false);
     gw.response_body(1, second, true);
-    assert_eq!(gw.worker.finished(1).unwrap().cache, "MISS");
+    assert_eq!(gw.finished(1).unwrap().cache, "MISS");
 
     // Again: the cache answers, nothing goes upstream.
     gw.request_headers(2, chat_with_config("gw-key", &cached_openai()), true);
@@ -839,7 +854,7 @@ fn a_repeated_request_is_answered_from_the_cache_of_its_tenant_only() {
     // Envoy's response callbacks for the local answer change nothing.
     assert_eq!(gw.response_headers(2, 200, &[], "send_local_reply"), Output::proceed());
     assert!(!gw.io.writes_of(2).iter().any(|w| matches!(w, Write::ResponseHeader(..) | Write::ResponseBody(..))));
-    let record = gw.worker.finished(2).unwrap();
+    let record = gw.finished(2).unwrap();
     assert_eq!((record.status, record.cache, record.provider), (200, "HIT", "openai"));
 
     // Another tenant asking the same never sees it.
@@ -858,7 +873,7 @@ fn a_recovered_answer_is_cached_too() {
     let token = gw.io.sent[0].token;
     let (_, _, headers, _) = reply(&gw.answer(token, 200, &[("content-type", "application/json")], COMPLETION));
     assert_eq!(headers[STATUS_HEADER], "MISS");
-    gw.worker.finished(1);
+    gw.finished(1);
 
     gw.request_headers(2, chat_with_config("gw-key", &config), true);
     let (_, status, headers, body) = reply(&gw.request_body(2, CHAT));
@@ -883,7 +898,7 @@ fn a_completed_stream_is_stored_and_replayed_as_a_stream_or_as_json() {
     gw.response_body(1, first, false);
     gw.response_body(1, second, true);
     assert_eq!(gw.client_body(1), sse.as_bytes(), "an OpenAI stream passes as it came");
-    gw.worker.finished(1);
+    gw.finished(1);
 
     // The same question without streaming: the assembled completion, as JSON.
     gw.request_headers(2, chat_with_config("gw-key", &cached_openai()), true);
@@ -941,7 +956,7 @@ fn semantic_mode_asks_for_an_embedding_and_answers_a_similar_request() {
     gw.response_headers(1, 200, &[("content-type", "application/json")], "via_upstream");
     assert_eq!(gw.client_header(1, STATUS_HEADER).as_deref(), Some("MISS"));
     gw.response_body(1, COMPLETION, true);
-    gw.worker.finished(1);
+    gw.finished(1);
 
     // A rewording with a close embedding is answered from the cache.
     let out = gw.post(2, chat_with_config("gw-key", &semantic_openai()), &chat_saying("Define a prime number?"));
@@ -951,7 +966,7 @@ fn semantic_mode_asks_for_an_embedding_and_answers_a_similar_request() {
     assert_eq!((id, status), (2, 200));
     assert_eq!(headers[STATUS_HEADER], "SEMANTIC_HIT");
     assert_eq!(body["choices"][0]["message"]["content"], "Hello!");
-    assert_eq!(gw.worker.finished(2).unwrap().cache, "SEMANTIC_HIT");
+    assert_eq!(gw.finished(2).unwrap().cache, "SEMANTIC_HIT");
 }
 
 #[test]
@@ -963,7 +978,7 @@ fn a_failed_embeddings_call_lets_the_request_go_on_as_an_exact_miss() {
     assert_eq!(out, Output { action: Action::Continue, after: vec![After::ResumeRequest(1)] });
     gw.response_headers(1, 200, &[("content-type", "application/json")], "via_upstream");
     assert_eq!(gw.client_header(1, STATUS_HEADER).as_deref(), Some("MISS; semantic=unavailable"));
-    assert_eq!(gw.worker.finished(1).unwrap().cache, "MISS; semantic=unavailable");
+    assert_eq!(gw.finished(1).unwrap().cache, "MISS; semantic=unavailable");
 }
 
 #[test]
@@ -986,13 +1001,13 @@ fn a_call_answer_for_a_finished_request_is_ignored() {
     let token = gw.io.sent[0].token;
     assert!(gw.worker.awaits(token));
     // The client went away.
-    let record = gw.worker.finished(1).unwrap();
+    let record = gw.finished(1).unwrap();
     assert_eq!((record.status, record.target.as_str()), (500, "targets[1]"));
     assert!(!gw.worker.awaits(token));
     let writes = gw.io.writes.len();
     assert_eq!(gw.answer(token, 200, &[], COMPLETION), Output::proceed());
     assert_eq!(gw.io.writes.len(), writes);
-    assert!(gw.worker.finished(1).is_none(), "finished once");
+    assert!(gw.finished(1).is_none(), "finished once");
 }
 
 #[test]
@@ -1003,7 +1018,7 @@ fn timers_of_a_finished_request_never_fire() {
     gw.post(1, chat_with_config("gw-key", &target), CHAT);
     gw.response_headers(1, 503, &[("retry-after-ms", "200")], "via_upstream");
     assert_eq!(gw.io.ticks, vec![200]);
-    gw.worker.finished(1);
+    gw.finished(1);
     gw.advance_clock(1000);
     assert_eq!(gw.tick(), Output::proceed());
     assert!(gw.io.sent.is_empty());
@@ -1070,7 +1085,7 @@ fn one_token_exchange_serves_every_request_until_shortly_before_it_expires() {
             gw.upstream_header(id, ":path").as_deref(),
             Some("/v1/projects/proj-1/locations/us-central1/publishers/google/models/m:generateContent")
         );
-        gw.worker.finished(id);
+        gw.finished(id);
     }
     // Later requests use the cached token without waiting.
     gw.advance_clock(3_000_000);
@@ -1089,7 +1104,7 @@ fn a_refused_exchange_answers_401_and_a_waiter_that_left_does_not_stop_the_other
     gw.post(1, chat_with_config("gw-key", &vertex_with_service_account()), CHAT);
     gw.post(2, chat_with_config("gw-key", &vertex_with_service_account()), CHAT);
     // The client of the request that started the exchange goes away.
-    gw.worker.finished(1);
+    gw.finished(1);
     let token = gw.io.sent[0].token;
     let refused = br#"{"error":"invalid_grant","error_description":"Invalid JWT Signature."}"#;
     let (id, status, _, body) = reply(&gw.answer(token, 400, &[], refused));
@@ -1111,4 +1126,152 @@ fn the_clients_own_access_token_goes_as_it_is() {
     assert_eq!(gw.upstream_header(1, "authorization").as_deref(), Some("Bearer ya29.client"));
     assert_eq!(gw.upstream_header(1, "x-vertex-ai-llm-request-type").as_deref(), Some("dedicated"));
     assert_eq!(gw.upstream_header(1, "x-cloud-b-llm-request-type"), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. Metrics and the access log's record
+
+const COMPLETION_WITH_USAGE: &[u8] = br#"{"id":"chatcmpl-1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}"#;
+
+#[test]
+fn a_passthrough_answer_counts_its_request_duration_and_tokens_read_as_they_pass() {
+    let mut gw = Gateway::new(SETTINGS);
+    gw.post(1, chat_with_config("gw-key", &cached_openai()), CHAT);
+    gw.advance_clock(25);
+    gw.response_headers(1, 200, &[("content-type", "application/json")], "via_upstream");
+    // The usage object is split across chunks; the body still passes untouched.
+    let (first, second) = COMPLETION_WITH_USAGE.split_at(COMPLETION_WITH_USAGE.len() - 30);
+    assert_eq!(gw.response_body(1, first, false), Output::proceed());
+    assert_eq!(gw.response_body(1, second, true), Output::proceed());
+    assert_eq!(gw.client_body(1), COMPLETION_WITH_USAGE);
+    gw.advance_clock(5);
+    let record = gw.finished(1).unwrap();
+    assert_eq!((record.model.as_str(), record.duration_ms, record.time_to_first_token_ms), ("m", 30, None));
+    let stored = COMPLETION_WITH_USAGE.len();
+    assert_eq!(
+        gw.metrics(),
+        [
+            "gen_ai_gateway_cache_stores_total 1".to_string(),
+            format!("gen_ai_gateway_cache_stored_bytes_total {stored}"),
+            "gen_ai_gateway_requests_total.provider.openai.status_class.2xx.cache_status.miss.model.m 1".to_string(),
+            "gen_ai_server_request_duration.provider.openai.model.m 30".to_string(),
+            "gen_ai_client_token_usage_total.provider.openai.gen_ai_token_type.input.model.m 9".to_string(),
+            "gen_ai_client_token_usage_total.provider.openai.gen_ai_token_type.output.model.m 4".to_string(),
+        ]
+    );
+
+    // The cache answers the same request: counted as a hit, with no tokens spent.
+    gw.io.metrics.clear();
+    gw.post(2, chat_with_config("gw-key", &cached_openai()), CHAT);
+    gw.finished(2).unwrap();
+    assert_eq!(
+        gw.metrics(),
+        [
+            "gen_ai_gateway_requests_total.provider.openai.status_class.2xx.cache_status.hit.model.m 1",
+            "gen_ai_server_request_duration.provider.openai.model.m 0",
+        ]
+    );
+}
+
+#[test]
+fn a_stream_counts_its_time_to_first_token_and_the_usage_it_carries() {
+    let mut gw = Gateway::new(SETTINGS);
+    let body = br#"{"model":"gpt-4.1","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#;
+    gw.post(1, chat_with_config("gw-key", &openai("sk", 9001)), body);
+    gw.advance_clock(10);
+    gw.response_headers(1, 200, &[("content-type", "text/event-stream")], "via_upstream");
+    gw.advance_clock(7);
+    gw.response_body(1, b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n", false);
+    gw.advance_clock(100);
+    gw.response_body(1, b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1}}\n\n", false);
+    gw.response_body(1, b"data: [DONE]\n\n", true);
+    let record = gw.finished(1).unwrap();
+    assert_eq!((record.stream, record.time_to_first_token_ms, record.duration_ms), (true, Some(17), 117));
+    assert_eq!(
+        gw.metrics(),
+        [
+            "gen_ai_gateway_requests_total.provider.openai.status_class.2xx.cache_status.disabled.model.gpt-4.1 1",
+            "gen_ai_server_request_duration.provider.openai.model.gpt-4.1 117",
+            "gen_ai_server_time_to_first_token.provider.openai.model.gpt-4.1 17",
+            "gen_ai_client_token_usage_total.provider.openai.gen_ai_token_type.input.model.gpt-4.1 5",
+            "gen_ai_client_token_usage_total.provider.openai.gen_ai_token_type.output.model.gpt-4.1 1",
+        ]
+    );
+}
+
+#[test]
+fn retries_and_fallbacks_count_by_the_provider_that_failed() {
+    let mut gw = Gateway::new(SETTINGS);
+    let mut first = openai("sk-first", 9001);
+    first["retry"] = json!({"attempts": 1, "on_status_codes": [503]});
+    let anthropic = json!({"provider": "anthropic", "api_key": "sk-ant", "override_params": {"model": "claude-x"}});
+    let config = fallback(vec![first, anthropic]);
+    gw.post(1, chat_with_config("gw-key", &config), CHAT);
+    gw.response_headers(1, 503, &[], "via_upstream");
+    gw.advance_clock(60_000);
+    gw.tick();
+    let retry = gw.io.sent[0].token;
+    gw.answer(retry, 503, &[], b"{}");
+    let call = gw.io.sent[1].clone();
+    let (_, status, _, _) =
+        reply(&gw.answer(call.token, 200, &[("content-type", "application/json")], ANTHROPIC_MESSAGE));
+    assert_eq!(status, 200);
+    let record = gw.finished(1).unwrap();
+    assert_eq!((record.provider, record.model.as_str(), record.retries), ("anthropic", "claude-x", 1));
+    let metrics = gw.metrics();
+    assert_eq!(
+        metrics[..3],
+        [
+            "gen_ai_gateway_retries_total.provider.openai 1",
+            "gen_ai_gateway_fallbacks_total.provider.openai 1",
+            "gen_ai_gateway_requests_total.provider.anthropic.status_class.2xx.cache_status.disabled.model.claude-x 1",
+        ]
+    );
+    assert!(metrics.iter().any(|m| m.starts_with("gen_ai_client_token_usage_total.provider.anthropic")), "{metrics:?}");
+    let line = json_of(&record.to_json());
+    assert_eq!(
+        (line["attempts"].clone(), line["retries"].clone(), line["fallbacks"].clone()),
+        (json!(3), json!(1), json!(1))
+    );
+}
+
+#[test]
+fn a_request_refused_before_provider_selection_has_no_request_metrics() {
+    let mut gw = Gateway::new(SETTINGS);
+    gw.request_headers(1, request("POST", "/v1/chat/completions", &[("x-gateway-api-key", "wrong")]), true);
+    let record = gw.finished(1).unwrap();
+    assert_eq!(record.status, 401);
+    assert!(gw.metrics().is_empty(), "{:?}", gw.metrics());
+}
+
+#[test]
+fn with_stream_usage_a_stream_is_counted_and_the_client_gets_it_as_it_asked() {
+    let mut gw = Gateway::new(r#"{"api_keys": ["gw-key"], "metrics": {"stream_usage": true}}"#);
+    let body = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    gw.post(1, chat_with_config("gw-key", &openai("sk", 9001)), body);
+    let sent = json_of(&gw.io.streams(1).request_body);
+    assert_eq!(sent["stream_options"], json!({"include_usage": true}), "asked upstream");
+    gw.response_headers(1, 200, &[("content-type", "text/event-stream")], "via_upstream");
+    gw.response_body(1, b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n", false);
+    gw.response_body(1, b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"co", false);
+    gw.response_body(1, b"mpletion_tokens\":1}}\n\ndata: [DONE]\n\n", true);
+    let client = String::from_utf8(gw.client_body(1)).unwrap();
+    assert!(!client.contains("usage") && client.ends_with("data: [DONE]\n\n"), "{client}");
+    assert!(client.contains(r#""content":"Hi""#), "{client}");
+    assert_eq!(gw.finished(1).unwrap().usage, Some(crate::providers::Usage { prompt_tokens: 5, completion_tokens: 1 }));
+    let metrics = gw.metrics();
+    assert!(metrics
+        .contains(&"gen_ai_client_token_usage_total.provider.openai.gen_ai_token_type.input.model.m 5".to_string()));
+}
+
+#[test]
+fn a_stream_that_fails_has_no_time_to_first_token() {
+    let mut gw = Gateway::new(SETTINGS);
+    let body = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    gw.post(1, chat_with_config("gw-key", &openai("sk", 9001)), body);
+    gw.response_headers(1, 429, &[("content-type", "application/json")], "via_upstream");
+    gw.response_body(1, br#"{"error":{"message":"slow down"}}"#, true);
+    let record = gw.finished(1).unwrap();
+    assert_eq!((record.status, record.time_to_first_token_ms), (429, None));
+    assert!(!gw.metrics().iter().any(|m| m.starts_with(metrics::TIME_TO_FIRST_TOKEN)), "{:?}", gw.metrics());
 }

@@ -207,6 +207,8 @@ extern "C" {
     fn proxy_set_effective_context(context_id: u32) -> u32;
     fn proxy_define_metric(metric_type: u32, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
+    fn proxy_record_metric(metric_id: u32, value: u64) -> u32;
+    fn proxy_set_property(path_data: *const u8, path_size: usize, value_data: *const u8, value_size: usize) -> u32;
 }
 
 // WASI's random source (Envoy implements it; Rust's std imports it too). WASI's errno is a u16,
@@ -386,19 +388,43 @@ pub(crate) fn set_tick_period_ms(period: u32) -> Result<(), HostError> {
     check(unsafe { proxy_set_tick_period_milliseconds(period) })
 }
 
-/// Defines (or finds) a counter metric; its id.
-pub(crate) fn define_counter(name: &str) -> Result<u32, HostError> {
-    const COUNTER: u32 = 0;
+/// A metric's kind (proxy-wasm `MetricType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MetricType {
+    Counter,
+    Histogram,
+}
+
+/// Defines (or finds) a metric by name; its id. Envoy files it under `wasmcustom.<name>`.
+pub(crate) fn define_metric(kind: MetricType, name: &str) -> Result<u32, HostError> {
+    let raw = match kind {
+        MetricType::Counter => 0,
+        MetricType::Histogram => 2,
+    };
     let mut id: u32 = 0;
     // SAFETY: the name is a live slice, the out-pointer is valid for writes.
-    check(unsafe { proxy_define_metric(COUNTER, name.as_ptr(), name.len(), &mut id) })?;
+    check(unsafe { proxy_define_metric(raw, name.as_ptr(), name.len(), &mut id) })?;
     Ok(id)
 }
 
-/// Adds `by` to a metric.
+/// Adds `by` to a counter.
 pub(crate) fn increment_metric(id: u32, by: i64) -> Result<(), HostError> {
     // SAFETY: no pointers.
     check(unsafe { proxy_increment_metric(id, by) })
+}
+
+/// Records one value of a histogram.
+pub(crate) fn record_metric(id: u32, value: u64) -> Result<(), HostError> {
+    // SAFETY: no pointers.
+    check(unsafe { proxy_record_metric(id, value) })
+}
+
+/// Sets a property of the current request (Envoy: filter state `wasm.<path>`, which the
+/// access log reads with `%FILTER_STATE(wasm.<path>:PLAIN)%`).
+pub(crate) fn set_property(path: &[&str], value: &[u8]) -> Result<(), HostError> {
+    let path = wire::serialize_path(path)?;
+    // SAFETY: both pointer and length pairs describe live slices.
+    check(unsafe { proxy_set_property(path.as_ptr(), path.len(), value.as_ptr(), value.len()) })
 }
 
 /// Resumes a request paused in a request callback (proxy-wasm `StreamType::HttpRequest`).

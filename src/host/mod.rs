@@ -5,14 +5,16 @@
 mod abi;
 mod wire;
 
+use crate::exchange::metrics::Kind;
 use crate::exchange::{self, Action, After, CallAnswer, Dispatch, Io, Output, Worker};
 use crate::ports::{Host, SharedStore};
 use crate::request::headers;
 use crate::settings::Settings;
-use abi::{Buffer, HostError, Map};
+use abi::{Buffer, HostError, Map, MetricType};
+use hashbrown::HashMap;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{self, ContextType};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 proxy_wasm::main! {{
@@ -30,7 +32,7 @@ proxy_wasm::main! {{
             shared: Rc::new(Shared {
                 // Until a configuration loads, no key is accepted: requests fail closed with 401.
                 worker: RefCell::new(Worker::new(Rc::new(Settings::default()))),
-                circuits_opened: Cell::new(None),
+                metrics: Rc::new(RefCell::new(HashMap::new())),
             }),
         })
     });
@@ -39,15 +41,15 @@ proxy_wasm::main! {{
 /// What the root context and the request contexts of one worker share.
 struct Shared {
     worker: RefCell<Worker>,
-    /// The counter of circuits opened (an Envoy stat shared by every worker).
-    circuits_opened: Cell<Option<u32>>,
+    /// The ids of the metrics this VM defined, by stat name (each is defined once per VM).
+    metrics: Rc<RefCell<HashMap<String, u32>>>,
 }
 
 impl Shared {
     /// Runs one event on the worker from the callback of context `current`, then the effects
     /// that may re-enter the filter, once the worker is free again.
     fn run(&self, current: u32, event: impl FnOnce(&mut Worker, &mut HostIo) -> Output) -> types::Action {
-        let mut io = HostIo { effective: current, circuits_opened: self.circuits_opened.get() };
+        let mut io = self.io(current);
         let output = match self.worker.try_borrow_mut() {
             Ok(mut worker) => event(&mut worker, &mut io),
             // Cannot happen while no host call inside an event re-enters the filter; should it,
@@ -65,6 +67,20 @@ impl Shared {
         match output.action {
             Action::Continue => types::Action::Continue,
             Action::Pause => types::Action::Pause,
+        }
+    }
+
+    fn io(&self, current: u32) -> HostIo {
+        HostIo { effective: current, metrics: Rc::clone(&self.metrics) }
+    }
+
+    /// Request `id` ended: its metrics, the access log's record and the log line.
+    fn finished(&self, id: u32) {
+        let mut io = self.io(id);
+        let record = self.worker.try_borrow_mut().ok().and_then(|mut worker| worker.finished(id, &mut io));
+        if let Some(record) = record {
+            logged(abi::set_property(&[ACCESS_LOG_PROPERTY], &record.to_json()));
+            log::info!("{record}");
         }
     }
 
@@ -88,11 +104,14 @@ fn logged<T: Default>(result: Result<T, HostError>) -> T {
     })
 }
 
+/// The filter state the shipped access log writes (Envoy: `wasm.gateway_record`).
+const ACCESS_LOG_PROPERTY: &str = "gateway_record";
+
 /// The host as the exchange sees it, from one callback.
 struct HostIo {
     /// The context later host calls act on.
     effective: u32,
-    circuits_opened: Option<u32>,
+    metrics: Rc<RefCell<HashMap<String, u32>>>,
 }
 
 impl HostIo {
@@ -189,10 +208,30 @@ impl Io for HostIo {
         logged(abi::set_tick_period_ms(u32::try_from(period_ms).unwrap_or(u32::MAX)));
     }
 
-    fn count_circuits_opened(&mut self, count: u32) {
-        if let Some(metric) = self.circuits_opened {
-            logged(abi::increment_metric(metric, i64::from(count)));
-        }
+    fn metric(&mut self, kind: Kind, name: &str, value: u64) {
+        let Ok(mut ids) = self.metrics.try_borrow_mut() else {
+            return;
+        };
+        let id = match ids.get(name) {
+            Some(id) => *id,
+            None => {
+                let defined = abi::define_metric(
+                    match kind {
+                        Kind::Counter => MetricType::Counter,
+                        Kind::Histogram => MetricType::Histogram,
+                    },
+                    name,
+                );
+                match defined {
+                    Ok(id) => *ids.entry(name.to_string()).or_insert(id),
+                    Err(error) => return log::warn!("metric {name} could not be defined: {error}"),
+                }
+            }
+        };
+        logged(match kind {
+            Kind::Counter => abi::increment_metric(id, i64::try_from(value).unwrap_or(i64::MAX)),
+            Kind::Histogram => abi::record_metric(id, value),
+        });
     }
 }
 
@@ -241,7 +280,6 @@ impl RootContext for Root {
         if let Ok(level) = abi::log_level() {
             log::set_max_level(level_filter(level));
         }
-        self.shared.circuits_opened.set(abi::define_counter("gateway.circuits_opened").ok());
         let bytes = logged(abi::get_buffer(Buffer::PluginConfiguration, 0, size));
         let settings = match Settings::parse(&bytes) {
             Ok(settings) => settings,
@@ -250,7 +288,7 @@ impl RootContext for Root {
                 return false;
             }
         };
-        let io = HostIo { effective: self.id, circuits_opened: None };
+        let io = self.shared.io(self.id);
         exchange::prepare_store(&io, &settings);
         match self.shared.worker.try_borrow_mut() {
             Ok(mut worker) => worker.configure(settings),
@@ -347,9 +385,6 @@ impl HttpContext for Request {
     }
 
     fn on_log(&mut self) {
-        let record = self.shared.worker.try_borrow_mut().ok().and_then(|mut worker| worker.finished(self.id));
-        if let Some(record) = record {
-            log::info!("{record}");
-        }
+        self.shared.finished(self.id);
     }
 }

@@ -85,12 +85,33 @@ pub(crate) struct Usage {
     pub(crate) completion_tokens: u64,
 }
 
+impl Usage {
+    /// The token counts of an OpenAI-shaped usage object: `prompt_tokens`/`completion_tokens`
+    /// (chat, completions, embeddings) or `input_tokens`/`output_tokens`.
+    pub(crate) fn of_openai(value: &Value) -> Option<Usage> {
+        let object = value.as_object()?;
+        let count = |names: [&str; 2]| names.iter().find_map(|name| object.get(*name).and_then(Value::as_u64));
+        let prompt = count(["prompt_tokens", "input_tokens"]);
+        let completion = count(["completion_tokens", "output_tokens"]);
+        if prompt.is_none() && completion.is_none() {
+            return None;
+        }
+        Some(Usage { prompt_tokens: prompt.unwrap_or(0), completion_tokens: completion.unwrap_or(0) })
+    }
+}
+
 /// A provider the gateway knows by name: it checks one target's fields and binds them into
 /// the backend every request to that target goes through.
 pub(crate) trait Provider: Sync {
     /// Checks the fields a target gives this provider (errors name the field: a 400 for a
     /// place that cannot work, a 401 without credentials) and binds them.
     fn bind(&self, name: &str, fields: TargetFields) -> Result<Binding, GatewayError>;
+
+    /// Whether its answers are OpenAI's own, passed untouched (OpenAI and the servers that
+    /// speak its API).
+    fn answers_as_openai(&self) -> bool {
+        false
+    }
 }
 
 /// What one target names besides its provider: merged from the config node, the headers and

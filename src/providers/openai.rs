@@ -6,6 +6,8 @@ use super::{
     UpstreamRequest, Usage,
 };
 use crate::errors::{error_json, GatewayError};
+use crate::stream::sse::{write_data, SseParser};
+use crate::stream::Event;
 use serde_json::Value;
 
 pub(crate) struct OpenAi;
@@ -13,6 +15,84 @@ pub(crate) struct OpenAi;
 impl Provider for OpenAi {
     fn bind(&self, name: &str, fields: TargetFields) -> Result<Binding, GatewayError> {
         bind_keyed(name, fields, KeyHeader::Bearer, || Box::new(Passthrough))
+    }
+
+    fn answers_as_openai(&self) -> bool {
+        true
+    }
+}
+
+/// A stream whose usage the gateway asked for on the client's behalf
+/// (`stream_options.include_usage`): the usage chunk is read and dropped, and the `usage`
+/// field every other chunk then carries (`null`) is removed, so the client gets the stream it
+/// asked for. Everything else is the inner translator's.
+pub(crate) struct UsageStripped {
+    inner: Box<dyn Translator>,
+    parser: SseParser,
+    usage: Option<Usage>,
+}
+
+impl UsageStripped {
+    pub(crate) fn new(inner: Box<dyn Translator>) -> UsageStripped {
+        UsageStripped { inner, parser: SseParser::new(), usage: None }
+    }
+
+    fn on_event(&mut self, event: &Event, out: &mut Vec<u8>) {
+        if let Some(name) = &event.event {
+            out.extend_from_slice(format!("event: {name}\n").as_bytes());
+        }
+        // Most chunks never name usage: they pass as they came.
+        if !event.data.contains("\"usage\"") {
+            return write_data(out, event.data.as_bytes());
+        }
+        let Ok(Value::Object(mut chunk)) = serde_json::from_str::<Value>(&event.data) else {
+            return write_data(out, event.data.as_bytes());
+        };
+        if let Some(usage) = chunk.remove("usage") {
+            if let Some(usage) = Usage::of_openai(&usage) {
+                self.usage = Some(usage);
+            }
+        }
+        // The usage chunk itself has no choices.
+        if chunk.get("choices").and_then(Value::as_array).is_some_and(Vec::is_empty) {
+            return;
+        }
+        write_data(out, Value::Object(chunk).to_string().as_bytes());
+    }
+}
+
+impl Translator for UsageStripped {
+    fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
+        self.inner.request(outbound)
+    }
+
+    /// Streams are rewritten (other answers pass as they are).
+    fn translates_responses(&self) -> bool {
+        true
+    }
+
+    fn response(&mut self, body: &[u8]) -> Result<Vec<u8>, GatewayError> {
+        self.inner.response(body)
+    }
+
+    fn stream(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        for event in self.parser.push(chunk) {
+            self.on_event(&event, out);
+        }
+    }
+
+    fn stream_end(&mut self, out: &mut Vec<u8>) {
+        for event in self.parser.finish() {
+            self.on_event(&event, out);
+        }
+    }
+
+    fn error(&self, status: u16, headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
+        self.inner.error(status, headers, body)
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        self.usage
     }
 }
 
@@ -108,6 +188,32 @@ mod tests {
     use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    #[test]
+    fn a_stream_whose_usage_the_gateway_asked_for_reaches_the_client_without_it() {
+        let stream = concat!(
+            "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n",
+            "data: {\"id\":\"c\",\"choices\":[{\"delta\":{}}]}\n\n",
+            "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\n",
+            "data: [DONE]\n\n"
+        );
+        for size in [1, 7, stream.len()] {
+            let mut translator = UsageStripped::new(Box::new(Passthrough));
+            let mut out = Vec::new();
+            for chunk in stream.as_bytes().chunks(size) {
+                translator.stream(chunk, &mut out);
+            }
+            translator.stream_end(&mut out);
+            let text = String::from_utf8(out).unwrap();
+            let events: Vec<&str> = text.split_terminator("\n\n").collect();
+            assert_eq!(events.len(), 3, "{text}");
+            let first: Value = serde_json::from_str(events[0].strip_prefix("data: ").unwrap()).unwrap();
+            assert_eq!(first, serde_json::json!({"id": "c", "choices": [{"delta": {"content": "Hi"}}]}));
+            assert_eq!(events[1], "data: {\"id\":\"c\",\"choices\":[{\"delta\":{}}]}", "passed as it came");
+            assert_eq!(events[2], "data: [DONE]");
+            assert_eq!(translator.usage(), Some(Usage { prompt_tokens: 5, completion_tokens: 2 }));
+        }
+    }
 
     fn error_of(status: u16, body: &str) -> Value {
         serde_json::from_slice(&normalize_error(status, body.as_bytes())).unwrap()

@@ -18,6 +18,17 @@ pub(crate) struct Attempts {
     pub(crate) retries: u32,
     /// Circuits this request's outcomes opened, for the host's metric.
     pub(crate) circuits_opened: u32,
+    /// Every retry and fallback taken, with the provider of the target that failed.
+    pub(crate) moves: Vec<(&'static str, Move)>,
+}
+
+/// A step to another attempt after a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Move {
+    /// The same target again.
+    Retry,
+    /// The next target of a fallback.
+    Fallback,
 }
 
 /// What to do after a failure.
@@ -32,7 +43,8 @@ pub(crate) enum Next {
 impl Attempts {
     /// The first attempt whose circuit lets it through; every circuit open is a 503.
     pub(crate) fn start(plan: Plan, host: &mut dyn Host) -> Result<Attempts, GatewayError> {
-        let mut attempts = Attempts { plan, current: 0, retries_here: 0, retries: 0, circuits_opened: 0 };
+        let mut attempts =
+            Attempts { plan, current: 0, retries_here: 0, retries: 0, circuits_opened: 0, moves: Vec::new() };
         if attempts.admitted(0, host) {
             return Ok(attempts);
         }
@@ -90,18 +102,24 @@ impl Attempts {
                 if let Some(delay_ms) = next_delay(&retry, self.retries_here, headers, host.now_ms(), random) {
                     self.retries_here += 1;
                     self.retries += 1;
+                    self.moves.push((self.provider(index), Move::Retry));
                     return Next::Call { index, delay_ms };
                 }
             }
         }
         match self.next_admitted(index, failure, host) {
             Some(next) => {
+                self.moves.push((self.provider(index), Move::Fallback));
                 self.current = next;
                 self.retries_here = 0;
                 Next::Call { index: next, delay_ms: 0 }
             }
             None => Next::GiveUp,
         }
+    }
+
+    fn provider(&self, index: usize) -> &'static str {
+        self.plan.attempts.get(index).map_or("", |a| a.target.provider.name)
     }
 
     /// The attempt that follows `index` after `failure`, passing over open circuits.

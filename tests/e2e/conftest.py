@@ -183,9 +183,11 @@ def session_cache(openai_mock) -> dict:
 
 
 @contextmanager
-def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | None) -> Iterator[helpers.Gateway]:
-    """`build.sh run` (or E2E_GATEWAY_CMD) on free ports with the suite's settings and
-    GATEWAY_CACHE = ``cache``, ready once /health answers 200. On exit, while Envoy still
+def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | None,
+                    extra_env: dict | None = None) -> Iterator[helpers.Gateway]:
+    """`build.sh run` (or E2E_GATEWAY_CMD) on free ports with the suite's settings,
+    GATEWAY_CACHE = ``cache`` and ``extra_env`` (other GATEWAY_* settings), ready once /health
+    answers 200. On exit, while Envoy still
     serves, the end checks run (VM never reloaded, no secret in the log); it is then
     stopped, and a failed check fails the fixture that started it."""
     override = os.environ.get("E2E_GATEWAY_CMD")
@@ -209,6 +211,7 @@ def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | No
     })
     if cache is not None:
         env["GATEWAY_CACHE"] = json.dumps(cache)
+    env.update(extra_env or {})
     gw = helpers.Gateway(port, admin_port, log_path)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
@@ -252,10 +255,11 @@ def gateway(openai_mock, anthropic_mock, tmp_path_factory):
 @pytest.fixture(scope="session")
 def start_gateway(openai_mock, anthropic_mock, tmp_path_factory):
     """Starts another gateway, for settings the session's cannot have (e.g. a small cache
-    budget), from a module-scoped fixture: ``with start_gateway("name", cache) as gw: yield gw``.
-    It gets its own ports and log, and the same startup wait and end checks."""
-    def start(name: str, cache: dict | None):
-        return running_gateway(tmp_path_factory.mktemp(name), openai_mock, anthropic_mock, cache)
+    budget), from a module-scoped fixture: ``with start_gateway("name", cache) as gw: yield gw``
+    (``env``: more GATEWAY_* settings, e.g. GATEWAY_ACCESS_LOG). It gets its own ports and log,
+    and the same startup wait and end checks."""
+    def start(name: str, cache: dict | None, env: dict | None = None):
+        return running_gateway(tmp_path_factory.mktemp(name), openai_mock, anthropic_mock, cache, env)
     return start
 
 

@@ -347,7 +347,7 @@ def unique_key() -> str:
 
 def circuits_opened(gateway) -> int:
     stats = gateway.stats()
-    return sum(int(v) for k, v in stats.items() if k.endswith("gateway.circuits_opened"))
+    return sum(int(v) for k, v in stats.items() if k.endswith("gen_ai_gateway_circuits_opened_total"))
 
 
 def test_open_circuit_is_skipped_by_fallback(gateway, openai_mock):

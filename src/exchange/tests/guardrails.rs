@@ -60,7 +60,7 @@ fn a_denying_input_guardrail_answers_446_and_nothing_goes_upstream() {
         (Some("input_guardrails[0]"), Some(false), Some(true))
     );
     assert!(!forwarded(&gw), "the provider is never called");
-    let record = gw.worker.finished(1).unwrap();
+    let record = gw.finished(1).unwrap();
     assert_eq!(record.status, 446);
     assert_eq!(record.hooks, "in:input_guardrails[0]=false");
     assert!(record.to_string().contains(r#"hooks="in:input_guardrails[0]=false""#));
@@ -80,7 +80,7 @@ fn a_failing_check_without_deny_flags_the_answer_246_with_hook_results() {
     assert_eq!(body["hook_results"]["before_request_hooks"][0]["verdict"], false);
     assert_eq!(body["hook_results"]["after_request_hooks"], json!([]));
     assert_eq!(gw.client_header(1, "content-length"), Some(gw.client_body(1).len().to_string()));
-    assert_eq!(gw.worker.finished(1).unwrap().status, 246);
+    assert_eq!(gw.finished(1).unwrap().status, 246);
 }
 
 #[test]
@@ -140,7 +140,7 @@ fn a_denying_output_guardrail_replaces_a_json_answer() {
     let body = json_of(&body);
     assert_eq!(body["error"]["type"], "hooks_failed");
     assert_eq!(body["hook_results"]["after_request_hooks"][0]["verdict"], false);
-    assert_eq!(gw.worker.finished(1).unwrap().status, 446);
+    assert_eq!(gw.finished(1).unwrap().status, 446);
 }
 
 const SSE: &str = concat!(
@@ -184,7 +184,7 @@ fn without_deny_a_stream_flows_and_the_verdict_goes_to_the_record() {
     assert_eq!(gw.response_body(1, first, false).action, Action::Continue);
     gw.response_body(1, second, true);
     assert_eq!(gw.client_body(1), SSE.as_bytes());
-    assert_eq!(gw.worker.finished(1).unwrap().hooks, "out:output_guardrails[0]=false");
+    assert_eq!(gw.finished(1).unwrap().hooks, "out:output_guardrails[0]=false");
 }
 
 #[test]
@@ -224,7 +224,7 @@ fn a_cached_answer_passes_the_output_checks() {
     let headers = chat_with_config("gw-key", &config);
     gw.post(1, headers.clone(), CHAT);
     provider_answers(&mut gw, 1);
-    gw.worker.finished(1);
+    gw.finished(1);
     gw.request_headers(2, headers, true);
     let (_, status, headers, body) = reply(&gw.request_body(2, CHAT));
     assert_eq!((status, headers[STATUS_HEADER].as_str()), (246, "HIT"));
@@ -263,7 +263,7 @@ fn a_jwks_is_fetched_once_then_read_from_shared_data() {
     // A second request meanwhile waits for the same fetch; one that ended waits no more.
     assert_eq!(gw.post(10, headers.clone(), CHAT).action, Action::Pause);
     assert_eq!(gw.post(11, headers.clone(), CHAT).action, Action::Pause);
-    gw.worker.finished(11);
+    gw.finished(11);
     assert_eq!(gw.io.sent.len(), 1);
     let fetch = gw.io.sent[0].clone();
     assert_eq!((fetch.header(":method"), fetch.header(":path")), (Some("GET"), Some("/jwks.json")));
@@ -296,7 +296,7 @@ fn a_recovered_answer_passes_the_output_checks() {
     assert_eq!((status, headers["content-type"].as_str()), (246, "application/json"));
     assert_eq!(body["choices"][0]["message"]["content"], "Hello!");
     assert_eq!(body["hook_results"]["after_request_hooks"][0]["verdict"], false);
-    assert_eq!(gw.worker.finished(1).unwrap().status, 246);
+    assert_eq!(gw.finished(1).unwrap().status, 246);
 }
 
 #[test]

@@ -1,0 +1,258 @@
+//! The metrics of a finished request, as Envoy stats the host defines by name.
+//!
+//! proxy-wasm metrics have flat names, so labels are encoded in the name as `.label.value`
+//! pairs after the metric's name, always in this order: `provider`, then `status_class`,
+//! `cache_status` or `gen_ai_token_type`, and `model` last. The shipped Envoy config's
+//! `stats_tags` turn them back into labels (Envoy files the stats under `wasmcustom.`, which
+//! its Prometheus output drops). Every value but the model's is dot-free; the model comes last
+//! so that its value may keep its dots (`gpt-4.1`): its tag takes the rest of the name.
+//!
+//! Cardinality is bounded: the model label is one of the configured models (or, without a
+//! list, one of the first `max_models` distinct models this worker saw), else `other`.
+//! Values keep only `[A-Za-z0-9_.:/-]` (anything else becomes `_`), at most 64 characters.
+
+use super::Record;
+use crate::routing::attempts::Move;
+use crate::settings::MetricsSettings;
+use hashbrown::HashSet;
+
+pub(crate) const REQUESTS: &str = "gen_ai_gateway_requests_total";
+pub(crate) const TOKENS: &str = "gen_ai_client_token_usage_total";
+pub(crate) const DURATION: &str = "gen_ai_server_request_duration";
+pub(crate) const TIME_TO_FIRST_TOKEN: &str = "gen_ai_server_time_to_first_token";
+pub(crate) const RETRIES: &str = "gen_ai_gateway_retries_total";
+pub(crate) const FALLBACKS: &str = "gen_ai_gateway_fallbacks_total";
+pub(crate) const CIRCUITS_OPENED: &str = "gen_ai_gateway_circuits_opened_total";
+pub(crate) const CACHE_STORES: &str = "gen_ai_gateway_cache_stores_total";
+pub(crate) const CACHE_STORED_BYTES: &str = "gen_ai_gateway_cache_stored_bytes_total";
+
+/// The label value of a model past the bound.
+const OTHER: &str = "other";
+/// The label value when a request names no model (e.g. `GET /v1/models`).
+const NO_MODEL: &str = "none";
+const MAX_VALUE_CHARS: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Counter,
+    /// Envoy histograms record integers: durations are in milliseconds.
+    Histogram,
+}
+
+/// One update of one stat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Metric {
+    pub(crate) kind: Kind,
+    pub(crate) name: String,
+    pub(crate) value: u64,
+}
+
+/// The model label values a worker has given out.
+#[derive(Debug, Default)]
+pub(crate) struct ModelLabels {
+    seen: HashSet<String>,
+}
+
+impl ModelLabels {
+    /// The label of `model`, within the settings' bound.
+    pub(crate) fn label(&mut self, settings: &MetricsSettings, model: &str) -> String {
+        if model.is_empty() {
+            return NO_MODEL.to_string();
+        }
+        let value = sanitise(model);
+        let known = match &settings.models {
+            Some(models) => models.iter().any(|m| sanitise(m) == value),
+            None if self.seen.contains(&value) => true,
+            None if self.seen.len() < settings.max_models => {
+                self.seen.insert(value.clone());
+                true
+            }
+            None => false,
+        };
+        if known {
+            value
+        } else {
+            OTHER.to_string()
+        }
+    }
+}
+
+/// A label value made safe for a stat name.
+pub(crate) fn sanitise(value: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '/' | '-');
+    value.chars().take(MAX_VALUE_CHARS).map(|c| if safe(c) { c } else { '_' }).collect()
+}
+
+/// `status_class`: `2xx`, `4xx`, ...; `none` when no status was sent (the client left).
+fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "none",
+    }
+}
+
+/// `cache_status`, from the status the client saw (no cache part reads as `disabled`).
+fn cache_status(header: &str) -> &'static str {
+    match header {
+        "HIT" => "hit",
+        "SEMANTIC_HIT" => "semantic_hit",
+        "REFRESH" => "refresh",
+        h if h.starts_with("MISS") => "miss",
+        _ => "disabled",
+    }
+}
+
+/// A stat name: the metric, then its labels.
+fn name(metric: &str, labels: &[(&str, &str)]) -> String {
+    let mut name = String::with_capacity(96);
+    name.push_str(metric);
+    for (label, value) in labels {
+        name.push('.');
+        name.push_str(label);
+        name.push('.');
+        name.push_str(value);
+    }
+    name
+}
+
+/// The metrics of a finished request. A request that never reached provider selection (no
+/// key, a health check) counts in none of the per-request metrics.
+pub(crate) fn of_request(record: &Record, settings: &MetricsSettings, models: &mut ModelLabels) -> Vec<Metric> {
+    let mut out = Vec::new();
+    let counter = |name: String, value: u64| Metric { kind: Kind::Counter, name, value };
+    let histogram = |name: String, value: u64| Metric { kind: Kind::Histogram, name, value };
+    for (provider, step) in &record.moves {
+        let metric = match step {
+            Move::Retry => RETRIES,
+            Move::Fallback => FALLBACKS,
+        };
+        out.push(counter(name(metric, &[("provider", &sanitise(provider))]), 1));
+    }
+    if let Some(bytes) = record.cache_stored {
+        out.push(counter(CACHE_STORES.to_string(), 1));
+        out.push(counter(CACHE_STORED_BYTES.to_string(), bytes));
+    }
+    if record.provider.is_empty() {
+        return out;
+    }
+    let provider = sanitise(record.provider);
+    let model = models.label(settings, &record.model);
+    let labels = [
+        ("provider", provider.as_str()),
+        ("status_class", status_class(record.status)),
+        ("cache_status", cache_status(record.cache)),
+        ("model", model.as_str()),
+    ];
+    out.push(counter(name(REQUESTS, &labels), 1));
+    let by_model = [("provider", provider.as_str()), ("model", model.as_str())];
+    out.push(histogram(name(DURATION, &by_model), record.duration_ms));
+    if let Some(ttft) = record.time_to_first_token_ms {
+        out.push(histogram(name(TIME_TO_FIRST_TOKEN, &by_model), ttft));
+    }
+    if let Some(usage) = record.usage {
+        for (kind, count) in [("input", usage.prompt_tokens), ("output", usage.completion_tokens)] {
+            if count > 0 {
+                let labels = [("provider", provider.as_str()), ("gen_ai_token_type", kind), ("model", model.as_str())];
+                out.push(counter(name(TOKENS, &labels), count));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    use super::*;
+    use crate::providers::Usage;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    fn names(metrics: &[Metric]) -> Vec<(&str, u64)> {
+        metrics.iter().map(|m| (m.name.as_str(), m.value)).collect()
+    }
+
+    #[test]
+    fn a_request_counts_once_with_its_labels_and_tokens() {
+        let record = Record {
+            provider: "openai",
+            model: "gpt-4.1-mini".into(),
+            status: 200,
+            cache: "MISS",
+            usage: Some(Usage { prompt_tokens: 12, completion_tokens: 0 }),
+            duration_ms: 41,
+            time_to_first_token_ms: Some(7),
+            ..Record::default()
+        };
+        let metrics = of_request(&record, &MetricsSettings::default(), &mut ModelLabels::default());
+        assert_eq!(
+            names(&metrics),
+            vec![
+                ("gen_ai_gateway_requests_total.provider.openai.status_class.2xx.cache_status.miss.model.gpt-4.1-mini", 1),
+                ("gen_ai_server_request_duration.provider.openai.model.gpt-4.1-mini", 41),
+                ("gen_ai_server_time_to_first_token.provider.openai.model.gpt-4.1-mini", 7),
+                ("gen_ai_client_token_usage_total.provider.openai.gen_ai_token_type.input.model.gpt-4.1-mini", 12),
+            ]
+        );
+        assert_eq!(metrics.iter().filter(|m| m.kind == Kind::Histogram).count(), 2);
+    }
+
+    #[test]
+    fn retries_fallbacks_and_stores_count_without_a_provider_too() {
+        let record = Record {
+            status: 401,
+            moves: vec![("openai", Move::Retry), ("openai", Move::Fallback)],
+            cache_stored: Some(300),
+            ..Record::default()
+        };
+        let metrics = of_request(&record, &MetricsSettings::default(), &mut ModelLabels::default());
+        assert_eq!(
+            names(&metrics),
+            vec![
+                ("gen_ai_gateway_retries_total.provider.openai", 1),
+                ("gen_ai_gateway_fallbacks_total.provider.openai", 1),
+                ("gen_ai_gateway_cache_stores_total", 1),
+                ("gen_ai_gateway_cache_stored_bytes_total", 300),
+            ]
+        );
+    }
+
+    #[test]
+    fn status_and_cache_classes() {
+        assert_eq!(
+            [status_class(0), status_class(204), status_class(446), status_class(503)],
+            ["none", "2xx", "4xx", "5xx"]
+        );
+        let statuses = ["HIT", "SEMANTIC_HIT", "MISS", "MISS; semantic=unavailable", "REFRESH", "DISABLED", ""];
+        assert_eq!(
+            statuses.map(cache_status),
+            ["hit", "semantic_hit", "miss", "miss", "refresh", "disabled", "disabled"]
+        );
+    }
+
+    #[test]
+    fn model_labels_are_bounded_and_sanitised() {
+        let capped = MetricsSettings { models: None, max_models: 2, stream_usage: false };
+        let mut labels = ModelLabels::default();
+        assert_eq!(labels.label(&capped, "a"), "a");
+        assert_eq!(labels.label(&capped, "b c{}"), "b_c__");
+        assert_eq!(labels.label(&capped, "third"), "other", "past the cap");
+        assert_eq!(labels.label(&capped, "a"), "a", "a model seen before keeps its label");
+        assert_eq!(labels.label(&capped, ""), "none");
+        assert_eq!(labels.label(&capped, &"x".repeat(100)).len(), 5, "other: the cut value is a new one");
+        let listed = MetricsSettings {
+            models: Some(vec!["gpt-4o".into(), "anthropic.claude-v2:1".into()]),
+            max_models: 0,
+            stream_usage: false,
+        };
+        assert_eq!(labels.label(&listed, "gpt-4o"), "gpt-4o");
+        assert_eq!(labels.label(&listed, "anthropic.claude-v2:1"), "anthropic.claude-v2:1");
+        assert_eq!(labels.label(&listed, "a"), "other", "only the listed models");
+        assert_eq!(sanitise("meta/llama-3@8b\n"), "meta/llama-3_8b_");
+        assert_eq!(sanitise(&"m".repeat(200)).len(), MAX_VALUE_CHARS);
+    }
+}
