@@ -1018,6 +1018,11 @@ impl Exchange {
         }
         let body = env.io.response_body(env.id, size);
         let finished = self.finish_routed(env, body);
+        // A held answer that passes untouched still tells its usage.
+        if let Some(scan) = &mut self.usage {
+            scan.push(&finished.body);
+            self.record.usage = scan.usage();
+        }
         let content_type = match self.mode {
             ResponseMode::Stream => {
                 stream::client_content_type(env.io.response_header(env.id, "content-type").as_deref())

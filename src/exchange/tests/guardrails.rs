@@ -313,3 +313,14 @@ fn hooks_on_a_target_and_stored_guardrails_are_refused() {
     assert_eq!(status, 501);
     assert!(body["error"]["message"].as_str().unwrap().contains("control plane"), "{body}");
 }
+
+#[test]
+fn a_held_answer_still_tells_its_usage() {
+    let mut gw = Gateway::new(SETTINGS);
+    gw.post(1, guarded(json!({"input_guardrails": [blocks("secret", false)]})), &chat("hello"));
+    gw.response_headers(1, 200, &[("content-type", "application/json")], "via_upstream");
+    let answer = br#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}"#;
+    gw.response_body(1, answer, true);
+    let usage = gw.finished(1).unwrap().usage;
+    assert_eq!(usage, Some(crate::providers::Usage { prompt_tokens: 9, completion_tokens: 4 }));
+}
