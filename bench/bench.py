@@ -253,6 +253,11 @@ def main():
     # The same one-target config with the cache on: wrk repeats one request, so after the
     # first (a miss, stored) every request is answered from the cache.
     cache_hit_headers = {**uncached_headers, "x-gateway-config": json.dumps({**target, "cache": {"mode": "simple"}})}
+    # The same one-target config with one inline input guardrail that passes (the prompt
+    # names no password; its verdict is added to the answer as `hook_results`).
+    guardrail = {"default.regexMatch": {"rule": "\\b(password|ssn)\\b", "not": True}, "deny": True}
+    guardrail_headers = {**uncached_headers,
+                         "x-gateway-config": json.dumps({**target, "input_guardrails": [guardrail]})}
     try:
         wait_ready(bare_port, {"content-type": "application/json"}, REQUEST)
         wait_ready(gateway_port, gateway_headers, REQUEST)
@@ -261,6 +266,7 @@ def main():
             wait_ready(compare_port, gateway_headers, REQUEST)
         wait_ready(gateway_port, fallback_headers, REQUEST)
         wait_ready(gateway_port, cache_hit_headers, REQUEST)
+        wait_ready(gateway_port, guardrail_headers, REQUEST)
         status = cache_status(gateway_port, cache_hit_headers, REQUEST)
         if status != "HIT":
             sys.exit(f"bench: the cache variant is not answered from the cache (x-gateway-cache-status: {status})")
@@ -271,7 +277,7 @@ def main():
             variants = (("bare", bare_port, {}), ("minimal", minimal_port, gateway_headers),
                         ("gateway", gateway_port, gateway_headers),
                         ("uncached", gateway_port, uncached_headers), ("fallback", gateway_port, fallback_headers),
-                        ("cache_hit", gateway_port, cache_hit_headers))
+                        ("cache_hit", gateway_port, cache_hit_headers), ("guardrail", gateway_port, guardrail_headers))
             if compare_port:
                 variants += (("compare", compare_port, gateway_headers),)
             for _, port, headers in variants:
@@ -287,6 +293,7 @@ def main():
     names = {"bare": "bare Envoy", "minimal": "Envoy + minimal filter", "gateway": "Envoy + filter (provider headers)",
              "uncached": "Envoy + filter, one-target config (uncached)", "fallback": "Envoy + filter, fallback config",
              "cache_hit": "Envoy + filter, one-target config, cache hit",
+             "guardrail": "Envoy + filter, one-target config, input regexMatch guardrail",
              "compare": f"Envoy + {args.compare_wasm} (provider headers)"}
     print("| connections | proxy | req/s | p50 µs | p99 µs |")
     print("|---|---|---|---|---|")
@@ -314,6 +321,13 @@ def main():
         bare, minimal, ours = (runs[key]["cpu_us"] for key in ("bare", "minimal", "gateway"))
         print(f"| {connections} | {bare:.0f} | {minimal:.0f} | {ours:.0f} | {minimal - bare:+.0f} "
               f"| {ours - minimal:+.0f} |")
+
+    print("\nAn inline input guardrail (`default.regexMatch`, passing), CPU per request:\n")
+    print("| connections | one-target config µs | with the guardrail µs | guardrail's cost µs |")
+    print("|---|---|---|---|")
+    for connections, runs in rows:
+        plain, guarded = (runs[key]["cpu_us"] for key in ("uncached", "guardrail"))
+        print(f"| {connections} | {plain:.0f} | {guarded:.0f} | {guarded - plain:+.0f} |")
 
     if compare_port:
         print(f"\nThe same request through {args.compare_wasm}, CPU per request side by side:\n")
