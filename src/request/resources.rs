@@ -89,11 +89,13 @@ pub(crate) fn check_path(path: &str) -> Result<(), GatewayError> {
             });
         }
         let decoded = percent_decode(segment.raw, false).ok_or_else(|| bad("broken percent-encoding"))?;
-        if decoded.iter().any(|&b| b == b'/' || b == b'\\') {
+        let slash = |b: &u8| *b == b'/' || *b == b'\\';
+        // Model ids may hold a `/` (`org/model`, which SDKs encode); never a dot segment.
+        if segment.param != Some("model") && decoded.iter().any(slash) {
             return Err(bad("must be a single path segment (no encoded `/` or `\\`)"));
         }
-        if decoded == b"." || decoded == b".." {
-            return Err(bad("`.` and `..` are not allowed"));
+        if decoded.split(slash).any(|part| part == b"." || part == b".." || part.is_empty()) {
+            return Err(bad("`.` and `..` and empty segments are not allowed"));
         }
         if decoded.iter().any(|&b| b < 0x20 || b == 0x7f) {
             return Err(bad("control characters are not allowed"));
@@ -250,31 +252,35 @@ fn check_batch(body: &Map<String, Value>) -> Result<(), GatewayError> {
 
 /// A string (or null) of at most `max` characters.
 fn check_text(body: &Map<String, Value>, field: &str, max: usize) -> Result<(), GatewayError> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::String(text)) if text.chars().count() <= max => Ok(()),
-        Some(Value::String(_)) => {
-            Err(GatewayError::invalid_param(field, format!("`{field}` must be at most {max} characters"))
-                .with_code("string_above_max_length"))
-        }
-        Some(_) => {
-            Err(GatewayError::invalid_param(field, format!("`{field}` must be a string or null"))
-                .with_code("invalid_type"))
-        }
-    }
+    let size = |value: &Value| value.as_str().map(|text| text.chars().count());
+    check_size(body, field, max, size, ("a string", "characters", "string_above_max_length"))
 }
 
 /// An array (or null) of at most `max` items.
 fn check_array(body: &Map<String, Value>, field: &str, max: usize) -> Result<(), GatewayError> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::Array(items)) if items.len() <= max => Ok(()),
-        Some(Value::Array(_)) => {
-            Err(GatewayError::invalid_param(field, format!("`{field}` must have at most {max} items"))
-                .with_code("array_above_max_length"))
-        }
+    let size = |value: &Value| value.as_array().map(Vec::len);
+    check_size(body, field, max, size, ("an array", "items", "array_above_max_length"))
+}
+
+/// `field` absent, null, or a value whose `size` (None: the wrong type) is at most `max`;
+/// the last three name the type, the unit and the error code.
+fn check_size(
+    body: &Map<String, Value>,
+    field: &str,
+    max: usize,
+    size: impl Fn(&Value) -> Option<usize>,
+    (kind, unit, code): (&str, &str, &'static str),
+) -> Result<(), GatewayError> {
+    let Some(value) = body.get(field).filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    match size(value) {
+        Some(n) if n <= max => Ok(()),
         Some(_) => {
-            Err(GatewayError::invalid_param(field, format!("`{field}` must be an array or null"))
+            Err(GatewayError::invalid_param(field, format!("`{field}` must have at most {max} {unit}")).with_code(code))
+        }
+        None => {
+            Err(GatewayError::invalid_param(field, format!("`{field}` must be {kind} or null"))
                 .with_code("invalid_type"))
         }
     }
@@ -333,6 +339,7 @@ mod tests {
             "/assistants/a%3Fb",
             "/batches/a.b",
             "/batches/...",
+            "/models/meta-llama%2FLlama-3.1-8B",
         ] {
             assert_eq!(path_param(ok), None, "{ok}");
         }
@@ -360,6 +367,9 @@ mod tests {
             ("/files/a%2fb/content", "file_id"),
             ("/fine_tuning/../batches", "path"),
             ("/fine_tuning//jobs", "path"),
+            ("/models/..%2Fbatches", "model"),
+            ("/models/a%2F%2E", "model"),
+            ("/models/a%2F", "model"),
         ] {
             assert_eq!(path_param(path).as_deref(), Some(param), "{path}");
         }
