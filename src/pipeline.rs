@@ -12,6 +12,7 @@ use crate::request::endpoint::Endpoint;
 use crate::request::endpoint::{classify, BodyMode, Route};
 use crate::request::headers::{self, decode_value, is_gateway_header, is_secret_header, GatewayHeaders};
 use crate::request::limits::{check_json_size, MAX_JSON_VALUES};
+use crate::request::resources;
 use crate::routing::attempts::Attempts;
 use crate::routing::plan::make_plan;
 use crate::routing::{parse_config_header, Target};
@@ -141,6 +142,10 @@ pub(crate) fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) 
         .collect::<Result<Vec<_>, _>>()?;
     let gateway = GatewayHeaders::parse(decoded.iter().map(|(name, value)| (*name, value.as_str())))?;
     let config = gateway.config.as_deref().map(parse_config_header).transpose()?;
+    if endpoint == Endpoint::Resource {
+        resources::check_path(&path)?;
+        resources::check_query(&method, &path, query.as_deref())?;
+    }
     let json_post = body == BodyMode::Json && method == "POST";
     let intake = Intake { endpoint, method: method.into_owned(), path, query, gateway, config, tenant };
     if json_post {
@@ -158,6 +163,13 @@ pub(crate) fn finish(
     host: &mut dyn Host,
 ) -> Result<Call, GatewayError> {
     let intake = pending.intake;
+    if intake.endpoint == Endpoint::Resource {
+        // Checked, then dropped: the client's bytes go upstream as they came.
+        if let Some(kind) = resources::checked_body(&intake.method, &intake.path) {
+            resources::check_body(kind, &parse_object(body)?)?;
+        }
+        return route(settings, intake, None, host);
+    }
     // Every JSON body the gateway holds is read: translators place requests by the model
     // (a deployment, a model in the path), the cache and conditions read the rest.
     let body = Some(Value::Object(parse_object(body)?));
@@ -585,6 +597,33 @@ mod tests {
     fn passthrough_endpoints_keep_the_query() {
         let forward = forwarded(&request("GET", "/v1/batches?limit=2", OPENAI_LOCAL), b"").ok().unwrap();
         assert!(forward.headers.set.contains(&(":path".to_string(), "/v1/batches?limit=2".to_string())));
+    }
+
+    #[test]
+    fn resource_requests_are_checked_then_sent_as_they_came() {
+        let bad = started(&request("GET", "/v1/batches?limit=101", OPENAI_LOCAL)).err().unwrap();
+        assert_eq!((bad.status, bad.param.as_deref()), (400, Some("limit")));
+        let bad = started(&request("GET", "/v1/batches/a%2Fb", OPENAI_LOCAL)).err().unwrap();
+        assert_eq!(bad.param.as_deref(), Some("batch_id"));
+        // The key still comes first.
+        assert_eq!(started(&request("GET", "/v1/batches?limit=0", &[])).err().unwrap().status, 401);
+        let h = request("POST", "/v1/batches?x=%20", OPENAI_LOCAL);
+        assert!(matches!(started(&h), Ok(Started::NeedsBody(_))), "a batch body is read");
+        let bad = forwarded(&h, br#"{"input_file_id":"f","endpoint":"/v1/chat/completions","completion_window":"1h"}"#);
+        assert_eq!(bad.err().unwrap().param.as_deref(), Some("completion_window"));
+        // override_params never reach a resource body: the client's bytes go.
+        let config = r#"{"provider":"openai","api_key":"k","custom_host":"http://127.0.0.1:9/v1","override_params":{"model":"forced"}}"#;
+        let h = request("POST", "/v1/batches?x=%20", &[("x-gateway-api-key", "gw-key"), ("x-gateway-config", config)]);
+        let body = br#"{"input_file_id":"f", "endpoint":"/v1/embeddings","completion_window":"24h"}"#;
+        let forward = forwarded(&h, body).ok().unwrap();
+        assert_eq!(forward.body, None);
+        assert!(forward.headers.set.contains(&(":path".to_string(), "/v1/batches?x=%20".to_string())));
+        assert!(!forward.headers.set.iter().any(|(n, _)| n == "content-length"));
+        // Without a provider: the headers that select one are named.
+        let h = request("GET", "/v1/batches", &[("x-gateway-api-key", "gw-key")]);
+        let missing = started(&h).err().unwrap();
+        assert_eq!(missing.code, Some("missing_provider"));
+        assert!(missing.message.contains("x-gateway-provider") && missing.message.contains("x-gateway-virtual-key"));
     }
 
     #[test]

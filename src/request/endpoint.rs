@@ -1,6 +1,7 @@
 //! Which OpenAI endpoint a request calls, and how its body is handled.
 
 use crate::errors::GatewayError;
+use crate::request::resources;
 
 /// The OpenAI endpoints the gateway serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +25,7 @@ pub(crate) enum Endpoint {
 pub(crate) enum BodyMode {
     /// JSON the gateway reads (validation, `override_params`, translation).
     Json,
-    /// Streams to the provider untouched (multipart uploads, resource endpoints).
+    /// Streams to the provider untouched (multipart uploads, most resource endpoints).
     Passthrough,
 }
 
@@ -84,12 +85,9 @@ pub(crate) fn classify(method: &str, full_path: &str) -> Result<Route, GatewayEr
     }
     let is_resource = RESOURCES.iter().any(|r| rest == *r || rest.strip_prefix(r).is_some_and(|t| t.starts_with('/')));
     if is_resource {
-        return Ok(Route::Api {
-            endpoint: Endpoint::Resource,
-            body: BodyMode::Passthrough,
-            path: rest.to_string(),
-            query,
-        });
+        // The bodies the spec limits are read (and still sent as they came); uploads stream.
+        let body = if resources::checked_body(method, rest).is_some() { BodyMode::Json } else { BodyMode::Passthrough };
+        return Ok(Route::Api { endpoint: Endpoint::Resource, body, path: rest.to_string(), query });
     }
     Err(not_found())
 }
@@ -125,6 +123,15 @@ mod tests {
             let route = classify(method, path).unwrap();
             assert!(matches!(route, Route::Api { endpoint: Endpoint::Resource, .. }), "{path}");
         }
+        // File uploads stream; the bodies the spec limits are read.
+        let body = |method, path| match classify(method, path).unwrap() {
+            Route::Api { body, .. } => body,
+            Route::Health => panic!("an API route"),
+        };
+        assert_eq!(body("POST", "/v1/files"), BodyMode::Passthrough);
+        assert_eq!(body("POST", "/v1/uploads/u1/parts"), BodyMode::Passthrough);
+        assert_eq!(body("POST", "/v1/batches"), BodyMode::Json);
+        assert_eq!(body("POST", "/v1/assistants?x=1"), BodyMode::Json);
     }
 
     #[test]

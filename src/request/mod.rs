@@ -4,3 +4,4 @@ pub(crate) mod chat;
 pub(crate) mod endpoint;
 pub(crate) mod headers;
 pub(crate) mod limits;
+pub(crate) mod resources;

@@ -573,7 +573,13 @@ class OpenAIMock(MockProvider):
         ("POST", r"/v1/batches", "_batches_create"),
         ("GET", r"/v1/batches/(?P<id>[^/]+)", "_batch_get"),
         ("POST", r"/v1/batches/(?P<id>[^/]+)/cancel", "_batch_cancel"),
+        ("GET", r"/v1/files", "_files_list"),
+        ("POST", r"/v1/files", "_files_create"),
+        ("GET", r"/v1/fine_tuning/jobs", "_ft_list"),
+        ("POST", r"/v1/fine_tuning/jobs", "_ft_create"),
+        ("GET", r"/v1/fine_tuning/jobs/(?P<id>[^/]+)/events", "_ft_events"),
         ("GET", r"/v1/assistants", "_assistants_list"),
+        ("POST", r"/v1/assistants", "_assistant_create"),
         ("GET", r"/v1/assistants/(?P<id>[^/]+)", "_assistant_get"),
         ("GET", r"/v1/threads/(?P<thread>[^/]+)/messages/(?P<id>[^/]+)", "_thread_message"),
         ("POST", r"/v1/fine_tuning/jobs/(?P<id>[^/]+)/cancel", "_ft_cancel"),
@@ -592,7 +598,7 @@ class OpenAIMock(MockProvider):
         if not auth.startswith("Bearer ") or not auth[7:].strip():
             return self._err(h, 401, "You didn't provide an API key. You need to provide your API key in an "
                                      "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
-        if req.method == "POST" and fn not in ("_transcriptions", "_batch_cancel", "_ft_cancel"):
+        if req.method == "POST" and fn not in ("_transcriptions", "_batch_cancel", "_ft_cancel", "_files_create"):
             if not isinstance(req.json, dict):
                 return self._err(h, 400, "We could not parse the JSON body of your request. (HINT: This likely "
                                          "means you aren't using your HTTP library correctly.)")
@@ -853,6 +859,29 @@ class OpenAIMock(MockProvider):
             items.reverse()
         self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
 
+    def _assistant_create(self, h, req):
+        asst = {**self.assistant(f"asst_mock{_hex()}", _now()), **{k: v for k, v in req.json.items()
+                                                                     if k in ("name", "model", "metadata")}}
+        self._serve(h, req, lambda reply: h.send_json(200, asst, reply.headers))
+
+    # ---- files: a multipart upload (`file`, `purpose`) answers with its size
+    @staticmethod
+    def file_object(file_id: str, size: int, filename: str, purpose: str) -> dict:
+        return {"id": file_id, "object": "file", "bytes": size, "created_at": _now(), "filename": filename,
+                "purpose": purpose, "status": "processed", "status_details": None}
+
+    def _files_create(self, h, req):
+        part = (req.form or {}).get("file")
+        if part is None or "purpose" not in (req.form or {}):
+            return self._err(h, 400, "Missing required parameter: 'file' or 'purpose'.")
+        purpose = req.form["purpose"]["data"].decode()
+        obj = self.file_object(f"file-mock{_hex()}", len(part["data"]), part["filename"] or "upload", purpose)
+        self._serve(h, req, lambda reply: h.send_json(200, obj, reply.headers))
+
+    def _files_list(self, h, req):
+        items = [self.file_object(f"file-mock-{i}", 10 * i, f"f{i}.jsonl", "batch") for i in (1, 2)]
+        self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
+
     def _assistant_get(self, h, req, id):  # noqa: A002
         self._serve(h, req, lambda reply: h.send_json(200, self.assistant(id, 1_700_000_001), reply.headers))
 
@@ -865,6 +894,33 @@ class OpenAIMock(MockProvider):
             "assistant_id": "asst_mock_1", "run_id": "run_mock_1", "attachments": [], "metadata": {},
         }
         self._serve(h, req, lambda reply: h.send_json(200, msg, reply.headers))
+
+    @staticmethod
+    def ft_job(job_id: str, status: str = "queued", **overrides: Any) -> dict:
+        job = {
+            "id": job_id, "object": "fine_tuning.job", "created_at": 1_700_000_000, "error": None,
+            "fine_tuned_model": None, "finished_at": None, "hyperparameters": {"n_epochs": "auto"},
+            "model": "gpt-mock", "organization_id": "org-mock", "result_files": [], "status": status,
+            "trained_tokens": None, "training_file": "file-mock-train", "validation_file": None, "seed": 42,
+            "integrations": None, "estimated_finish": None,
+        }
+        job.update(overrides)
+        return job
+
+    def _ft_create(self, h, req):
+        body = req.json
+        job = self.ft_job(f"ftjob-mock{_hex()}", model=body.get("model"), training_file=body.get("training_file"),
+                          integrations=body.get("integrations"))
+        self._serve(h, req, lambda reply: h.send_json(200, job, reply.headers))
+
+    def _ft_list(self, h, req):
+        items = [self.ft_job(f"ftjob-mock-{i}") for i in (1, 2, 3)]
+        self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
+
+    def _ft_events(self, h, req, id):  # noqa: A002
+        items = [{"id": f"ftevent-{i}", "object": "fine_tuning.job.event", "created_at": 1_700_000_000 + i,
+                  "level": "info", "message": f"step {i}", "data": {}, "type": "message"} for i in (1, 2)]
+        self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
 
     def _ft_cancel(self, h, req, id):  # noqa: A002
         job = {
