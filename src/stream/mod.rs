@@ -36,8 +36,13 @@ pub(crate) trait Converter {
     fn on_event(&mut self, event: &Event, out: &mut Vec<u8>);
     /// The client stream is over; nothing more is sent.
     fn is_done(&self) -> bool;
+    /// Ends the client stream (`data: [DONE]`); nothing more is sent.
+    fn end(&mut self, out: &mut Vec<u8>);
     /// OpenAI's in-stream error chunk, then the end of the client stream.
-    fn end_with_error(&mut self, message: &str, kind: &str, out: &mut Vec<u8>);
+    fn end_with_error(&mut self, message: &str, kind: &str, out: &mut Vec<u8>) {
+        sse::write_data(out, &crate::errors::error_json(message, kind, None, None));
+        self.end(out);
+    }
     /// The upstream stream ended: ends the client stream if it is not over.
     fn finish(&mut self, out: &mut Vec<u8>);
 }

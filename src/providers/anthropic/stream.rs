@@ -3,7 +3,6 @@
 //! the one for server-sent events.
 
 use super::{finish_reason, prompt_tokens, str_field};
-use crate::errors::error_json;
 use crate::providers::chunks::ChunkWriter;
 use crate::providers::{ResponseContext, Usage};
 use crate::stream::sse::write_data;
@@ -134,11 +133,6 @@ impl EventConverter {
         }
     }
 
-    fn end(&mut self, out: &mut Vec<u8>) {
-        write_data(out, b"[DONE]");
-        self.done = true;
-    }
-
     pub(crate) fn usage(&self) -> Usage {
         Usage { prompt_tokens: self.prompt_tokens, completion_tokens: self.completion_tokens }
     }
@@ -157,9 +151,9 @@ impl Converter for EventConverter {
         self.done
     }
 
-    fn end_with_error(&mut self, message: &str, kind: &str, out: &mut Vec<u8>) {
-        write_data(out, &error_json(message, kind, None, None));
-        self.end(out);
+    fn end(&mut self, out: &mut Vec<u8>) {
+        write_data(out, b"[DONE]");
+        self.done = true;
     }
 
     /// An upstream that ended without `message_stop` still ends the client stream cleanly.

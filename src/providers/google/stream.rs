@@ -2,7 +2,6 @@
 //! with the next piece of each candidate) as OpenAI `chat.completion.chunk`s.
 
 use super::{finish_reason, tool_call, usage_of};
-use crate::errors::error_json;
 use crate::providers::chunks::ChunkWriter;
 use crate::providers::{error_kind_for_status, str_field, ResponseContext, Usage};
 use crate::stream::sse::write_data;
@@ -68,11 +67,6 @@ impl GeminiEvents {
             self.chunks.choice_delta(index, json!({}), Some(finish_reason(Some(reason), called)), out);
         }
     }
-
-    fn end(&mut self, out: &mut Vec<u8>) {
-        write_data(out, b"[DONE]");
-        self.done = true;
-    }
 }
 
 impl Converter for GeminiEvents {
@@ -122,9 +116,9 @@ impl Converter for GeminiEvents {
         self.done
     }
 
-    fn end_with_error(&mut self, message: &str, kind: &str, out: &mut Vec<u8>) {
-        write_data(out, &error_json(message, kind, None, None));
-        self.end(out);
+    fn end(&mut self, out: &mut Vec<u8>) {
+        write_data(out, b"[DONE]");
+        self.done = true;
     }
 
     /// Gemini's stream simply ends after the response that has the finish reason: the usage
