@@ -248,6 +248,16 @@ impl Settings {
         self.allowed_custom_hosts.iter().any(|rule| host_matches(rule, host))
     }
 
+    /// A 403 unless `host` may be reached; `what` names the host in the message (e.g.
+    /// "custom host").
+    pub(crate) fn require_allowed(&self, what: &str, host: &str) -> Result<(), GatewayError> {
+        if self.custom_host_allowed(host) {
+            return Ok(());
+        }
+        Err(GatewayError::new(403, "permission_error", format!("{what} '{host}' is not in this gateway's allow-list"))
+            .with_code("custom_host_not_allowed"))
+    }
+
     /// A stored credential by slug or virtual key. The error does not echo the name: a
     /// virtual key is itself a secret.
     pub(crate) fn credential(&self, name: &str) -> Result<&Credential, GatewayError> {

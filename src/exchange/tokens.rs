@@ -50,13 +50,8 @@ pub(crate) fn call(settings: &Settings, request: &TokenRequest) -> Result<Dispat
         GatewayError::new(400, "invalid_request_error", format!("token endpoint {why}")).with_code("invalid_token_uri")
     };
     let upstream = Upstream::parse(&request.url).map_err(refused)?;
-    if !KNOWN_HOSTS.contains(&upstream.host.as_str()) && !settings.custom_host_allowed(&upstream.host) {
-        return Err(GatewayError::new(
-            403,
-            "permission_error",
-            format!("token endpoint host '{}' is not in this gateway's allow-list", upstream.host),
-        )
-        .with_code("custom_host_not_allowed"));
+    if !KNOWN_HOSTS.contains(&upstream.host.as_str()) {
+        settings.require_allowed("token endpoint host", &upstream.host)?;
     }
     let path = if upstream.base_path.is_empty() { "/" } else { &upstream.base_path };
     let headers = vec![("accept".to_string(), "application/json".to_string())];

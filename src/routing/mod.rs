@@ -239,14 +239,7 @@ fn build_target(settings: &Settings, choice: Choice, options: TargetOptions) -> 
         Some(custom_host) => {
             let upstream = Upstream::parse(custom_host)
                 .map_err(|e| GatewayError::invalid_param("custom_host", format!("custom host {e}")))?;
-            if !settings.custom_host_allowed(&upstream.host) {
-                return Err(GatewayError::new(
-                    403,
-                    "permission_error",
-                    format!("custom host '{}' is not in this gateway's allow-list", upstream.host),
-                )
-                .with_code("custom_host_not_allowed"));
-            }
+            settings.require_allowed("custom host", &upstream.host)?;
             Some(upstream)
         }
         None => None,
