@@ -114,7 +114,7 @@ impl ServiceAccount {
     fn new(key_file: &Map<String, Value>) -> Result<ServiceAccount, GatewayError> {
         // Checked now, so a key file that cannot work is a 400 before any call.
         auth::token_uri(key_file)?;
-        let digest = Sha256::digest(Value::Object(key_file.clone()).to_string().as_bytes());
+        let digest = Sha256::digest(serde_json::to_vec(key_file).unwrap_or_default());
         let cache_key = digest.iter().map(|b| format!("{b:02x}")).collect();
         Ok(ServiceAccount { key_file: key_file.clone(), cache_key })
     }
