@@ -8,6 +8,7 @@
 #![cfg_attr(not(any(target_os = "wasi", clippy)), allow(dead_code, unused_imports))]
 
 mod cache;
+mod catalog;
 mod cloud;
 mod config;
 mod errors;

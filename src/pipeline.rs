@@ -2,8 +2,10 @@
 //! headers and body and applies what it returns.
 
 use crate::cache::{self, Lookup, Origin, Tenant};
-use crate::config::{CacheMode, Config, StrategyMode};
+use crate::catalog::{self, Catalog, Kind, Ref, DEFAULT_WORKSPACE};
+use crate::config::{parse_config, stored_guardrail, CacheMode, Config, Guardrail, StrategyMode};
 use crate::errors::GatewayError;
+use crate::guardrails::verdict::Item;
 use crate::ports::Host;
 use crate::providers::openai::UsageStripped;
 use crate::providers::{self, Backend, Destination, Outbound, Prepared, ProviderSpec, Translator};
@@ -15,7 +17,7 @@ use crate::request::limits::{check_json_size, MAX_JSON_VALUES};
 use crate::request::resources;
 use crate::routing::attempts::Attempts;
 use crate::routing::plan::make_plan;
-use crate::routing::{parse_config_header, Target};
+use crate::routing::{config_header, saved_config_unavailable, ConfigHeader, Target};
 use crate::settings::Settings;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
@@ -75,8 +77,13 @@ pub(crate) struct Intake {
     query: Option<String>,
     gateway: GatewayHeaders,
     config: Option<Config>,
-    /// Whose request it is, for the cache (a hash of the gateway key).
+    /// Whose request it is, for the cache: a hash of the gateway key, or with a control plane
+    /// of the workspace.
     tenant: Tenant,
+    /// The caller's workspace (`default` for the plugin configuration's keys).
+    workspace: String,
+    /// The top-level config's stored guardrails, by the reference the config gave.
+    guardrails: Vec<(String, Item)>,
 }
 
 /// A request that needs its body before it can be routed.
@@ -107,19 +114,49 @@ pub(crate) enum Started {
     Health,
     Ready(Call),
     NeedsBody(Pending),
+    /// The request needs this control-plane entry first; it is processed again once the entry
+    /// is known.
+    Lookup(Ref),
+}
+
+/// A pass that stopped at a ref the catalog does not know yet is a lookup, whatever error the
+/// placeholder became on its way up.
+fn or_lookup(result: Result<Started, GatewayError>, catalog: &mut Catalog) -> Result<Started, GatewayError> {
+    match (result, catalog.take_needed()) {
+        (Err(_), Some(needed)) => Ok(Started::Lookup(needed)),
+        (result, _) => result,
+    }
 }
 
 /// Request headers arrived: authenticate, parse the gateway headers and the config, and route
-/// the request when no body is needed.
-pub(crate) fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) -> Result<Started, GatewayError> {
+/// the request when no body is needed. Control-plane entries come from `catalog`.
+pub(crate) fn start(
+    settings: &Settings,
+    raw: &RawHeaders,
+    host: &mut dyn Host,
+    catalog: &mut Catalog,
+) -> Result<Started, GatewayError> {
+    let started = start_pass(settings, raw, host, catalog);
+    or_lookup(started, catalog)
+}
+
+fn start_pass(
+    settings: &Settings,
+    raw: &RawHeaders,
+    host: &mut dyn Host,
+    catalog: &mut Catalog,
+) -> Result<Started, GatewayError> {
     let pseudo = |name: &str| headers::find(raw, name).map(String::from_utf8_lossy).unwrap_or_default();
     let method = pseudo(":method");
     let Route::Api { endpoint, body, path, query } = classify(&method, &pseudo(":path"))? else {
         return Ok(Started::Health);
     };
     // The key comes first: a caller without one learns nothing else about the request.
-    let tenant = match headers::api_key(raw) {
-        Some(key) if settings.authenticate(key) => cache::tenant_of(key),
+    let workspace = match headers::api_key(raw) {
+        Some(key) if settings.authenticate(key) => DEFAULT_WORKSPACE.to_string(),
+        Some(key) if catalog.enabled() => {
+            catalog.key_workspace(key, host)?.ok_or_else(|| catalog::not_found(Kind::Key, ""))?
+        }
         Some(_) => {
             return Err(GatewayError::new(401, "authentication_error", "invalid x-gateway-api-key")
                 .with_code("invalid_api_key"))
@@ -133,6 +170,12 @@ pub(crate) fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) 
             .with_code("missing_api_key"))
         }
     };
+    // Without a control plane each key is its own tenant; with one, each workspace is.
+    let tenant = match (catalog.enabled(), headers::api_key(raw)) {
+        (false, Some(key)) => cache::tenant_of(key),
+        _ => cache::tenant_of(workspace.as_bytes()),
+    };
+    catalog.workspace.clone_from(&workspace);
     // Only the headers the gateway reads are decoded (the others go upstream as they came).
     let read = |name: &str| name == "authorization" || name == "vendor-beta" || is_gateway_header(name);
     let decoded = raw
@@ -141,26 +184,85 @@ pub(crate) fn start(settings: &Settings, raw: &RawHeaders, host: &mut dyn Host) 
         .map(|(name, value)| decode_value(name, value).map(|text| (name.as_str(), text)))
         .collect::<Result<Vec<_>, _>>()?;
     let gateway = GatewayHeaders::parse(decoded.iter().map(|(name, value)| (*name, value.as_str())))?;
-    let config = gateway.config.as_deref().map(parse_config_header).transpose()?;
+    let config = gateway.config.as_deref().map(|raw| config_of(raw, catalog, host)).transpose()?;
+    let guardrails = match &config {
+        Some(config) if catalog.enabled() => stored_guardrails(config, catalog, host)?,
+        _ => Vec::new(),
+    };
     if endpoint == Endpoint::Resource {
         resources::check_path(&path)?;
         resources::check_query(&method, &path, query.as_deref())?;
     }
     let json_post = body == BodyMode::Json && method == "POST";
-    let intake = Intake { endpoint, method: method.into_owned(), path, query, gateway, config, tenant };
+    let method = method.into_owned();
+    let intake = Intake { endpoint, method, path, query, gateway, config, tenant, workspace, guardrails };
     if json_post {
         Ok(Started::NeedsBody(Pending { intake }))
     } else {
-        route(settings, intake, None, host).map(Started::Ready)
+        route(settings, intake, None, host, catalog).map(Started::Ready)
     }
 }
 
-/// The whole request body arrived: parse it when the gateway reads or changes it, and route.
+/// The config of the config header: inline JSON, or a saved config of the caller's workspace.
+fn config_of(raw: &str, catalog: &mut Catalog, host: &dyn Host) -> Result<Config, GatewayError> {
+    match config_header(raw)? {
+        ConfigHeader::Inline(config) => Ok(*config),
+        ConfigHeader::Saved(id) if catalog.enabled() => {
+            let value = catalog.require(Kind::Config, id, host)?;
+            parse_config(&value).map_err(|e| {
+                let mut error = e.to_gateway_error();
+                error.message = format!("saved config '{id}': {}", error.message);
+                error
+            })
+        }
+        ConfigHeader::Saved(id) => Err(saved_config_unavailable(id)),
+    }
+}
+
+/// The stored guardrails the top-level config names, read from the control plane.
+fn stored_guardrails(
+    config: &Config,
+    catalog: &mut Catalog,
+    host: &dyn Host,
+) -> Result<Vec<(String, Item)>, GatewayError> {
+    let mut items: Vec<(String, Item)> = Vec::new();
+    for guardrail in config.input_guardrails.iter().chain(&config.output_guardrails) {
+        let Guardrail::Reference(reference) = guardrail else {
+            continue;
+        };
+        if items.iter().any(|(known, _)| known == reference) {
+            continue;
+        }
+        let value = catalog.require(Kind::Guardrail, reference, host)?;
+        let (hook, deny) = stored_guardrail(&value, reference).map_err(|e| {
+            GatewayError::new(502, "api_error", format!("stored guardrail '{reference}' is not usable: {e}"))
+                .with_code("invalid_stored_guardrail")
+        })?;
+        items.push((reference.clone(), Item::from_stored(&hook, deny)));
+    }
+    Ok(items)
+}
+
+/// The whole request body arrived: parse it when the gateway reads or changes it, and route
+/// (`Ready`, or `Lookup` when a control-plane entry is needed first).
 pub(crate) fn finish(
     settings: &Settings,
     pending: Pending,
     body: &[u8],
     host: &mut dyn Host,
+    catalog: &mut Catalog,
+) -> Result<Started, GatewayError> {
+    catalog.workspace.clone_from(&pending.intake.workspace);
+    let finished = finish_pass(settings, pending, body, host, catalog).map(Started::Ready);
+    or_lookup(finished, catalog)
+}
+
+fn finish_pass(
+    settings: &Settings,
+    pending: Pending,
+    body: &[u8],
+    host: &mut dyn Host,
+    catalog: &mut Catalog,
 ) -> Result<Call, GatewayError> {
     let intake = pending.intake;
     if intake.endpoint == Endpoint::Resource {
@@ -168,19 +270,25 @@ pub(crate) fn finish(
         if let Some(kind) = resources::checked_body(&intake.method, &intake.path) {
             resources::check_body(kind, &parse_object(body)?)?;
         }
-        return route(settings, intake, None, host);
+        return route(settings, intake, None, host, catalog);
     }
     // Every JSON body the gateway holds is read: translators place requests by the model
     // (a deployment, a model in the path), the cache and conditions read the rest.
     let body = Some(Value::Object(parse_object(body)?));
-    route(settings, intake, body, host)
+    route(settings, intake, body, host, catalog)
 }
 
 fn is_conditional(node: &Config) -> bool {
     node.strategy.as_ref().is_some_and(|s| s.mode == StrategyMode::Conditional)
 }
 
-fn route(settings: &Settings, intake: Intake, body: Option<Value>, host: &mut dyn Host) -> Result<Call, GatewayError> {
+fn route(
+    settings: &Settings,
+    intake: Intake,
+    body: Option<Value>,
+    host: &mut dyn Host,
+    catalog: &mut Catalog,
+) -> Result<Call, GatewayError> {
     // Conditions read the metadata, the body and the path (built only when a condition asks).
     let input = if intake.config.as_ref().is_some_and(|c| c.any_node(&is_conditional)) {
         json!({
@@ -191,7 +299,7 @@ fn route(settings: &Settings, intake: Intake, body: Option<Value>, host: &mut dy
     } else {
         Value::Null
     };
-    let plan = make_plan(settings, &intake.gateway, intake.config.as_ref(), &input, host)?;
+    let plan = make_plan(settings, &intake.gateway, intake.config.as_ref(), &input, host, catalog)?;
     let attempts = Attempts::start(plan, host)?;
     Ok(Call { intake, body, attempts })
 }
@@ -348,6 +456,16 @@ impl Call {
         self.body = None;
     }
 
+    /// A stored guardrail of the top-level config, as the control plane gave it.
+    pub(crate) fn stored_guardrail(&self, reference: &str) -> Option<&Item> {
+        self.intake.guardrails.iter().find(|(known, _)| known == reference).map(|(_, item)| item)
+    }
+
+    /// The caller's workspace.
+    pub(crate) fn workspace(&self) -> &str {
+        &self.intake.workspace
+    }
+
     /// The top-level config node, whose hooks and guardrails apply to the request.
     pub(crate) fn root_config(&self) -> Option<&Config> {
         self.intake.config.as_ref()
@@ -473,7 +591,24 @@ mod tests {
     ];
 
     fn started(h: &RawHeaders) -> Result<Started, GatewayError> {
-        start(&settings(), h, &mut FakeHost::new(0))
+        let settings = settings();
+        let mut nothing = catalog::Nothing;
+        start(&settings, h, &mut FakeHost::new(0), &mut Catalog::new(&settings, &mut nothing))
+    }
+
+    /// The call `h` and `body` make.
+    fn routed(settings: &Settings, h: &RawHeaders, body: &[u8]) -> Result<Call, GatewayError> {
+        let mut host = FakeHost::new(0);
+        let mut nothing = catalog::Nothing;
+        let mut catalog = Catalog::new(settings, &mut nothing);
+        let started = match start(settings, h, &mut host, &mut catalog)? {
+            Started::NeedsBody(pending) => finish(settings, pending, body, &mut host, &mut catalog)?,
+            started => started,
+        };
+        match started {
+            Started::Ready(call) => Ok(call),
+            _ => panic!("not routed"),
+        }
     }
 
     /// The first attempt's upstream request for headers `h` and `body`.
@@ -482,12 +617,7 @@ mod tests {
     }
 
     fn forwarded_with(settings: &Settings, h: &RawHeaders, body: &[u8]) -> Result<Forward, GatewayError> {
-        let mut host = FakeHost::new(0);
-        let mut call = match start(settings, h, &mut host)? {
-            Started::Ready(call) => call,
-            Started::NeedsBody(pending) => finish(settings, pending, body, &mut host)?,
-            Started::Health => panic!("not an API request"),
-        };
+        let mut call = routed(settings, h, body)?;
         call.forward(settings, h, call.attempts.current, None, &|| 1)
     }
 
@@ -658,11 +788,7 @@ mod tests {
 
     fn cache_plan(config: &str, path: &str, body: &[u8]) -> CachePlan {
         let h = request("POST", path, &[("x-gateway-api-key", "gw-key"), ("x-gateway-config", config)]);
-        let mut host = FakeHost::new(0);
-        match start(&settings(), &h, &mut host).ok().unwrap() {
-            Started::NeedsBody(pending) => finish(&settings(), pending, body, &mut host).ok().unwrap().cache_plan(),
-            _ => panic!("needs a body"),
-        }
+        routed(&settings(), &h, body).ok().unwrap().cache_plan()
     }
 
     fn cache_key(config: &str, body: &[u8]) -> cache::Key {

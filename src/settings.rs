@@ -37,6 +37,57 @@ pub(crate) struct Settings {
     /// Bounds on the metrics' labels.
     #[serde(default)]
     pub(crate) metrics: MetricsSettings,
+    /// Where saved configs, stored providers and guardrails and gateway keys are read from;
+    /// without it only the plugin configuration's keys and credentials exist.
+    #[serde(default)]
+    pub(crate) control_plane: Option<ControlPlaneSettings>,
+}
+
+/// The control plane the filter reads from (dispatched calls to its internal endpoints).
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ControlPlaneSettings {
+    /// The Envoy cluster that reaches the control plane.
+    pub(crate) cluster: String,
+    /// `:authority` of the calls.
+    pub(crate) authority: String,
+    /// The bearer token of the internal endpoints (a secret: never logged).
+    pub(crate) token: String,
+    /// What was read is used without asking again for this long.
+    #[serde(default = "default_fresh_ms")]
+    pub(crate) fresh_ms: u64,
+    /// When the control plane cannot answer, what was read is used for this long after it
+    /// was read.
+    #[serde(default = "default_grace_ms")]
+    pub(crate) grace_ms: u64,
+    /// Each call's timeout.
+    #[serde(default = "default_cp_timeout_ms")]
+    pub(crate) timeout_ms: u64,
+}
+
+/// The token never shows in a debug print.
+impl std::fmt::Debug for ControlPlaneSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlaneSettings")
+            .field("cluster", &self.cluster)
+            .field("authority", &self.authority)
+            .field("fresh_ms", &self.fresh_ms)
+            .field("grace_ms", &self.grace_ms)
+            .field("timeout_ms", &self.timeout_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_fresh_ms() -> u64 {
+    5000
+}
+
+fn default_grace_ms() -> u64 {
+    600_000
+}
+
+fn default_cp_timeout_ms() -> u64 {
+    3000
 }
 
 /// How many distinct `model` label values the metrics may carry.
@@ -183,6 +234,7 @@ impl Default for Settings {
             recovery_cluster: default_recovery_cluster(),
             cache: CacheSettings::default(),
             metrics: MetricsSettings::default(),
+            control_plane: None,
         }
     }
 }
@@ -230,6 +282,21 @@ impl Settings {
             }
         }
         settings.cache.check()?;
+        if let Some(cp) = &settings.control_plane {
+            let invalid = |what: &str| Err(format!("invalid plugin configuration: control_plane.{what}"));
+            if cp.cluster.is_empty() || cp.authority.is_empty() {
+                return invalid("cluster and authority must not be empty");
+            }
+            if cp.token.is_empty() || cp.token.contains(['\r', '\n']) {
+                return invalid("token must be a non-empty single line");
+            }
+            if !(1..=60_000).contains(&cp.timeout_ms) {
+                return invalid("timeout_ms must be between 1 and 60000");
+            }
+            if cp.fresh_ms == 0 || cp.grace_ms < cp.fresh_ms {
+                return invalid("fresh_ms must be above 0 and grace_ms at least fresh_ms");
+            }
+        }
         Ok(settings)
     }
 
@@ -402,6 +469,28 @@ mod tests {
             r#"{"ttl": 5}"#,
         ] {
             let config = format!(r#"{{"api_keys": ["k"], "cache": {bad}}}"#);
+            assert!(Settings::parse(config.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn control_plane_settings_have_defaults_and_limits() {
+        assert_eq!(settings(r#"{"api_keys": ["k"]}"#).control_plane, None);
+        let s = settings(
+            r#"{"api_keys": ["k"], "control_plane": {"cluster": "cp", "authority": "127.0.0.1:8790", "token": "t0k3n"}}"#,
+        );
+        let cp = s.control_plane.unwrap();
+        assert_eq!((cp.fresh_ms, cp.grace_ms, cp.timeout_ms), (5000, 600_000, 3000));
+        assert!(!format!("{cp:?}").contains("t0k3n"), "the token is never printed");
+        for bad in [
+            r#"{"cluster": "", "authority": "a", "token": "t"}"#,
+            r#"{"cluster": "c", "authority": "a", "token": ""}"#,
+            r#"{"cluster": "c", "authority": "a", "token": "t", "timeout_ms": 0}"#,
+            r#"{"cluster": "c", "authority": "a", "token": "t", "fresh_ms": 10, "grace_ms": 5}"#,
+            r#"{"cluster": "c", "authority": "a", "token": "t", "other": 1}"#,
+            r#"{"cluster": "c", "authority": "a"}"#,
+        ] {
+            let config = format!(r#"{{"api_keys": ["k"], "control_plane": {bad}}}"#);
             assert!(Settings::parse(config.as_bytes()).is_err(), "{bad}");
         }
     }

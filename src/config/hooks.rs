@@ -86,3 +86,27 @@ pub(super) fn guardrail(v: &Value, path: &str, stage: Stage) -> Result<Guardrail
         checks,
     }))
 }
+
+/// A guardrail stored at the control plane (`{"name", "checks": [{"id", "parameters",
+/// "is_enabled"}], "actions": {"deny", "async", "on_fail", "on_success"}}`) as a hook:
+/// disabled checks are left out; the second value is `actions.deny`.
+pub(crate) fn stored_guardrail(v: &Value, id: &str) -> Result<(Hook, bool), ConfigError> {
+    let obj = Obj::open(v, "")?;
+    let checks = obj.list("checks", |v, path| {
+        let check = Obj::open(v, path)?;
+        let enabled = check.opt("is_enabled", boolean)?.unwrap_or(true);
+        let parameters = check.opt("parameters", object)?.unwrap_or_default();
+        Ok(enabled.then_some(Check { id: check.req("id", string)?, parameters }))
+    })?;
+    let actions = Value::Object(obj.opt("actions", object)?.unwrap_or_default());
+    let actions = Obj::open(&actions, "actions")?;
+    let hook = Hook {
+        id: id.to_string(),
+        kind: Some("guardrail".to_string()),
+        checks: checks.into_iter().flatten().collect(),
+        on_fail: actions.opt("on_fail", |v, p| outcome(v, p, true))?,
+        on_success: actions.opt("on_success", |v, p| outcome(v, p, true))?,
+        is_async: actions.opt("async", boolean)?.unwrap_or(false),
+    };
+    Ok((hook, actions.opt("deny", boolean)?.unwrap_or(false)))
+}

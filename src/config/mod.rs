@@ -14,6 +14,7 @@ use crate::cloud::{CloudADeploymentType, CloudFields};
 use crate::errors::GatewayError;
 use crate::json_check::{index, join};
 use check::{boolean, integer, object, one_of, status_codes, string, Obj};
+pub(crate) use hooks::stored_guardrail;
 use hooks::Stage;
 use serde_json::{Map, Value};
 use std::fmt;

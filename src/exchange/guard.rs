@@ -79,10 +79,12 @@ impl Guard {
             return Ok(None);
         };
         let refused = |_| not_implemented("a stored guardrail (it needs the control plane)");
+        let stored = |reference: &str| call.stored_guardrail(reference).cloned();
         let before_items =
-            verdict::items(&config.before_request_hooks, &config.input_guardrails, Stage::Before).map_err(refused)?;
-        let after =
-            verdict::items(&config.after_request_hooks, &config.output_guardrails, Stage::After).map_err(refused)?;
+            verdict::items(&config.before_request_hooks, &config.input_guardrails, Stage::Before, &stored)
+                .map_err(refused)?;
+        let after = verdict::items(&config.after_request_hooks, &config.output_guardrails, Stage::After, &stored)
+            .map_err(refused)?;
         if before_items.is_empty() && after.is_empty() {
             return Ok(None);
         }

@@ -12,6 +12,7 @@
 
 mod caching;
 mod guard;
+mod lookups;
 pub(crate) mod metrics;
 mod record;
 mod reply;
@@ -22,6 +23,7 @@ mod usage;
 
 use crate::cache::store;
 use crate::cache::{semantic, STATUS_HEADER};
+use crate::catalog::{Catalog, Entry, Ref, MAX_LOOKUPS};
 use crate::errors::GatewayError;
 use crate::guardrails::verdict;
 use crate::pipeline::{
@@ -183,6 +185,10 @@ enum Task {
     Check,
     /// A JWKS fetch: its answer goes to every check waiting for this URI.
     Jwks(String),
+    /// A control-plane read: its answer goes to every request waiting for this ref.
+    Lookup(Ref),
+    /// The control plane's health, for the gateway's own `/health`.
+    Health,
 }
 
 /// Dispatched calls in flight (token → request and purpose) and waiting calls.
@@ -194,6 +200,8 @@ struct Tasks {
     token_waiters: HashMap<String, Vec<u32>>,
     /// Checks waiting for a JWKS, by URI: (request, the token its check waits under).
     jwks_waiters: HashMap<String, Vec<(u32, u32)>>,
+    /// Requests waiting for a control-plane entry: one read serves them all.
+    lookup_waiters: HashMap<Ref, Vec<u32>>,
     /// Tokens for checks that wait for another request's call, counted down from `u32::MAX`.
     aliases: u32,
 }
@@ -287,6 +295,18 @@ impl Worker {
         };
         let key = match task {
             Task::Token(key) => key,
+            Task::Lookup(r) => {
+                let settled = lookups::settle(&self.settings, &r, &answer, io.host());
+                let mut after = Vec::new();
+                for waiter in self.tasks.lookup_waiters.remove(&r).unwrap_or_default() {
+                    let output = self.on(waiter, io, |exchange, env| {
+                        exchange.lookup_arrived(env, &r, &settled);
+                        Action::Continue
+                    });
+                    after.extend(output.after);
+                }
+                return Output { action: Action::Continue, after };
+            }
             Task::Jwks(uri) => {
                 let mut after = Vec::new();
                 for (waiter, alias) in self.tasks.jwks_waiters.remove(&uri).unwrap_or_default() {
@@ -303,6 +323,9 @@ impl Worker {
                 return self.on(owner, io, |exchange, env| {
                     match task {
                         Task::Embedding => exchange.embedding_arrived(env, answer),
+                        Task::Health => {
+                            exchange.health_answered(env, answer.status);
+                        }
                         Task::Check => exchange.check_answered(env, token, answer),
                         _ => exchange.attempt_answered(env, answer),
                     }
@@ -352,8 +375,13 @@ impl Worker {
     /// of it is left behind.
     pub(crate) fn finished(&mut self, id: u32, io: &mut dyn Io) -> Option<Record> {
         self.tasks.timers.retain(|t| t.owner != id);
-        // A token or JWKS fetch goes on for the other requests waiting for it.
-        self.tasks.calls.retain(|_, (owner, task)| *owner != id || matches!(task, Task::Token(_) | Task::Jwks(_)));
+        // A token, JWKS or control-plane read goes on for the other requests waiting for it.
+        self.tasks.calls.retain(|_, (owner, task)| {
+            *owner != id || matches!(task, Task::Token(_) | Task::Jwks(_) | Task::Lookup(_))
+        });
+        for waiters in self.tasks.lookup_waiters.values_mut() {
+            waiters.retain(|waiter| *waiter != id);
+        }
         for waiters in self.tasks.token_waiters.values_mut() {
             waiters.retain(|waiter| *waiter != id);
         }
@@ -393,6 +421,10 @@ fn rearm(tasks: &Tasks, io: &mut dyn Io) {
 
 enum Phase {
     Headers,
+    /// Held until a control-plane entry arrives; then processed again from its headers.
+    AwaitingLookup(Box<Stalled>),
+    /// `/health` waits for the control plane's.
+    AwaitingHealth,
     /// The request headers are held (with their raw values) until the body is complete.
     AwaitingBody(Box<(Pending, RawHeaders)>),
     /// Routed and held until its backend's access token arrives.
@@ -404,6 +436,12 @@ enum Phase {
     Recovering(Box<Recovery>),
     /// The gateway answered itself; its answer passes the response callbacks untouched.
     Answered,
+}
+
+/// A request waiting for a control-plane entry: its headers, and its body once complete.
+struct Stalled {
+    raw: RawHeaders,
+    body: Option<(usize, Vec<u8>)>,
 }
 
 /// A routed request not yet sent: its call, headers and body (as `forward` takes them).
@@ -476,6 +514,10 @@ struct Exchange {
     reports_usage: bool,
     /// Reads the usage of an answer that passes untouched.
     usage: Option<UsageScan>,
+    /// The control-plane entries this request read (its progress never depends on shared data).
+    known: HashMap<Ref, Entry>,
+    /// Control-plane reads this request waited for.
+    lookups: u32,
 }
 
 impl Exchange {
@@ -505,6 +547,8 @@ impl Exchange {
             hold: false,
             reports_usage: false,
             usage: None,
+            known: HashMap::new(),
+            lookups: 0,
         }
     }
 
@@ -532,6 +576,9 @@ impl Exchange {
         if self.record.metadata.is_none() {
             self.record.metadata = call.metadata().cloned();
         }
+        if self.settings.control_plane.is_some() && self.record.workspace.is_empty() {
+            self.record.workspace = call.workspace().to_string();
+        }
     }
 
     /// The first byte of a streamed answer goes to the client now.
@@ -542,22 +589,30 @@ impl Exchange {
     }
 
     fn request_headers(&mut self, env: &mut Env, raw: RawHeaders, end_of_stream: bool) -> Action {
-        match pipeline::start(env.settings, &raw, env.io.host()) {
+        // Without a body to read, the request can be sent again only when it has none.
+        self.process(env, raw, end_of_stream.then(|| (0, Vec::new())))
+    }
+
+    /// Processes the request from its headers (and its body, once complete): the first time,
+    /// and again each time a control-plane entry it waited for arrived.
+    fn process(&mut self, env: &mut Env, raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Action {
+        let mut known = lookups::Known { local: &self.known, fresh_ms: lookups::fresh_ms(env.settings) };
+        let mut catalog = Catalog::new(env.settings, &mut known);
+        let started = match pipeline::start(env.settings, &raw, env.io.host(), &mut catalog) {
+            Ok(Started::NeedsBody(pending)) => match &body {
+                // A JSON endpoint whose body is in (or that was called without one).
+                Some((_, bytes)) => pipeline::finish(env.settings, pending, bytes, env.io.host(), &mut catalog),
+                None => Ok(Started::NeedsBody(pending)),
+            },
+            started => started,
+        };
+        match started {
             Err(error) => self.answer_error(env, &error),
-            Ok(Started::Health) => self.answer(env, 200, br#"{"status":"ok"}"#.to_vec()),
-            // Without a body to read, the request can be sent again only when it has none.
-            Ok(Started::Ready(call)) => self.admit(env, call, raw, end_of_stream.then(|| (0, Vec::new()))),
-            Ok(Started::NeedsBody(pending)) if end_of_stream => {
-                // A JSON endpoint called without a body.
-                match pipeline::finish(env.settings, pending, b"", env.io.host()) {
-                    Ok(call) => self.admit(env, call, raw, Some((0, Vec::new()))),
-                    Err(error) => self.answer_error(env, &error),
-                }
-            }
+            Ok(Started::Health) => self.health(env),
+            Ok(Started::Ready(call)) => self.admit(env, call, raw, body),
+            Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled { raw, body }),
             Ok(Started::NeedsBody(pending)) => {
-                if headers::find(&raw, CLUSTER_HEADER).is_some() {
-                    env.io.set_request_header(env.id, CLUSTER_HEADER, UNROUTED);
-                }
+                self.unroute(env, &raw);
                 self.phase = Phase::AwaitingBody(Box::new((pending, raw)));
                 // Held until the body is complete (allow_on_headers_stop_iteration).
                 Action::Pause
@@ -565,7 +620,21 @@ impl Exchange {
         }
     }
 
+    /// A held request goes nowhere if Envoy resumes it without the gateway's edits.
+    fn unroute(&mut self, env: &mut Env, raw: &RawHeaders) {
+        if headers::find(raw, CLUSTER_HEADER).is_some() {
+            env.io.set_request_header(env.id, CLUSTER_HEADER, UNROUTED);
+        }
+    }
+
     fn request_body(&mut self, env: &mut Env, size: usize, end_of_stream: bool) -> Action {
+        if let Phase::AwaitingLookup(stalled) = &mut self.phase {
+            // Buffered meanwhile; the request is processed with it once the entry arrived.
+            if end_of_stream && stalled.body.is_none() {
+                stalled.body = Some((size, env.io.request_body(env.id, size)));
+            }
+            return Action::Pause;
+        }
         if !matches!(self.phase, Phase::AwaitingBody(..)) {
             return Action::Continue;
         }
@@ -577,16 +646,105 @@ impl Exchange {
         };
         let (pending, raw) = *held;
         let body = env.io.request_body(env.id, size);
-        match pipeline::finish(env.settings, pending, &body, env.io.host()) {
+        let mut known = lookups::Known { local: &self.known, fresh_ms: lookups::fresh_ms(env.settings) };
+        let mut catalog = Catalog::new(env.settings, &mut known);
+        match pipeline::finish(env.settings, pending, &body, env.io.host(), &mut catalog) {
             Err(error) => self.answer_error(env, &error),
-            Ok(call) => self.admit(env, call, raw, Some((size, body))),
+            Ok(Started::Ready(call)) => self.admit(env, call, raw, Some((size, body))),
+            Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled { raw, body: Some((size, body)) }),
+            Ok(_) => self.answer_error(env, &GatewayError::new(500, "api_error", "the request was not routed")),
         }
+    }
+
+    /// Holds the request until control-plane entry `r` arrives: one read per entry serves
+    /// every request of this worker waiting for it.
+    fn look_up(&mut self, env: &mut Env, r: Ref, stalled: Stalled) -> Action {
+        let Some(cp) = &env.settings.control_plane else {
+            return self.answer_error(env, &crate::catalog::unavailable(&r, "not configured"));
+        };
+        self.lookups += 1;
+        if self.lookups > MAX_LOOKUPS {
+            let error = GatewayError::new(500, "api_error", "the request needs too many control-plane reads");
+            return self.answer_error(env, &error);
+        }
+        self.unroute(env, &stalled.raw);
+        if let Some(waiters) = env.tasks.lookup_waiters.get_mut(&r) {
+            waiters.push(env.id);
+            self.phase = Phase::AwaitingLookup(Box::new(stalled));
+            return Action::Pause;
+        }
+        let Some(token) = env.io.dispatch(env.id, &lookups::call(cp, &r)) else {
+            // Not even sent (e.g. no such cluster): as when it does not answer.
+            let settled = lookups::failed(cp, &r, "it could not be called", env.io.host());
+            return match settled {
+                Ok(entry) => {
+                    self.known.insert(r, entry);
+                    self.process(env, stalled.raw, stalled.body)
+                }
+                Err(error) => self.answer_error(env, &error),
+            };
+        };
+        env.tasks.calls.insert(token, (env.id, Task::Lookup(r.clone())));
+        env.tasks.lookup_waiters.insert(r, vec![env.id]);
+        self.phase = Phase::AwaitingLookup(Box::new(stalled));
+        Action::Pause
+    }
+
+    /// The entry a held request waited for (or why there is none): it is processed again.
+    fn lookup_arrived(&mut self, env: &mut Env, r: &Ref, settled: &Result<Entry, GatewayError>) {
+        if !matches!(self.phase, Phase::AwaitingLookup(_)) {
+            return;
+        }
+        let Phase::AwaitingLookup(stalled) = std::mem::replace(&mut self.phase, Phase::Headers) else {
+            return;
+        };
+        let action = match settled {
+            Ok(entry) => {
+                self.known.insert(r.clone(), entry.clone());
+                let Stalled { raw, body } = *stalled;
+                self.process(env, raw, body)
+            }
+            Err(error) => self.answer_error(env, error),
+        };
+        if action == Action::Continue {
+            env.after.push(After::ResumeRequest(env.id));
+        }
+    }
+
+    /// `/health`: ok, or with a control plane, ok only when the control plane answers ok too.
+    fn health(&mut self, env: &mut Env) -> Action {
+        let Some(cp) = &env.settings.control_plane else {
+            return self.answer(env, 200, br#"{"status":"ok"}"#.to_vec());
+        };
+        match env.io.dispatch(env.id, &lookups::health_call(cp)) {
+            Some(token) => {
+                env.tasks.calls.insert(token, (env.id, Task::Health));
+                self.phase = Phase::AwaitingHealth;
+                Action::Pause
+            }
+            None => self.health_answered(env, 0),
+        }
+    }
+
+    /// The control plane's health answered (status 0: it did not).
+    fn health_answered(&mut self, env: &mut Env, status: u16) -> Action {
+        if !matches!(self.phase, Phase::AwaitingHealth | Phase::Headers) {
+            return Action::Continue;
+        }
+        if status == 200 {
+            return self.answer(env, 200, br#"{"status":"ok"}"#.to_vec());
+        }
+        let why = if status == 0 { "no answer".to_string() } else { format!("it answered {status}") };
+        let error = GatewayError::new(503, "api_error", format!("the control plane is not healthy ({why})"))
+            .with_code("control_plane_unavailable");
+        self.answer_error(env, &error)
     }
 
     fn request_trailers(&mut self, env: &mut Env) -> Action {
         // The body of a held request ends with trailers instead of end_of_stream: no client of
         // this API sends them, and the request must never go on unchecked.
-        if matches!(self.phase, Phase::AwaitingBody(..)) {
+        let incomplete = matches!(&self.phase, Phase::AwaitingLookup(stalled) if stalled.body.is_none());
+        if matches!(self.phase, Phase::AwaitingBody(..)) || incomplete {
             let error = GatewayError::invalid_param("body", "request trailers are not supported on this endpoint");
             return self.answer_error(env, &error);
         }
@@ -804,9 +962,19 @@ impl Exchange {
             phase @ (Phase::Headers
             | Phase::AwaitingBody(..)
             | Phase::AwaitingToken(..)
-            | Phase::AwaitingChecks(..)) => {
-                // A request still waiting for its token is over: the token finds nothing to send.
-                if !matches!(phase, Phase::AwaitingToken(..) | Phase::AwaitingChecks(..)) {
+            | Phase::AwaitingChecks(..)
+            | Phase::AwaitingLookup(..)
+            | Phase::AwaitingHealth) => {
+                // A request still waiting for a token, a check or a control-plane read is over:
+                // what arrives later finds nothing to send.
+                let waiting = matches!(
+                    phase,
+                    Phase::AwaitingToken(..)
+                        | Phase::AwaitingChecks(..)
+                        | Phase::AwaitingLookup(..)
+                        | Phase::AwaitingHealth
+                );
+                if !waiting {
                     self.phase = phase;
                 }
                 self.record.status = reply::parse_status(env.io.response_header(env.id, ":status").as_deref());

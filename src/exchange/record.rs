@@ -46,6 +46,8 @@ pub(crate) struct Record {
     pub(crate) moves: Vec<(&'static str, Move)>,
     /// The bytes of the answer the cache stored.
     pub(crate) cache_stored: Option<u64>,
+    /// The caller's workspace (with a control plane; empty otherwise).
+    pub(crate) workspace: String,
 }
 
 impl Record {
@@ -85,6 +87,7 @@ impl Record {
             duration_ms: self.duration_ms,
             time_to_first_token_ms: self.time_to_first_token_ms,
             error_code: self.error_code,
+            workspace: text(&self.workspace),
         };
         serde_json::to_vec(&line).unwrap_or_default()
     }
@@ -119,6 +122,8 @@ struct AccessLine<'a> {
     duration_ms: u64,
     time_to_first_token_ms: Option<u64>,
     error_code: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workspace: Option<&'a str>,
 }
 
 impl fmt::Display for Record {

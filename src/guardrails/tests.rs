@@ -743,12 +743,12 @@ fn items_from_hooks_and_guardrails() {
         InlineGuardrail { on_fail: Some(HookOutcome { feedback: None, deny: Some(true) }), ..inline(json!({})) };
     let guardrails =
         vec![Guardrail::Inline(named), Guardrail::Inline(inline(json!({}))), Guardrail::Inline(by_on_fail)];
-    let items = items(&[hook], &guardrails, Stage::After).unwrap();
+    let items = items(&[hook], &guardrails, Stage::After, &|_| None).unwrap();
     let summary: Vec<(&str, bool)> = items.iter().map(|i| (i.id.as_str(), i.deny)).collect();
     assert_eq!(summary, [("h1", true), ("g", true), ("output_guardrails[1]", false), ("output_guardrails[2]", true)]);
     assert_eq!(items[1].checks, vec![check("default.validUrls", json!({}))]);
     let stored = vec![Guardrail::Reference("pii".to_string())];
-    assert_eq!(verdict::items(&[], &stored, Stage::Before), Err("pii".to_string()));
+    assert_eq!(verdict::items(&[], &stored, Stage::Before, &|_| None), Err("pii".to_string()));
 }
 
 /// An item of inline checks, for the run tests.

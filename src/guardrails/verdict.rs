@@ -39,6 +39,14 @@ impl Item {
         }
     }
 
+    /// A guardrail stored at the control plane (see `config::stored_guardrail`), named by
+    /// the reference the config gave.
+    pub(crate) fn from_stored(hook: &Hook, deny: bool) -> Item {
+        let mut item = Item::from_hook(hook);
+        item.deny |= deny;
+        item
+    }
+
     /// `fallback_id` names an inline guardrail without `id` in `hook_results`.
     pub(crate) fn from_inline(guardrail: &InlineGuardrail, fallback_id: String) -> Item {
         let on_fail_deny = guardrail.on_fail.as_ref().and_then(|o| o.deny);
@@ -61,9 +69,14 @@ impl Item {
 }
 
 /// A stage's items: its hooks, then its guardrails (input guardrails are before-request
-/// hooks, output guardrails after-request ones). `Err` holds the first stored-guardrail
-/// reference, which only the control plane can resolve.
-pub(crate) fn items(hooks: &[Hook], guardrails: &[Guardrail], stage: Stage) -> Result<Vec<Item>, String> {
+/// hooks, output guardrails after-request ones). A stored guardrail's reference is looked up
+/// in `stored` (what the control plane gave); `Err` holds the first one it lacks.
+pub(crate) fn items(
+    hooks: &[Hook],
+    guardrails: &[Guardrail],
+    stage: Stage,
+    stored: &dyn Fn(&str) -> Option<Item>,
+) -> Result<Vec<Item>, String> {
     let list = match stage {
         Stage::Before => "input_guardrails",
         Stage::After => "output_guardrails",
@@ -72,7 +85,7 @@ pub(crate) fn items(hooks: &[Hook], guardrails: &[Guardrail], stage: Stage) -> R
     for (i, guardrail) in guardrails.iter().enumerate() {
         match guardrail {
             Guardrail::Inline(inline) => items.push(Item::from_inline(inline, format!("{list}[{i}]"))),
-            Guardrail::Reference(reference) => return Err(reference.clone()),
+            Guardrail::Reference(reference) => items.push(stored(reference).ok_or_else(|| reference.clone())?),
         }
     }
     Ok(items)

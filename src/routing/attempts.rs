@@ -168,7 +168,9 @@ mod tests {
         let settings = Settings::parse(br#"{"api_keys": ["gw"]}"#).unwrap();
         let headers = GatewayHeaders::parse([]).unwrap();
         let config = parse_config(&config).unwrap();
-        let plan = make_plan(&settings, &headers, Some(&config), &Value::Null, host)?;
+        let mut nothing = crate::catalog::Nothing;
+        let mut catalog = crate::catalog::Catalog::new(&settings, &mut nothing);
+        let plan = make_plan(&settings, &headers, Some(&config), &Value::Null, host, &mut catalog)?;
         Attempts::start(plan, host)
     }
 

@@ -7,12 +7,14 @@ pub(crate) mod breaker;
 pub(crate) mod plan;
 pub(crate) mod retry;
 
+use crate::catalog::{Catalog, Kind};
 use crate::cloud::CloudFields;
 use crate::config::{parse_config, CacheConfig, CircuitBreakerConfig, Config, Guardrail, RetryConfig};
 use crate::errors::GatewayError;
+use crate::ports::Host;
 use crate::providers::{self, Backend, ProviderSpec, TargetFields};
 use crate::request::headers::GatewayHeaders;
-use crate::settings::Settings;
+use crate::settings::{Credential, Settings};
 use crate::upstream::Upstream;
 use serde_json::{Map, Value};
 use std::rc::Rc;
@@ -100,24 +102,45 @@ struct Choice {
 }
 
 /// The config header: a JSON config object, or the id of a saved config.
-pub(crate) fn parse_config_header(raw: &str) -> Result<Config, GatewayError> {
-    match serde_json::from_str::<Value>(raw) {
-        Ok(value) => parse_config(&value).map_err(|e| e.to_gateway_error()),
-        Err(e) if raw.starts_with(['{', '[']) => {
-            Err(GatewayError::invalid_header("x-gateway-config", format!("not valid JSON: {e}"))
-                .with_code("invalid_config"))
-        }
-        Err(_) => Err(GatewayError::new(
-            400,
-            "invalid_request_error",
-            format!(
-                "x-gateway-config '{}' looks like a saved config id; saved configs need the control plane, \
-                 which this gateway does not have yet: send the config as a JSON object",
-                raw.chars().take(64).collect::<String>()
-            ),
-        )
-        .with_code("saved_config_unavailable")),
+pub(crate) enum ConfigHeader<'a> {
+    Inline(Box<Config>),
+    Saved(&'a str),
+}
+
+/// Reads the config header: JSON (an object; anything else is refused as a config), or a
+/// saved config's id or slug.
+pub(crate) fn config_header(raw: &str) -> Result<ConfigHeader<'_>, GatewayError> {
+    let trimmed = raw.trim();
+    if !trimmed.starts_with(['{', '[']) && crate::catalog::valid_id(trimmed) {
+        return Ok(ConfigHeader::Saved(trimmed));
     }
+    match serde_json::from_str::<Value>(raw) {
+        Ok(value) => parse_config(&value).map(|c| ConfigHeader::Inline(Box::new(c))).map_err(|e| e.to_gateway_error()),
+        Err(e) => Err(GatewayError::invalid_header("x-gateway-config", format!("not valid JSON: {e}"))
+            .with_code("invalid_config")),
+    }
+}
+
+/// The config header without a control plane: a saved id is refused.
+#[cfg(test)]
+pub(crate) fn parse_config_header(raw: &str) -> Result<Config, GatewayError> {
+    match config_header(raw)? {
+        ConfigHeader::Inline(config) => Ok(*config),
+        ConfigHeader::Saved(id) => Err(saved_config_unavailable(id)),
+    }
+}
+
+pub(crate) fn saved_config_unavailable(id: &str) -> GatewayError {
+    GatewayError::new(
+        400,
+        "invalid_request_error",
+        format!(
+            "x-gateway-config '{}' looks like a saved config id; saved configs need the control plane, \
+             which this gateway is not configured with: send the config as a JSON object",
+            id.chars().take(64).collect::<String>()
+        ),
+    )
+    .with_code("saved_config_unavailable")
 }
 
 /// The target a config node without a strategy names: its provider or virtual key, else
@@ -127,10 +150,12 @@ pub(crate) fn leaf_target(
     headers: &GatewayHeaders,
     node: &Config,
     options: TargetOptions,
+    catalog: &mut Catalog,
+    host: &dyn Host,
 ) -> Result<Target, GatewayError> {
     let choice = if let Some(provider) = &node.provider {
         match provider.strip_prefix('@') {
-            Some(slug) => choice_from_credential(settings, slug, headers)?,
+            Some(slug) => choice_from_credential(settings, slug, headers, catalog, host)?,
             None => Choice {
                 provider: provider.clone(),
                 // Credentials in the config win over the client's Authorization header.
@@ -142,9 +167,9 @@ pub(crate) fn leaf_target(
             },
         }
     } else if let Some(virtual_key) = &node.virtual_key {
-        choice_from_credential(settings, virtual_key, headers)?
+        choice_from_credential(settings, virtual_key, headers, catalog, host)?
     } else {
-        choice_from_headers(settings, headers)?
+        choice_from_headers(settings, headers, catalog, host)?
     };
     let choice = Choice {
         vendor_organization: node.vendor_organization.clone().or(choice.vendor_organization),
@@ -156,8 +181,14 @@ pub(crate) fn leaf_target(
 }
 
 /// The target the headers alone select (no config).
-pub(crate) fn header_target(settings: &Settings, headers: &GatewayHeaders) -> Result<Target, GatewayError> {
-    build_target(settings, choice_from_headers(settings, headers)?, TargetOptions::from_headers(headers))
+pub(crate) fn header_target(
+    settings: &Settings,
+    headers: &GatewayHeaders,
+    catalog: &mut Catalog,
+    host: &dyn Host,
+) -> Result<Target, GatewayError> {
+    let choice = choice_from_headers(settings, headers, catalog, host)?;
+    build_target(settings, choice, TargetOptions::from_headers(headers))
 }
 
 /// Config features this build validates but cannot run yet. Those that change the request
@@ -173,7 +204,7 @@ pub(crate) fn unavailable_feature(node: &Config, root: bool) -> Option<&'static 
         node.input_guardrails.iter().chain(&node.output_guardrails).any(|g| matches!(g, Guardrail::Reference(_)));
     if node.prompt_id.is_some() {
         Some("prompt_id (prompt templates need the control plane)")
-    } else if stored {
+    } else if stored && root {
         Some("a stored guardrail (a string in input_guardrails/output_guardrails needs the control plane; write the guardrail inline)")
     } else if has_hooks && !root {
         Some("hooks and guardrails on a target (only the top-level config's apply; move them there)")
@@ -187,9 +218,28 @@ pub(crate) fn not_implemented(feature: &str) -> GatewayError {
         .with_code("not_implemented")
 }
 
-/// A stored credential; the cloud headers fill only the fields it leaves unset.
-fn choice_from_credential(settings: &Settings, name: &str, headers: &GatewayHeaders) -> Result<Choice, GatewayError> {
-    let credential = settings.credential(name)?;
+/// A stored credential (the plugin configuration's, else the control plane's in the caller's
+/// workspace); the cloud headers fill only the fields it leaves unset.
+fn choice_from_credential(
+    settings: &Settings,
+    name: &str,
+    headers: &GatewayHeaders,
+    catalog: &mut Catalog,
+    host: &dyn Host,
+) -> Result<Choice, GatewayError> {
+    let stored;
+    let credential = match settings.credentials.get(name) {
+        Some(credential) => credential,
+        None if catalog.enabled() => {
+            let value = catalog.require(Kind::Provider, name, host)?;
+            stored = Credential::try_from(value.as_ref().clone()).map_err(|why| {
+                GatewayError::new(502, "api_error", format!("the stored provider is not usable: {why}"))
+                    .with_code("invalid_stored_provider")
+            })?;
+            &stored
+        }
+        None => settings.credential(name)?,
+    };
     Ok(Choice {
         provider: credential.provider.clone(),
         api_key: credential.api_key.clone(),
@@ -200,13 +250,18 @@ fn choice_from_credential(settings: &Settings, name: &str, headers: &GatewayHead
     })
 }
 
-fn choice_from_headers(settings: &Settings, headers: &GatewayHeaders) -> Result<Choice, GatewayError> {
+fn choice_from_headers(
+    settings: &Settings,
+    headers: &GatewayHeaders,
+    catalog: &mut Catalog,
+    host: &dyn Host,
+) -> Result<Choice, GatewayError> {
     if let Some(virtual_key) = &headers.virtual_key {
-        return choice_from_credential(settings, virtual_key, headers);
+        return choice_from_credential(settings, virtual_key, headers, catalog, host);
     }
     match &headers.provider {
         Some(provider) => match provider.strip_prefix('@') {
-            Some(slug) => choice_from_credential(settings, slug, headers),
+            Some(slug) => choice_from_credential(settings, slug, headers, catalog, host),
             None => Ok(Choice {
                 provider: provider.clone(),
                 api_key: headers.bearer.clone(),
@@ -296,7 +351,9 @@ mod tests {
     fn select_target(settings: &Settings, headers: &GatewayHeaders, random: u64) -> Result<Target, GatewayError> {
         let config = headers.config.as_deref().map(parse_config_header).transpose()?;
         let mut host = crate::ports::testing::FakeHost::new(random);
-        let plan = plan::make_plan(settings, headers, config.as_ref(), &Value::Null, &mut host)?;
+        let mut nothing = crate::catalog::Nothing;
+        let mut catalog = Catalog::new(settings, &mut nothing);
+        let plan = plan::make_plan(settings, headers, config.as_ref(), &Value::Null, &mut host, &mut catalog)?;
         plan.attempts
             .into_iter()
             .next()

@@ -4,6 +4,7 @@
 
 use super::breaker::{circuit_id, is_open, CircuitId};
 use super::{header_target, leaf_target, not_implemented, unavailable_feature, Target, TargetOptions};
+use crate::catalog::Catalog;
 use crate::config::{CircuitBreakerConfig, Config, StrategyMode};
 use crate::errors::GatewayError;
 use crate::ports::Host;
@@ -123,14 +124,15 @@ pub(crate) fn make_plan(
     config: Option<&Config>,
     input: &Value,
     host: &mut dyn Host,
+    catalog: &mut Catalog,
 ) -> Result<Plan, GatewayError> {
     let attempts = match config {
         Some(config) => {
-            let mut resolver = Resolver { settings, headers, input, host };
+            let mut resolver = Resolver { settings, headers, input, host, catalog };
             resolver.resolve(config, String::new(), &TargetOptions::from_headers(headers))?
         }
         None => vec![Attempt {
-            target: header_target(settings, headers)?,
+            target: header_target(settings, headers, catalog, &*host)?,
             path: String::new(),
             circuit: None,
             exits: vec![],
@@ -139,11 +141,12 @@ pub(crate) fn make_plan(
     Ok(Plan { attempts })
 }
 
-struct Resolver<'a> {
+struct Resolver<'a, 'c> {
     settings: &'a Settings,
     headers: &'a GatewayHeaders,
     input: &'a Value,
     host: &'a mut dyn Host,
+    catalog: &'a mut Catalog<'c>,
 }
 
 fn child_path(path: &str, index: usize) -> String {
@@ -154,7 +157,7 @@ fn child_path(path: &str, index: usize) -> String {
     }
 }
 
-impl Resolver<'_> {
+impl Resolver<'_, '_> {
     fn resolve(
         &mut self,
         node: &Config,
@@ -199,7 +202,7 @@ impl Resolver<'_> {
     }
 
     fn leaf(&mut self, node: &Config, path: String, options: TargetOptions) -> Result<Attempt, GatewayError> {
-        let target = leaf_target(self.settings, self.headers, node, options)?;
+        let target = leaf_target(self.settings, self.headers, node, options, self.catalog, &*self.host)?;
         let circuit = target.options.cb_config.clone().map(|config| Circuit {
             id: circuit_id(
                 target.provider.name,
@@ -314,7 +317,9 @@ mod tests {
         let settings = Settings::parse(br#"{"api_keys": ["gw"]}"#).unwrap();
         let headers = GatewayHeaders::parse([]).unwrap();
         let config = parse_config(&config).map_err(|e| e.to_gateway_error())?;
-        make_plan(&settings, &headers, Some(&config), &input, &mut FakeHost::new(0))
+        let mut nothing = crate::catalog::Nothing;
+        let mut catalog = Catalog::new(&settings, &mut nothing);
+        make_plan(&settings, &headers, Some(&config), &input, &mut FakeHost::new(0), &mut catalog)
     }
 
     fn target(key: &str) -> Value {

@@ -1,0 +1,387 @@
+//! What the control plane holds, as the filter reads it: gateway keys, saved configs, stored
+//! providers, guardrails and prompts, each named by a [`Ref`] (kind, workspace, id).
+//!
+//! Routing asks a [`Catalog`] for the refs it needs. An entry known to the request (read
+//! during this request) or fresh in shared data answers at once; any other ref is *needed*:
+//! the catalog notes it and routing stops with a placeholder error, which the pipeline turns
+//! into a lookup (the exchange fetches it with a dispatched call and replays the request).
+//!
+//! Shared data holds what was read in a fixed number of slots picked by a hash of the ref;
+//! each value names its ref in full, so a collision is a miss, never another ref's data.
+
+use crate::errors::GatewayError;
+use crate::hash::Hasher;
+use crate::ports::{Host, SharedStore};
+use crate::settings::Settings;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
+use std::rc::Rc;
+
+/// The workspace of the plugin configuration's own keys.
+pub(crate) const DEFAULT_WORKSPACE: &str = "default";
+/// Shared-data slots of the lookup cache (`cp:0` .. `cp:1023`, each created on first use).
+pub(crate) const SLOTS: u64 = 1024;
+/// Larger answers are used by the requests that read them but not kept in shared data.
+pub(crate) const MAX_ENTRY_BYTES: usize = 64 << 10;
+/// Lookups one request may make (each replay adds one known ref; a config has few).
+pub(crate) const MAX_LOOKUPS: u32 = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Key,
+    Config,
+    Provider,
+    Guardrail,
+    #[allow(dead_code)] // read once config `prompt_id` renders prompts
+    Prompt,
+}
+
+impl Kind {
+    /// The path segment of the internal endpoint.
+    fn segment(self) -> &'static str {
+        match self {
+            Kind::Key => "keys",
+            Kind::Config => "configs",
+            Kind::Provider => "providers",
+            Kind::Guardrail => "guardrails",
+            Kind::Prompt => "prompts",
+        }
+    }
+
+    fn noun(self) -> &'static str {
+        match self {
+            Kind::Key => "gateway key",
+            Kind::Config => "saved config",
+            Kind::Provider => "stored provider",
+            Kind::Guardrail => "guardrail",
+            Kind::Prompt => "prompt",
+        }
+    }
+}
+
+/// One thing the control plane holds, in one workspace (keys: no workspace, the id is the
+/// lowercase hex SHA-256 of the key).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Ref {
+    pub(crate) kind: Kind,
+    pub(crate) workspace: String,
+    pub(crate) id: String,
+}
+
+impl Ref {
+    /// The ref of gateway key `key`: only its hash leaves the filter.
+    pub(crate) fn key(key: &[u8]) -> Ref {
+        let digest = Sha256::digest(key);
+        let mut id = String::with_capacity(64);
+        for byte in digest {
+            let _ = write!(id, "{byte:02x}");
+        }
+        Ref { kind: Kind::Key, workspace: String::new(), id }
+    }
+
+    /// The path of the control plane's internal endpoint for this ref.
+    pub(crate) fn path(&self) -> String {
+        match self.kind {
+            Kind::Key => format!("/internal/v1/keys/{}", self.id),
+            kind => format!("/internal/v1/workspaces/{}/{}/{}", self.workspace, kind.segment(), self.id),
+        }
+    }
+
+    /// How the ref is written in its shared-data value.
+    fn identity(&self) -> String {
+        format!("{}\n{}\n{}", self.kind.segment(), self.workspace, self.id)
+    }
+
+    fn slot(&self) -> String {
+        let hash = Hasher::seeded(3).part(Some(self.identity().as_bytes())).finish();
+        format!("cp:{}", hash % SLOTS)
+    }
+}
+
+/// A looked-up entry: the stored value, or `None` when the control plane has no such item.
+pub(crate) type Entry = Option<Rc<Value>>;
+
+/// Whether `id` may name something at the control plane: `[A-Za-z0-9._-]{1,128}`. Any other
+/// id is unknown without a call (and never becomes a different path upstream).
+pub(crate) fn valid_id(id: &str) -> bool {
+    (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn valid_workspace(name: &str) -> bool {
+    name.len() <= 64 && valid_id(name)
+}
+
+/// Where a request's refs are looked up: what this request already read, then shared data.
+pub(crate) trait Resolve {
+    /// The entry of `r` when it is known and fresh; `None` when it must be fetched.
+    fn get(&mut self, r: &Ref, host: &dyn Host) -> Option<Entry>;
+}
+
+/// A resolver that knows nothing (tests without a control plane).
+#[cfg(test)]
+pub(crate) struct Nothing;
+
+#[cfg(test)]
+impl Resolve for Nothing {
+    fn get(&mut self, _: &Ref, _: &dyn Host) -> Option<Entry> {
+        None
+    }
+}
+
+/// The control plane as routing sees it, for one pass over a request.
+pub(crate) struct Catalog<'a> {
+    enabled: bool,
+    resolve: &'a mut dyn Resolve,
+    /// The caller's workspace, once its key is known.
+    pub(crate) workspace: String,
+    needed: Option<Ref>,
+}
+
+impl<'a> Catalog<'a> {
+    pub(crate) fn new(settings: &Settings, resolve: &'a mut dyn Resolve) -> Catalog<'a> {
+        Catalog { enabled: settings.control_plane.is_some(), resolve, workspace: String::new(), needed: None }
+    }
+
+    /// Whether a control plane is configured.
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The ref this pass stopped at, if any.
+    pub(crate) fn take_needed(&mut self) -> Option<Ref> {
+        self.needed.take()
+    }
+
+    fn get(&mut self, r: Ref, host: &dyn Host) -> Result<Entry, GatewayError> {
+        match self.resolve.get(&r, host) {
+            Some(entry) => Ok(entry),
+            None => {
+                self.needed = Some(r);
+                // A placeholder: the pipeline turns it into a lookup of the needed ref.
+                Err(GatewayError::new(503, "api_error", "waiting for the control plane")
+                    .with_code("control_plane_unavailable"))
+            }
+        }
+    }
+
+    /// Item `id` of `kind` in the caller's workspace; `Ok(None)` when there is none (an id
+    /// outside the allowed characters included, without a call).
+    pub(crate) fn item(&mut self, kind: Kind, id: &str, host: &dyn Host) -> Result<Entry, GatewayError> {
+        if !valid_id(id) || !valid_workspace(&self.workspace) {
+            return Ok(None);
+        }
+        let r = Ref { kind, workspace: self.workspace.clone(), id: id.to_string() };
+        self.get(r, host)
+    }
+
+    /// Item `id` of `kind`, or the 404 that names it.
+    pub(crate) fn require(&mut self, kind: Kind, id: &str, host: &dyn Host) -> Result<Rc<Value>, GatewayError> {
+        self.item(kind, id, host)?.ok_or_else(|| not_found(kind, id))
+    }
+
+    /// The workspace of gateway key `key`; `None` when the control plane does not know it.
+    pub(crate) fn key_workspace(&mut self, key: &[u8], host: &dyn Host) -> Result<Option<String>, GatewayError> {
+        let entry = self.get(Ref::key(key), host)?;
+        Ok(entry.and_then(|value| value.get("workspace").and_then(Value::as_str).map(str::to_string)))
+    }
+}
+
+/// The 404 of an unknown item, in the OpenAI error shape. A stored provider's name may be a
+/// virtual key, itself a secret: it is not echoed.
+pub(crate) fn not_found(kind: Kind, id: &str) -> GatewayError {
+    let (code, message) = match kind {
+        Kind::Key => ("invalid_api_key", "invalid x-gateway-api-key".to_string()),
+        Kind::Config => ("config_not_found", format!("saved config '{}' not found in this workspace", shorten(id))),
+        Kind::Provider => {
+            ("provider_not_found", "stored provider (virtual key or @slug) not found in this workspace".into())
+        }
+        Kind::Guardrail => ("guardrail_not_found", format!("guardrail '{}' not found in this workspace", shorten(id))),
+        Kind::Prompt => ("prompt_not_found", format!("prompt '{}' not found in this workspace", shorten(id))),
+    };
+    let kind_name = if kind == Kind::Key { "authentication_error" } else { "invalid_request_error" };
+    let status = if kind == Kind::Key { 401 } else { 404 };
+    GatewayError::new(status, kind_name, message).with_code(code)
+}
+
+/// The 503 of a ref the control plane could not give and that was never read (or too long ago).
+pub(crate) fn unavailable(r: &Ref, why: &str) -> GatewayError {
+    let what = match r.kind {
+        Kind::Key => "the gateway key".to_string(),
+        kind => format!("{} '{}'", kind.noun(), shorten(&r.id)),
+    };
+    GatewayError::new(
+        503,
+        "api_error",
+        format!("the control plane is unavailable ({why}) and {what} was not read before"),
+    )
+    .with_code("control_plane_unavailable")
+}
+
+fn shorten(id: &str) -> String {
+    id.chars().take(64).collect()
+}
+
+/// The entry in a control-plane answer: 200 is found (a key's answer as it is, an item's
+/// `value`), 404 absent; anything else is a failure, described for the log and the 503.
+pub(crate) fn from_answer(r: &Ref, status: u16, body: &[u8]) -> Result<Entry, String> {
+    match status {
+        404 => return Ok(None),
+        200 => {}
+        0 => return Err("no answer".to_string()),
+        status => return Err(format!("it answered {status}")),
+    }
+    let value: Value = serde_json::from_slice(body).map_err(|_| "its answer is not JSON".to_string())?;
+    let value = match r.kind {
+        Kind::Key => {
+            let workspace = value.get("workspace").and_then(Value::as_str).filter(|w| valid_workspace(w));
+            if workspace.is_none() {
+                return Err("its answer names no valid workspace".to_string());
+            }
+            value
+        }
+        _ => match value {
+            Value::Object(mut fields) => fields.remove("value").ok_or("its answer has no value")?,
+            _ => return Err("its answer is not an object".to_string()),
+        },
+    };
+    Ok(Some(Rc::new(value)))
+}
+
+/// The entry of `r` in shared data, when it was read at most `max_age_ms` before `now_ms`.
+pub(crate) fn cached(store: &dyn SharedStore, r: &Ref, now_ms: u64, max_age_ms: u64) -> Option<Entry> {
+    let (value, _) = store.get(&r.slot())?;
+    let (fetched, rest) = value.split_first_chunk::<8>()?;
+    let (found, rest) = rest.split_first()?;
+    let (length, rest) = rest.split_first_chunk::<4>()?;
+    let length = usize::try_from(u32::from_le_bytes(*length)).ok()?;
+    let identity = rest.get(..length)?;
+    let payload = rest.get(length..)?;
+    if identity != r.identity().as_bytes() {
+        return None;
+    }
+    if now_ms.saturating_sub(u64::from_le_bytes(*fetched)) > max_age_ms {
+        return None;
+    }
+    match found {
+        0 => Some(None),
+        _ => serde_json::from_slice(payload).ok().map(|v| Some(Rc::new(v))),
+    }
+}
+
+/// Keeps `entry` of `r`, read at `now_ms`, in its slot (unless it is too large).
+pub(crate) fn remember(store: &dyn SharedStore, r: &Ref, entry: &Entry, now_ms: u64) {
+    let payload = match entry {
+        Some(value) => match serde_json::to_vec(value.as_ref()) {
+            Ok(bytes) => bytes,
+            Err(_) => return,
+        },
+        None => Vec::new(),
+    };
+    let identity = r.identity();
+    if payload.len() + identity.len() > MAX_ENTRY_BYTES {
+        return;
+    }
+    let Ok(length) = u32::try_from(identity.len()) else {
+        return;
+    };
+    let mut value = Vec::with_capacity(13 + identity.len() + payload.len());
+    value.extend_from_slice(&now_ms.to_le_bytes());
+    value.push(u8::from(entry.is_some()));
+    value.extend_from_slice(&length.to_le_bytes());
+    value.extend_from_slice(identity.as_bytes());
+    value.extend_from_slice(&payload);
+    // Unconditional: the latest read wins the slot.
+    if !store.set(&r.slot(), &value, 0) {
+        log::warn!("a control-plane entry could not be kept in shared data");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
+    use super::*;
+    use crate::ports::testing::FakeHost;
+    use serde_json::json;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    fn config(workspace: &str, id: &str) -> Ref {
+        Ref { kind: Kind::Config, workspace: workspace.into(), id: id.into() }
+    }
+
+    #[test]
+    fn keys_are_looked_up_by_their_hash_only() {
+        let r = Ref::key(b"gw-secret");
+        assert_eq!(r.id.len(), 64);
+        assert!(!r.path().contains("gw-secret"));
+        // sha256("abc")
+        assert_eq!(
+            Ref::key(b"abc").path(),
+            "/internal/v1/keys/ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(config("team-a", "cfg.1").path(), "/internal/v1/workspaces/team-a/configs/cfg.1");
+    }
+
+    #[test]
+    fn ids_outside_the_charset_are_never_sent() {
+        for bad in ["", "a/b", "..%2f", "a b", "é", &"x".repeat(129)] {
+            assert!(!valid_id(bad), "{bad}");
+        }
+        for good in ["a", "A-b_c.9", "123e4567-e89b-12d3-a456-426614174000"] {
+            assert!(valid_id(good), "{good}");
+        }
+    }
+
+    #[test]
+    fn entries_are_fresh_then_stale_and_collisions_are_misses() {
+        let host = FakeHost::new(0);
+        let store = host.store();
+        let a = config("ws", "a");
+        assert_eq!(cached(store, &a, 0, 5000), None);
+        remember(store, &a, &Some(Rc::new(json!({"provider": "openai"}))), 1000);
+        assert_eq!(cached(store, &a, 6000, 5000), Some(Some(Rc::new(json!({"provider": "openai"})))));
+        assert_eq!(cached(store, &a, 6001, 5000), None, "stale");
+        assert!(cached(store, &a, 6001, 600_000).is_some(), "within grace");
+        // Another workspace's ref with the same id is another entry.
+        assert_eq!(cached(store, &config("other", "a"), 1000, 5000), None);
+        // Absent entries are kept too.
+        let b = config("ws", "b");
+        remember(store, &b, &None, 1000);
+        assert_eq!(cached(store, &b, 1000, 5000), Some(None));
+        // A ref whose slot holds another ref's value is a miss.
+        let slot = a.slot();
+        let other = (0..5000).map(|i| config("ws", &format!("x{i}"))).find(|r| r.slot() == slot).unwrap();
+        assert_eq!(cached(store, &other, 1000, 5000), None);
+        remember(store, &other, &None, 1000);
+        assert_eq!(cached(store, &a, 1000, 5000), None, "overwritten");
+    }
+
+    #[test]
+    fn large_entries_are_not_kept() {
+        let host = FakeHost::new(0);
+        let big = config("ws", "big");
+        remember(host.store(), &big, &Some(Rc::new(json!("x".repeat(MAX_ENTRY_BYTES)))), 0);
+        assert_eq!(cached(host.store(), &big, 0, 5000), None);
+    }
+
+    #[test]
+    fn answers_become_entries_or_failures() {
+        let key = Ref::key(b"k");
+        assert_eq!(
+            from_answer(&key, 200, br#"{"workspace":"team-a","admin":false}"#).unwrap().unwrap()["workspace"],
+            "team-a"
+        );
+        assert!(from_answer(&key, 200, br#"{"workspace":"a/b"}"#).is_err());
+        let c = config("ws", "c");
+        assert_eq!(
+            from_answer(&c, 200, br#"{"id":"u","value":{"retry":{"attempts":1}}}"#).unwrap().unwrap()["retry"]
+                ["attempts"],
+            1
+        );
+        assert_eq!(from_answer(&c, 404, b"").unwrap(), None);
+        for (status, body) in [(0, &b""[..]), (500, b"{}"), (401, b"{}"), (200, b"nope"), (200, b"{}")] {
+            assert!(from_answer(&c, status, body).is_err(), "{status}");
+        }
+    }
+}

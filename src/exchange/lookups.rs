@@ -1,0 +1,84 @@
+//! Control-plane reads as tasks of the exchange: a request that needs an entry is held, one
+//! dispatched call per entry (per worker) fetches it for every request waiting, and each
+//! waiting request is processed again with the entry known. What was read is kept in shared
+//! data (for every worker, fresh for `fresh_ms`) and in the request (so its progress never
+//! depends on shared data); when the control plane cannot answer, an entry read within
+//! `grace_ms` still serves.
+
+use super::{CallAnswer, Dispatch};
+use crate::catalog::{self, Entry, Ref, Resolve};
+use crate::errors::GatewayError;
+use crate::ports::Host;
+use crate::settings::{ControlPlaneSettings, Settings};
+use hashbrown::HashMap;
+
+/// What one request read, then what is fresh in shared data.
+pub(super) struct Known<'a> {
+    pub(super) local: &'a HashMap<Ref, Entry>,
+    pub(super) fresh_ms: u64,
+}
+
+impl Resolve for Known<'_> {
+    fn get(&mut self, r: &Ref, host: &dyn Host) -> Option<Entry> {
+        if let Some(entry) = self.local.get(r) {
+            return Some(entry.clone());
+        }
+        catalog::cached(host.store(), r, host.now_ms(), self.fresh_ms)
+    }
+}
+
+/// The freshness window of `settings` (0 without a control plane: nothing is looked up).
+pub(super) fn fresh_ms(settings: &Settings) -> u64 {
+    settings.control_plane.as_ref().map_or(0, |cp| cp.fresh_ms)
+}
+
+fn get(cp: &ControlPlaneSettings, path: String) -> Dispatch {
+    let headers = vec![
+        (":method".to_string(), "GET".to_string()),
+        (":path".to_string(), path),
+        (":authority".to_string(), cp.authority.clone()),
+        ("authorization".to_string(), format!("Bearer {}", cp.token)),
+        ("accept".to_string(), "application/json".to_string()),
+    ];
+    Dispatch { cluster: cp.cluster.clone(), headers, body: Vec::new(), timeout_ms: cp.timeout_ms }
+}
+
+/// The call that reads `r`.
+pub(super) fn call(cp: &ControlPlaneSettings, r: &Ref) -> Dispatch {
+    get(cp, r.path())
+}
+
+/// The control plane's health check (never cached).
+pub(super) fn health_call(cp: &ControlPlaneSettings) -> Dispatch {
+    let mut call = get(cp, "/health".to_string());
+    call.headers.retain(|(name, _)| name != "authorization");
+    call
+}
+
+/// The entry `r` becomes after the control plane's answer: kept when it answered, else the
+/// entry read within the grace period, else a 503.
+pub(super) fn settle(
+    settings: &Settings,
+    r: &Ref,
+    answer: &CallAnswer,
+    host: &dyn Host,
+) -> Result<Entry, GatewayError> {
+    let Some(cp) = &settings.control_plane else {
+        return Err(catalog::unavailable(r, "not configured"));
+    };
+    let now_ms = host.now_ms();
+    match catalog::from_answer(r, answer.status, &answer.body) {
+        Ok(entry) => {
+            catalog::remember(host.store(), r, &entry, now_ms);
+            Ok(entry)
+        }
+        Err(why) => failed(cp, r, &why, host),
+    }
+}
+
+/// The control plane could not give `r` (`why`): the entry read within the grace period, or a
+/// 503.
+pub(super) fn failed(cp: &ControlPlaneSettings, r: &Ref, why: &str, host: &dyn Host) -> Result<Entry, GatewayError> {
+    log::warn!("control plane read of {} failed: {why}", r.path());
+    catalog::cached(host.store(), r, host.now_ms(), cp.grace_ms).ok_or_else(|| catalog::unavailable(r, why))
+}
