@@ -195,7 +195,8 @@ pub(crate) fn header_target(
 /// or guard it are refused rather than skipped: silently dropping a guardrail or a prompt
 /// template would send something the user did not intend. (The cache only makes a call
 /// cheaper, so it is accepted.)
-pub(crate) fn unavailable_feature(node: &Config, root: bool) -> Option<&'static str> {
+/// `control_plane`: stored guardrails of the top-level config are read from it.
+pub(crate) fn unavailable_feature(node: &Config, root: bool, control_plane: bool) -> Option<&'static str> {
     let has_hooks = !node.input_guardrails.is_empty()
         || !node.output_guardrails.is_empty()
         || !node.before_request_hooks.is_empty()
@@ -204,7 +205,7 @@ pub(crate) fn unavailable_feature(node: &Config, root: bool) -> Option<&'static 
         node.input_guardrails.iter().chain(&node.output_guardrails).any(|g| matches!(g, Guardrail::Reference(_)));
     if node.prompt_id.is_some() {
         Some("prompt_id (prompt templates need the control plane)")
-    } else if stored && root {
+    } else if stored && root && !control_plane {
         Some("a stored guardrail (a string in input_guardrails/output_guardrails needs the control plane; write the guardrail inline)")
     } else if has_hooks && !root {
         Some("hooks and guardrails on a target (only the top-level config's apply; move them there)")

@@ -165,7 +165,7 @@ impl Resolver<'_, '_> {
         inherited: &TargetOptions,
     ) -> Result<Vec<Attempt>, GatewayError> {
         let options = inherited.inherit(node);
-        if let Some(feature) = unavailable_feature(node, path.is_empty()) {
+        if let Some(feature) = unavailable_feature(node, path.is_empty(), self.settings.control_plane.is_some()) {
             return Err(not_implemented(feature));
         }
         let (Some(strategy), Some(first)) = (node.strategy.as_ref(), node.targets.first()) else {
