@@ -19,11 +19,13 @@ mod hash;
 mod json_check;
 mod pipeline;
 mod ports;
+mod prompts;
 mod providers;
 mod query;
 mod request;
 mod routing;
 mod settings;
+pub mod shared;
 mod stream;
 mod upstream;
 

@@ -3,7 +3,7 @@
 
 use crate::cache::{self, Lookup, Origin, Tenant};
 use crate::catalog::{self, Catalog, Kind, Ref, DEFAULT_WORKSPACE};
-use crate::config::{parse_config, stored_guardrail, CacheMode, Config, Guardrail, StrategyMode};
+use crate::config::{parse_config, parse_stored_guardrail, CacheMode, Config, Guardrail, StrategyMode};
 use crate::errors::GatewayError;
 use crate::guardrails::verdict::Item;
 use crate::ports::Host;
@@ -234,11 +234,11 @@ fn stored_guardrails(
             continue;
         }
         let value = catalog.require(Kind::Guardrail, reference, host)?;
-        let (hook, deny) = stored_guardrail(&value, reference).map_err(|e| {
+        let inline = parse_stored_guardrail(&value, reference).map_err(|e| {
             GatewayError::new(502, "api_error", format!("stored guardrail '{reference}' is not usable: {e}"))
                 .with_code("invalid_stored_guardrail")
         })?;
-        items.push((reference.clone(), Item::from_stored(&hook, deny)));
+        items.push((reference.clone(), Item::from_inline(&inline, reference.clone())));
     }
     Ok(items)
 }

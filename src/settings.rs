@@ -3,8 +3,9 @@
 
 use crate::cache::store::Layout;
 use crate::cloud::CloudFields;
-use crate::config::parse_config;
+use crate::config::{parse_config, ConfigError};
 use crate::errors::GatewayError;
+use crate::json_check::shorten;
 use crate::upstream::Upstream;
 use hashbrown::HashMap;
 use serde::Deserialize;
@@ -201,16 +202,27 @@ impl TryFrom<Value> for Credential {
     type Error = String;
 
     fn try_from(value: Value) -> Result<Self, String> {
+        Credential::parse(&value).map_err(|e| e.to_string())
+    }
+}
+
+impl Credential {
+    /// Reads a stored credential; the error names the field at fault (its JSON path).
+    pub(crate) fn parse(value: &Value) -> Result<Credential, ConfigError> {
         const OWN_KEYS: [&str; 5] = ["provider", "api_key", "custom_host", "vendor_organization", "vendor_project"];
         let known = |key: &str| OWN_KEYS.contains(&key) || CloudFields::KEYS.contains(&key);
         if let Some(key) = value.as_object().and_then(|fields| fields.keys().find(|key| !known(key))) {
-            return Err(format!("unknown field `{key}` in a stored credential"));
+            let key = shorten(key);
+            return Err(ConfigError::new(key.clone(), format!("unknown field `{key}` in a stored credential")));
         }
-        let config = parse_config(&value).map_err(|e| e.to_string())?;
+        if value.as_object().is_some_and(|fields| !fields.contains_key("provider")) {
+            return Err(ConfigError::new("provider", "a stored credential needs `provider`, a provider name"));
+        }
+        let config = parse_config(value)?;
         let provider = config
             .provider
             .filter(|name| !name.starts_with('@'))
-            .ok_or("a stored credential needs `provider`, a provider name")?;
+            .ok_or_else(|| ConfigError::new("provider", "a stored credential needs `provider`, a provider name"))?;
         Ok(Credential {
             provider,
             api_key: config.api_key,

@@ -87,26 +87,66 @@ pub(super) fn guardrail(v: &Value, path: &str, stage: Stage) -> Result<Guardrail
     }))
 }
 
-/// A guardrail stored at the control plane (`{"name", "checks": [{"id", "parameters",
-/// "is_enabled"}], "actions": {"deny", "async", "on_fail", "on_success"}}`) as a hook:
-/// disabled checks are left out; the second value is `actions.deny`.
-pub(crate) fn stored_guardrail(v: &Value, id: &str) -> Result<(Hook, bool), ConfigError> {
-    let obj = Obj::open(v, "")?;
-    let checks = obj.list("checks", |v, path| {
-        let check = Obj::open(v, path)?;
-        let enabled = check.opt("is_enabled", boolean)?.unwrap_or(true);
+/// Properties of a stored guardrail (spec 4.3).
+const STORED_KEYS: &[&str] = &["name", "checks", "actions"];
+const STORED_CHECK_KEYS: &[&str] = &["id", "parameters", "name", "is_enabled"];
+const ACTION_KEYS: &[&str] = &["deny", "async", "on_success", "on_fail"];
+
+/// A stored guardrail (spec 4.3: `{name, checks: [{id, parameters, name, is_enabled}],
+/// actions: {deny, async, on_success, on_fail}}`), read into the inline guardrail the filter
+/// runs: its enabled checks, each check id one the gateway ships and `default.jwt`'s
+/// parameters read by the code that runs it. `id` names it in `hook_results`.
+pub(super) fn stored_guardrail(v: &Value, id: &str) -> Result<InlineGuardrail, ConfigError> {
+    let obj = Obj::new(v, "", STORED_KEYS)?;
+    obj.opt("name", string)?;
+    let items = obj.req("checks", |v, p| v.as_array().cloned().ok_or_else(|| expected(p, "an array", v)))?;
+    if items.is_empty() {
+        return Err(ConfigError::new("checks", "must have at least one item"));
+    }
+    let mut checks = Map::new();
+    for (i, item) in items.iter().enumerate() {
+        let path = crate::json_check::index("checks", i);
+        let check = Obj::new(item, &path, STORED_CHECK_KEYS)?;
+        let id = check.req("id", string)?;
         let parameters = check.opt("parameters", object)?.unwrap_or_default();
-        Ok(enabled.then_some(Check { id: check.req("id", string)?, parameters }))
-    })?;
-    let actions = Value::Object(obj.opt("actions", object)?.unwrap_or_default());
-    let actions = Obj::open(&actions, "actions")?;
-    let hook = Hook {
-        id: id.to_string(),
-        kind: Some("guardrail".to_string()),
-        checks: checks.into_iter().flatten().collect(),
-        on_fail: actions.opt("on_fail", |v, p| outcome(v, p, true))?,
-        on_success: actions.opt("on_success", |v, p| outcome(v, p, true))?,
-        is_async: actions.opt("async", boolean)?.unwrap_or(false),
+        check.opt("name", string)?;
+        let enabled = check.opt("is_enabled", boolean)?.unwrap_or(true);
+        if let Err(message) = crate::guardrails::check_parameters(&id, &parameters) {
+            let at = if message.starts_with("unknown check") { check.path("id") } else { check.path("parameters") };
+            return Err(ConfigError::new(at, message));
+        }
+        if enabled {
+            checks.insert(id, Value::Object(parameters));
+        }
+    }
+    let actions = match obj.map.get("actions") {
+        Some(actions) => Some(Obj::new(actions, "actions", ACTION_KEYS)?),
+        None => None,
     };
-    Ok((hook, actions.opt("deny", boolean)?.unwrap_or(false)))
+    let action = |key: &str| -> Result<Option<HookOutcome>, ConfigError> {
+        actions.as_ref().map_or(Ok(None), |a| a.opt(key, stored_outcome))
+    };
+    Ok(InlineGuardrail {
+        id: Some(id.to_string()),
+        deny: actions.as_ref().map_or(Ok(None), |a| a.opt("deny", boolean))?,
+        is_async: actions.as_ref().map_or(Ok(None), |a| a.opt("async", boolean))?,
+        on_fail: action("on_fail")?,
+        on_success: action("on_success")?,
+        checks,
+    })
+}
+
+/// A stored guardrail's `on_fail` / `on_success`: `feedback {value, weight, metadata}`, where
+/// `metadata` is a string (spec 4.3; kept as `{"text": ...}`) or, as in a config, an object.
+fn stored_outcome(v: &Value, path: &str) -> Result<HookOutcome, ConfigError> {
+    let obj = Obj::new(v, path, &["feedback"])?;
+    let feedback = obj.opt("feedback", |v, p| {
+        let fb = Obj::new(v, p, &["value", "weight", "metadata"])?;
+        let metadata = fb.opt("metadata", |v, p| match v {
+            Value::String(text) => Ok(Map::from_iter([("text".to_string(), Value::String(text.clone()))])),
+            _ => object(v, p).map_err(|_| expected(p, "a string or an object", v)),
+        })?;
+        Ok(Feedback { value: fb.opt("value", number)?, weight: fb.opt("weight", number)?, metadata })
+    })?;
+    Ok(HookOutcome { feedback, deny: None })
 }

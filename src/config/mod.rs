@@ -14,7 +14,6 @@ use crate::cloud::{CloudADeploymentType, CloudFields};
 use crate::errors::GatewayError;
 use crate::json_check::{index, join};
 use check::{boolean, integer, object, one_of, status_codes, string, Obj};
-pub(crate) use hooks::stored_guardrail;
 use hooks::Stage;
 use serde_json::{Map, Value};
 use std::fmt;
@@ -199,7 +198,7 @@ pub(crate) struct ConfigError {
 }
 
 impl ConfigError {
-    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError { path: path.into(), message: message.into() }
     }
 
@@ -216,6 +215,12 @@ impl fmt::Display for ConfigError {
             write!(f, "invalid config at `{}`: {}", self.path, self.message)
         }
     }
+}
+
+/// Validates a stored guardrail (spec 4.3) into the inline guardrail the filter runs; `id`
+/// names it in `hook_results`.
+pub(crate) fn parse_stored_guardrail(value: &Value, id: &str) -> Result<InlineGuardrail, ConfigError> {
+    hooks::stored_guardrail(value, id)
 }
 
 /// Validates a config (the parsed `x-gateway-config` header or a saved config).

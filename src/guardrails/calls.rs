@@ -214,9 +214,17 @@ struct JwtCheck {
     token: Token,
 }
 
-/// The check's parameters (`Err`: a parameter error), then the token (`Ok(Err)`: missing,
-/// malformed or of an algorithm not allowed: the check fails without fetching anything).
-fn jwt_prepare(p: &Params, input: &Input) -> Result<Result<JwtCheck, String>, String> {
+/// `default.jwt`'s parameters, read and checked for type and form (nothing fetched).
+pub(super) struct JwtParams<'a> {
+    uri: &'a str,
+    header: String,
+    max_age_s: u64,
+    rules: Rules,
+}
+
+/// Reads `default.jwt`'s parameters; `Err` names the parameter at fault. The control plane
+/// checks a stored guardrail with this too, so it refuses what the filter would refuse.
+pub(super) fn jwt_params(p: &Params) -> Result<JwtParams<'_>, String> {
     let uri = required_string(p, "jwksUri")?;
     target(uri).map_err(|e| format!("parameter `jwksUri` {e}"))?;
     let header = string(p, "headerKey")?.map_or(DEFAULT_JWT_HEADER.to_string(), str::to_ascii_lowercase);
@@ -236,6 +244,13 @@ fn jwt_prepare(p: &Params, input: &Input) -> Result<Result<JwtCheck, String>, St
         return Err(format!("parameter `algorithms`: {:?} is not one of {known}", shorten(unknown)));
     }
     let rules = Rules { algorithms, clock_tolerance_s, max_token_age_s: Some(max_token_age_s) };
+    Ok(JwtParams { uri, header, max_age_s, rules })
+}
+
+/// The check's parameters (`Err`: a parameter error), then the token (`Ok(Err)`: missing,
+/// malformed or of an algorithm not allowed: the check fails without fetching anything).
+fn jwt_prepare(p: &Params, input: &Input) -> Result<Result<JwtCheck, String>, String> {
+    let JwtParams { uri, header, max_age_s, rules } = jwt_params(p)?;
     let Some((_, raw)) = input.headers.iter().find(|(name, _)| *name == header) else {
         return Ok(Err(format!("the request has no {header} header")));
     };

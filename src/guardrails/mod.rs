@@ -123,6 +123,37 @@ pub(crate) enum Evaluation {
     Needs(CallSpec, Continuation),
 }
 
+/// The check ids this gateway runs (`evaluate` knows each of them).
+pub(crate) const CHECK_IDS: &[&str] = &[
+    "default.regexMatch",
+    "default.contains",
+    "default.wordCount",
+    "default.sentenceCount",
+    "default.characterCount",
+    "default.jsonSchema",
+    "default.jsonKeys",
+    "default.validUrls",
+    "default.containsCode",
+    "default.modelWhitelist",
+    "default.requiredMetadataKeys",
+    "default.webhook",
+    "default.log",
+    "default.jwt",
+];
+
+/// Checks a stored check's parameters for type and form, without running it: `default.jwt`'s
+/// are read by the very code that runs it (nothing is fetched); the other checks read their
+/// parameters while they run and are only known by id here. `Err` says what is wrong.
+pub(crate) fn check_parameters(id: &str, params: &Params) -> Result<(), String> {
+    if !CHECK_IDS.contains(&id) {
+        return Err(format!("unknown check `{}`; known checks: {}", shorten(id), CHECK_IDS.join(", ")));
+    }
+    if id == "default.jwt" {
+        calls::jwt_params(params)?;
+    }
+    Ok(())
+}
+
 /// Evaluates check `id` with its parameters against what it sees.
 pub(crate) fn evaluate(check: &Check, input: &Input, env: &Env) -> Evaluation {
     let (id, params) = (check.id.as_str(), &check.parameters);

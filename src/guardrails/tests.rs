@@ -886,3 +886,40 @@ fn bodies() {
     assert!(denied["error"]["message"].as_str().unwrap().contains("hook_results"));
     assert_eq!(denied["hook_results"], results);
 }
+
+#[test]
+fn every_listed_check_id_is_one_evaluate_runs() {
+    let request = json!({"messages": [{"role": "user", "content": "hi"}]});
+    let env = Env { now_s: NOW, jwks: &no_jwks };
+    for id in CHECK_IDS {
+        let evaluation = evaluate(&check(id, json!({})), &before("hi", &request), &env);
+        if let Evaluation::Done(result) = evaluation {
+            let error = result.error.unwrap_or_default();
+            assert!(!error.starts_with("unknown check"), "{id}: {error}");
+        }
+    }
+    let unknown = done(evaluate(&check("default.nope", json!({})), &before("hi", &request), &env));
+    assert!(unknown.error.unwrap_or_default().starts_with("unknown check"));
+}
+
+#[test]
+fn stored_check_parameters_are_checked_for_form_only() {
+    let jwt = |p: Value| check_parameters("default.jwt", &params(p));
+    assert_eq!(
+        jwt(json!({"jwksUri": "http://idp.local/jwks.json", "maxTokenAge": "30m", "algorithms": ["RS256"]})),
+        Ok(())
+    );
+    assert_eq!(jwt(json!({"jwksUri": "https://idp.example/jwks", "maxTokenAge": "1h", "cacheMaxAge": 60})), Ok(()));
+    assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "algorithms": ["HS256"]}))
+        .unwrap_err()
+        .contains("algorithms"));
+    assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "maxTokenAge": "soon"}))
+        .unwrap_err()
+        .contains("maxTokenAge"));
+    assert!(jwt(json!({})).unwrap_err().contains("jwksUri"));
+    assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "clockTolerance": "5"}))
+        .unwrap_err()
+        .contains("clockTolerance"));
+    assert_eq!(check_parameters("default.contains", &params(json!({"words": ["a"]}))), Ok(()));
+    assert!(check_parameters("default.nope", &Params::new()).unwrap_err().contains("unknown check"));
+}

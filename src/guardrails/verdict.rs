@@ -39,14 +39,6 @@ impl Item {
         }
     }
 
-    /// A guardrail stored at the control plane (see `config::stored_guardrail`), named by
-    /// the reference the config gave.
-    pub(crate) fn from_stored(hook: &Hook, deny: bool) -> Item {
-        let mut item = Item::from_hook(hook);
-        item.deny |= deny;
-        item
-    }
-
     /// `fallback_id` names an inline guardrail without `id` in `hook_results`.
     pub(crate) fn from_inline(guardrail: &InlineGuardrail, fallback_id: String) -> Item {
         let on_fail_deny = guardrail.on_fail.as_ref().and_then(|o| o.deny);

@@ -1,0 +1,140 @@
+//! What the control plane shares with the filter: the checks of what it stores (configs,
+//! providers, guardrails) and prompt rendering, so a stored item is checked by exactly the
+//! code that later runs it, with the same JSON-path errors.
+//!
+//! Errors are `SharedError`: an HTTP status and the OpenAI error body the filter would answer
+//! (`{"error": {"message", "type", "param", "code"}}`), `param` naming the field at fault.
+
+use crate::config::{parse_config, parse_stored_guardrail, ConfigError};
+use crate::errors::{error_json, GatewayError};
+use crate::settings::Credential;
+use serde_json::Value;
+use std::fmt;
+
+pub use crate::prompts::{apply_to_chat, render};
+
+/// A refusal: the status and the OpenAI-shaped JSON body to answer with.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SharedError {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+impl SharedError {
+    /// An error in the OpenAI shape; `kind` is its `type` (e.g. `invalid_request_error`).
+    pub fn new(status: u16, kind: &str, message: &str, param: Option<&str>, code: Option<&str>) -> SharedError {
+        SharedError { status, body: error_json(message, kind, param, code) }
+    }
+
+    pub(crate) fn from_gateway(e: &GatewayError) -> SharedError {
+        SharedError { status: e.status, body: e.to_json() }
+    }
+
+    /// A 400 naming the field at fault by its JSON path (`checks[0].id`; the root: `body`).
+    fn from_config(e: &ConfigError) -> SharedError {
+        let param = if e.path.is_empty() { "body" } else { e.path.as_str() };
+        let message = e.to_string();
+        SharedError::new(400, "invalid_request_error", &message, Some(param), Some("invalid_config"))
+    }
+
+    /// The error's `message`.
+    pub fn message(&self) -> String {
+        self.field("message").unwrap_or_default()
+    }
+
+    /// The error's `param`: the field at fault.
+    pub fn param(&self) -> Option<String> {
+        self.field("param")
+    }
+
+    fn field(&self, name: &str) -> Option<String> {
+        let body: Value = serde_json::from_slice(&self.body).ok()?;
+        body.get("error")?.get(name)?.as_str().map(str::to_string)
+    }
+}
+
+impl fmt::Debug for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SharedError({}, {})", self.status, String::from_utf8_lossy(&self.body))
+    }
+}
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.status, self.message())
+    }
+}
+
+impl std::error::Error for SharedError {}
+
+/// A config object (spec 2.1) as `x-gateway-config` would carry it: the filter's parser.
+pub fn check_config(value: &Value) -> Result<(), SharedError> {
+    parse_config(value).map(drop).map_err(|e| SharedError::from_config(&e))
+}
+
+/// A stored provider (`provider`, `api_key`, `custom_host`, cloud fields, vendor ids): the
+/// parser of the filter's stored credentials.
+pub fn check_provider(value: &Value) -> Result<(), SharedError> {
+    Credential::parse(value).map(drop).map_err(|e| SharedError::from_config(&e))
+}
+
+/// A stored guardrail (spec 4.3): `name`, `checks` (at least one; ids the filter runs;
+/// `default.jwt` parameters checked for form, nothing fetched) and `actions`.
+pub fn check_guardrail(value: &Value) -> Result<(), SharedError> {
+    parse_stored_guardrail(value, "").map(drop).map_err(|e| SharedError::from_config(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    fn param(r: Result<(), SharedError>) -> String {
+        let e = r.unwrap_err();
+        assert_eq!(e.status, 400);
+        e.param().unwrap()
+    }
+
+    #[test]
+    fn configs_are_checked_by_the_filter_parser() {
+        assert_eq!(check_config(&json!({"provider": "openai", "api_key": "sk-1"})), Ok(()));
+        assert_eq!(param(check_config(&json!({"retry": {"attempts": "x"}}))), "retry.attempts");
+        assert_eq!(param(check_config(&json!({"nope": 1}))), "nope");
+        assert_eq!(param(check_config(&json!([1]))), "body");
+    }
+
+    #[test]
+    fn providers_are_checked_by_the_credential_parser() {
+        assert_eq!(check_provider(&json!({"provider": "openai", "api_key": "sk-1"})), Ok(()));
+        assert_eq!(param(check_provider(&json!({"api_key": "sk-1"}))), "provider");
+        assert_eq!(param(check_provider(&json!({"provider": "openai", "retry": {}}))), "retry");
+        assert_eq!(param(check_provider(&json!({"provider": 5}))), "provider");
+    }
+
+    #[test]
+    fn guardrails_name_the_field_at_fault() {
+        let ok = json!({"name": "jwt", "checks": [{"id": "default.jwt", "name": "j", "is_enabled": true,
+            "parameters": {"jwksUri": "http://idp.local/jwks", "maxTokenAge": "30m", "algorithms": ["RS256", "ES256"]}}],
+            "actions": {"deny": true, "async": false, "on_fail": {"feedback": {"value": -1, "weight": 1, "metadata": "m"}},
+            "on_success": {"feedback": {"value": 1}}}});
+        assert_eq!(check_guardrail(&ok), Ok(()));
+        let with = |checks: Value| json!({"name": "g", "checks": checks});
+        assert_eq!(param(check_guardrail(&with(json!([])))), "checks");
+        assert_eq!(param(check_guardrail(&json!({"name": "g"}))), "checks");
+        assert_eq!(param(check_guardrail(&with(json!([{"id": "default.contains"}, {"id": "x.y"}])))), "checks[1].id");
+        let hs = json!([{"id": "default.jwt", "parameters": {"jwksUri": "https://a/j", "algorithms": ["HS256"]}}]);
+        assert_eq!(param(check_guardrail(&with(hs))), "checks[0].parameters");
+        let age = json!([{"id": "default.jwt", "parameters": {"jwksUri": "https://a/j", "maxTokenAge": "later"}}]);
+        assert!(check_guardrail(&with(age)).unwrap_err().message().contains("maxTokenAge"));
+        assert_eq!(
+            param(check_guardrail(&with(json!([{"id": "default.log", "is_enabled": "yes"}])))),
+            "checks[0].is_enabled"
+        );
+        let bad_action =
+            json!({"checks": [{"id": "default.log"}], "actions": {"on_fail": {"feedback": {"value": "x"}}}});
+        assert_eq!(param(check_guardrail(&bad_action)), "actions.on_fail.feedback.value");
+        assert_eq!(param(check_guardrail(&json!({"checks": [{"id": "default.log"}], "extra": 1}))), "extra");
+    }
+}
