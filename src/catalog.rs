@@ -33,7 +33,6 @@ pub(crate) enum Kind {
     Config,
     Provider,
     Guardrail,
-    #[allow(dead_code)] // read once config `prompt_id` renders prompts
     Prompt,
 }
 

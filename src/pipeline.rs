@@ -84,6 +84,16 @@ pub(crate) struct Intake {
     workspace: String,
     /// The top-level config's stored guardrails, by the reference the config gave.
     guardrails: Vec<(String, Item)>,
+    /// The stored prompt the chat request is rendered from.
+    prompt: Option<Prompt>,
+}
+
+/// Where a request's stored prompt comes from.
+enum Prompt {
+    /// `POST /v1/prompts/{promptId}/completions`: the body is `variables` and hyperparameters.
+    Endpoint(String),
+    /// Config `prompt_id`: the body's `variables` fill it, its messages follow.
+    Config(String),
 }
 
 /// A request that needs its body before it can be routed.
@@ -148,7 +158,7 @@ fn start_pass(
 ) -> Result<Started, GatewayError> {
     let pseudo = |name: &str| headers::find(raw, name).map(String::from_utf8_lossy).unwrap_or_default();
     let method = pseudo(":method");
-    let Route::Api { endpoint, body, path, query } = classify(&method, &pseudo(":path"))? else {
+    let Route::Api { endpoint, body, path, query, prompt } = classify(&method, &pseudo(":path"))? else {
         return Ok(Started::Health);
     };
     // The key comes first: a caller without one learns nothing else about the request.
@@ -189,13 +199,35 @@ fn start_pass(
         Some(config) if catalog.enabled() => stored_guardrails(config, catalog, host)?,
         _ => Vec::new(),
     };
+    let prompt = match (prompt, config.as_ref().and_then(|c| c.prompt_id.as_ref())) {
+        (Some(id), _) => Some(Prompt::Endpoint(id)),
+        (None, Some(id)) if catalog.enabled() => {
+            if endpoint != Endpoint::ChatCompletions {
+                return Err(GatewayError::invalid_param(
+                    "prompt_id",
+                    "a config's prompt_id applies to chat completions only",
+                )
+                .with_code("invalid_config"));
+            }
+            Some(Prompt::Config(id.clone()))
+        }
+        // Without a control plane, routing refuses prompt_id (501).
+        (None, _) => None,
+    };
+    if let Some(Prompt::Endpoint(id) | Prompt::Config(id)) = &prompt {
+        if !catalog.enabled() {
+            return Err(crate::routing::not_implemented("prompt completions (prompts need the control plane)"));
+        }
+        // Read before the body arrives: an unknown prompt is a 404 at once.
+        catalog.require(Kind::Prompt, id, host)?;
+    }
     if endpoint == Endpoint::Resource {
         resources::check_path(&path)?;
         resources::check_query(&method, &path, query.as_deref())?;
     }
     let json_post = body == BodyMode::Json && method == "POST";
     let method = method.into_owned();
-    let intake = Intake { endpoint, method, path, query, gateway, config, tenant, workspace, guardrails };
+    let intake = Intake { endpoint, method, path, query, gateway, config, tenant, workspace, guardrails, prompt };
     if json_post {
         Ok(Started::NeedsBody(Pending { intake }))
     } else {
@@ -274,8 +306,24 @@ fn finish_pass(
     }
     // Every JSON body the gateway holds is read: translators place requests by the model
     // (a deployment, a model in the path), the cache and conditions read the rest.
-    let body = Some(Value::Object(parse_object(body)?));
-    route(settings, intake, body, host, catalog)
+    let mut body = parse_object(body)?;
+    if let Some(Prompt::Endpoint(id) | Prompt::Config(id)) = &intake.prompt {
+        let version = catalog.require(Kind::Prompt, id, host)?;
+        let rendered = match &intake.prompt {
+            Some(Prompt::Endpoint(_)) => crate::prompts::render(&version, &body),
+            _ => crate::prompts::apply_to_chat(&version, body),
+        };
+        body = rendered.map_err(|e| prompt_error(id, &e))?;
+    }
+    route(settings, intake, Some(Value::Object(body)), host, catalog)
+}
+
+/// A prompt that cannot be rendered with the request (a missing variable, a bad field).
+fn prompt_error(id: &str, e: &crate::shared::SharedError) -> GatewayError {
+    let message = format!("prompt '{}': {}", id.chars().take(64).collect::<String>(), e.message());
+    let mut error = GatewayError::new(e.status, "invalid_request_error", message).with_code("invalid_prompt_request");
+    error.param = e.param();
+    error
 }
 
 fn is_conditional(node: &Config) -> bool {
@@ -399,7 +447,8 @@ impl Call {
             endpoint: intake.endpoint,
             path: &intake.path,
             body: request,
-            overridden: !overrides.is_empty() || asks_usage,
+            // A rendered prompt is not the client's body: it is always sent as rewritten.
+            overridden: !overrides.is_empty() || asks_usage || intake.prompt.is_some(),
             strict_vendor_compliance: strict,
             now_ms,
             organization: target.vendor_organization.as_deref(),

@@ -38,6 +38,9 @@ pub(crate) enum Route {
         /// The path after `/v1`, e.g. `/chat/completions`; the query string is kept apart.
         path: String,
         query: Option<String>,
+        /// `POST /v1/prompts/{promptId}/completions`: the stored prompt to render (the request
+        /// then goes on as a chat completion).
+        prompt: Option<String>,
     },
 }
 
@@ -72,6 +75,20 @@ pub(crate) fn classify(method: &str, full_path: &str) -> Result<Route, GatewayEr
             .with_code("unknown_endpoint")
     };
     let rest = path.strip_prefix("/v1").filter(|rest| rest.starts_with('/')).ok_or_else(not_found)?;
+    let prompt = rest.strip_prefix("/prompts/").and_then(|r| r.strip_suffix("/completions"));
+    if let Some(id) = prompt.filter(|id| !id.is_empty() && !id.contains('/')) {
+        if method != "POST" {
+            return Err(GatewayError::new(
+                405,
+                "invalid_request_error",
+                format!("{method} is not allowed on /v1{rest}; use POST"),
+            )
+            .with_code("method_not_allowed"));
+        }
+        let path = "/chat/completions".to_string();
+        let prompt = Some(id.to_string());
+        return Ok(Route::Api { endpoint: Endpoint::ChatCompletions, body: BodyMode::Json, path, query, prompt });
+    }
     if let Some((_, endpoint, body)) = INFERENCE.iter().find(|(p, _, _)| *p == rest) {
         if method != "POST" {
             return Err(GatewayError::new(
@@ -81,13 +98,13 @@ pub(crate) fn classify(method: &str, full_path: &str) -> Result<Route, GatewayEr
             )
             .with_code("method_not_allowed"));
         }
-        return Ok(Route::Api { endpoint: *endpoint, body: *body, path: rest.to_string(), query });
+        return Ok(Route::Api { endpoint: *endpoint, body: *body, path: rest.to_string(), query, prompt: None });
     }
     let is_resource = RESOURCES.iter().any(|r| rest == *r || rest.strip_prefix(r).is_some_and(|t| t.starts_with('/')));
     if is_resource {
         // The bodies the spec limits are read (and still sent as they came); uploads stream.
         let body = if resources::checked_body(method, rest).is_some() { BodyMode::Json } else { BodyMode::Passthrough };
-        return Ok(Route::Api { endpoint: Endpoint::Resource, body, path: rest.to_string(), query });
+        return Ok(Route::Api { endpoint: Endpoint::Resource, body, path: rest.to_string(), query, prompt: None });
     }
     Err(not_found())
 }
@@ -108,9 +125,16 @@ mod tests {
                 endpoint: Endpoint::ChatCompletions,
                 body: BodyMode::Json,
                 path: "/chat/completions".into(),
-                query: None
+                query: None,
+                prompt: None
             }
         );
+        let route = classify("POST", "/v1/prompts/pp-1/completions").unwrap();
+        assert!(matches!(route, Route::Api { endpoint: Endpoint::ChatCompletions, ref path, prompt: Some(ref id), .. }
+            if path == "/chat/completions" && id == "pp-1"));
+        assert_eq!(classify("GET", "/v1/prompts/pp-1/completions").unwrap_err().status, 405);
+        assert_eq!(classify("POST", "/v1/prompts/a/b/completions").unwrap_err().status, 404);
+        assert_eq!(classify("POST", "/v1/prompts/pp-1/render").unwrap_err().status, 404);
         let route = classify("POST", "/v1/audio/transcriptions?x=1").unwrap();
         assert!(matches!(route, Route::Api { body: BodyMode::Passthrough, query: Some(ref q), .. } if q == "x=1"));
     }

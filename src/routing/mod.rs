@@ -195,7 +195,7 @@ pub(crate) fn header_target(
 /// or guard it are refused rather than skipped: silently dropping a guardrail or a prompt
 /// template would send something the user did not intend. (The cache only makes a call
 /// cheaper, so it is accepted.)
-/// `control_plane`: stored guardrails of the top-level config are read from it.
+/// `control_plane`: stored guardrails and the prompt of the top-level config are read from it.
 pub(crate) fn unavailable_feature(node: &Config, root: bool, control_plane: bool) -> Option<&'static str> {
     let has_hooks = !node.input_guardrails.is_empty()
         || !node.output_guardrails.is_empty()
@@ -203,8 +203,12 @@ pub(crate) fn unavailable_feature(node: &Config, root: bool, control_plane: bool
         || !node.after_request_hooks.is_empty();
     let stored =
         node.input_guardrails.iter().chain(&node.output_guardrails).any(|g| matches!(g, Guardrail::Reference(_)));
-    if node.prompt_id.is_some() {
-        Some("prompt_id (prompt templates need the control plane)")
+    if node.prompt_id.is_some() && !(root && control_plane) {
+        Some(if root {
+            "prompt_id (prompt templates need the control plane)"
+        } else {
+            "prompt_id on a target (only the top-level config's applies; move it there)"
+        })
     } else if stored && root && !control_plane {
         Some("a stored guardrail (a string in input_guardrails/output_guardrails needs the control plane; write the guardrail inline)")
     } else if has_hooks && !root {

@@ -383,3 +383,102 @@ fn a_request_without_a_body_is_resumed_once_its_entries_arrived() {
     assert_eq!(gw.upstream_header(1, ":path").as_deref(), Some("/v1/batches"));
     assert_eq!(routed_to(&mut gw, 1).1.as_deref(), Some("Bearer sk-v"));
 }
+
+fn greeting() -> Vec<u8> {
+    value(json!({"string": "Hello {{name}}", "model": "gpt-x", "parameters": {"temperature": 0.2, "max_tokens": 9}}))
+}
+
+/// The body the request goes upstream with.
+fn upstream_body(gw: &mut Gateway, id: u32) -> Value {
+    json_of(&gw.io.streams(id).request_body)
+}
+
+#[test]
+fn a_config_prompt_id_renders_the_stored_prompt_into_the_chat_request() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let mut config = stored_openai("sk-1");
+    config["prompt_id"] = json!("greet");
+    let headers = chat_with_config("gw-key", &config);
+    // Read as soon as the headers are in.
+    assert_eq!(gw.request_headers(1, headers.clone(), true).action, Action::Pause);
+    let token = last_lookup(&gw, "/internal/v1/workspaces/default/prompts/greet");
+    // The body may omit model and messages; its own messages follow, its fields win.
+    let body = json!({"variables": {"name": "Ada"}, "max_tokens": 5,
+                      "messages": [{"role": "user", "content": "and more"}]});
+    assert_eq!(gw.request_body(1, body.to_string().as_bytes()).action, Action::Pause);
+    let out = gw.answer(token, 200, &[], &greeting());
+    assert!(resumed(&out, 1), "{out:?}");
+    let sent = upstream_body(&mut gw, 1);
+    assert_eq!(sent["model"], "gpt-x");
+    assert_eq!((sent["temperature"].as_f64(), sent["max_tokens"].as_u64()), (Some(0.2), Some(5)));
+    assert_eq!(
+        sent["messages"],
+        json!([{"role": "user", "content": "Hello Ada"}, {"role": "user", "content": "and more"}])
+    );
+    assert!(sent.get("variables").is_none(), "variables never go upstream");
+    assert_eq!(gw.finished(1).unwrap().model, "gpt-x");
+
+    // Warm; a missing variable is a 400 naming it.
+    let out = gw.post(2, headers.clone(), br#"{"variables": {}}"#);
+    let (_, status, _, body) = reply(&out);
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("name"), "{body}");
+    assert_eq!(cp_paths(&gw).len(), 1);
+
+    // Validation runs on the merged request.
+    let out = gw.post(3, headers, br#"{"variables": {"name": "x"}, "messages": "no"}"#);
+    assert_eq!(reply(&out).1, 400);
+
+    // An unknown prompt is a 404 before the body is even read.
+    config["prompt_id"] = json!("nope");
+    gw.request_headers(4, chat_with_config("gw-key", &config), true);
+    let out = gw.answer(last_lookup(&gw, "/internal/v1/workspaces/default/prompts/nope"), 404, &[], b"");
+    let (_, status, _, body) = reply(&out);
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("prompt_not_found")));
+}
+
+#[test]
+fn prompt_completions_render_then_go_as_a_chat_completion() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let headers = request(
+        "POST",
+        "/v1/prompts/greet/completions",
+        &[
+            ("x-gateway-api-key", "gw-key"),
+            ("x-gateway-provider", "openai"),
+            ("x-gateway-custom-host", "http://127.0.0.1:9000/v1"),
+            ("authorization", "Bearer sk-c"),
+        ],
+    );
+    assert_eq!(gw.request_headers(1, headers.clone(), true).action, Action::Pause);
+    gw.request_body(1, br#"{"variables": {"name": "Bo"}, "temperature": 0.9}"#);
+    let out = gw.answer(last_lookup(&gw, "/internal/v1/workspaces/default/prompts/greet"), 200, &[], &greeting());
+    assert!(resumed(&out, 1), "{out:?}");
+    assert_eq!(gw.upstream_header(1, ":path").as_deref(), Some("/v1/chat/completions"));
+    let sent = upstream_body(&mut gw, 1);
+    assert_eq!((sent["model"].as_str(), sent["temperature"].as_f64()), (Some("gpt-x"), Some(0.9)));
+    assert_eq!(sent["messages"], json!([{"role": "user", "content": "Hello Bo"}]));
+    assert!(sent.get("variables").is_none());
+    // The answer comes back as the chat completion it is.
+    gw.response_headers(1, 200, &[("content-type", "application/json")], "via_upstream");
+    gw.response_body(1, COMPLETION, true);
+    assert_eq!(json_of(&gw.client_body(1))["object"], "chat.completion");
+
+    // Another workspace does not see the prompt: its own 404.
+    let mut other = headers.clone();
+    set_header(&mut other, "x-gateway-api-key", Some(b"gw-team"));
+    gw.request_headers(2, other, true);
+    gw.answer(
+        last_lookup(&gw, &format!("/internal/v1/keys/{}", sha256_hex("gw-team"))),
+        200,
+        &[],
+        br#"{"workspace": "team"}"#,
+    );
+    let out = gw.answer(last_lookup(&gw, "/internal/v1/workspaces/team/prompts/greet"), 404, &[], b"");
+    assert_eq!(reply(&out).1, 404);
+
+    // Without a control plane there are no prompts.
+    let mut gw = Gateway::new(SETTINGS);
+    let out = gw.request_headers(1, headers, true);
+    assert_eq!(reply(&out).1, 501);
+}
