@@ -108,16 +108,19 @@ pub(crate) enum ConfigHeader<'a> {
 }
 
 /// Reads the config header: JSON (an object; anything else is refused as a config), or a
-/// saved config's id or slug.
+/// saved config's id or slug (any text that is not JSON; one outside the id characters is
+/// then unknown).
 pub(crate) fn config_header(raw: &str) -> Result<ConfigHeader<'_>, GatewayError> {
     let trimmed = raw.trim();
-    if !trimmed.starts_with(['{', '[']) && crate::catalog::valid_id(trimmed) {
+    let json = trimmed.starts_with(['{', '[']);
+    if !json && crate::catalog::valid_id(trimmed) {
         return Ok(ConfigHeader::Saved(trimmed));
     }
     match serde_json::from_str::<Value>(raw) {
         Ok(value) => parse_config(&value).map(|c| ConfigHeader::Inline(Box::new(c))).map_err(|e| e.to_gateway_error()),
-        Err(e) => Err(GatewayError::invalid_header("x-gateway-config", format!("not valid JSON: {e}"))
+        Err(e) if json => Err(GatewayError::invalid_header("x-gateway-config", format!("not valid JSON: {e}"))
             .with_code("invalid_config")),
+        Err(_) => Ok(ConfigHeader::Saved(trimmed)),
     }
 }
 

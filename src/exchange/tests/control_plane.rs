@@ -165,6 +165,10 @@ fn unknown_ids_are_404s_in_openai_shape_and_odd_ids_are_never_sent() {
         let (_, status, _, body) = reply(&out);
         assert_eq!((status, body["error"]["code"].as_str()), (404, Some("provider_not_found")), "{provider}: {body}");
     }
+    // A saved config id outside the charset likewise.
+    let out = gw.request_headers(14, chat("gw-key", &[("x-gateway-config", "../keys/x")]), true);
+    let (_, status, _, body) = reply(&out);
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("config_not_found")));
     // (A percent-encoded header value is refused earlier still.)
     let out = gw.post(13, chat("gw-key", &[("x-gateway-virtual-key", "a%2F..%2Fkeys")]), CHAT);
     assert!(reply(&out).1 >= 400);
