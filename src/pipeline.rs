@@ -138,6 +138,13 @@ fn or_lookup(result: Result<Started, GatewayError>, catalog: &mut Catalog) -> Re
     }
 }
 
+/// Whether the gateway reads the body of the request with headers `raw` (a JSON POST).
+pub(crate) fn reads_body(raw: &RawHeaders) -> bool {
+    let pseudo = |name: &str| headers::find(raw, name).map(String::from_utf8_lossy).unwrap_or_default();
+    let method = pseudo(":method");
+    matches!(classify(&method, &pseudo(":path")), Ok(Route::Api { body: BodyMode::Json, .. })) && method == "POST"
+}
+
 /// Request headers arrived: authenticate, parse the gateway headers and the config, and route
 /// the request when no body is needed. Control-plane entries come from `catalog`.
 pub(crate) fn start(

@@ -12,24 +12,30 @@ use crate::ports::Host;
 use crate::settings::{ControlPlaneSettings, Settings};
 use hashbrown::HashMap;
 
-/// What one request read, then what is fresh in shared data.
+/// What one request read, then what is fresh in shared data (each ref read from shared
+/// data once per pass: a provider named by several targets is parsed once).
 pub(super) struct Known<'a> {
-    pub(super) local: &'a HashMap<Ref, Entry>,
-    pub(super) fresh_ms: u64,
+    local: &'a HashMap<Ref, Entry>,
+    fresh_ms: u64,
+    shared: HashMap<Ref, Entry>,
+}
+
+impl<'a> Known<'a> {
+    pub(super) fn new(local: &'a HashMap<Ref, Entry>, settings: &Settings) -> Known<'a> {
+        let fresh_ms = settings.control_plane.as_ref().map_or(0, |cp| cp.fresh_ms);
+        Known { local, fresh_ms, shared: HashMap::new() }
+    }
 }
 
 impl Resolve for Known<'_> {
     fn get(&mut self, r: &Ref, host: &dyn Host) -> Option<Entry> {
-        if let Some(entry) = self.local.get(r) {
+        if let Some(entry) = self.local.get(r).or_else(|| self.shared.get(r)) {
             return Some(entry.clone());
         }
-        catalog::cached(host.store(), r, host.now_ms(), self.fresh_ms)
+        let entry = catalog::cached(host.store(), r, host.now_ms(), self.fresh_ms)?;
+        self.shared.insert(r.clone(), entry.clone());
+        Some(entry)
     }
-}
-
-/// The freshness window of `settings` (0 without a control plane: nothing is looked up).
-pub(super) fn fresh_ms(settings: &Settings) -> u64 {
-    settings.control_plane.as_ref().map_or(0, |cp| cp.fresh_ms)
 }
 
 fn get(cp: &ControlPlaneSettings, path: String) -> Dispatch {

@@ -438,10 +438,20 @@ enum Phase {
     Answered,
 }
 
-/// A request waiting for a control-plane entry: its headers, and its body once complete.
+/// A request waiting for a control-plane entry: its headers, and its body once complete
+/// (when the gateway reads it).
 struct Stalled {
     raw: RawHeaders,
     body: Option<(usize, Vec<u8>)>,
+    /// The body is complete (or there is none).
+    ended: bool,
+}
+
+impl Stalled {
+    fn new(raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Box<Stalled> {
+        let ended = body.is_some();
+        Box::new(Stalled { raw, body, ended })
+    }
 }
 
 /// A routed request not yet sent: its call, headers and body (as `forward` takes them).
@@ -596,7 +606,7 @@ impl Exchange {
     /// Processes the request from its headers (and its body, once complete): the first time,
     /// and again each time a control-plane entry it waited for arrived.
     fn process(&mut self, env: &mut Env, raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Action {
-        let mut known = lookups::Known { local: &self.known, fresh_ms: lookups::fresh_ms(env.settings) };
+        let mut known = lookups::Known::new(&self.known, env.settings);
         let mut catalog = Catalog::new(env.settings, &mut known);
         let started = match pipeline::start(env.settings, &raw, env.io.host(), &mut catalog) {
             Ok(Started::NeedsBody(pending)) => match &body {
@@ -610,7 +620,7 @@ impl Exchange {
             Err(error) => self.answer_error(env, &error),
             Ok(Started::Health) => self.health(env),
             Ok(Started::Ready(call)) => self.admit(env, call, raw, body),
-            Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled { raw, body }),
+            Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled::new(raw, body)),
             Ok(Started::NeedsBody(pending)) => {
                 self.unroute(env, &raw);
                 self.phase = Phase::AwaitingBody(Box::new((pending, raw)));
@@ -629,9 +639,13 @@ impl Exchange {
 
     fn request_body(&mut self, env: &mut Env, size: usize, end_of_stream: bool) -> Action {
         if let Phase::AwaitingLookup(stalled) = &mut self.phase {
-            // Buffered meanwhile; the request is processed with it once the entry arrived.
-            if end_of_stream && stalled.body.is_none() {
-                stalled.body = Some((size, env.io.request_body(env.id, size)));
+            // Buffered meanwhile; the request is processed with it once the entry arrived (a
+            // body the gateway does not read stays in Envoy's buffer).
+            if end_of_stream && !stalled.ended {
+                stalled.ended = true;
+                if pipeline::reads_body(&stalled.raw) {
+                    stalled.body = Some((size, env.io.request_body(env.id, size)));
+                }
             }
             return Action::Pause;
         }
@@ -646,19 +660,19 @@ impl Exchange {
         };
         let (pending, raw) = *held;
         let body = env.io.request_body(env.id, size);
-        let mut known = lookups::Known { local: &self.known, fresh_ms: lookups::fresh_ms(env.settings) };
+        let mut known = lookups::Known::new(&self.known, env.settings);
         let mut catalog = Catalog::new(env.settings, &mut known);
         match pipeline::finish(env.settings, pending, &body, env.io.host(), &mut catalog) {
             Err(error) => self.answer_error(env, &error),
             Ok(Started::Ready(call)) => self.admit(env, call, raw, Some((size, body))),
-            Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled { raw, body: Some((size, body)) }),
+            Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled::new(raw, Some((size, body)))),
             Ok(_) => self.answer_error(env, &GatewayError::new(500, "api_error", "the request was not routed")),
         }
     }
 
     /// Holds the request until control-plane entry `r` arrives: one read per entry serves
     /// every request of this worker waiting for it.
-    fn look_up(&mut self, env: &mut Env, r: Ref, stalled: Stalled) -> Action {
+    fn look_up(&mut self, env: &mut Env, r: Ref, stalled: Box<Stalled>) -> Action {
         let Some(cp) = &env.settings.control_plane else {
             return self.answer_error(env, &crate::catalog::unavailable(&r, "not configured"));
         };
@@ -670,7 +684,7 @@ impl Exchange {
         self.unroute(env, &stalled.raw);
         if let Some(waiters) = env.tasks.lookup_waiters.get_mut(&r) {
             waiters.push(env.id);
-            self.phase = Phase::AwaitingLookup(Box::new(stalled));
+            self.phase = Phase::AwaitingLookup(stalled);
             return Action::Pause;
         }
         let Some(token) = env.io.dispatch(env.id, &lookups::call(cp, &r)) else {
@@ -686,7 +700,7 @@ impl Exchange {
         };
         env.tasks.calls.insert(token, (env.id, Task::Lookup(r.clone())));
         env.tasks.lookup_waiters.insert(r, vec![env.id]);
-        self.phase = Phase::AwaitingLookup(Box::new(stalled));
+        self.phase = Phase::AwaitingLookup(stalled);
         Action::Pause
     }
 
@@ -701,7 +715,7 @@ impl Exchange {
         let action = match settled {
             Ok(entry) => {
                 self.known.insert(r.clone(), entry.clone());
-                let Stalled { raw, body } = *stalled;
+                let Stalled { raw, body, .. } = *stalled;
                 self.process(env, raw, body)
             }
             Err(error) => self.answer_error(env, error),
@@ -743,7 +757,7 @@ impl Exchange {
     fn request_trailers(&mut self, env: &mut Env) -> Action {
         // The body of a held request ends with trailers instead of end_of_stream: no client of
         // this API sends them, and the request must never go on unchecked.
-        let incomplete = matches!(&self.phase, Phase::AwaitingLookup(stalled) if stalled.body.is_none());
+        let incomplete = matches!(&self.phase, Phase::AwaitingLookup(stalled) if !stalled.ended);
         if matches!(self.phase, Phase::AwaitingBody(..)) || incomplete {
             let error = GatewayError::invalid_param("body", "request trailers are not supported on this endpoint");
             return self.answer_error(env, &error);

@@ -486,3 +486,30 @@ fn prompt_completions_render_then_go_as_a_chat_completion() {
     let out = gw.request_headers(1, headers, true);
     assert_eq!(reply(&out).1, 501);
 }
+
+#[test]
+fn a_streamed_upload_waits_for_the_key_then_goes_as_it_came() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let headers = request(
+        "POST",
+        "/v1/files",
+        &[
+            ("x-gateway-api-key", "gw-team"),
+            ("x-gateway-provider", "openai"),
+            ("x-gateway-custom-host", "http://127.0.0.1:9000/v1"),
+            ("authorization", "Bearer sk-c"),
+            ("content-type", "multipart/form-data; boundary=b"),
+        ],
+    );
+    assert_eq!(gw.request_headers(1, headers, true).action, Action::Pause);
+    assert_eq!(gw.request_body(1, b"--b\r\n...file...\r\n--b--").action, Action::Pause, "buffered by Envoy");
+    let path = format!("/internal/v1/keys/{}", sha256_hex("gw-team"));
+    let out = gw.answer(last_lookup(&gw, &path), 200, &[], br#"{"workspace": "team"}"#);
+    assert!(resumed(&out, 1), "{out:?}");
+    assert_eq!(gw.upstream_header(1, ":path").as_deref(), Some("/v1/files"));
+    assert!(!gw.io.writes_of(1).iter().any(|w| matches!(w, Write::RequestBody(..))), "the body goes as it came");
+    // Trailers before the body ended: refused, never sent on unchecked.
+    gw.request_headers(2, chat("gw-other-team", &[("x-gateway-provider", "openai")]), true);
+    let out = gw.worker.request_trailers(2, &mut gw.io);
+    assert_eq!(reply(&out).1, 400);
+}
