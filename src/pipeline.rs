@@ -200,7 +200,7 @@ fn start_pass(
         .filter(|(name, _)| read(name))
         .map(|(name, value)| decode_value(name, value).map(|text| (name.as_str(), text)))
         .collect::<Result<Vec<_>, _>>()?;
-    let gateway = GatewayHeaders::parse(decoded.iter().map(|(name, value)| (*name, value.as_str())))?;
+    let mut gateway = GatewayHeaders::parse(decoded.iter().map(|(name, value)| (*name, value.as_str())))?;
     let config = gateway.config.as_deref().map(|raw| config_of(raw, catalog, host)).transpose()?;
     let guardrails = match &config {
         Some(config) if catalog.enabled() => stored_guardrails(config, catalog, host)?,
@@ -226,7 +226,13 @@ fn start_pass(
             return Err(crate::routing::not_implemented("prompt completions (prompts need the control plane)"));
         }
         // Read before the body arrives: an unknown prompt is a 404 at once.
-        catalog.require(Kind::Prompt, id, host)?;
+        let version = catalog.require(Kind::Prompt, id, host)?;
+        // The prompt's own virtual key selects the provider when the headers name none (a
+        // config's provider still wins).
+        if gateway.provider.is_none() && gateway.virtual_key.is_none() {
+            let own = version.get("virtual_key").and_then(Value::as_str).filter(|k| !k.is_empty());
+            gateway.virtual_key = own.map(str::to_string);
+        }
     }
     if endpoint == Endpoint::Resource {
         resources::check_path(&path)?;

@@ -513,3 +513,21 @@ fn a_streamed_upload_waits_for_the_key_then_goes_as_it_came() {
     let out = gw.worker.request_trailers(2, &mut gw.io);
     assert_eq!(reply(&out).1, 400);
 }
+
+#[test]
+fn a_prompt_with_its_own_virtual_key_needs_no_provider_header() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let headers = request("POST", "/v1/prompts/greet/completions", &[("x-gateway-api-key", "gw-key")]);
+    gw.post(1, headers, br#"{"variables": {"name": "Cy"}}"#);
+    let version = json!({"string": "Hi {{name}}", "model": "gpt-x", "virtual_key": "prompt-vk"});
+    let out = gw.answer(last_lookup(&gw, "/internal/v1/workspaces/default/prompts/greet"), 200, &[], &value(version));
+    assert!(out.after.is_empty());
+    let out = gw.answer(
+        last_lookup(&gw, "/internal/v1/workspaces/default/providers/prompt-vk"),
+        200,
+        &[],
+        &value(stored_openai("sk-vk")),
+    );
+    assert!(resumed(&out, 1), "{out:?}");
+    assert_eq!(routed_to(&mut gw, 1).1.as_deref(), Some("Bearer sk-vk"));
+}
