@@ -6,8 +6,10 @@
 //! the catalog notes it and routing stops with a placeholder error, which the pipeline turns
 //! into a lookup (the exchange fetches it with a dispatched call and replays the request).
 //!
-//! Shared data holds what was read in a fixed number of slots picked by a hash of the ref;
-//! each value names its ref in full, so a collision is a miss, never another ref's data.
+//! Shared data holds what was read in a fixed number of slots picked by a hash of the ref
+//! (keys and items in slots of their own, so callers with made-up keys cannot push items
+//! out); each value names its ref in full, so a collision is a miss, never another ref's
+//! data, and an absent entry never replaces another ref's entry that is still usable.
 
 use crate::errors::GatewayError;
 use crate::hash::Hasher;
@@ -20,7 +22,8 @@ use std::rc::Rc;
 
 /// The workspace of the plugin configuration's own keys.
 pub(crate) const DEFAULT_WORKSPACE: &str = "default";
-/// Shared-data slots of the lookup cache (`cp:0` .. `cp:1023`, each created on first use).
+/// Shared-data slots of the lookup cache, for items (`cp:0` .. `cp:1023`) and for gateway keys
+/// (`cp:key:0` ..), each created on first use.
 pub(crate) const SLOTS: u64 = 1024;
 /// Larger answers are used by the requests that read them but not kept in shared data.
 pub(crate) const MAX_ENTRY_BYTES: usize = 64 << 10;
@@ -94,7 +97,10 @@ impl Ref {
 
     fn slot(&self) -> String {
         let hash = Hasher::seeded(3).part(Some(self.identity().as_bytes())).finish();
-        format!("cp:{}", hash % SLOTS)
+        match self.kind {
+            Kind::Key => format!("cp:key:{}", hash % SLOTS),
+            _ => format!("cp:{}", hash % SLOTS),
+        }
     }
 }
 
@@ -247,29 +253,44 @@ pub(crate) fn from_answer(r: &Ref, status: u16, body: &[u8]) -> Result<Entry, St
     Ok(Some(Rc::new(value)))
 }
 
-/// The entry of `r` in shared data, when it was read at most `max_age_ms` before `now_ms`.
-pub(crate) fn cached(store: &dyn SharedStore, r: &Ref, now_ms: u64, max_age_ms: u64) -> Option<Entry> {
-    let (value, _) = store.get(&r.slot())?;
+/// A slot's value read apart: when it was read, found or absent, whose it is, the payload.
+struct Slot<'a> {
+    fetched_ms: u64,
+    found: bool,
+    identity: &'a [u8],
+    payload: &'a [u8],
+}
+
+fn read_slot(value: &[u8]) -> Option<Slot<'_>> {
     let (fetched, rest) = value.split_first_chunk::<8>()?;
     let (found, rest) = rest.split_first()?;
     let (length, rest) = rest.split_first_chunk::<4>()?;
     let length = usize::try_from(u32::from_le_bytes(*length)).ok()?;
-    let identity = rest.get(..length)?;
-    let payload = rest.get(length..)?;
-    if identity != r.identity().as_bytes() {
+    Some(Slot {
+        fetched_ms: u64::from_le_bytes(*fetched),
+        found: *found != 0,
+        identity: rest.get(..length)?,
+        payload: rest.get(length..)?,
+    })
+}
+
+/// The entry of `r` in shared data, when it was read at most `max_age_ms` before `now_ms`.
+pub(crate) fn cached(store: &dyn SharedStore, r: &Ref, now_ms: u64, max_age_ms: u64) -> Option<Entry> {
+    let (value, _) = store.get(&r.slot())?;
+    let slot = read_slot(&value)?;
+    if slot.identity != r.identity().as_bytes() || now_ms.saturating_sub(slot.fetched_ms) > max_age_ms {
         return None;
     }
-    if now_ms.saturating_sub(u64::from_le_bytes(*fetched)) > max_age_ms {
-        return None;
-    }
-    match found {
-        0 => Some(None),
-        _ => serde_json::from_slice(payload).ok().map(|v| Some(Rc::new(v))),
+    match slot.found {
+        false => Some(None),
+        true => serde_json::from_slice(slot.payload).ok().map(|v| Some(Rc::new(v))),
     }
 }
 
-/// Keeps `entry` of `r`, read at `now_ms`, in its slot (unless it is too large).
-pub(crate) fn remember(store: &dyn SharedStore, r: &Ref, entry: &Entry, now_ms: u64) {
+/// Keeps `entry` of `r`, read at `now_ms`, in its slot (unless it is too large). An absent
+/// entry does not replace another ref's found entry read within `grace_ms`: unknown ids (or
+/// made-up keys) never push out what serves others while the control plane is down.
+pub(crate) fn remember(store: &dyn SharedStore, r: &Ref, entry: &Entry, now_ms: u64, grace_ms: u64) {
     let payload = match entry {
         Some(value) => match serde_json::to_vec(value.as_ref()) {
             Ok(bytes) => bytes,
@@ -280,6 +301,15 @@ pub(crate) fn remember(store: &dyn SharedStore, r: &Ref, entry: &Entry, now_ms: 
     let identity = r.identity();
     if payload.len() + identity.len() > MAX_ENTRY_BYTES {
         return;
+    }
+    if entry.is_none() {
+        let current = store.get(&r.slot());
+        let usable = current.as_ref().and_then(|(value, _)| read_slot(value)).is_some_and(|slot| {
+            slot.found && slot.identity != identity.as_bytes() && now_ms.saturating_sub(slot.fetched_ms) <= grace_ms
+        });
+        if usable {
+            return;
+        }
     }
     let Ok(length) = u32::try_from(identity.len()) else {
         return;
@@ -304,6 +334,8 @@ mod tests {
     use serde_json::json;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    const GRACE: u64 = 600_000;
 
     fn config(workspace: &str, id: &str) -> Ref {
         Ref { kind: Kind::Config, workspace: workspace.into(), id: id.into() }
@@ -338,7 +370,7 @@ mod tests {
         let store = host.store();
         let a = config("ws", "a");
         assert_eq!(cached(store, &a, 0, 5000), None);
-        remember(store, &a, &Some(Rc::new(json!({"provider": "openai"}))), 1000);
+        remember(store, &a, &Some(Rc::new(json!({"provider": "openai"}))), 1000, GRACE);
         assert_eq!(cached(store, &a, 6000, 5000), Some(Some(Rc::new(json!({"provider": "openai"})))));
         assert_eq!(cached(store, &a, 6001, 5000), None, "stale");
         assert!(cached(store, &a, 6001, 600_000).is_some(), "within grace");
@@ -346,21 +378,29 @@ mod tests {
         assert_eq!(cached(store, &config("other", "a"), 1000, 5000), None);
         // Absent entries are kept too.
         let b = config("ws", "b");
-        remember(store, &b, &None, 1000);
+        remember(store, &b, &None, 1000, GRACE);
         assert_eq!(cached(store, &b, 1000, 5000), Some(None));
         // A ref whose slot holds another ref's value is a miss.
         let slot = a.slot();
         let other = (0..5000).map(|i| config("ws", &format!("x{i}"))).find(|r| r.slot() == slot).unwrap();
         assert_eq!(cached(store, &other, 1000, 5000), None);
-        remember(store, &other, &None, 1000);
+        // Absent never pushes out a usable found entry; found does, and so does absent later.
+        remember(store, &other, &None, 1000, GRACE);
+        assert!(cached(store, &a, 1000, 5000).is_some(), "kept");
+        remember(store, &other, &None, 1000 + GRACE + 1, GRACE);
+        assert_eq!(cached(store, &a, 1000, GRACE * 2), None, "replaced once past grace");
+        remember(store, &a, &Some(Rc::new(json!(1))), 1000, GRACE);
+        remember(store, &other, &Some(Rc::new(json!(2))), 1000, GRACE);
         assert_eq!(cached(store, &a, 1000, 5000), None, "overwritten");
+        // Keys have slots of their own.
+        assert!(Ref::key(b"k").slot().starts_with("cp:key:"));
     }
 
     #[test]
     fn large_entries_are_not_kept() {
         let host = FakeHost::new(0);
         let big = config("ws", "big");
-        remember(host.store(), &big, &Some(Rc::new(json!("x".repeat(MAX_ENTRY_BYTES)))), 0);
+        remember(host.store(), &big, &Some(Rc::new(json!("x".repeat(MAX_ENTRY_BYTES)))), 0, GRACE);
         assert_eq!(cached(host.store(), &big, 0, 5000), None);
     }
 

@@ -75,7 +75,7 @@ pub(super) fn settle(
     let now_ms = host.now_ms();
     match catalog::from_answer(r, answer.status, &answer.body) {
         Ok(entry) => {
-            catalog::remember(host.store(), r, &entry, now_ms);
+            catalog::remember(host.store(), r, &entry, now_ms, cp.grace_ms);
             Ok(entry)
         }
         Err(why) => failed(cp, r, &why, host),
