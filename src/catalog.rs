@@ -253,44 +253,78 @@ pub(crate) fn from_answer(r: &Ref, status: u16, body: &[u8]) -> Result<Entry, St
     Ok(Some(Rc::new(value)))
 }
 
-/// A slot's value read apart: when it was read, found or absent, whose it is, the payload.
+/// A slot's value read apart: when it was read, until when it is used without asking again,
+/// found or absent, whose it is, the payload.
 struct Slot<'a> {
     fetched_ms: u64,
+    fresh_until_ms: u64,
     found: bool,
     identity: &'a [u8],
     payload: &'a [u8],
 }
 
+const HEAD: usize = 21;
+
 fn read_slot(value: &[u8]) -> Option<Slot<'_>> {
     let (fetched, rest) = value.split_first_chunk::<8>()?;
+    let (fresh_until, rest) = rest.split_first_chunk::<8>()?;
     let (found, rest) = rest.split_first()?;
     let (length, rest) = rest.split_first_chunk::<4>()?;
     let length = usize::try_from(u32::from_le_bytes(*length)).ok()?;
     Some(Slot {
         fetched_ms: u64::from_le_bytes(*fetched),
+        fresh_until_ms: u64::from_le_bytes(*fresh_until),
         found: *found != 0,
         identity: rest.get(..length)?,
         payload: rest.get(length..)?,
     })
 }
 
-/// The entry of `r` in shared data, when it was read at most `max_age_ms` before `now_ms`.
-pub(crate) fn cached(store: &dyn SharedStore, r: &Ref, now_ms: u64, max_age_ms: u64) -> Option<Entry> {
-    let (value, _) = store.get(&r.slot())?;
-    let slot = read_slot(&value)?;
-    if slot.identity != r.identity().as_bytes() || now_ms.saturating_sub(slot.fetched_ms) > max_age_ms {
-        return None;
-    }
+/// `r`'s slot, when it holds `r`.
+fn own_slot<'a>(value: &'a [u8], r: &Ref) -> Option<Slot<'a>> {
+    read_slot(value).filter(|slot| slot.identity == r.identity().as_bytes())
+}
+
+fn entry_of(slot: &Slot) -> Option<Entry> {
     match slot.found {
         false => Some(None),
         true => serde_json::from_slice(slot.payload).ok().map(|v| Some(Rc::new(v))),
     }
 }
 
+/// The entry of `r` in shared data while it is fresh (used without asking again).
+pub(crate) fn fresh(store: &dyn SharedStore, r: &Ref, now_ms: u64) -> Option<Entry> {
+    let (value, _) = store.get(&r.slot())?;
+    own_slot(&value, r).filter(|slot| now_ms <= slot.fresh_until_ms).as_ref().and_then(entry_of)
+}
+
+/// The entry of `r` in shared data, when it was read at most `max_age_ms` before `now_ms`.
+pub(crate) fn within(store: &dyn SharedStore, r: &Ref, now_ms: u64, max_age_ms: u64) -> Option<Entry> {
+    let (value, _) = store.get(&r.slot())?;
+    own_slot(&value, r).filter(|slot| now_ms.saturating_sub(slot.fetched_ms) <= max_age_ms).as_ref().and_then(entry_of)
+}
+
+/// `r`'s entry is used without asking again until `fresh_until_ms` (the control plane could
+/// not answer: one call per window asks again, not one per request). When it was read is
+/// kept, so the grace period still counts from there.
+pub(crate) fn extend(store: &dyn SharedStore, r: &Ref, fresh_until_ms: u64) {
+    let Some((mut value, cas)) = store.get(&r.slot()) else {
+        return;
+    };
+    if own_slot(&value, r).is_none() {
+        return;
+    }
+    if let Some(field) = value.get_mut(8..16) {
+        field.copy_from_slice(&fresh_until_ms.to_le_bytes());
+        // Another worker's newer write wins.
+        store.set(&r.slot(), &value, cas);
+    }
+}
+
 /// Keeps `entry` of `r`, read at `now_ms`, in its slot (unless it is too large). An absent
 /// entry does not replace another ref's found entry read within `grace_ms`: unknown ids (or
 /// made-up keys) never push out what serves others while the control plane is down.
-pub(crate) fn remember(store: &dyn SharedStore, r: &Ref, entry: &Entry, now_ms: u64, grace_ms: u64) {
+pub(crate) fn remember(store: &dyn SharedStore, r: &Ref, entry: &Entry, now_ms: u64, fresh_ms: u64, grace_ms: u64) {
     let payload = match entry {
         Some(value) => match serde_json::to_vec(value.as_ref()) {
             Ok(bytes) => bytes,
@@ -314,8 +348,9 @@ pub(crate) fn remember(store: &dyn SharedStore, r: &Ref, entry: &Entry, now_ms: 
     let Ok(length) = u32::try_from(identity.len()) else {
         return;
     };
-    let mut value = Vec::with_capacity(13 + identity.len() + payload.len());
+    let mut value = Vec::with_capacity(HEAD + identity.len() + payload.len());
     value.extend_from_slice(&now_ms.to_le_bytes());
+    value.extend_from_slice(&now_ms.saturating_add(fresh_ms).to_le_bytes());
     value.push(u8::from(entry.is_some()));
     value.extend_from_slice(&length.to_le_bytes());
     value.extend_from_slice(identity.as_bytes());
@@ -335,6 +370,7 @@ mod tests {
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
+    const FRESH: u64 = 5000;
     const GRACE: u64 = 600_000;
 
     fn config(workspace: &str, id: &str) -> Ref {
@@ -369,29 +405,36 @@ mod tests {
         let host = FakeHost::new(0);
         let store = host.store();
         let a = config("ws", "a");
-        assert_eq!(cached(store, &a, 0, 5000), None);
-        remember(store, &a, &Some(Rc::new(json!({"provider": "openai"}))), 1000, GRACE);
-        assert_eq!(cached(store, &a, 6000, 5000), Some(Some(Rc::new(json!({"provider": "openai"})))));
-        assert_eq!(cached(store, &a, 6001, 5000), None, "stale");
-        assert!(cached(store, &a, 6001, 600_000).is_some(), "within grace");
+        assert_eq!(fresh(store, &a, 0), None);
+        remember(store, &a, &Some(Rc::new(json!({"provider": "openai"}))), 1000, FRESH, GRACE);
+        assert_eq!(fresh(store, &a, 6000), Some(Some(Rc::new(json!({"provider": "openai"})))));
+        assert_eq!(fresh(store, &a, 6001), None, "stale");
+        assert!(within(store, &a, 6001, GRACE).is_some(), "within grace");
+        assert!(within(store, &a, 1001 + GRACE, GRACE).is_none(), "past grace");
+        // The control plane did not answer: fresh again for a while, grace still from the read.
+        extend(store, &a, 12_000);
+        assert!(fresh(store, &a, 12_000).is_some());
+        assert!(within(store, &a, 1001 + GRACE, GRACE).is_none());
         // Another workspace's ref with the same id is another entry.
-        assert_eq!(cached(store, &config("other", "a"), 1000, 5000), None);
+        assert_eq!(fresh(store, &config("other", "a"), 1000), None);
         // Absent entries are kept too.
         let b = config("ws", "b");
-        remember(store, &b, &None, 1000, GRACE);
-        assert_eq!(cached(store, &b, 1000, 5000), Some(None));
+        remember(store, &b, &None, 1000, FRESH, GRACE);
+        assert_eq!(fresh(store, &b, 1000), Some(None));
         // A ref whose slot holds another ref's value is a miss.
         let slot = a.slot();
         let other = (0..5000).map(|i| config("ws", &format!("x{i}"))).find(|r| r.slot() == slot).unwrap();
-        assert_eq!(cached(store, &other, 1000, 5000), None);
+        assert_eq!(fresh(store, &other, 1000), None);
+        extend(store, &other, 99_999);
+        assert_eq!(fresh(store, &other, 1000), None, "never extends another's entry");
         // Absent never pushes out a usable found entry; found does, and so does absent later.
-        remember(store, &other, &None, 1000, GRACE);
-        assert!(cached(store, &a, 1000, 5000).is_some(), "kept");
-        remember(store, &other, &None, 1000 + GRACE + 1, GRACE);
-        assert_eq!(cached(store, &a, 1000, GRACE * 2), None, "replaced once past grace");
-        remember(store, &a, &Some(Rc::new(json!(1))), 1000, GRACE);
-        remember(store, &other, &Some(Rc::new(json!(2))), 1000, GRACE);
-        assert_eq!(cached(store, &a, 1000, 5000), None, "overwritten");
+        remember(store, &other, &None, 1000, FRESH, GRACE);
+        assert!(fresh(store, &a, 1000).is_some(), "kept");
+        remember(store, &other, &None, 1000 + GRACE + 1, FRESH, GRACE);
+        assert_eq!(within(store, &a, 1000, GRACE), None, "replaced once past grace");
+        remember(store, &a, &Some(Rc::new(json!(1))), 1000, FRESH, GRACE);
+        remember(store, &other, &Some(Rc::new(json!(2))), 1000, FRESH, GRACE);
+        assert_eq!(fresh(store, &a, 1000), None, "overwritten");
         // Keys have slots of their own.
         assert!(Ref::key(b"k").slot().starts_with("cp:key:"));
     }
@@ -400,8 +443,8 @@ mod tests {
     fn large_entries_are_not_kept() {
         let host = FakeHost::new(0);
         let big = config("ws", "big");
-        remember(host.store(), &big, &Some(Rc::new(json!("x".repeat(MAX_ENTRY_BYTES)))), 0, GRACE);
-        assert_eq!(cached(host.store(), &big, 0, 5000), None);
+        remember(host.store(), &big, &Some(Rc::new(json!("x".repeat(MAX_ENTRY_BYTES)))), 0, FRESH, GRACE);
+        assert_eq!(fresh(host.store(), &big, 0), None);
     }
 
     #[test]

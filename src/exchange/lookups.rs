@@ -16,14 +16,12 @@ use hashbrown::HashMap;
 /// data once per pass: a provider named by several targets is parsed once).
 pub(super) struct Known<'a> {
     local: &'a HashMap<Ref, Entry>,
-    fresh_ms: u64,
     shared: HashMap<Ref, Entry>,
 }
 
 impl<'a> Known<'a> {
-    pub(super) fn new(local: &'a HashMap<Ref, Entry>, settings: &Settings) -> Known<'a> {
-        let fresh_ms = settings.control_plane.as_ref().map_or(0, |cp| cp.fresh_ms);
-        Known { local, fresh_ms, shared: HashMap::new() }
+    pub(super) fn new(local: &'a HashMap<Ref, Entry>) -> Known<'a> {
+        Known { local, shared: HashMap::new() }
     }
 }
 
@@ -32,7 +30,7 @@ impl Resolve for Known<'_> {
         if let Some(entry) = self.local.get(r).or_else(|| self.shared.get(r)) {
             return Some(entry.clone());
         }
-        let entry = catalog::cached(host.store(), r, host.now_ms(), self.fresh_ms)?;
+        let entry = catalog::fresh(host.store(), r, host.now_ms())?;
         self.shared.insert(r.clone(), entry.clone());
         Some(entry)
     }
@@ -75,16 +73,19 @@ pub(super) fn settle(
     let now_ms = host.now_ms();
     match catalog::from_answer(r, answer.status, &answer.body) {
         Ok(entry) => {
-            catalog::remember(host.store(), r, &entry, now_ms, cp.grace_ms);
+            catalog::remember(host.store(), r, &entry, now_ms, cp.fresh_ms, cp.grace_ms);
             Ok(entry)
         }
         Err(why) => failed(cp, r, &why, host),
     }
 }
 
-/// The control plane could not give `r` (`why`): the entry read within the grace period, or a
-/// 503.
+/// The control plane could not give `r` (`why`): the entry read within the grace period (used
+/// again without a call for another freshness window), or a 503.
 pub(super) fn failed(cp: &ControlPlaneSettings, r: &Ref, why: &str, host: &dyn Host) -> Result<Entry, GatewayError> {
     log::warn!("control plane read of {} failed: {why}", r.path());
-    catalog::cached(host.store(), r, host.now_ms(), cp.grace_ms).ok_or_else(|| catalog::unavailable(r, why))
+    let now_ms = host.now_ms();
+    let entry = catalog::within(host.store(), r, now_ms, cp.grace_ms).ok_or_else(|| catalog::unavailable(r, why))?;
+    catalog::extend(host.store(), r, now_ms.saturating_add(cp.fresh_ms));
+    Ok(entry)
 }

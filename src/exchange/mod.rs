@@ -606,7 +606,7 @@ impl Exchange {
     /// Processes the request from its headers (and its body, once complete): the first time,
     /// and again each time a control-plane entry it waited for arrived.
     fn process(&mut self, env: &mut Env, raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Action {
-        let mut known = lookups::Known::new(&self.known, env.settings);
+        let mut known = lookups::Known::new(&self.known);
         let mut catalog = Catalog::new(env.settings, &mut known);
         let started = match pipeline::start(env.settings, &raw, env.io.host(), &mut catalog) {
             Ok(Started::NeedsBody(pending)) => match &body {
@@ -660,7 +660,7 @@ impl Exchange {
         };
         let (pending, raw) = *held;
         let body = env.io.request_body(env.id, size);
-        let mut known = lookups::Known::new(&self.known, env.settings);
+        let mut known = lookups::Known::new(&self.known);
         let mut catalog = Catalog::new(env.settings, &mut known);
         match pipeline::finish(env.settings, pending, &body, env.io.host(), &mut catalog) {
             Err(error) => self.answer_error(env, &error),

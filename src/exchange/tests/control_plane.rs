@@ -208,11 +208,15 @@ fn a_control_plane_that_is_down_serves_what_was_read_within_grace_and_503s_the_r
     let out = gw.answer(last_lookup(&gw, "/internal/v1/workspaces/default/providers/prod"), 0, &[], b"");
     assert!(resumed(&out, 5), "{out:?}");
     assert_eq!(routed_to(&mut gw, 5).1.as_deref(), Some("Bearer sk-1"));
-    // The dispatch itself failing counts as down too.
-    gw.io.dispatch_fails = true;
+    // Meanwhile it is used without asking again for another 5 s (not one call per request).
     assert_eq!(gw.post(6, headers.clone(), CHAT), Output::proceed());
-    // Until the grace period is over: then 503.
-    gw.advance_clock(600_000);
+    assert_eq!(cp_paths(&gw).len(), 4);
+    // Then asked again; the dispatch itself failing counts as down too.
+    gw.advance_clock(5001);
+    gw.io.dispatch_fails = true;
+    assert_eq!(gw.post(9, headers.clone(), CHAT), Output::proceed());
+    // Until the grace period (counted from the read) is over: then 503.
+    gw.advance_clock(600_000 - 5001);
     let out = gw.post(7, headers.clone(), CHAT);
     assert_eq!(reply(&out).1, 503);
     gw.io.dispatch_fails = false;
