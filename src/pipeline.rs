@@ -523,11 +523,6 @@ impl Call {
         self.intake.guardrails.iter().find(|(known, _)| known == reference).map(|(_, item)| item)
     }
 
-    /// The caller's workspace.
-    pub(crate) fn workspace(&self) -> &str {
-        &self.intake.workspace
-    }
-
     /// The top-level config node, whose hooks and guardrails apply to the request.
     pub(crate) fn root_config(&self) -> Option<&Config> {
         self.intake.config.as_ref()

@@ -586,9 +586,6 @@ impl Exchange {
         if self.record.metadata.is_none() {
             self.record.metadata = call.metadata().cloned();
         }
-        if self.settings.control_plane.is_some() && self.record.workspace.is_empty() {
-            self.record.workspace = call.workspace().to_string();
-        }
     }
 
     /// The first byte of a streamed answer goes to the client now.
@@ -616,6 +613,10 @@ impl Exchange {
             },
             started => started,
         };
+        // The caller's workspace, once its key is known (with a control plane).
+        if catalog.enabled() && !catalog.workspace.is_empty() {
+            self.record.workspace.clone_from(&catalog.workspace);
+        }
         match started {
             Err(error) => self.answer_error(env, &error),
             Ok(Started::Health) => self.health(env),

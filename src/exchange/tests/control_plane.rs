@@ -267,6 +267,7 @@ fn workspaces_never_see_each_others_items_or_cached_answers() {
     gw.post(3, chat("gw-key", &[("x-gateway-provider", "@team-b-only")]), CHAT);
     let out = gw.answer(last_lookup(&gw, "/internal/v1/workspaces/default/providers/team-b-only"), 404, &[], b"");
     assert_eq!(reply(&out).1, 404);
+    assert_eq!(gw.finished(3).unwrap().workspace, "default", "errors are recorded with the workspace too");
 
     // Within a workspace the cache is shared by its keys: default's static key hits.
     gw.request_headers(4, with_config("gw-key"), true);
