@@ -536,3 +536,37 @@ fn a_prompt_with_its_own_virtual_key_needs_no_provider_header() {
     assert!(resumed(&out, 1), "{out:?}");
     assert_eq!(routed_to(&mut gw, 1).1.as_deref(), Some("Bearer sk-vk"));
 }
+
+#[test]
+#[ignore = "a timing, not a check: cargo test --release -- --ignored --nocapture warm_cost"]
+fn warm_cost() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let saved = chat("gw-key", &[("x-gateway-config", "cfg")]);
+    gw.post(1, saved.clone(), CHAT);
+    gw.answer(
+        last_lookup(&gw, "/internal/v1/workspaces/default/configs/cfg"),
+        200,
+        &[],
+        &value(json!({"provider": "@prod"})),
+    );
+    gw.answer(
+        last_lookup(&gw, "/internal/v1/workspaces/default/providers/prod"),
+        200,
+        &[],
+        &value(stored_openai("sk-p")),
+    );
+    let inline = chat_with_config("gw-key", &stored_openai("sk-p"));
+    let mut time = |headers: &RawHeaders| {
+        let start = std::time::Instant::now();
+        for id in 10..20_010 {
+            assert_eq!(gw.post(id, headers.clone(), CHAT), Output::proceed());
+            gw.finished(id);
+            gw.io.streams.remove(&id);
+            gw.io.writes.clear();
+        }
+        start.elapsed().as_nanos() / 20_000
+    };
+    let (a, b) = (time(&inline), time(&saved));
+    let (a, b) = (a.min(time(&inline)), b.min(time(&saved)));
+    println!("warm request: config in the header {a} ns, saved config + @slug {b} ns");
+}
