@@ -27,8 +27,9 @@ pub(crate) const DEFAULT_WORKSPACE: &str = "default";
 pub(crate) const SLOTS: u64 = 1024;
 /// Larger answers are used by the requests that read them but not kept in shared data.
 pub(crate) const MAX_ENTRY_BYTES: usize = 64 << 10;
-/// Lookups one request may make (each replay adds one known ref; a config has few).
-pub(crate) const MAX_LOOKUPS: u32 = 64;
+/// Lookups one request may make: each replay adds one known ref, so this bounds the refs of
+/// one request (a key, a config, its guardrails, prompt and stored providers).
+pub(crate) const MAX_LOOKUPS: u32 = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
