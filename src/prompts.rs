@@ -40,7 +40,8 @@ pub fn apply_to_chat(version: &Value, mut body: Map<String, Value>) -> Result<Ma
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(messages)) => messages,
         Some(other) => {
-            let e = GatewayError::invalid_param("messages", format!("messages must be an array, got {}", kind_of(&other)));
+            let e =
+                GatewayError::invalid_param("messages", format!("messages must be an array, got {}", kind_of(&other)));
             return Err(SharedError::from_gateway(&e));
         }
     };
@@ -201,7 +202,8 @@ mod tests {
             {"role": "user", "content": [{"type": "text", "text": "Say {{what}}"}, {"type": "image_url", "image_url": {"url": "{{x}}"}}]}
         ])
         .to_string();
-        let out = render(&json!({"string": template}), &map(json!({"variables": {"who": "terse", "what": "hi"}}))).unwrap();
+        let out =
+            render(&json!({"string": template}), &map(json!({"variables": {"who": "terse", "what": "hi"}}))).unwrap();
         assert_eq!(
             out["messages"],
             json!([
@@ -214,7 +216,8 @@ mod tests {
     #[test]
     fn request_fields_override_the_version() {
         let version = json!({"string": "x", "model": "a", "parameters": {"temperature": 0.2, "top_p": 1}});
-        let out = render(&version, &map(json!({"variables": {}, "temperature": 0.9, "model": "b", "stream": true}))).unwrap();
+        let out =
+            render(&version, &map(json!({"variables": {}, "temperature": 0.9, "model": "b", "stream": true}))).unwrap();
         assert_eq!(out["temperature"], 0.9);
         assert_eq!(out["top_p"], 1);
         assert_eq!(out["model"], "b");
@@ -270,7 +273,8 @@ mod tests {
         );
         let (status, e) = error(apply_to_chat(&version, map(json!({"model": "x"}))).unwrap_err());
         assert_eq!((status, e["param"].as_str()), (400, Some("variables.topic")));
-        let (_, e) = error(apply_to_chat(&version, map(json!({"variables": {"topic": 1}, "messages": {}}))).unwrap_err());
+        let (_, e) =
+            error(apply_to_chat(&version, map(json!({"variables": {"topic": 1}, "messages": {}}))).unwrap_err());
         assert_eq!(e["param"], "messages");
     }
 }

@@ -4,8 +4,8 @@
 use crate::cache::store::Layout;
 use crate::cloud::CloudFields;
 use crate::config::{parse_config, ConfigError};
-use crate::json_check::shorten;
 use crate::errors::GatewayError;
+use crate::json_check::shorten;
 use crate::upstream::Upstream;
 use hashbrown::HashMap;
 use serde::Deserialize;

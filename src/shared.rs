@@ -128,8 +128,12 @@ mod tests {
         assert_eq!(param(check_guardrail(&with(hs))), "checks[0].parameters");
         let age = json!([{"id": "default.jwt", "parameters": {"jwksUri": "https://a/j", "maxTokenAge": "later"}}]);
         assert!(check_guardrail(&with(age)).unwrap_err().message().contains("maxTokenAge"));
-        assert_eq!(param(check_guardrail(&with(json!([{"id": "default.log", "is_enabled": "yes"}])))), "checks[0].is_enabled");
-        let bad_action = json!({"checks": [{"id": "default.log"}], "actions": {"on_fail": {"feedback": {"value": "x"}}}});
+        assert_eq!(
+            param(check_guardrail(&with(json!([{"id": "default.log", "is_enabled": "yes"}])))),
+            "checks[0].is_enabled"
+        );
+        let bad_action =
+            json!({"checks": [{"id": "default.log"}], "actions": {"on_fail": {"feedback": {"value": "x"}}}});
         assert_eq!(param(check_guardrail(&bad_action)), "actions.on_fail.feedback.value");
         assert_eq!(param(check_guardrail(&json!({"checks": [{"id": "default.log"}], "extra": 1}))), "extra");
     }

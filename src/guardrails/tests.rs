@@ -905,12 +905,21 @@ fn every_listed_check_id_is_one_evaluate_runs() {
 #[test]
 fn stored_check_parameters_are_checked_for_form_only() {
     let jwt = |p: Value| check_parameters("default.jwt", &params(p));
-    assert_eq!(jwt(json!({"jwksUri": "http://idp.local/jwks.json", "maxTokenAge": "30m", "algorithms": ["RS256"]})), Ok(()));
+    assert_eq!(
+        jwt(json!({"jwksUri": "http://idp.local/jwks.json", "maxTokenAge": "30m", "algorithms": ["RS256"]})),
+        Ok(())
+    );
     assert_eq!(jwt(json!({"jwksUri": "https://idp.example/jwks", "maxTokenAge": "1h", "cacheMaxAge": 60})), Ok(()));
-    assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "algorithms": ["HS256"]})).unwrap_err().contains("algorithms"));
-    assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "maxTokenAge": "soon"})).unwrap_err().contains("maxTokenAge"));
+    assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "algorithms": ["HS256"]}))
+        .unwrap_err()
+        .contains("algorithms"));
+    assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "maxTokenAge": "soon"}))
+        .unwrap_err()
+        .contains("maxTokenAge"));
     assert!(jwt(json!({})).unwrap_err().contains("jwksUri"));
-    assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "clockTolerance": "5"})).unwrap_err().contains("clockTolerance"));
+    assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "clockTolerance": "5"}))
+        .unwrap_err()
+        .contains("clockTolerance"));
     assert_eq!(check_parameters("default.contains", &params(json!({"words": ["a"]}))), Ok(()));
     assert!(check_parameters("default.nope", &Params::new()).unwrap_err().contains("unknown check"));
 }
