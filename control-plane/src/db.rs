@@ -4,13 +4,19 @@
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::Mutex;
 
 pub type DbResult<T> = Result<T, sqlx::Error>;
 
 #[derive(Clone)]
 pub struct Db {
     pool: AnyPool,
+    /// Versions are written one at a time by this process: concurrent writers of one item
+    /// would otherwise race for its next version number. (Several processes on one
+    /// PostgreSQL database still can; their unique violations are retried by the caller.)
+    writes: Arc<Mutex<()>>,
 }
 
 /// What is stored: the four kinds of versioned items.
@@ -76,7 +82,7 @@ impl Db {
         sqlx::any::install_default_drivers();
         let pool = AnyPoolOptions::new().max_connections(8).connect(url).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Db { pool })
+        Ok(Db { pool, writes: Arc::new(Mutex::new(())) })
     }
 
     pub async fn close(&self) {
@@ -162,6 +168,7 @@ impl Db {
         slug: &str,
         value: &str,
     ) -> DbResult<(Item, String)> {
+        let _one_writer = self.writes.lock().await;
         let mut tx = self.pool.begin().await?;
         let now = now_s();
         let item = match existing {
@@ -179,20 +186,21 @@ impl Db {
                 item
             }
         };
-        let seq: i64 = sqlx::query("SELECT COALESCE(MAX(seq), 0) AS seq FROM versions WHERE item_id = $1")
-            .bind(&item.id)
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get("seq")?;
+        // One statement numbers and writes the version: a transaction that reads before it
+        // writes could not upgrade its SQLite lock while another writer waits (SQLITE_BUSY at
+        // once), while one that starts by writing waits its turn (busy timeout). A race for
+        // the same number is a unique violation, retried by the caller.
         let version_id = uuid::Uuid::new_v4().to_string();
-        sqlx::query("INSERT INTO versions (id, item_id, seq, value, created_at) VALUES ($1, $2, $3, $4, $5)")
-            .bind(&version_id)
-            .bind(&item.id)
-            .bind(seq + 1)
-            .bind(value)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO versions (id, item_id, seq, value, created_at) \
+             SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4 FROM versions WHERE item_id = $2",
+        )
+        .bind(&version_id)
+        .bind(&item.id)
+        .bind(value)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok((item, version_id))
     }

@@ -45,7 +45,18 @@ pub async fn put(
         Kind::Provider => state.key.seal(value.to_string().as_bytes()).map_err(ApiError::internal)?,
         _ => value.to_string(),
     };
-    Ok(state.db.add_version(workspace, kind, existing, target.text(), &stored).await?)
+    // Two writers of one item can race for its next version number (or its creation): the
+    // loser's unique violation is retried against what the winner wrote.
+    let mut existing = existing;
+    for _ in 0..5 {
+        match state.db.add_version(workspace, kind, existing.clone(), target.text(), &stored).await {
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                existing = find(state, workspace, kind, target).await?;
+            }
+            done => return Ok(done?),
+        }
+    }
+    Err(ApiError::new(409, "invalid_request_error", "concurrent writes to this item; retry", None, Some("conflict")))
 }
 
 /// The latest version (or `version_id`) of the item `target` names; 404 when there is none.

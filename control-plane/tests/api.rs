@@ -276,3 +276,30 @@ async fn every_endpoint_end_to_end() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn concurrent_puts_of_one_slug_make_one_item_and_distinct_versions() {
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let dir = std::env::temp_dir().join(format!("cp-test-{run}"));
+    let settings = settings(&dir);
+    let (c, state) = start(&settings).await;
+    let c = std::sync::Arc::new(c);
+    let path = format!("/v1/configs/race-{run}");
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (c, path) = (c.clone(), path.clone());
+            tokio::spawn(async move {
+                c.ok("PUT", &path, ADMIN, Some(json!({"retry": {"attempts": 2}, "request_timeout": 1000 + i}))).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    let ids: std::collections::HashSet<_> = answers.iter().map(|a| a["id"].to_string()).collect();
+    let versions: std::collections::HashSet<_> = answers.iter().map(|a| a["version_id"].to_string()).collect();
+    assert_eq!((ids.len(), versions.len()), (1, 8));
+    state.db.close().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
