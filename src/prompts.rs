@@ -2,9 +2,13 @@
 //! completion request, by the control plane (`POST /prompts/{id}/render`) and by the filter
 //! (config `prompt_id`). Pure: no I/O.
 //!
-//! Templates are Mustache variables (`{{name}}`, `{{{name}}}`, dotted names, `{{.}}`),
-//! rendered by `handlebars`; sections are handlebars' `{{#each}}`, `{{#if}}`, `{{#with}}`
-//! (bare Mustache sections `{{#name}}...{{/name}}` are not translated yet). `mustache2`, the maintained Mustache crate, was evaluated first: it has no
+//! Templates are Mustache: variables (`{{name}}`, `{{{name}}}`, dotted names, `{{.}}`),
+//! sections (`{{#name}}...{{/name}}`: once per list item, once with an object as context,
+//! once for a truthy value) and inverted sections (`{{^name}}...{{/name}}`). They are
+//! rendered by `handlebars`, whose `{{#each}}`, `{{#if}}`, `{{#with}}` work too: Mustache
+//! sections are rewritten into two helpers of ours (`Section`) before handlebars parses them.
+//! One difference from Mustache: inside a section a name is looked up in the section's
+//! context only (no fallback to enclosing contexts); `{{@root.name}}` reaches the variables. `mustache2`, the maintained Mustache crate, was evaluated first: it has no
 //! way to turn HTML escaping off for `{{name}}` and no missing-variable error (its
 //! `strict-resolver` concerns partials), both required here; handlebars has `no_escape` and a
 //! strict mode whose error names the missing variable. Both are pure Rust.
@@ -12,7 +16,10 @@
 use crate::errors::GatewayError;
 use crate::json_check::{kind_of, shorten};
 use crate::shared::SharedError;
-use handlebars::{Handlebars, RenderErrorReason};
+use handlebars::{
+    BlockContext, Context, Handlebars, Helper, HelperDef, HelperResult, JsonTruthy, Output, RenderContext, RenderError,
+    RenderErrorReason, Renderable,
+};
 use serde_json::{Map, Value};
 
 /// Version fields copied into the rendered request as they are.
@@ -142,12 +149,15 @@ impl<'a> Engine<'a> {
         let mut registry = Handlebars::new();
         registry.set_strict_mode(true);
         registry.register_escape_fn(handlebars::no_escape);
+        registry.register_helper(SECTION, Box::new(Section { inverted: false }));
+        registry.register_helper(INVERTED, Box::new(Section { inverted: true }));
         Engine { registry, variables }
     }
 
     fn render(&self, template: &str) -> Result<String, GatewayError> {
         // Mustache's implicit iterator `{{.}}` is handlebars' `{{this}}`.
         let template = template.replace("{{{.}}}", "{{{this}}}").replace("{{.}}", "{{this}}");
+        let template = mustache_sections(&template);
         self.registry.render_template(&template, self.variables).map_err(|e| match e.reason() {
             RenderErrorReason::MissingVariable(Some(name)) => {
                 let name = shorten(name);
@@ -165,6 +175,123 @@ impl<'a> Engine<'a> {
                 .with_code("render_failed"),
         })
     }
+}
+
+/// The helpers Mustache sections become (names no template would use as a variable).
+const SECTION: &str = "mustache-section";
+const INVERTED: &str = "mustache-inverted";
+/// Handlebars' own block helpers: `{{#each items}}` and the like stay as they are.
+const BLOCK_HELPERS: [&str; 6] = ["each", "if", "unless", "with", "lookup", "raw"];
+
+/// `{{#name}}` / `{{^name}}` ... `{{/name}}` rewritten as `{{#mustache-section name}}` /
+/// `{{#mustache-inverted name}}` ... `{{/mustache-...}}`; every other tag is left alone.
+fn mustache_sections(template: &str) -> String {
+    let mut out = String::with_capacity(template.len() + 32);
+    // The open blocks: each one's name and what closes it.
+    let mut open: Vec<(String, Option<&str>)> = Vec::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        let (before, tag) = rest.split_at(start);
+        out.push_str(before);
+        let Some(end) = tag.find("}}") else {
+            rest = tag;
+            break;
+        };
+        let (whole, after) = tag.split_at(end + 2);
+        rest = after;
+        let inner = whole.get(2..whole.len() - 2).unwrap_or_default();
+        let sigil = inner.chars().next();
+        let body = inner.get(1..).unwrap_or_default().trim();
+        let name = body.split_whitespace().next().unwrap_or_default();
+        let bare = !body.is_empty() && name == body && !BLOCK_HELPERS.contains(&name) && !whole.starts_with("{{{");
+        match sigil {
+            Some(sigil @ ('#' | '^')) if bare => {
+                let helper = if sigil == '#' { SECTION } else { INVERTED };
+                out.push_str(&format!("{{{{#{helper} {name}}}}}"));
+                open.push((name.to_string(), Some(helper)));
+            }
+            Some('#') => {
+                open.push((name.to_string(), None));
+                out.push_str(whole);
+            }
+            Some('/') => match open.pop() {
+                Some((opened, Some(helper))) if opened == body => out.push_str(&format!("{{{{/{helper}}}}}")),
+                _ => out.push_str(whole),
+            },
+            _ => out.push_str(whole),
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A Mustache section (or, `inverted`, an inverted section) over the value of its parameter.
+/// A missing variable is an error, as everywhere in a template.
+struct Section {
+    inverted: bool,
+}
+
+impl HelperDef for Section {
+    fn call<'reg: 'rc, 'rc>(
+        &self,
+        h: &Helper<'rc>,
+        r: &'reg Handlebars<'reg>,
+        ctx: &'rc Context,
+        rc: &mut RenderContext<'reg, 'rc>,
+        out: &mut dyn Output,
+    ) -> HelperResult {
+        let Some(param) = h.param(0) else {
+            return Ok(());
+        };
+        if param.is_value_missing() {
+            return Err(RenderError::strict_error(param.relative_path()));
+        }
+        let value = param.value();
+        let shown = match value {
+            Value::Array(items) => !items.is_empty(),
+            Value::Object(_) => true,
+            other => other.is_truthy(false),
+        };
+        let Some(template) = h.template() else {
+            return Ok(());
+        };
+        if self.inverted {
+            return if shown { Ok(()) } else { template.render(r, ctx, rc, out) };
+        }
+        match value {
+            _ if !shown => Ok(()),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    rc.push_block(block(param.context_path(), Some(i), item));
+                    let rendered = template.render(r, ctx, rc, out);
+                    rc.pop_block();
+                    rendered?;
+                }
+                Ok(())
+            }
+            Value::Object(_) => {
+                rc.push_block(block(param.context_path(), None, value));
+                let rendered = template.render(r, ctx, rc, out);
+                rc.pop_block();
+                rendered
+            }
+            _ => template.render(r, ctx, rc, out),
+        }
+    }
+}
+
+/// A block whose context is the value at `path` (item `index` of it), or `value` itself.
+fn block<'rc>(path: Option<&Vec<String>>, index: Option<usize>, value: &Value) -> BlockContext<'rc> {
+    let mut block = BlockContext::new();
+    match path {
+        Some(path) => {
+            let base = block.base_path_mut();
+            base.clone_from(path);
+            base.extend(index.map(|i| i.to_string()));
+        }
+        None => block.set_base_value(value.clone()),
+    }
+    block
 }
 
 #[cfg(test)]
@@ -252,6 +379,34 @@ mod tests {
         let request = map(json!({"variables": {"items": ["a", "b"], "n": 3, "user": {"name": "Ann"}}}));
         let out = render(&version, &request).unwrap();
         assert_eq!(out["messages"][0]["content"], "- a\n- b\nn=3 Ann");
+    }
+
+    #[test]
+    fn mustache_sections_render_lists_objects_flags_and_inverses() {
+        let render_one = |template: &str, variables: Value| {
+            let out = render(&json!({"string": template}), &map(json!({"variables": variables})))?;
+            Ok::<Value, SharedError>(out["messages"][0]["content"].clone())
+        };
+        let vars = json!({"items": [{"n": "a"}, {"n": "b"}], "names": ["x", "y"], "user": {"name": "Ann"},
+            "on": true, "off": false, "none": [], "outer": "o"});
+        assert_eq!(render_one("{{#items}}[{{n}}]{{/items}}", vars.clone()).unwrap(), "[a][b]");
+        assert_eq!(render_one("{{#names}}{{.}},{{/names}}", vars.clone()).unwrap(), "x,y,");
+        assert_eq!(render_one("{{#user}}{{name}} {{@root.outer}}{{/user}}", vars.clone()).unwrap(), "Ann o");
+        // No Mustache context-stack fallback: an outer name inside a section needs `@root.`.
+        assert_eq!(error(render_one("{{#user}}{{outer}}{{/user}}", vars.clone()).unwrap_err()).0, 400);
+        assert_eq!(render_one("{{#on}}yes{{/on}}{{#off}}no{{/off}}{{#none}}no{{/none}}", vars.clone()).unwrap(), "yes");
+        assert_eq!(
+            render_one("{{^none}}empty{{/none}}{{^on}}no{{/on}}{{^off}}off{{/off}}", vars.clone()).unwrap(),
+            "emptyoff"
+        );
+        let nested = json!({"groups": [{"g": "1", "members": ["a", "b"]}, {"g": "2", "members": []}]});
+        let template = "{{#groups}}{{g}}:{{#members}}{{.}}{{/members}}{{^members}}-{{/members}};{{/groups}}";
+        assert_eq!(render_one(template, nested).unwrap(), "1:ab;2:-;");
+        assert_eq!(render_one("{{#each names}}{{this}}{{/each}}{{#if on}}!{{/if}}", vars.clone()).unwrap(), "xy!");
+        let (status, e) = error(render_one("{{#missing}}x{{/missing}}", vars.clone()).unwrap_err());
+        assert_eq!((status, e["param"].as_str()), (400, Some("variables.missing")));
+        let (_, e) = error(render_one("{{#items}}{{nope}}{{/items}}", vars).unwrap_err());
+        assert_eq!(e["code"], "missing_variable");
     }
 
     #[test]

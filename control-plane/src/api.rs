@@ -1,0 +1,245 @@
+//! The HTTP endpoints: small handlers over `auth`, `validate`, `items` and the filter's
+//! shared checks.
+
+use crate::auth::{self, Caller};
+use crate::crypto::{key_hash, new_api_key};
+use crate::db::Kind;
+use crate::errors::{ApiError, ApiResult};
+use crate::items::{self, mask_secrets};
+use crate::validate::{self, json_object, path_target, put_target};
+use crate::AppState;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+use axum::{Json, Router};
+use model_gateway::shared::{self, SharedError};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/prompts/{id}", put(put_prompt).get(get_prompt))
+        .route("/v1/prompts/{id}/render", post(render_prompt))
+        .route("/v1/guardrails/{id}", put(put_guardrail).get(get_guardrail))
+        .route("/v1/configs/{id}", put(put_config).get(get_config))
+        .route("/v1/providers/{id}", put(put_provider).get(get_provider))
+        .route("/v1/api-keys", post(create_key).get(list_keys))
+        .route("/v1/api-keys/{id}", delete(delete_key))
+        .route("/internal/v1/keys/{hash}", get(internal_key))
+        .route("/internal/v1/workspaces/{workspace}/{kind}/{id}", get(internal_item))
+        .fallback(|| async { ApiError::new(404, "invalid_request_error", "no such endpoint", None, Some("not_found")) })
+        .with_state(state)
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+#[derive(Deserialize)]
+struct VersionQuery {
+    version: Option<String>,
+}
+
+// ---- prompts (spec 4.1, 4.2) ----
+
+async fn put_prompt(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let caller = auth::caller(&s, &h).await?;
+    let target = put_target(&id)?;
+    let body = json_object(&body)?;
+    let existing = items::find(&s, &caller.workspace, Kind::Prompt, &target).await?;
+    let latest = match &existing {
+        Some(_) if body.get("patch") == Some(&Value::Bool(true)) => {
+            Some(items::read(&s, &caller.workspace, Kind::Prompt, Some(target.clone()), None).await?.value)
+        }
+        _ => None,
+    };
+    let version = validate::prompt_version(&body, latest.as_ref().and_then(Value::as_object))?;
+    let (item, version_id) =
+        items::put(&s, &caller.workspace, Kind::Prompt, &target, existing, &Value::Object(version)).await?;
+    Ok(Json(json!({"id": item.id, "slug": item.slug, "prompt_version_id": version_id})))
+}
+
+async fn get_prompt(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<VersionQuery>,
+) -> ApiResult<Json<Value>> {
+    let caller = auth::caller(&s, &h).await?;
+    let read = items::read(&s, &caller.workspace, Kind::Prompt, path_target(&id), q.version.as_deref()).await?;
+    let mut out = Map::new();
+    out.insert("id".into(), json!(read.item.id));
+    out.insert("slug".into(), json!(read.item.slug));
+    out.insert("prompt_version_id".into(), json!(read.version.id));
+    out.insert("created_at".into(), json!(read.version.created_at));
+    out.extend(read.value.as_object().cloned().unwrap_or_default());
+    Ok(Json(Value::Object(out)))
+}
+
+async fn render_prompt(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let caller = auth::caller(&s, &h).await?;
+    let read = items::read(&s, &caller.workspace, Kind::Prompt, path_target(&id), None).await?;
+    let request = json_object(&body)?;
+    let data = shared::render(&read.value, &request)?;
+    Ok(Json(json!({"success": true, "data": data})))
+}
+
+// ---- guardrails, configs, providers ----
+
+/// PUT of a guardrail, config or provider: checked by the filter's code, then versioned.
+async fn put_checked(
+    s: &AppState,
+    h: &HeaderMap,
+    id: &str,
+    body: &[u8],
+    kind: Kind,
+    check: fn(&Value) -> Result<(), SharedError>,
+) -> ApiResult<Json<Value>> {
+    let caller = auth::caller(s, h).await?;
+    let target = put_target(id)?;
+    let value = Value::Object(json_object(body)?);
+    check(&value)?;
+    let existing = items::find(s, &caller.workspace, kind, &target).await?;
+    let (item, version_id) = items::put(s, &caller.workspace, kind, &target, existing, &value).await?;
+    Ok(Json(json!({"id": item.id, "slug": item.slug, "version_id": version_id})))
+}
+
+/// GET of a guardrail, config or provider: the latest version; `nest` puts the value under
+/// that key (a config), else its fields sit beside `id`, `slug` and `version_id`.
+async fn get_item(s: &AppState, h: &HeaderMap, id: &str, kind: Kind, nest: Option<&str>) -> ApiResult<Json<Value>> {
+    let caller = auth::caller(s, h).await?;
+    let read = items::read(s, &caller.workspace, kind, path_target(id), None).await?;
+    let value = if kind == Kind::Provider { mask_secrets(&read.value) } else { read.value };
+    let mut out = Map::new();
+    out.insert("id".into(), json!(read.item.id));
+    out.insert("slug".into(), json!(read.item.slug));
+    out.insert("version_id".into(), json!(read.version.id));
+    out.insert("created_at".into(), json!(read.version.created_at));
+    match nest {
+        Some(key) => {
+            out.insert(key.into(), value);
+        }
+        None => out.extend(value.as_object().cloned().unwrap_or_default()),
+    }
+    Ok(Json(Value::Object(out)))
+}
+
+async fn put_guardrail(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    put_checked(&s, &h, &id, &body, Kind::Guardrail, shared::check_guardrail).await
+}
+
+async fn get_guardrail(State(s): State<AppState>, h: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    get_item(&s, &h, &id, Kind::Guardrail, None).await
+}
+
+async fn put_config(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    put_checked(&s, &h, &id, &body, Kind::Config, shared::check_config).await
+}
+
+async fn get_config(State(s): State<AppState>, h: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    get_item(&s, &h, &id, Kind::Config, Some("config")).await
+}
+
+async fn put_provider(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    put_checked(&s, &h, &id, &body, Kind::Provider, shared::check_provider).await
+}
+
+async fn get_provider(State(s): State<AppState>, h: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    get_item(&s, &h, &id, Kind::Provider, None).await
+}
+
+// ---- API keys (admin only) ----
+
+async fn admin(s: &AppState, h: &HeaderMap) -> ApiResult<Caller> {
+    let caller = auth::caller(s, h).await?;
+    caller.require_admin()?;
+    Ok(caller)
+}
+
+async fn create_key(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> ApiResult<Response> {
+    admin(&s, &h).await?;
+    let (workspace, is_admin) = validate::key_request(&json_object(&body)?)?;
+    let key = new_api_key().map_err(ApiError::internal)?;
+    let id = uuid::Uuid::new_v4().to_string();
+    let last_four: String = key.chars().skip(key.len().saturating_sub(4)).collect();
+    s.db.insert_key(&id, &workspace, &key_hash(&key), is_admin, &last_four).await?;
+    let body = json!({"id": id, "key": key, "workspace": workspace, "admin": is_admin});
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+async fn list_keys(State(s): State<AppState>, h: HeaderMap) -> ApiResult<Json<Value>> {
+    admin(&s, &h).await?;
+    let data: Vec<Value> = s
+        .db
+        .list_keys()
+        .await?
+        .into_iter()
+        .map(|k| json!({"id": k.id, "workspace": k.workspace, "admin": k.admin, "last_four": k.last_four, "created_at": k.created_at}))
+        .collect();
+    Ok(Json(json!({"object": "list", "data": data})))
+}
+
+async fn delete_key(State(s): State<AppState>, h: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    admin(&s, &h).await?;
+    if !s.db.delete_key(&id).await? {
+        return Err(ApiError::not_found("api key"));
+    }
+    Ok(Json(json!({"id": id, "deleted": true})))
+}
+
+// ---- internal endpoints (the filter) ----
+
+async fn internal_key(State(s): State<AppState>, h: HeaderMap, Path(hash): Path<String>) -> ApiResult<Json<Value>> {
+    auth::internal(&s, &h)?;
+    let hash = hash.to_ascii_lowercase();
+    let caller = match auth::static_key(&s, &hash) {
+        Some(caller) => caller,
+        None => {
+            let (workspace, admin) = s.db.key_by_hash(&hash).await?.ok_or_else(|| ApiError::not_found("api key"))?;
+            Caller { workspace, admin }
+        }
+    };
+    Ok(Json(json!({"workspace": caller.workspace, "admin": caller.admin})))
+}
+
+async fn internal_item(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    Path((workspace, kind, id)): Path<(String, String, String)>,
+) -> ApiResult<Json<Value>> {
+    auth::internal(&s, &h)?;
+    let kind = Kind::from_plural(&kind).ok_or_else(|| ApiError::not_found("kind"))?;
+    if !validate::is_name(&workspace, validate::MAX_WORKSPACE) {
+        return Err(ApiError::not_found(kind.as_str()));
+    }
+    let read = items::read(&s, &workspace, kind, path_target(&id), None).await?;
+    Ok(Json(json!({"id": read.item.id, "slug": read.item.slug, "version_id": read.version.id, "value": read.value})))
+}

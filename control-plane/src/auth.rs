@@ -1,0 +1,65 @@
+//! Who calls: a gateway API key (`x-gateway-api-key`) decides the workspace and whether the
+//! caller is an admin; the filter's internal calls carry `authorization: Bearer <token>`.
+
+use crate::crypto::{constant_time_eq, key_hash};
+use crate::errors::{ApiError, ApiResult};
+use crate::AppState;
+use axum::http::HeaderMap;
+
+/// The workspace of the static admin keys (`GATEWAY_API_KEYS`).
+pub const DEFAULT_WORKSPACE: &str = "default";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub workspace: String,
+    pub admin: bool,
+}
+
+impl Caller {
+    pub fn require_admin(&self) -> ApiResult<()> {
+        if self.admin {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden("this endpoint needs an admin API key"))
+        }
+    }
+}
+
+/// The caller of a public endpoint: a static admin key, else a stored key (by its hash).
+pub async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<Caller> {
+    let key = headers
+        .get("x-gateway-api-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| ApiError::unauthorized("missing x-gateway-api-key header"))?;
+    if let Some(caller) = static_key(state, &key_hash(key)) {
+        return Ok(caller);
+    }
+    match state.db.key_by_hash(&key_hash(key)).await? {
+        Some((workspace, admin)) => Ok(Caller { workspace, admin }),
+        None => Err(ApiError::unauthorized("unknown API key")),
+    }
+}
+
+/// A static admin key by its hash (compared in constant time).
+pub fn static_key(state: &AppState, hash: &str) -> Option<Caller> {
+    let mut found = false;
+    for known in &state.admin_key_hashes {
+        found |= constant_time_eq(known.as_bytes(), hash.as_bytes());
+    }
+    found.then(|| Caller { workspace: DEFAULT_WORKSPACE.to_string(), admin: true })
+}
+
+/// The filter's bearer token on the internal endpoints.
+pub fn internal(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
+    let presented = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if !presented.is_empty() && constant_time_eq(presented.as_bytes(), state.internal_token.as_bytes()) {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized("the internal endpoints need the control plane token"))
+    }
+}

@@ -1,0 +1,239 @@
+//! All database access: workspaces, API keys, items (prompts, guardrails, configs, providers)
+//! and their versions. sqlx's Any driver over SQLite or PostgreSQL; `$n` placeholders and
+//! portable SQL only, so both run the same statements.
+
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::Mutex;
+
+pub type DbResult<T> = Result<T, sqlx::Error>;
+
+#[derive(Clone)]
+pub struct Db {
+    pool: AnyPool,
+    /// Versions are written one at a time by this process: concurrent writers of one item
+    /// would otherwise race for its next version number. (Several processes on one
+    /// PostgreSQL database still can; their unique violations are retried by the caller.)
+    writes: Arc<Mutex<()>>,
+}
+
+/// What is stored: the four kinds of versioned items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Prompt,
+    Guardrail,
+    Config,
+    Provider,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Prompt => "prompt",
+            Kind::Guardrail => "guardrail",
+            Kind::Config => "config",
+            Kind::Provider => "provider",
+        }
+    }
+
+    /// From the internal endpoint's plural (`configs`, `providers`, ...).
+    pub fn from_plural(text: &str) -> Option<Kind> {
+        match text {
+            "prompts" => Some(Kind::Prompt),
+            "guardrails" => Some(Kind::Guardrail),
+            "configs" => Some(Kind::Config),
+            "providers" => Some(Kind::Provider),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub id: String,
+    pub slug: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    pub id: String,
+    pub value: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRow {
+    pub id: String,
+    pub workspace: String,
+    pub admin: bool,
+    pub last_four: String,
+    pub created_at: i64,
+}
+
+pub fn now_s() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+impl Db {
+    /// Connects (creating a SQLite file when missing) and runs the migrations.
+    pub async fn open(url: &str) -> DbResult<Db> {
+        sqlx::any::install_default_drivers();
+        let pool = AnyPoolOptions::new().max_connections(8).connect(url).await?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(Db { pool, writes: Arc::new(Mutex::new(())) })
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    pub async fn ensure_workspace(&self, name: &str) -> DbResult<()> {
+        sqlx::query("INSERT INTO workspaces (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
+            .bind(name)
+            .bind(now_s())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn insert_key(
+        &self,
+        id: &str,
+        workspace: &str,
+        hash: &str,
+        admin: bool,
+        last_four: &str,
+    ) -> DbResult<i64> {
+        self.ensure_workspace(workspace).await?;
+        let created_at = now_s();
+        sqlx::query(
+            "INSERT INTO api_keys (id, workspace, key_hash, admin, last_four, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(id)
+        .bind(workspace)
+        .bind(hash)
+        .bind(i64::from(admin))
+        .bind(last_four)
+        .bind(created_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(created_at)
+    }
+
+    /// The workspace and admin flag of a stored key, by its hash.
+    pub async fn key_by_hash(&self, hash: &str) -> DbResult<Option<(String, bool)>> {
+        let row = sqlx::query("SELECT workspace, admin FROM api_keys WHERE key_hash = $1")
+            .bind(hash)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| Ok((r.try_get::<String, _>("workspace")?, r.try_get::<i64, _>("admin")? != 0))).transpose()
+    }
+
+    pub async fn list_keys(&self) -> DbResult<Vec<KeyRow>> {
+        let rows =
+            sqlx::query("SELECT id, workspace, admin, last_four, created_at FROM api_keys ORDER BY created_at, id")
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(key_row).collect()
+    }
+
+    /// Whether a key was deleted.
+    pub async fn delete_key(&self, id: &str) -> DbResult<bool> {
+        let done = sqlx::query("DELETE FROM api_keys WHERE id = $1").bind(id).execute(&self.pool).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// An item of the workspace by id (a UUID) or slug.
+    pub async fn find_item(&self, workspace: &str, kind: Kind, id_or_slug: &str) -> DbResult<Option<Item>> {
+        let row = sqlx::query(
+            "SELECT id, slug FROM items WHERE workspace = $1 AND kind = $2 AND (id = $3 OR slug = $3) \
+             ORDER BY CASE WHEN id = $3 THEN 0 ELSE 1 END LIMIT 1",
+        )
+        .bind(workspace)
+        .bind(kind.as_str())
+        .bind(id_or_slug)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| Ok(Item { id: r.try_get("id")?, slug: r.try_get("slug")? })).transpose()
+    }
+
+    /// Adds a version to `existing`, or creates the item `slug` with its first version.
+    pub async fn add_version(
+        &self,
+        workspace: &str,
+        kind: Kind,
+        existing: Option<Item>,
+        slug: &str,
+        value: &str,
+    ) -> DbResult<(Item, String)> {
+        let _one_writer = self.writes.lock().await;
+        let mut tx = self.pool.begin().await?;
+        let now = now_s();
+        let item = match existing {
+            Some(item) => item,
+            None => {
+                let item = Item { id: uuid::Uuid::new_v4().to_string(), slug: slug.to_string() };
+                sqlx::query("INSERT INTO items (id, workspace, kind, slug, created_at) VALUES ($1, $2, $3, $4, $5)")
+                    .bind(&item.id)
+                    .bind(workspace)
+                    .bind(kind.as_str())
+                    .bind(&item.slug)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                item
+            }
+        };
+        // One statement numbers and writes the version: a transaction that reads before it
+        // writes could not upgrade its SQLite lock while another writer waits (SQLITE_BUSY at
+        // once), while one that starts by writing waits its turn (busy timeout). A race for
+        // the same number is a unique violation, retried by the caller.
+        let version_id = uuid::Uuid::new_v4().to_string();
+        sqlx::query(
+            "INSERT INTO versions (id, item_id, seq, value, created_at) \
+             SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4 FROM versions WHERE item_id = $2",
+        )
+        .bind(&version_id)
+        .bind(&item.id)
+        .bind(value)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok((item, version_id))
+    }
+
+    pub async fn latest(&self, item_id: &str) -> DbResult<Option<Version>> {
+        let row =
+            sqlx::query("SELECT id, value, created_at FROM versions WHERE item_id = $1 ORDER BY seq DESC LIMIT 1")
+                .bind(item_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.as_ref().map(version_row).transpose()
+    }
+
+    pub async fn version(&self, item_id: &str, version_id: &str) -> DbResult<Option<Version>> {
+        let row = sqlx::query("SELECT id, value, created_at FROM versions WHERE item_id = $1 AND id = $2")
+            .bind(item_id)
+            .bind(version_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(version_row).transpose()
+    }
+}
+
+fn version_row(r: &AnyRow) -> DbResult<Version> {
+    Ok(Version { id: r.try_get("id")?, value: r.try_get("value")?, created_at: r.try_get("created_at")? })
+}
+
+fn key_row(r: &AnyRow) -> DbResult<KeyRow> {
+    Ok(KeyRow {
+        id: r.try_get("id")?,
+        workspace: r.try_get("workspace")?,
+        admin: r.try_get::<i64, _>("admin")? != 0,
+        last_four: r.try_get("last_four")?,
+        created_at: r.try_get("created_at")?,
+    })
+}

@@ -1,0 +1,229 @@
+//! Validation of what the control plane itself owns: path ids, workspace names, the API-key
+//! body and the prompt body of spec 4.2 (with its `patch` semantics). Configs, providers,
+//! guardrails and prompt rendering are checked by the filter's code (`model_gateway::shared`).
+
+use crate::errors::{ApiError, ApiResult};
+use serde_json::{Map, Value};
+
+/// An item named in a path: its UUID, or its slug.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Id(String),
+    Slug(String),
+}
+
+impl Target {
+    pub fn text(&self) -> &str {
+        match self {
+            Target::Id(text) | Target::Slug(text) => text,
+        }
+    }
+}
+
+pub const MAX_SLUG: usize = 128;
+pub const MAX_WORKSPACE: usize = 64;
+
+/// `[A-Za-z0-9._-]`, 1..=max characters.
+pub fn is_name(text: &str, max: usize) -> bool {
+    (1..=max).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+pub fn is_uuid(text: &str) -> bool {
+    text.len() == 36 && uuid::Uuid::try_parse(text).is_ok()
+}
+
+/// The path id of a PUT: a UUID or a valid slug, else a 400.
+pub fn put_target(text: &str) -> ApiResult<Target> {
+    path_target(text).ok_or_else(|| {
+        ApiError::invalid("id", &format!("an id is a UUID or a slug of 1 to {MAX_SLUG} characters from [A-Za-z0-9._-]"))
+    })
+}
+
+/// The path id of a GET: `None` (answered 404) when it cannot name anything.
+pub fn path_target(text: &str) -> Option<Target> {
+    if is_uuid(text) {
+        Some(Target::Id(text.to_ascii_lowercase()))
+    } else if is_name(text, MAX_SLUG) {
+        Some(Target::Slug(text.to_string()))
+    } else {
+        None
+    }
+}
+
+/// A JSON object body, else a 400 naming the body.
+pub fn json_object(body: &[u8]) -> ApiResult<Map<String, Value>> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::invalid("body", "the body must be a JSON object")),
+        Err(e) => Err(ApiError::invalid("body", &format!("the body is not valid JSON: {e}"))),
+    }
+}
+
+/// `POST /api-keys`: `{"workspace": "<name>", "admin": false}`.
+pub fn key_request(body: &Map<String, Value>) -> ApiResult<(String, bool)> {
+    if let Some(key) = body.keys().find(|k| !["workspace", "admin"].contains(&k.as_str())) {
+        return Err(ApiError::invalid(key, &format!("unknown field `{key}`")));
+    }
+    let workspace = match body.get("workspace") {
+        Some(Value::String(name)) if is_name(name, MAX_WORKSPACE) => name.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "workspace",
+                &format!("workspace must be 1 to {MAX_WORKSPACE} characters from [A-Za-z0-9._-]"),
+            ))
+        }
+        None => return Err(ApiError::invalid("workspace", "workspace is required")),
+    };
+    let admin = match body.get("admin") {
+        None => false,
+        Some(Value::Bool(admin)) => *admin,
+        Some(_) => return Err(ApiError::invalid("admin", "admin must be a boolean")),
+    };
+    Ok((workspace, admin))
+}
+
+/// The JSON type a prompt field must have (spec 4.2).
+#[derive(Clone, Copy)]
+enum Type {
+    String,
+    Object,
+    ObjectArray,
+    RawFlag,
+    ToolChoice,
+}
+
+/// The version fields of a prompt (spec 4.2), all inherited by `patch: true`.
+const PROMPT_FIELDS: &[(&str, Type)] = &[
+    ("name", Type::String),
+    ("collection_id", Type::String),
+    ("string", Type::String),
+    ("parameters", Type::Object),
+    ("model", Type::String),
+    ("virtual_key", Type::String),
+    ("version_description", Type::String),
+    ("functions", Type::ObjectArray),
+    ("tools", Type::ObjectArray),
+    ("tool_choice", Type::ToolChoice),
+    ("is_raw_template", Type::RawFlag),
+    ("prompt_metadata", Type::Object),
+];
+
+fn check_type(field: &str, kind: Type, v: &Value) -> ApiResult<()> {
+    let ok = match kind {
+        Type::String => v.is_string(),
+        Type::Object => v.is_object(),
+        Type::ObjectArray => v.as_array().is_some_and(|items| items.iter().all(Value::is_object)),
+        Type::RawFlag => v.as_u64().is_some_and(|n| n <= 1),
+        // Spec 4.2 says an object; OpenAI's string forms are accepted too.
+        Type::ToolChoice => v.is_object() || matches!(v.as_str(), Some("none" | "auto" | "required")),
+    };
+    if ok {
+        return Ok(());
+    }
+    let want = match kind {
+        Type::String => "a string",
+        Type::Object => "an object",
+        Type::ObjectArray => "an array of objects",
+        Type::RawFlag => "0 (processed) or 1 (raw)",
+        Type::ToolChoice => "an object (or \"none\", \"auto\", \"required\")",
+    };
+    Err(ApiError::invalid(field, &format!("{field} must be {want}")))
+}
+
+/// The version a `PUT /prompts/{id}` body makes: every field type-checked; with `patch: true`
+/// the omitted fields come from `latest`; a version needs a `string` either way.
+pub fn prompt_version(body: &Map<String, Value>, latest: Option<&Map<String, Value>>) -> ApiResult<Map<String, Value>> {
+    let patch = match body.get("patch") {
+        None => false,
+        Some(Value::Bool(patch)) => *patch,
+        Some(_) => return Err(ApiError::invalid("patch", "patch must be a boolean")),
+    };
+    if let Some(key) = body.keys().find(|k| *k != "patch" && !PROMPT_FIELDS.iter().any(|(f, _)| f == k)) {
+        return Err(ApiError::invalid(key, &format!("unknown field `{key}`")));
+    }
+    let mut version = Map::new();
+    for (field, kind) in PROMPT_FIELDS {
+        let value = match (body.get(*field), latest) {
+            (Some(value), _) => {
+                check_type(field, *kind, value)?;
+                value
+            }
+            (None, Some(latest)) if patch => match latest.get(*field) {
+                Some(value) => value,
+                None => continue,
+            },
+            (None, _) => continue,
+        };
+        version.insert(field.to_string(), value.clone());
+    }
+    if !version.contains_key("string") {
+        return Err(ApiError::invalid("string", "string (the template) is required"));
+    }
+    Ok(version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
+    fn param(r: ApiResult<Map<String, Value>>) -> String {
+        let e = r.unwrap_err().0;
+        assert_eq!(e.status, 400);
+        e.param().unwrap()
+    }
+
+    #[test]
+    fn strict_prompt_bodies_check_every_field() {
+        let ok = map(json!({"string": "Hi {{n}}", "model": "gpt-4o", "parameters": {"temperature": 0.1},
+            "tools": [{"type": "function"}], "is_raw_template": 0, "tool_choice": {"type": "none"}, "name": "p"}));
+        assert_eq!(prompt_version(&ok, None).unwrap().len(), 7);
+        assert_eq!(param(prompt_version(&map(json!({"model": "x"})), None)), "string");
+        assert_eq!(param(prompt_version(&map(json!({"string": "x", "model": 5})), None)), "model");
+        assert_eq!(param(prompt_version(&map(json!({"string": "x", "parameters": []})), None)), "parameters");
+        assert_eq!(param(prompt_version(&map(json!({"string": "x", "tools": [1]})), None)), "tools");
+        assert_eq!(param(prompt_version(&map(json!({"string": "x", "is_raw_template": 2})), None)), "is_raw_template");
+        assert_eq!(param(prompt_version(&map(json!({"string": "x", "extra": 1})), None)), "extra");
+        assert_eq!(param(prompt_version(&map(json!({"string": "x", "patch": "yes"})), None)), "patch");
+        assert_eq!(param(prompt_version(&map(json!({"string": null})), None)), "string");
+    }
+
+    #[test]
+    fn patch_fills_omitted_fields_from_the_latest_version() {
+        let latest = map(json!({"string": "old", "model": "gpt-4o", "parameters": {"temperature": 0.1}, "name": "p"}));
+        let version = prompt_version(&map(json!({"patch": true, "model": "gpt-4.1"})), Some(&latest)).unwrap();
+        assert_eq!(
+            Value::Object(version),
+            json!({"string": "old", "model": "gpt-4.1", "parameters": {"temperature": 0.1}, "name": "p"})
+        );
+        // Without patch nothing is inherited: the missing template is an error.
+        assert_eq!(param(prompt_version(&map(json!({"model": "gpt-4.1"})), Some(&latest))), "string");
+        // Patch still checks what is sent.
+        assert_eq!(param(prompt_version(&map(json!({"patch": true, "model": 1})), Some(&latest))), "model");
+        // Patch of a new prompt has nothing to inherit.
+        assert_eq!(param(prompt_version(&map(json!({"patch": true, "model": "m"})), None)), "string");
+    }
+
+    #[test]
+    fn names_and_ids() {
+        assert!(is_name("my-prompt_v1.2", MAX_SLUG));
+        assert!(!is_name("", MAX_SLUG));
+        assert!(!is_name("a/b", MAX_SLUG));
+        assert!(!is_name(&"a".repeat(65), MAX_WORKSPACE));
+        assert_eq!(
+            put_target("9f1c2b3a-0000-4000-8000-000000000000").unwrap(),
+            Target::Id("9f1c2b3a-0000-4000-8000-000000000000".into())
+        );
+        assert_eq!(put_target("greeting").unwrap(), Target::Slug("greeting".into()));
+        assert_eq!(put_target("bad slug").unwrap_err().0.status, 400);
+        assert_eq!(path_target("bad slug"), None);
+        assert_eq!(key_request(&map(json!({"workspace": "team-a"}))).unwrap(), ("team-a".into(), false));
+        assert_eq!(key_request(&map(json!({"workspace": "t", "admin": true}))).unwrap(), ("t".into(), true));
+        assert_eq!(key_request(&map(json!({"workspace": "a b"}))).unwrap_err().0.param().unwrap(), "workspace");
+        assert_eq!(key_request(&map(json!({}))).unwrap_err().0.param().unwrap(), "workspace");
+    }
+}

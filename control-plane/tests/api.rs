@@ -1,0 +1,305 @@
+//! Every endpoint in process (tower `oneshot`), against SQLite in a temp dir, or against the
+//! database `TEST_DATABASE_URL` names (e.g. `postgres://...`). Slugs carry a per-run suffix
+//! and fresh workspaces are per run, so a reused database works too.
+
+// Helpers outside `#[test]` functions: clippy.toml's test allowances do not reach them.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use gateway_control_plane::crypto::key_hash;
+use gateway_control_plane::{api, AppState, Settings};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const ADMIN: &str = "admin-key-1";
+const TOKEN: &str = "internal-token";
+
+struct Client {
+    app: Router,
+}
+
+impl Client {
+    async fn call(&self, method: &str, path: &str, key: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(key) = key {
+            request = if path.starts_with("/internal/") {
+                request.header("authorization", format!("Bearer {key}"))
+            } else {
+                request.header("x-gateway-api-key", key)
+            };
+        }
+        let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
+        let response = self.app.clone().oneshot(request.body(body).unwrap()).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+        (status, value)
+    }
+
+    async fn ok(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> Value {
+        let (status, value) = self.call(method, path, Some(key), body).await;
+        assert!(status.is_success(), "{method} {path}: {status} {value}");
+        value
+    }
+
+    /// A 4xx: asserts the status and the OpenAI error shape, returns `param`.
+    async fn err(&self, want: u16, method: &str, path: &str, key: Option<&str>, body: Option<Value>) -> Value {
+        let (status, value) = self.call(method, path, key, body).await;
+        assert_eq!(status.as_u16(), want, "{method} {path}: {value}");
+        let error = &value["error"];
+        assert!(error["message"].is_string() && error["type"].is_string(), "{value}");
+        error["param"].clone()
+    }
+}
+
+fn settings(dir: &std::path::Path) -> Settings {
+    Settings {
+        addr: "127.0.0.1:0".into(),
+        state_dir: dir.to_path_buf(),
+        database_url: std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()),
+        master_key: None,
+        admin_keys: vec![ADMIN.to_string(), "admin-key-2".to_string()],
+        internal_token: TOKEN.into(),
+    }
+}
+
+async fn start(settings: &Settings) -> (Client, AppState) {
+    let state = AppState::open(settings).await.unwrap();
+    (Client { app: api::router(state.clone()) }, state)
+}
+
+#[tokio::test]
+async fn every_endpoint_end_to_end() {
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let dir = std::env::temp_dir().join(format!("cp-test-{run}"));
+    let settings = settings(&dir);
+    let (c, state) = start(&settings).await;
+    let (provider, config, guard, prompt, team) = (
+        format!("oai-{run}"),
+        format!("cfg-{run}"),
+        format!("jwt-{run}"),
+        format!("hello-{run}"),
+        format!("team-{run}"),
+    );
+
+    // Health and authentication.
+    assert_eq!(c.call("GET", "/health", None, None).await, (StatusCode::OK, json!({"status": "ok"})));
+    c.err(401, "GET", &format!("/v1/prompts/{prompt}"), None, None).await;
+    c.err(401, "GET", &format!("/v1/prompts/{prompt}"), Some("nope"), None).await;
+    c.err(404, "GET", "/v1/unknown", Some(ADMIN), None).await;
+
+    // Providers: checked by the filter's credential parser, secrets masked on read.
+    let secret = "sk-live-0123456789abcd";
+    let p = c
+        .ok("PUT", &format!("/v1/providers/{provider}"), ADMIN, Some(json!({"provider": "openai", "api_key": secret})))
+        .await;
+    assert_eq!(p["slug"], provider.as_str());
+    assert!(p["id"].as_str().unwrap().len() == 36 && p["version_id"].as_str().unwrap().len() == 36);
+    let got = c.ok("GET", &format!("/v1/providers/{provider}"), ADMIN, None).await;
+    assert_eq!((got["provider"].as_str(), got["api_key"].as_str()), (Some("openai"), Some("abcd")));
+    assert!(!got.to_string().contains(secret));
+    let param =
+        c.err(400, "PUT", &format!("/v1/providers/{provider}"), Some(ADMIN), Some(json!({"api_key": "k"}))).await;
+    assert_eq!(param, "provider");
+    let param = c
+        .err(400, "PUT", &format!("/v1/providers/{provider}"), Some(ADMIN), Some(json!({"provider": "openai", "x": 1})))
+        .await;
+    assert_eq!(param, "x");
+    c.err(400, "PUT", "/v1/providers/bad$slug", Some(ADMIN), Some(json!({"provider": "openai"}))).await;
+    c.err(400, "PUT", &format!("/v1/providers/{provider}"), Some(ADMIN), None).await;
+
+    // Configs: the body is the config; the filter's parser names the path.
+    let cfg = json!({"provider": "openai", "retry": {"attempts": 2}});
+    let cf = c.ok("PUT", &format!("/v1/configs/{config}"), ADMIN, Some(cfg.clone())).await;
+    let got = c.ok("GET", &format!("/v1/configs/{}", cf["id"].as_str().unwrap()), ADMIN, None).await;
+    assert_eq!((&got["config"], &got["slug"], &got["version_id"]), (&cfg, &json!(config), &cf["version_id"]));
+    let param = c
+        .err(400, "PUT", &format!("/v1/configs/{config}"), Some(ADMIN), Some(json!({"retry": {"attempts": "x"}})))
+        .await;
+    assert_eq!(param, "retry.attempts");
+
+    // Guardrails: known check ids, jwt parameters checked for form; PUT by UUID versions it.
+    let jwt = json!({"name": "jwt", "checks": [{"id": "default.jwt", "name": "jwt", "is_enabled": true,
+        "parameters": {"jwksUri": "http://127.0.0.1:9/jwks.json", "maxTokenAge": "30m", "algorithms": ["RS256"]}}],
+        "actions": {"deny": true, "async": false, "on_fail": {"feedback": {"value": -1, "weight": 1, "metadata": "m"}}}});
+    let g1 = c.ok("PUT", &format!("/v1/guardrails/{guard}"), ADMIN, Some(jwt.clone())).await;
+    let gid = g1["id"].as_str().unwrap().to_string();
+    let g2 = c.ok("PUT", &format!("/v1/guardrails/{gid}"), ADMIN, Some(jwt.clone())).await;
+    assert_eq!(g2["id"], g1["id"]);
+    assert_ne!(g2["version_id"], g1["version_id"]);
+    let got = c.ok("GET", &format!("/v1/guardrails/{guard}"), ADMIN, None).await;
+    assert_eq!((&got["checks"], &got["version_id"]), (&jwt["checks"], &g2["version_id"]));
+    let bad = json!({"name": "g", "checks": [{"id": "default.contains", "parameters": {}}, {"id": "vendor.nope", "parameters": {}}]});
+    assert_eq!(c.err(400, "PUT", &format!("/v1/guardrails/{guard}"), Some(ADMIN), Some(bad)).await, "checks[1].id");
+    let hs = json!({"name": "g", "checks": [{"id": "default.jwt", "parameters": {"jwksUri": "https://a/j", "algorithms": ["HS256"]}}]});
+    assert_eq!(
+        c.err(400, "PUT", &format!("/v1/guardrails/{guard}"), Some(ADMIN), Some(hs)).await,
+        "checks[0].parameters"
+    );
+    assert_eq!(
+        c.err(400, "PUT", &format!("/v1/guardrails/{guard}"), Some(ADMIN), Some(json!({"checks": []}))).await,
+        "checks"
+    );
+    let unknown_uuid = uuid::Uuid::new_v4().to_string();
+    c.err(404, "PUT", &format!("/v1/guardrails/{unknown_uuid}"), Some(ADMIN), Some(jwt.clone())).await;
+    c.err(404, "GET", &format!("/v1/guardrails/{unknown_uuid}"), Some(ADMIN), None).await;
+
+    // Prompts: versions, patch, GET one version, render.
+    let v1 = c.ok("PUT", &format!("/v1/prompts/{prompt}"), ADMIN,
+        Some(json!({"string": "Hello {{name}} <{{tag}}>", "model": "gpt-4o", "parameters": {"temperature": 0.5, "max_tokens": 20}}))).await;
+    let pid = v1["id"].as_str().unwrap().to_string();
+    let v2 = c.ok("PUT", &format!("/v1/prompts/{pid}"), ADMIN, Some(json!({"patch": true, "model": "gpt-4.1"}))).await;
+    assert_eq!((&v2["id"], &v2["slug"]), (&v1["id"], &json!(prompt)));
+    assert_ne!(v2["prompt_version_id"], v1["prompt_version_id"]);
+    let latest = c.ok("GET", &format!("/v1/prompts/{prompt}"), ADMIN, None).await;
+    assert_eq!((&latest["model"], &latest["string"]), (&json!("gpt-4.1"), &json!("Hello {{name}} <{{tag}}>")));
+    assert_eq!(latest["prompt_version_id"], v2["prompt_version_id"]);
+    let old = c
+        .ok("GET", &format!("/v1/prompts/{prompt}?version={}", v1["prompt_version_id"].as_str().unwrap()), ADMIN, None)
+        .await;
+    assert_eq!(old["model"], "gpt-4o");
+    c.err(404, "GET", &format!("/v1/prompts/{prompt}?version={unknown_uuid}"), Some(ADMIN), None).await;
+    assert_eq!(
+        c.err(400, "PUT", &format!("/v1/prompts/{prompt}"), Some(ADMIN), Some(json!({"model": "m"}))).await,
+        "string"
+    );
+    assert_eq!(
+        c.err(400, "PUT", &format!("/v1/prompts/{prompt}"), Some(ADMIN), Some(json!({"string": "s", "tools": {}})))
+            .await,
+        "tools"
+    );
+    c.err(404, "PUT", &format!("/v1/prompts/{unknown_uuid}"), Some(ADMIN), Some(json!({"string": "s"}))).await;
+    let rendered = c
+        .ok(
+            "POST",
+            &format!("/v1/prompts/{prompt}/render"),
+            ADMIN,
+            Some(json!({"variables": {"name": "Ann & Bo", "tag": "<b>"}, "temperature": 0.9})),
+        )
+        .await;
+    assert_eq!(
+        rendered,
+        json!({"success": true, "data": {"model": "gpt-4.1", "temperature": 0.9, "max_tokens": 20,
+        "messages": [{"role": "user", "content": "Hello Ann & Bo <<b>>"}]}})
+    );
+    let render = format!("/v1/prompts/{prompt}/render");
+    assert_eq!(
+        c.err(400, "POST", &render, Some(ADMIN), Some(json!({"variables": {"name": "A"}}))).await,
+        "variables.tag"
+    );
+    assert_eq!(c.err(400, "POST", &render, Some(ADMIN), Some(json!({"temperature": 1}))).await, "variables");
+    let nested = json!({"variables": {"name": "A", "tag": "t"}, "hyperparameters": {"temperature": 1}});
+    assert_eq!(c.err(400, "POST", &render, Some(ADMIN), Some(nested)).await, "hyperparameters");
+    c.err(404, "POST", "/v1/prompts/missing-prompt/render", Some(ADMIN), Some(json!({"variables": {}}))).await;
+
+    // API keys: admin only; a new workspace on first use; isolation.
+    let created = c.call("POST", "/v1/api-keys", Some(ADMIN), Some(json!({"workspace": team}))).await;
+    assert_eq!(created.0, StatusCode::CREATED);
+    let (team_key, team_key_id) =
+        (created.1["key"].as_str().unwrap().to_string(), created.1["id"].as_str().unwrap().to_string());
+    assert!(team_key.starts_with("gw-") && team_key.len() == 35);
+    assert_eq!((&created.1["workspace"], &created.1["admin"]), (&json!(team), &json!(false)));
+    let listed = c.ok("GET", "/v1/api-keys", ADMIN, None).await;
+    assert_eq!(listed["object"], "list");
+    let entry = listed["data"].as_array().unwrap().iter().find(|k| k["id"] == team_key_id.as_str()).unwrap().clone();
+    assert_eq!((&entry["last_four"], &entry["admin"]), (&json!(&team_key[31..]), &json!(false)));
+    assert!(!listed.to_string().contains(&team_key));
+    c.err(403, "POST", "/v1/api-keys", Some(&team_key), Some(json!({"workspace": team}))).await;
+    c.err(403, "GET", "/v1/api-keys", Some(&team_key), None).await;
+    c.err(403, "DELETE", &format!("/v1/api-keys/{team_key_id}"), Some(&team_key), None).await;
+    assert_eq!(c.err(400, "POST", "/v1/api-keys", Some(ADMIN), Some(json!({"workspace": "a/b"}))).await, "workspace");
+    for path in [
+        format!("/v1/prompts/{prompt}"),
+        format!("/v1/prompts/{pid}"),
+        format!("/v1/providers/{provider}"),
+        format!("/v1/configs/{config}"),
+        format!("/v1/guardrails/{gid}"),
+    ] {
+        c.err(404, "GET", &path, Some(&team_key), None).await;
+    }
+    c.err(404, "POST", &render, Some(&team_key), Some(json!({"variables": {"name": "A", "tag": "t"}}))).await;
+    c.err(404, "PUT", &format!("/v1/prompts/{pid}"), Some(&team_key), Some(json!({"string": "x"}))).await;
+    // The same slug in another workspace is another prompt.
+    let theirs = c.ok("PUT", &format!("/v1/prompts/{prompt}"), &team_key, Some(json!({"string": "Team {{x}}"}))).await;
+    assert_ne!(theirs["id"], v1["id"]);
+    assert_eq!(c.ok("GET", &format!("/v1/prompts/{prompt}"), ADMIN, None).await["model"], "gpt-4.1");
+
+    // Internal endpoints.
+    c.err(401, "GET", &format!("/internal/v1/keys/{}", key_hash(&team_key)), None, None).await;
+    c.err(401, "GET", &format!("/internal/v1/keys/{}", key_hash(&team_key)), Some("wrong"), None).await;
+    let k = c.ok("GET", &format!("/internal/v1/keys/{}", key_hash(&team_key)), TOKEN, None).await;
+    assert_eq!(k, json!({"workspace": team, "admin": false}));
+    let k = c.ok("GET", &format!("/internal/v1/keys/{}", key_hash("admin-key-2")), TOKEN, None).await;
+    assert_eq!(k, json!({"workspace": "default", "admin": true}));
+    c.err(404, "GET", &format!("/internal/v1/keys/{}", key_hash("nope")), Some(TOKEN), None).await;
+    let ip = c.ok("GET", &format!("/internal/v1/workspaces/default/providers/{provider}"), TOKEN, None).await;
+    assert_eq!(ip["value"], json!({"provider": "openai", "api_key": secret}));
+    assert_eq!((&ip["id"], &ip["version_id"]), (&p["id"], &p["version_id"]));
+    let iprompt = c.ok("GET", &format!("/internal/v1/workspaces/default/prompts/{pid}"), TOKEN, None).await;
+    assert_eq!((&iprompt["version_id"], &iprompt["value"]["model"]), (&v2["prompt_version_id"], &json!("gpt-4.1")));
+    let iteam = c.ok("GET", &format!("/internal/v1/workspaces/{team}/prompts/{prompt}"), TOKEN, None).await;
+    assert_eq!(iteam["id"], theirs["id"]);
+    let icfg = c.ok("GET", &format!("/internal/v1/workspaces/default/configs/{config}"), TOKEN, None).await;
+    assert_eq!(icfg["value"], cfg);
+    let ig = c.ok("GET", &format!("/internal/v1/workspaces/default/guardrails/{guard}"), TOKEN, None).await;
+    assert_eq!(ig["value"], jwt);
+    c.err(404, "GET", &format!("/internal/v1/workspaces/{team}/providers/{provider}"), Some(TOKEN), None).await;
+    c.err(404, "GET", "/internal/v1/workspaces/default/widgets/x", Some(TOKEN), None).await;
+    c.err(401, "GET", &format!("/internal/v1/workspaces/default/configs/{config}"), Some(ADMIN), None).await;
+
+    // Revocation.
+    assert_eq!(
+        c.ok("DELETE", &format!("/v1/api-keys/{team_key_id}"), ADMIN, None).await,
+        json!({"id": team_key_id, "deleted": true})
+    );
+    c.err(401, "GET", &format!("/v1/prompts/{prompt}"), Some(&team_key), None).await;
+    c.err(404, "GET", &format!("/internal/v1/keys/{}", key_hash(&team_key)), Some(TOKEN), None).await;
+    c.err(404, "DELETE", &format!("/v1/api-keys/{team_key_id}"), Some(ADMIN), None).await;
+
+    // Restart: the same database and master key keep everything.
+    state.db.close().await;
+    drop((c, state));
+    let (c, state) = start(&settings).await;
+    let again = c.ok("GET", &format!("/v1/prompts/{prompt}"), ADMIN, None).await;
+    assert_eq!((&again["prompt_version_id"], &again["model"]), (&v2["prompt_version_id"], &json!("gpt-4.1")));
+    let ip = c.ok("GET", &format!("/internal/v1/workspaces/default/providers/{provider}"), TOKEN, None).await;
+    assert_eq!(ip["value"]["api_key"], secret);
+    c.ok("GET", &format!("/v1/guardrails/{gid}"), ADMIN, None).await;
+    c.ok("GET", &format!("/v1/configs/{config}"), ADMIN, None).await;
+    c.err(401, "GET", &format!("/v1/prompts/{prompt}"), Some(&team_key), None).await;
+    state.db.close().await;
+    if settings.database_url.is_none() {
+        assert!(dir.join("gateway.db").exists() && dir.join("master.key").exists());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn concurrent_puts_of_one_slug_make_one_item_and_distinct_versions() {
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let dir = std::env::temp_dir().join(format!("cp-test-{run}"));
+    let settings = settings(&dir);
+    let (c, state) = start(&settings).await;
+    let c = std::sync::Arc::new(c);
+    let path = format!("/v1/configs/race-{run}");
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (c, path) = (c.clone(), path.clone());
+            tokio::spawn(async move {
+                c.ok("PUT", &path, ADMIN, Some(json!({"retry": {"attempts": 2}, "request_timeout": 1000 + i}))).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    let ids: std::collections::HashSet<_> = answers.iter().map(|a| a["id"].to_string()).collect();
+    let versions: std::collections::HashSet<_> = answers.iter().map(|a| a["version_id"].to_string()).collect();
+    assert_eq!((ids.len(), versions.len()), (1, 8));
+    state.db.close().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
