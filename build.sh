@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The model gateway's one entry point.
 #   ./build.sh          build the filter (target/model_gateway.wasm) and install Envoy
-#   ./build.sh run      build if needed, then run Envoy with the filter in the foreground
+#   ./build.sh run      build if needed, then run the control plane and Envoy with the filter in
+#                       the foreground (GATEWAY_CONTROL_PLANE=off: Envoy alone)
 #   ./build.sh test     the whole suite: unit tests, config validation, end-to-end in real Envoy
 #   ./build.sh lint     cargo fmt --check and clippy (native and wasm), warnings as errors
 #   ./build.sh config   print the Envoy config `run` would use (envoy/render.py)
@@ -167,6 +168,16 @@ install_test_deps() {
   fi
 }
 
+# PostgreSQL, for the control plane's end-to-end tests against it (the suite starts its own
+# server on a loopback port; nothing runs as a system service).
+install_postgres() {
+  if compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null; then
+    return
+  fi
+  log "installing PostgreSQL (Debian's postgresql; the control plane is tested against it too)"
+  apt_install postgresql
+}
+
 # Envoy's own message for a taken port is one line among many; say it before starting.
 check_port_free() {
   local name="$1" port="$2"
@@ -180,17 +191,28 @@ except OSError:
 PY
 }
 
+# The control plane: native, its own profile (the release profile's whole-program LTO is for
+# the filter; the service builds in a fraction of the time without it).
+CONTROL_PLANE="$ROOT/target/control-plane/gateway-control-plane"
+build_control_plane() {
+  cargo build --quiet --locked --profile control-plane -p gateway-control-plane
+}
+
 build() {
   mkdir -p "$ROOT/target"
   fetch_crates
   build_wasm
+  build_control_plane
   install_envoy
 }
 
 
 run() {
+  local with_control_plane=1
+  [ "${GATEWAY_CONTROL_PLANE:-on}" = off ] && with_control_plane=0
   check_port_free GATEWAY_PORT "${GATEWAY_PORT:-8787}"
   check_port_free GATEWAY_ADMIN_PORT "${GATEWAY_ADMIN_PORT:-9901}"
+  [ "$with_control_plane" = 1 ] && check_port_free GATEWAY_CONTROL_PLANE_PORT "${GATEWAY_CONTROL_PLANE_PORT:-8790}"
   build
   if [ -z "${GATEWAY_API_KEYS:-}" ]; then
     GATEWAY_API_KEYS="gw-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
@@ -198,31 +220,57 @@ run() {
     log "GATEWAY_API_KEYS is not set: generated a gateway key for this run (shown once):"
     printf '%s\n' "$GATEWAY_API_KEYS"
   fi
-  mkdir -p "$ROOT/.run"
-  local config="$ROOT/.run/envoy-${GATEWAY_PORT:-8787}.yaml"
+  export GATEWAY_STATE_DIR="${GATEWAY_STATE_DIR:-$ROOT/.run}"
+  mkdir -p "$GATEWAY_STATE_DIR"
+  if [ "$with_control_plane" = 1 ]; then
+    export GATEWAY_CONTROL_PLANE_ADDR="127.0.0.1:${GATEWAY_CONTROL_PLANE_PORT:-8790}"
+    # The filter's credential for the control plane's lookups: new on every run.
+    GATEWAY_CONTROL_PLANE_TOKEN="cp-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+    export GATEWAY_CONTROL_PLANE_TOKEN
+  else
+    unset GATEWAY_CONTROL_PLANE_ADDR GATEWAY_CONTROL_PLANE_TOKEN
+  fi
+  local config="$GATEWAY_STATE_DIR/envoy-${GATEWAY_PORT:-8787}.yaml"
   (umask 077 && GATEWAY_WASM="$WASM" "$VENV/bin/python" envoy/render.py >"$config")
+  local envoy=("$VENV/bin/envoy" -c "$config" --concurrency "${GATEWAY_CONCURRENCY:-2}"
+    --disable-hot-restart --log-level warn --component-log-level "wasm:${GATEWAY_LOG_LEVEL:-info}")
   log "gateway on http://127.0.0.1:${GATEWAY_PORT:-8787}/v1 (admin 127.0.0.1:${GATEWAY_ADMIN_PORT:-9901})"
-  # exec: SIGINT/SIGTERM reach Envoy directly and stop everything this started.
-  exec "$VENV/bin/envoy" -c "$config" --concurrency "${GATEWAY_CONCURRENCY:-2}" \
-    --disable-hot-restart --log-level warn --component-log-level "wasm:${GATEWAY_LOG_LEVEL:-info}"
+  if [ "$with_control_plane" = 0 ]; then
+    # exec: SIGINT/SIGTERM reach Envoy directly.
+    exec "${envoy[@]}"
+  fi
+  log "control plane on $GATEWAY_CONTROL_PLANE_ADDR, data in ${GATEWAY_DATABASE_URL:+PostgreSQL}${GATEWAY_DATABASE_URL:-$GATEWAY_STATE_DIR/gateway.db}"
+  # SIGINT/SIGTERM stop both. Envoy keeps serving when the control plane stops (what the filter
+  # read stays usable for its grace period; the rest is a 503); when Envoy stops, so does it.
+  "$CONTROL_PLANE" &
+  local control_plane_pid=$!
+  "${envoy[@]}" &
+  local envoy_pid=$!
+  trap 'kill -TERM "$control_plane_pid" "$envoy_pid" 2>/dev/null' INT TERM
+  local status=0
+  wait "$envoy_pid" || status=$?
+  kill -TERM "$control_plane_pid" "$envoy_pid" 2>/dev/null || true
+  wait "$control_plane_pid" "$envoy_pid" 2>/dev/null || true
+  exit "$status"
 }
 
 # The gates: formatting, and clippy with warnings as errors natively (the adapter included,
 # under cfg(clippy)) and for the wasm target.
 lint() {
   log "format and lints"
-  cargo fmt --check
+  cargo fmt --all --check
   cargo fmt --check --manifest-path bench/minimal-filter/Cargo.toml
-  cargo clippy --quiet --all-targets -- -D warnings
+  cargo clippy --quiet --workspace --all-targets -- -D warnings
   wasm_cargo "$TARGET" clippy --quiet -- -D warnings
 }
 
 test_all() {
   build
   install_test_deps
+  install_postgres
   lint
   log "unit tests"
-  cargo test --quiet
+  cargo test --quiet --workspace
   log "unit tests inside wasm"
   wasm_unit_tests
   log "end-to-end tests in real Envoy"

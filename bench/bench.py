@@ -6,7 +6,9 @@ answering with a fixed chat.completion), driven by wrk at each concurrency, and 
 gateway's config with a minimal filter (bench/minimal-filter) in place of ours. The gateway is
 measured with provider headers, with a one-target config (uncached), with a fallback
 config, and with the one-target config plus `cache` where the same request repeats, so
-every measured request is a cache hit (no provider call). Prints markdown tables of
+every measured request is a cache hit (no provider call), and with a saved config naming a
+stored provider (`@slug`), both read from the control plane once and then from the filter's
+cache. Prints markdown tables of
 requests per second and p50/p99 latency, and of the proxy's CPU time per request for bare
 Envoy, the minimal filter and the gateway filter; copy them into bench/README.md.
 Run it with `./build.sh bench [--duration S] [--connections 16,64]`.
@@ -28,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ENVOY = ROOT / ".venv/bin/envoy"
 MINIMAL_WASM = ROOT / "target/minimal_filter.wasm"  # built by `./build.sh bench`
+CONTROL_PLANE = ROOT / "target/control-plane/gateway-control-plane"  # built by `./build.sh`
+CONTROL_PLANE_TOKEN = "cp-bench-token"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 API_KEY = "gw-bench-key"
 
@@ -141,6 +145,22 @@ def wait_ready(port, headers, body):
     sys.exit(f"bench: port {port} never answered 200")
 
 
+def store(port, path, body, timeout=60):
+    """PUTs ``body`` to the control plane through the gateway's listener (waiting for it to start)."""
+    deadline = time.time() + timeout
+    while True:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                         method="PUT", headers={"x-gateway-api-key": API_KEY,
+                                                                "content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=5):
+                return
+        except OSError as e:  # HTTPError included: the control plane may still be starting
+            if time.time() > deadline:
+                sys.exit(f"bench: PUT {path} failed: {e}")
+            time.sleep(0.2)
+
+
 def cache_status(port, headers, body):
     """The x-gateway-cache-status of one request (to check the cache variant really hits)."""
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body.encode(),
@@ -217,6 +237,13 @@ def main():
     procs.append(start_envoy(BARE % {"port": bare_port, "mock_port": mock_port}, workdir, "bare", args.concurrency))
     env = {**os.environ, "GATEWAY_PORT": str(gateway_port), "GATEWAY_ADMIN_PORT": str(free_port()),
            "GATEWAY_API_KEYS": API_KEY, "GATEWAY_WASM": str(ROOT / "target/model_gateway.wasm")}
+    # The gateway's control plane, for the saved-config variant (its CPU is not the proxy's).
+    control_plane_addr = f"127.0.0.1:{free_port()}"
+    control_plane = subprocess.Popen(
+        [str(CONTROL_PLANE)], stdout=open(workdir / "control-plane.log", "wb"), stderr=subprocess.STDOUT,
+        env={**env, "GATEWAY_CONTROL_PLANE_ADDR": control_plane_addr, "GATEWAY_STATE_DIR": str(workdir / "state"),
+             "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN}, start_new_session=True)
+    env = {**env, "GATEWAY_CONTROL_PLANE_ADDR": control_plane_addr, "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN}
     config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=env, check=True,
                             capture_output=True, text=True).stdout
     procs.append(start_envoy(config, workdir, "gateway", args.concurrency))
@@ -228,6 +255,7 @@ def main():
                                     capture_output=True, text=True).stdout
     procs.append(start_envoy(with_plugin_configuration(minimal_config, f"127.0.0.1:{mock_port}"), workdir, "minimal",
                              args.concurrency))
+    procs.append(control_plane)
     pids = {bare_port: procs[1].pid, gateway_port: procs[2].pid, minimal_port: procs[3].pid}
     compare_port = None
     if args.compare_wasm:
@@ -258,8 +286,14 @@ def main():
     guardrail = {"default.regexMatch": {"rule": "\\b(password|ssn)\\b", "not": True}, "deny": True}
     guardrail_headers = {**uncached_headers,
                          "x-gateway-config": json.dumps({**target, "input_guardrails": [guardrail]})}
+    # The same target stored in the control plane, named by a saved config.
+    saved_headers = {"x-gateway-api-key": API_KEY, "content-type": "application/json",
+                     "x-gateway-config": "bench-config"}
     try:
         wait_ready(bare_port, {"content-type": "application/json"}, REQUEST)
+        store(gateway_port, "/v1/providers/bench-provider", target)
+        store(gateway_port, "/v1/configs/bench-config", {"provider": "@bench-provider"})
+        wait_ready(gateway_port, saved_headers, REQUEST)
         wait_ready(gateway_port, gateway_headers, REQUEST)
         wait_ready(minimal_port, gateway_headers, REQUEST)
         if compare_port:
@@ -277,7 +311,8 @@ def main():
             variants = (("bare", bare_port, {}), ("minimal", minimal_port, gateway_headers),
                         ("gateway", gateway_port, gateway_headers),
                         ("uncached", gateway_port, uncached_headers), ("fallback", gateway_port, fallback_headers),
-                        ("cache_hit", gateway_port, cache_hit_headers), ("guardrail", gateway_port, guardrail_headers))
+                        ("cache_hit", gateway_port, cache_hit_headers), ("guardrail", gateway_port, guardrail_headers),
+                        ("saved", gateway_port, saved_headers))
             if compare_port:
                 variants += (("compare", compare_port, gateway_headers),)
             for _, port, headers in variants:
@@ -294,6 +329,7 @@ def main():
              "uncached": "Envoy + filter, one-target config (uncached)", "fallback": "Envoy + filter, fallback config",
              "cache_hit": "Envoy + filter, one-target config, cache hit",
              "guardrail": "Envoy + filter, one-target config, input regexMatch guardrail",
+             "saved": "Envoy + filter, saved config naming an @slug",
              "compare": f"Envoy + {args.compare_wasm} (provider headers)"}
     print("| connections | proxy | req/s | p50 µs | p99 µs |")
     print("|---|---|---|---|---|")
@@ -328,6 +364,14 @@ def main():
     for connections, runs in rows:
         plain, guarded = (runs[key]["cpu_us"] for key in ("uncached", "guardrail"))
         print(f"| {connections} | {plain:.0f} | {guarded:.0f} | {guarded - plain:+.0f} |")
+
+    print("\nA saved config (`x-gateway-config: <slug>`) naming a stored provider (`@slug`), warm, against the"
+          " same target as a config in the header, CPU per request:\n")
+    print("| connections | config in the header µs | saved config + @slug µs | difference µs |")
+    print("|---|---|---|---|")
+    for connections, runs in rows:
+        plain, saved = (runs[key]["cpu_us"] for key in ("uncached", "saved"))
+        print(f"| {connections} | {plain:.0f} | {saved:.0f} | {saved - plain:+.0f} |")
 
     if compare_port:
         print(f"\nThe same request through {args.compare_wasm}, CPU per request side by side:\n")

@@ -11,7 +11,9 @@ from here, so they cannot drift. Settings (environment variables):
   embeddings provider; see the README),
   GATEWAY_METRICS (JSON object: the metrics' model label bound, `models` and `max_models`),
   GATEWAY_ACCESS_LOG (file of the JSON access log; default /dev/stdout; "off": none),
-  GATEWAY_CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt).
+  GATEWAY_CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt),
+  GATEWAY_CONTROL_PLANE_ADDR (host:port of the control plane; unset: none) with
+  GATEWAY_CONTROL_PLANE_TOKEN (the filter's bearer token for the control plane's lookups).
 """
 import json
 import os
@@ -46,6 +48,11 @@ def json_object(env, name):
     return value
 
 
+def strip_section(text, name):
+    """The template without its `# <name>: begin` ... `# <name>: end` sections."""
+    return re.sub(rf"(?ms)^ *# {name}: begin\n.*?^ *# {name}: end\n", "", text)
+
+
 def render(env):
     keys = split_list(env.get("GATEWAY_API_KEYS", ""))
     if not keys:
@@ -63,9 +70,20 @@ def render(env):
     if metrics:
         plugin["metrics"] = metrics
     text = (HERE / "gateway.yaml.tmpl").read_text()
+    control_plane = env.get("GATEWAY_CONTROL_PLANE_ADDR") or ""
+    cp_host, _, cp_port = control_plane.rpartition(":")
+    if control_plane:
+        token = env.get("GATEWAY_CONTROL_PLANE_TOKEN") or ""
+        if not token:
+            sys.exit("render.py: GATEWAY_CONTROL_PLANE_ADDR needs GATEWAY_CONTROL_PLANE_TOKEN")
+        if not cp_host or not cp_port.isdigit():
+            sys.exit(f"render.py: GATEWAY_CONTROL_PLANE_ADDR must be host:port, not {control_plane!r}")
+        plugin["control_plane"] = {"cluster": "gateway_control_plane", "authority": control_plane, "token": token}
+    else:
+        text = strip_section(text, "control-plane")
     access_log = env.get("GATEWAY_ACCESS_LOG") or "/dev/stdout"
     if access_log == "off":
-        text = re.sub(r"(?ms)^ *# access-log: begin\n.*?^ *# access-log: end\n", "", text)
+        text = strip_section(text, "access-log")
     template = string.Template(text)
     return template.substitute(
         PORT=int(env.get("GATEWAY_PORT") or 8787),
@@ -74,6 +92,8 @@ def render(env):
         WASM_PATH=json.dumps(env.get("GATEWAY_WASM") or str(HERE.parent / "target/model_gateway.wasm")),
         CA_BUNDLE=json.dumps(env.get("GATEWAY_CA_BUNDLE") or "/etc/ssl/certs/ca-certificates.crt"),
         ACCESS_LOG_PATH=json.dumps(access_log),
+        CONTROL_PLANE_HOST=json.dumps(cp_host),
+        CONTROL_PLANE_PORT=int(cp_port or 0),
         # A JSON string literal is a valid YAML double-quoted scalar.
         PLUGIN_CONFIGURATION=json.dumps(json.dumps(plugin, separators=(",", ":"))),
     )

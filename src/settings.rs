@@ -223,6 +223,14 @@ impl Credential {
             .provider
             .filter(|name| !name.starts_with('@'))
             .ok_or_else(|| ConfigError::new("provider", "a stored credential needs `provider`, a provider name"))?;
+        // Checked when it is stored, not when a request first uses it.
+        if crate::providers::find(&provider).is_none() {
+            let known: Vec<&str> = crate::providers::PROVIDERS.iter().map(|p| p.name).collect();
+            return Err(ConfigError::new(
+                "provider",
+                format!("unknown provider '{}'; known providers: {}", shorten(&provider), known.join(", ")),
+            ));
+        }
         Ok(Credential {
             provider,
             api_key: config.api_key,

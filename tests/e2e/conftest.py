@@ -14,6 +14,9 @@
   Envoy's /stats) or a secret appears in the log.
 * ``start_gateway`` (session): starts another gateway with its own GATEWAY_CACHE, for a
   module-scoped fixture (same startup wait and end checks; stopped when the module ends).
+* ``postgres`` (session): a PostgreSQL server of the suite's own on a loopback port (Debian's
+  binaries, which build.sh installs), started by the first test that uses it;
+  ``postgres.database(name)`` creates an empty database and returns its URL.
 * ``_no_vm_reload`` (autouse): fails the test during which the filter VM of a running
   gateway was reloaded.
 
@@ -27,11 +30,14 @@ from __future__ import annotations
 
 import json
 import os
+import glob
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -197,7 +203,7 @@ def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | No
         cmd = ["bash", str(BUILD_SH), "run"]
     else:
         pytest.fail(f"{BUILD_SH} does not exist: cannot start the gateway", pytrace=False)
-    port, admin_port = _free_ports(2)
+    port, admin_port, control_plane_port = _free_ports(3)
     log_path = log_dir / "gateway.log"
     # The developer's own GATEWAY_* settings (allow-list, credentials, log level, concurrency, ...)
     # must not change what the suite tests: start from none of them.
@@ -208,11 +214,14 @@ def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | No
         "GATEWAY_API_KEYS": f"{helpers.KEY},{helpers.KEY2}",
         "GATEWAY_CREDENTIALS": json.dumps(gateway_credentials(openai_mock, anthropic_mock)),
         "GATEWAY_LOG_LEVEL": "info",  # one log line per request (test_auth_headers reads it)
+        # The control plane beside it: its own port, its SQLite database in the log directory.
+        "GATEWAY_CONTROL_PLANE_PORT": str(control_plane_port),
+        "GATEWAY_STATE_DIR": str(log_dir / "state"),
     })
     if cache is not None:
         env["GATEWAY_CACHE"] = json.dumps(cache)
     env.update(extra_env or {})
-    gw = helpers.Gateway(port, admin_port, log_path)
+    gw = helpers.Gateway(port, admin_port, log_path, control_plane_port)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -261,6 +270,59 @@ def start_gateway(openai_mock, anthropic_mock, tmp_path_factory):
     def start(name: str, cache: dict | None, env: dict | None = None):
         return running_gateway(tmp_path_factory.mktemp(name), openai_mock, anthropic_mock, cache, env)
     return start
+
+
+class Postgres:
+    """A PostgreSQL server on 127.0.0.1:``port`` whose superuser ``postgres`` needs no password."""
+
+    def __init__(self, port: int, psql: str):
+        self.port = port
+        self.psql = psql
+
+    def database(self, name: str) -> str:
+        """Creates database ``name`` (empty) and returns its URL."""
+        subprocess.run([self.psql, "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", "postgres",
+                        "-v", "ON_ERROR_STOP=1", "-c", f'CREATE DATABASE "{name}"'],
+                       check=True, capture_output=True, timeout=30)
+        return f"postgres://postgres@127.0.0.1:{self.port}/{name}"
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found:
+        pytest.fail("PostgreSQL is not installed (build.sh test installs Debian's postgresql)", pytrace=False)
+    bindir = Path(found[-1]).parent
+    # Its own directory outside pytest's tmp: when the suite runs as root, PostgreSQL (which
+    # refuses to run as root) runs as its system user and must own it.
+    base = Path(tempfile.mkdtemp(prefix="gateway-e2e-pg-"))
+    run_as = []
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres")
+        run_as = ["runuser", "-u", "postgres", "--"]
+    data = base / "data"
+    log_path = tmp_path_factory.mktemp("postgres") / "postgres.log"
+    init = subprocess.run(run_as + [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
+                                    "-E", "UTF8", "--no-sync"], capture_output=True, text=True, timeout=120)
+    if init.returncode != 0:
+        pytest.fail(f"initdb failed:\n{init.stdout}\n{init.stderr}", pytrace=False)
+    (port,) = _free_ports(1)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(run_as + [str(bindir / "postgres"), "-D", str(data), "-p", str(port),
+                                          "-c", "listen_addresses=127.0.0.1", "-k", str(base), "-c", "fsync=off"],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run([str(bindir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port)]).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"PostgreSQL did not start; its log:\n{log_path.read_text(errors='replace')[-4000:]}",
+                            pytrace=False)
+            time.sleep(0.2)
+        yield Postgres(port, str(bindir / "psql"))
+    finally:
+        _stop_group(proc)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _end_of_run_problems(gw: helpers.Gateway) -> list[str]:

@@ -69,9 +69,10 @@ SECRETS = (KEY, KEY2, CLIENT_TOKEN, OPENAI_SLUG_KEY, ANTHROPIC_SLUG_KEY, OPENAI_
 class Gateway:
     """A running gateway (started by conftest.py: once per session, or by a module's fixture)."""
 
-    def __init__(self, port: int, admin_port: int, log_path: Path):
+    def __init__(self, port: int, admin_port: int, log_path: Path, control_plane_port: int = 0):
         self.port = port
         self.admin_port = admin_port
+        self.control_plane_port = control_plane_port
         self.log_path = Path(log_path)
         self.origin = f"http://127.0.0.1:{port}"
         self.base_url = f"{self.origin}/v1"

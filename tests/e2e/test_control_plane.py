@@ -1,0 +1,323 @@
+"""The control plane beside Envoy (issue 13): stored providers, prompts, guardrails, saved
+configs and gateway API keys, through the gateway's own listener, used by the filter; every
+test runs against SQLite (the default) and PostgreSQL (the suite's own server)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import httpx2 as httpx
+from helpers import CHAT, KEY, KEY2, assert_chat_completion, assert_error, chat_body, config, slug, virtual_key
+
+# The filter's lookups stay fresh for 5 s; changes must show within 10 s.
+VISIBLE_WITHIN = 10.0
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def cp(request, start_gateway):
+    """A gateway with its control plane on ``request.param``'s database."""
+    env = {}
+    if request.param == "postgres":
+        env["GATEWAY_DATABASE_URL"] = request.getfixturevalue("postgres").database(f"cp_{uuid.uuid4().hex[:8]}")
+    with start_gateway(f"cp-{request.param}", None, env) as gw:
+        yield gw
+
+
+def put(gw, path: str, body, key: str = KEY) -> httpx.Response:
+    return gw.request("PUT", path, key=key, json=body)
+
+
+def ok(resp: httpx.Response) -> dict:
+    assert resp.status_code in (200, 201), f"{resp.status_code}: {resp.text[:500]}"
+    return resp.json()
+
+
+def new_slug(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def stored_provider(gw, mock, api_key: str, key: str = KEY, name: str = "openai") -> str:
+    s = new_slug(name)
+    ok(put(gw, f"/v1/providers/{s}", {"provider": "openai", "api_key": api_key, "custom_host": mock.base_url},
+           key=key))
+    return s
+
+
+def new_workspace_key(gw, workspace: str | None = None, admin: bool = False) -> dict:
+    body = {"workspace": workspace or new_slug("team")}
+    if admin:
+        body["admin"] = True
+    created = ok(gw.post("/v1/api-keys", body))
+    assert created["key"] and created["id"] and created["workspace"] == body["workspace"]
+    return created
+
+
+def eventually(check, within: float = VISIBLE_WITHIN):
+    """``check()``'s result once it no longer raises AssertionError, polling until ``within``."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.25)
+
+
+# --------------------------------------------------------------------------- auth
+
+
+def test_every_call_needs_a_gateway_key(cp):
+    assert_error(cp.get("/v1/providers/x", key=None), 401, trace=False)
+    assert_error(cp.get("/v1/providers/x", key="gw-nope"), 401, trace=False)
+    assert_error(cp.get("/v1/configs/nope"), 404, trace=False)
+
+
+# --------------------------------------------------------------------------- providers
+
+
+def test_a_stored_provider_is_used_by_slug_virtual_key_and_config(cp, openai_mock):
+    secret = f"sk-stored-{uuid.uuid4().hex}"
+    s = stored_provider(cp, openai_mock, secret)
+    shown = ok(cp.get(f"/v1/providers/{s}"))
+    assert shown["slug"] == s and shown["provider"] == "openai" and shown["custom_host"] == openai_mock.base_url
+    assert secret not in str(shown) and secret[-4:] in str(shown["api_key"])
+    for headers in (slug(s), virtual_key(s), config({"provider": f"@{s}"}), config({"virtual_key": s})):
+        r = cp.chat(headers)
+        assert r.status_code == 200, (headers, r.text)
+        assert openai_mock.last.header("authorization") == f"Bearer {secret}"
+    # A new version (a rotated key) reaches the gateway within the freshness window.
+    rotated = f"sk-rotated-{uuid.uuid4().hex}"
+    ok(put(cp, f"/v1/providers/{s}", {"provider": "openai", "api_key": rotated, "custom_host": openai_mock.base_url}))
+
+    def rotated_key_used():
+        assert cp.chat(slug(s)).status_code == 200
+        assert openai_mock.last.header("authorization") == f"Bearer {rotated}"
+    eventually(rotated_key_used)
+    assert_error(cp.chat(slug("no-such-provider")), 404)
+
+
+def test_a_bad_provider_is_refused_naming_the_field(cp):
+    assert_error(put(cp, "/v1/providers/bad", {"provider": "no-such-vendor", "api_key": "k"}), 400,
+                 param="provider", trace=False)
+    assert_error(put(cp, "/v1/providers/bad%2Fslug", {"provider": "openai", "api_key": "k"}), 400, trace=False)
+
+
+# --------------------------------------------------------------------------- saved configs
+
+
+def test_a_saved_config_is_checked_then_used_by_slug_and_id(cp, openai_mock):
+    s = stored_provider(cp, openai_mock, "sk-for-config")
+    name = new_slug("cfg")
+    bad = put(cp, f"/v1/configs/{name}", {"strategy": {"mode": "sideways"}, "targets": [{"provider": f"@{s}"}]})
+    err = assert_error(bad, 400, trace=False)
+    assert "strategy.mode" in (err["param"] or "") + err["message"]
+    saved = ok(put(cp, f"/v1/configs/{name}", {"provider": f"@{s}", "override_params": {"model": "from-config"}}))
+    assert saved["slug"] == name and saved["id"] and saved["version_id"]
+    for ref in (name, saved["id"]):
+        r = cp.chat(config(ref))
+        assert r.status_code == 200, r.text
+        assert openai_mock.last.json["model"] == "from-config"
+    ok(put(cp, f"/v1/configs/{name}", {"provider": f"@{s}", "override_params": {"model": "second-version"}}))
+
+    def second_version_used():
+        assert cp.chat(config(name)).status_code == 200
+        assert openai_mock.last.json["model"] == "second-version"
+    eventually(second_version_used)
+    assert_error(cp.chat(config("no-such-config")), 404)
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def test_prompts_version_patch_render_and_chat(cp, openai_mock):
+    name = new_slug("greet")
+    first = ok(put(cp, f"/v1/prompts/{name}", {"string": "Hello {{name}}, say {{word}}.", "model": "gpt-mock",
+                                                "parameters": {"temperature": 0.2}}))
+    assert first["slug"] == name and uuid.UUID(first["id"]) and uuid.UUID(first["prompt_version_id"])
+    patched = ok(put(cp, f"/v1/prompts/{first['id']}", {"patch": True, "parameters": {"temperature": 0.7}}))
+    assert patched["id"] == first["id"] and patched["prompt_version_id"] != first["prompt_version_id"]
+    latest = ok(cp.get(f"/v1/prompts/{name}"))
+    assert latest["string"] == "Hello {{name}}, say {{word}}." and latest["parameters"] == {"temperature": 0.7}
+    older = ok(cp.get(f"/v1/prompts/{name}", params={"version": first["prompt_version_id"]}))
+    assert older["parameters"] == {"temperature": 0.2}
+    # Without patch every field is checked strictly.
+    assert_error(put(cp, f"/v1/prompts/{name}", {"string": 5}), 400, param="string", trace=False)
+
+    rendered = ok(cp.post(f"/v1/prompts/{name}/render",
+                          {"variables": {"name": "Ada <&>", "word": "hi"}, "max_tokens": 9}))
+    assert rendered["success"] is True
+    data = rendered["data"]
+    assert data["messages"] == [{"role": "user", "content": "Hello Ada <&>, say hi."}], "no HTML escaping"
+    assert (data["model"], data["temperature"], data["max_tokens"]) == ("gpt-mock", 0.7, 9)
+    assert_error(cp.post(f"/v1/prompts/{name}/render", {"variables": {"name": "x"}}), 400,
+                 contains="word", trace=False)
+    assert_error(cp.post(f"/v1/prompts/{name}/render", {"variables": {"name": "x", "word": "y"},
+                                                         "hyperparameters": {"temperature": 1}}), 400,
+                 trace=False)
+    assert_error(cp.post(f"/v1/prompts/no-such-prompt/render", {"variables": {}}), 404, trace=False)
+
+    # The rendered request is a chat request as it is.
+    s = stored_provider(cp, openai_mock, "sk-for-prompt")
+    r = cp.chat(slug(s), data)
+    assert r.status_code == 200, r.text
+    assert openai_mock.last.json["messages"] == data["messages"]
+
+    # prompt_id in a config: the body's variables fill it, its messages follow, `variables` stays here.
+    body = {"variables": {"name": "Bo", "word": "yes"}, "max_tokens": 5,
+            "messages": [{"role": "user", "content": "And more."}]}
+    r = cp.chat(config({"provider": f"@{s}", "prompt_id": name}), body)
+    assert r.status_code == 200, r.text
+    sent = openai_mock.last.json
+    assert sent["messages"] == [{"role": "user", "content": "Hello Bo, say yes."},
+                                {"role": "user", "content": "And more."}]
+    assert (sent["model"], sent["temperature"], sent["max_tokens"]) == ("gpt-mock", 0.7, 5)
+    assert "variables" not in sent
+    # The prompt's own completions endpoint.
+    r = cp.post(f"/v1/prompts/{name}/completions", {"variables": {"name": "Cy", "word": "ok"}}, headers=slug(s))
+    assert r.status_code == 200, r.text
+    assert_chat_completion(r.json())
+    assert openai_mock.last.json["messages"] == [{"role": "user", "content": "Hello Cy, say ok."}]
+    assert_error(cp.chat(config({"provider": f"@{s}", "prompt_id": "no-such-prompt"}), {"variables": {}}), 404)
+
+
+def test_a_message_list_template_keeps_roles(cp):
+    name = new_slug("chat")
+    template = '[{"role": "system", "content": "You are {{persona}}."}, {"role": "user", "content": "{{q}}"}]'
+    ok(put(cp, f"/v1/prompts/{name}", {"string": template, "model": "m"}))
+    data = ok(cp.post(f"/v1/prompts/{name}/render", {"variables": {"persona": "terse", "q": "why?"}}))["data"]
+    assert data["messages"] == [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "why?"}]
+
+
+# --------------------------------------------------------------------------- guardrails
+
+
+def test_stored_guardrails_are_checked_and_enforced(cp, openai_mock):
+    name = new_slug("no-bananas")
+    check = {"id": "default.contains", "parameters": {"words": ["banana"], "operator": "none"}}
+    assert_error(put(cp, f"/v1/guardrails/{name}", {"checks": []}), 400, trace=False)
+    assert_error(put(cp, f"/v1/guardrails/{name}", {"checks": [{"id": "default.nope", "parameters": {}}]}), 400,
+                 param="checks[0].id", trace=False)
+    hs256 = {"id": "default.jwt", "parameters": {"jwksUri": "http://127.0.0.1:1/jwks", "headerKey": "x-jwt",
+                                                 "algorithms": ["HS256"]}}
+    assert_error(put(cp, f"/v1/guardrails/{name}", {"checks": [hs256]}), 400, trace=False)
+    saved = ok(put(cp, f"/v1/guardrails/{name}", {"name": "No bananas", "checks": [check], "actions": {"deny": True}}))
+    assert saved["slug"] == name and saved["id"] and saved["version_id"]
+    s = stored_provider(cp, openai_mock, "sk-for-guardrail")
+    guarded = config({"provider": f"@{s}", "input_guardrails": [name]})
+    before = len(openai_mock.requests)
+    r = cp.chat(guarded, chat_body("I like banana bread."))
+    assert_error(r, 446)
+    assert r.json()["hook_results"]["before_request_hooks"][0]["verdict"] is False
+    assert len(openai_mock.requests) == before, "a denied request never reaches the provider"
+    r = cp.chat(guarded, chat_body("I like bread."))
+    assert r.status_code == 200, r.text
+
+
+# --------------------------------------------------------------------------- keys and workspaces
+
+
+def test_api_keys_and_workspace_isolation(cp, openai_mock):
+    team = new_workspace_key(cp)
+    other = team["key"]
+    # Only admin keys manage keys.
+    assert_error(cp.post("/v1/api-keys", {"workspace": "x"}, key=other), 403, trace=False)
+    listed = ok(cp.get("/v1/api-keys"))["data"]
+    assert team["id"] in [k["id"] for k in listed] and other not in str(listed)
+
+    # The default workspace's items are invisible and unusable from another workspace.
+    s = stored_provider(cp, openai_mock, "sk-default-ws")
+    name = new_slug("cfg")
+    ok(put(cp, f"/v1/configs/{name}", {"provider": f"@{s}"}))
+    assert_error(cp.get(f"/v1/providers/{s}", key=other), 404, trace=False)
+    assert_error(cp.get(f"/v1/configs/{name}", key=other), 404, trace=False)
+    assert_error(cp.chat(slug(s), key=other), 404)
+    assert_error(cp.chat(config(name), key=other), 404)
+    # The same slug may exist in both workspaces, each with its own secret.
+    ok(put(cp, f"/v1/providers/{s}", {"provider": "openai", "api_key": "sk-team-ws",
+                                      "custom_host": openai_mock.base_url}, key=other))
+
+    def own_secret_used():  # the team's earlier 404 is remembered for the freshness window
+        assert cp.chat(slug(s), key=other).status_code == 200
+        assert openai_mock.last.header("authorization") == "Bearer sk-team-ws"
+    eventually(own_secret_used)
+    assert cp.chat(slug(s), key=KEY2).status_code == 200
+    assert openai_mock.last.header("authorization") == "Bearer sk-default-ws"
+
+    # A deleted key stops working at the gateway and at the control plane.
+    assert cp.request("DELETE", f"/v1/api-keys/{team['id']}").status_code in (200, 204)
+
+    def revoked():
+        assert_error(cp.chat(slug(s), key=other), 401)
+    eventually(revoked)
+    assert_error(cp.get(f"/v1/providers/{s}", key=other), 401, trace=False)
+
+
+def test_the_response_cache_is_per_workspace(cp, openai_mock):
+    team = new_workspace_key(cp)["key"]
+    s = stored_provider(cp, openai_mock, "sk-cache-default")
+    ok(put(cp, f"/v1/providers/{s}", {"provider": "openai", "api_key": "sk-cache-team",
+                                      "custom_host": openai_mock.base_url}, key=team))
+    cached = config({"provider": f"@{s}", "cache": {"mode": "simple"}})
+    body = chat_body(f"cache me {uuid.uuid4().hex}")
+    assert cp.chat(cached, body).headers.get("x-gateway-cache-status") == "MISS"
+    assert cp.chat(cached, body).headers.get("x-gateway-cache-status") == "HIT"
+    assert cp.chat(cached, body, key=team).headers.get("x-gateway-cache-status") == "MISS"
+
+
+# --------------------------------------------------------------------------- down and restarted
+
+
+def _control_plane_pid(gw) -> int:
+    """The pid of ``gw``'s control plane process (found by the address it was given)."""
+    wanted = f"GATEWAY_CONTROL_PLANE_ADDR=127.0.0.1:{gw.control_plane_port}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"gateway-control-plane" in (entry / "cmdline").read_bytes() and \
+                    wanted in (entry / "environ").read_bytes().split(b"\0"):
+                return int(entry.name)
+        except OSError:
+            continue
+    pytest.fail(f"no control plane process for port {gw.control_plane_port}")
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_down_then_restarted(db, request, start_gateway, tmp_path, openai_mock):
+    env = {"GATEWAY_STATE_DIR": str(tmp_path / "state")}
+    if db == "postgres":
+        env["GATEWAY_DATABASE_URL"] = request.getfixturevalue("postgres").database(f"cp_{uuid.uuid4().hex[:8]}")
+    with start_gateway(f"cp-down-{db}", None, env) as gw:
+        s = stored_provider(gw, openai_mock, "sk-survives")
+        name = new_slug("cfg")
+        ok(put(gw, f"/v1/configs/{name}", {"provider": f"@{s}"}))
+        prompt = ok(put(gw, f"/v1/prompts/{new_slug('p')}", {"string": "Hi {{who}}", "model": "m"}))
+        team = new_workspace_key(gw)["key"]
+        assert gw.chat(config(name)).status_code == 200  # read once: now cached by the filter
+        assert gw.chat(slug(s), key=team).status_code == 404
+
+        os.kill(_control_plane_pid(gw), signal.SIGKILL)
+        # What was read keeps serving; what never was is a quick 503; health says so.
+        r = gw.chat(config(name))
+        assert r.status_code == 200, r.text
+        started = time.monotonic()
+        assert_error(gw.chat(config(new_slug("never-read"))), 503)
+        assert time.monotonic() - started < 5, "no hang on a stopped control plane"
+        assert gw.get("/health", key=None).status_code == 503
+        assert_error(gw.get(f"/v1/providers/{s}"), 503, trace=False)
+
+    # Started again on the same data: everything is still there.
+    with start_gateway(f"cp-again-{db}", None, env) as gw:
+        assert ok(gw.get(f"/v1/providers/{s}"))["slug"] == s
+        assert ok(gw.get(f"/v1/prompts/{prompt['id']}"))["string"] == "Hi {{who}}"
+        r = gw.chat(config(name))
+        assert r.status_code == 200, r.text
+        assert openai_mock.last.header("authorization") == "Bearer sk-survives"
+        assert gw.chat(slug(s), key=team).status_code == 404, "the other workspace's key still works, sees nothing"
