@@ -75,15 +75,14 @@ pub(crate) fn classify(method: &str, full_path: &str) -> Result<Route, GatewayEr
             .with_code("unknown_endpoint")
     };
     let rest = path.strip_prefix("/v1").filter(|rest| rest.starts_with('/')).ok_or_else(not_found)?;
+    let post_only = || {
+        GatewayError::new(405, "invalid_request_error", format!("{method} is not allowed on /v1{rest}; use POST"))
+            .with_code("method_not_allowed")
+    };
     let prompt = rest.strip_prefix("/prompts/").and_then(|r| r.strip_suffix("/completions"));
     if let Some(id) = prompt.filter(|id| !id.is_empty() && !id.contains('/')) {
         if method != "POST" {
-            return Err(GatewayError::new(
-                405,
-                "invalid_request_error",
-                format!("{method} is not allowed on /v1{rest}; use POST"),
-            )
-            .with_code("method_not_allowed"));
+            return Err(post_only());
         }
         let path = "/chat/completions".to_string();
         let prompt = Some(id.to_string());
@@ -91,12 +90,7 @@ pub(crate) fn classify(method: &str, full_path: &str) -> Result<Route, GatewayEr
     }
     if let Some((_, endpoint, body)) = INFERENCE.iter().find(|(p, _, _)| *p == rest) {
         if method != "POST" {
-            return Err(GatewayError::new(
-                405,
-                "invalid_request_error",
-                format!("{method} is not allowed on /v1{rest}; use POST"),
-            )
-            .with_code("method_not_allowed"));
+            return Err(post_only());
         }
         return Ok(Route::Api { endpoint: *endpoint, body: *body, path: rest.to_string(), query, prompt: None });
     }
