@@ -192,16 +192,21 @@ def test_namespaces_partition_the_cache(gateway, openai_mock):
     assert provider_calls(openai_mock) == 3
 
 
-def test_each_gateway_key_is_its_own_tenant(gateway, openai_mock):
+def test_each_workspace_is_its_own_tenant(gateway, openai_mock):
+    # KEY and KEY2 are keys of one workspace (default); a key the control plane made for
+    # another workspace is another tenant.
+    created = gateway.post("/v1/api-keys", {"workspace": f"tenant-{uuid.uuid4().hex[:8]}"})
+    assert created.status_code in (200, 201), created.text
+    other = created.json()["key"]
     headers = {**cached(openai_mock), "x-gateway-cache-namespace": "shared"}
     body = chat_body(unique())
-    openai_mock.script(Reply(text="for tenant one"))
+    openai_mock.script(Reply(text="for the default workspace"))
     ask(gateway, headers, body, "MISS", key=KEY)
-    openai_mock.script(Reply(text="for tenant two"))
-    ask(gateway, headers, body, "MISS", key=KEY2)
+    openai_mock.script(Reply(text="for the other workspace"))
+    ask(gateway, headers, body, "MISS", key=other)
     assert provider_calls(openai_mock) == 2
-    assert content_of(ask(gateway, headers, body, "HIT", key=KEY)) == "for tenant one"
-    assert content_of(ask(gateway, headers, body, "HIT", key=KEY2)) == "for tenant two"
+    assert content_of(ask(gateway, headers, body, "HIT", key=KEY2)) == "for the default workspace"
+    assert content_of(ask(gateway, headers, body, "HIT", key=other)) == "for the other workspace"
     assert provider_calls(openai_mock) == 2
 
 

@@ -321,3 +321,12 @@ def test_down_then_restarted(db, request, start_gateway, tmp_path, openai_mock):
         assert r.status_code == 200, r.text
         assert openai_mock.last.header("authorization") == "Bearer sk-survives"
         assert gw.chat(slug(s), key=team).status_code == 404, "the other workspace's key still works, sees nothing"
+
+
+def test_without_a_control_plane_static_settings_work_as_before(start_gateway, openai_mock):
+    with start_gateway("no-control-plane", None, {"GATEWAY_CONTROL_PLANE": "off"}) as gw:
+        assert gw.get("/health", key=None).status_code == 200
+        assert gw.chat(slug("openai-mock")).status_code == 200  # GATEWAY_CREDENTIALS
+        assert_error(gw.chat(config("pc-abc123")), 400, code="saved_config_unavailable")
+        assert_error(gw.chat(slug("no-such-provider")), 401, code="unknown_credential")
+        assert_error(gw.get("/v1/providers/openai-mock"), 404, code="unknown_endpoint")

@@ -224,8 +224,9 @@ def test_each_request_writes_one_json_access_log_line_with_every_field(obs, open
     assert set(line) == {"trace_id", "span_id", "parent_span_id", "span_name", "metadata", "method", "path",
                          "provider", "model", "target", "attempts", "retries", "fallbacks", "cache_status", "status",
                          "stream", "prompt_tokens", "completion_tokens", "duration_ms", "time_to_first_token_ms",
-                         "error_code"}
+                         "error_code", "workspace"}
     assert line["trace_id"] == trace_id
+    assert line["workspace"] == "default", "the keys of GATEWAY_API_KEYS are the default workspace's"
     assert (line["span_id"], line["parent_span_id"], line["span_name"]) == ("span-1", "span-0", "summarise")
     assert line["metadata"] == {"_user": "u-7", "_environment": "prod"}
     assert (line["method"], line["path"]) == ("POST", "/v1/chat/completions")

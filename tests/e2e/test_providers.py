@@ -105,9 +105,9 @@ def test_anthropic_selection_auth(gateway, anthropic_mock, headers, token):
     assert_clean_upstream(rec, KEY)
 
 
-def test_saved_config_id_is_400(gateway, openai_mock):
+def test_unknown_saved_config_id_is_404(gateway, openai_mock):
     r = gateway.chat(config("pc-abc123"))
-    assert_error(r, 400, contains="config")
+    assert_error(r, 404, code="config_not_found", contains="pc-abc123")
     assert openai_mock.requests == []
 
 
@@ -145,9 +145,10 @@ def test_names_under_localhost_are_not_loopback(gateway, openai_mock, where):
 @pytest.mark.parametrize("headers", [slug("does-not-exist"), virtual_key("vk-does-not-exist"),
                                      config({"provider": "@does-not-exist"}), config({"virtual_key": "vk-nope"})],
                          ids=["slug", "virtual_key", "config_slug", "config_virtual_key"])
-def test_unknown_managed_provider_is_401(gateway, openai_mock, anthropic_mock, headers):
+def test_unknown_managed_provider_is_404(gateway, openai_mock, anthropic_mock, headers):
+    # Neither the plugin's credentials nor the control plane know it.
     r = gateway.chat(headers)
-    assert_error(r, 401, type="authentication_error", code="unknown_credential")
+    assert_error(r, 404, code="provider_not_found")
     assert openai_mock.requests == [] and anthropic_mock.requests == []
 
 
@@ -209,13 +210,13 @@ def test_loadbalance_never_picks_a_weight_0_target(gateway, openai_mock, anthrop
     assert {rec.headers["authorization"] for rec in openai_mock.requests} == {"Bearer sk-weight-1"}
 
 
-@pytest.mark.parametrize("make", [
-    lambda m: provider_config(m, prompt_id="pp-welcome"),
-    lambda m: provider_config(m, input_guardrails=["pg-pii-1"]),
+@pytest.mark.parametrize("make, code", [
+    (lambda m: provider_config(m, prompt_id="pp-welcome"), "prompt_not_found"),
+    (lambda m: provider_config(m, input_guardrails=["pg-pii-1"]), "guardrail_not_found"),
 ], ids=["prompt_id", "input_guardrails"])
-def test_config_features_not_in_this_build_are_501(gateway, openai_mock, make):
+def test_unknown_stored_prompt_or_guardrail_is_404(gateway, openai_mock, make, code):
     r = gateway.chat(config(make(openai_mock)))
-    assert_error(r, 501, code="not_implemented")
+    assert_error(r, 404, code=code)
     assert openai_mock.requests == []
 
 
