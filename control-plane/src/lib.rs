@@ -9,6 +9,7 @@ pub mod crypto;
 pub mod db;
 pub mod errors;
 pub mod items;
+pub mod logs;
 pub mod validate;
 
 use crypto::{key_hash, MasterKey};
