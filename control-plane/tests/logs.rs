@@ -422,3 +422,42 @@ async fn pages_are_stable_and_complete() {
     state.db.close().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn concurrent_batches_feedback_and_reads_all_land() {
+    let (c, state, dir, run) = start().await;
+    let ws = format!("busy-{run}");
+    let key = c.new_key(&ws).await;
+    let c = std::sync::Arc::new(c);
+    let mut tasks = Vec::new();
+    for batch in 0..8_i64 {
+        let (c, ws, key) = (c.clone(), ws.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let records = (0..50_i64)
+                .map(|i| {
+                    record(
+                        &ws,
+                        &format!("b{batch}-{i}"),
+                        Some("s"),
+                        T + batch * 100 + i,
+                        json!({"metadata": {"batch": batch}}),
+                    )
+                })
+                .collect();
+            c.ship(records).await;
+            c.ok("POST", "/v1/feedback", &key, Some(json!({"trace_id": format!("b{batch}-0"), "value": batch}))).await;
+            c.logs(&key, "limit=100").await;
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for batch in 0..8 {
+        let page = c.logs(&key, &format!("metadata.batch={batch}&limit=100")).await;
+        assert_eq!(page["data"].as_array().unwrap().len(), 50, "batch {batch}");
+        let first = c.logs(&key, &format!("trace_id=b{batch}-0")).await;
+        assert_eq!(first["data"][0]["feedback"][0]["value"], batch);
+    }
+    state.db.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
