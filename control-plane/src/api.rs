@@ -6,9 +6,11 @@ use crate::crypto::{key_hash, new_api_key};
 use crate::db::Kind;
 use crate::errors::{ApiError, ApiResult};
 use crate::items::{self, mask_secrets};
+use crate::logs;
 use crate::validate::{self, json_object, path_target, put_target};
 use crate::AppState;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -28,6 +30,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/providers/{id}", put(put_provider).get(get_provider))
         .route("/v1/api-keys", post(create_key).get(list_keys))
         .route("/v1/api-keys/{id}", delete(delete_key))
+        .route("/v1/logs", get(list_logs))
+        .route("/v1/feedback", post(post_feedback))
+        .route("/internal/v1/records", post(ingest_records))
         .route("/internal/v1/keys/{hash}", get(internal_key))
         .route("/internal/v1/workspaces/{workspace}/{kind}/{id}", get(internal_item))
         .fallback(|| async { ApiError::new(404, "invalid_request_error", "no such endpoint", None, Some("not_found")) })
@@ -242,4 +247,59 @@ async fn internal_item(
     }
     let read = items::read(&s, &workspace, kind, path_target(&id), None).await?;
     Ok(Json(json!({"id": read.item.id, "slug": read.item.slug, "version_id": read.version.id, "value": read.value})))
+}
+
+// ---- request logs and feedback (issue 15) ----
+
+/// `POST /internal/v1/records`: a batch of the filter's records, stored in one transaction
+/// whether or not their workspaces exist yet (the filter authenticated each request).
+async fn ingest_records(State(s): State<AppState>, h: HeaderMap, body: Body) -> ApiResult<Response> {
+    auth::internal(&s, &h)?;
+    let body = axum::body::to_bytes(body, logs::MAX_BATCH_BYTES).await.map_err(|e| {
+        ApiError::invalid(
+            "records",
+            &format!("the batch cannot be read (at most {} bytes): {e}", logs::MAX_BATCH_BYTES),
+        )
+    })?;
+    let records = logs::batch(&json_object(&body)?)?;
+    s.db.insert_records(&records).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": records.len()}))).into_response())
+}
+
+/// `GET /v1/logs`: the caller's workspace's records, filtered and paged, newest first.
+async fn list_logs(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<Json<Value>> {
+    let caller = auth::caller(&s, &h).await?;
+    let Query(pairs) =
+        query.map_err(|e| ApiError::invalid("query", &format!("the query string cannot be read: {e}")))?;
+    let q = logs::log_query(&pairs)?;
+    let after = match q.after.as_deref() {
+        Some(id) => {
+            let time = s.db.record_time(&caller.workspace, id).await?;
+            let time = time.ok_or_else(|| ApiError::invalid("after", "after names no log record of this workspace"))?;
+            Some((time, id))
+        }
+        None => None,
+    };
+    let mut rows = s.db.query_records(&caller.workspace, &q, after, q.limit + 1).await?;
+    let has_more = rows.len() > q.limit;
+    rows.truncate(q.limit);
+    let mut traces: Vec<&str> = rows.iter().map(|r| r.trace_key.as_str()).collect();
+    traces.sort_unstable();
+    traces.dedup();
+    let feedback = s.db.feedback_for(&caller.workspace, &traces).await?;
+    let data = rows.iter().map(|r| logs::log_entry(r, &feedback)).collect::<ApiResult<Vec<Value>>>()?;
+    Ok(Json(json!({"object": "list", "data": data, "has_more": has_more})))
+}
+
+/// `POST /v1/feedback`: feedback on a trace of the caller's workspace, logged yet or not.
+async fn post_feedback(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> ApiResult<Response> {
+    let caller = auth::caller(&s, &h).await?;
+    let feedback = logs::feedback(&json_object(&body)?)?;
+    s.db.insert_feedback(&caller.workspace, &logs::index_key(&feedback.trace_id), &feedback).await?;
+    let body = json!({"status": "accepted", "trace_id": feedback.trace_id});
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }

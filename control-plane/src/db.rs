@@ -1,12 +1,14 @@
 //! All database access: workspaces, API keys, items (prompts, guardrails, configs, providers)
-//! and their versions. sqlx's Any driver over SQLite or PostgreSQL; `$n` placeholders and
-//! portable SQL only, so both run the same statements.
+//! and their versions; request logs and feedback in `logs`. sqlx's Any driver over SQLite or
+//! PostgreSQL; `$n` placeholders and portable SQL only, so both run the same statements.
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
+
+pub mod logs;
 
 pub type DbResult<T> = Result<T, sqlx::Error>;
 

@@ -1,6 +1,7 @@
 //! The model gateway's control plane (issue 13): prompts, guardrails, saved configs, stored
 //! providers and API keys in SQLite or PostgreSQL, behind the gateway's `/v1` paths, and the
-//! internal endpoints the filter reads them from. What it stores is checked by the filter's
+//! internal endpoints the filter reads them from; and the request logs the filter ships, with
+//! their feedback (issue 15). What it stores is checked by the filter's
 //! own code (`model_gateway::shared`).
 
 pub mod api;
@@ -9,6 +10,7 @@ pub mod crypto;
 pub mod db;
 pub mod errors;
 pub mod items;
+pub mod logs;
 pub mod validate;
 
 use crypto::{key_hash, MasterKey};

@@ -1,0 +1,221 @@
+//! Request records, their metadata and feedback (migration 0002). Filters are built from
+//! fixed clauses with numbered placeholders; every value is bound.
+
+use super::{now_s, Db, DbResult};
+use crate::logs::{LogQuery, NewFeedback, NewRecord};
+use sqlx::any::AnyArguments;
+use sqlx::query::Query;
+use sqlx::{Any, Row};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A stored record as `GET /v1/logs` answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    pub id: String,
+    /// In `index_key` form (what feedback is looked up by).
+    pub trace_key: String,
+    pub timestamp_ms: i64,
+    pub json: String,
+}
+
+/// Feedback as stored (`trace_key` in `index_key` form).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredFeedback {
+    pub trace_key: String,
+    pub value: String,
+    pub weight: String,
+    pub metadata: Option<String>,
+    pub created_at_ms: i64,
+}
+
+/// A value bound to a placeholder of a built query.
+enum Arg {
+    Text(String),
+    Int(i64),
+}
+
+fn bind_all<'q>(mut query: Query<'q, Any, AnyArguments<'q>>, args: &'q [Arg]) -> Query<'q, Any, AnyArguments<'q>> {
+    for arg in args {
+        query = match arg {
+            Arg::Text(text) => query.bind(text.as_str()),
+            Arg::Int(n) => query.bind(*n),
+        };
+    }
+    query
+}
+
+/// SQL with its arguments; `?` in a clause becomes the next `$n`.
+struct Built {
+    sql: String,
+    args: Vec<Arg>,
+}
+
+impl Built {
+    fn push(&mut self, clause: &str, args: Vec<Arg>) {
+        let mut args = args.into_iter();
+        for (i, part) in clause.split('?').enumerate() {
+            if i > 0 {
+                if let Some(arg) = args.next() {
+                    self.args.push(arg);
+                }
+                self.sql.push_str(&format!("${}", self.args.len()));
+            }
+            self.sql.push_str(part);
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl Db {
+    /// Stores a batch in one transaction.
+    pub async fn insert_records(&self, records: &[NewRecord]) -> DbResult<()> {
+        let mut tx = self.pool.begin().await?;
+        let received_at = now_s();
+        for r in records {
+            sqlx::query(
+                "INSERT INTO log_records (id, workspace, trace_id, span_id, provider, model, status, timestamp_ms, \
+                 record, received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            )
+            .bind(&r.id)
+            .bind(&r.workspace)
+            .bind(&r.trace_id)
+            .bind(r.span_id.as_deref())
+            .bind(r.provider.as_deref())
+            .bind(r.model.as_deref())
+            .bind(r.status)
+            .bind(r.timestamp_ms)
+            .bind(&r.json)
+            .bind(received_at)
+            .execute(&mut *tx)
+            .await?;
+            for (key, value) in &r.metadata {
+                sqlx::query("INSERT INTO log_metadata (record_id, meta_key, meta_value) VALUES ($1, $2, $3)")
+                    .bind(&r.id)
+                    .bind(key)
+                    .bind(value)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        tx.commit().await
+    }
+
+    /// The `timestamp_ms` of a record of the workspace (where a page after it starts).
+    pub async fn record_time(&self, workspace: &str, id: &str) -> DbResult<Option<i64>> {
+        let row = sqlx::query("SELECT timestamp_ms FROM log_records WHERE workspace = $1 AND id = $2")
+            .bind(workspace)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| r.try_get::<i64, _>("timestamp_ms")).transpose()
+    }
+
+    /// Records of the workspace matching `q`, newest first (ties by id, descending), after the
+    /// record at `after` = (timestamp_ms, id) when given; at most `limit` rows.
+    pub async fn query_records(
+        &self,
+        workspace: &str,
+        q: &LogQuery,
+        after: Option<(i64, &str)>,
+        limit: usize,
+    ) -> DbResult<Vec<StoredRecord>> {
+        let mut b = Built {
+            sql: "SELECT id, trace_id, timestamp_ms, record FROM log_records WHERE workspace = $1".to_string(),
+            args: vec![Arg::Text(workspace.to_string())],
+        };
+        let text_filters =
+            [("trace_id", &q.trace_id), ("span_id", &q.span_id), ("provider", &q.provider), ("model", &q.model)];
+        for (column, value) in text_filters {
+            if let Some(value) = value {
+                b.push(&format!(" AND {column} = ?"), vec![Arg::Text(value.clone())]);
+            }
+        }
+        if let Some(status) = q.status {
+            b.push(" AND status = ?", vec![Arg::Int(status)]);
+        }
+        if let Some(from) = q.from_ms {
+            b.push(" AND timestamp_ms >= ?", vec![Arg::Int(from)]);
+        }
+        if let Some(to) = q.to_ms {
+            b.push(" AND timestamp_ms <= ?", vec![Arg::Int(to)]);
+        }
+        for (key, value) in &q.metadata {
+            b.push(
+                " AND EXISTS (SELECT 1 FROM log_metadata m WHERE m.record_id = log_records.id \
+                 AND m.meta_key = ? AND m.meta_value = ?)",
+                vec![Arg::Text(key.clone()), Arg::Text(value.clone())],
+            );
+        }
+        if let Some((time, id)) = after {
+            b.push(
+                " AND (timestamp_ms < ? OR (timestamp_ms = ? AND id < ?))",
+                vec![Arg::Int(time), Arg::Int(time), Arg::Text(id.to_string())],
+            );
+        }
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        b.push(" ORDER BY timestamp_ms DESC, id DESC LIMIT ?", vec![Arg::Int(limit)]);
+        let rows = bind_all(sqlx::query(&b.sql), &b.args).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(StoredRecord {
+                    id: r.try_get("id")?,
+                    trace_key: r.try_get("trace_id")?,
+                    timestamp_ms: r.try_get("timestamp_ms")?,
+                    json: r.try_get("record")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Feedback of the workspace on any of `trace_keys`, oldest first.
+    pub async fn feedback_for(&self, workspace: &str, trace_keys: &[&str]) -> DbResult<Vec<StoredFeedback>> {
+        if trace_keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut b = Built {
+            sql: "SELECT trace_id, value, weight, metadata, created_at_ms FROM log_feedback WHERE workspace = $1 \
+                  AND trace_id IN ("
+                .to_string(),
+            args: vec![Arg::Text(workspace.to_string())],
+        };
+        for (i, key) in trace_keys.iter().enumerate() {
+            b.push(if i == 0 { "?" } else { ", ?" }, vec![Arg::Text(key.to_string())]);
+        }
+        b.push(") ORDER BY created_at_ms, id", Vec::new());
+        let rows = bind_all(sqlx::query(&b.sql), &b.args).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(StoredFeedback {
+                    trace_key: r.try_get("trace_id")?,
+                    value: r.try_get("value")?,
+                    weight: r.try_get("weight")?,
+                    metadata: r.try_get("metadata")?,
+                    created_at_ms: r.try_get("created_at_ms")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Stores feedback on a trace of the workspace (`trace_key` in `index_key` form); its
+    /// creation time (Unix ms).
+    pub async fn insert_feedback(&self, workspace: &str, trace_key: &str, f: &NewFeedback) -> DbResult<i64> {
+        let created = now_ms();
+        sqlx::query(
+            "INSERT INTO log_feedback (id, workspace, trace_id, value, weight, metadata, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(uuid::Uuid::new_v4().to_string())
+        .bind(workspace)
+        .bind(trace_key)
+        .bind(&f.value)
+        .bind(&f.weight)
+        .bind(f.metadata.as_deref())
+        .bind(created)
+        .execute(&self.pool)
+        .await?;
+        Ok(created)
+    }
+}

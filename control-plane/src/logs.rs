@@ -1,0 +1,457 @@
+//! Request logs and feedback (issue 15): the batch the filter ships, the `GET /v1/logs`
+//! query and the `POST /v1/feedback` body, checked here; storage is in `db::logs`.
+
+use crate::db::logs::{StoredFeedback, StoredRecord};
+use crate::errors::{ApiError, ApiResult};
+use crate::validate::{is_name, is_uuid, MAX_WORKSPACE};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// At most this many records in one batch.
+pub const MAX_BATCH: usize = 500;
+/// At most this many bytes in one record (its JSON text).
+pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+/// The body of a full batch of full records, with room for the envelope.
+pub const MAX_BATCH_BYTES: usize = MAX_BATCH * (MAX_RECORD_BYTES + 16) + 1024;
+/// Page sizes of `GET /v1/logs`.
+pub const DEFAULT_LIMIT: usize = 20;
+pub const MAX_LIMIT: usize = 100;
+/// At most this many `metadata.<key>` filters in one query.
+pub const MAX_METADATA_FILTERS: usize = 16;
+/// Feedback trace ids: 1..=128 characters.
+pub const MAX_TRACE_ID_CHARS: usize = 128;
+/// Feedback metadata: at most this many bytes of JSON.
+pub const MAX_FEEDBACK_METADATA_BYTES: usize = 16 * 1024;
+/// Values longer than this are indexed by their digest (see `index_key`).
+const MAX_INDEXED_BYTES: usize = 256;
+
+/// The form a filterable value is stored and looked up in: itself, or (when longer than 256
+/// bytes, or starting with U+0001 so it cannot pass for a digest) U+0001 `sha256:` and its
+/// hex digest. PostgreSQL's B-tree entries are limited to about 2.7 kB.
+pub fn index_key(text: &str) -> String {
+    if text.len() <= MAX_INDEXED_BYTES && !text.starts_with('\u{1}') {
+        return text.to_string();
+    }
+    let digest: String = Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    format!("\u{1}sha256:{digest}")
+}
+
+/// A metadata value as its filters compare it: a string as it is, anything else as JSON text.
+pub fn metadata_text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A record of a batch, ready to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRecord {
+    pub id: String,
+    pub workspace: String,
+    pub trace_id: String,
+    pub span_id: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub status: Option<i64>,
+    pub timestamp_ms: i64,
+    /// The record's JSON text as sent.
+    pub json: String,
+    /// (key, value) of its metadata, both in `index_key` form.
+    pub metadata: Vec<(String, String)>,
+}
+
+/// `POST /internal/v1/records`: `{"records": [<record>, ...]}`, at most 500 records of at most
+/// 64 KiB each; every record an object with a string `workspace` (a valid workspace name), a
+/// string `trace_id` and an integer `timestamp_ms` (Unix ms, not negative). The other filter
+/// columns (`span_id`, `provider`, `model`: strings; `status`: an integer) are taken when they
+/// have that type and left empty otherwise; the record itself is kept whole.
+pub fn batch(body: &Map<String, Value>) -> ApiResult<Vec<NewRecord>> {
+    if let Some(key) = body.keys().find(|k| *k != "records") {
+        return Err(ApiError::invalid(key, &format!("unknown field `{key}`")));
+    }
+    let records = match body.get("records") {
+        Some(Value::Array(records)) => records,
+        Some(_) => return Err(ApiError::invalid("records", "records must be an array")),
+        None => return Err(ApiError::invalid("records", "records is required")),
+    };
+    if records.len() > MAX_BATCH {
+        return Err(ApiError::invalid("records", &format!("at most {MAX_BATCH} records per batch")));
+    }
+    records.iter().enumerate().map(|(i, record)| new_record(i, record)).collect()
+}
+
+fn new_record(i: usize, record: &Value) -> ApiResult<NewRecord> {
+    let at = |field: &str| if field.is_empty() { format!("records[{i}]") } else { format!("records[{i}].{field}") };
+    let fields = record.as_object().ok_or_else(|| ApiError::invalid(&at(""), "a record must be a JSON object"))?;
+    let json = record.to_string();
+    if json.len() > MAX_RECORD_BYTES {
+        return Err(ApiError::invalid(&at(""), &format!("a record is at most {MAX_RECORD_BYTES} bytes of JSON")));
+    }
+    let workspace = match fields.get("workspace") {
+        Some(Value::String(name)) if is_name(name, MAX_WORKSPACE) => name.clone(),
+        _ => {
+            return Err(ApiError::invalid(
+                &at("workspace"),
+                &format!("workspace must be a string of 1 to {MAX_WORKSPACE} characters from [A-Za-z0-9._-]"),
+            ))
+        }
+    };
+    let trace_id = match fields.get("trace_id") {
+        Some(Value::String(id)) => index_key(id),
+        _ => return Err(ApiError::invalid(&at("trace_id"), "trace_id must be a string")),
+    };
+    let timestamp_ms = match fields.get("timestamp_ms").and_then(Value::as_i64) {
+        Some(ms) if ms >= 0 => ms,
+        _ => return Err(ApiError::invalid(&at("timestamp_ms"), "timestamp_ms must be an integer (Unix milliseconds)")),
+    };
+    let text = |field: &str| fields.get(field).and_then(Value::as_str).map(index_key);
+    let metadata = match fields.get("metadata") {
+        Some(Value::Object(map)) => map.iter().map(|(k, v)| (index_key(k), index_key(&metadata_text(v)))).collect(),
+        _ => Vec::new(),
+    };
+    Ok(NewRecord {
+        id: uuid::Uuid::new_v4().to_string(),
+        workspace,
+        trace_id,
+        span_id: text("span_id"),
+        provider: text("provider"),
+        model: text("model"),
+        status: fields.get("status").and_then(Value::as_i64),
+        timestamp_ms,
+        json,
+        metadata,
+    })
+}
+
+/// The filters and page of `GET /v1/logs`; text values in `index_key` form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogQuery {
+    pub trace_id: Option<String>,
+    pub span_id: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub status: Option<i64>,
+    /// Inclusive bounds on `timestamp_ms`.
+    pub from_ms: Option<i64>,
+    pub to_ms: Option<i64>,
+    pub metadata: Vec<(String, String)>,
+    pub limit: usize,
+    /// The id of the previous page's last record.
+    pub after: Option<String>,
+}
+
+/// Seconds beyond this (year 2^43 ms or so) are refused rather than overflowing.
+const MAX_SECONDS: i64 = i64::MAX / 1000 - 1;
+
+/// The query string's pairs (decoded) as a `LogQuery`: every value checked, a parameter given
+/// twice or unknown is a 400 naming it.
+pub fn log_query(pairs: &[(String, String)]) -> ApiResult<LogQuery> {
+    let mut q = LogQuery {
+        trace_id: None,
+        span_id: None,
+        provider: None,
+        model: None,
+        status: None,
+        from_ms: None,
+        to_ms: None,
+        metadata: Vec::new(),
+        limit: DEFAULT_LIMIT,
+        after: None,
+    };
+    let mut seen: Vec<&str> = Vec::new();
+    let (mut from, mut to) = (None, None);
+    for (name, value) in pairs {
+        if seen.contains(&name.as_str()) {
+            return Err(ApiError::invalid(name, &format!("{name} is given more than once")));
+        }
+        seen.push(name);
+        let text = || -> ApiResult<Option<String>> {
+            if value.is_empty() {
+                return Err(ApiError::invalid(name, &format!("{name} must not be empty")));
+            }
+            Ok(Some(index_key(value)))
+        };
+        match name.as_str() {
+            "trace_id" => q.trace_id = text()?,
+            "span_id" => q.span_id = text()?,
+            "provider" => q.provider = text()?,
+            "model" => q.model = text()?,
+            "status" => {
+                q.status = Some(value.parse::<i64>().map_err(|_| ApiError::invalid(name, "status must be an integer"))?)
+            }
+            "from" => from = Some(seconds(name, value)?),
+            "to" => to = Some(seconds(name, value)?),
+            "limit" => {
+                q.limit = value.parse::<usize>().ok().filter(|n| (1..=MAX_LIMIT).contains(n)).ok_or_else(|| {
+                    ApiError::invalid(name, &format!("limit must be an integer from 1 to {MAX_LIMIT}"))
+                })?
+            }
+            "after" => {
+                if !is_uuid(value) {
+                    return Err(ApiError::invalid(name, "after must be the id of a log record"));
+                }
+                q.after = Some(value.to_ascii_lowercase());
+            }
+            other => match other.strip_prefix("metadata.") {
+                Some(key) if !key.is_empty() => {
+                    if q.metadata.len() >= MAX_METADATA_FILTERS {
+                        return Err(ApiError::invalid(
+                            name,
+                            &format!("at most {MAX_METADATA_FILTERS} metadata filters"),
+                        ));
+                    }
+                    q.metadata.push((index_key(key), index_key(value)));
+                }
+                _ => {
+                    return Err(ApiError::invalid(
+                        name,
+                        &format!(
+                            "unknown parameter `{name}` (filters: trace_id, span_id, metadata.<key>, provider, \
+                             model, status, from, to; paging: limit, after)"
+                        ),
+                    ))
+                }
+            },
+        }
+    }
+    if let (Some(from), Some(to)) = (from, to) {
+        if from > to {
+            return Err(ApiError::invalid("from", "from must not be after to"));
+        }
+    }
+    q.from_ms = from.map(|s| s * 1000);
+    q.to_ms = to.map(|s| s * 1000 + 999);
+    Ok(q)
+}
+
+/// Unix seconds, not negative.
+fn seconds(name: &str, value: &str) -> ApiResult<i64> {
+    value
+        .parse::<i64>()
+        .ok()
+        .filter(|s| (0..=MAX_SECONDS).contains(s))
+        .ok_or_else(|| ApiError::invalid(name, &format!("{name} must be a Unix time in seconds (an integer)")))
+}
+
+/// Feedback to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewFeedback {
+    /// As given (the answer echoes it).
+    pub trace_id: String,
+    /// JSON number texts.
+    pub value: String,
+    pub weight: String,
+    /// JSON object text.
+    pub metadata: Option<String>,
+}
+
+/// `POST /v1/feedback`: `trace_id` (string, 1..=128 characters) and `value` (number) required,
+/// `weight` (number, default 1) and `metadata` (object, or null for none) optional.
+pub fn feedback(body: &Map<String, Value>) -> ApiResult<NewFeedback> {
+    const FIELDS: &[&str] = &["trace_id", "value", "weight", "metadata"];
+    if let Some(key) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::invalid(key, &format!("unknown field `{key}`")));
+    }
+    let trace_id = match body.get("trace_id") {
+        Some(Value::String(id)) if (1..=MAX_TRACE_ID_CHARS).contains(&id.chars().count()) => id.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "trace_id",
+                &format!("trace_id must be a string of 1 to {MAX_TRACE_ID_CHARS} characters"),
+            ))
+        }
+        None => return Err(ApiError::invalid("trace_id", "trace_id is required")),
+    };
+    let value = match body.get("value") {
+        Some(Value::Number(n)) => n.to_string(),
+        Some(_) => return Err(ApiError::invalid("value", "value must be a number")),
+        None => return Err(ApiError::invalid("value", "value is required")),
+    };
+    let weight = match body.get("weight") {
+        Some(Value::Number(n)) => n.to_string(),
+        None => "1".to_string(),
+        Some(_) => return Err(ApiError::invalid("weight", "weight must be a number")),
+    };
+    let metadata = match body.get("metadata") {
+        None | Some(Value::Null) => None,
+        Some(meta @ Value::Object(_)) => {
+            let text = meta.to_string();
+            if text.len() > MAX_FEEDBACK_METADATA_BYTES {
+                return Err(ApiError::invalid(
+                    "metadata",
+                    &format!("metadata is at most {MAX_FEEDBACK_METADATA_BYTES} bytes of JSON"),
+                ));
+            }
+            Some(text)
+        }
+        Some(_) => return Err(ApiError::invalid("metadata", "metadata must be an object")),
+    };
+    Ok(NewFeedback { trace_id, value, weight, metadata })
+}
+
+/// A record as `GET /v1/logs` answers it: `id`, `object`, `created_at` (Unix s of its
+/// `timestamp_ms`), the record's own fields, and `feedback` (those of its trace, oldest first:
+/// `{"value", "weight", "metadata", "created_at"}`).
+pub fn log_entry(record: &StoredRecord, feedback: &[StoredFeedback]) -> ApiResult<Value> {
+    let stored = |e: serde_json::Error| ApiError::internal(format!("a stored log record is not JSON: {e}"));
+    let fields: Map<String, Value> = serde_json::from_str(&record.json).map_err(stored)?;
+    let mut out = Map::new();
+    out.insert("id".into(), Value::String(record.id.clone()));
+    out.insert("object".into(), Value::String("gateway.log".into()));
+    out.insert("created_at".into(), Value::from(record.timestamp_ms.div_euclid(1000)));
+    for (key, value) in fields {
+        if !["id", "object", "created_at", "feedback"].contains(&key.as_str()) {
+            out.insert(key, value);
+        }
+    }
+    let mut entries = Vec::new();
+    for f in feedback.iter().filter(|f| f.trace_key == record.trace_key) {
+        let metadata = match &f.metadata {
+            Some(text) => serde_json::from_str(text).map_err(stored)?,
+            None => Value::Null,
+        };
+        let mut entry = Map::new();
+        entry.insert("value".into(), serde_json::from_str(&f.value).map_err(stored)?);
+        entry.insert("weight".into(), serde_json::from_str(&f.weight).map_err(stored)?);
+        entry.insert("metadata".into(), metadata);
+        entry.insert("created_at".into(), Value::from(f.created_at_ms.div_euclid(1000)));
+        entries.push(Value::Object(entry));
+    }
+    out.insert("feedback".into(), Value::Array(entries));
+    Ok(Value::Object(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
+    fn param<T: std::fmt::Debug>(r: ApiResult<T>) -> String {
+        let e = r.unwrap_err().0;
+        assert_eq!(e.status, 400);
+        e.param().unwrap()
+    }
+
+    fn pairs(query: &[(&str, &str)]) -> Vec<(String, String)> {
+        query.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn batches_need_workspace_trace_id_and_timestamp() {
+        let ok = json!({"workspace": "w", "trace_id": "t", "timestamp_ms": 1_700_000_000_123_i64, "status": 200,
+            "provider": "openai", "model": null, "span_id": 5, "metadata": {"_user": "u-7", "n": 1, "b": true}});
+        let records = batch(&map(json!({"records": [ok.clone()]}))).unwrap();
+        let r = &records[0];
+        assert_eq!((r.workspace.as_str(), r.trace_id.as_str(), r.timestamp_ms), ("w", "t", 1_700_000_000_123));
+        assert_eq!(
+            (r.status, r.provider.as_deref(), r.model.as_deref(), r.span_id.as_deref()),
+            (Some(200), Some("openai"), None, None)
+        );
+        let mut meta = r.metadata.clone();
+        meta.sort();
+        assert_eq!(meta, [("_user".into(), "u-7".into()), ("b".into(), "true".into()), ("n".into(), "1".into())]);
+        assert_eq!(serde_json::from_str::<Value>(&r.json).unwrap(), ok);
+        assert!(batch(&map(json!({"records": []}))).unwrap().is_empty());
+
+        assert_eq!(param(batch(&map(json!({})))), "records");
+        assert_eq!(param(batch(&map(json!({"records": {}})))), "records");
+        assert_eq!(param(batch(&map(json!({"records": [], "x": 1})))), "x");
+        assert_eq!(param(batch(&map(json!({"records": vec![ok.clone(); 501]})))), "records");
+        assert_eq!(batch(&map(json!({"records": vec![ok.clone(); 500]}))).unwrap().len(), 500);
+        assert_eq!(param(batch(&map(json!({"records": [ok.clone(), 1]})))), "records[1]");
+        let without = |field: &str| {
+            let mut r = ok.as_object().cloned().unwrap();
+            r.remove(field);
+            json!({"records": [ok.clone(), r]})
+        };
+        assert_eq!(param(batch(&map(without("workspace")))), "records[1].workspace");
+        assert_eq!(param(batch(&map(without("trace_id")))), "records[1].trace_id");
+        assert_eq!(param(batch(&map(without("timestamp_ms")))), "records[1].timestamp_ms");
+        let bad = |field: &str, value: Value| {
+            let mut r = ok.as_object().cloned().unwrap();
+            r.insert(field.into(), value);
+            param(batch(&map(json!({"records": [r]}))))
+        };
+        assert_eq!(bad("workspace", json!("a/b")), "records[0].workspace");
+        assert_eq!(bad("trace_id", json!(7)), "records[0].trace_id");
+        assert_eq!(bad("timestamp_ms", json!(1.5)), "records[0].timestamp_ms");
+        assert_eq!(bad("timestamp_ms", json!(-1)), "records[0].timestamp_ms");
+        assert_eq!(bad("timestamp_ms", json!("1")), "records[0].timestamp_ms");
+        assert_eq!(bad("big", json!("x".repeat(MAX_RECORD_BYTES))), "records[0]");
+    }
+
+    #[test]
+    fn long_values_are_indexed_by_digest() {
+        assert_eq!(index_key("short"), "short");
+        let long = "x".repeat(300);
+        assert!(index_key(&long).starts_with("\u{1}sha256:") && index_key(&long).len() == 72);
+        assert_eq!(index_key(&long), index_key(&long));
+        assert_ne!(index_key(&long), index_key(&"x".repeat(301)));
+        assert_ne!(index_key("\u{1}x"), "\u{1}x");
+    }
+
+    #[test]
+    fn log_queries_check_every_value() {
+        let q = log_query(&pairs(&[
+            ("trace_id", "t"),
+            ("metadata._user", "u-7"),
+            ("status", "200"),
+            ("from", "10"),
+            ("to", "10"),
+            ("limit", "100"),
+            ("after", "9F1C2B3A-0000-4000-8000-000000000000"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (q.trace_id.as_deref(), q.status, q.from_ms, q.to_ms, q.limit),
+            (Some("t"), Some(200), Some(10_000), Some(10_999), 100)
+        );
+        assert_eq!(q.metadata, [("_user".to_string(), "u-7".to_string())]);
+        assert_eq!(q.after.as_deref(), Some("9f1c2b3a-0000-4000-8000-000000000000"));
+        assert_eq!(log_query(&[]).unwrap().limit, 20);
+        for (name, value) in [
+            ("limit", "0"),
+            ("limit", "101"),
+            ("limit", "x"),
+            ("limit", "-1"),
+            ("status", "x"),
+            ("status", "2.5"),
+            ("from", "x"),
+            ("to", "-5"),
+            ("from", "99999999999999999999"),
+            ("after", "nope"),
+            ("trace_id", ""),
+            ("provider", ""),
+            ("metadata.", "x"),
+            ("bogus", "1"),
+        ] {
+            assert_eq!(param(log_query(&pairs(&[(name, value)]))), name, "{name}={value}");
+        }
+        assert_eq!(param(log_query(&pairs(&[("from", "11"), ("to", "10")]))), "from");
+        assert_eq!(param(log_query(&pairs(&[("model", "a"), ("model", "b")]))), "model");
+        assert_eq!(log_query(&pairs(&[("metadata.k", "")])).unwrap().metadata, [("k".to_string(), String::new())]);
+    }
+
+    #[test]
+    fn feedback_bodies() {
+        let f = feedback(&map(json!({"trace_id": "t", "value": -1}))).unwrap();
+        assert_eq!(f, NewFeedback { trace_id: "t".into(), value: "-1".into(), weight: "1".into(), metadata: None });
+        let f = feedback(&map(json!({"trace_id": "t", "value": 0.5, "weight": 2, "metadata": {"a": 1}}))).unwrap();
+        assert_eq!((f.value.as_str(), f.weight.as_str(), f.metadata.as_deref()), ("0.5", "2", Some(r#"{"a":1}"#)));
+        assert_eq!(param(feedback(&map(json!({"value": 1})))), "trace_id");
+        assert_eq!(param(feedback(&map(json!({"trace_id": "", "value": 1})))), "trace_id");
+        assert_eq!(param(feedback(&map(json!({"trace_id": "x".repeat(129), "value": 1})))), "trace_id");
+        assert!(feedback(&map(json!({"trace_id": "é".repeat(128), "value": 1}))).is_ok());
+        assert_eq!(param(feedback(&map(json!({"trace_id": 5, "value": 1})))), "trace_id");
+        assert_eq!(param(feedback(&map(json!({"trace_id": "t"})))), "value");
+        assert_eq!(param(feedback(&map(json!({"trace_id": "t", "value": "1"})))), "value");
+        assert_eq!(param(feedback(&map(json!({"trace_id": "t", "value": 1, "weight": null})))), "weight");
+        assert_eq!(param(feedback(&map(json!({"trace_id": "t", "value": 1, "metadata": []})))), "metadata");
+        assert_eq!(param(feedback(&map(json!({"trace_id": "t", "value": 1, "extra": 1})))), "extra");
+    }
+}
