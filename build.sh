@@ -184,6 +184,8 @@ check_port_free() {
   python3 - "$port" <<'PY' || die "127.0.0.1:$port ($name) is already in use by another program: stop it, or choose another port with $name=..."
 import socket, sys
 s = socket.socket()
+# As servers bind: connections of an earlier run in TIME_WAIT do not hold the port.
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
     s.bind(("127.0.0.1", int(sys.argv[1])))
 except OSError:
