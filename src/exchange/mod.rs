@@ -310,6 +310,7 @@ impl Worker {
         };
         let key = match task {
             Task::Token(key) => key,
+            Task::Records if !self.tasks.records.carries(token) => return Output::proceed(),
             Task::Records => {
                 let now_ms = io.host().now_ms();
                 let dropped = self.tasks.records.answered(answer.status, now_ms);
