@@ -226,6 +226,8 @@ pub(crate) struct Worker {
     exchanges: HashMap<u32, Exchange>,
     tasks: Tasks,
     models: ModelLabels,
+    /// Whether this worker queued a record yet (the drop counter is then defined, at 0).
+    shipping: bool,
     /// The root context: record batches are dispatched on it (a request's context may be gone
     /// before its call answers).
     root: u32,
@@ -249,6 +251,7 @@ impl Worker {
             exchanges: HashMap::new(),
             tasks: Tasks { aliases: u32::MAX, ..Tasks::default() },
             models: ModelLabels::default(),
+            shipping: false,
             root: 0,
         }
     }
@@ -451,6 +454,11 @@ impl Worker {
     /// Queues a finished request's record for the control plane; the timer is set again only
     /// when the first record waits or a batch is due at once.
     fn queue(&mut self, record: &Record, io: &mut dyn Io) {
+        if !self.shipping {
+            // Scrapes show the counter at 0 once records are shipped, not only after a drop.
+            self.shipping = true;
+            io.metric(metrics::Kind::Counter, metrics::RECORDS_DROPPED, 0);
+        }
         let now_ms = io.host().now_ms();
         let records = &mut self.tasks.records;
         if !records.push(record.shipped_json(), now_ms) {

@@ -103,6 +103,8 @@ fn records_wait_a_second_then_go_in_one_batch_with_the_token_and_the_timer_stops
     gw.tick();
     assert_eq!(batches(&gw).len(), 1, "nothing sent twice");
     assert_eq!(dropped(&gw), 0);
+    let defined = gw.io.metrics.iter().filter(|(_, name, _)| name == metrics::RECORDS_DROPPED).count();
+    assert_eq!(defined, 1, "the drop counter shows at 0 once records are shipped");
 }
 
 #[test]
@@ -263,11 +265,14 @@ fn control_plane_reads_are_counted_by_result_and_warm_hits_are_not() {
     gw.answer(gw.io.sent.last().unwrap().token, 404, &[], b"");
     gw.post(4, with_config("down"), CHAT);
     gw.answer(gw.io.sent.last().unwrap().token, 0, &[], b"");
+    gw.io.dispatch_fails = true;
+    gw.post(5, with_config("unsent"), CHAT);
     assert_eq!(
         lookups(&gw),
         [
             "gen_ai_gateway_control_plane_lookups_total.result.found 1",
             "gen_ai_gateway_control_plane_lookups_total.result.absent 1",
+            "gen_ai_gateway_control_plane_lookups_total.result.failed 1",
             "gen_ai_gateway_control_plane_lookups_total.result.failed 1",
         ]
     );
