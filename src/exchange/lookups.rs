@@ -5,7 +5,7 @@
 //! depends on shared data); when the control plane cannot answer, an entry read within
 //! `grace_ms` still serves.
 
-use super::{CallAnswer, Dispatch};
+use super::{metrics, CallAnswer, Dispatch, Io};
 use crate::catalog::{self, Entry, Ref, Resolve};
 use crate::errors::GatewayError;
 use crate::ports::Host;
@@ -59,19 +59,34 @@ pub(super) fn health_call(cp: &ControlPlaneSettings) -> Dispatch {
     call
 }
 
+/// Counts one control-plane read by its result (`found`, `absent` or `failed`).
+pub(super) fn count(io: &mut dyn Io, result: &'static str) {
+    io.metric(metrics::Kind::Counter, &metrics::lookup(result), 1);
+}
+
 /// The entry `r` becomes after the control plane's answer: kept when it answered, else the
-/// entry read within the grace period, else a 503.
+/// entry read within the grace period, else a 503. The read is counted.
 pub(super) fn settle(
     settings: &Settings,
     r: &Ref,
     answer: &CallAnswer,
-    host: &dyn Host,
+    io: &mut dyn Io,
 ) -> Result<Entry, GatewayError> {
+    let from_answer = catalog::from_answer(r, answer.status, &answer.body);
+    count(
+        io,
+        match &from_answer {
+            Ok(Some(_)) => "found",
+            Ok(None) => "absent",
+            Err(_) => "failed",
+        },
+    );
+    let host = io.host();
     let Some(cp) = &settings.control_plane else {
         return Err(catalog::unavailable(r, "not configured"));
     };
     let now_ms = host.now_ms();
-    match catalog::from_answer(r, answer.status, &answer.body) {
+    match from_answer {
         Ok(entry) => {
             catalog::remember(host.store(), r, &entry, now_ms, cp.fresh_ms, cp.grace_ms);
             Ok(entry)

@@ -25,6 +25,15 @@ pub(crate) const FALLBACKS: &str = "gen_ai_gateway_fallbacks_total";
 pub(crate) const CIRCUITS_OPENED: &str = "gen_ai_gateway_circuits_opened_total";
 pub(crate) const CACHE_STORES: &str = "gen_ai_gateway_cache_stores_total";
 pub(crate) const CACHE_STORED_BYTES: &str = "gen_ai_gateway_cache_stored_bytes_total";
+/// Request records the control plane never got (queue full, refused, or too large).
+pub(crate) const RECORDS_DROPPED: &str = "gen_ai_gateway_records_dropped_total";
+/// Calls that read the control plane, by `result`: `found`, `absent` (404) or `failed`.
+pub(crate) const CONTROL_PLANE_LOOKUPS: &str = "gen_ai_gateway_control_plane_lookups_total";
+
+/// The stat of a control-plane read's `result`.
+pub(crate) fn lookup(result: &'static str) -> String {
+    name(CONTROL_PLANE_LOOKUPS, &[("result", result)])
+}
 
 /// The label value of a model past the bound.
 const OTHER: &str = "other";

@@ -16,6 +16,7 @@ mod lookups;
 pub(crate) mod metrics;
 mod record;
 mod reply;
+mod shipping;
 #[cfg(test)]
 mod tests;
 mod tokens;
@@ -189,6 +190,8 @@ enum Task {
     Lookup(Ref),
     /// The control plane's health, for the gateway's own `/health`.
     Health,
+    /// A batch of request records to the control plane (the root context's call).
+    Records,
 }
 
 /// Dispatched calls in flight (token → request and purpose) and waiting calls.
@@ -204,6 +207,8 @@ struct Tasks {
     lookup_waiters: HashMap<Ref, Vec<u32>>,
     /// Tokens for checks that wait for another request's call, counted down from `u32::MAX`.
     aliases: u32,
+    /// Request records on their way to the control plane.
+    records: shipping::Shipper,
 }
 
 /// What an exchange's event handler can reach besides the exchange.
@@ -221,6 +226,11 @@ pub(crate) struct Worker {
     exchanges: HashMap<u32, Exchange>,
     tasks: Tasks,
     models: ModelLabels,
+    /// Whether this worker queued a record yet (the drop counter is then defined, at 0).
+    shipping: bool,
+    /// The root context: record batches are dispatched on it (a request's context may be gone
+    /// before its call answers).
+    root: u32,
 }
 
 /// Names no cluster: a held request that Envoy resumed without the gateway's edits goes
@@ -241,7 +251,15 @@ impl Worker {
             exchanges: HashMap::new(),
             tasks: Tasks { aliases: u32::MAX, ..Tasks::default() },
             models: ModelLabels::default(),
+            shipping: false,
+            root: 0,
         }
+    }
+
+    /// The worker of root context `root`.
+    pub(crate) fn rooted(mut self, root: u32) -> Worker {
+        self.root = root;
+        self
     }
 
     /// New requests use `settings` (requests in flight keep theirs).
@@ -295,8 +313,16 @@ impl Worker {
         };
         let key = match task {
             Task::Token(key) => key,
+            Task::Records if !self.tasks.records.carries(token) => return Output::proceed(),
+            Task::Records => {
+                let now_ms = io.host().now_ms();
+                let dropped = self.tasks.records.answered(answer.status, now_ms);
+                count_dropped(io, dropped);
+                rearm(&self.tasks, io);
+                return Output::proceed();
+            }
             Task::Lookup(r) => {
-                let settled = lookups::settle(&self.settings, &r, &answer, io.host());
+                let settled = lookups::settle(&self.settings, &r, &answer, io);
                 let mut after = Vec::new();
                 for waiter in self.tasks.lookup_waiters.remove(&r).unwrap_or_default() {
                     let output = self.on(waiter, io, |exchange, env| {
@@ -367,8 +393,30 @@ impl Worker {
             });
             after.extend(output.after);
         }
+        self.ship(now, io);
         rearm(&self.tasks, io);
         Output { action: Action::Continue, after }
+    }
+
+    /// Sends the next batch of records when one is due (from the root's timer).
+    fn ship(&mut self, now_ms: u64, io: &mut dyn Io) {
+        let Some(cp) = &self.settings.control_plane else {
+            let dropped = self.tasks.records.clear();
+            return count_dropped(io, dropped);
+        };
+        let Some(body) = self.tasks.records.take(now_ms) else {
+            return;
+        };
+        match io.dispatch(self.root, &shipping::call(cp, body)) {
+            Some(token) => {
+                self.tasks.records.sent(token);
+                self.tasks.calls.insert(token, (self.root, Task::Records));
+            }
+            None => {
+                let dropped = self.tasks.records.answered(0, now_ms);
+                count_dropped(io, dropped);
+            }
+        }
     }
 
     /// Request `id` ended: its metrics go to the host, its record is returned, and nothing
@@ -395,7 +443,37 @@ impl Worker {
         for metric in metrics::of_request(&record, &settings.metrics, &mut self.models) {
             io.metric(metric.kind, &metric.name, metric.value);
         }
+        if settings.control_plane.is_some() && !record.workspace.is_empty() {
+            self.queue(&record, io);
+        }
         Some(record)
+    }
+}
+
+impl Worker {
+    /// Queues a finished request's record for the control plane; the timer is set again only
+    /// when the first record waits or a batch is due at once.
+    fn queue(&mut self, record: &Record, io: &mut dyn Io) {
+        if !self.shipping {
+            // Scrapes show the counter at 0 once records are shipped, not only after a drop.
+            self.shipping = true;
+            io.metric(metrics::Kind::Counter, metrics::RECORDS_DROPPED, 0);
+        }
+        let now_ms = io.host().now_ms();
+        let records = &mut self.tasks.records;
+        if !records.push(record.shipped_json(), now_ms) {
+            return count_dropped(io, 1);
+        }
+        if records.len() == 1 || records.len() == shipping::EAGER {
+            rearm(&self.tasks, io);
+        }
+    }
+}
+
+/// Counts records dropped on their way to the control plane.
+fn count_dropped(io: &mut dyn Io, dropped: u64) {
+    if dropped > 0 {
+        io.metric(metrics::Kind::Counter, metrics::RECORDS_DROPPED, dropped);
     }
 }
 
@@ -412,10 +490,11 @@ pub(crate) fn prepare_store(store: &dyn SharedStore, settings: &Settings) {
     }
 }
 
-/// Ticks when the earliest timer is due; no ticks while nothing waits.
+/// Ticks when the earliest timer (or the next batch of records) is due; no ticks while
+/// nothing waits.
 fn rearm(tasks: &Tasks, io: &mut dyn Io) {
     let now = io.host().now_ms();
-    let earliest = tasks.timers.iter().map(|t| t.due_ms).min();
+    let earliest = tasks.timers.iter().map(|t| t.due_ms).chain(tasks.records.due_ms()).min();
     io.tick_every(earliest.map_or(0, |due| due.saturating_sub(now).max(1)));
 }
 
@@ -690,6 +769,7 @@ impl Exchange {
         }
         let Some(token) = env.io.dispatch(env.id, &lookups::call(cp, &r)) else {
             // Not even sent (e.g. no such cluster): as when it does not answer.
+            lookups::count(env.io, "failed");
             let settled = lookups::failed(cp, &r, "it could not be called", env.io.host());
             return match settled {
                 Ok(entry) => {

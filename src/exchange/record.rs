@@ -63,6 +63,16 @@ impl Record {
     /// The access-log line: one JSON object of what the request did. Never a key, a prompt or
     /// an answer; the path without its query.
     pub(crate) fn to_json(&self) -> Vec<u8> {
+        self.line(None)
+    }
+
+    /// The object shipped to the control plane: the access-log object plus `timestamp_ms`, the
+    /// Unix time (ms) the request arrived (the host clock is the wall clock).
+    pub(crate) fn shipped_json(&self) -> Vec<u8> {
+        self.line(Some(self.start_ms))
+    }
+
+    fn line(&self, timestamp_ms: Option<u64>) -> Vec<u8> {
         let count = |step: Move| self.moves.iter().filter(|(_, s)| *s == step).count();
         let reached = !self.provider.is_empty();
         let line = AccessLine {
@@ -88,6 +98,7 @@ impl Record {
             time_to_first_token_ms: self.time_to_first_token_ms,
             error_code: self.error_code,
             workspace: text(&self.workspace),
+            timestamp_ms,
         };
         serde_json::to_vec(&line).unwrap_or_default()
     }
@@ -124,6 +135,8 @@ struct AccessLine<'a> {
     error_code: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     workspace: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timestamp_ms: Option<u64>,
 }
 
 impl fmt::Display for Record {
@@ -213,6 +226,9 @@ mod tests {
                    "stream": true, "prompt_tokens": 3, "completion_tokens": 5, "duration_ms": 100,
                    "time_to_first_token_ms": 40, "error_code": null})
         );
+        assert!(line.get("timestamp_ms").is_none(), "the access log has no timestamp (Envoy's own has)");
+        let shipped: Value = serde_json::from_slice(&record.shipped_json()).unwrap();
+        assert_eq!(shipped["timestamp_ms"], json!(1000));
         let refused = Record { status: 401, error_code: Some("invalid_api_key"), ..Record::default() };
         let line: Value = serde_json::from_slice(&refused.to_json()).unwrap();
         assert_eq!((line["attempts"].clone(), line["provider"].clone()), (json!(0), Value::Null));

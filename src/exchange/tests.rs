@@ -9,6 +9,7 @@ use std::collections::HashMap as StdHashMap;
 
 mod control_plane;
 mod guardrails;
+mod records;
 
 // ---------------------------------------------------------------------------------------------
 // The fake host

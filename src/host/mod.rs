@@ -31,7 +31,7 @@ proxy_wasm::main! {{
             id,
             shared: Rc::new(Shared {
                 // Until a configuration loads, no key is accepted: requests fail closed with 401.
-                worker: RefCell::new(Worker::new(Rc::new(Settings::default()))),
+                worker: RefCell::new(Worker::new(Rc::new(Settings::default())).rooted(id)),
                 metrics: Rc::new(RefCell::new(HashMap::new())),
             }),
         })

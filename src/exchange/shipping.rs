@@ -1,0 +1,267 @@
+//! Request logs: each finished request's record (with a workspace, with a control plane) waits
+//! in a bounded per-worker queue and goes to the control plane in batches,
+//! `POST /internal/v1/records` with `{"records": [...]}`, dispatched from the root context's
+//! timer. One batch is in flight at a time; a batch the control plane could not take (no
+//! answer, 5xx) goes back to the front of the queue as far as the bound allows and is tried
+//! again after a backoff; a batch it refused (4xx) and whatever does not fit is dropped and
+//! counted. Nothing here touches a request's answer: records are queued after it was sent.
+
+use super::Dispatch;
+use crate::settings::ControlPlaneSettings;
+use std::collections::VecDeque;
+
+/// At most this many records wait per worker ...
+pub(super) const MAX_QUEUED: usize = 2000;
+/// ... and at most this many bytes of them.
+pub(super) const MAX_QUEUED_BYTES: usize = 4 << 20;
+/// A record larger than this is never shipped (the control plane's bound).
+pub(super) const MAX_RECORD_BYTES: usize = 64 << 10;
+/// At most this many records per batch ...
+pub(super) const MAX_BATCH: usize = 500;
+/// ... and at most this many bytes of records (at least one record).
+pub(super) const MAX_BATCH_BYTES: usize = 1 << 20;
+/// A batch leaves as soon as this many records wait ...
+pub(super) const EAGER: usize = 100;
+/// ... or this long after the oldest waiting record was queued.
+pub(super) const WAIT_MS: u64 = 1000;
+/// After a failed batch, the next waits this long, doubling per failure up to the maximum.
+pub(super) const RETRY_MS: u64 = 1000;
+pub(super) const MAX_RETRY_MS: u64 = 10_000;
+
+pub(super) const PATH: &str = "/internal/v1/records";
+
+struct Queued {
+    json: Vec<u8>,
+    queued_ms: u64,
+}
+
+/// The records of one worker on their way to the control plane.
+#[derive(Default)]
+pub(super) struct Shipper {
+    queue: VecDeque<Queued>,
+    bytes: usize,
+    /// The batch in flight, by its call's token.
+    in_flight: Option<(u32, Vec<Queued>)>,
+    /// After a failure, no batch leaves before this.
+    not_before_ms: u64,
+    failures: u32,
+}
+
+impl Shipper {
+    pub(super) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    fn fits(&self, bytes: usize) -> bool {
+        self.queue.len() < MAX_QUEUED && self.bytes.saturating_add(bytes) <= MAX_QUEUED_BYTES
+    }
+
+    /// Queues one record at `now_ms`; false when it was dropped (too large, or the queue full).
+    pub(super) fn push(&mut self, json: Vec<u8>, now_ms: u64) -> bool {
+        if json.len() > MAX_RECORD_BYTES || !self.fits(json.len()) {
+            return false;
+        }
+        self.bytes = self.bytes.saturating_add(json.len());
+        self.queue.push_back(Queued { json, queued_ms: now_ms });
+        true
+    }
+
+    /// When the next batch should leave; None while one is in flight or none waits.
+    pub(super) fn due_ms(&self) -> Option<u64> {
+        if self.in_flight.is_some() {
+            return None;
+        }
+        let oldest = self.queue.front()?;
+        let due = if self.queue.len() >= EAGER { 0 } else { oldest.queued_ms.saturating_add(WAIT_MS) };
+        Some(due.max(self.not_before_ms))
+    }
+
+    /// Takes the next batch off the queue (when one is due at `now_ms`): its body.
+    pub(super) fn take(&mut self, now_ms: u64) -> Option<Vec<u8>> {
+        if self.due_ms()? > now_ms {
+            return None;
+        }
+        let mut batch = Vec::new();
+        let mut bytes = 0usize;
+        while batch.len() < MAX_BATCH {
+            let Some(next) = self.queue.front() else { break };
+            if !batch.is_empty() && bytes.saturating_add(next.json.len()) > MAX_BATCH_BYTES {
+                break;
+            }
+            let Some(next) = self.queue.pop_front() else { break };
+            bytes = bytes.saturating_add(next.json.len());
+            batch.push(next);
+        }
+        self.bytes = self.bytes.saturating_sub(bytes);
+        let body = body(&batch, bytes);
+        self.in_flight = Some((0, batch));
+        Some(body)
+    }
+
+    /// The batch just taken is on its way under `token`.
+    pub(super) fn sent(&mut self, token: u32) {
+        if let Some((t, _)) = &mut self.in_flight {
+            *t = token;
+        }
+    }
+
+    /// The batch in flight was answered with `status` (0: no answer, or it was not even sent)
+    /// at `now_ms`: how many records were dropped.
+    pub(super) fn answered(&mut self, status: u16, now_ms: u64) -> u64 {
+        let Some((_, batch)) = self.in_flight.take() else {
+            return 0;
+        };
+        match status {
+            200..=299 => {
+                self.failures = 0;
+                self.not_before_ms = 0;
+                0
+            }
+            400..=499 => {
+                log::warn!("the control plane refused a batch of {} records ({status}); dropped", batch.len());
+                count(batch.len())
+            }
+            _ => {
+                self.failures = self.failures.saturating_add(1);
+                let exponent = self.failures.saturating_sub(1).min(8);
+                let delay = RETRY_MS.saturating_mul(1u64 << exponent).min(MAX_RETRY_MS);
+                self.not_before_ms = now_ms.saturating_add(delay);
+                log::warn!("the control plane did not take a batch of {} records ({status}); retried", batch.len());
+                self.requeue(batch)
+            }
+        }
+    }
+
+    /// A failed batch back at the front of the queue, its newest records first, as far as the
+    /// bound allows: how many did not fit.
+    fn requeue(&mut self, batch: Vec<Queued>) -> u64 {
+        let mut dropped = 0usize;
+        for record in batch.into_iter().rev() {
+            if self.fits(record.json.len()) {
+                self.bytes = self.bytes.saturating_add(record.json.len());
+                self.queue.push_front(record);
+            } else {
+                dropped += 1;
+            }
+        }
+        count(dropped)
+    }
+
+    /// Everything waiting (the control plane is no longer configured): how many.
+    pub(super) fn clear(&mut self) -> u64 {
+        let dropped = self.queue.len() + self.in_flight.take().map_or(0, |(_, batch)| batch.len());
+        self.queue.clear();
+        self.bytes = 0;
+        count(dropped)
+    }
+
+    /// Whether `token` is the batch in flight.
+    pub(super) fn carries(&self, token: u32) -> bool {
+        self.in_flight.as_ref().is_some_and(|(t, _)| *t == token)
+    }
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+/// `{"records":[...]}` of the batch (`bytes`: the records' size).
+fn body(batch: &[Queued], bytes: usize) -> Vec<u8> {
+    let mut body = Vec::with_capacity(bytes.saturating_add(batch.len()).saturating_add(16));
+    body.extend_from_slice(b"{\"records\":[");
+    for (i, record) in batch.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&record.json);
+    }
+    body.extend_from_slice(b"]}");
+    body
+}
+
+/// The call that carries a batch.
+pub(super) fn call(cp: &ControlPlaneSettings, body: Vec<u8>) -> Dispatch {
+    let headers = vec![
+        (":method".to_string(), "POST".to_string()),
+        (":path".to_string(), PATH.to_string()),
+        (":authority".to_string(), cp.authority.clone()),
+        ("authorization".to_string(), format!("Bearer {}", cp.token)),
+        ("content-type".to_string(), "application/json".to_string()),
+        ("content-length".to_string(), body.len().to_string()),
+    ];
+    Dispatch { cluster: cp.cluster.clone(), headers, body, timeout_ms: cp.timeout_ms }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(i: usize) -> Vec<u8> {
+        format!("{{\"n\":{i}}}").into_bytes()
+    }
+
+    #[test]
+    fn the_queue_is_bounded_by_count_and_bytes_and_records_by_size() {
+        let mut shipper = Shipper::default();
+        assert!(!shipper.push(vec![b'x'; MAX_RECORD_BYTES + 1], 0));
+        for i in 0..MAX_QUEUED {
+            assert!(shipper.push(record(i), 0));
+        }
+        assert!(!shipper.push(record(0), 0));
+        let mut shipper = Shipper::default();
+        let big = vec![b'x'; MAX_RECORD_BYTES];
+        let fit = MAX_QUEUED_BYTES / MAX_RECORD_BYTES;
+        for _ in 0..fit {
+            assert!(shipper.push(big.clone(), 0));
+        }
+        assert!(!shipper.push(big, 0));
+    }
+
+    #[test]
+    fn batches_are_at_most_500_records_and_one_mib() {
+        let mut shipper = Shipper::default();
+        for i in 0..600 {
+            shipper.push(record(i), 0);
+        }
+        let body = shipper.take(0).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["records"].as_array().unwrap().len(), MAX_BATCH);
+        assert_eq!(shipper.due_ms(), None, "one batch in flight");
+        assert_eq!(shipper.answered(200, 0), 0);
+        assert_eq!(shipper.due_ms(), Some(0), "100 or more wait: due now");
+
+        let mut shipper = Shipper::default();
+        let record = format!("\"{}\"", "x".repeat((60 << 10) - 2)).into_bytes();
+        for _ in 0..40 {
+            shipper.push(record.clone(), 0);
+        }
+        let body = shipper.take(WAIT_MS).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["records"].as_array().unwrap().len(), 17, "1 MiB of 60 KiB records");
+    }
+
+    #[test]
+    fn failures_back_off_doubling_up_to_the_maximum() {
+        let mut shipper = Shipper::default();
+        shipper.push(record(1), 0);
+        assert_eq!(shipper.take(999), None);
+        assert!(shipper.take(1000).is_some());
+        assert_eq!(shipper.answered(0, 1000), 0);
+        assert_eq!(shipper.due_ms(), Some(2000));
+        shipper.take(2000).unwrap();
+        assert_eq!(shipper.answered(503, 2000), 0);
+        assert_eq!(shipper.due_ms(), Some(4000));
+        for _ in 0..10 {
+            let now = shipper.due_ms().unwrap();
+            shipper.take(now).unwrap();
+            shipper.answered(0, now);
+        }
+        let due = shipper.due_ms().unwrap();
+        shipper.take(due).unwrap();
+        shipper.answered(0, due);
+        assert_eq!(shipper.due_ms(), Some(due + MAX_RETRY_MS));
+        shipper.take(due + MAX_RETRY_MS).unwrap();
+        assert_eq!(shipper.answered(202, due + MAX_RETRY_MS), 0);
+        assert_eq!((shipper.len(), shipper.due_ms()), (0, None));
+    }
+}
