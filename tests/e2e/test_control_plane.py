@@ -330,3 +330,38 @@ def test_without_a_control_plane_static_settings_work_as_before(start_gateway, o
         assert_error(gw.chat(config("pc-abc123")), 400, code="saved_config_unavailable")
         assert_error(gw.chat(slug("no-such-provider")), 401, code="unknown_credential")
         assert_error(gw.get("/v1/providers/openai-mock"), 404, code="unknown_endpoint")
+
+
+# --------------------------------------------------------------------------- request logs
+
+
+def test_request_logs_are_found_by_trace_and_metadata_and_take_feedback(cp, openai_mock):
+    s = stored_provider(cp, openai_mock, "sk-logged")
+    trace_id, user = f"trace-{uuid.uuid4().hex}", f"u-{uuid.uuid4().hex[:6]}"
+    headers = {**slug(s), "x-gateway-trace-id": trace_id, "x-gateway-span-id": "span-1",
+               "x-gateway-metadata": f'{{"_user": "{user}", "_environment": "e2e"}}'}
+    assert cp.chat(headers, chat_body(model="m-logged")).status_code == 200
+    # Feedback may come before the record does.
+    fed = cp.post("/v1/feedback", {"trace_id": trace_id, "value": 1, "weight": 0.5, "metadata": {"by": "test"}})
+    assert fed.status_code in (200, 201, 202), fed.text
+
+    def found(**query) -> dict:
+        r = cp.get("/v1/logs", params=query)
+        assert r.status_code == 200, r.text
+        page = r.json()
+        assert page["object"] == "list" and len(page["data"]) == 1, page
+        return page["data"][0]
+    record = eventually(lambda: found(trace_id=trace_id))
+    assert (record["trace_id"], record["span_id"], record["provider"], record["model"], record["status"]) == \
+        (trace_id, "span-1", "openai", "m-logged", 200)
+    assert record["metadata"] == {"_user": user, "_environment": "e2e"} and record["workspace"] == "default"
+    assert [(f["value"], f["weight"]) for f in record["feedback"]] == [(1, 0.5)]
+    assert found(**{"metadata._user": user})["trace_id"] == trace_id
+    assert "sk-logged" not in str(record), "no secret in a record"
+    # Only the caller's workspace; a key is needed; bad filters name the parameter.
+    other = new_workspace_key(cp)["key"]
+    r = cp.get("/v1/logs", params={"trace_id": trace_id}, key=other)
+    assert r.status_code == 200 and r.json()["data"] == []
+    assert_error(cp.get("/v1/logs", key=None), 401, trace=False)
+    assert_error(cp.get("/v1/logs", params={"limit": 0}), 400, param="limit", trace=False)
+    assert_error(cp.post("/v1/feedback", {"trace_id": trace_id}), 400, param="value", trace=False)
