@@ -318,6 +318,12 @@ impl Guard {
 
     /// Each item's id and verdict (and its feedback's value), for the log line:
     /// `in:id=true out:id=false/-1 async:id=true`.
+    /// Every check that ran, with whether it passed (for the verdict metrics).
+    pub(super) fn check_verdicts(&self) -> Vec<(String, bool)> {
+        let results = self.before.iter().chain(&self.after).chain(&self.async_results);
+        results.flat_map(|item| item.checks.iter().map(|check| (check.id.clone(), check.verdict))).collect()
+    }
+
     pub(super) fn summary(&self) -> String {
         let stages = [("in", &self.before), ("out", &self.after), ("async", &self.async_results)];
         let mut parts = Vec::new();

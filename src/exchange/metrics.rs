@@ -12,6 +12,7 @@
 //! Values keep only `[A-Za-z0-9_.:/-]` (anything else becomes `_`), at most 64 characters.
 
 use super::Record;
+use crate::guardrails::CHECK_IDS;
 use crate::routing::attempts::Move;
 use crate::settings::MetricsSettings;
 use hashbrown::HashSet;
@@ -25,6 +26,9 @@ pub(crate) const FALLBACKS: &str = "gen_ai_gateway_fallbacks_total";
 pub(crate) const CIRCUITS_OPENED: &str = "gen_ai_gateway_circuits_opened_total";
 pub(crate) const CACHE_STORES: &str = "gen_ai_gateway_cache_stores_total";
 pub(crate) const CACHE_STORED_BYTES: &str = "gen_ai_gateway_cache_stored_bytes_total";
+/// One per guardrail or hook check run, by `verdict` (`pass`/`fail`) and `check` (its id, last:
+/// check ids have dots).
+pub(crate) const GUARDRAIL_VERDICTS: &str = "gen_ai_gateway_guardrail_verdicts_total";
 /// Request records the control plane never got (queue full, refused, or too large).
 pub(crate) const RECORDS_DROPPED: &str = "gen_ai_gateway_records_dropped_total";
 /// Calls that read the control plane, by `result`: `found`, `absent` (404) or `failed`.
@@ -141,6 +145,12 @@ pub(crate) fn of_request(record: &Record, settings: &MetricsSettings, models: &m
         };
         out.push(counter(name(metric, &[("provider", &sanitise(provider))]), 1));
     }
+    for (check, passed) in &record.check_verdicts {
+        let verdict = if *passed { "pass" } else { "fail" };
+        // A client names the checks of an inline hook: only the ids the gateway runs are labels.
+        let check = if CHECK_IDS.contains(&check.as_str()) { check.as_str() } else { OTHER };
+        out.push(counter(name(GUARDRAIL_VERDICTS, &[("verdict", verdict), ("check", check)]), 1));
+    }
     if let Some(bytes) = record.cache_stored {
         out.push(counter(CACHE_STORES.to_string(), 1));
         out.push(counter(CACHE_STORED_BYTES.to_string(), bytes));
@@ -226,6 +236,25 @@ mod tests {
                 ("gen_ai_gateway_fallbacks_total.provider.openai", 1),
                 ("gen_ai_gateway_cache_stores_total", 1),
                 ("gen_ai_gateway_cache_stored_bytes_total", 300),
+            ]
+        );
+    }
+
+    #[test]
+    fn each_check_run_counts_its_verdict_and_unknown_ids_are_other() {
+        let checks = [("default.contains", false), ("default.regexMatch", true), ("made.up.by.a.client", true)];
+        let record = Record {
+            status: 446,
+            check_verdicts: checks.iter().map(|(id, passed)| (id.to_string(), *passed)).collect(),
+            ..Record::default()
+        };
+        let metrics = of_request(&record, &MetricsSettings::default(), &mut ModelLabels::default());
+        assert_eq!(
+            names(&metrics),
+            vec![
+                ("gen_ai_gateway_guardrail_verdicts_total.verdict.fail.check.default.contains", 1),
+                ("gen_ai_gateway_guardrail_verdicts_total.verdict.pass.check.default.regexMatch", 1),
+                ("gen_ai_gateway_guardrail_verdicts_total.verdict.pass.check.other", 1),
             ]
         );
     }

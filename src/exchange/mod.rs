@@ -651,6 +651,7 @@ impl Exchange {
         record.cache = self.cache.status_header().unwrap_or_default();
         if let Some(guard) = &self.guard {
             record.hooks = guard.summary();
+            record.check_verdicts = guard.check_verdicts();
         }
         record
     }

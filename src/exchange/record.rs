@@ -29,6 +29,8 @@ pub(crate) struct Record {
     pub(crate) error_code: Option<&'static str>,
     /// Each hook's and guardrail's id and verdict (and feedback value), e.g. `in:pii=false/-1`.
     pub(crate) hooks: String,
+    /// Every check that ran (hooks and guardrails, all stages): its id and whether it passed.
+    pub(crate) check_verdicts: Vec<(String, bool)>,
     /// The model the answering attempt asked for (empty when the request names none).
     pub(crate) model: String,
     /// The client's `x-gateway-metadata`.
