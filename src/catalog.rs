@@ -293,10 +293,12 @@ fn entry_of(slot: &Slot) -> Option<Entry> {
     }
 }
 
-/// The entry of `r` in shared data while it is fresh (used without asking again).
-pub(crate) fn fresh(store: &dyn SharedStore, r: &Ref, now_ms: u64) -> Option<Entry> {
+/// The entry of `r` in shared data while it is fresh (used without asking again), with the
+/// end of its freshness.
+pub(crate) fn fresh(store: &dyn SharedStore, r: &Ref, now_ms: u64) -> Option<(Entry, u64)> {
     let (value, _) = store.get(&r.slot())?;
-    own_slot(&value, r).filter(|slot| now_ms <= slot.fresh_until_ms).as_ref().and_then(entry_of)
+    let slot = own_slot(&value, r).filter(|slot| now_ms <= slot.fresh_until_ms)?;
+    entry_of(&slot).map(|entry| (entry, slot.fresh_until_ms))
 }
 
 /// The entry of `r` in shared data, when it was read at most `max_age_ms` before `now_ms`.
@@ -408,7 +410,7 @@ mod tests {
         let a = config("ws", "a");
         assert_eq!(fresh(store, &a, 0), None);
         remember(store, &a, &Some(Rc::new(json!({"provider": "openai"}))), 1000, FRESH, GRACE);
-        assert_eq!(fresh(store, &a, 6000), Some(Some(Rc::new(json!({"provider": "openai"})))));
+        assert_eq!(fresh(store, &a, 6000).map(|(e, _)| e), Some(Some(Rc::new(json!({"provider": "openai"})))));
         assert_eq!(fresh(store, &a, 6001), None, "stale");
         assert!(within(store, &a, 6001, GRACE).is_some(), "within grace");
         assert!(within(store, &a, 1001 + GRACE, GRACE).is_none(), "past grace");
@@ -421,7 +423,7 @@ mod tests {
         // Absent entries are kept too.
         let b = config("ws", "b");
         remember(store, &b, &None, 1000, FRESH, GRACE);
-        assert_eq!(fresh(store, &b, 1000), Some(None));
+        assert_eq!(fresh(store, &b, 1000).map(|(e, _)| e), Some(None));
         // A ref whose slot holds another ref's value is a miss.
         let slot = a.slot();
         let other = (0..5000).map(|i| config("ws", &format!("x{i}"))).find(|r| r.slot() == slot).unwrap();

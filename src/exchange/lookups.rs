@@ -12,26 +12,43 @@ use crate::ports::Host;
 use crate::settings::{ControlPlaneSettings, Settings};
 use hashbrown::HashMap;
 
-/// What one request read, then what is fresh in shared data (each ref read from shared
-/// data once per pass: a provider named by several targets is parsed once).
+/// What one request read, then what this worker read lately (while it is fresh), then what
+/// is fresh in shared data. A warm request makes neither a call nor a shared-data read, nor
+/// parses an entry again.
 pub(super) struct Known<'a> {
     local: &'a HashMap<Ref, Entry>,
-    shared: HashMap<Ref, Entry>,
+    recent: &'a mut Recent,
 }
 
+/// The entries a worker read lately, each with the end of its freshness (bounded: emptied when
+/// full, the shared data still has them).
+#[derive(Default)]
+pub(super) struct Recent(HashMap<Ref, (u64, Entry)>);
+
+const RECENT_ENTRIES: usize = 256;
+
 impl<'a> Known<'a> {
-    pub(super) fn new(local: &'a HashMap<Ref, Entry>) -> Known<'a> {
-        Known { local, shared: HashMap::new() }
+    pub(super) fn new(local: &'a HashMap<Ref, Entry>, recent: &'a mut Recent) -> Known<'a> {
+        Known { local, recent }
     }
 }
 
 impl Resolve for Known<'_> {
     fn get(&mut self, r: &Ref, host: &dyn Host) -> Option<Entry> {
-        if let Some(entry) = self.local.get(r).or_else(|| self.shared.get(r)) {
+        if let Some(entry) = self.local.get(r) {
             return Some(entry.clone());
         }
-        let entry = catalog::fresh(host.store(), r, host.now_ms())?;
-        self.shared.insert(r.clone(), entry.clone());
+        let now_ms = host.now_ms();
+        if let Some((fresh_until_ms, entry)) = self.recent.0.get(r) {
+            if now_ms <= *fresh_until_ms {
+                return Some(entry.clone());
+            }
+        }
+        let (entry, fresh_until_ms) = catalog::fresh(host.store(), r, now_ms)?;
+        if self.recent.0.len() >= RECENT_ENTRIES {
+            self.recent.0.clear();
+        }
+        self.recent.0.insert(r.clone(), (fresh_until_ms, entry.clone()));
         Some(entry)
     }
 }

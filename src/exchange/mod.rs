@@ -205,6 +205,8 @@ struct Tasks {
     jwks_waiters: HashMap<String, Vec<(u32, u32)>>,
     /// Requests waiting for a control-plane entry: one read serves them all.
     lookup_waiters: HashMap<Ref, Vec<u32>>,
+    /// Control-plane entries this worker read lately.
+    recent: lookups::Recent,
     /// Tokens for checks that wait for another request's call, counted down from `u32::MAX`.
     aliases: u32,
     /// Request records on their way to the control plane.
@@ -683,7 +685,7 @@ impl Exchange {
     /// Processes the request from its headers (and its body, once complete): the first time,
     /// and again each time a control-plane entry it waited for arrived.
     fn process(&mut self, env: &mut Env, raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Action {
-        let mut known = lookups::Known::new(&self.known);
+        let mut known = lookups::Known::new(&self.known, &mut env.tasks.recent);
         let mut catalog = Catalog::new(env.settings, &mut known);
         let started = match pipeline::start(env.settings, &raw, env.io.host(), &mut catalog) {
             Ok(Started::NeedsBody(pending)) => match &body {
@@ -741,7 +743,7 @@ impl Exchange {
         };
         let (pending, raw) = *held;
         let body = env.io.request_body(env.id, size);
-        let mut known = lookups::Known::new(&self.known);
+        let mut known = lookups::Known::new(&self.known, &mut env.tasks.recent);
         let mut catalog = Catalog::new(env.settings, &mut known);
         match pipeline::finish(env.settings, pending, &body, env.io.host(), &mut catalog) {
             Err(error) => self.answer_error(env, &error),
