@@ -22,6 +22,10 @@ async fn run() -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.addr))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let resumed = gateway_control_plane::batches::resume(&state).await?;
+    if resumed > 0 {
+        eprintln!("control plane: resuming {resumed} managed batch(es)");
+    }
     eprintln!("control plane listening on {addr}");
     axum::serve(listener, api::router(state.clone()))
         .with_graceful_shutdown(shutdown())
