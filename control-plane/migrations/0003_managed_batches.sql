@@ -2,7 +2,10 @@
 -- and PostgreSQL through sqlx Any). Timestamps are Unix seconds; JSON is stored as TEXT.
 
 -- One row per batch. `headers` is the caller's gateway headers (a JSON object, with the
--- client's Authorization) SEALED with the master key: they hold provider secrets.
+-- client's Authorization) SEALED with the master key: they hold provider secrets. The control
+-- plane running the batch holds a lease (`lease_owner`, `lease_until` in Unix ms) that it
+-- renews; another one (several may share a PostgreSQL database) takes the batch over only
+-- once the lease expired.
 CREATE TABLE managed_batches (
     id TEXT PRIMARY KEY,
     workspace TEXT NOT NULL,
@@ -24,7 +27,9 @@ CREATE TABLE managed_batches (
     error_file_id TEXT,
     errors TEXT,
     metadata TEXT,
-    headers TEXT NOT NULL
+    headers TEXT NOT NULL,
+    lease_owner TEXT,
+    lease_until BIGINT
 );
 CREATE INDEX managed_batches_workspace ON managed_batches (workspace, created_at, id);
 CREATE INDEX managed_batches_status ON managed_batches (status);

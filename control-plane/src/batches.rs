@@ -34,12 +34,18 @@ pub const WORKSPACE_HEADER: &str = "x-gateway-workspace";
 /// The client's `Authorization`, as the filter renames it.
 pub const CLIENT_AUTHORIZATION_HEADER: &str = "x-gateway-client-authorization";
 
+/// The default lease of a running batch.
+pub const DEFAULT_LEASE_MS: u64 = 30_000;
+
 /// How batches run: `GATEWAY_URL` (default `http://127.0.0.1:8787`), where each line and the
 /// input file go, and `GATEWAY_BATCH_CONCURRENCY` (default 4), lines in flight per batch.
 #[derive(Debug, Clone)]
 pub struct BatchSettings {
     pub gateway_url: String,
     pub concurrency: usize,
+    /// How long a control plane's hold on a batch lasts unless renewed (renewed every third
+    /// of it); a batch whose holder stopped is taken over once it expired.
+    pub lease_ms: u64,
 }
 
 impl BatchSettings {
@@ -51,13 +57,14 @@ impl BatchSettings {
                 .and_then(|v| v.trim().parse::<usize>().ok())
                 .filter(|n| *n > 0)
                 .unwrap_or(4),
+            lease_ms: DEFAULT_LEASE_MS,
         }
     }
 }
 
 impl Default for BatchSettings {
     fn default() -> BatchSettings {
-        BatchSettings { gateway_url: "http://127.0.0.1:8787".to_string(), concurrency: 4 }
+        BatchSettings { gateway_url: "http://127.0.0.1:8787".to_string(), concurrency: 4, lease_ms: DEFAULT_LEASE_MS }
     }
 }
 
@@ -66,6 +73,8 @@ pub struct Runner {
     pub settings: BatchSettings,
     client: reqwest::Client,
     running: std::sync::Mutex<HashSet<String>>,
+    /// This process's name in the batches' leases.
+    owner: String,
 }
 
 impl Runner {
@@ -74,7 +83,8 @@ impl Runner {
             .timeout(std::time::Duration::from_secs(600))
             .build()
             .map_err(|e| format!("http client: {e}"))?;
-        Ok(Runner { settings, client, running: std::sync::Mutex::new(HashSet::new()) })
+        let owner = uuid::Uuid::new_v4().to_string();
+        Ok(Runner { settings, client, running: std::sync::Mutex::new(HashSet::new()), owner })
     }
 
     /// Marks `id` running; false when it already is.
@@ -136,9 +146,14 @@ pub async fn create(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> Api
     let headers = Value::Object(caller_headers(&h)).to_string();
     let sealed = s.key.seal(headers.as_bytes()).map_err(ApiError::internal)?;
     let id = format!("batch_gw_{}", uuid::Uuid::new_v4().simple());
-    s.db.insert_batch(&id, &workspace, endpoint, input, "immediate", metadata.as_deref(), &sealed).await?;
+    let until = now_ms().saturating_add(i64::try_from(s.batches.settings.lease_ms).unwrap_or(i64::MAX));
+    let lease = (s.batches.owner.as_str(), until);
+    s.db.insert_batch(&id, &workspace, endpoint, input, "immediate", metadata.as_deref(), &sealed, lease).await?;
     let row = s.db.batch(&id, Some(&workspace)).await?.ok_or_else(|| ApiError::internal("the new batch is gone"))?;
-    spawn(&s, &id);
+    // Created with this process's lease: its task starts at once.
+    if s.batches.claim(&id) {
+        start(&s, &id);
+    }
     Ok(Json(batch_object(&row)))
 }
 
@@ -313,16 +328,50 @@ fn errors_json(errors: &[LineError]) -> String {
 
 // ---- the runner ----
 
-/// Resumes every unfinished batch (at start).
+/// Starts a task for every unfinished batch nobody holds (at start, and from `sweep`); how
+/// many this process took.
 pub async fn resume(s: &AppState) -> Result<usize, String> {
     let ids = s.db.unfinished_batches().await.map_err(|e| format!("database: {e}"))?;
+    let mut taken = 0;
     for id in &ids {
-        spawn(s, id);
+        if s.batches.claim(id) {
+            if lease(s, id).await? {
+                taken += 1;
+                start(s, id);
+            } else {
+                s.batches.release(id);
+            }
+        }
     }
-    Ok(ids.len())
+    Ok(taken)
 }
 
-/// Starts batch `id`'s task unless it runs already.
+/// Resumes unfinished batches now, then every half lease: those of a control plane that
+/// stopped are taken over once their lease expired.
+pub async fn sweep(s: AppState) {
+    let period = std::time::Duration::from_millis((s.batches.settings.lease_ms / 2).max(100));
+    loop {
+        if let Err(e) = resume(&s).await {
+            eprintln!("control plane: resuming managed batches: {e}");
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Takes or renews this process's lease on batch `id`.
+async fn lease(s: &AppState, id: &str) -> RunResult<bool> {
+    let now = now_ms();
+    let until = now.saturating_add(i64::try_from(s.batches.settings.lease_ms).unwrap_or(i64::MAX));
+    db(s.db.lease_batch(id, &s.batches.owner, now, until).await)
+}
+
+/// Starts batch `id`'s task (a new batch, or a cancel) unless it runs here already.
 pub fn spawn(s: &AppState, id: &str) {
     if !s.batches.claim(id) {
         return;
@@ -330,8 +379,41 @@ pub fn spawn(s: &AppState, id: &str) {
     let state = s.clone();
     let id = id.to_string();
     tokio::spawn(async move {
+        match lease(&state, &id).await {
+            Ok(true) => start(&state, &id),
+            // Another control plane runs it.
+            Ok(false) => state.batches.release(&id),
+            Err(e) => {
+                eprintln!("control plane: batch {id}: {e}");
+                state.batches.release(&id);
+            }
+        }
+    });
+}
+
+/// Runs batch `id` (claimed and leased), renewing its lease meanwhile.
+fn start(s: &AppState, id: &str) {
+    let state = s.clone();
+    let id = id.to_string();
+    tokio::spawn(async move {
+        let renewing = {
+            let (state, id) = (state.clone(), id.clone());
+            let period = std::time::Duration::from_millis((state.batches.settings.lease_ms / 3).max(50));
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(period).await;
+                    if let Err(e) = lease(&state, &id).await {
+                        eprintln!("control plane: batch {id}: renewing its lease: {e}");
+                    }
+                }
+            })
+        };
         if let Err(e) = run(&state, &id).await {
             eprintln!("control plane: batch {id}: {e}");
+        }
+        renewing.abort();
+        if let Err(e) = state.db.release_batch(&id, &state.batches.owner).await {
+            eprintln!("control plane: batch {id}: releasing its lease: {e}");
         }
         state.batches.release(&id);
     });

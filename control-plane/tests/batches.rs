@@ -21,6 +21,8 @@ use tower::ServiceExt;
 
 const TOKEN: &str = "internal-token";
 const CHAT: &str = "/v1/chat/completions";
+/// The runners' lease: a stopped control plane's batches are free again this soon.
+const LEASE_MS: u64 = 300;
 
 // ---- the fake gateway ----
 
@@ -107,7 +109,7 @@ fn temp_dir() -> std::path::PathBuf {
 }
 
 async fn open(dir: &std::path::Path, gateway: &str, concurrency: usize) -> (Router, AppState) {
-    let batch = BatchSettings { gateway_url: gateway.to_string(), concurrency };
+    let batch = BatchSettings { gateway_url: gateway.to_string(), concurrency, lease_ms: LEASE_MS };
     let state = AppState::open_with(&settings(dir), batch).await.unwrap();
     (api::router(state.clone()), state)
 }
@@ -328,7 +330,14 @@ fn a_restart_resumes_without_running_a_finished_line_twice() {
         let (app, state) = open(&dir, &gateway, 1).await;
         let (_, batch, _) = call(&app, "GET", &format!("/internal/v1/batches/{id}"), "team-a", None).await;
         assert_eq!(batch["status"], "in_progress");
-        assert_eq!(gateway_control_plane::batches::resume(&state).await.unwrap(), 1);
+        // The stopped process's lease holds the batch until it expires.
+        let mut taken = gateway_control_plane::batches::resume(&state).await.unwrap();
+        if taken == 0 {
+            tokio::time::sleep(Duration::from_millis(LEASE_MS + 100)).await;
+            taken = gateway_control_plane::batches::resume(&state).await.unwrap();
+        }
+        // (A shared test database may hold other tests' unfinished batches too.)
+        assert!(taken >= 1);
         let done = wait(&app, "team-a", &id, is("completed")).await;
         assert_eq!(done["request_counts"], json!({"total": 6, "completed": 6, "failed": 0}));
         let output = content(&app, "team-a", done["output_file_id"].as_str().unwrap()).await;
@@ -341,4 +350,27 @@ fn a_restart_resumes_without_running_a_finished_line_twice() {
     }
     // The line in flight when the process stopped ran again (at least once, at most twice).
     assert!(matches!(seen.calls.get("3"), Some(1 | 2)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_another_control_plane_runs_is_not_taken_over() {
+    let (fake, gateway) = fake_gateway();
+    let input: Vec<String> = (0..6).map(|i| line(&format!("o{i}"), json!({"sleep_ms": 100}))).collect();
+    fake.lock().unwrap().files.insert("file-o".into(), input.join("\n"));
+    let dir = temp_dir();
+    let (app, _one) = open(&dir, &gateway, 1).await;
+    let id = create(&app, "team-a", "file-o").await["id"].as_str().unwrap().to_string();
+    wait(&app, "team-a", &id, is("in_progress")).await;
+    // A second control plane on the same database (and master key) sweeps meanwhile: the
+    // first one's lease is renewed, so nothing runs twice.
+    let (_, two) = open(&dir, &gateway, 1).await;
+    for _ in 0..4 {
+        gateway_control_plane::batches::resume(&two).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(LEASE_MS / 2)).await;
+    }
+    wait(&app, "team-a", &id, is("completed")).await;
+    let seen = fake.lock().unwrap();
+    for i in 0..6 {
+        assert_eq!(seen.calls.get(&format!("o{i}")), Some(&1), "line o{i} ran once");
+    }
 }

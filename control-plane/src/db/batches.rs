@@ -88,6 +88,7 @@ fn batch_row(r: &AnyRow) -> DbResult<BatchRow> {
 pub const UNFINISHED: &[&str] = &["validating", "in_progress", "finalizing", "cancelling"];
 
 impl Db {
+    /// A new batch, `validating`, leased to its creator (`lease`: owner, until in Unix ms).
     #[allow(clippy::too_many_arguments)]
     pub async fn insert_batch(
         &self,
@@ -98,12 +99,13 @@ impl Db {
         completion_window: &str,
         metadata: Option<&str>,
         sealed_headers: &str,
+        lease: (&str, i64),
     ) -> DbResult<()> {
         self.ensure_workspace(workspace).await?;
         sqlx::query(
             "INSERT INTO managed_batches (id, workspace, endpoint, input_file_id, completion_window, status, \
-             created_at, total, completed, failed, metadata, headers) \
-             VALUES ($1, $2, $3, $4, $5, 'validating', $6, 0, 0, 0, $7, $8)",
+             created_at, total, completed, failed, metadata, headers, lease_owner, lease_until) \
+             VALUES ($1, $2, $3, $4, $5, 'validating', $6, 0, 0, 0, $7, $8, $9, $10)",
         )
         .bind(id)
         .bind(workspace)
@@ -113,6 +115,8 @@ impl Db {
         .bind(now_s())
         .bind(metadata)
         .bind(sealed_headers)
+        .bind(lease.0)
+        .bind(lease.1)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -139,6 +143,34 @@ impl Db {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(|r| r.try_get("id")).collect()
+    }
+
+    /// Takes (or renews) the lease of batch `id` for `owner` until `until_ms`: when nobody
+    /// holds it, `owner` does, or it expired (`now_ms`). Whether `owner` holds it now.
+    pub async fn lease_batch(&self, id: &str, owner: &str, now_ms: i64, until_ms: i64) -> DbResult<bool> {
+        let done = sqlx::query(
+            "UPDATE managed_batches SET lease_owner = $2, lease_until = $4 WHERE id = $1 \
+             AND (lease_owner IS NULL OR lease_owner = $2 OR lease_until < $3)",
+        )
+        .bind(id)
+        .bind(owner)
+        .bind(now_ms)
+        .bind(until_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Gives the lease of batch `id` up (when `owner` holds it).
+    pub async fn release_batch(&self, id: &str, owner: &str) -> DbResult<()> {
+        sqlx::query(
+            "UPDATE managed_batches SET lease_owner = NULL, lease_until = NULL WHERE id = $1 AND lease_owner = $2",
+        )
+        .bind(id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     /// `validating` → `failed` with `errors` (JSON text). Whether it moved.
