@@ -78,12 +78,13 @@ pub struct Runner {
 }
 
 impl Runner {
-    pub fn new(settings: BatchSettings) -> Result<Runner, String> {
+    /// `owner`: this control plane's name in the leases; the same across its restarts (see
+    /// `runner_id`), so a restarted control plane takes its batches back at once.
+    pub fn new(settings: BatchSettings, owner: String) -> Result<Runner, String> {
         let client = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(600))
             .build()
             .map_err(|e| format!("http client: {e}"))?;
-        let owner = uuid::Uuid::new_v4().to_string();
         Ok(Runner { settings, client, running: std::sync::Mutex::new(HashSet::new()), owner })
     }
 
@@ -95,6 +96,20 @@ impl Runner {
     fn release(&self, id: &str) {
         if let Ok(mut set) = self.running.lock() {
             set.remove(id);
+        }
+    }
+}
+
+/// This control plane's name in the batches' leases: `<state>/batch-runner.id`, made on first
+/// start.
+pub fn runner_id(state_dir: &std::path::Path) -> Result<String, String> {
+    let path = state_dir.join("batch-runner.id");
+    match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => Ok(text.trim().to_string()),
+        _ => {
+            let id = uuid::Uuid::new_v4().to_string();
+            std::fs::write(&path, &id).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok(id)
         }
     }
 }

@@ -97,7 +97,7 @@ impl AppState {
             key,
             admin_key_hashes: settings.admin_keys.iter().map(|k| key_hash(k)).collect(),
             internal_token: settings.internal_token.clone(),
-            batches: batches::Runner::new(batch)?,
+            batches: batches::Runner::new(batch, batches::runner_id(&settings.state_dir)?)?,
         })))
     }
 }

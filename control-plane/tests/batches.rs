@@ -330,14 +330,9 @@ fn a_restart_resumes_without_running_a_finished_line_twice() {
         let (app, state) = open(&dir, &gateway, 1).await;
         let (_, batch, _) = call(&app, "GET", &format!("/internal/v1/batches/{id}"), "team-a", None).await;
         assert_eq!(batch["status"], "in_progress");
-        // The stopped process's lease holds the batch until it expires.
-        let mut taken = gateway_control_plane::batches::resume(&state).await.unwrap();
-        if taken == 0 {
-            tokio::time::sleep(Duration::from_millis(LEASE_MS + 100)).await;
-            taken = gateway_control_plane::batches::resume(&state).await.unwrap();
-        }
-        // (A shared test database may hold other tests' unfinished batches too.)
-        assert!(taken >= 1);
+        // The same control plane (same state dir) takes its batch back at once, its lease
+        // unexpired. (A shared test database may hold other tests' unfinished batches too.)
+        assert!(gateway_control_plane::batches::resume(&state).await.unwrap() >= 1);
         let done = wait(&app, "team-a", &id, is("completed")).await;
         assert_eq!(done["request_counts"], json!({"total": 6, "completed": 6, "failed": 0}));
         let output = content(&app, "team-a", done["output_file_id"].as_str().unwrap()).await;
@@ -361,9 +356,17 @@ async fn a_batch_another_control_plane_runs_is_not_taken_over() {
     let (app, _one) = open(&dir, &gateway, 1).await;
     let id = create(&app, "team-a", "file-o").await["id"].as_str().unwrap().to_string();
     wait(&app, "team-a", &id, is("in_progress")).await;
-    // A second control plane on the same database (and master key) sweeps meanwhile: the
-    // first one's lease is renewed, so nothing runs twice.
-    let (_, two) = open(&dir, &gateway, 1).await;
+    // A second control plane on the same database (and master key, its own state dir) sweeps
+    // meanwhile: the first one's lease is renewed, so nothing runs twice.
+    let other = temp_dir();
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::copy(dir.join("master.key"), other.join("master.key")).unwrap();
+    let mut settings = settings(&other);
+    if settings.database_url.is_none() {
+        settings.database_url = Some(format!("sqlite://{}", dir.join("gateway.db").display()));
+    }
+    let batch = BatchSettings { gateway_url: gateway.clone(), concurrency: 1, lease_ms: LEASE_MS };
+    let two = AppState::open_with(&settings, batch).await.unwrap();
     for _ in 0..4 {
         gateway_control_plane::batches::resume(&two).await.unwrap();
         tokio::time::sleep(Duration::from_millis(LEASE_MS / 2)).await;
