@@ -367,6 +367,10 @@ fn finish_pass(
                 if settings.control_plane.is_none() {
                     return Err(resources::immediate_unavailable());
                 }
+                // Its lines and input file go to the provider the headers select: one must be
+                // (spec 4), as for any batch. The plan itself is not used here.
+                let input = condition_input(&intake, None);
+                make_plan(settings, &intake.gateway, intake.config.as_ref(), &input, host, catalog)?;
                 let path = "/internal/v1/batches".to_string();
                 return Ok(Started::Relay(Relay { path, workspace: intake.workspace }));
             }
@@ -399,6 +403,19 @@ fn is_conditional(node: &Config) -> bool {
     node.strategy.as_ref().is_some_and(|s| s.mode == StrategyMode::Conditional)
 }
 
+/// What conditions read: the metadata, the body and the path (built only when a condition asks).
+fn condition_input(intake: &Intake, body: Option<&Value>) -> Value {
+    if intake.config.as_ref().is_some_and(|c| c.any_node(&is_conditional)) {
+        json!({
+            "metadata": intake.gateway.metadata.clone().unwrap_or_default(),
+            "params": body.cloned().unwrap_or(Value::Null),
+            "url": {"pathname": intake.path},
+        })
+    } else {
+        Value::Null
+    }
+}
+
 fn route(
     settings: &Settings,
     intake: Intake,
@@ -406,16 +423,7 @@ fn route(
     host: &mut dyn Host,
     catalog: &mut Catalog,
 ) -> Result<Call, GatewayError> {
-    // Conditions read the metadata, the body and the path (built only when a condition asks).
-    let input = if intake.config.as_ref().is_some_and(|c| c.any_node(&is_conditional)) {
-        json!({
-            "metadata": intake.gateway.metadata.clone().unwrap_or_default(),
-            "params": body.clone().unwrap_or(Value::Null),
-            "url": {"pathname": intake.path},
-        })
-    } else {
-        Value::Null
-    };
+    let input = condition_input(&intake, body.as_ref());
     let plan = make_plan(settings, &intake.gateway, intake.config.as_ref(), &input, host, catalog)?;
     let attempts = Attempts::start(plan, host)?;
     Ok(Call { intake, body, attempts })

@@ -91,3 +91,13 @@ fn without_a_control_plane_immediate_is_a_501_and_managed_ids_go_to_the_provider
     gw.request_headers(2, caller("GET", "/v1/batches/batch_gw_abc"), false);
     assert_eq!(gw.upstream_header(2, ":authority").as_deref(), Some("127.0.0.1:9000"));
 }
+
+#[test]
+fn an_immediate_batch_needs_a_selected_provider() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let headers =
+        request("POST", "/v1/batches", &[("x-gateway-api-key", "gw-key"), ("content-type", "application/json")]);
+    let (_, status, _, body) = reply(&gw.post(1, headers, IMMEDIATE));
+    assert!(matches!(status, 400 | 401), "{status} {body}");
+    assert!(gw.io.sent.is_empty());
+}
