@@ -21,6 +21,7 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -33,6 +34,9 @@ const MAX_ERRORS: usize = 1_000;
 pub const WORKSPACE_HEADER: &str = "x-gateway-workspace";
 /// The client's `Authorization`, as the filter renames it.
 pub const CLIENT_AUTHORIZATION_HEADER: &str = "x-gateway-client-authorization";
+
+/// How long a batch waits for the gateway to accept connections before a line fails.
+const MAX_CONNECT_WAIT: Duration = Duration::from_secs(60);
 
 /// The default lease of a running batch.
 pub const DEFAULT_LEASE_MS: u64 = 30_000;
@@ -364,7 +368,7 @@ pub async fn resume(s: &AppState) -> Result<usize, String> {
 /// Resumes unfinished batches now, then every half lease: those of a control plane that
 /// stopped are taken over once their lease expired.
 pub async fn sweep(s: AppState) {
-    let period = std::time::Duration::from_millis((s.batches.settings.lease_ms / 2).max(100));
+    let period = Duration::from_millis((s.batches.settings.lease_ms / 2).max(100));
     loop {
         if let Err(e) = resume(&s).await {
             eprintln!("control plane: resuming managed batches: {e}");
@@ -413,7 +417,7 @@ fn start(s: &AppState, id: &str) {
     tokio::spawn(async move {
         let renewing = {
             let (state, id) = (state.clone(), id.clone());
-            let period = std::time::Duration::from_millis((state.batches.settings.lease_ms / 3).max(50));
+            let period = Duration::from_millis((state.batches.settings.lease_ms / 3).max(50));
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(period).await;
@@ -574,8 +578,26 @@ async fn send_full(
     request: reqwest::RequestBuilder,
     headers: &Map<String, Value>,
 ) -> Result<(u16, String, String), String> {
-    let response =
-        with_headers(request, headers).send().await.map_err(|e| format!("the gateway did not answer: {e}"))?;
+    let request = with_headers(request, headers);
+    // The gateway not listening (yet: at start the control plane may be up before Envoy) is
+    // ours to wait out, not the line's failure: connecting is retried for about a minute. Any
+    // other failure (the request may have gone out) is the line's.
+    let mut delay = Duration::from_millis(250);
+    let mut waited = Duration::ZERO;
+    let response = loop {
+        let Some(attempt) = request.try_clone() else {
+            break request.send().await;
+        };
+        match attempt.send().await {
+            Err(e) if e.is_connect() && waited < MAX_CONNECT_WAIT => {
+                tokio::time::sleep(delay).await;
+                waited += delay;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            result => break result,
+        }
+    };
+    let response = response.map_err(|e| format!("the gateway did not answer: {e}"))?;
     let status = response.status().as_u16();
     let request_id = ["x-request-id", "x-gateway-trace-id"]
         .iter()

@@ -377,3 +377,22 @@ async fn a_batch_another_control_plane_runs_is_not_taken_over() {
         assert_eq!(seen.calls.get(&format!("o{i}")), Some(&1), "line o{i} ran once");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_not_listening_yet_is_waited_for() {
+    // A port nothing listens on (yet): the fake gateway starts there a moment later.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let fake: Fake = Arc::default();
+    fake.lock().unwrap().files.insert("file-late".into(), line("1", json!({})));
+    let app = Router::new()
+        .route("/v1/files/{id}/content", get(fake_file))
+        .route(CHAT, post(fake_chat))
+        .with_state(fake.clone());
+    let (cp, _state) = open(&temp_dir(), &format!("http://127.0.0.1:{port}"), 1).await;
+    let id = create(&cp, "team-a", "file-late").await["id"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let done = wait(&cp, "team-a", &id, |b| b["status"] == "completed" || b["status"] == "failed").await;
+    assert_eq!(done["request_counts"], json!({"total": 1, "completed": 1, "failed": 0}), "{done}");
+}

@@ -7,12 +7,14 @@ answer at the gateway's own `/v1/batches/{id}` and `/v1/files/{id}[/content]`.""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import uuid
 
 import pytest
 
-from helpers import CHAT, KEY, assert_error, chat_body, custom_host
+from helpers import CHAT, assert_error, chat_body, custom_host
 
 TERMINAL = {"completed", "failed", "cancelled"}
 
@@ -144,3 +146,54 @@ def test_immediate_is_checked_like_any_batch(gateway, openai_mock):
     body = {"input_file_id": "", "endpoint": CHAT, "completion_window": "immediate"}
     assert_error(gateway.post("/v1/batches", body, headers=headers), 400, param="input_file_id")
     assert openai_mock.requests == []
+
+
+def test_an_immediate_batch_needs_a_selected_provider(gateway, openai_mock):
+    body = {"input_file_id": "file-x", "endpoint": CHAT, "completion_window": "immediate"}
+    resp = gateway.post("/v1/batches", body)
+    assert resp.status_code in (400, 401), resp.text
+    assert openai_mock.requests == []
+
+
+def _control_plane_pid(gw) -> int:
+    """The pid of ``gw``'s control plane process (found by the address it was given)."""
+    wanted = f"GATEWAY_CONTROL_PLANE_ADDR=127.0.0.1:{gw.control_plane_port}".encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if b"gateway-control-plane" in cmdline and wanted in environ.split(b"\0"):
+            return int(entry.name)
+    pytest.fail(f"no control plane process for port {gw.control_plane_port}")
+
+
+def test_a_killed_control_plane_resumes_its_batch_without_resending_finished_lines(
+        start_gateway, tmp_path, openai_mock):
+    env = {"GATEWAY_STATE_DIR": str(tmp_path / "state")}
+    headers = custom_host(openai_mock)
+    openai_mock.script(model="gpt-slow", stall=0.7, times=None)
+    lines = [chat_line(f"r{i}", model="gpt-slow", content=f"line {i}") for i in range(8)]
+    file_id = new_file(openai_mock, lines)
+    with start_gateway("batches-killed", None, env) as gw:
+        batch = create(gw, headers, file_id)
+        seen = wait(gw, headers, batch["id"], done=lambda b: b["request_counts"]["completed"] >= 4)
+        os.kill(_control_plane_pid(gw), signal.SIGKILL)
+    done_before = seen["request_counts"]["completed"]
+    # Started again on the same state: the batch resumes at once.
+    with start_gateway("batches-again", None, env) as gw:
+        done = wait(gw, headers, batch["id"])
+        assert done["status"] == "completed", done
+        assert done["request_counts"] == {"total": 8, "completed": 8, "failed": 0}
+        output = content(gw, headers, done["output_file_id"])
+    assert sorted(line["custom_id"] for line in output) == sorted(f"r{i}" for i in range(8))
+    sent = [r.json["messages"][0]["content"] for r in openai_mock.requests_to(CHAT, "POST")]
+    twice = {c for c in sent if sent.count(c) > 1}
+    assert all(sent.count(c) <= 2 for c in sent), sent
+    # Only lines in flight when the control plane died were sent again.
+    assert len(twice) <= 8 - done_before, (done_before, sorted(sent))
