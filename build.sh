@@ -244,7 +244,8 @@ run() {
   log "control plane on $GATEWAY_CONTROL_PLANE_ADDR, data in ${GATEWAY_DATABASE_URL:+PostgreSQL}${GATEWAY_DATABASE_URL:-$GATEWAY_STATE_DIR/gateway.db}"
   # SIGINT/SIGTERM stop both. Envoy keeps serving when the control plane stops (what the filter
   # read stays usable for its grace period; the rest is a 503); when Envoy stops, so does it.
-  "$CONTROL_PLANE" &
+  # Managed batches send their lines (and read their input files) through this gateway.
+  GATEWAY_URL="${GATEWAY_URL:-http://127.0.0.1:${GATEWAY_PORT:-8787}}" "$CONTROL_PLANE" &
   local control_plane_pid=$!
   "${envoy[@]}" &
   local envoy_pid=$!

@@ -127,6 +127,48 @@ pub(crate) enum Started {
     /// The request needs this control-plane entry first; it is processed again once the entry
     /// is known.
     Lookup(Ref),
+    /// A gateway-managed batch (or its file): the request goes as it came to the control
+    /// plane, through Envoy's router, with `Relay::edits`.
+    Relay(Relay),
+}
+
+/// Where the control plane serves a managed-batch request, and for whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Relay {
+    /// The control plane's path, e.g. `/internal/v1/batches/batch_gw_1`.
+    pub(crate) path: String,
+    pub(crate) workspace: String,
+}
+
+/// The client's `Authorization`, renamed on the way to the control plane (which sends the
+/// batch's lines back through the gateway with it).
+pub(crate) const CLIENT_AUTHORIZATION_HEADER: &str = "x-gateway-client-authorization";
+/// The caller's workspace, on requests relayed to the control plane.
+pub(crate) const WORKSPACE_HEADER: &str = "x-gateway-workspace";
+
+impl Relay {
+    /// The header edits that send the request to the control plane: its cluster, authority
+    /// and path, its bearer token and the caller's workspace; the caller's gateway headers
+    /// stay (they select the provider of each line), the client's `Authorization` is renamed.
+    /// `None` without a control plane.
+    pub(crate) fn edits(&self, settings: &Settings, raw: &RawHeaders) -> Option<HeaderEdits> {
+        let cp = settings.control_plane.as_ref()?;
+        let mut edits = HeaderEdits::default();
+        for (name, _) in raw {
+            if name.starts_with("x-envoy-") || name == "accept-encoding" || name == CLIENT_AUTHORIZATION_HEADER {
+                edits.remove.push(name.clone());
+            }
+        }
+        if let Some(client) = headers::find(raw, "authorization") {
+            edits.set.push((CLIENT_AUTHORIZATION_HEADER.into(), String::from_utf8_lossy(client).into_owned()));
+        }
+        edits.set.push((":path".into(), self.path.clone()));
+        edits.set.push((":authority".into(), cp.authority.clone()));
+        edits.set.push((CLUSTER_HEADER.into(), cp.cluster.clone()));
+        edits.set.push(("authorization".into(), format!("Bearer {}", cp.token)));
+        edits.set.push((WORKSPACE_HEADER.into(), self.workspace.clone()));
+        Some(edits)
+    }
 }
 
 /// A pass that stopped at a ref the catalog does not know yet is a lookup, whatever error the
@@ -237,6 +279,11 @@ fn start_pass(
     if endpoint == Endpoint::Resource {
         resources::check_path(&path)?;
         resources::check_query(&method, &path, query.as_deref())?;
+        if catalog.enabled() {
+            if let Some(path) = resources::managed_path(&method, &path) {
+                return Ok(Started::Relay(Relay { path, workspace }));
+            }
+        }
     }
     let json_post = body == BodyMode::Json && method == "POST";
     let method = method.into_owned();
@@ -298,7 +345,7 @@ pub(crate) fn finish(
     catalog: &mut Catalog,
 ) -> Result<Started, GatewayError> {
     catalog.workspace.clone_from(&pending.intake.workspace);
-    let finished = finish_pass(settings, pending, body, host, catalog).map(Started::Ready);
+    let finished = finish_pass(settings, pending, body, host, catalog);
     or_lookup(finished, catalog)
 }
 
@@ -308,14 +355,27 @@ fn finish_pass(
     body: &[u8],
     host: &mut dyn Host,
     catalog: &mut Catalog,
-) -> Result<Call, GatewayError> {
+) -> Result<Started, GatewayError> {
     let intake = pending.intake;
     if intake.endpoint == Endpoint::Resource {
         // Checked, then dropped: the client's bytes go upstream as they came.
         if let Some(kind) = resources::checked_body(&intake.method, &intake.path) {
-            resources::check_body(kind, &parse_object(body)?)?;
+            let fields = parse_object(body)?;
+            resources::check_body(kind, &fields)?;
+            if resources::is_immediate(kind, &fields) {
+                // The gateway's own batching: the control plane runs it.
+                if settings.control_plane.is_none() {
+                    return Err(resources::immediate_unavailable());
+                }
+                // Its lines and input file go to the provider the headers select: one must be
+                // (spec 4), as for any batch. The plan itself is not used here.
+                let input = condition_input(&intake, None);
+                make_plan(settings, &intake.gateway, intake.config.as_ref(), &input, host, catalog)?;
+                let path = "/internal/v1/batches".to_string();
+                return Ok(Started::Relay(Relay { path, workspace: intake.workspace }));
+            }
         }
-        return route(settings, intake, None, host, catalog);
+        return route(settings, intake, None, host, catalog).map(Started::Ready);
     }
     // Every JSON body the gateway holds is read: translators place requests by the model
     // (a deployment, a model in the path), the cache and conditions read the rest.
@@ -328,7 +388,7 @@ fn finish_pass(
         };
         body = rendered.map_err(|e| prompt_error(id, &e))?;
     }
-    route(settings, intake, Some(Value::Object(body)), host, catalog)
+    route(settings, intake, Some(Value::Object(body)), host, catalog).map(Started::Ready)
 }
 
 /// A prompt that cannot be rendered with the request (a missing variable, a bad field).
@@ -343,6 +403,19 @@ fn is_conditional(node: &Config) -> bool {
     node.strategy.as_ref().is_some_and(|s| s.mode == StrategyMode::Conditional)
 }
 
+/// What conditions read: the metadata, the body and the path (built only when a condition asks).
+fn condition_input(intake: &Intake, body: Option<&Value>) -> Value {
+    if intake.config.as_ref().is_some_and(|c| c.any_node(&is_conditional)) {
+        json!({
+            "metadata": intake.gateway.metadata.clone().unwrap_or_default(),
+            "params": body.cloned().unwrap_or(Value::Null),
+            "url": {"pathname": intake.path},
+        })
+    } else {
+        Value::Null
+    }
+}
+
 fn route(
     settings: &Settings,
     intake: Intake,
@@ -350,16 +423,7 @@ fn route(
     host: &mut dyn Host,
     catalog: &mut Catalog,
 ) -> Result<Call, GatewayError> {
-    // Conditions read the metadata, the body and the path (built only when a condition asks).
-    let input = if intake.config.as_ref().is_some_and(|c| c.any_node(&is_conditional)) {
-        json!({
-            "metadata": intake.gateway.metadata.clone().unwrap_or_default(),
-            "params": body.clone().unwrap_or(Value::Null),
-            "url": {"pathname": intake.path},
-        })
-    } else {
-        Value::Null
-    };
+    let input = condition_input(&intake, body.as_ref());
     let plan = make_plan(settings, &intake.gateway, intake.config.as_ref(), &input, host, catalog)?;
     let attempts = Attempts::start(plan, host)?;
     Ok(Call { intake, body, attempts })

@@ -2,6 +2,7 @@
 //! shared checks.
 
 use crate::auth::{self, Caller};
+use crate::batches;
 use crate::crypto::{key_hash, new_api_key};
 use crate::db::Kind;
 use crate::errors::{ApiError, ApiResult};
@@ -34,6 +35,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/feedback", post(post_feedback))
         .route("/internal/v1/records", post(ingest_records))
         .route("/internal/v1/keys/{hash}", get(internal_key))
+        .route("/internal/v1/batches", post(batches::create))
+        .route("/internal/v1/batches/{id}", get(batches::get))
+        .route("/internal/v1/batches/{id}/cancel", post(batches::cancel))
+        .route("/internal/v1/files/{id}", get(batches::file))
+        .route("/internal/v1/files/{id}/content", get(batches::file_content))
         .route("/internal/v1/workspaces/{workspace}/{kind}/{id}", get(internal_item))
         .fallback(|| async { ApiError::new(404, "invalid_request_error", "no such endpoint", None, Some("not_found")) })
         .with_state(state)

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
 
+pub mod batches;
 pub mod logs;
 
 pub type DbResult<T> = Result<T, sqlx::Error>;

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod batches;
 pub mod crypto;
 pub mod db;
 pub mod errors;
@@ -67,6 +68,8 @@ pub struct Inner {
     /// SHA-256 (hex) of each static admin key.
     pub admin_key_hashes: Vec<String>,
     pub internal_token: String,
+    /// Gateway-managed batches: settings, HTTP client, the batches running here.
+    pub batches: batches::Runner,
 }
 
 impl std::ops::Deref for AppState {
@@ -80,6 +83,11 @@ impl AppState {
     /// Creates the state directory, loads (or makes) the master key, opens the database and
     /// runs the migrations.
     pub async fn open(settings: &Settings) -> Result<AppState, String> {
+        AppState::open_with(settings, batches::BatchSettings::from_env()).await
+    }
+
+    /// `open`, with the managed batches' settings given (tests).
+    pub async fn open_with(settings: &Settings, batch: batches::BatchSettings) -> Result<AppState, String> {
         std::fs::create_dir_all(&settings.state_dir)
             .map_err(|e| format!("cannot create {}: {e}", settings.state_dir.display()))?;
         let key = MasterKey::load(settings.master_key.as_deref(), &settings.state_dir)?;
@@ -89,6 +97,7 @@ impl AppState {
             key,
             admin_key_hashes: settings.admin_keys.iter().map(|k| key_hash(k)).collect(),
             internal_token: settings.internal_token.clone(),
+            batches: batches::Runner::new(batch, batches::runner_id(&settings.state_dir)?)?,
         })))
     }
 }

@@ -22,6 +22,9 @@ async fn run() -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.addr))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    // Unfinished managed batches resume now, and those of a control plane that stopped once
+    // their lease expired.
+    tokio::spawn(gateway_control_plane::batches::sweep(state.clone()));
     eprintln!("control plane listening on {addr}");
     axum::serve(listener, api::router(state.clone()))
         .with_graceful_shutdown(shutdown())

@@ -704,6 +704,7 @@ impl Exchange {
             Ok(Started::Health) => self.health(env),
             Ok(Started::Ready(call)) => self.admit(env, call, raw, body),
             Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled::new(raw, body)),
+            Ok(Started::Relay(relay)) => self.relay(env, &relay, &raw),
             Ok(Started::NeedsBody(pending)) => {
                 self.unroute(env, &raw);
                 self.phase = Phase::AwaitingBody(Box::new((pending, raw)));
@@ -749,8 +750,20 @@ impl Exchange {
             Err(error) => self.answer_error(env, &error),
             Ok(Started::Ready(call)) => self.admit(env, call, raw, Some((size, body))),
             Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled::new(raw, Some((size, body)))),
+            Ok(Started::Relay(relay)) => self.relay(env, &relay, &raw),
             Ok(_) => self.answer_error(env, &GatewayError::new(500, "api_error", "the request was not routed")),
         }
+    }
+
+    /// A managed-batch request goes to the control plane through Envoy's router, as it came
+    /// (its answer passes back untouched).
+    fn relay(&mut self, env: &mut Env, relay: &pipeline::Relay, raw: &RawHeaders) -> Action {
+        let Some(edits) = relay.edits(env.settings, raw) else {
+            let error = GatewayError::new(500, "api_error", "managed batches need the control plane");
+            return self.answer_error(env, &error);
+        };
+        env.io.set_request_headers(env.id, &edits.apply(raw));
+        Action::Continue
     }
 
     /// Holds the request until control-plane entry `r` arrives: one read per entry serves

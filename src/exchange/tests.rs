@@ -7,6 +7,7 @@ use crate::ports::testing::FakeHost;
 use serde_json::{json, Value};
 use std::collections::HashMap as StdHashMap;
 
+mod batches;
 mod control_plane;
 mod guardrails;
 mod records;

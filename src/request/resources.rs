@@ -234,20 +234,48 @@ fn check_batch(body: &Map<String, Value>) -> Result<(), GatewayError> {
         .with_code("invalid_value"));
     }
     match string("completion_window")? {
-        "24h" => Ok(()),
-        "immediate" => Err(GatewayError::new(
-            501,
-            "invalid_request_error",
-            "completion_window `immediate` is the gateway's own batching, which needs the control plane; \
-             it is not available in this build (use `24h` for the provider's batch API)",
-        )
-        .with_code("not_implemented")),
+        // `immediate` is the gateway's own batching: the pipeline sends it to the control
+        // plane, or answers `immediate_unavailable` without one.
+        "24h" | "immediate" => Ok(()),
         other => Err(GatewayError::invalid_param(
             "completion_window",
             format!("`completion_window` must be `24h` or `immediate`, got `{other}`"),
         )
         .with_code("invalid_value")),
     }
+}
+
+/// A checked `POST /batches` body asking for the gateway's own batching.
+pub(crate) fn is_immediate(kind: ResourceBody, body: &Map<String, Value>) -> bool {
+    kind == ResourceBody::BatchCreate && body.get("completion_window").and_then(Value::as_str) == Some("immediate")
+}
+
+/// `completion_window: "immediate"` without a control plane.
+pub(crate) fn immediate_unavailable() -> GatewayError {
+    GatewayError::new(
+        501,
+        "invalid_request_error",
+        "completion_window `immediate` is the gateway's own batching, which needs the control plane; \
+         none is configured (use `24h` for the provider's batch API)",
+    )
+    .with_code("not_implemented")
+}
+
+/// Prefixes of the ids the control plane gives managed batches and their output files.
+pub(crate) const MANAGED_BATCH_PREFIX: &str = "batch_gw_";
+pub(crate) const MANAGED_FILE_PREFIX: &str = "file-gw-";
+
+/// The control plane's path of a request about a managed batch or file (`GET /batches/{id}`,
+/// `POST /batches/{id}/cancel`, `GET /files/{id}`, `GET /files/{id}/content`; `path` after
+/// `/v1`, already checked by `check_path`), or `None` when the provider serves it.
+pub(crate) fn managed_path(method: &str, path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let managed = match (method, parts.as_slice()) {
+        ("GET", ["batches", id]) | ("POST", ["batches", id, "cancel"]) => id.starts_with(MANAGED_BATCH_PREFIX),
+        ("GET", ["files", id]) | ("GET", ["files", id, "content"]) => id.starts_with(MANAGED_FILE_PREFIX),
+        _ => false,
+    };
+    managed.then(|| format!("/internal/v1{path}"))
 }
 
 /// A string (or null) of at most `max` characters.
@@ -434,6 +462,26 @@ mod tests {
     }
 
     #[test]
+    fn managed_batches_and_files_go_to_the_control_plane() {
+        assert_eq!(managed_path("GET", "/batches/batch_gw_1"), Some("/internal/v1/batches/batch_gw_1".into()));
+        assert_eq!(
+            managed_path("POST", "/batches/batch_gw_1/cancel"),
+            Some("/internal/v1/batches/batch_gw_1/cancel".into())
+        );
+        assert_eq!(managed_path("GET", "/files/file-gw-9"), Some("/internal/v1/files/file-gw-9".into()));
+        assert_eq!(
+            managed_path("GET", "/files/file-gw-9/content"),
+            Some("/internal/v1/files/file-gw-9/content".into())
+        );
+        // The provider's own ids, other methods and lists stay with the provider.
+        assert_eq!(managed_path("GET", "/batches/batch_abc"), None);
+        assert_eq!(managed_path("GET", "/files/file-abc/content"), None);
+        assert_eq!(managed_path("DELETE", "/files/file-gw-9"), None);
+        assert_eq!(managed_path("POST", "/batches/batch_gw_1"), None);
+        assert_eq!(managed_path("GET", "/batches"), None);
+    }
+
+    #[test]
     fn which_bodies_are_read() {
         assert_eq!(checked_body("POST", "/batches"), Some(ResourceBody::BatchCreate));
         assert_eq!(checked_body("POST", "/assistants"), Some(ResourceBody::Assistant));
@@ -477,7 +525,11 @@ mod tests {
         assert_eq!(body_error(ResourceBody::BatchCreate, batch(json!({"metadata": null}))), None);
         let e = |extra| body_error(ResourceBody::BatchCreate, batch(extra)).unwrap();
         assert_eq!(e(json!({"completion_window": "48h"})), (400, "completion_window".into(), "invalid_value"));
-        assert_eq!(e(json!({"completion_window": "immediate"})), (501, String::new(), "not_implemented"));
+        assert_eq!(body_error(ResourceBody::BatchCreate, batch(json!({"completion_window": "immediate"}))), None);
+        let immediate = batch(json!({"completion_window": "immediate"}));
+        assert!(is_immediate(ResourceBody::BatchCreate, immediate.as_object().unwrap()));
+        assert!(!is_immediate(ResourceBody::BatchCreate, batch(json!({})).as_object().unwrap()));
+        assert_eq!(immediate_unavailable().status, 501);
         assert_eq!(e(json!({"completion_window": 24})), (400, "completion_window".into(), "invalid_type"));
         assert_eq!(e(json!({"endpoint": "/v1/images/generations"})), (400, "endpoint".into(), "invalid_value"));
         assert_eq!(e(json!({"endpoint": "/chat/completions"})), (400, "endpoint".into(), "invalid_value"));

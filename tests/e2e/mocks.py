@@ -574,6 +574,7 @@ class OpenAIMock(MockProvider):
         ("GET", r"/v1/batches/(?P<id>[^/]+)", "_batch_get"),
         ("POST", r"/v1/batches/(?P<id>[^/]+)/cancel", "_batch_cancel"),
         ("GET", r"/v1/files", "_files_list"),
+        ("GET", r"/v1/files/(?P<id>[^/]+)/content", "_file_content"),
         ("POST", r"/v1/files", "_files_create"),
         ("GET", r"/v1/fine_tuning/jobs", "_ft_list"),
         ("POST", r"/v1/fine_tuning/jobs", "_ft_create"),
@@ -710,11 +711,26 @@ class OpenAIMock(MockProvider):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._embed_rules: list[tuple[str, list[float]]] = []
+        self._files: dict[str, bytes] = {}
 
     def reset(self):
         super().reset()
         with self._lock:
             self._embed_rules.clear()
+            self._files.clear()
+
+    def put_file(self, file_id: str, content: bytes | str) -> None:
+        """Serve ``content`` at ``GET /v1/files/{file_id}/content`` (until the next reset);
+        other ids answer 404 as OpenAI does."""
+        with self._lock:
+            self._files[file_id] = content.encode() if isinstance(content, str) else content
+
+    def _file_content(self, h, req, id):  # noqa: A002
+        with self._lock:
+            content = self._files.get(id)
+        if content is None:
+            return self._err(h, 404, f"No such File object: {id}", param="id", code="not_found")
+        self._serve(h, req, lambda reply: h.send_bytes(200, content, "application/octet-stream", reply.headers))
 
     def embed_as(self, substring: str, vector: list[float]) -> None:
         """Answer embeddings of any input whose text contains ``substring`` with ``vector``

@@ -1,0 +1,199 @@
+"""Gateway-managed batches (issue 16, spec 4.7 `completion_window: "immediate"`): the filter
+relays them to the control plane, which reads the input file through the gateway (the
+provider's files API, here the OpenAI mock's file store), checks every line and runs each
+line's body through the gateway as the caller; the batch and its output and error files
+answer at the gateway's own `/v1/batches/{id}` and `/v1/files/{id}[/content]`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+
+import pytest
+
+from helpers import CHAT, assert_error, chat_body, custom_host
+
+TERMINAL = {"completed", "failed", "cancelled"}
+
+
+def jsonl(lines: list[dict]) -> str:
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def chat_line(custom_id: str, model: str = "gpt-mock", content: str = "Say hello.") -> dict:
+    return {"custom_id": custom_id, "method": "POST", "url": CHAT, "body": chat_body(content, model=model)}
+
+
+def new_file(mock, lines: list[dict]) -> str:
+    file_id = f"file-in-{uuid.uuid4().hex[:8]}"
+    mock.put_file(file_id, jsonl(lines))
+    return file_id
+
+
+def create(gateway, headers: dict, file_id: str, **extra) -> dict:
+    body = {"input_file_id": file_id, "endpoint": CHAT, "completion_window": "immediate", **extra}
+    resp = gateway.post("/v1/batches", body, headers=headers)
+    assert resp.status_code == 200, f"{resp.status_code}: {resp.text[:500]}"
+    return resp.json()
+
+
+def wait(gateway, headers: dict, batch_id: str, done=lambda b: b["status"] in TERMINAL, timeout: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = gateway.get(f"/v1/batches/{batch_id}", headers=headers)
+        assert resp.status_code == 200, f"{resp.status_code}: {resp.text[:500]}"
+        batch = resp.json()
+        if done(batch):
+            return batch
+        if time.monotonic() > deadline:
+            pytest.fail(f"batch {batch_id} stayed {batch['status']}: {batch}")
+        time.sleep(0.1)
+
+
+def content(gateway, headers: dict, file_id: str) -> list[dict]:
+    resp = gateway.get(f"/v1/files/{file_id}/content", headers=headers)
+    assert resp.status_code == 200, f"{resp.status_code}: {resp.text[:500]}"
+    return [json.loads(line) for line in resp.text.splitlines() if line.strip()]
+
+
+def test_a_managed_batch_runs_through_the_gateway_to_completed(gateway, openai_mock):
+    headers = custom_host(openai_mock)
+    openai_mock.script(model="gpt-fail", status=400, times=None)
+    lines = [chat_line("a"), chat_line("b", model="gpt-fail"), chat_line("c", content="Say bye.")]
+    file_id = new_file(openai_mock, lines)
+
+    batch = create(gateway, headers, file_id, metadata={"team": "e2e"})
+    assert batch["id"].startswith("batch_gw_")
+    assert (batch["object"], batch["status"], batch["completion_window"]) == ("batch", "validating", "immediate")
+    assert batch["metadata"] == {"team": "e2e"} and batch["input_file_id"] == file_id
+
+    done = wait(gateway, headers, batch["id"])
+    assert done["status"] == "completed", done
+    assert done["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
+    assert all(isinstance(done[at], int) for at in ("created_at", "in_progress_at", "finalizing_at", "completed_at"))
+
+    # The input file was read, and each line sent, through the gateway as the caller.
+    reads = openai_mock.requests_to(f"/v1/files/{file_id}/content", "GET")
+    assert len(reads) == 1 and reads[0].header("authorization") == headers["Authorization"]
+    chats = openai_mock.requests_to(CHAT, "POST")
+    assert len(chats) == 3
+    assert all(r.header("authorization") == headers["Authorization"] for r in chats)
+    assert not any(r.header("x-gateway-workspace") or r.header("x-gateway-api-key") for r in chats)
+
+    output = content(gateway, headers, done["output_file_id"])
+    assert [line["custom_id"] for line in output] == ["a", "c"]
+    assert output[0]["response"]["status_code"] == 200
+    assert output[0]["response"]["body"]["object"] == "chat.completion"
+    assert output[0]["id"].startswith("batch_req_") and output[0]["error"] is None
+    errors = content(gateway, headers, done["error_file_id"])
+    assert [(line["custom_id"], line["response"]["status_code"]) for line in errors] == [("b", 400)]
+
+    meta = gateway.get(f"/v1/files/{done['output_file_id']}", headers=headers)
+    assert meta.status_code == 200
+    assert (meta.json()["object"], meta.json()["purpose"]) == ("file", "batch_output")
+
+    # The official SDK reads the same batch and file.
+    client = gateway.sdk(headers)
+    assert client.batches.retrieve(batch["id"]).status == "completed"
+    assert client.files.content(done["output_file_id"]).text.count("\n") == 2
+
+
+def test_bad_lines_fail_the_batch_with_their_line_numbers(gateway, openai_mock):
+    headers = custom_host(openai_mock)
+    bad_url = {**chat_line("x"), "url": "/v1/embeddings"}
+    file_id = new_file(openai_mock, [chat_line("a"), bad_url, chat_line("a")])
+    batch = create(gateway, headers, file_id)
+    failed = wait(gateway, headers, batch["id"])
+    assert failed["status"] == "failed" and isinstance(failed["failed_at"], int)
+    data = failed["errors"]["data"]
+    assert [(e["code"], e["line"], e["param"]) for e in data] == [
+        ("invalid_url", 2, "url"), ("duplicate_custom_id", 3, "custom_id")]
+    assert openai_mock.requests_to(CHAT, "POST") == [], "no line ran"
+
+
+def test_cancel_is_cancelling_at_once_then_cancelled(gateway, openai_mock):
+    headers = custom_host(openai_mock)
+    openai_mock.script(model="gpt-slow", stall=0.5, times=None)
+    file_id = new_file(openai_mock, [chat_line(f"l{i}", model="gpt-slow") for i in range(16)])
+    batch = create(gateway, headers, file_id)
+    wait(gateway, headers, batch["id"], done=lambda b: b["status"] == "in_progress")
+    resp = gateway.post(f"/v1/batches/{batch['id']}/cancel", headers=headers)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["status"] == "cancelling" and isinstance(resp.json()["cancelling_at"], int)
+    cancelled = wait(gateway, headers, batch["id"])
+    assert cancelled["status"] == "cancelled" and isinstance(cancelled["cancelled_at"], int)
+    assert cancelled["request_counts"]["total"] == 16
+    assert cancelled["request_counts"]["completed"] < 16
+    assert len(openai_mock.requests_to(CHAT, "POST")) < 16
+
+
+def test_another_workspace_gets_404(gateway, openai_mock):
+    headers = custom_host(openai_mock)
+    file_id = new_file(openai_mock, [chat_line("a")])
+    batch = create(gateway, headers, file_id)
+    done = wait(gateway, headers, batch["id"])
+    team = gateway.post("/v1/api-keys", {"workspace": f"team-{uuid.uuid4().hex[:8]}"}).json()["key"]
+    for path in (f"/v1/batches/{batch['id']}", f"/v1/files/{done['output_file_id']}/content"):
+        assert_error(gateway.get(path, key=team, headers=headers), 404)
+    assert openai_mock.requests_to(f"/v1/batches/{batch['id']}") == [], "never sent to the provider"
+
+
+def test_immediate_is_checked_like_any_batch(gateway, openai_mock):
+    headers = custom_host(openai_mock)
+    body = {"input_file_id": "", "endpoint": CHAT, "completion_window": "immediate"}
+    assert_error(gateway.post("/v1/batches", body, headers=headers), 400, param="input_file_id")
+    assert openai_mock.requests == []
+
+
+def test_an_immediate_batch_needs_a_selected_provider(gateway, openai_mock):
+    body = {"input_file_id": "file-x", "endpoint": CHAT, "completion_window": "immediate"}
+    resp = gateway.post("/v1/batches", body)
+    assert resp.status_code in (400, 401), resp.text
+    assert openai_mock.requests == []
+
+
+def _control_plane_pid(gw) -> int:
+    """The pid of ``gw``'s control plane process (found by the address it was given)."""
+    wanted = f"GATEWAY_CONTROL_PLANE_ADDR=127.0.0.1:{gw.control_plane_port}".encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if b"gateway-control-plane" in cmdline and wanted in environ.split(b"\0"):
+            return int(entry.name)
+    pytest.fail(f"no control plane process for port {gw.control_plane_port}")
+
+
+def test_a_killed_control_plane_resumes_its_batch_without_resending_finished_lines(
+        start_gateway, tmp_path, openai_mock):
+    env = {"GATEWAY_STATE_DIR": str(tmp_path / "state")}
+    headers = custom_host(openai_mock)
+    openai_mock.script(model="gpt-slow", stall=0.7, times=None)
+    lines = [chat_line(f"r{i}", model="gpt-slow", content=f"line {i}") for i in range(8)]
+    file_id = new_file(openai_mock, lines)
+    with start_gateway("batches-killed", None, env) as gw:
+        batch = create(gw, headers, file_id)
+        seen = wait(gw, headers, batch["id"], done=lambda b: b["request_counts"]["completed"] >= 4)
+        os.kill(_control_plane_pid(gw), signal.SIGKILL)
+    done_before = seen["request_counts"]["completed"]
+    # Started again on the same state: the batch resumes at once.
+    with start_gateway("batches-again", None, env) as gw:
+        done = wait(gw, headers, batch["id"])
+        assert done["status"] == "completed", done
+        assert done["request_counts"] == {"total": 8, "completed": 8, "failed": 0}
+        output = content(gw, headers, done["output_file_id"])
+    assert sorted(line["custom_id"] for line in output) == sorted(f"r{i}" for i in range(8))
+    sent = [r.json["messages"][0]["content"] for r in openai_mock.requests_to(CHAT, "POST")]
+    twice = {c for c in sent if sent.count(c) > 1}
+    assert all(sent.count(c) <= 2 for c in sent), sent
+    # Only lines in flight when the control plane died were sent again.
+    assert len(twice) <= 8 - done_before, (done_before, sorted(sent))
