@@ -310,9 +310,9 @@ def main():
             # The minimal filter gets the gateway's request (same bytes for Envoy to parse).
             variants = (("bare", bare_port, {}), ("minimal", minimal_port, gateway_headers),
                         ("gateway", gateway_port, gateway_headers),
-                        ("uncached", gateway_port, uncached_headers), ("fallback", gateway_port, fallback_headers),
-                        ("cache_hit", gateway_port, cache_hit_headers), ("guardrail", gateway_port, guardrail_headers),
-                        ("saved", gateway_port, saved_headers))
+                        ("uncached", gateway_port, uncached_headers), ("saved", gateway_port, saved_headers),
+                        ("fallback", gateway_port, fallback_headers), ("cache_hit", gateway_port, cache_hit_headers),
+                        ("guardrail", gateway_port, guardrail_headers))
             if compare_port:
                 variants += (("compare", compare_port, gateway_headers),)
             for _, port, headers in variants:

@@ -324,6 +324,12 @@ impl Guard {
         results.flat_map(|item| item.checks.iter().map(|check| (check.id.clone(), check.verdict))).collect()
     }
 
+    /// Each item's stage, id, verdict and feedback, for the access log and request logs.
+    pub(super) fn record_json(&self) -> Vec<serde_json::Value> {
+        let stages = [("before", &self.before), ("after", &self.after), ("async", &self.async_results)];
+        stages.iter().flat_map(|(stage, results)| results.iter().map(|result| result.record_json(stage))).collect()
+    }
+
     pub(super) fn summary(&self) -> String {
         let stages = [("in", &self.before), ("out", &self.after), ("async", &self.async_results)];
         let mut parts = Vec::new();

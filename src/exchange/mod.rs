@@ -654,6 +654,7 @@ impl Exchange {
         if let Some(guard) = &self.guard {
             record.hooks = guard.summary();
             record.check_verdicts = guard.check_verdicts();
+            record.guardrails = guard.record_json();
         }
         record
     }

@@ -31,6 +31,8 @@ pub(crate) struct Record {
     pub(crate) hooks: String,
     /// Every check that ran (hooks and guardrails, all stages): its id and whether it passed.
     pub(crate) check_verdicts: Vec<(String, bool)>,
+    /// Each hook's and guardrail's stage, id, verdict and feedback (JSON objects).
+    pub(crate) guardrails: Vec<Value>,
     /// The model the answering attempt asked for (empty when the request names none).
     pub(crate) model: String,
     /// The client's `x-gateway-metadata`.
@@ -101,6 +103,7 @@ impl Record {
             error_code: self.error_code,
             workspace: text(&self.workspace),
             timestamp_ms,
+            guardrails: &self.guardrails,
         };
         serde_json::to_vec(&line).unwrap_or_default()
     }
@@ -139,6 +142,9 @@ struct AccessLine<'a> {
     workspace: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     timestamp_ms: Option<u64>,
+    /// Present when hooks or guardrails ran.
+    #[serde(skip_serializing_if = "<[Value]>::is_empty")]
+    guardrails: &'a [Value],
 }
 
 impl fmt::Display for Record {

@@ -127,6 +127,19 @@ impl ItemResult {
     }
 }
 
+impl ItemResult {
+    /// The item in the request record: its stage, id, verdict and feedback (no check data,
+    /// which may quote the request).
+    pub(crate) fn record_json(&self, stage: &str) -> Value {
+        json!({
+            "stage": stage,
+            "id": self.id,
+            "verdict": self.verdict,
+            "feedback": self.feedback.as_ref().map(feedback_json),
+        })
+    }
+}
+
 /// The feedback as configured: only the fields it has.
 fn feedback_json(feedback: &Feedback) -> Value {
     let mut map = Map::new();

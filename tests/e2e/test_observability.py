@@ -269,15 +269,20 @@ def test_no_secret_or_prompt_in_metrics_or_the_access_log(obs, openai_mock):
 
 def test_each_check_run_counts_its_verdict(obs, openai_mock):
     guarded = config({"provider": "openai", "api_key": "sk-config-key", "custom_host": openai_mock.base_url,
-                      "input_guardrails": [{"default.contains": {"words": ["banana"], "operator": "none"},
-                                            "deny": True}]})
+                      "input_guardrails": [{"id": "fruit", "default.contains": {"words": ["banana"], "operator": "none"},
+                                            "deny": True, "on_fail": {"feedback": {"value": -1, "weight": 1}}}]})
     fail = {"check": "default.contains", "verdict": "fail"}
     passed = {"check": "default.contains", "verdict": "pass"}
     before = (value(obs, "gen_ai_gateway_guardrail_verdicts_total", **fail),
               value(obs, "gen_ai_gateway_guardrail_verdicts_total", **passed))
-    assert obs.chat(guarded, chat_body("a banana")).status_code == 446
+    denied = trace()
+    assert obs.chat({**guarded, "x-gateway-trace-id": denied}, chat_body("a banana")).status_code == 446
     assert obs.chat(guarded, chat_body("an apple", model="m-chat")).status_code == 200
     assert obs.chat(guarded, chat_body("a pear", model="m-chat")).status_code == 200
     read = lambda: (value(obs, "gen_ai_gateway_guardrail_verdicts_total", **fail) - before[0],  # noqa: E731
                     value(obs, "gen_ai_gateway_guardrail_verdicts_total", **passed) - before[1])
     assert eventually(read, (1, 2)) == (1, 2)
+    # The access log line says which item decided, and its feedback.
+    [line] = access_lines(obs, denied)
+    assert line["guardrails"] == [{"stage": "before", "id": "fruit", "verdict": False,
+                                   "feedback": {"value": -1.0, "weight": 1.0}}]
