@@ -330,6 +330,11 @@ def test_without_a_control_plane_static_settings_work_as_before(start_gateway, o
         assert_error(gw.chat(config("pc-abc123")), 400, code="saved_config_unavailable")
         assert_error(gw.chat(slug("no-such-provider")), 401, code="unknown_credential")
         assert_error(gw.get("/v1/providers/openai-mock"), 404, code="unknown_endpoint")
+        # The gateway's own batching needs the control plane.
+        batch = {"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "immediate"}
+        assert_error(gw.post("/v1/batches", batch, headers=slug("openai-mock")), 501, code="not_implemented",
+                     contains="control plane")
+        assert not openai_mock.requests_to("/v1/batches")
 
 
 # --------------------------------------------------------------------------- request logs

@@ -177,12 +177,6 @@ def test_batch_create_via_sdk_refused_and_passed(gateway, openai_mock):
     assert batch.endpoint == "/v1/embeddings" and openai_mock.last.json["metadata"] == metadata
 
 
-def test_immediate_batches_need_the_control_plane(gateway, openai_mock):
-    r = gateway.post("/v1/batches", {**GOOD_BATCH, "completion_window": "immediate"}, headers=OPENAI)
-    assert_error(r, 501, code="not_implemented", contains="control plane")
-    assert openai_mock.requests == []
-
-
 def test_batch_body_arrives_byte_identical(gateway, openai_mock):
     # Odd spacing, key order, escapes and a query: nothing is re-serialised.
     body = b'{ "metadata" : {"k":"\\u00e9"},\n "completion_window":"24h","endpoint":"/v1/completions",' \
