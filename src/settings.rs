@@ -10,6 +10,7 @@ use crate::upstream::Upstream;
 use hashbrown::HashMap;
 use serde::Deserialize;
 use serde_json::Value;
+use subtle::ConstantTimeEq;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -325,7 +326,8 @@ impl Settings {
     pub(crate) fn authenticate(&self, presented: &[u8]) -> bool {
         let mut matched = false;
         for key in &self.api_keys {
-            matched |= constant_time_eq(key.as_bytes(), presented);
+            // subtle: no early exit on a differing byte (only the lengths may tell).
+            matched |= bool::from(key.as_bytes().ct_eq(presented));
         }
         matched
     }
@@ -383,17 +385,6 @@ impl CacheSettings {
         }
         Ok(())
     }
-}
-
-fn constant_time_eq(expected: &[u8], presented: &[u8]) -> bool {
-    let mut diff = (expected.len() ^ presented.len()) as u64;
-    for (i, byte) in expected.iter().enumerate() {
-        // Compare against the presented byte at the same place, or a mismatch when it is
-        // shorter; the loop length depends only on the configured key.
-        let other = presented.get(i).copied().unwrap_or(!byte);
-        diff |= u64::from(byte ^ other);
-    }
-    diff == 0
 }
 
 /// `rule` is normalised by `Settings::parse`.

@@ -7,6 +7,7 @@ use chacha20poly1305::aead::{Aead, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use sha2::{Digest, Sha256};
 use std::path::Path;
+use subtle::ConstantTimeEq;
 
 const NONCE_LEN: usize = 12;
 
@@ -99,9 +100,9 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Compares without an early exit, so the time says nothing about where two keys differ.
+/// Compares without an early exit (subtle), so the time says nothing about where two keys differ.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.ct_eq(b).into()
 }
 
 #[cfg(test)]
