@@ -5,65 +5,18 @@
 // Helpers outside `#[test]` functions: clippy.toml's test allowances do not reach them.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use axum::Router;
+mod common;
+
+use axum::http::StatusCode;
+use common::{Client, TOKEN};
 use gateway_control_plane::crypto::key_hash;
 use gateway_control_plane::{api, AppState, Settings};
-use http_body_util::BodyExt;
-use serde_json::{json, Value};
-use tower::ServiceExt;
+use serde_json::json;
 
 const ADMIN: &str = "admin-key-1";
-const TOKEN: &str = "internal-token";
-
-struct Client {
-    app: Router,
-}
-
-impl Client {
-    async fn call(&self, method: &str, path: &str, key: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
-        let mut request = Request::builder().method(method).uri(path);
-        if let Some(key) = key {
-            request = if path.starts_with("/internal/") {
-                request.header("authorization", format!("Bearer {key}"))
-            } else {
-                request.header("x-gateway-api-key", key)
-            };
-        }
-        let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
-        let response = self.app.clone().oneshot(request.body(body).unwrap()).await.unwrap();
-        let status = response.status();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
-        (status, value)
-    }
-
-    async fn ok(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> Value {
-        let (status, value) = self.call(method, path, Some(key), body).await;
-        assert!(status.is_success(), "{method} {path}: {status} {value}");
-        value
-    }
-
-    /// A 4xx: asserts the status and the OpenAI error shape, returns `param`.
-    async fn err(&self, want: u16, method: &str, path: &str, key: Option<&str>, body: Option<Value>) -> Value {
-        let (status, value) = self.call(method, path, key, body).await;
-        assert_eq!(status.as_u16(), want, "{method} {path}: {value}");
-        let error = &value["error"];
-        assert!(error["message"].is_string() && error["type"].is_string(), "{value}");
-        error["param"].clone()
-    }
-}
 
 fn settings(dir: &std::path::Path) -> Settings {
-    Settings {
-        addr: "127.0.0.1:0".into(),
-        state_dir: dir.to_path_buf(),
-        database_url: std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()),
-        master_key: None,
-        admin_keys: vec![ADMIN.to_string(), "admin-key-2".to_string()],
-        internal_token: TOKEN.into(),
-    }
+    common::settings(dir, &[ADMIN, "admin-key-2"])
 }
 
 async fn start(settings: &Settings) -> (Client, AppState) {

@@ -4,22 +4,23 @@
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use common::TOKEN;
 use gateway_control_plane::batches::BatchSettings;
-use gateway_control_plane::{api, AppState, Settings};
-use http_body_util::BodyExt;
+use gateway_control_plane::{api, AppState};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tower::ServiceExt;
 
-const TOKEN: &str = "internal-token";
 const CHAT: &str = "/v1/chat/completions";
 /// The runners' lease: a stopped control plane's batches are free again this soon.
 const LEASE_MS: u64 = 300;
@@ -92,17 +93,6 @@ fn fake_gateway() -> (Fake, String) {
 
 // ---- the control plane ----
 
-fn settings(dir: &std::path::Path) -> Settings {
-    Settings {
-        addr: "127.0.0.1:0".into(),
-        state_dir: dir.to_path_buf(),
-        database_url: std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()),
-        master_key: None,
-        admin_keys: vec![],
-        internal_token: TOKEN.into(),
-    }
-}
-
 fn temp_dir() -> std::path::PathBuf {
     let run = uuid::Uuid::new_v4().simple().to_string();
     std::env::temp_dir().join(format!("cp-batches-test-{run}"))
@@ -110,7 +100,7 @@ fn temp_dir() -> std::path::PathBuf {
 
 async fn open(dir: &std::path::Path, gateway: &str, concurrency: usize) -> (Router, AppState) {
     let batch = BatchSettings { gateway_url: gateway.to_string(), concurrency, lease_ms: LEASE_MS };
-    let state = AppState::open_with(&settings(dir), batch).await.unwrap();
+    let state = AppState::open_with(&common::settings(dir, &[]), batch).await.unwrap();
     (api::router(state.clone()), state)
 }
 
@@ -127,9 +117,7 @@ async fn call(app: &Router, method: &str, path: &str, ws: &str, body: Option<Val
         .header("content-type", "application/json")
         .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
         .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let (status, bytes) = common::read(app.clone().oneshot(request).await.unwrap()).await;
     let text = String::from_utf8_lossy(&bytes).into_owned();
     (status, serde_json::from_str(&text).unwrap_or(Value::Null), text)
 }
@@ -361,7 +349,7 @@ async fn a_batch_another_control_plane_runs_is_not_taken_over() {
     let other = temp_dir();
     std::fs::create_dir_all(&other).unwrap();
     std::fs::copy(dir.join("master.key"), other.join("master.key")).unwrap();
-    let mut settings = settings(&other);
+    let mut settings = common::settings(&other, &[]);
     if settings.database_url.is_none() {
         settings.database_url = Some(format!("sqlite://{}", dir.join("gateway.db").display()));
     }

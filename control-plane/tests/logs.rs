@@ -5,60 +5,20 @@
 // Helpers outside `#[test]` functions: clippy.toml's test allowances do not reach them.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
+mod common;
+
 use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use axum::Router;
-use gateway_control_plane::{api, AppState, Settings};
-use http_body_util::BodyExt;
+use axum::http::StatusCode;
+use common::{Client, TOKEN};
+use gateway_control_plane::{api, AppState};
 use serde_json::{json, Map, Value};
-use tower::ServiceExt;
 
 const ADMIN: &str = "admin-key-1";
-const TOKEN: &str = "internal-token";
 /// 2023-11-14T22:13:20Z, in ms.
 const T: i64 = 1_700_000_000_000;
 const T_S: i64 = T / 1000;
 
-struct Client {
-    app: Router,
-}
-
 impl Client {
-    async fn raw(&self, method: &str, path: &str, key: Option<&str>, body: Body) -> (StatusCode, Value) {
-        let mut request = Request::builder().method(method).uri(path);
-        if let Some(key) = key {
-            request = if path.starts_with("/internal/") {
-                request.header("authorization", format!("Bearer {key}"))
-            } else {
-                request.header("x-gateway-api-key", key)
-            };
-        }
-        let response = self.app.clone().oneshot(request.body(body).unwrap()).await.unwrap();
-        let status = response.status();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
-        (status, value)
-    }
-
-    async fn call(&self, method: &str, path: &str, key: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
-        self.raw(method, path, key, body.map_or_else(Body::empty, |b| Body::from(b.to_string()))).await
-    }
-
-    async fn ok(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> Value {
-        let (status, value) = self.call(method, path, Some(key), body).await;
-        assert!(status.is_success(), "{method} {path}: {status} {value}");
-        value
-    }
-
-    /// A 4xx: asserts the status and the OpenAI error shape, returns `param`.
-    async fn err(&self, want: u16, method: &str, path: &str, key: Option<&str>, body: Option<Value>) -> Value {
-        let (status, value) = self.call(method, path, key, body).await;
-        assert_eq!(status.as_u16(), want, "{method} {path}: {value}");
-        let error = &value["error"];
-        assert!(error["message"].is_string() && error["type"].is_string(), "{value}");
-        error["param"].clone()
-    }
-
     async fn ship(&self, records: Vec<Value>) {
         let n = records.len();
         let (status, body) =
@@ -91,21 +51,10 @@ impl Client {
     }
 }
 
-fn settings(dir: &std::path::Path) -> Settings {
-    Settings {
-        addr: "127.0.0.1:0".into(),
-        state_dir: dir.to_path_buf(),
-        database_url: std::env::var("TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()),
-        master_key: None,
-        admin_keys: vec![ADMIN.to_string()],
-        internal_token: TOKEN.into(),
-    }
-}
-
 async fn start() -> (Client, AppState, std::path::PathBuf, String) {
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let dir = std::env::temp_dir().join(format!("cp-logs-test-{run}"));
-    let state = AppState::open(&settings(&dir)).await.unwrap();
+    let state = AppState::open(&common::settings(&dir, &[ADMIN])).await.unwrap();
     (Client { app: api::router(state.clone()) }, state, dir, run)
 }
 
