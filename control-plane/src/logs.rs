@@ -3,7 +3,7 @@
 
 use crate::db::logs::{StoredFeedback, StoredRecord};
 use crate::errors::{ApiError, ApiResult};
-use crate::validate::{is_name, is_uuid, MAX_WORKSPACE};
+use crate::validate::{is_name, is_uuid, only_known_fields, MAX_WORKSPACE};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -67,9 +67,7 @@ pub struct NewRecord {
 /// columns (`span_id`, `provider`, `model`: strings; `status`: an integer) are taken when they
 /// have that type and left empty otherwise; the record itself is kept whole.
 pub fn batch(body: &Map<String, Value>) -> ApiResult<Vec<NewRecord>> {
-    if let Some(key) = body.keys().find(|k| *k != "records") {
-        return Err(ApiError::invalid(key, &format!("unknown field `{key}`")));
-    }
+    only_known_fields(body, |k| k == "records")?;
     let records = match body.get("records") {
         Some(Value::Array(records)) => records,
         Some(_) => return Err(ApiError::invalid("records", "records must be an array")),
@@ -250,9 +248,7 @@ pub struct NewFeedback {
 /// `weight` (number, default 1) and `metadata` (object, or null for none) optional.
 pub fn feedback(body: &Map<String, Value>) -> ApiResult<NewFeedback> {
     const FIELDS: &[&str] = &["trace_id", "value", "weight", "metadata"];
-    if let Some(key) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::invalid(key, &format!("unknown field `{key}`")));
-    }
+    only_known_fields(body, |k| FIELDS.contains(&k))?;
     let trace_id = match body.get("trace_id") {
         Some(Value::String(id)) if (1..=MAX_TRACE_ID_CHARS).contains(&id.chars().count()) => id.clone(),
         Some(_) => {

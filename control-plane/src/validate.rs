@@ -59,11 +59,17 @@ pub fn json_object(body: &[u8]) -> ApiResult<Map<String, Value>> {
     }
 }
 
+/// A 400 naming the first field of `body` that `known` does not accept.
+pub fn only_known_fields(body: &Map<String, Value>, known: impl Fn(&str) -> bool) -> ApiResult<()> {
+    match body.keys().find(|k| !known(k)) {
+        Some(key) => Err(ApiError::invalid(key, &format!("unknown field `{key}`"))),
+        None => Ok(()),
+    }
+}
+
 /// `POST /api-keys`: `{"workspace": "<name>", "admin": false}`.
 pub fn key_request(body: &Map<String, Value>) -> ApiResult<(String, bool)> {
-    if let Some(key) = body.keys().find(|k| !["workspace", "admin"].contains(&k.as_str())) {
-        return Err(ApiError::invalid(key, &format!("unknown field `{key}`")));
-    }
+    only_known_fields(body, |k| ["workspace", "admin"].contains(&k))?;
     let workspace = match body.get("workspace") {
         Some(Value::String(name)) if is_name(name, MAX_WORKSPACE) => name.clone(),
         Some(_) => {
@@ -138,9 +144,7 @@ pub fn prompt_version(body: &Map<String, Value>, latest: Option<&Map<String, Val
         Some(Value::Bool(patch)) => *patch,
         Some(_) => return Err(ApiError::invalid("patch", "patch must be a boolean")),
     };
-    if let Some(key) = body.keys().find(|k| *k != "patch" && !PROMPT_FIELDS.iter().any(|(f, _)| f == k)) {
-        return Err(ApiError::invalid(key, &format!("unknown field `{key}`")));
-    }
+    only_known_fields(body, |k| k == "patch" || PROMPT_FIELDS.iter().any(|(f, _)| *f == k))?;
     let mut version = Map::new();
     for (field, kind) in PROMPT_FIELDS {
         let value = match (body.get(*field), latest) {
