@@ -77,6 +77,8 @@ pub(crate) trait Io {
     /// Adds `value` to a counter, or records it in a histogram (the stat is named with its
     /// labels, see [`metrics`]).
     fn metric(&mut self, kind: metrics::Kind, name: &str, value: u64);
+    /// Publishes request `id`'s access-log line (the record's JSON object) as it ends.
+    fn access_log(&mut self, line: &[u8]);
 }
 
 /// A call for the host to dispatch.
@@ -445,8 +447,10 @@ impl Worker {
         for metric in metrics::of_request(&record, &settings.metrics, &mut self.models) {
             io.metric(metric.kind, &metric.name, metric.value);
         }
+        let line = record.to_json();
+        io.access_log(&line);
         if settings.control_plane.is_some() && !record.workspace.is_empty() {
-            self.queue(&record, io);
+            self.queue(&line, record.start_ms, io);
         }
         Some(record)
     }
@@ -455,7 +459,7 @@ impl Worker {
 impl Worker {
     /// Queues a finished request's record for the control plane; the timer is set again only
     /// when the first record waits or a batch is due at once.
-    fn queue(&mut self, record: &Record, io: &mut dyn Io) {
+    fn queue(&mut self, line: &[u8], start_ms: u64, io: &mut dyn Io) {
         if !self.shipping {
             // Scrapes show the counter at 0 once records are shipped, not only after a drop.
             self.shipping = true;
@@ -463,7 +467,10 @@ impl Worker {
         }
         let now_ms = io.host().now_ms();
         let records = &mut self.tasks.records;
-        if !records.push(record.shipped_json(), now_ms) {
+        let Some(shipped) = record::shipped(line, start_ms) else {
+            return count_dropped(io, 1);
+        };
+        if !records.push(shipped, now_ms) {
             return count_dropped(io, 1);
         }
         if records.len() == 1 || records.len() == shipping::EAGER {

@@ -67,16 +67,6 @@ impl Record {
     /// The access-log line: one JSON object of what the request did. Never a key, a prompt or
     /// an answer; the path without its query.
     pub(crate) fn to_json(&self) -> Vec<u8> {
-        self.line(None)
-    }
-
-    /// The object shipped to the control plane: the access-log object plus `timestamp_ms`, the
-    /// Unix time (ms) the request arrived (the host clock is the wall clock).
-    pub(crate) fn shipped_json(&self) -> Vec<u8> {
-        self.line(Some(self.start_ms))
-    }
-
-    fn line(&self, timestamp_ms: Option<u64>) -> Vec<u8> {
         let count = |step: Move| self.moves.iter().filter(|(_, s)| *s == step).count();
         let reached = !self.provider.is_empty();
         let line = AccessLine {
@@ -102,11 +92,25 @@ impl Record {
             time_to_first_token_ms: self.time_to_first_token_ms,
             error_code: self.error_code,
             workspace: text(&self.workspace),
-            timestamp_ms,
             guardrails: &self.guardrails,
         };
         serde_json::to_vec(&line).unwrap_or_default()
     }
+}
+
+/// The object shipped to the control plane: access-log `line` plus `timestamp_ms`, the Unix
+/// time (ms) the request arrived (the host clock is the wall clock). Spliced into the line
+/// rather than serialised again; None when the line is not an object.
+pub(crate) fn shipped(line: &[u8], timestamp_ms: u64) -> Option<Vec<u8>> {
+    let (b'}', head) = line.split_last()? else {
+        return None;
+    };
+    let mut shipped = head.to_vec();
+    if head.len() > 1 {
+        shipped.push(b',');
+    }
+    shipped.extend_from_slice(format!("\"timestamp_ms\":{timestamp_ms}}}").as_bytes());
+    Some(shipped)
 }
 
 /// An empty text as `null`.
@@ -140,8 +144,6 @@ struct AccessLine<'a> {
     error_code: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     workspace: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    timestamp_ms: Option<u64>,
     /// Present when hooks or guardrails ran.
     #[serde(skip_serializing_if = "<[Value]>::is_empty")]
     guardrails: &'a [Value],
@@ -235,8 +237,10 @@ mod tests {
                    "time_to_first_token_ms": 40, "error_code": null})
         );
         assert!(line.get("timestamp_ms").is_none(), "the access log has no timestamp (Envoy's own has)");
-        let shipped: Value = serde_json::from_slice(&record.shipped_json()).unwrap();
+        let shipped: Value = serde_json::from_slice(&shipped(&record.to_json(), record.start_ms).unwrap()).unwrap();
         assert_eq!(shipped["timestamp_ms"], json!(1000));
+        assert_eq!(super::shipped(b"{}", 7).as_deref(), Some(&br#"{"timestamp_ms":7}"#[..]));
+        assert_eq!(super::shipped(b"", 7), None, "a line that failed to serialise is not shipped");
         let refused = Record { status: 401, error_code: Some("invalid_api_key"), ..Record::default() };
         let line: Value = serde_json::from_slice(&refused.to_json()).unwrap();
         assert_eq!((line["attempts"].clone(), line["provider"].clone()), (json!(0), Value::Null));

@@ -63,6 +63,8 @@ struct FakeIo {
     ticks: Vec<u64>,
     /// Every metric update, in order.
     metrics: Vec<(metrics::Kind, String, u64)>,
+    /// Every access-log line published, in order.
+    access_lines: Vec<Vec<u8>>,
 }
 
 impl FakeIo {
@@ -76,6 +78,7 @@ impl FakeIo {
             dispatch_fails: false,
             ticks: Vec::new(),
             metrics: Vec::new(),
+            access_lines: Vec::new(),
         }
     }
 
@@ -182,6 +185,10 @@ impl Io for FakeIo {
 
     fn metric(&mut self, kind: metrics::Kind, name: &str, value: u64) {
         self.metrics.push((kind, name.to_string(), value));
+    }
+
+    fn access_log(&mut self, line: &[u8]) {
+        self.access_lines.push(line.to_vec());
     }
 }
 
@@ -1231,6 +1238,8 @@ fn retries_and_fallbacks_count_by_the_provider_that_failed() {
         ]
     );
     assert!(metrics.iter().any(|m| m.starts_with("gen_ai_client_token_usage_total.provider.anthropic")), "{metrics:?}");
+    // The line published for the access log is the record's.
+    assert_eq!(gw.io.access_lines, vec![record.to_json()]);
     let line = json_of(&record.to_json());
     assert_eq!(
         (line["attempts"].clone(), line["retries"].clone(), line["fallbacks"].clone()),

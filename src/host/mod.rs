@@ -74,12 +74,11 @@ impl Shared {
         HostIo { effective: current, metrics: Rc::clone(&self.metrics) }
     }
 
-    /// Request `id` ended: its metrics, the access log's record and the log line.
+    /// Request `id` ended: the worker publishes its metrics and access-log line; the log line here.
     fn finished(&self, id: u32) {
         let mut io = self.io(id);
         let record = self.worker.try_borrow_mut().ok().and_then(|mut worker| worker.finished(id, &mut io));
         if let Some(record) = record {
-            logged(abi::set_property(&[ACCESS_LOG_PROPERTY], &record.to_json()));
             log::info!("{record}");
         }
     }
@@ -206,6 +205,10 @@ impl Io for HostIo {
 
     fn tick_every(&mut self, period_ms: u64) {
         logged(abi::set_tick_period_ms(u32::try_from(period_ms).unwrap_or(u32::MAX)));
+    }
+
+    fn access_log(&mut self, line: &[u8]) {
+        logged(abi::set_property(&[ACCESS_LOG_PROPERTY], line));
     }
 
     fn metric(&mut self, kind: Kind, name: &str, value: u64) {
