@@ -743,8 +743,9 @@ mod tests {
     }
 
     #[test]
-    fn with_stream_usage_on_an_openai_stream_asks_for_usage_the_client_did_not() {
-        let settings = Settings::parse(br#"{"api_keys": ["gw-key"], "metrics": {"stream_usage": true}}"#).unwrap();
+    fn an_openai_stream_asks_for_usage_the_client_did_not() {
+        let settings = Settings::parse(br#"{"api_keys": ["gw-key"]}"#).unwrap();
+        let off = Settings::parse(br#"{"api_keys": ["gw-key"], "metrics": {"stream_usage": false}}"#).unwrap();
         let h = request("POST", "/v1/chat/completions", OPENAI_LOCAL);
         let stream =
             br#"{"model":"m","stream":true,"stream_options":{"x":1},"messages":[{"role":"user","content":"hi"}]}"#;
@@ -760,7 +761,7 @@ mod tests {
         let asked = br#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#;
         assert_eq!(forwarded_with(&settings, &h, asked).unwrap().body, None);
         assert_eq!(forwarded_with(&settings, &h, CHAT).unwrap().body, None);
-        assert_eq!(forwarded(&h, stream).unwrap().body, None);
+        assert_eq!(forwarded_with(&off, &h, stream).unwrap().body, None);
         // A bad stream_options is the validation's to refuse, never replaced.
         let bad = br#"{"model":"m","stream":true,"stream_options":"x","messages":[{"role":"user","content":"hi"}]}"#;
         assert!(forwarded_with(&settings, &h, bad).is_err());

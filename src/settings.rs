@@ -104,18 +104,23 @@ pub(crate) struct MetricsSettings {
     pub(crate) max_models: usize,
     /// For streams from OpenAI-shaped providers whose client did not ask for usage: ask for
     /// it (`stream_options.include_usage`), count it, and strip it from the client's stream.
-    #[serde(default)]
+    /// On unless turned off (for a server that refuses `stream_options`).
+    #[serde(default = "asks_stream_usage")]
     pub(crate) stream_usage: bool,
 }
 
 impl Default for MetricsSettings {
     fn default() -> Self {
-        MetricsSettings { models: None, max_models: default_max_models(), stream_usage: false }
+        MetricsSettings { models: None, max_models: default_max_models(), stream_usage: asks_stream_usage() }
     }
 }
 
 fn default_max_models() -> usize {
     50
+}
+
+fn asks_stream_usage() -> bool {
+    true
 }
 
 /// Where the response cache may keep answers (shared data) and how semantic mode embeds.

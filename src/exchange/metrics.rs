@@ -24,6 +24,8 @@ pub(crate) const TIME_TO_FIRST_TOKEN: &str = "gen_ai_server_time_to_first_token"
 pub(crate) const RETRIES: &str = "gen_ai_gateway_retries_total";
 pub(crate) const FALLBACKS: &str = "gen_ai_gateway_fallbacks_total";
 pub(crate) const CIRCUITS_OPENED: &str = "gen_ai_gateway_circuits_opened_total";
+/// Circuits not closed now (open, or letting their one trial through), over every worker.
+pub(crate) const CIRCUITS_OPEN: &str = "gen_ai_gateway_circuits_open";
 pub(crate) const CACHE_STORES: &str = "gen_ai_gateway_cache_stores_total";
 pub(crate) const CACHE_STORED_BYTES: &str = "gen_ai_gateway_cache_stored_bytes_total";
 /// One per guardrail or hook check run, by `verdict` (`pass`/`fail`) and `check` (its id, last:

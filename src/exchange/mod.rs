@@ -77,6 +77,8 @@ pub(crate) trait Io {
     /// Adds `value` to a counter, or records it in a histogram (the stat is named with its
     /// labels, see [`metrics`]).
     fn metric(&mut self, kind: metrics::Kind, name: &str, value: u64);
+    /// Adds `delta` (negative: subtracts) to a gauge.
+    fn add_to_gauge(&mut self, name: &str, delta: i64);
     /// Publishes request `id`'s access-log line (the record's JSON object) as it ends.
     fn access_log(&mut self, line: &[u8]);
 }
@@ -1108,7 +1110,7 @@ impl Exchange {
         // Only errors are failures; a redirect or not-modified passes as it is.
         if status < 400 {
             routed.call.attempts.succeeded(status, env.io.host());
-            count_circuits_opened(env, &mut routed.call);
+            count_circuits(env, &mut routed.call);
             // No later attempt: the request copies can go.
             routed.retained = None;
             routed.call.release_body();
@@ -1123,13 +1125,13 @@ impl Exchange {
             if routed.retained.is_some() {
                 let headers = env.io.response_headers(env.id);
                 let next = routed.call.attempts.failed(failure, &headers, env.io.host());
-                count_circuits_opened(env, &mut routed.call);
+                count_circuits(env, &mut routed.call);
                 if matches!(next, Next::Call { .. }) {
                     return self.recover(env, *routed, failure, next, headers);
                 }
             } else {
                 routed.call.attempts.failed_finally(failure, env.io.host());
-                count_circuits_opened(env, &mut routed.call);
+                count_circuits(env, &mut routed.call);
             }
             self.phase = Phase::Forwarded(routed);
             // Envoy's own reply (timeout, no connection) gets the gateway's error shape.
@@ -1444,13 +1446,13 @@ impl Exchange {
         let next = match reply::call_failure(answer.status, &answer.body) {
             None => {
                 recovery.call.attempts.succeeded(answer.status, env.io.host());
-                count_circuits_opened(env, &mut recovery.call);
+                count_circuits(env, &mut recovery.call);
                 recovery.latest = Outcome::Response(answer);
                 Next::GiveUp
             }
             Some(failure) => {
                 let next = recovery.call.attempts.failed(failure, &answer.headers, env.io.host());
-                count_circuits_opened(env, &mut recovery.call);
+                count_circuits(env, &mut recovery.call);
                 recovery.latest = Outcome::of(failure, answer);
                 next
             }
@@ -1624,11 +1626,16 @@ fn json_headers() -> Vec<(String, String)> {
     vec![("content-type".to_string(), "application/json".to_string())]
 }
 
-/// Adds the circuits the request's latest outcome opened to the host's counter.
-fn count_circuits_opened(env: &mut Env, call: &mut Call) {
-    let count = std::mem::take(&mut call.attempts.circuits_opened);
-    if count > 0 {
-        env.io.metric(metrics::Kind::Counter, metrics::CIRCUITS_OPENED, u64::from(count));
+/// Adds the circuits the request's latest outcome opened to the host's counter, and how it
+/// changed the circuits open now to the gauge.
+fn count_circuits(env: &mut Env, call: &mut Call) {
+    let opened = std::mem::take(&mut call.attempts.circuits_opened);
+    if opened > 0 {
+        env.io.metric(metrics::Kind::Counter, metrics::CIRCUITS_OPENED, u64::from(opened));
+    }
+    let change = std::mem::take(&mut call.attempts.circuits_open_change);
+    if change != 0 {
+        env.io.add_to_gauge(metrics::CIRCUITS_OPEN, i64::from(change));
     }
 }
 

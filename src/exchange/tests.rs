@@ -63,6 +63,8 @@ struct FakeIo {
     ticks: Vec<u64>,
     /// Every metric update, in order.
     metrics: Vec<(metrics::Kind, String, u64)>,
+    /// Each gauge's value: the sum of its changes.
+    gauges: StdHashMap<String, i64>,
     /// Every access-log line published, in order.
     access_lines: Vec<Vec<u8>>,
 }
@@ -78,6 +80,7 @@ impl FakeIo {
             dispatch_fails: false,
             ticks: Vec::new(),
             metrics: Vec::new(),
+            gauges: StdHashMap::new(),
             access_lines: Vec::new(),
         }
     }
@@ -185,6 +188,10 @@ impl Io for FakeIo {
 
     fn metric(&mut self, kind: metrics::Kind, name: &str, value: u64) {
         self.metrics.push((kind, name.to_string(), value));
+    }
+
+    fn add_to_gauge(&mut self, name: &str, delta: i64) {
+        *self.gauges.entry(name.to_string()).or_default() += delta;
     }
 
     fn access_log(&mut self, line: &[u8]) {
@@ -633,6 +640,7 @@ fn a_failed_first_target_falls_back_to_the_second_as_a_dispatched_call() {
         ["gen_ai_gateway_circuits_opened_total 1"],
         "one failure opens the first target's circuit"
     );
+    assert_eq!(gw.io.gauges.get("gen_ai_gateway_circuits_open"), Some(&1), "and it is open now");
     let [call] = gw.io.sent.as_slice() else { panic!("one call: {:?}", gw.io.sent) };
     let call = call.clone();
     assert_eq!((call.id, call.call.cluster.as_str()), (1, "gateway_recovery"));
@@ -1257,8 +1265,8 @@ fn a_request_refused_before_provider_selection_has_no_request_metrics() {
 }
 
 #[test]
-fn with_stream_usage_a_stream_is_counted_and_the_client_gets_it_as_it_asked() {
-    let mut gw = Gateway::new(r#"{"api_keys": ["gw-key"], "metrics": {"stream_usage": true}}"#);
+fn a_stream_is_counted_and_the_client_gets_it_as_it_asked() {
+    let mut gw = Gateway::new(r#"{"api_keys": ["gw-key"]}"#);
     let body = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     gw.post(1, chat_with_config("gw-key", &openai("sk", 9001)), body);
     let sent = json_of(&gw.io.streams(1).request_body);

@@ -392,6 +392,7 @@ pub(crate) fn set_tick_period_ms(period: u32) -> Result<(), HostError> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MetricType {
     Counter,
+    Gauge,
     Histogram,
 }
 
@@ -399,6 +400,7 @@ pub(crate) enum MetricType {
 pub(crate) fn define_metric(kind: MetricType, name: &str) -> Result<u32, HostError> {
     let raw = match kind {
         MetricType::Counter => 0,
+        MetricType::Gauge => 1,
         MetricType::Histogram => 2,
     };
     let mut id: u32 = 0;
@@ -407,7 +409,7 @@ pub(crate) fn define_metric(kind: MetricType, name: &str) -> Result<u32, HostErr
     Ok(id)
 }
 
-/// Adds `by` to a counter.
+/// Adds `by` to a counter, or to a gauge (negative: subtracts).
 pub(crate) fn increment_metric(id: u32, by: i64) -> Result<(), HostError> {
     // SAFETY: no pointers.
     check(unsafe { proxy_increment_metric(id, by) })

@@ -212,29 +212,40 @@ impl Io for HostIo {
     }
 
     fn metric(&mut self, kind: Kind, name: &str, value: u64) {
-        let Ok(mut ids) = self.metrics.try_borrow_mut() else {
-            return;
+        let metric_type = match kind {
+            Kind::Counter => MetricType::Counter,
+            Kind::Histogram => MetricType::Histogram,
         };
-        let id = match ids.get(name) {
-            Some(id) => *id,
-            None => {
-                let defined = abi::define_metric(
-                    match kind {
-                        Kind::Counter => MetricType::Counter,
-                        Kind::Histogram => MetricType::Histogram,
-                    },
-                    name,
-                );
-                match defined {
-                    Ok(id) => *ids.entry(name.to_string()).or_insert(id),
-                    Err(error) => return log::warn!("metric {name} could not be defined: {error}"),
-                }
-            }
+        let Some(id) = self.metric_id(metric_type, name) else {
+            return;
         };
         logged(match kind {
             Kind::Counter => abi::increment_metric(id, i64::try_from(value).unwrap_or(i64::MAX)),
             Kind::Histogram => abi::record_metric(id, value),
         });
+    }
+
+    fn add_to_gauge(&mut self, name: &str, delta: i64) {
+        if let Some(id) = self.metric_id(MetricType::Gauge, name) {
+            logged(abi::increment_metric(id, delta));
+        }
+    }
+}
+
+impl HostIo {
+    /// The id of stat `name`, defined on first use.
+    fn metric_id(&self, metric_type: MetricType, name: &str) -> Option<u32> {
+        let mut ids = self.metrics.try_borrow_mut().ok()?;
+        if let Some(id) = ids.get(name) {
+            return Some(*id);
+        }
+        match abi::define_metric(metric_type, name) {
+            Ok(id) => Some(*ids.entry(name.to_string()).or_insert(id)),
+            Err(error) => {
+                log::warn!("metric {name} could not be defined: {error}");
+                None
+            }
+        }
     }
 }
 

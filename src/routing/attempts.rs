@@ -18,6 +18,8 @@ pub(crate) struct Attempts {
     pub(crate) retries: u32,
     /// Circuits this request's outcomes opened, for the host's metric.
     pub(crate) circuits_opened: u32,
+    /// How this request's outcomes changed the number of circuits open now (a gauge).
+    pub(crate) circuits_open_change: i32,
     /// Every retry and fallback taken, with the provider of the target that failed.
     pub(crate) moves: Vec<(&'static str, Move)>,
 }
@@ -43,8 +45,15 @@ pub(crate) enum Next {
 impl Attempts {
     /// The first attempt whose circuit lets it through; every circuit open is a 503.
     pub(crate) fn start(plan: Plan, host: &mut dyn Host) -> Result<Attempts, GatewayError> {
-        let mut attempts =
-            Attempts { plan, current: 0, retries_here: 0, retries: 0, circuits_opened: 0, moves: Vec::new() };
+        let mut attempts = Attempts {
+            plan,
+            current: 0,
+            retries_here: 0,
+            retries: 0,
+            circuits_opened: 0,
+            circuits_open_change: 0,
+            moves: Vec::new(),
+        };
         if attempts.admitted(0, host) {
             return Ok(attempts);
         }
@@ -144,9 +153,9 @@ impl Attempts {
     fn record(&mut self, status: Option<u16>, host: &dyn Host) {
         if let Some(c) = self.plan.attempts.get(self.current).and_then(|a| a.circuit.as_ref()) {
             let outcome = classify(&c.config, status);
-            if record(host.store(), c.id, &c.config, outcome, host.now_ms()).opened {
-                self.circuits_opened += 1;
-            }
+            let recorded = record(host.store(), c.id, &c.config, outcome, host.now_ms());
+            self.circuits_opened += u32::from(recorded.opened);
+            self.circuits_open_change += recorded.open_change;
         }
     }
 }

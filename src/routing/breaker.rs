@@ -163,6 +163,9 @@ pub(crate) struct Recorded {
     /// This call opened the circuit (from closed, or by a failed trial): true for exactly one
     /// caller per opening, so the host can count openings.
     pub(crate) opened: bool,
+    /// How this call changed the number of circuits not closed (open, or on trial): +1 when it
+    /// opened a closed one, -1 when it closed one or took the slot of one left open.
+    pub(crate) open_change: i32,
     /// The circuit's consecutive failures after this call; 0 when it is not tracked (or every
     /// CAS lost).
     pub(crate) failures: u32,
@@ -179,21 +182,22 @@ pub(crate) fn record(
     outcome: Outcome,
     now_ms: u64,
 ) -> Recorded {
-    let untracked = Recorded { opened: false, failures: 0 };
+    let untracked = Recorded { opened: false, open_change: 0, failures: 0 };
     for _ in 0..MAX_CAS_ATTEMPTS {
-        let (key, cas, current) = match locate(store, id, now_ms) {
-            Place::Held { key, cas, record } => (key, cas, record),
-            Place::Free { key, cas } => (key, cas, Record::closed(id, config)),
+        let (key, cas, current, evicts_open) = match locate(store, id, now_ms) {
+            Place::Held { key, cas, record } => (key, cas, record, false),
+            Place::Free { key, cas, evicts_open } => (key, cas, Record::closed(id, config), evicts_open),
             Place::Busy => return untracked,
         };
         let next = current.after(outcome, config, now_ms);
         // Most outcomes (successes of a healthy target) change nothing: no write at all.
         if next == current {
-            return Recorded { opened: false, failures: current.failures };
+            return Recorded { opened: false, open_change: 0, failures: current.failures };
         }
         if store.set(&key, &next.encode(), cas) {
             let opened = next.state == State::Open && current.state != State::Open;
-            return Recorded { opened, failures: next.failures };
+            let open_change = i32::from(next.is_open()) - i32::from(current.is_open()) - i32::from(evicts_open);
+            return Recorded { opened, open_change, failures: next.failures };
         }
     }
     untracked
@@ -222,8 +226,9 @@ fn candidate_slots(id: CircuitId) -> [usize; 2] {
 enum Place {
     /// A slot holds the circuit.
     Held { key: String, cas: u32, record: Record },
-    /// No slot holds it; this one is empty or idle and may be claimed.
-    Free { key: String, cas: u32 },
+    /// No slot holds it; this one is empty or idle and may be claimed (taking it from an
+    /// idle circuit that was left open when `evicts_open`).
+    Free { key: String, cas: u32, evicts_open: bool },
     /// No slot holds it and none may be claimed: the circuit is not tracked this time.
     Busy,
 }
@@ -250,7 +255,8 @@ fn read_slot(store: &dyn SharedStore, index: usize, id: CircuitId, now_ms: u64) 
     match Record::decode(&value) {
         Some(record) if record.circuit == id.0 => Place::Held { key, cas, record },
         Some(record) if !record.is_idle(now_ms) => Place::Busy,
-        _ => Place::Free { key, cas },
+        Some(record) => Place::Free { key, cas, evicts_open: record.is_open() },
+        None => Place::Free { key, cas, evicts_open: false },
     }
 }
 
@@ -319,6 +325,11 @@ impl Record {
                 changed(state, failures, now_ms)
             }
         }
+    }
+
+    /// Open or on trial: not closed.
+    fn is_open(&self) -> bool {
+        self.state != State::Closed
     }
 
     /// Another circuit may take the slot (the rule is in the module doc).
@@ -440,17 +451,18 @@ mod tests {
     fn opens_at_the_threshold_exactly() {
         let store = FakeStore::started();
         let (id, cb) = (circuit_id("openai", "api.openai.com:443/v1", Some("sk-1")), config(3));
-        assert_eq!(fail(&store, id, &cb, T), Recorded { opened: false, failures: 1 });
-        assert_eq!(fail(&store, id, &cb, T + 1), Recorded { opened: false, failures: 2 });
+        assert_eq!(fail(&store, id, &cb, T), Recorded { opened: false, open_change: 0, failures: 1 });
+        assert_eq!(fail(&store, id, &cb, T + 1), Recorded { opened: false, open_change: 0, failures: 2 });
         assert_eq!(admit(&store, id, &cb, T + 1), Admission::Closed);
         assert!(!is_open(&store, id, &cb, T + 1));
-        assert_eq!(fail(&store, id, &cb, T + 2), Recorded { opened: true, failures: 3 });
+        assert_eq!(fail(&store, id, &cb, T + 2), Recorded { opened: true, open_change: 1, failures: 3 });
         assert!(is_open(&store, id, &cb, T + 2));
         assert_eq!(admit(&store, id, &cb, T + 2), Admission::Open);
         // Late outcomes of attempts admitted before it opened change nothing.
         let sets = store.sets.get();
-        assert_eq!(fail(&store, id, &cb, T + 3), Recorded { opened: false, failures: 3 });
-        assert_eq!(record(&store, id, &cb, Outcome::Success, T + 3), Recorded { opened: false, failures: 3 });
+        assert_eq!(fail(&store, id, &cb, T + 3), Recorded { opened: false, open_change: 0, failures: 3 });
+        let late = record(&store, id, &cb, Outcome::Success, T + 3);
+        assert_eq!(late, Recorded { opened: false, open_change: 0, failures: 3 });
         assert_eq!(store.sets.get(), sets);
         assert_eq!(admit(&store, id, &cb, T + 3), Admission::Open);
     }
@@ -476,7 +488,7 @@ mod tests {
         let (store, cb) = (opened(id), config(1));
         assert_eq!(admit(&store, id, &cb, T + COOLDOWN), Admission::Trial);
         let done = record(&store, id, &cb, Outcome::Success, T + COOLDOWN + 5);
-        assert_eq!(done, Recorded { opened: false, failures: 0 });
+        assert_eq!(done, Recorded { opened: false, open_change: -1, failures: 0 });
         assert_eq!(admit(&store, id, &cb, T + COOLDOWN + 6), Admission::Closed);
         assert!(!is_open(&store, id, &cb, T + COOLDOWN + 6));
     }
@@ -487,7 +499,8 @@ mod tests {
         let (store, cb) = (opened(id), config(1));
         let reopened = T + COOLDOWN + 5;
         assert_eq!(admit(&store, id, &cb, T + COOLDOWN), Admission::Trial);
-        assert_eq!(fail(&store, id, &cb, reopened), Recorded { opened: true, failures: 2 });
+        // Opened again, but it was never closed in between.
+        assert_eq!(fail(&store, id, &cb, reopened), Recorded { opened: true, open_change: 0, failures: 2 });
         assert_eq!(admit(&store, id, &cb, reopened + COOLDOWN - 1), Admission::Open);
         assert_eq!(admit(&store, id, &cb, reopened + COOLDOWN), Admission::Trial);
     }
@@ -500,8 +513,10 @@ mod tests {
             fail(&store, id, &cb, T);
             fail(&store, id, &cb, T + 10);
         }
-        assert_eq!(fail(&store, stale, &cb, T + 10 + COOLDOWN), Recorded { opened: false, failures: 1 });
-        assert_eq!(fail(&store, recent, &cb, T + 10 + COOLDOWN - 1), Recorded { opened: true, failures: 3 });
+        let fresh = fail(&store, stale, &cb, T + 10 + COOLDOWN);
+        assert_eq!(fresh, Recorded { opened: false, open_change: 0, failures: 1 });
+        let opened = fail(&store, recent, &cb, T + 10 + COOLDOWN - 1);
+        assert_eq!(opened, Recorded { opened: true, open_change: 1, failures: 3 });
     }
 
     #[test]
@@ -509,9 +524,12 @@ mod tests {
         let (store, cb, id) = (FakeStore::started(), config(3), CircuitId(7));
         fail(&store, id, &cb, T);
         fail(&store, id, &cb, T);
-        assert_eq!(record(&store, id, &cb, Outcome::Success, T), Recorded { opened: false, failures: 0 });
-        assert_eq!(fail(&store, id, &cb, T), Recorded { opened: false, failures: 1 });
-        assert_eq!(fail(&store, id, &cb, T), Recorded { opened: false, failures: 2 });
+        assert_eq!(
+            record(&store, id, &cb, Outcome::Success, T),
+            Recorded { opened: false, open_change: 0, failures: 0 }
+        );
+        assert_eq!(fail(&store, id, &cb, T), Recorded { opened: false, open_change: 0, failures: 1 });
+        assert_eq!(fail(&store, id, &cb, T), Recorded { opened: false, open_change: 0, failures: 2 });
         // Successes of a healthy target, tracked or not, write nothing.
         record(&store, id, &cb, Outcome::Success, T);
         let sets = store.sets.get();
@@ -556,7 +574,7 @@ mod tests {
         assert!(fail(&store, a, &cb, T).opened);
         assert_eq!(fail(&store, b, &config(2), T).failures, 1);
         // Both slots hold circuits with recent failures: `c` is not tracked.
-        assert_eq!(fail(&store, c, &cb, T), Recorded { opened: false, failures: 0 });
+        assert_eq!(fail(&store, c, &cb, T), Recorded { opened: false, open_change: 0, failures: 0 });
         assert_eq!(admit(&store, c, &cb, T), Admission::Closed);
         assert!(!is_open(&store, c, &cb, T));
         // Once `b` is closed without failures, its slot is free for `c`.
@@ -564,8 +582,9 @@ mod tests {
         assert!(fail(&store, c, &cb, T + 1).opened);
         assert_eq!(admit(&store, c, &cb, T + 1), Admission::Open);
         assert_eq!(admit(&store, a, &cb, T + 1), Admission::Open);
-        // `a` opened a cooldown ago: idle, so `b` may take its slot, and `a` starts over closed.
-        assert_eq!(fail(&store, b, &cb, T + COOLDOWN), Recorded { opened: true, failures: 1 });
+        // `a` opened a cooldown ago: idle, so `b` may take its slot, and `a` starts over closed
+        // (the circuits open stay as many: `b` is, `a` no longer).
+        assert_eq!(fail(&store, b, &cb, T + COOLDOWN), Recorded { opened: true, open_change: 0, failures: 1 });
         assert_eq!(admit(&store, a, &cb, T + COOLDOWN), Admission::Closed);
         assert_eq!(admit(&store, b, &cb, T + COOLDOWN), Admission::Open);
         assert_eq!(admit(&store, c, &cb, T + COOLDOWN), Admission::Open);
@@ -595,7 +614,7 @@ mod tests {
     #[test]
     fn missing_keys_are_never_created() {
         let (store, cb, id) = (FakeStore::default(), config(1), CircuitId(3));
-        assert_eq!(fail(&store, id, &cb, T), Recorded { opened: false, failures: 0 });
+        assert_eq!(fail(&store, id, &cb, T), Recorded { opened: false, open_change: 0, failures: 0 });
         assert_eq!(admit(&store, id, &cb, T), Admission::Closed);
         assert!(store.data.borrow().is_empty());
     }
@@ -640,6 +659,7 @@ mod tests {
             }
         }
         assert_eq!(results.iter().filter(|r| r.opened).count(), 1, "{results:?}");
+        assert_eq!(results.iter().map(|r| r.open_change).sum::<i32>(), 1, "{results:?}");
         assert_eq!(store.stored(id).map(|r| (r.state, r.failures)), Some((State::Open, 10)));
     }
 
@@ -667,7 +687,7 @@ mod tests {
         assert_eq!(admit(&losing, id, &config(1), T + COOLDOWN), Admission::Open);
         assert_eq!(losing.attempts.get(), MAX_CAS_ATTEMPTS);
         let fresh = CircuitId(43);
-        assert_eq!(fail(&losing, fresh, &config(1), T), Recorded { opened: false, failures: 0 });
+        assert_eq!(fail(&losing, fresh, &config(1), T), Recorded { opened: false, open_change: 0, failures: 0 });
         assert_eq!(losing.attempts.get(), 2 * MAX_CAS_ATTEMPTS);
     }
 
@@ -688,7 +708,11 @@ mod tests {
             }
             assert_eq!(admit(&store, id, &cb, T), Admission::Closed);
             assert!(!is_open(&store, id, &cb, T));
-            assert_eq!(fail(&store, id, &cb, T), Recorded { opened: false, failures: 1 }, "{garbage:?}");
+            assert_eq!(
+                fail(&store, id, &cb, T),
+                Recorded { opened: false, open_change: 0, failures: 1 },
+                "{garbage:?}"
+            );
             assert!(fail(&store, id, &cb, T).opened);
         }
     }

@@ -350,6 +350,11 @@ def circuits_opened(gateway) -> int:
     return sum(int(v) for k, v in stats.items() if k.endswith("gen_ai_gateway_circuits_opened_total"))
 
 
+def circuits_open(gateway) -> int:
+    """The gauge of circuits open now (0 before any circuit opened: the stat is not defined yet)."""
+    return int(gateway.stats().get("wasmcustom.gen_ai_gateway_circuits_open", 0))
+
+
 def test_open_circuit_is_skipped_by_fallback(gateway, openai_mock):
     key = unique_key()
     cfg = {**fallback({**target(openai_mock, "m-a"), "api_key": key}, target(openai_mock, "m-b")),
@@ -397,14 +402,16 @@ def test_concurrent_failures_are_counted_exactly(gateway, openai_mock):
     threshold = 40
     cfg = config({**target(openai_mock, "m-a"), "api_key": unique_key(), "cb_config": breaker(threshold)})
     openai_mock.script(status=500, times=None)
-    before = circuits_opened(gateway)
+    before, open_before = circuits_opened(gateway), circuits_open(gateway)
     with ThreadPoolExecutor(max_workers=16) as pool:
         statuses = list(pool.map(lambda _: gateway.chat(cfg).status_code, range(threshold - 1)))
     assert statuses == [500] * (threshold - 1)
     assert len(openai_mock.requests) == threshold - 1
     assert circuits_opened(gateway) == before  # one failure short: still closed
+    assert circuits_open(gateway) == open_before
     assert gateway.chat(cfg).status_code == 500  # the threshold-th failure opens it
     assert circuits_opened(gateway) == before + 1
+    assert circuits_open(gateway) == open_before + 1
     assert_error(gateway.chat(cfg), 503, code="circuit_open")
     assert len(openai_mock.requests) == threshold
 
@@ -424,6 +431,7 @@ def test_circuit_closes_after_the_cooldown_with_one_trial(gateway, openai_mock):
     cooldown = 30.0  # breaker()'s cooldown_interval, the shortest the config accepts
     cfg = config({**target(openai_mock, "m-a"), "api_key": unique_key(), "cb_config": breaker(1)})
     openai_mock.script(status=500)
+    open_before = circuits_open(gateway)
     before_open = time.monotonic()
     assert_error(gateway.chat(cfg), 500)
     after_open = time.monotonic()  # the circuit opened (on Envoy's clock) between these two
@@ -456,6 +464,7 @@ def test_circuit_closes_after_the_cooldown_with_one_trial(gateway, openai_mock):
     assert held.hold_timed_out is False
     assert gateway.chat(cfg).status_code == 200
     assert len(openai_mock.requests) == 3
+    assert circuits_open(gateway) == open_before  # open, on trial, then closed again
 
 
 # --------------------------------------------------------------------------- edges
