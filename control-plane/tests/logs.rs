@@ -410,3 +410,34 @@ async fn concurrent_batches_feedback_and_reads_all_land() {
     state.db.close().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_batch_sent_again_is_stored_once() {
+    let (c, state, dir, run) = start().await;
+    let (wa, wb) = (format!("again-a-{run}"), format!("again-b-{run}"));
+    let (ka, kb) = (c.new_key(&wa).await, c.new_key(&wb).await);
+    let id = |n: u32| json!({"record_id": format!("{n:032x}"), "metadata": {"n": n}});
+    let batch = vec![record(&wa, "t1", Some("s1"), T, id(1)), record(&wa, "t2", Some("s2"), T + 1, id(2))];
+    c.ship(batch.clone()).await;
+    // The filter timed out on the first answer and sends the same batch again, with a new record.
+    let mut again = batch.clone();
+    again.push(record(&wa, "t3", Some("s3"), T + 2, id(3)));
+    c.ship(again).await;
+    assert_eq!(c.spans(&ka, "").await, ["t3/s3", "t2/s2", "t1/s1"]);
+    // Its metadata was not stored twice either.
+    assert_eq!(c.spans(&ka, "metadata.n=1").await, ["t1/s1"]);
+
+    // The same id in another workspace is another record.
+    c.ship(vec![record(&wb, "t1", Some("s1"), T, id(1))]).await;
+    assert_eq!(c.spans(&kb, "").await, ["t1/s1"]);
+    assert_eq!(c.spans(&ka, "trace_id=t1").await, ["t1/s1"]);
+
+    // Records of older filters (no record_id) are all stored, twice if sent twice.
+    let old = record(&wb, "old", Some("o1"), T + 5, json!({}));
+    c.ship(vec![old.clone()]).await;
+    c.ship(vec![old]).await;
+    assert_eq!(c.spans(&kb, "trace_id=old").await, ["old/o1", "old/o1"]);
+
+    state.db.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

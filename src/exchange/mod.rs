@@ -465,9 +465,12 @@ impl Worker {
             self.shipping = true;
             io.metric(metrics::Kind::Counter, metrics::RECORDS_DROPPED, 0);
         }
-        let now_ms = io.host().now_ms();
+        let host = io.host();
+        let now_ms = host.now_ms();
+        let record_id = record::record_id(host.random(), host.random());
+        let extra = record::Shipped { timestamp_ms: start_ms, record_id: record_id.as_deref() };
         let records = &mut self.tasks.records;
-        let Some(shipped) = record::shipped(line, start_ms) else {
+        let Some(shipped) = record::shipped(line, &extra) else {
             return count_dropped(io, 1);
         };
         if !records.push(shipped, now_ms) {

@@ -98,19 +98,40 @@ impl Record {
     }
 }
 
-/// The object shipped to the control plane: access-log `line` plus `timestamp_ms`, the Unix
-/// time (ms) the request arrived (the host clock is the wall clock). Spliced into the line
-/// rather than serialised again; None when the line is not an object.
-pub(crate) fn shipped(line: &[u8], timestamp_ms: u64) -> Option<Vec<u8>> {
+/// What the shipped record adds to the access-log line.
+#[derive(Serialize)]
+pub(crate) struct Shipped<'a> {
+    /// Unix time (ms) the request arrived (the host clock is the wall clock).
+    pub(crate) timestamp_ms: u64,
+    /// Made once per record (128 random bits as hex), so a batch sent again is stored once;
+    /// None when the host gave no randomness.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) record_id: Option<&'a str>,
+}
+
+/// The object shipped to the control plane: access-log `line` with the fields of `extra`
+/// spliced in rather than serialised again; None when the line is not an object.
+pub(crate) fn shipped(line: &[u8], extra: &Shipped) -> Option<Vec<u8>> {
     let (b'}', head) = line.split_last()? else {
         return None;
     };
-    let mut shipped = head.to_vec();
+    let extra = serde_json::to_vec(extra).ok()?;
+    let (b'{', fields) = extra.split_first()? else {
+        return None;
+    };
+    let mut shipped = Vec::with_capacity(line.len().saturating_add(extra.len()));
+    shipped.extend_from_slice(head);
     if head.len() > 1 {
         shipped.push(b',');
     }
-    shipped.extend_from_slice(format!("\"timestamp_ms\":{timestamp_ms}}}").as_bytes());
+    shipped.extend_from_slice(fields);
     Some(shipped)
+}
+
+/// A record id: 128 random bits as hex; None when both halves are 0 (the host's randomness
+/// failed: ids that repeat would make the control plane drop records as sent twice).
+pub(crate) fn record_id(high: u64, low: u64) -> Option<String> {
+    (high != 0 || low != 0).then(|| format!("{high:016x}{low:016x}"))
 }
 
 /// An empty text as `null`.
@@ -237,10 +258,14 @@ mod tests {
                    "time_to_first_token_ms": 40, "error_code": null})
         );
         assert!(line.get("timestamp_ms").is_none(), "the access log has no timestamp (Envoy's own has)");
-        let shipped: Value = serde_json::from_slice(&shipped(&record.to_json(), record.start_ms).unwrap()).unwrap();
-        assert_eq!(shipped["timestamp_ms"], json!(1000));
-        assert_eq!(super::shipped(b"{}", 7).as_deref(), Some(&br#"{"timestamp_ms":7}"#[..]));
-        assert_eq!(super::shipped(b"", 7), None, "a line that failed to serialise is not shipped");
+        let extra = Shipped { timestamp_ms: record.start_ms, record_id: Some("ab") };
+        let shipped: Value = serde_json::from_slice(&shipped(&record.to_json(), &extra).unwrap()).unwrap();
+        assert_eq!((&shipped["timestamp_ms"], &shipped["record_id"]), (&json!(1000), &json!("ab")));
+        let bare = Shipped { timestamp_ms: 7, record_id: None };
+        assert_eq!(super::shipped(b"{}", &bare).as_deref(), Some(&br#"{"timestamp_ms":7}"#[..]));
+        assert_eq!(super::shipped(b"", &bare), None, "a line that failed to serialise is not shipped");
+        assert_eq!(record_id(0xab, 1).as_deref(), Some("00000000000000ab0000000000000001"));
+        assert_eq!(record_id(0, 0), None);
         let refused = Record { status: 401, error_code: Some("invalid_api_key"), ..Record::default() };
         let line: Value = serde_json::from_slice(&refused.to_json()).unwrap();
         assert_eq!((line["attempts"].clone(), line["provider"].clone()), (json!(0), Value::Null));
