@@ -320,7 +320,7 @@ impl Worker {
             Task::Records if !self.tasks.records.carries(token) => return Output::proceed(),
             Task::Records => {
                 let now_ms = io.host().now_ms();
-                let dropped = self.tasks.records.answered(answer.status, now_ms);
+                let dropped = self.tasks.records.answered(answer.status, now_ms, self.settings.records.max_queued);
                 count_dropped(io, dropped);
                 rearm(&self.tasks, io);
                 return Output::proceed();
@@ -417,7 +417,7 @@ impl Worker {
                 self.tasks.calls.insert(token, (self.root, Task::Records));
             }
             None => {
-                let dropped = self.tasks.records.answered(0, now_ms);
+                let dropped = self.tasks.records.answered(0, now_ms, self.settings.records.max_queued);
                 count_dropped(io, dropped);
             }
         }
@@ -450,7 +450,7 @@ impl Worker {
         let line = record.to_json();
         io.access_log(&line);
         if settings.control_plane.is_some() && !record.workspace.is_empty() {
-            self.queue(&line, record.start_ms, io);
+            self.queue(&line, record.start_ms, &settings, io);
         }
         Some(record)
     }
@@ -459,7 +459,7 @@ impl Worker {
 impl Worker {
     /// Queues a finished request's record for the control plane; the timer is set again only
     /// when the first record waits or a batch is due at once.
-    fn queue(&mut self, line: &[u8], start_ms: u64, io: &mut dyn Io) {
+    fn queue(&mut self, line: &[u8], start_ms: u64, settings: &Settings, io: &mut dyn Io) {
         if !self.shipping {
             // Scrapes show the counter at 0 once records are shipped, not only after a drop.
             self.shipping = true;
@@ -473,7 +473,7 @@ impl Worker {
         let Some(shipped) = record::shipped(line, &extra) else {
             return count_dropped(io, 1);
         };
-        if !records.push(shipped, now_ms) {
+        if !records.push(shipped, now_ms, settings.records.max_queued) {
             return count_dropped(io, 1);
         }
         if records.len() == 1 || records.len() == shipping::EAGER {

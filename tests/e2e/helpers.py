@@ -109,6 +109,20 @@ class Gateway:
                 pytest.fail(f"no gateway log line contains {fragment!r} within {timeout}s; tail:\n{self.log_tail(20)}")
             time.sleep(0.05)
 
+    def control_plane_pid(self) -> int:
+        """The pid of this gateway's control plane process (found by the address it was given)."""
+        wanted = f"GATEWAY_CONTROL_PLANE_ADDR=127.0.0.1:{self.control_plane_port}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if b"gateway-control-plane" in (entry / "cmdline").read_bytes() and \
+                        wanted in (entry / "environ").read_bytes().split(b"\0"):
+                    return int(entry.name)
+            except OSError:
+                continue
+        pytest.fail(f"no control plane process for port {self.control_plane_port}")
+
     def stats(self) -> dict[str, str]:
         """Envoy's admin `/stats` as {name: value} (counters and gauges; histograms as text)."""
         r = httpx.get(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5)

@@ -162,7 +162,7 @@ fn a_batch_that_fails_is_tried_again_later_and_past_the_bound_records_are_droppe
     assert_eq!(gw.io.ticks.last(), Some(&2000), "the backoff doubles");
 
     // Still down while the queue fills past its bound: what does not fit is dropped.
-    let max = shipping::MAX_QUEUED as u32;
+    let max = 2000; // the default records.max_queued
     for id in 3..=max + 5 {
         served(&mut gw, id, &format!("t-{id}"));
     }
