@@ -10,6 +10,7 @@
 //! local answer. Every asynchronous step (recovery attempts, the embeddings call) is a task
 //! in one registry keyed by call token, whichever context the answer arrives on.
 
+mod bodies;
 mod caching;
 mod guard;
 mod lookups;
@@ -39,6 +40,7 @@ use crate::routing::plan::Failure;
 use crate::settings::Settings;
 use crate::stream;
 use crate::upstream::Upstream;
+use bodies::Bodies;
 use caching::{CacheState, Hit};
 use guard::{Answer, Guard, Progress};
 use hashbrown::HashMap;
@@ -450,7 +452,7 @@ impl Worker {
         let line = record.to_json();
         io.access_log(&line);
         if settings.control_plane.is_some() && !record.workspace.is_empty() {
-            self.queue(&line, record.start_ms, &settings, io);
+            self.queue(&line, record.start_ms, record.bodies.as_deref(), &settings, io);
         }
         Some(record)
     }
@@ -459,7 +461,7 @@ impl Worker {
 impl Worker {
     /// Queues a finished request's record for the control plane; the timer is set again only
     /// when the first record waits or a batch is due at once.
-    fn queue(&mut self, line: &[u8], start_ms: u64, settings: &Settings, io: &mut dyn Io) {
+    fn queue(&mut self, line: &[u8], start_ms: u64, bodies: Option<&Bodies>, settings: &Settings, io: &mut dyn Io) {
         if !self.shipping {
             // Scrapes show the counter at 0 once records are shipped, not only after a drop.
             self.shipping = true;
@@ -468,9 +470,9 @@ impl Worker {
         let host = io.host();
         let now_ms = host.now_ms();
         let record_id = record::record_id(host.random(), host.random());
-        let extra = record::Shipped { timestamp_ms: start_ms, record_id: record_id.as_deref() };
+        let extra = record::Shipped::new(start_ms, record_id.as_deref());
         let records = &mut self.tasks.records;
-        let Some(shipped) = record::shipped(line, &extra) else {
+        let Some(shipped) = record::shipped_with_bodies(line, &extra, bodies, shipping::MAX_RECORD_BYTES) else {
             return count_dropped(io, 1);
         };
         if !records.push(shipped, now_ms, settings.records.max_queued) {
@@ -630,9 +632,13 @@ impl Exchange {
             Some(id) => id.clone(),
             None => format!("{:016x}{:016x}", host.random(), host.random()),
         };
+        // Bodies only ever go to the control plane.
+        let bodies = (settings.records.bodies && settings.control_plane.is_some())
+            .then(|| Box::new(Bodies::new(settings.records.max_body_bytes)));
         let record = Record {
             trace_id,
             trace,
+            bodies,
             method: text(":method").unwrap_or_default(),
             path: text(":path").unwrap_or_default(),
             start_ms: host.now_ms(),
@@ -739,7 +745,9 @@ impl Exchange {
             if end_of_stream && !stalled.ended {
                 stalled.ended = true;
                 if pipeline::reads_body(&stalled.raw) {
-                    stalled.body = Some((size, env.io.request_body(env.id, size)));
+                    let body = env.io.request_body(env.id, size);
+                    self.record.client_sent(&body);
+                    stalled.body = Some((size, body));
                 }
             }
             return Action::Pause;
@@ -755,6 +763,7 @@ impl Exchange {
         };
         let (pending, raw) = *held;
         let body = env.io.request_body(env.id, size);
+        self.record.client_sent(&body);
         let mut known = lookups::Known::new(&self.known, &mut env.tasks.recent);
         let mut catalog = Catalog::new(env.settings, &mut known);
         match pipeline::finish(env.settings, pending, &body, env.io.host(), &mut catalog) {
@@ -947,6 +956,7 @@ impl Exchange {
         let mut headers = vec![("content-type".to_string(), answer.content_type)];
         headers.extend(self.gateway_headers());
         self.phase = Phase::Answered;
+        self.record.client_received(&answer.body);
         env.after.push(After::Reply { id: env.id, status: answer.status, headers, body: answer.body });
     }
 
@@ -1240,11 +1250,20 @@ impl Exchange {
                         self.record.usage = scan.usage();
                     }
                 }
+                self.record.client_received(&body);
                 self.capture(env, &body, end_of_stream);
                 self.watched(env, &body, end_of_stream);
                 Action::Continue
             }
-            ResponseMode::Passthrough => Action::Continue,
+            ResponseMode::Passthrough => {
+                // Only what the record keeps is read.
+                if let Some(bodies) = &mut self.record.bodies {
+                    let room = bodies.response.room().min(size);
+                    let kept = if room > 0 { env.io.response_body(env.id, room) } else { Vec::new() };
+                    bodies.response.push_prefix(&kept, size);
+                }
+                Action::Continue
+            }
             ResponseMode::Stream => {
                 let body = env.io.response_body(env.id, size);
                 let mut out = Vec::with_capacity(body.len() + 256);
@@ -1254,6 +1273,7 @@ impl Exchange {
                     self.record.usage = routed.plan.translator.usage();
                 }
                 env.io.set_response_body(env.id, size, &out);
+                self.record.client_received(&out);
                 self.capture(env, &out, end_of_stream);
                 self.watched(env, &out, end_of_stream);
                 Action::Continue
@@ -1269,6 +1289,7 @@ impl Exchange {
                 env.io.set_response_header(env.id, "content-type", Some("application/json"));
                 env.io.set_response_header(env.id, "content-length", Some(&finished.body.len().to_string()));
                 env.io.set_response_body(env.id, size, &finished.body);
+                self.record.client_received(&finished.body);
                 if (200..300).contains(&finished.status) {
                     self.capture(env, &finished.body, true);
                 }
@@ -1338,6 +1359,7 @@ impl Exchange {
         env.io.set_response_header(env.id, "content-type", Some(&answer.content_type));
         env.io.set_response_header(env.id, "content-length", Some(&answer.body.len().to_string()));
         env.io.set_response_body(env.id, size, &answer.body);
+        self.record.client_received(&answer.body);
         Action::Continue
     }
 
@@ -1519,6 +1541,7 @@ impl Exchange {
             }
         }
         headers.extend(self.gateway_headers());
+        self.record.client_received(&finished.body);
         env.after.push(After::Reply { id: env.id, status: finished.status, headers, body: finished.body });
     }
 
@@ -1569,6 +1592,7 @@ impl Exchange {
         let mut headers = json_headers();
         headers.extend(self.gateway_headers());
         self.phase = Phase::Answered;
+        self.record.client_received(&body);
         env.after.push(After::Reply { id: env.id, status, headers, body });
         Action::Pause
     }

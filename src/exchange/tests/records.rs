@@ -283,3 +283,49 @@ fn control_plane_reads_are_counted_by_result_and_warm_hits_are_not() {
         ]
     );
 }
+
+/// `CP` with `records` settings.
+fn with_records(records: &str) -> String {
+    CP.replacen(r#"{"api_keys""#, &format!(r#"{{"records": {records}, "api_keys""#), 1)
+}
+
+/// The records of the first batch, once it left.
+fn first_batch(gw: &mut Gateway) -> Vec<Value> {
+    gw.advance_clock(1000);
+    gw.tick();
+    batches(gw).remove(0).1
+}
+
+#[test]
+fn bodies_are_off_by_default_and_never_in_the_access_log() {
+    let mut gw = Gateway::new(CP);
+    served(&mut gw, 1, "t-1");
+    let [record] = first_batch(&mut gw).try_into().unwrap();
+    assert_eq!((record.get("request_body"), record.get("response_body")), (None, None));
+
+    let mut gw = Gateway::new(&with_records(r#"{"bodies": true}"#));
+    let record = served(&mut gw, 1, "t-1");
+    assert!(!String::from_utf8_lossy(&record.to_json()).contains("hi"), "no prompt in the access log");
+    let [shipped] = first_batch(&mut gw).try_into().unwrap();
+    assert_eq!(shipped["request_body"], json!(String::from_utf8_lossy(CHAT)));
+    assert_eq!(shipped["response_body"], json!(String::from_utf8_lossy(COMPLETION)));
+    assert_eq!((shipped.get("request_body_truncated"), shipped.get("response_body_truncated")), (None, None));
+}
+
+#[test]
+fn bodies_are_cut_to_max_body_bytes_and_a_local_answer_is_what_the_client_received() {
+    let mut gw = Gateway::new(&with_records(r#"{"bodies": true, "max_body_bytes": 10}"#));
+    served(&mut gw, 1, "t-1");
+    let [shipped] = first_batch(&mut gw).try_into().unwrap();
+    assert_eq!(shipped["request_body"], json!(String::from_utf8_lossy(&CHAT[..10])));
+    assert_eq!(shipped["response_body"], json!(String::from_utf8_lossy(&COMPLETION[..10])));
+    assert_eq!((&shipped["request_body_truncated"], &shipped["response_body_truncated"]), (&json!(true), &json!(true)));
+
+    let mut gw = Gateway::new(&with_records(r#"{"bodies": true}"#));
+    let (_, status, _, body) = reply(&gw.post(1, chat(), b"{not json"));
+    assert_eq!(status, 400);
+    gw.finished(1).unwrap();
+    let [shipped] = first_batch(&mut gw).try_into().unwrap();
+    assert_eq!(serde_json::from_str::<Value>(shipped["response_body"].as_str().unwrap()).unwrap(), body);
+    assert_eq!(shipped["request_body"], json!("{not json"));
+}
