@@ -12,6 +12,7 @@ pub mod db;
 pub mod errors;
 pub mod items;
 pub mod logs;
+pub mod retention;
 pub mod validate;
 
 use crypto::{key_hash, MasterKey};

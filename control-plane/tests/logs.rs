@@ -441,3 +441,34 @@ async fn a_batch_sent_again_is_stored_once() {
     state.db.close().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn the_retention_sweep_deletes_older_records_with_their_metadata() {
+    let (c, state, dir, run) = start().await;
+    let ws = format!("old-{run}");
+    let key = c.new_key(&ws).await;
+    const DAY: i64 = 86_400_000;
+    // Years before the other tests' records (T...), which a shared database holds meanwhile.
+    let base = T - 1000 * DAY;
+    let meta = |user: &str| json!({"metadata": {"_user": user}});
+    c.ship(vec![
+        record(&ws, "old", Some("o"), base, meta("u-old")),
+        record(&ws, "edge", Some("e"), base + DAY, meta("u-edge")),
+        record(&ws, "new", Some("n"), base + 31 * DAY, meta("u-new")),
+    ])
+    .await;
+    c.ok("POST", "/v1/feedback", &key, Some(json!({"trace_id": "new", "value": 1}))).await;
+
+    // 30 days kept, seen from base + 31 days: the record of base goes, the one a day later stays.
+    let now = base + 31 * DAY;
+    let deleted = gateway_control_plane::retention::sweep_once(&state.db, 30, now).await.unwrap();
+    assert!(deleted >= 1, "a reused database may hold older ones of earlier runs");
+    assert_eq!(c.spans(&key, "").await, ["new/n", "edge/e"]);
+    assert!(c.spans(&key, "metadata._user=u-old").await.is_empty());
+    assert_eq!(c.spans(&key, "metadata._user=u-edge").await, ["edge/e"]);
+    assert_eq!(c.logs(&key, "trace_id=new").await["data"][0]["feedback"][0]["value"], 1, "recent feedback stays");
+    assert_eq!(gateway_control_plane::retention::sweep_once(&state.db, 30, now).await.unwrap(), 0, "swept again");
+
+    state.db.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

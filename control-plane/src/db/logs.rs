@@ -109,6 +109,21 @@ impl Db {
         tx.commit().await
     }
 
+    /// Deletes the records older than `cutoff_ms` (by `timestamp_ms`) with their metadata,
+    /// and the feedback given before it, in one transaction: how many records.
+    pub async fn delete_logs_before(&self, cutoff_ms: i64) -> DbResult<u64> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM log_metadata WHERE record_id IN (SELECT id FROM log_records WHERE timestamp_ms < $1)")
+            .bind(cutoff_ms)
+            .execute(&mut *tx)
+            .await?;
+        let records =
+            sqlx::query("DELETE FROM log_records WHERE timestamp_ms < $1").bind(cutoff_ms).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM log_feedback WHERE created_at_ms < $1").bind(cutoff_ms).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(records.rows_affected())
+    }
+
     /// The `timestamp_ms` of a record of the workspace (where a page after it starts).
     pub async fn record_time(&self, workspace: &str, id: &str) -> DbResult<Option<i64>> {
         let row = sqlx::query("SELECT timestamp_ms FROM log_records WHERE workspace = $1 AND id = $2")
