@@ -19,6 +19,7 @@
 
 pub(crate) mod calls;
 mod checks;
+pub(crate) mod inject;
 pub(crate) mod jwt;
 mod schema;
 pub(crate) mod verdict;
