@@ -140,9 +140,13 @@ impl Guard {
         !self.before.is_empty() && self.after_items.is_empty() && self.async_items.is_empty()
     }
 
-    /// The JSON answer flows with `hook_results` spliced in (see `decided_before_answer`).
-    pub(super) fn splice_answer(&mut self) {
-        self.splice = Some(ObjectSplice::new(&verdict::hook_results(&self.before, &[])));
+    /// The JSON answer flows with `hook_results` spliced in (see `decided_before_answer`); how
+    /// many bytes it grows by.
+    pub(super) fn splice_answer(&mut self) -> usize {
+        let splice = ObjectSplice::new(&verdict::hook_results(&self.before, &[]));
+        let added = splice.added_len();
+        self.splice = Some(splice);
+        added
     }
 
     /// Whether an output check may deny, so a stream must be held until it is decided.
@@ -218,7 +222,7 @@ impl Guard {
     /// not wait for them).
     pub(super) fn watched(&mut self, env: &mut Env, bytes: &[u8], end: bool) -> Option<Edit> {
         if let Some(splice) = &mut self.splice {
-            return splice.push(bytes);
+            return splice.push(bytes, end);
         }
         if let Some(watch) = &mut self.watch {
             watch.push(bytes);

@@ -1157,7 +1157,7 @@ impl Exchange {
                     || io.response_header(id, "content-type").is_some_and(|v| v.windows(4).any(|w| w == b"json"));
                 self.hold = if stream { guard.holds_streams() } else { json && guard.shapes_answer() };
                 // Verdicts known before the answer: an answer that passes untouched flows, with
-                // `hook_results` spliced in on its way (its length changes, its framing is Envoy's).
+                // `hook_results` spliced in on its way (it grows by a known length).
                 let identity = io.response_header(id, "content-encoding").is_none_or(|v| v == b"identity");
                 let untouched = self.mode == ResponseMode::Passthrough && identity;
                 if self.hold && !stream && untouched && guard.decided_before_answer() {
@@ -1166,8 +1166,11 @@ impl Exchange {
                         self.record.status = verdict::FLAG_STATUS;
                         io.set_response_header(id, ":status", Some(&verdict::FLAG_STATUS.to_string()));
                     }
-                    io.set_response_header(id, "content-length", None);
-                    guard.splice_answer();
+                    let added = guard.splice_answer();
+                    let length = io.response_header(id, "content-length");
+                    let length = length.and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<usize>().ok());
+                    let length = length.map(|length| length.saturating_add(added).to_string());
+                    io.set_response_header(id, "content-length", length.as_deref());
                 }
                 if stream && !self.hold {
                     // The stream flows: a flagged request shows in its status only.

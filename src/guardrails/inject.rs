@@ -18,12 +18,15 @@ fn first_content(bytes: &[u8]) -> Option<usize> {
     bytes.iter().position(|b| !b.is_ascii_whitespace())
 }
 
-/// Puts `"hook_results":{...}` right after the opening `{` of a JSON object answer.
+/// Puts `"hook_results":{...}` right after the opening `{` of a JSON object answer. The
+/// answer grows by exactly `added_len` bytes whatever it holds (whitespace makes up the
+/// difference when no `,` is needed, or when it is no object), so its length stays known.
 #[derive(Debug)]
 pub(crate) struct ObjectSplice {
     /// `"hook_results":{...}`.
     member: Vec<u8>,
     state: Splice,
+    added: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,12 +42,35 @@ impl ObjectSplice {
     pub(crate) fn new(hook_results: &serde_json::Value) -> ObjectSplice {
         let mut member = b"\"hook_results\":".to_vec();
         member.extend_from_slice(hook_results.to_string().as_bytes());
-        ObjectSplice { member, state: Splice::Open }
+        ObjectSplice { member, state: Splice::Open, added: 0 }
     }
 
-    /// The edit of the answer's next chunk, if it needs one. An answer that is not a JSON
-    /// object passes unchanged.
-    pub(crate) fn push(&mut self, chunk: &[u8]) -> Option<Edit> {
+    /// How many bytes the answer grows by.
+    pub(crate) fn added_len(&self) -> usize {
+        self.member.len() + 1
+    }
+
+    /// The edit of the answer's next chunk (`end`: its last), if it needs one. An answer that
+    /// is not a JSON object passes unchanged but for trailing whitespace.
+    pub(crate) fn push(&mut self, chunk: &[u8], end: bool) -> Option<Edit> {
+        let edit = self.splice(chunk);
+        if let Some(edit) = &edit {
+            self.added += edit.with.len() - edit.replaced;
+        }
+        let missing = self.added_len().saturating_sub(self.added);
+        if !end || missing == 0 {
+            return edit;
+        }
+        self.added += missing;
+        let mut with = match edit {
+            Some(Edit { replaced, with }) => [with.as_slice(), chunk.get(replaced..).unwrap_or_default()].concat(),
+            None => chunk.to_vec(),
+        };
+        with.resize(with.len() + missing, b' ');
+        Some(Edit { replaced: chunk.len(), with })
+    }
+
+    fn splice(&mut self, chunk: &[u8]) -> Option<Edit> {
         let at = first_content(chunk)?;
         match self.state {
             Splice::Done => None,
@@ -59,9 +85,8 @@ impl ObjectSplice {
                 let next = chunk.get(opened..).and_then(first_content).and_then(|i| chunk.get(opened + i));
                 self.state = match next {
                     None => Splice::Separate,
-                    Some(b'}') => Splice::Done,
-                    Some(_) => {
-                        with.push(b',');
+                    Some(next) => {
+                        with.push(if *next == b'}' { b' ' } else { b',' });
                         Splice::Done
                     }
                 };
@@ -69,11 +94,8 @@ impl ObjectSplice {
             }
             Splice::Separate => {
                 self.state = Splice::Done;
-                if chunk.get(at) == Some(&b'}') {
-                    return None;
-                }
                 let mut with = chunk.get(..at)?.to_vec();
-                with.push(b',');
+                with.push(if chunk.get(at) == Some(&b'}') { b' ' } else { b',' });
                 Some(Edit { replaced: at, with })
             }
         }
@@ -189,14 +211,19 @@ mod tests {
 
     fn spliced(chunks: &[&[u8]]) -> Vec<u8> {
         let mut splice = ObjectSplice::new(&json!({"before_request_hooks": [], "after_request_hooks": []}));
-        chunks.iter().flat_map(|chunk| apply(chunk, splice.push(chunk))).collect()
+        let last = chunks.len().saturating_sub(1);
+        let out: Vec<u8> =
+            chunks.iter().enumerate().flat_map(|(i, chunk)| apply(chunk, splice.push(chunk, i == last))).collect();
+        let original: usize = chunks.iter().map(|chunk| chunk.len()).sum();
+        assert_eq!(out.len(), original + splice.added_len(), "the announced length");
+        out
     }
 
     /// Every way of cutting `body` into chunks of 1 to 3 bytes, and an empty chunk first.
     fn cuttings(body: &[u8]) -> Vec<Vec<&[u8]>> {
         let mut all = vec![vec![&body[..0], body]];
         for size in 1..=3 {
-            all.push(body.chunks(size).collect());
+            all.extend(Some(body.chunks(size).collect::<Vec<_>>()).filter(|chunks| !chunks.is_empty()));
         }
         for at in 0..=body.len() {
             all.push(vec![&body[..at], &body[at..]]);
@@ -221,10 +248,11 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_that_is_not_an_object_passes_unchanged() {
+    fn an_answer_that_is_not_an_object_passes_unchanged_but_for_trailing_whitespace() {
         for body in [&b"[1,2]"[..], b"not json", b""] {
             for chunks in cuttings(body) {
-                assert_eq!(spliced(&chunks), body);
+                let out = spliced(&chunks);
+                assert_eq!(out.trim_ascii_end(), body);
             }
         }
     }
