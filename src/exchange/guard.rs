@@ -264,8 +264,9 @@ impl Guard {
         event.extend(field("created").map(|created| ("created".to_string(), created)));
         event.insert("model".into(), field("model").unwrap_or_else(|| self.model.clone().into()));
         event.insert("choices".into(), Value::Array(Vec::new()));
-        event.insert("hook_results".into(), verdict::hook_results(&self.before, &self.after));
-        Value::Object(event).to_string().into_bytes()
+        let event = Value::Object(event).to_string().into_bytes();
+        let results = verdict::hook_results(&self.before, &self.after);
+        verdict::with_hook_results(&event, &results).unwrap_or(event)
     }
 
     fn answer_json(&self, answer: &Answer) -> Value {

@@ -39,9 +39,10 @@ enum Splice {
 }
 
 impl ObjectSplice {
-    pub(crate) fn new(hook_results: &serde_json::Value) -> ObjectSplice {
+    /// `hook_results`: their JSON.
+    pub(crate) fn new(hook_results: &[u8]) -> ObjectSplice {
         let mut member = b"\"hook_results\":".to_vec();
-        member.extend_from_slice(hook_results.to_string().as_bytes());
+        member.extend_from_slice(hook_results);
         ObjectSplice { member, state: Splice::Open, added: 0 }
     }
 
@@ -210,7 +211,7 @@ mod tests {
     }
 
     fn spliced(chunks: &[&[u8]]) -> Vec<u8> {
-        let mut splice = ObjectSplice::new(&json!({"before_request_hooks": [], "after_request_hooks": []}));
+        let mut splice = ObjectSplice::new(br#"{"before_request_hooks":[],"after_request_hooks":[]}"#);
         let last = chunks.len().saturating_sub(1);
         let out: Vec<u8> =
             chunks.iter().enumerate().flat_map(|(i, chunk)| apply(chunk, splice.push(chunk, i == last))).collect();

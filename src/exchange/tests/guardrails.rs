@@ -358,3 +358,29 @@ fn a_held_answer_still_tells_its_usage() {
     let usage = gw.finished(1).unwrap().usage;
     assert_eq!(usage, Some(crate::providers::Usage { prompt_tokens: 9, completion_tokens: 4 }));
 }
+
+/// The filter's own cost of one inline input guardrail, natively (the benchmark measures it in
+/// Envoy): `cargo test --release --lib -- --ignored --nocapture guardrail_cost`.
+#[test]
+#[ignore = "a timing, not a test"]
+fn guardrail_cost() {
+    let mut gw = Gateway::new(SETTINGS);
+    let rule = json!({"default.regexMatch": {"rule": "\\b(password|ssn)\\b", "not": true}, "deny": true});
+    let plain = guarded(json!({}));
+    let with_guardrail = guarded(json!({"input_guardrails": [rule]}));
+    let mut time = |headers: &RawHeaders| {
+        let start = std::time::Instant::now();
+        for id in 10..20_010 {
+            assert_eq!(gw.post(id, headers.clone(), &chat("hello")), Output::proceed());
+            gw.response_headers(id, 200, &[("content-type", "application/json")], "via_upstream");
+            gw.response_body(id, COMPLETION, true);
+            gw.finished(id);
+            gw.io.streams.remove(&id);
+            gw.io.writes.clear();
+        }
+        start.elapsed().as_nanos() / 20_000
+    };
+    let (a, b) = (time(&plain), time(&with_guardrail));
+    let (a, b) = (a.min(time(&plain)), b.min(time(&with_guardrail)));
+    println!("warm request: one-target config {a} ns, with an input regexMatch guardrail {b} ns");
+}
