@@ -1160,7 +1160,8 @@ impl Exchange {
                 // `hook_results` spliced in on its way (it grows by a known length).
                 let identity = io.response_header(id, "content-encoding").is_none_or(|v| v == b"identity");
                 let untouched = self.mode == ResponseMode::Passthrough && identity;
-                if self.hold && !stream && untouched && guard.decided_before_answer() {
+                // (A body must follow: its chunks carry what the new length announces.)
+                if self.hold && !stream && !end_of_stream && untouched && guard.decided_before_answer() {
                     self.hold = false;
                     if guard.outcome() == verdict::Outcome::Flag {
                         self.record.status = verdict::FLAG_STATUS;
