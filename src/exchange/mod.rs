@@ -27,7 +27,7 @@ use crate::cache::store;
 use crate::cache::{semantic, STATUS_HEADER};
 use crate::catalog::{Catalog, Entry, Ref, MAX_LOOKUPS};
 use crate::errors::GatewayError;
-use crate::guardrails::verdict;
+use crate::guardrails::{self, verdict};
 use crate::pipeline::{
     self, Call, Forward, Pending, ResponsePlan, Started, CLUSTER_HEADER, PROVIDER_HEADER, RETRIES_HEADER,
     TARGET_HEADER, TRACE_HEADER,
@@ -1169,6 +1169,23 @@ impl Exchange {
                 let json = self.mode == ResponseMode::Translated
                     || io.response_header(id, "content-type").is_some_and(|v| v.windows(4).any(|w| w == b"json"));
                 self.hold = if stream { guard.holds_streams() } else { json && guard.shapes_answer() };
+                // Verdicts known before the answer: an answer that passes untouched flows, with
+                // `hook_results` spliced in on its way (it grows by a known length).
+                let identity = io.response_header(id, "content-encoding").is_none_or(|v| v == b"identity");
+                let untouched = self.mode == ResponseMode::Passthrough && identity;
+                // (A body must follow: its chunks carry what the new length announces.)
+                if self.hold && !stream && !end_of_stream && untouched && guard.decided_before_answer() {
+                    self.hold = false;
+                    if guard.outcome() == verdict::Outcome::Flag {
+                        self.record.status = verdict::FLAG_STATUS;
+                        io.set_response_header(id, ":status", Some(&verdict::FLAG_STATUS.to_string()));
+                    }
+                    let added = guard.splice_answer();
+                    let length = io.response_header(id, "content-length");
+                    let length = length.and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<usize>().ok());
+                    let length = length.map(|length| length.saturating_add(added).to_string());
+                    io.set_response_header(id, "content-length", length.as_deref());
+                }
                 if stream && !self.hold {
                     // The stream flows: a flagged request shows in its status only.
                     if guard.outcome() == verdict::Outcome::Flag {
@@ -1240,7 +1257,7 @@ impl Exchange {
         if self.hold {
             return self.held_body(env, size, end_of_stream);
         }
-        let watching = self.guard.as_ref().is_some_and(|g| g.watching());
+        let watching = self.guard.as_ref().is_some_and(|g| g.follows_answer());
         match self.mode {
             ResponseMode::Passthrough if self.cache.capturing() || watching || self.usage.is_some() => {
                 let body = env.io.response_body(env.id, size);
@@ -1252,7 +1269,9 @@ impl Exchange {
                 }
                 self.record.client_received(&body);
                 self.capture(env, &body, end_of_stream);
-                self.watched(env, &body, end_of_stream);
+                if let Some(edit) = self.watched(env, &body, end_of_stream) {
+                    env.io.set_response_body(env.id, edit.replaced, &edit.with);
+                }
                 Action::Continue
             }
             ResponseMode::Passthrough => {
@@ -1272,10 +1291,12 @@ impl Exchange {
                     routed.plan.translator.stream_end(&mut out);
                     self.record.usage = routed.plan.translator.usage();
                 }
+                self.capture(env, &out, end_of_stream);
+                if let Some(edit) = self.watched(env, &out, end_of_stream) {
+                    out.splice(..edit.replaced.min(out.len()), edit.with);
+                }
                 env.io.set_response_body(env.id, size, &out);
                 self.record.client_received(&out);
-                self.capture(env, &out, end_of_stream);
-                self.watched(env, &out, end_of_stream);
                 Action::Continue
             }
             ResponseMode::Error(_) | ResponseMode::Translated if !end_of_stream => Action::Pause,
@@ -1314,11 +1335,9 @@ impl Exchange {
         finished
     }
 
-    /// A flowing stream's bytes, for the output checks that only go to the record.
-    fn watched(&mut self, env: &mut Env, bytes: &[u8], end: bool) {
-        if let Some(guard) = &mut self.guard {
-            guard.watched(env, bytes, end);
-        }
+    /// The bytes of an answer that flows, for the guard: what to change in them, if anything.
+    fn watched(&mut self, env: &mut Env, bytes: &[u8], end: bool) -> Option<guardrails::inject::Edit> {
+        self.guard.as_mut()?.watched(env, bytes, end)
     }
 
     /// The body of a 2xx answer held for the output checks: once whole, finished as its mode
