@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from helpers import (KEY, SDK_DUMMY_KEY, assert_chat_completion, assert_clean_upstream, assert_error, chat_body,
-                     config, recording_sdk, sdk_stream, served_by)
+                     config, provider_config, recording_sdk, sdk_stream, served_by)
 from mocks import AzureOpenAIMock, OpenAIMock
 
 AZURE_KEY = "az-key-123"
@@ -244,3 +244,23 @@ def test_assistants_under_a_ga_api_version_get_azures_404(azure_client, azure_mo
         client.beta.assistants.list()
     assert e.value.status_code == 404 and e.value.body["message"] == "Resource not found"
     assert azure_mock.last.path == "/openai/assistants"
+
+
+def test_path_injection_is_refused_before_azure(gateway, azure_mock):
+    for path, param in [("/v1/files/..%2Fdeployments", "file_id"), ("/v1/threads/%2e%2e/runs", "thread_id")]:
+        r = gateway.raw("GET", path, headers=config(azure_config(azure_mock)).items(), content_type=None)
+        assert_error(r, 400, param=param)
+    assert azure_mock.requests == []
+
+
+def test_a_resource_request_falls_back_from_openai_to_azures_place(gateway, openai_mock, azure_mock):
+    openai_mock.script(OpenAIMock.error(503, "overloaded", "server_error"), path="/v1/batches")
+    cfg = {"strategy": {"mode": "fallback"}, "targets": [provider_config(openai_mock), azure_config(azure_mock)]}
+    body = b'{"input_file_id": "file-in-1", "endpoint": "/v1/embeddings", "completion_window": "24h"}'
+    r = gateway.raw("POST", "/v1/batches?tag=a%20b", headers=config(cfg).items(), body=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-gateway-provider"] == "azure-openai"
+    assert (openai_mock.last.raw_query, openai_mock.last.body) == ("tag=a%20b", body)
+    rec = azure_mock.last
+    assert (rec.path, rec.raw_query, rec.body) == ("/openai/batches", "api-version=2024-06-01&tag=a%20b", body)
+    assert rec.header("api-key") == AZURE_KEY and "authorization" not in rec.headers

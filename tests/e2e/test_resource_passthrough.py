@@ -12,7 +12,8 @@ import json
 import openai
 import pytest
 
-from helpers import KEY, OPENAI_SLUG_KEY, SentRequests, assert_clean_upstream, assert_error, recording_sdk, slug
+from helpers import (KEY, OPENAI_SLUG_KEY, SentRequests, assert_clean_upstream, assert_error, config, provider_config,
+                     recording_sdk, slug)
 from mocks import OpenAIMock
 
 OPENAI = slug("openai-mock")
@@ -296,3 +297,26 @@ def test_provider_error_over_http_is_the_openai_error_object(gateway, openai_moc
     assert_error(r, 404, type="invalid_request_error", contains="asst_x")
     assert json.loads(r.content).keys() == {"error"}
     assert r.headers["x-gateway-provider"] == "openai"
+
+
+# ---- retries: a body the gateway read is sent again unchanged; an upload it streamed is not
+
+def test_a_retried_resource_request_is_sent_again_unchanged(gateway, openai_mock):
+    openai_mock.script(OpenAIMock.error(500, "try again", "server_error"), path="/v1/batches")
+    retry = {"retry": {"attempts": 2, "on_status_codes": [500]}}
+    client, sent = recording_sdk(gateway, config(provider_config(openai_mock, **retry)))
+    batch = client.batches.create(input_file_id="file-in-1", endpoint="/v1/completions", completion_window="24h",
+                                  extra_query={"trace": "a b"})
+    assert batch.status == "validating"
+    first, second = openai_mock.requests
+    assert (first.raw_query, first.body) == (second.raw_query, second.body) == (sent.last.url.query.decode(),
+                                                                                sent.last.content)
+
+
+def test_a_failed_upload_is_answered_as_it_is_without_retry(gateway, openai_mock):
+    openai_mock.script(OpenAIMock.error(500, "storage down", "server_error"), path="/v1/files")
+    client = gateway.sdk(config(provider_config(openai_mock, retry={"attempts": 2, "on_status_codes": [500]})))
+    with pytest.raises(openai.InternalServerError) as e:
+        client.files.create(file=("in.jsonl", b'{"a": 1}\n', "application/jsonl"), purpose="batch")
+    assert e.value.body["message"] == "storage down"
+    assert len(openai_mock.requests_to("/v1/files", "POST")) == 1
