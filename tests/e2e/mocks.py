@@ -1105,7 +1105,22 @@ class OpenAIMock(MockProvider):
             return self._err(h, 400, "Missing required parameter: 'assistant_id'.", param="assistant_id")
         given = {k: v for k, v in body.items() if k in ("assistant_id", "model", "instructions", "metadata")}
         run = self.run(thread, f"run_mock{_hex()}", **given)
+        if body.get("stream"):
+            return self._serve(h, req, lambda reply: self._run_events(h, reply, run))
         self._serve(h, req, lambda reply: h.send_json(200, run, reply.headers))
+
+    def _run_events(self, h, reply: Reply, run: dict):
+        """A streamed run as OpenAI sends it: named SSE events, the message's text in
+        `thread.message.delta` pieces (the gate waits after `thread.run.created`), `done`."""
+        text = reply.resolved_text(self.default_text)
+        msg = self.message(run["thread_id"], f"msg_mock{_hex()}", text)
+        events = [_sse(run, "thread.run.created"), _sse({**run, "status": "in_progress"}, "thread.run.in_progress")]
+        events += [_sse({"id": msg["id"], "object": "thread.message.delta",
+                         "delta": {"content": [{"index": 0, "type": "text", "text": {"value": piece}}]}},
+                        "thread.message.delta") for piece in reply.pieces(self.default_text)]
+        events += [_sse(msg, "thread.message.completed"), _sse({**run, "status": "completed"}, "thread.run.completed"),
+                   _sse("[DONE]", "done")]
+        self._stream(h, reply, events, first=1)
 
     def _run_get(self, h, req, thread, id):  # noqa: A002
         self._serve(h, req, lambda reply: h.send_json(200, self.run(thread, id, "in_progress"), reply.headers))

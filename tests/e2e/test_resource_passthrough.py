@@ -8,13 +8,14 @@ with the provider's status in the OpenAI shape."""
 from __future__ import annotations
 
 import json
+import threading
 
 import openai
 import pytest
 
 from helpers import (KEY, OPENAI_SLUG_KEY, SentRequests, assert_clean_upstream, assert_error, config, provider_config,
                      recording_sdk, slug)
-from mocks import OpenAIMock
+from mocks import OpenAIMock, Reply
 
 OPENAI = slug("openai-mock")
 
@@ -263,6 +264,27 @@ def test_runs_create_list_retrieve_modify_and_cancel(gateway, openai_mock, beta_
     cancelled = runs.cancel("run_7", thread_id="thread_1")
     assert (cancelled.id, cancelled.status) == ("run_7", "cancelling")
     passed_with_beta(openai_mock, sent, way, "POST", "/v1/threads/thread_1/runs/run_7/cancel")
+
+
+def test_a_streamed_run_passes_event_by_event(gateway, openai_mock, beta_client):
+    client, sent, way = beta_client
+    # The provider sends `thread.run.created`, then waits until the client has it: a gateway
+    # that held the stream back would never deliver it.
+    reply = openai_mock.script(Reply(text="Four, of course.", gate=threading.Event()),
+                               path="/v1/threads/thread_1/runs")
+    with client.beta.threads.runs.create("thread_1", assistant_id="asst_1", stream=True) as stream:
+        events = iter(stream)
+        first = next(events)
+        assert (first.event, first.data.status) == ("thread.run.created", "queued")
+        reply.gate.set()
+        rest = list(events)
+    assert reply.gate_timed_out is False
+    assert [e.event for e in rest] == ["thread.run.in_progress"] + ["thread.message.delta"] * 3 + [
+        "thread.message.completed", "thread.run.completed"]
+    assert "".join(e.data.delta.content[0].text.value for e in rest if e.event == "thread.message.delta") == \
+        "Four, of course."
+    rec = passed_with_beta(openai_mock, sent, way, "POST", "/v1/threads/thread_1/runs")
+    assert rec.json["stream"] is True
 
 
 def test_vendor_beta_beside_the_sdks_header_is_sent_once(gateway, openai_mock):
