@@ -242,7 +242,10 @@ def test_assistants_under_a_ga_api_version_get_azures_404(azure_client, azure_mo
     client, _ = azure_client
     with pytest.raises(openai.NotFoundError) as e:
         client.beta.assistants.list()
-    assert e.value.status_code == 404 and e.value.body["message"] == "Resource not found"
+    # Azure's error, completed into the OpenAI error object.
+    assert e.value.status_code == 404
+    assert e.value.body == {"message": "Resource not found", "type": "invalid_request_error", "param": None,
+                            "code": "404"}
     assert azure_mock.last.path == "/openai/assistants"
 
 
