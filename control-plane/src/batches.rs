@@ -274,7 +274,7 @@ pub async fn list(
     }
     // When the managed part fills the page, one provider batch tells whether more follow.
     let room = limit - data.len();
-    let has_more = match provider_list(&s, &h, &format!("limit={}", room.max(1))).await {
+    let has_more = match provider_list(&s, &h, &provider_query(query.as_deref(), room.max(1))).await {
         ProviderList::Page(batches, more) => {
             let more = more || batches.len() > room;
             data.extend(batches.into_iter().take(room));
@@ -284,6 +284,14 @@ pub async fn list(
         ProviderList::Failed(status, body) => return Ok(raw_json(status, body)),
     };
     Ok(list_json(data, has_more))
+}
+
+/// The query of the provider's first page: the caller's parameters as given (other than the
+/// paging ones), with the room left on the page as `limit`.
+fn provider_query(query: Option<&str>, limit: usize) -> String {
+    let paging = |pair: &&str| ["limit", "after", "before"].iter().any(|name| pair.split('=').next() == Some(*name));
+    let kept = query.unwrap_or_default().split('&').filter(|pair| !pair.is_empty() && !paging(pair));
+    kept.chain(std::iter::once(format!("limit={limit}").as_str())).collect::<Vec<_>>().join("&")
 }
 
 fn list_json(data: Vec<Value>, has_more: bool) -> Response {
@@ -812,6 +820,13 @@ mod tests {
     use super::*;
 
     const CHAT: &str = "/v1/chat/completions";
+
+    #[test]
+    fn the_providers_page_keeps_the_callers_other_parameters() {
+        assert_eq!(provider_query(None, 20), "limit=20");
+        assert_eq!(provider_query(Some("limit=5&after=batch_gw_1&x=%20y+z"), 3), "x=%20y+z&limit=3");
+        assert_eq!(provider_query(Some("limits=2&before=b"), 1), "limits=2&limit=1");
+    }
 
     #[test]
     fn input_lines_are_checked_one_by_one() {

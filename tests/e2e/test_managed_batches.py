@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from helpers import CHAT, assert_error, chat_body, custom_host
+from helpers import CHAT, assert_error, chat_body, custom_host, workspace_key
 from mocks import AnthropicMock, OpenAIMock
 
 TERMINAL = {"completed", "failed", "cancelled"}
@@ -201,16 +201,9 @@ def test_a_killed_control_plane_resumes_its_batch_without_resending_finished_lin
     assert len(twice) <= 8 - done_before, (done_before, sorted(sent))
 
 
-def _team_key(gateway) -> str:
-    """A key of a new workspace (its managed batches and files are its own)."""
-    resp = gateway.post("/v1/api-keys", {"workspace": f"team-{uuid.uuid4().hex[:8]}"})
-    assert resp.status_code == 201, resp.text
-    return resp.json()["key"]
-
-
 def test_the_batch_list_shows_managed_batches_beside_the_providers(gateway, openai_mock):
     headers = custom_host(openai_mock)
-    team, other = _team_key(gateway), _team_key(gateway)
+    team, other = workspace_key(gateway), workspace_key(gateway)
     file_id = new_file(openai_mock, [chat_line("a")])
     client = gateway.sdk(headers, key=team)
     made = [client.batches.create(input_file_id=file_id, endpoint=CHAT, completion_window="immediate").id
@@ -241,7 +234,7 @@ def test_the_batch_list_shows_managed_batches_beside_the_providers(gateway, open
 
 def test_a_batch_list_for_a_provider_without_batches_is_the_managed_part(gateway, anthropic_mock):
     headers = custom_host(anthropic_mock, provider="anthropic", token=ANTHROPIC_TOKEN)
-    team = _team_key(gateway)
+    team = workspace_key(gateway)
     resp = gateway.get("/v1/batches", headers=headers, key=team)
     assert resp.status_code == 200, resp.text
     assert resp.json()["data"] == [] and resp.json()["has_more"] is False
@@ -251,7 +244,7 @@ def test_a_batch_list_for_a_provider_without_batches_is_the_managed_part(gateway
 def test_a_failing_provider_list_is_the_providers_error(gateway, openai_mock):
     headers = custom_host(openai_mock)
     openai_mock.script(OpenAIMock.error(503, "overloaded"), path="/v1/batches")
-    resp = gateway.get("/v1/batches", headers=headers, key=_team_key(gateway))
+    resp = gateway.get("/v1/batches", headers=headers, key=workspace_key(gateway))
     assert_error(resp, 503)
 
 
@@ -260,7 +253,7 @@ ANTHROPIC_TOKEN = "sk-ant-batch-test"
 
 def test_an_anthropic_batch_from_a_file_uploaded_to_the_gateway(gateway, anthropic_mock):
     headers = custom_host(anthropic_mock, provider="anthropic", token=ANTHROPIC_TOKEN)
-    team, other = _team_key(gateway), _team_key(gateway)
+    team, other = workspace_key(gateway), workspace_key(gateway)
     client = gateway.sdk(headers, key=team)
     lines = [chat_line("q1", model="claude-mock", content="One?"), chat_line("q2", model="claude-mock")]
     uploaded = client.files.create(file=("in.jsonl", jsonl(lines).encode(), "application/jsonl"), purpose="batch")
