@@ -410,16 +410,18 @@ async fn a_gateway_not_listening_yet_is_waited_for() {
 #[tokio::test]
 async fn lists_show_the_managed_batches_first_then_the_providers_page_by_page() {
     let (fake, gateway) = fake_gateway();
+    // Workspaces of their own: a PostgreSQL database outlives the test.
+    let (ws, other) = (unique("ws-list"), unique("ws-other"));
     fake.lock().unwrap().files.insert("file-1".into(), line("a", json!({})));
     let dir = temp_dir();
     let (app, _) = open(&dir, &gateway, 1).await;
-    let first = create(&app, "ws-list", "file-1").await["id"].as_str().unwrap().to_string();
-    let second = create(&app, "ws-list", "file-1").await["id"].as_str().unwrap().to_string();
-    create(&app, "ws-other", "file-1").await;
+    let first = create(&app, &ws, "file-1").await["id"].as_str().unwrap().to_string();
+    let second = create(&app, &ws, "file-1").await["id"].as_str().unwrap().to_string();
+    create(&app, &other, "file-1").await;
     let ids = |page: &Value| {
         page["data"].as_array().unwrap().iter().map(|b| b["id"].as_str().unwrap().to_string()).collect::<Vec<_>>()
     };
-    let (status, all, text) = call(&app, "GET", "/internal/v1/batches", "ws-list", None).await;
+    let (status, all, text) = call(&app, "GET", "/internal/v1/batches", &ws, None).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     let mut managed = vec![first.clone(), second.clone()];
     managed.sort_by(|a, b| b.cmp(a));
@@ -431,7 +433,7 @@ async fn lists_show_the_managed_batches_first_then_the_providers_page_by_page() 
     let mut walked = Vec::new();
     let mut path = "/internal/v1/batches?limit=1".to_string();
     loop {
-        let (status, page, text) = call(&app, "GET", &path, "ws-list", None).await;
+        let (status, page, text) = call(&app, "GET", &path, &ws, None).await;
         assert_eq!(status, StatusCode::OK, "{text}");
         walked.extend(ids(&page));
         if page["has_more"] == json!(false) {
@@ -442,14 +444,18 @@ async fn lists_show_the_managed_batches_first_then_the_providers_page_by_page() 
     }
     assert_eq!(walked, want);
     // The managed part fills the page: has_more tells the provider's follow.
-    let (_, page, _) = call(&app, "GET", "/internal/v1/batches?limit=2", "ws-list", None).await;
+    let (_, page, _) = call(&app, "GET", "/internal/v1/batches?limit=2", &ws, None).await;
     assert_eq!((ids(&page), page["has_more"].clone()), (managed.clone(), json!(true)));
     let before = format!("/internal/v1/batches?before={}", managed[1]);
-    let (_, page, _) = call(&app, "GET", &before, "ws-list", None).await;
+    let (_, page, _) = call(&app, "GET", &before, &ws, None).await;
     assert_eq!(ids(&page), vec![managed[0].clone()]);
-    let (status, _, _) = call(&app, "GET", "/internal/v1/batches?after=batch_gw_unknown", "ws-list", None).await;
+    let (status, _, _) = call(&app, "GET", "/internal/v1/batches?after=batch_gw_unknown", &ws, None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn unique(name: &str) -> String {
+    format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
 }
 
 /// A multipart upload as the filter relays it.
@@ -476,13 +482,14 @@ async fn upload(app: &Router, ws: &str, purpose: &str, content: &[u8]) -> (Statu
 #[tokio::test]
 async fn uploaded_files_are_kept_per_workspace_and_feed_managed_batches() {
     let (fake, gateway) = fake_gateway();
+    let (ws, other) = (unique("ws-f"), unique("ws-g"));
     let dir = temp_dir();
     let batch = BatchSettings { gateway_url: gateway, concurrency: 1, lease_ms: LEASE_MS, max_file_bytes: 3_000_000 };
     let state = AppState::open_with(&common::settings(&dir, &[]), batch).await.unwrap();
     let app = api::router(state);
     // Over two chunks of storage, read back byte for byte.
     let big: Vec<u8> = (0..2_500_000u32).map(|i| (i % 251) as u8).collect();
-    let (status, file) = upload(&app, "ws-f", "assistants", &big).await;
+    let (status, file) = upload(&app, &ws, "assistants", &big).await;
     assert_eq!(status, StatusCode::OK, "{file}");
     let id = file["id"].as_str().unwrap().to_string();
     assert!(id.starts_with("file-gw-"));
@@ -490,39 +497,39 @@ async fn uploaded_files_are_kept_per_workspace_and_feed_managed_batches() {
         (file["bytes"].clone(), file["purpose"].clone(), file["filename"].clone()),
         (json!(2_500_000), json!("assistants"), json!("in.jsonl"))
     );
-    let (_, meta, _) = call(&app, "GET", &format!("/internal/v1/files/{id}"), "ws-f", None).await;
+    let (_, meta, _) = call(&app, "GET", &format!("/internal/v1/files/{id}"), &ws, None).await;
     assert_eq!(meta, file);
     let request = Request::builder()
         .uri(format!("/internal/v1/files/{id}/content"))
         .header("authorization", format!("Bearer {TOKEN}"))
-        .header("x-gateway-workspace", "ws-f")
+        .header("x-gateway-workspace", &ws)
         .body(Body::empty())
         .unwrap();
     let (status, bytes) = common::read(app.clone().oneshot(request).await.unwrap()).await;
     assert_eq!((status, bytes.len()), (StatusCode::OK, big.len()));
     assert!(bytes.as_ref() == big.as_slice());
-    let (status, _, _) = call(&app, "GET", &format!("/internal/v1/files/{id}"), "ws-g", None).await;
+    let (status, _, _) = call(&app, "GET", &format!("/internal/v1/files/{id}"), &other, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "another workspace's");
     // Over the limit: 413, nothing kept.
-    let (status, error) = upload(&app, "ws-f", "batch", &vec![b'x'; 3_000_001]).await;
+    let (status, error) = upload(&app, &ws, "batch", &vec![b'x'; 3_000_001]).await;
     assert_eq!((status, error["error"]["param"].clone()), (StatusCode::PAYLOAD_TOO_LARGE, json!("file")));
-    let (status, error) = upload(&app, "ws-f", "", b"x").await;
+    let (status, error) = upload(&app, &ws, "", b"x").await;
     assert_eq!((status, error["error"]["param"].clone()), (StatusCode::BAD_REQUEST, json!("purpose")));
     // Deleted: gone, for its workspace only.
     let path = format!("/internal/v1/files/{id}");
-    assert_eq!(call(&app, "DELETE", &path, "ws-g", None).await.0, StatusCode::NOT_FOUND);
-    let (status, deleted, _) = call(&app, "DELETE", &path, "ws-f", None).await;
+    assert_eq!(call(&app, "DELETE", &path, &other, None).await.0, StatusCode::NOT_FOUND);
+    let (status, deleted, _) = call(&app, "DELETE", &path, &ws, None).await;
     assert_eq!((status, deleted), (StatusCode::OK, json!({"id": id, "object": "file", "deleted": true})));
-    assert_eq!(call(&app, "GET", &path, "ws-f", None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(call(&app, "GET", &path, &ws, None).await.0, StatusCode::NOT_FOUND);
     // A managed batch reads an uploaded input file from the store, not through the gateway.
     let input = format!("{}\n{}\n", line("u1", json!({})), line("u2", json!({})));
-    let (_, file) = upload(&app, "ws-f", "batch", input.as_bytes()).await;
-    let batch = create(&app, "ws-f", file["id"].as_str().unwrap()).await;
-    let done = wait(&app, "ws-f", batch["id"].as_str().unwrap(), |b| b["status"] == json!("completed")).await;
+    let (_, file) = upload(&app, &ws, "batch", input.as_bytes()).await;
+    let batch = create(&app, &ws, file["id"].as_str().unwrap()).await;
+    let done = wait(&app, &ws, batch["id"].as_str().unwrap(), |b| b["status"] == json!("completed")).await;
     assert_eq!(done["request_counts"], json!({"total": 2, "completed": 2, "failed": 0}));
     assert!(fake.lock().unwrap().file_headers.is_empty(), "the gateway's files API was not asked");
-    let other = create(&app, "ws-g", file["id"].as_str().unwrap()).await;
-    let failed = wait(&app, "ws-g", other["id"].as_str().unwrap(), |b| b["status"] == json!("failed")).await;
+    let theirs = create(&app, &other, file["id"].as_str().unwrap()).await;
+    let failed = wait(&app, &other, theirs["id"].as_str().unwrap(), |b| b["status"] == json!("failed")).await;
     assert_eq!(failed["errors"]["data"][0]["code"], json!("input_file_unreadable"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -240,11 +240,12 @@ impl Db {
             .collect()
     }
 
-    /// Line `line` finished (`succeeded` or `failed`) with its output-file line; the batch's
-    /// counts follow from its lines.
+    /// Line `line` finished (`succeeded` or `failed`) with its output-file line, counted once
+    /// in the batch's counts. The counts are incremented, not recounted: on PostgreSQL two
+    /// lines finishing at once would each count without the other's uncommitted row.
     pub async fn finish_line(&self, id: &str, line: i64, status: &str, result: &str) -> DbResult<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
+        let done = sqlx::query(
             "UPDATE managed_batch_lines SET status = $3, result = $4 WHERE batch_id = $1 AND line = $2 \
              AND status = 'pending'",
         )
@@ -254,15 +255,15 @@ impl Db {
         .bind(result)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
-            "UPDATE managed_batches SET \
-             completed = (SELECT COUNT(*) FROM managed_batch_lines WHERE batch_id = $1 AND status = 'succeeded'), \
-             failed = (SELECT COUNT(*) FROM managed_batch_lines WHERE batch_id = $1 AND status = 'failed') \
-             WHERE id = $1",
-        )
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+        if done.rows_affected() > 0 {
+            let succeeded = i64::from(status == "succeeded");
+            sqlx::query("UPDATE managed_batches SET completed = completed + $2, failed = failed + $3 WHERE id = $1")
+                .bind(id)
+                .bind(succeeded)
+                .bind(1 - succeeded)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(())
     }
