@@ -10,6 +10,7 @@ pub mod batches;
 pub mod crypto;
 pub mod db;
 pub mod errors;
+pub mod files;
 pub mod items;
 pub mod logs;
 pub mod retention;

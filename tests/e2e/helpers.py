@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -357,6 +358,14 @@ def custom_host(mock, provider: str = "openai", token: str = CLIENT_TOKEN) -> di
     """Way 1/4 of spec 5.2: provider name + bearer token + custom host."""
     return {"x-gateway-provider": provider, "Authorization": f"Bearer {token}",
             "x-gateway-custom-host": mock.base_url}
+
+
+def workspace_key(gateway: "Gateway") -> str:
+    """A key of a new workspace (made with the session's admin key): its managed batches and
+    gateway files are its own, and a batch list in it is the provider's alone."""
+    resp = gateway.post("/v1/api-keys", {"workspace": f"team-{uuid.uuid4().hex[:8]}"})
+    assert resp.status_code == 201, resp.text
+    return resp.json()["key"]
 
 
 def slug(name: str) -> dict:

@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from helpers import (KEY, SDK_DUMMY_KEY, assert_chat_completion, assert_clean_upstream, assert_error, chat_body,
-                     config, provider_config, recording_sdk, sdk_stream, served_by)
+                     config, provider_config, recording_sdk, sdk_stream, served_by, workspace_key)
 from mocks import AzureOpenAIMock, OpenAIMock
 
 AZURE_KEY = "az-key-123"
@@ -73,7 +73,8 @@ def test_headers_of_spec_5_3_and_the_clients_bearer_as_the_key(gateway, azure_mo
 
 
 def test_embeddings_and_files_use_azures_paths(gateway, azure_mock):
-    client = gateway.sdk(config(azure_config(azure_mock)), api_key=SDK_DUMMY_KEY)
+    # A workspace without managed batches: its batch list is Azure's page as asked.
+    client = gateway.sdk(config(azure_config(azure_mock)), api_key=SDK_DUMMY_KEY, key=workspace_key(gateway))
     client.embeddings.create(model="gpt-4o", input="hello")
     assert azure_mock.last.path == "/openai/deployments/gpt4o-prod/embeddings"
     client.batches.list(limit=2)

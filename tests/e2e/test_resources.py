@@ -14,7 +14,7 @@ import threading
 import openai
 import pytest
 
-from helpers import KEY, assert_clean_upstream, assert_error, custom_host, slug
+from helpers import KEY, assert_clean_upstream, assert_error, custom_host, slug, workspace_key
 
 OPENAI = slug("openai-mock")
 BETA = {"Vendor-Beta": "assistants=v2", **OPENAI}
@@ -79,7 +79,8 @@ def test_sdk_list_limits(gateway, openai_mock):
     ("/v1/files", "limit=10000&order=desc&purpose=batch"),
 ])
 def test_passing_list_queries_arrive_as_given(gateway, openai_mock, path, query):
-    r = gateway.raw("GET", f"{path}?{query}", headers=BETA.items())
+    # A workspace without managed batches: its batch list is the provider's page as asked.
+    r = gateway.raw("GET", f"{path}?{query}", headers=BETA.items(), key=workspace_key(gateway))
     assert r.status_code == 200, r.text
     rec = openai_mock.last
     assert (rec.path, rec.raw_query) == (path, query)
@@ -87,7 +88,7 @@ def test_passing_list_queries_arrive_as_given(gateway, openai_mock, path, query)
 
 
 def test_sdk_lists_pass(gateway, openai_mock):
-    client = gateway.sdk(OPENAI)
+    client = gateway.sdk(OPENAI, key=workspace_key(gateway))  # no managed batches
     assert [b.id for b in client.batches.list(limit=100).data] == ["batch_mock_1", "batch_mock_2", "batch_mock_3"]
     assert [j.id for j in client.fine_tuning.jobs.list(limit=2).data] == ["ftjob-mock-1", "ftjob-mock-2"]
     assert [e.id for e in client.fine_tuning.jobs.list_events("ftjob_1", limit=1).data] == ["ftevent-1"]
@@ -267,7 +268,7 @@ def test_resources_need_a_selected_provider(gateway, openai_mock):
 
 
 def test_any_way_of_selecting_a_provider_is_enough(gateway, openai_mock):
-    r = gateway.get("/v1/batches?limit=1", headers=custom_host(openai_mock))
+    r = gateway.get("/v1/batches?limit=1", headers=custom_host(openai_mock), key=workspace_key(gateway))
     assert r.status_code == 200, r.text
     assert openai_mock.last.raw_query == "limit=1"
 
