@@ -226,6 +226,9 @@ def main():
     parser.add_argument("--compare-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a GATEWAY_* setting of the --compare-wasm proxy's config only (repeatable), e.g. "
                         "GATEWAY_ACCESS_LOG=off for a build from before the access log")
+    parser.add_argument("--variants", help="measure only these variants (comma-separated, e.g. uncached,guardrail; "
+                        "names: bare, minimal, gateway, uncached, saved, fallback, cache_hit, guardrail, compare); "
+                        "tables whose variants were not measured are left out")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, stdout=subprocess.DEVNULL)
@@ -315,6 +318,9 @@ def main():
                         ("guardrail", gateway_port, guardrail_headers))
             if compare_port:
                 variants += (("compare", compare_port, gateway_headers),)
+            if args.variants:
+                wanted = args.variants.split(",")
+                variants = tuple(v for v in variants if v[0] in wanted)
             for _, port, headers in variants:
                 run_wrk(port, headers, connections, 2, workdir)
             rows.append((connections, {name: run_wrk(port, headers, connections, args.duration, workdir, pids[port])
@@ -331,55 +337,62 @@ def main():
              "guardrail": "Envoy + filter, one-target config, input regexMatch guardrail",
              "saved": "Envoy + filter, saved config naming an @slug",
              "compare": f"Envoy + {args.compare_wasm} (provider headers)"}
+    measured = set(rows[0][1]) if rows else set()
     print("| connections | proxy | req/s | p50 µs | p99 µs |")
     print("|---|---|---|---|---|")
     for connections, runs in rows:
         for key, r in runs.items():
             print(f"| {connections} | {names[key]} | {r['rps']:.0f} | {r['p50']:.0f} | {r['p99']:.0f} |")
-    print("\n| connections | throughput kept | added p50 µs | added p99 µs | fallback over one target: p50 µs |")
-    print("|---|---|---|---|---|")
-    for connections, runs in rows:
-        bare, gateway = runs["bare"], runs["gateway"]
-        print(f"| {connections} | {gateway['rps'] / bare['rps']:.1%} | {gateway['p50'] - bare['p50']:.0f} "
-              f"| {gateway['p99'] - bare['p99']:.0f} | {runs['fallback']['p50'] - runs['uncached']['p50']:+.0f} |")
-    print("\n| connections | cache hit req/s vs uncached | vs bare Envoy | cache hit p50 µs vs uncached | vs bare Envoy |")
-    print("|---|---|---|---|---|")
-    for connections, runs in rows:
-        hit, uncached, bare = runs["cache_hit"], runs["uncached"], runs["bare"]
-        print(f"| {connections} | {hit['rps'] / uncached['rps']:.1%} | {hit['rps'] / bare['rps']:.1%} "
-              f"| {hit['p50'] - uncached['p50']:+.0f} | {hit['p50'] - bare['p50']:+.0f} |")
-    print("\nProxy CPU time per request served (utime+stime of the proxy process, all threads, over each"
-          " measured run):\n")
-    print("| connections | bare Envoy µs | minimal filter µs | gateway filter µs | minimal over bare µs "
-          "| our share (gateway − minimal) µs |")
-    print("|---|---|---|---|---|---|")
-    for connections, runs in rows:
-        bare, minimal, ours = (runs[key]["cpu_us"] for key in ("bare", "minimal", "gateway"))
-        print(f"| {connections} | {bare:.0f} | {minimal:.0f} | {ours:.0f} | {minimal - bare:+.0f} "
-              f"| {ours - minimal:+.0f} |")
+    if measured.issuperset(("bare", "gateway", "fallback", "uncached")):
+        print("\n| connections | throughput kept | added p50 µs | added p99 µs | fallback over one target: p50 µs |")
+        print("|---|---|---|---|---|")
+        for connections, runs in rows:
+            bare, gateway = runs["bare"], runs["gateway"]
+            print(f"| {connections} | {gateway['rps'] / bare['rps']:.1%} | {gateway['p50'] - bare['p50']:.0f} "
+                  f"| {gateway['p99'] - bare['p99']:.0f} | {runs['fallback']['p50'] - runs['uncached']['p50']:+.0f} |")
+    if measured.issuperset(("cache_hit", "uncached", "bare")):
+        print("\n| connections | cache hit req/s vs uncached | vs bare Envoy | cache hit p50 µs vs uncached | vs bare Envoy |")
+        print("|---|---|---|---|---|")
+        for connections, runs in rows:
+            hit, uncached, bare = runs["cache_hit"], runs["uncached"], runs["bare"]
+            print(f"| {connections} | {hit['rps'] / uncached['rps']:.1%} | {hit['rps'] / bare['rps']:.1%} "
+                  f"| {hit['p50'] - uncached['p50']:+.0f} | {hit['p50'] - bare['p50']:+.0f} |")
+    if measured.issuperset(("bare", "minimal", "gateway")):
+        print("\nProxy CPU time per request served (utime+stime of the proxy process, all threads, over each"
+              " measured run):\n")
+        print("| connections | bare Envoy µs | minimal filter µs | gateway filter µs | minimal over bare µs "
+              "| our share (gateway − minimal) µs |")
+        print("|---|---|---|---|---|---|")
+        for connections, runs in rows:
+            bare, minimal, ours = (runs[key]["cpu_us"] for key in ("bare", "minimal", "gateway"))
+            print(f"| {connections} | {bare:.0f} | {minimal:.0f} | {ours:.0f} | {minimal - bare:+.0f} "
+                  f"| {ours - minimal:+.0f} |")
 
-    print("\nAn inline input guardrail (`default.regexMatch`, passing), CPU per request:\n")
-    print("| connections | one-target config µs | with the guardrail µs | guardrail's cost µs |")
-    print("|---|---|---|---|")
-    for connections, runs in rows:
-        plain, guarded = (runs[key]["cpu_us"] for key in ("uncached", "guardrail"))
-        print(f"| {connections} | {plain:.0f} | {guarded:.0f} | {guarded - plain:+.0f} |")
+    if measured.issuperset(("uncached", "guardrail")):
+        print("\nAn inline input guardrail (`default.regexMatch`, passing), CPU per request:\n")
+        print("| connections | one-target config µs | with the guardrail µs | guardrail's cost µs |")
+        print("|---|---|---|---|")
+        for connections, runs in rows:
+            plain, guarded = (runs[key]["cpu_us"] for key in ("uncached", "guardrail"))
+            print(f"| {connections} | {plain:.0f} | {guarded:.0f} | {guarded - plain:+.0f} |")
 
-    print("\nA saved config (`x-gateway-config: <slug>`) naming a stored provider (`@slug`), warm, against the"
-          " same target as a config in the header, CPU per request:\n")
-    print("| connections | config in the header µs | saved config + @slug µs | difference µs |")
-    print("|---|---|---|---|")
-    for connections, runs in rows:
-        plain, saved = (runs[key]["cpu_us"] for key in ("uncached", "saved"))
-        print(f"| {connections} | {plain:.0f} | {saved:.0f} | {saved - plain:+.0f} |")
+    if measured.issuperset(("uncached", "saved")):
+        print("\nA saved config (`x-gateway-config: <slug>`) naming a stored provider (`@slug`), warm, against the"
+              " same target as a config in the header, CPU per request:\n")
+        print("| connections | config in the header µs | saved config + @slug µs | difference µs |")
+        print("|---|---|---|---|")
+        for connections, runs in rows:
+            plain, saved = (runs[key]["cpu_us"] for key in ("uncached", "saved"))
+            print(f"| {connections} | {plain:.0f} | {saved:.0f} | {saved - plain:+.0f} |")
 
-    if compare_port:
+    if measured.issuperset(("minimal", "gateway", "compare")):
         print(f"\nThe same request through {args.compare_wasm}, CPU per request side by side:\n")
         print("| connections | compared filter µs | gateway filter µs | its share over minimal µs | our share µs |")
         print("|---|---|---|---|---|")
         for connections, runs in rows:
             minimal, ours, other = (runs[key]["cpu_us"] for key in ("minimal", "gateway", "compare"))
             print(f"| {connections} | {other:.0f} | {ours:.0f} | {other - minimal:+.0f} | {ours - minimal:+.0f} |")
+
 
 if __name__ == "__main__":
     main()

@@ -10,6 +10,7 @@ from here, so they cannot drift. Settings (environment variables):
   GATEWAY_CACHE (JSON object: the response cache's byte_budget, max_entry_bytes and semantic
   embeddings provider; see the README),
   GATEWAY_METRICS (JSON object: the metrics' model label bound, `models` and `max_models`),
+  GATEWAY_RECORDS (JSON object: the request records' `max_queued`, `bodies` and `max_body_bytes`),
   GATEWAY_ACCESS_LOG (file of the JSON access log; default /dev/stdout; "off": none),
   GATEWAY_CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt),
   GATEWAY_CONTROL_PLANE_ADDR (host:port of the control plane; unset: none) with
@@ -60,6 +61,7 @@ def render(env):
     credentials = json_object(env, "GATEWAY_CREDENTIALS")
     cache = json_object(env, "GATEWAY_CACHE")
     metrics = json_object(env, "GATEWAY_METRICS")
+    records = json_object(env, "GATEWAY_RECORDS")
     plugin = {
         "api_keys": keys,
         "allowed_custom_hosts": split_list(env.get("GATEWAY_ALLOWED_CUSTOM_HOSTS") or "loopback"),
@@ -69,6 +71,8 @@ def render(env):
         plugin["cache"] = cache
     if metrics:
         plugin["metrics"] = metrics
+    if records:
+        plugin["records"] = records
     text = (HERE / "gateway.yaml.tmpl").read_text()
     control_plane = env.get("GATEWAY_CONTROL_PLANE_ADDR") or ""
     cp_host, _, cp_port = control_plane.rpartition(":")

@@ -16,12 +16,14 @@ use crate::request::headers::{self, decode_value, is_gateway_header, is_secret_h
 use crate::request::limits::{check_json_size, MAX_JSON_VALUES};
 use crate::request::resources;
 use crate::routing::attempts::Attempts;
-use crate::routing::plan::make_plan;
+use crate::routing::plan::{make_plan, Plan};
 use crate::routing::{config_header, saved_config_unavailable, ConfigHeader, Target};
 use crate::settings::Settings;
+use crate::shared::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 use std::rc::Rc;
+use subtle::ConstantTimeEq;
 
 /// Envoy routes on this header to the cluster that reaches the provider.
 pub(crate) const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
@@ -155,7 +157,8 @@ impl Relay {
         let cp = settings.control_plane.as_ref()?;
         let mut edits = HeaderEdits::default();
         for (name, _) in raw {
-            if name.starts_with("x-envoy-") || name == "accept-encoding" || name == CLIENT_AUTHORIZATION_HEADER {
+            let ours = name == CLIENT_AUTHORIZATION_HEADER || name == CONTROL_PLANE_FETCH_HEADER;
+            if name.starts_with("x-envoy-") || name == "accept-encoding" || ours {
                 edits.remove.push(name.clone());
             }
         }
@@ -289,10 +292,29 @@ fn start_pass(
     let method = method.into_owned();
     let intake = Intake { endpoint, method, path, query, gateway, config, tenant, workspace, guardrails, prompt };
     if json_post {
-        Ok(Started::NeedsBody(Pending { intake }))
-    } else {
-        route(settings, intake, None, host, catalog).map(Started::Ready)
+        return Ok(Started::NeedsBody(Pending { intake }));
     }
+    let plan = plan_of(settings, &intake, None, host, catalog)?;
+    if let Some(relay) = shared_relay(settings, raw, &intake, &plan) {
+        return Ok(Started::Relay(relay));
+    }
+    let attempts = Attempts::start(plan, host)?;
+    Ok(Started::Ready(Call { intake, body: None, attempts }))
+}
+
+/// A resource request the control plane serves once its provider is known (the batch list,
+/// an upload for a provider without a files API): the provider must be selected first, as
+/// for any resource.
+fn shared_relay(settings: &Settings, raw: &RawHeaders, intake: &Intake, plan: &Plan) -> Option<Relay> {
+    let cp = settings.control_plane.as_ref()?;
+    if intake.endpoint != Endpoint::Resource {
+        return None;
+    }
+    let fetch = headers::find(raw, CONTROL_PLANE_FETCH_HEADER)
+        .is_some_and(|mark| bool::from(mark.ct_eq(control_plane_fetch_marker(&cp.token).as_bytes())));
+    let serves_resources = plan.attempts.first().is_none_or(|a| a.target.provider.kind.serves_resources());
+    let path = resources::shared_path(&intake.method, &intake.path, intake.query.as_deref(), fetch, serves_resources)?;
+    Some(Relay { path, workspace: intake.workspace.clone() })
 }
 
 /// The config of the config header: inline JSON, or a saved config of the caller's workspace.
@@ -369,8 +391,7 @@ fn finish_pass(
                 }
                 // Its lines and input file go to the provider the headers select: one must be
                 // (spec 4), as for any batch. The plan itself is not used here.
-                let input = condition_input(&intake, None);
-                make_plan(settings, &intake.gateway, intake.config.as_ref(), &input, host, catalog)?;
+                plan_of(settings, &intake, None, host, catalog)?;
                 let path = "/internal/v1/batches".to_string();
                 return Ok(Started::Relay(Relay { path, workspace: intake.workspace }));
             }
@@ -423,10 +444,21 @@ fn route(
     host: &mut dyn Host,
     catalog: &mut Catalog,
 ) -> Result<Call, GatewayError> {
-    let input = condition_input(&intake, body.as_ref());
-    let plan = make_plan(settings, &intake.gateway, intake.config.as_ref(), &input, host, catalog)?;
+    let plan = plan_of(settings, &intake, body.as_ref(), host, catalog)?;
     let attempts = Attempts::start(plan, host)?;
     Ok(Call { intake, body, attempts })
+}
+
+/// The request's plan of attempts (which needs a selected provider).
+fn plan_of(
+    settings: &Settings,
+    intake: &Intake,
+    body: Option<&Value>,
+    host: &mut dyn Host,
+    catalog: &mut Catalog,
+) -> Result<Plan, GatewayError> {
+    let input = condition_input(intake, body);
+    make_plan(settings, &intake.gateway, intake.config.as_ref(), &input, host, catalog)
 }
 
 /// Whether and how a request is cached.

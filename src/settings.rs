@@ -43,6 +43,55 @@ pub(crate) struct Settings {
     /// without it only the plugin configuration's keys and credentials exist.
     #[serde(default)]
     pub(crate) control_plane: Option<ControlPlaneSettings>,
+    /// The request records shipped to the control plane.
+    #[serde(default)]
+    pub(crate) records: RecordsSettings,
+}
+
+/// How request records wait for the control plane and what they carry.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecordsSettings {
+    /// At most this many records wait per worker (past it they are dropped and counted).
+    #[serde(default = "default_max_queued")]
+    pub(crate) max_queued: usize,
+    /// Request and response bodies go with the shipped record (never to the access log).
+    #[serde(default)]
+    pub(crate) bodies: bool,
+    /// Each body is cut to this many bytes (at a UTF-8 boundary).
+    #[serde(default = "default_max_body_bytes")]
+    pub(crate) max_body_bytes: usize,
+}
+
+impl Default for RecordsSettings {
+    fn default() -> Self {
+        RecordsSettings { max_queued: default_max_queued(), bodies: false, max_body_bytes: default_max_body_bytes() }
+    }
+}
+
+/// Bounds of `records`: a record with both bodies stays under the control plane's 64 KiB.
+const MAX_QUEUED_BOUND: usize = 10_000;
+const MAX_BODY_BYTES_BOUND: usize = 32 << 10;
+
+fn default_max_queued() -> usize {
+    2000
+}
+
+fn default_max_body_bytes() -> usize {
+    16 << 10
+}
+
+impl RecordsSettings {
+    fn check(&self) -> Result<(), String> {
+        let invalid = |what: &str| Err(format!("invalid plugin configuration: records.{what}"));
+        if !(1..=MAX_QUEUED_BOUND).contains(&self.max_queued) {
+            return invalid("max_queued must be between 1 and 10000");
+        }
+        if !(1..=MAX_BODY_BYTES_BOUND).contains(&self.max_body_bytes) {
+            return invalid("max_body_bytes must be between 1 and 32768");
+        }
+        Ok(())
+    }
 }
 
 /// The control plane the filter reads from (dispatched calls to its internal endpoints).
@@ -261,6 +310,7 @@ impl Default for Settings {
             cache: CacheSettings::default(),
             metrics: MetricsSettings::default(),
             control_plane: None,
+            records: RecordsSettings::default(),
         }
     }
 }
@@ -308,6 +358,7 @@ impl Settings {
             }
         }
         settings.cache.check()?;
+        settings.records.check()?;
         if let Some(cp) = &settings.control_plane {
             let invalid = |what: &str| Err(format!("invalid plugin configuration: control_plane.{what}"));
             if cp.cluster.is_empty() || cp.authority.is_empty() {
@@ -507,6 +558,27 @@ mod tests {
             r#"{"cluster": "c", "authority": "a"}"#,
         ] {
             let config = format!(r#"{{"api_keys": ["k"], "control_plane": {bad}}}"#);
+            assert!(Settings::parse(config.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn records_settings_have_defaults_and_limits() {
+        let records = settings(r#"{"api_keys": ["k"]}"#).records;
+        assert_eq!((records.max_queued, records.bodies, records.max_body_bytes), (2000, false, 16384));
+        let records =
+            settings(r#"{"api_keys": ["k"], "records": {"max_queued": 3, "bodies": true, "max_body_bytes": 32768}}"#)
+                .records;
+        assert_eq!((records.max_queued, records.bodies, records.max_body_bytes), (3, true, 32768));
+        for bad in [
+            r#"{"max_queued": 0}"#,
+            r#"{"max_queued": 10001}"#,
+            r#"{"max_body_bytes": 0}"#,
+            r#"{"max_body_bytes": 32769}"#,
+            r#"{"bodies": "yes"}"#,
+            r#"{"other": 1}"#,
+        ] {
+            let config = format!(r#"{{"api_keys": ["k"], "records": {bad}}}"#);
             assert!(Settings::parse(config.as_bytes()).is_err(), "{bad}");
         }
     }

@@ -8,7 +8,9 @@
 use crate::config::{parse_config, parse_stored_guardrail, ConfigError};
 use crate::errors::{error_json, GatewayError};
 use crate::settings::Credential;
+use base64::Engine;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use std::fmt;
 
 pub use crate::prompts::{apply_to_chat, render};
@@ -82,6 +84,19 @@ pub fn check_provider(value: &Value) -> Result<(), SharedError> {
 /// `default.jwt` parameters checked for form, nothing fetched) and `actions`.
 pub fn check_guardrail(value: &Value) -> Result<(), SharedError> {
     parse_stored_guardrail(value, "").map(drop).map_err(|e| SharedError::from_config(&e))
+}
+
+/// Marks the control plane's own requests through the gateway that the provider must answer
+/// rather than the control plane (the provider's part of a merged batch list): without it the
+/// filter would relay them back. It never reaches a provider, even when forwarded by name.
+pub const CONTROL_PLANE_FETCH_HEADER: &str = "x-gateway-control-plane-fetch";
+
+/// The value of `CONTROL_PLANE_FETCH_HEADER`: derived from the control plane's token (only a
+/// holder of the token can make it, and the token itself never travels on the gateway's
+/// listener).
+pub fn control_plane_fetch_marker(token: &str) -> String {
+    let digest = Sha256::new().chain_update(b"model-gateway control-plane fetch\n").chain_update(token).finalize();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
 }
 
 #[cfg(test)]

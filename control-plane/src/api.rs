@@ -6,12 +6,14 @@ use crate::batches;
 use crate::crypto::{key_hash, new_api_key};
 use crate::db::Kind;
 use crate::errors::{ApiError, ApiResult};
+use crate::files;
 use crate::items::{self, mask_secrets};
 use crate::logs;
 use crate::validate::{self, json_object, path_target, put_target};
 use crate::AppState;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -35,11 +37,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/feedback", post(post_feedback))
         .route("/internal/v1/records", post(ingest_records))
         .route("/internal/v1/keys/{hash}", get(internal_key))
-        .route("/internal/v1/batches", post(batches::create))
+        .route("/internal/v1/batches", post(batches::create).get(batches::list))
         .route("/internal/v1/batches/{id}", get(batches::get))
         .route("/internal/v1/batches/{id}/cancel", post(batches::cancel))
-        .route("/internal/v1/files/{id}", get(batches::file))
-        .route("/internal/v1/files/{id}/content", get(batches::file_content))
+        // Uploads are streamed and bounded by `max_file_bytes` as they are read.
+        .route("/internal/v1/files", post(files::upload).layer(DefaultBodyLimit::disable()))
+        .route("/internal/v1/files/{id}", get(files::file).delete(files::delete))
+        .route("/internal/v1/files/{id}/content", get(files::content))
         .route("/internal/v1/workspaces/{workspace}/{kind}/{id}", get(internal_item))
         .fallback(|| async { ApiError::new(404, "invalid_request_error", "no such endpoint", None, Some("not_found")) })
         .with_state(state)

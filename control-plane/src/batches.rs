@@ -8,22 +8,27 @@
 //! Each finished line is stored at once: a restart resumes without running it again.
 
 use crate::auth;
-use crate::db::batches::{BatchRow, FileRow, PendingLine};
+use crate::db::batches::{BatchRow, Cursor, FileRow, PendingLine};
 use crate::db::now_s;
 use crate::errors::{ApiError, ApiResult};
+use crate::files::{self, FILE_PREFIX};
 use crate::validate::json_object;
 use crate::AppState;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use model_gateway::shared::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+
+/// The prefix of the ids of managed batches.
+pub const MANAGED_BATCH_PREFIX: &str = "batch_gw_";
 
 /// The endpoints a batch may run.
 pub const ENDPOINTS: &[&str] = &["/v1/chat/completions", "/v1/completions", "/v1/embeddings"];
@@ -50,7 +55,13 @@ pub struct BatchSettings {
     /// How long a control plane's hold on a batch lasts unless renewed (renewed every third
     /// of it); a batch whose holder stopped is taken over once it expired.
     pub lease_ms: u64,
+    /// The largest file uploaded to the gateway (`GATEWAY_MAX_FILE_BYTES`, default 200 MiB as
+    /// OpenAI's batch input files).
+    pub max_file_bytes: u64,
 }
+
+/// The default of `max_file_bytes`.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 200 * 1024 * 1024;
 
 impl BatchSettings {
     pub fn from_env() -> BatchSettings {
@@ -62,13 +73,22 @@ impl BatchSettings {
                 .filter(|n| *n > 0)
                 .unwrap_or(4),
             lease_ms: DEFAULT_LEASE_MS,
+            max_file_bytes: var("GATEWAY_MAX_FILE_BYTES")
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(DEFAULT_MAX_FILE_BYTES),
         }
     }
 }
 
 impl Default for BatchSettings {
     fn default() -> BatchSettings {
-        BatchSettings { gateway_url: "http://127.0.0.1:8787".to_string(), concurrency: 4, lease_ms: DEFAULT_LEASE_MS }
+        BatchSettings {
+            gateway_url: "http://127.0.0.1:8787".to_string(),
+            concurrency: 4,
+            lease_ms: DEFAULT_LEASE_MS,
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+        }
     }
 }
 
@@ -120,7 +140,7 @@ pub fn runner_id(state_dir: &std::path::Path) -> Result<String, String> {
 
 // ---- endpoints (internal: the filter relays them) ----
 
-fn workspace(h: &HeaderMap) -> ApiResult<String> {
+pub fn workspace(h: &HeaderMap) -> ApiResult<String> {
     h.get(WORKSPACE_HEADER)
         .and_then(|v| v.to_str().ok())
         .filter(|w| crate::validate::is_name(w, crate::validate::MAX_WORKSPACE))
@@ -137,7 +157,7 @@ fn caller_headers(h: &HeaderMap) -> Map<String, Value> {
         let Ok(value) = value.to_str() else { continue };
         if name == CLIENT_AUTHORIZATION_HEADER {
             out.insert("authorization".into(), json!(value));
-        } else if name.starts_with("x-gateway-") && name != WORKSPACE_HEADER {
+        } else if name.starts_with("x-gateway-") && name != WORKSPACE_HEADER && name != CONTROL_PLANE_FETCH_HEADER {
             out.insert(name.into(), json!(value));
         }
     }
@@ -164,7 +184,7 @@ pub async fn create(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> Api
     };
     let headers = Value::Object(caller_headers(&h)).to_string();
     let sealed = s.key.seal(headers.as_bytes()).map_err(ApiError::internal)?;
-    let id = format!("batch_gw_{}", uuid::Uuid::new_v4().simple());
+    let id = format!("{MANAGED_BATCH_PREFIX}{}", uuid::Uuid::new_v4().simple());
     let until = now_ms().saturating_add(i64::try_from(s.batches.settings.lease_ms).unwrap_or(i64::MAX));
     let lease = (s.batches.owner.as_str(), until);
     s.db.insert_batch(&id, &workspace, endpoint, input, "immediate", metadata.as_deref(), &sealed, lease).await?;
@@ -184,6 +204,144 @@ pub async fn get(State(s): State<AppState>, h: HeaderMap, Path(id): Path<String>
     Ok(Json(batch_object(&row)))
 }
 
+/// The provider's part of a batch list, read through the gateway as the caller.
+enum ProviderList {
+    /// A page: its batches, and whether it has more.
+    Page(Vec<Value>, bool),
+    /// The provider has no batch list (404, 405, 501, or the gateway's `unsupported_endpoint`).
+    Absent,
+    /// Its error (status and OpenAI-shaped body), answered as it is: leaving its batches out
+    /// would present a partial list as whole.
+    Failed(u16, String),
+}
+
+/// Batches per page when the caller names no `limit` (OpenAI's default).
+const DEFAULT_LIST_LIMIT: usize = 20;
+
+/// `GET /internal/v1/batches` (the query checked by the filter): the workspace's managed
+/// batches first, newest first, then the provider's list. `after=<batch_gw_…>` continues in
+/// the managed part (the provider's first page fills the rest), `after=<provider id>` (and
+/// `before=<provider id>`) is the provider's list as it answers it, `before=<batch_gw_…>` the
+/// managed batches newer than it; `limit` counts across both parts.
+pub async fn list(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    RawQuery(query): RawQuery,
+    Query(params): Query<Vec<(String, String)>>,
+) -> ApiResult<Response> {
+    auth::internal(&s, &h)?;
+    let workspace = workspace(&h)?;
+    let param = |name: &str| params.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty());
+    let limit = param("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(DEFAULT_LIST_LIMIT).clamp(1, 100);
+    let managed = |id: &&str| id.starts_with(MANAGED_BATCH_PREFIX);
+    if param("after").is_some_and(|id| !managed(&id)) || param("before").is_some_and(|id| !managed(&id)) {
+        return Ok(match provider_list(&s, &h, query.as_deref().unwrap_or_default()).await {
+            ProviderList::Page(data, has_more) => list_json(data, has_more),
+            ProviderList::Absent => list_json(Vec::new(), false),
+            ProviderList::Failed(status, body) => raw_json(status, body),
+        });
+    }
+    let cursor_at = |name: &'static str, id: &str| {
+        let (s, workspace, id) = (s.clone(), workspace.clone(), id.to_string());
+        async move {
+            let row = s.db.batch(&id, Some(&workspace)).await?;
+            row.map(|b| (b.created_at, b.id)).ok_or_else(|| ApiError::invalid(name, &format!("no batch {id}")))
+        }
+    };
+    let cursor = match (param("after"), param("before")) {
+        (Some(after), _) => {
+            let (at, id) = cursor_at("after", after).await?;
+            Cursor::After(at, id)
+        }
+        (None, Some(before)) => {
+            let (at, id) = cursor_at("before", before).await?;
+            Cursor::Before(at, id)
+        }
+        (None, None) => Cursor::Newest,
+    };
+    let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
+    let mut rows = s.db.list_batches(&workspace, &cursor, fetch).await?;
+    let more_managed = rows.len() > limit;
+    if more_managed && matches!(cursor, Cursor::Before(..)) {
+        // Newest first: the one too many is the farthest from `before`.
+        rows.remove(0);
+    }
+    rows.truncate(limit);
+    let mut data: Vec<Value> = rows.iter().map(batch_object).collect();
+    // Every provider batch comes after the managed ones: none is newer than a managed batch.
+    if more_managed || matches!(cursor, Cursor::Before(..)) {
+        return Ok(list_json(data, more_managed));
+    }
+    // When the managed part fills the page, one provider batch tells whether more follow.
+    let room = limit - data.len();
+    let has_more = match provider_list(&s, &h, &provider_query(query.as_deref(), room.max(1))).await {
+        ProviderList::Page(batches, more) => {
+            let more = more || batches.len() > room;
+            data.extend(batches.into_iter().take(room));
+            more
+        }
+        ProviderList::Absent => false,
+        ProviderList::Failed(status, body) => return Ok(raw_json(status, body)),
+    };
+    Ok(list_json(data, has_more))
+}
+
+/// The query of the provider's first page: the caller's parameters as given (other than the
+/// paging ones), with the room left on the page as `limit`.
+fn provider_query(query: Option<&str>, limit: usize) -> String {
+    let paging = |pair: &&str| ["limit", "after", "before"].iter().any(|name| pair.split('=').next() == Some(*name));
+    let kept = query.unwrap_or_default().split('&').filter(|pair| !pair.is_empty() && !paging(pair));
+    kept.chain(std::iter::once(format!("limit={limit}").as_str())).collect::<Vec<_>>().join("&")
+}
+
+fn list_json(data: Vec<Value>, has_more: bool) -> Response {
+    let id = |item: Option<&Value>| item.and_then(|b| b.get("id")).cloned().unwrap_or(Value::Null);
+    let (first_id, last_id) = (id(data.first()), id(data.last()));
+    Json(json!({"object": "list", "data": data, "first_id": first_id, "last_id": last_id, "has_more": has_more}))
+        .into_response()
+}
+
+fn raw_json(status: u16, body: String) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `GET <gateway>/v1/batches?<query>` as the caller, marked as the control plane's own read
+/// so that the filter sends it to the provider.
+async fn provider_list(s: &AppState, h: &HeaderMap, query: &str) -> ProviderList {
+    let mut headers = caller_headers(h);
+    headers.insert(CONTROL_PLANE_FETCH_HEADER.into(), json!(control_plane_fetch_marker(&s.internal_token)));
+    let url = format!("{}/v1/batches?{query}", s.batches.settings.gateway_url);
+    let request = s.batches.client.get(url).timeout(LIST_TIMEOUT);
+    let (status, text) = match send(s, request, &headers).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            let message = format!("the provider's batch list could not be read: {e}");
+            let error = ApiError::new(502, "api_error", &message, None, Some("provider_unavailable"));
+            return ProviderList::Failed(502, String::from_utf8_lossy(&error.0.body).into_owned());
+        }
+    };
+    let body = serde_json::from_str::<Value>(&text).unwrap_or(Value::Null);
+    match (status, body.get("data")) {
+        (200..=299, Some(Value::Array(data))) => {
+            ProviderList::Page(data.clone(), body.get("has_more").and_then(Value::as_bool).unwrap_or(false))
+        }
+        (404 | 405 | 501, _) => ProviderList::Absent,
+        (400, _) if body.pointer("/error/code").and_then(Value::as_str) == Some("unsupported_endpoint") => {
+            ProviderList::Absent
+        }
+        (200..=299, _) => {
+            let message = "the provider's batch list is not an OpenAI list";
+            let error = ApiError::new(502, "api_error", message, None, Some("provider_unavailable"));
+            ProviderList::Failed(502, String::from_utf8_lossy(&error.0.body).into_owned())
+        }
+        _ => ProviderList::Failed(status, text),
+    }
+}
+
+/// How long the provider's part of a batch list may take.
+const LIST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// `POST /internal/v1/batches/{id}/cancel`: `cancelling` (with `cancelling_at`) at once; its
 /// task stops sending lines and makes it `cancelled`.
 pub async fn cancel(State(s): State<AppState>, h: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
@@ -201,25 +359,6 @@ pub async fn cancel(State(s): State<AppState>, h: HeaderMap, Path(id): Path<Stri
         spawn(&s, &id);
     }
     Ok(Json(batch_object(&row)).into_response())
-}
-
-/// `GET /internal/v1/files/{id}`: a batch's output or error file.
-pub async fn file(State(s): State<AppState>, h: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    auth::internal(&s, &h)?;
-    let workspace = workspace(&h)?;
-    let file = s.db.file(&id, &workspace).await?.ok_or_else(|| ApiError::not_found("file"))?;
-    Ok(Json(json!({
-        "id": file.id, "object": "file", "bytes": file.bytes, "created_at": file.created_at,
-        "filename": file.filename, "purpose": file.purpose, "status": "processed",
-    })))
-}
-
-/// `GET /internal/v1/files/{id}/content`: its JSONL.
-pub async fn file_content(State(s): State<AppState>, h: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
-    auth::internal(&s, &h)?;
-    let workspace = workspace(&h)?;
-    let file = s.db.file(&id, &workspace).await?.ok_or_else(|| ApiError::not_found("file"))?;
-    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/jsonl")], file.content).into_response())
 }
 
 /// The batch object of spec 2.12.
@@ -463,8 +602,19 @@ async fn run(s: &AppState, id: &str) -> RunResult<()> {
 /// Reads the input file through the gateway as the caller and checks it: `in_progress`
 /// with its lines, or `failed` with `errors`.
 async fn validate(s: &AppState, batch: &BatchRow, headers: &Map<String, Value>) -> RunResult<()> {
-    let url = format!("{}/v1/files/{}/content", s.batches.settings.gateway_url, batch.input_file_id);
-    let read = send(s, s.batches.client.get(url), headers).await;
+    let read = if batch.input_file_id.starts_with(FILE_PREFIX) {
+        // A file the gateway keeps (uploaded to it, or another batch's output): read here.
+        match files::read_all(s, &batch.input_file_id, &batch.workspace).await? {
+            Some(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => Ok((200, text)),
+                Err(_) => Ok((400, "the file is not UTF-8 text".to_string())),
+            },
+            None => Ok((404, format!("no file {} in this workspace", batch.input_file_id))),
+        }
+    } else {
+        let url = format!("{}/v1/files/{}/content", s.batches.settings.gateway_url, batch.input_file_id);
+        send(s, s.batches.client.get(url), headers).await
+    };
     let text = match read {
         Ok((status, text)) if (200..300).contains(&status) => text,
         Ok((status, text)) => {
@@ -648,7 +798,7 @@ async fn write_files(s: &AppState, batch: &BatchRow) -> RunResult<()> {
         }
         let mut content = lines.join("\n");
         content.push('\n');
-        let id = format!("file-gw-{}", uuid::Uuid::new_v4().simple());
+        let id = format!("{FILE_PREFIX}{}", uuid::Uuid::new_v4().simple());
         let file = FileRow {
             id: id.clone(),
             workspace: batch.workspace.clone(),
@@ -670,6 +820,13 @@ mod tests {
     use super::*;
 
     const CHAT: &str = "/v1/chat/completions";
+
+    #[test]
+    fn the_providers_page_keeps_the_callers_other_parameters() {
+        assert_eq!(provider_query(None, 20), "limit=20");
+        assert_eq!(provider_query(Some("limit=5&after=batch_gw_1&x=%20y+z"), 3), "x=%20y+z&limit=3");
+        assert_eq!(provider_query(Some("limits=2&before=b"), 1), "limits=2&limit=1");
+    }
 
     #[test]
     fn input_lines_are_checked_one_by_one() {

@@ -10,8 +10,10 @@ pub mod batches;
 pub mod crypto;
 pub mod db;
 pub mod errors;
+pub mod files;
 pub mod items;
 pub mod logs;
+pub mod retention;
 pub mod validate;
 
 use crypto::{key_hash, MasterKey};

@@ -22,6 +22,8 @@ pub const MAX_METADATA_FILTERS: usize = 16;
 pub const MAX_TRACE_ID_CHARS: usize = 128;
 /// Feedback metadata: at most this many bytes of JSON.
 pub const MAX_FEEDBACK_METADATA_BYTES: usize = 16 * 1024;
+/// A record's `record_id` (made by the filter): 1..=64 characters from [A-Za-z0-9._-].
+pub const MAX_RECORD_ID: usize = 64;
 /// Values longer than this are indexed by their digest (see `index_key`).
 const MAX_INDEXED_BYTES: usize = 256;
 
@@ -49,6 +51,8 @@ pub fn metadata_text(value: &Value) -> String {
 pub struct NewRecord {
     pub id: String,
     pub workspace: String,
+    /// The filter's `record_id`: a record sent again under it is stored once per workspace.
+    pub record_key: Option<String>,
     pub trace_id: String,
     pub span_id: Option<String>,
     pub provider: Option<String>,
@@ -63,7 +67,8 @@ pub struct NewRecord {
 
 /// `POST /internal/v1/records`: `{"records": [<record>, ...]}`, at most 500 records of at most
 /// 64 KiB each; every record an object with a string `workspace` (a valid workspace name), a
-/// string `trace_id` and an integer `timestamp_ms` (Unix ms, not negative). The other filter
+/// string `trace_id` and an integer `timestamp_ms` (Unix ms, not negative); `record_id`, when
+/// given, a string of 1 to 64 characters from [A-Za-z0-9._-] (older filters send none). The other filter
 /// columns (`span_id`, `provider`, `model`: strings; `status`: an integer) are taken when they
 /// have that type and left empty otherwise; the record itself is kept whole.
 pub fn batch(body: &Map<String, Value>) -> ApiResult<Vec<NewRecord>> {
@@ -103,6 +108,16 @@ fn new_record(i: usize, record: &Value) -> ApiResult<NewRecord> {
         Some(ms) if ms >= 0 => ms,
         _ => return Err(ApiError::invalid(&at("timestamp_ms"), "timestamp_ms must be an integer (Unix milliseconds)")),
     };
+    let record_key = match fields.get("record_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) if is_name(id, MAX_RECORD_ID) => Some(id.clone()),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                &at("record_id"),
+                &format!("record_id must be a string of 1 to {MAX_RECORD_ID} characters from [A-Za-z0-9._-]"),
+            ))
+        }
+    };
     let text = |field: &str| fields.get(field).and_then(Value::as_str).map(index_key);
     let metadata = match fields.get("metadata") {
         Some(Value::Object(map)) => map.iter().map(|(k, v)| (index_key(k), index_key(&metadata_text(v)))).collect(),
@@ -111,6 +126,7 @@ fn new_record(i: usize, record: &Value) -> ApiResult<NewRecord> {
     Ok(NewRecord {
         id: uuid::Uuid::new_v4().to_string(),
         workspace,
+        record_key,
         trace_id,
         span_id: text("span_id"),
         provider: text("provider"),
@@ -378,6 +394,15 @@ mod tests {
         assert_eq!(bad("timestamp_ms", json!(1.5)), "records[0].timestamp_ms");
         assert_eq!(bad("timestamp_ms", json!(-1)), "records[0].timestamp_ms");
         assert_eq!(bad("timestamp_ms", json!("1")), "records[0].timestamp_ms");
+        assert_eq!(bad("record_id", json!("")), "records[0].record_id");
+        assert_eq!(bad("record_id", json!("a b")), "records[0].record_id");
+        assert_eq!(bad("record_id", json!("x".repeat(65))), "records[0].record_id");
+        assert_eq!(bad("record_id", json!(7)), "records[0].record_id");
+        assert_eq!(r.record_key, None, "older filters send no record_id");
+        let mut with_id = ok.as_object().cloned().unwrap();
+        with_id.insert("record_id".into(), json!("0123456789abcdef0123456789abcdef"));
+        let records = batch(&map(json!({"records": [with_id]}))).unwrap();
+        assert_eq!(records[0].record_key.as_deref(), Some("0123456789abcdef0123456789abcdef"));
         assert_eq!(bad("big", json!("x".repeat(MAX_RECORD_BYTES))), "records[0]");
     }
 

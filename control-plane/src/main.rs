@@ -17,6 +17,7 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<(), String> {
     let settings = Settings::from_env()?;
+    let retention_days = gateway_control_plane::retention::days_from_env()?;
     let state = AppState::open(&settings).await?;
     let listener = tokio::net::TcpListener::bind(&settings.addr)
         .await
@@ -25,6 +26,9 @@ async fn run() -> Result<(), String> {
     // Unfinished managed batches resume now, and those of a control plane that stopped once
     // their lease expired.
     tokio::spawn(gateway_control_plane::batches::sweep(state.clone()));
+    if let Some(days) = retention_days {
+        tokio::spawn(gateway_control_plane::retention::sweep(state.clone(), days));
+    }
     eprintln!("control plane listening on {addr}");
     axum::serve(listener, api::router(state.clone()))
         .with_graceful_shutdown(shutdown())

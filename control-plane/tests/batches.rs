@@ -7,7 +7,7 @@
 mod common;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -15,6 +15,7 @@ use axum::Router;
 use common::TOKEN;
 use gateway_control_plane::batches::BatchSettings;
 use gateway_control_plane::{api, AppState};
+use model_gateway::shared::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -71,12 +72,31 @@ async fn fake_chat(State(fake): State<Fake>, h: HeaderMap, body: Bytes) -> Respo
     ([("x-request-id", format!("req-{tag}"))], axum::Json(answer)).into_response()
 }
 
+/// The provider's two batches, paged by `limit`; only the control plane's marked read gets
+/// them (anything else would be the filter relaying the list back).
+async fn fake_batches(h: HeaderMap, Query(q): Query<HashMap<String, String>>) -> Response {
+    let mark = gateway_control_plane_mark();
+    if h.get(CONTROL_PLANE_FETCH_HEADER).and_then(|v| v.to_str().ok()) != Some(mark.as_str()) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "unmarked").into_response();
+    }
+    let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(20);
+    let ids = ["batch_p1", "batch_p2"];
+    let start = q.get("after").and_then(|a| ids.iter().position(|id| id == a)).map_or(0, |i| i + 1);
+    let data: Vec<Value> = ids.iter().skip(start).take(limit).map(|id| json!({"id": id})).collect();
+    axum::Json(json!({"object": "list", "data": data, "has_more": start + limit < ids.len()})).into_response()
+}
+
+fn gateway_control_plane_mark() -> String {
+    control_plane_fetch_marker(TOKEN)
+}
+
 /// Starts the fake gateway on its own runtime (it outlives the control planes of a test).
 fn fake_gateway() -> (Fake, String) {
     let fake: Fake = Arc::default();
     let app = Router::new()
         .route("/v1/files/{id}/content", get(fake_file))
         .route(CHAT, post(fake_chat))
+        .route("/v1/batches", get(fake_batches))
         .with_state(fake.clone());
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -99,7 +119,8 @@ fn temp_dir() -> std::path::PathBuf {
 }
 
 async fn open(dir: &std::path::Path, gateway: &str, concurrency: usize) -> (Router, AppState) {
-    let batch = BatchSettings { gateway_url: gateway.to_string(), concurrency, lease_ms: LEASE_MS };
+    let batch =
+        BatchSettings { gateway_url: gateway.to_string(), concurrency, lease_ms: LEASE_MS, ..BatchSettings::default() };
     let state = AppState::open_with(&common::settings(dir, &[]), batch).await.unwrap();
     (api::router(state.clone()), state)
 }
@@ -353,7 +374,8 @@ async fn a_batch_another_control_plane_runs_is_not_taken_over() {
     if settings.database_url.is_none() {
         settings.database_url = Some(format!("sqlite://{}", dir.join("gateway.db").display()));
     }
-    let batch = BatchSettings { gateway_url: gateway.clone(), concurrency: 1, lease_ms: LEASE_MS };
+    let batch =
+        BatchSettings { gateway_url: gateway.clone(), concurrency: 1, lease_ms: LEASE_MS, ..BatchSettings::default() };
     let two = AppState::open_with(&settings, batch).await.unwrap();
     for _ in 0..4 {
         gateway_control_plane::batches::resume(&two).await.unwrap();
@@ -383,4 +405,131 @@ async fn a_gateway_not_listening_yet_is_waited_for() {
     tokio::spawn(async move { axum::serve(listener, app).await });
     let done = wait(&cp, "team-a", &id, |b| b["status"] == "completed" || b["status"] == "failed").await;
     assert_eq!(done["request_counts"], json!({"total": 1, "completed": 1, "failed": 0}), "{done}");
+}
+
+#[tokio::test]
+async fn lists_show_the_managed_batches_first_then_the_providers_page_by_page() {
+    let (fake, gateway) = fake_gateway();
+    // Workspaces of their own: a PostgreSQL database outlives the test.
+    let (ws, other) = (unique("ws-list"), unique("ws-other"));
+    fake.lock().unwrap().files.insert("file-1".into(), line("a", json!({})));
+    let dir = temp_dir();
+    let (app, _) = open(&dir, &gateway, 1).await;
+    let first = create(&app, &ws, "file-1").await["id"].as_str().unwrap().to_string();
+    let second = create(&app, &ws, "file-1").await["id"].as_str().unwrap().to_string();
+    create(&app, &other, "file-1").await;
+    let ids = |page: &Value| {
+        page["data"].as_array().unwrap().iter().map(|b| b["id"].as_str().unwrap().to_string()).collect::<Vec<_>>()
+    };
+    let (status, all, text) = call(&app, "GET", "/internal/v1/batches", &ws, None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let mut managed = vec![first.clone(), second.clone()];
+    managed.sort_by(|a, b| b.cmp(a));
+    // Newest first (same second: by id, descending), never another workspace's, then the provider's.
+    let want: Vec<String> = managed.iter().cloned().chain(["batch_p1".to_string(), "batch_p2".to_string()]).collect();
+    assert_eq!(ids(&all), want);
+    assert_eq!((all["has_more"].clone(), all["first_id"].clone()), (json!(false), json!(want[0])));
+    // limit=1 walks all of them, one page each.
+    let mut walked = Vec::new();
+    let mut path = "/internal/v1/batches?limit=1".to_string();
+    loop {
+        let (status, page, text) = call(&app, "GET", &path, &ws, None).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        walked.extend(ids(&page));
+        if page["has_more"] == json!(false) {
+            break;
+        }
+        path = format!("/internal/v1/batches?limit=1&after={}", page["last_id"].as_str().unwrap());
+        assert!(walked.len() < 10, "{walked:?}");
+    }
+    assert_eq!(walked, want);
+    // The managed part fills the page: has_more tells the provider's follow.
+    let (_, page, _) = call(&app, "GET", "/internal/v1/batches?limit=2", &ws, None).await;
+    assert_eq!((ids(&page), page["has_more"].clone()), (managed.clone(), json!(true)));
+    let before = format!("/internal/v1/batches?before={}", managed[1]);
+    let (_, page, _) = call(&app, "GET", &before, &ws, None).await;
+    assert_eq!(ids(&page), vec![managed[0].clone()]);
+    let (status, _, _) = call(&app, "GET", "/internal/v1/batches?after=batch_gw_unknown", &ws, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn unique(name: &str) -> String {
+    format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// A multipart upload as the filter relays it.
+async fn upload(app: &Router, ws: &str, purpose: &str, content: &[u8]) -> (StatusCode, Value) {
+    let mut body = format!(
+        "--b\r\ncontent-disposition: form-data; name=\"purpose\"\r\n\r\n{purpose}\r\n--b\r\n\
+         content-disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(content);
+    body.extend_from_slice(b"\r\n--b--\r\n");
+    let request = Request::builder()
+        .method("POST")
+        .uri("/internal/v1/files")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("x-gateway-workspace", ws)
+        .header("content-type", "multipart/form-data; boundary=b")
+        .body(Body::from(body))
+        .unwrap();
+    let (status, bytes) = common::read(app.clone().oneshot(request).await.unwrap()).await;
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn uploaded_files_are_kept_per_workspace_and_feed_managed_batches() {
+    let (fake, gateway) = fake_gateway();
+    let (ws, other) = (unique("ws-f"), unique("ws-g"));
+    let dir = temp_dir();
+    let batch = BatchSettings { gateway_url: gateway, concurrency: 1, lease_ms: LEASE_MS, max_file_bytes: 3_000_000 };
+    let state = AppState::open_with(&common::settings(&dir, &[]), batch).await.unwrap();
+    let app = api::router(state);
+    // Over two chunks of storage, read back byte for byte.
+    let big: Vec<u8> = (0..2_500_000u32).map(|i| (i % 251) as u8).collect();
+    let (status, file) = upload(&app, &ws, "assistants", &big).await;
+    assert_eq!(status, StatusCode::OK, "{file}");
+    let id = file["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("file-gw-"));
+    assert_eq!(
+        (file["bytes"].clone(), file["purpose"].clone(), file["filename"].clone()),
+        (json!(2_500_000), json!("assistants"), json!("in.jsonl"))
+    );
+    let (_, meta, _) = call(&app, "GET", &format!("/internal/v1/files/{id}"), &ws, None).await;
+    assert_eq!(meta, file);
+    let request = Request::builder()
+        .uri(format!("/internal/v1/files/{id}/content"))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("x-gateway-workspace", &ws)
+        .body(Body::empty())
+        .unwrap();
+    let (status, bytes) = common::read(app.clone().oneshot(request).await.unwrap()).await;
+    assert_eq!((status, bytes.len()), (StatusCode::OK, big.len()));
+    assert!(bytes.as_ref() == big.as_slice());
+    let (status, _, _) = call(&app, "GET", &format!("/internal/v1/files/{id}"), &other, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another workspace's");
+    // Over the limit: 413, nothing kept.
+    let (status, error) = upload(&app, &ws, "batch", &vec![b'x'; 3_000_001]).await;
+    assert_eq!((status, error["error"]["param"].clone()), (StatusCode::PAYLOAD_TOO_LARGE, json!("file")));
+    let (status, error) = upload(&app, &ws, "", b"x").await;
+    assert_eq!((status, error["error"]["param"].clone()), (StatusCode::BAD_REQUEST, json!("purpose")));
+    // Deleted: gone, for its workspace only.
+    let path = format!("/internal/v1/files/{id}");
+    assert_eq!(call(&app, "DELETE", &path, &other, None).await.0, StatusCode::NOT_FOUND);
+    let (status, deleted, _) = call(&app, "DELETE", &path, &ws, None).await;
+    assert_eq!((status, deleted), (StatusCode::OK, json!({"id": id, "object": "file", "deleted": true})));
+    assert_eq!(call(&app, "GET", &path, &ws, None).await.0, StatusCode::NOT_FOUND);
+    // A managed batch reads an uploaded input file from the store, not through the gateway.
+    let input = format!("{}\n{}\n", line("u1", json!({})), line("u2", json!({})));
+    let (_, file) = upload(&app, &ws, "batch", input.as_bytes()).await;
+    let batch = create(&app, &ws, file["id"].as_str().unwrap()).await;
+    let done = wait(&app, &ws, batch["id"].as_str().unwrap(), |b| b["status"] == json!("completed")).await;
+    assert_eq!(done["request_counts"], json!({"total": 2, "completed": 2, "failed": 0}));
+    assert!(fake.lock().unwrap().file_headers.is_empty(), "the gateway's files API was not asked");
+    let theirs = create(&app, &other, file["id"].as_str().unwrap()).await;
+    let failed = wait(&app, &other, theirs["id"].as_str().unwrap(), |b| b["status"] == json!("failed")).await;
+    assert_eq!(failed["errors"]["data"][0]["code"], json!("input_file_unreadable"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -410,3 +410,65 @@ async fn concurrent_batches_feedback_and_reads_all_land() {
     state.db.close().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_batch_sent_again_is_stored_once() {
+    let (c, state, dir, run) = start().await;
+    let (wa, wb) = (format!("again-a-{run}"), format!("again-b-{run}"));
+    let (ka, kb) = (c.new_key(&wa).await, c.new_key(&wb).await);
+    let id = |n: u32| json!({"record_id": format!("{n:032x}"), "metadata": {"n": n}});
+    let batch = vec![record(&wa, "t1", Some("s1"), T, id(1)), record(&wa, "t2", Some("s2"), T + 1, id(2))];
+    c.ship(batch.clone()).await;
+    // The filter timed out on the first answer and sends the same batch again, with a new record.
+    let mut again = batch.clone();
+    again.push(record(&wa, "t3", Some("s3"), T + 2, id(3)));
+    c.ship(again).await;
+    assert_eq!(c.spans(&ka, "").await, ["t3/s3", "t2/s2", "t1/s1"]);
+    // Its metadata was not stored twice either.
+    assert_eq!(c.spans(&ka, "metadata.n=1").await, ["t1/s1"]);
+
+    // The same id in another workspace is another record.
+    c.ship(vec![record(&wb, "t1", Some("s1"), T, id(1))]).await;
+    assert_eq!(c.spans(&kb, "").await, ["t1/s1"]);
+    assert_eq!(c.spans(&ka, "trace_id=t1").await, ["t1/s1"]);
+
+    // Records of older filters (no record_id) are all stored, twice if sent twice.
+    let old = record(&wb, "old", Some("o1"), T + 5, json!({}));
+    c.ship(vec![old.clone()]).await;
+    c.ship(vec![old]).await;
+    assert_eq!(c.spans(&kb, "trace_id=old").await, ["old/o1", "old/o1"]);
+
+    state.db.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_retention_sweep_deletes_older_records_with_their_metadata() {
+    let (c, state, dir, run) = start().await;
+    let ws = format!("old-{run}");
+    let key = c.new_key(&ws).await;
+    const DAY: i64 = 86_400_000;
+    // Years before the other tests' records (T...), which a shared database holds meanwhile.
+    let base = T - 1000 * DAY;
+    let meta = |user: &str| json!({"metadata": {"_user": user}});
+    c.ship(vec![
+        record(&ws, "old", Some("o"), base, meta("u-old")),
+        record(&ws, "edge", Some("e"), base + DAY, meta("u-edge")),
+        record(&ws, "new", Some("n"), base + 31 * DAY, meta("u-new")),
+    ])
+    .await;
+    c.ok("POST", "/v1/feedback", &key, Some(json!({"trace_id": "new", "value": 1}))).await;
+
+    // 30 days kept, seen from base + 31 days: the record of base goes, the one a day later stays.
+    let now = base + 31 * DAY;
+    let deleted = gateway_control_plane::retention::sweep_once(&state.db, 30, now).await.unwrap();
+    assert!(deleted >= 1, "a reused database may hold older ones of earlier runs");
+    assert_eq!(c.spans(&key, "").await, ["new/n", "edge/e"]);
+    assert!(c.spans(&key, "metadata._user=u-old").await.is_empty());
+    assert_eq!(c.spans(&key, "metadata._user=u-edge").await, ["edge/e"]);
+    assert_eq!(c.logs(&key, "trace_id=new").await["data"][0]["feedback"][0]["value"], 1, "recent feedback stays");
+    assert_eq!(gateway_control_plane::retention::sweep_once(&state.db, 30, now).await.unwrap(), 0, "swept again");
+
+    state.db.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

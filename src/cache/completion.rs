@@ -13,7 +13,7 @@ const CHUNK_HEADER_FIELDS: &[&str] = &["id", "created", "model", "system_fingerp
 
 /// The `object` of a complete answer and of its stream chunks; None for endpoints that do
 /// not stream.
-fn object_names(endpoint: Endpoint) -> Option<(&'static str, &'static str)> {
+pub(crate) fn object_names(endpoint: Endpoint) -> Option<(&'static str, &'static str)> {
     match endpoint {
         Endpoint::ChatCompletions => Some(("chat.completion", "chat.completion.chunk")),
         Endpoint::Completions => Some(("text_completion", "text_completion")),
@@ -215,15 +215,20 @@ impl StreamAssembler {
         self.fail_if_overflowed();
     }
 
-    /// The complete answer as JSON bytes (`chat.completion` or `text_completion`), or None
-    /// unless `[DONE]` arrived after valid chunks only, with no error, every choice finished,
-    /// within `max_bytes`. An incomplete answer must never be stored.
     /// `data: [DONE]` arrived: the stream is complete for OpenAI clients, which may send
     /// their next request before the connection's end reaches the gateway.
     pub(crate) fn is_done(&self) -> bool {
         matches!(self.state, State::Done)
     }
 
+    /// The stream's `id`, `created`, `model` (and the other chunk header fields) seen so far.
+    pub(crate) fn header(&self) -> &Map<String, Value> {
+        &self.header
+    }
+
+    /// The complete answer as JSON bytes (`chat.completion` or `text_completion`), or None
+    /// unless `[DONE]` arrived after valid chunks only, with no error, every choice finished,
+    /// within `max_bytes`. An incomplete answer must never be stored.
     pub(crate) fn finish(mut self) -> Option<Vec<u8>> {
         if self.state == State::Streaming {
             for event in self.parser.finish() {

@@ -4,9 +4,10 @@
 //! request or the answer is held until every one answered or timed out.
 
 use super::{Dispatch, Env, RawHeaders, Task};
-use crate::cache::completion::StreamAssembler;
+use crate::cache::completion::{self, StreamAssembler};
 use crate::errors::GatewayError;
 use crate::guardrails::calls::{CallSpec, Continuation, JwksUpdate, Reply};
+use crate::guardrails::inject::{BeforeDone, Edit, ObjectSplice};
 use crate::guardrails::verdict::{self, Item, ItemResult, Outcome, Slot, StageRun, Started};
 use crate::guardrails::{request_text, response_text, CachedJwks, Env as CheckEnv, Input, Stage};
 use crate::pipeline::Call;
@@ -70,6 +71,15 @@ pub(super) struct Guard {
     pub(super) held: Option<Answer>,
     /// A stream that flows while it is assembled for the output checks (no item denies).
     watch: Option<StreamAssembler>,
+    /// The flowing stream's `id`, `created` and `model`, once assembled.
+    stream_header: Map<String, Value>,
+    /// The client asked for the usage of a stream (`stream_options.include_usage`): the
+    /// verdicts go to a last event too.
+    include_usage: bool,
+    /// `hook_results` on its way into a JSON answer that flows.
+    splice: Option<ObjectSplice>,
+    /// The verdicts' event on its way into a flowing stream, before `data: [DONE]`.
+    before_done: Option<BeforeDone>,
 }
 
 impl Guard {
@@ -91,6 +101,7 @@ impl Guard {
         let (async_items, after_items) = after.into_iter().partition(|item| item.is_async);
         let request = call.request_json().cloned().unwrap_or(Value::Null);
         let model = request.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
+        let include_usage = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
         Ok(Some(Guard {
             request,
             metadata: call.metadata().cloned(),
@@ -106,6 +117,10 @@ impl Guard {
             running: None,
             held: None,
             watch: None,
+            stream_header: Map::new(),
+            include_usage,
+            splice: None,
+            before_done: None,
         }))
     }
 
@@ -117,6 +132,21 @@ impl Guard {
     /// Whether the answer changes with the checks: some check ran before, or will after.
     pub(super) fn shapes_answer(&self) -> bool {
         !self.before.is_empty() || !self.after_items.is_empty() || !self.async_items.is_empty()
+    }
+
+    /// Whether every verdict is known before the answer starts: only input checks ran (none
+    /// runs after the answer, not even async ones, which need the whole answer).
+    pub(super) fn decided_before_answer(&self) -> bool {
+        !self.before.is_empty() && self.after_items.is_empty() && self.async_items.is_empty()
+    }
+
+    /// The JSON answer flows with `hook_results` spliced in (see `decided_before_answer`); how
+    /// many bytes it grows by.
+    pub(super) fn splice_answer(&mut self) -> usize {
+        let splice = ObjectSplice::new(&verdict::hook_results(&self.before, &[]));
+        let added = splice.added_len();
+        self.splice = Some(splice);
+        added
     }
 
     /// Whether an output check may deny, so a stream must be held until it is decided.
@@ -169,32 +199,74 @@ impl Guard {
         }
     }
 
-    /// A flowing stream is assembled for the output checks, whose verdicts go to the record.
+    /// A flowing stream is assembled for the output checks, whose verdicts go to the record,
+    /// and to a last event when the client asked for the usage.
     pub(super) fn watch_stream(&mut self) {
-        if !self.after_items.is_empty() || !self.async_items.is_empty() {
+        let event = self.include_usage && (!self.before.is_empty() || !self.after_items.is_empty());
+        if event {
+            self.before_done = Some(BeforeDone::default());
+        }
+        if event || !self.after_items.is_empty() || !self.async_items.is_empty() {
             self.watch = Some(StreamAssembler::new(self.endpoint, MAX_ASSEMBLED_BYTES));
         }
     }
 
-    pub(super) fn watching(&self) -> bool {
-        self.watch.is_some()
+    /// Whether the guard reads (and may edit) the chunks of an answer that flows.
+    pub(super) fn follows_answer(&self) -> bool {
+        self.watch.is_some() || self.splice.is_some() || self.before_done.is_some()
     }
 
-    /// The client's bytes of a flowing stream; at its end the output checks run for the record
-    /// (their calls are sent, the answer is not held).
-    pub(super) fn watched(&mut self, env: &mut Env, bytes: &[u8], end: bool) {
-        let Some(watch) = &mut self.watch else {
+    /// The client's bytes of an answer that flows, and what to change in them: `hook_results`
+    /// spliced into a JSON answer, or the verdicts' event put before a stream's `[DONE]`. The
+    /// output checks run once the stream is complete (their calls are sent, the stream does
+    /// not wait for them).
+    pub(super) fn watched(&mut self, env: &mut Env, bytes: &[u8], end: bool) -> Option<Edit> {
+        if let Some(splice) = &mut self.splice {
+            return splice.push(bytes, end);
+        }
+        if let Some(watch) = &mut self.watch {
+            watch.push(bytes);
+        }
+        let Some(mut before_done) = self.before_done.take() else {
+            if end {
+                self.check_stream(env);
+            }
+            return None;
+        };
+        let edit = before_done.push(bytes, end, &mut || {
+            self.check_stream(env);
+            self.stream_event()
+        });
+        self.before_done = Some(before_done);
+        edit
+    }
+
+    /// The output checks on the assembled stream (once).
+    fn check_stream(&mut self, env: &mut Env) {
+        let Some(watch) = self.watch.take() else {
             return;
         };
-        watch.push(bytes);
-        if !end {
-            return;
-        }
-        let json = self.watch.take().and_then(StreamAssembler::finish);
-        let json = json.and_then(|b| serde_json::from_slice::<Value>(&b).ok()).unwrap_or(Value::Null);
+        self.stream_header = watch.header().clone();
+        let json = watch.finish().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).unwrap_or(Value::Null);
         let items = std::mem::take(&mut self.after_items);
         self.start(env, Stage::After, items, Some(&json));
         self.run_async(env, &json);
+    }
+
+    /// The stream's last event before `[DONE]`: a chunk without choices that carries the
+    /// verdicts decided so far (output checks still waiting for a call are not in it).
+    fn stream_event(&self) -> Vec<u8> {
+        let object = completion::object_names(self.endpoint).map_or("chat.completion.chunk", |(_, chunk)| chunk);
+        let field = |name: &str| self.stream_header.get(name).cloned();
+        let mut event = Map::new();
+        event.extend(field("id").map(|id| ("id".to_string(), id)));
+        event.insert("object".into(), object.into());
+        event.extend(field("created").map(|created| ("created".to_string(), created)));
+        event.insert("model".into(), field("model").unwrap_or_else(|| self.model.clone().into()));
+        event.insert("choices".into(), Value::Array(Vec::new()));
+        let event = Value::Object(event).to_string().into_bytes();
+        let results = verdict::hook_results(&self.before, &self.after);
+        verdict::with_hook_results(&event, &results).unwrap_or(event)
     }
 
     fn answer_json(&self, answer: &Answer) -> Value {

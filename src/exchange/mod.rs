@@ -10,6 +10,7 @@
 //! local answer. Every asynchronous step (recovery attempts, the embeddings call) is a task
 //! in one registry keyed by call token, whichever context the answer arrives on.
 
+mod bodies;
 mod caching;
 mod guard;
 mod lookups;
@@ -26,7 +27,7 @@ use crate::cache::store;
 use crate::cache::{semantic, STATUS_HEADER};
 use crate::catalog::{Catalog, Entry, Ref, MAX_LOOKUPS};
 use crate::errors::GatewayError;
-use crate::guardrails::verdict;
+use crate::guardrails::{self, verdict};
 use crate::pipeline::{
     self, Call, Forward, Pending, ResponsePlan, Started, CLUSTER_HEADER, PROVIDER_HEADER, RETRIES_HEADER,
     TARGET_HEADER, TRACE_HEADER,
@@ -39,6 +40,7 @@ use crate::routing::plan::Failure;
 use crate::settings::Settings;
 use crate::stream;
 use crate::upstream::Upstream;
+use bodies::Bodies;
 use caching::{CacheState, Hit};
 use guard::{Answer, Guard, Progress};
 use hashbrown::HashMap;
@@ -322,7 +324,7 @@ impl Worker {
             Task::Records if !self.tasks.records.carries(token) => return Output::proceed(),
             Task::Records => {
                 let now_ms = io.host().now_ms();
-                let dropped = self.tasks.records.answered(answer.status, now_ms);
+                let dropped = self.tasks.records.answered(answer.status, now_ms, self.settings.records.max_queued);
                 count_dropped(io, dropped);
                 rearm(&self.tasks, io);
                 return Output::proceed();
@@ -419,7 +421,7 @@ impl Worker {
                 self.tasks.calls.insert(token, (self.root, Task::Records));
             }
             None => {
-                let dropped = self.tasks.records.answered(0, now_ms);
+                let dropped = self.tasks.records.answered(0, now_ms, self.settings.records.max_queued);
                 count_dropped(io, dropped);
             }
         }
@@ -452,7 +454,7 @@ impl Worker {
         let line = record.to_json();
         io.access_log(&line);
         if settings.control_plane.is_some() && !record.workspace.is_empty() {
-            self.queue(&line, record.start_ms, io);
+            self.queue(&line, record.start_ms, record.bodies.as_deref(), &settings, io);
         }
         Some(record)
     }
@@ -461,18 +463,21 @@ impl Worker {
 impl Worker {
     /// Queues a finished request's record for the control plane; the timer is set again only
     /// when the first record waits or a batch is due at once.
-    fn queue(&mut self, line: &[u8], start_ms: u64, io: &mut dyn Io) {
+    fn queue(&mut self, line: &[u8], start_ms: u64, bodies: Option<&Bodies>, settings: &Settings, io: &mut dyn Io) {
         if !self.shipping {
             // Scrapes show the counter at 0 once records are shipped, not only after a drop.
             self.shipping = true;
             io.metric(metrics::Kind::Counter, metrics::RECORDS_DROPPED, 0);
         }
-        let now_ms = io.host().now_ms();
+        let host = io.host();
+        let now_ms = host.now_ms();
+        let record_id = record::record_id(host.random(), host.random());
+        let extra = record::Shipped::new(start_ms, record_id.as_deref());
         let records = &mut self.tasks.records;
-        let Some(shipped) = record::shipped(line, start_ms) else {
+        let Some(shipped) = record::shipped_with_bodies(line, &extra, bodies, shipping::MAX_RECORD_BYTES) else {
             return count_dropped(io, 1);
         };
-        if !records.push(shipped, now_ms) {
+        if !records.push(shipped, now_ms, settings.records.max_queued) {
             return count_dropped(io, 1);
         }
         if records.len() == 1 || records.len() == shipping::EAGER {
@@ -629,9 +634,13 @@ impl Exchange {
             Some(id) => id.clone(),
             None => format!("{:016x}{:016x}", host.random(), host.random()),
         };
+        // Bodies only ever go to the control plane.
+        let bodies = (settings.records.bodies && settings.control_plane.is_some())
+            .then(|| Box::new(Bodies::new(settings.records.max_body_bytes)));
         let record = Record {
             trace_id,
             trace,
+            bodies,
             method: text(":method").unwrap_or_default(),
             path: text(":path").unwrap_or_default(),
             start_ms: host.now_ms(),
@@ -738,7 +747,9 @@ impl Exchange {
             if end_of_stream && !stalled.ended {
                 stalled.ended = true;
                 if pipeline::reads_body(&stalled.raw) {
-                    stalled.body = Some((size, env.io.request_body(env.id, size)));
+                    let body = env.io.request_body(env.id, size);
+                    self.record.client_sent(&body);
+                    stalled.body = Some((size, body));
                 }
             }
             return Action::Pause;
@@ -754,6 +765,7 @@ impl Exchange {
         };
         let (pending, raw) = *held;
         let body = env.io.request_body(env.id, size);
+        self.record.client_sent(&body);
         let mut known = lookups::Known::new(&self.known, &mut env.tasks.recent);
         let mut catalog = Catalog::new(env.settings, &mut known);
         match pipeline::finish(env.settings, pending, &body, env.io.host(), &mut catalog) {
@@ -946,6 +958,7 @@ impl Exchange {
         let mut headers = vec![("content-type".to_string(), answer.content_type)];
         headers.extend(self.gateway_headers());
         self.phase = Phase::Answered;
+        self.record.client_received(&answer.body);
         env.after.push(After::Reply { id: env.id, status: answer.status, headers, body: answer.body });
     }
 
@@ -1158,6 +1171,23 @@ impl Exchange {
                 let json = self.mode == ResponseMode::Translated
                     || io.response_header(id, "content-type").is_some_and(|v| v.windows(4).any(|w| w == b"json"));
                 self.hold = if stream { guard.holds_streams() } else { json && guard.shapes_answer() };
+                // Verdicts known before the answer: an answer that passes untouched flows, with
+                // `hook_results` spliced in on its way (it grows by a known length).
+                let identity = io.response_header(id, "content-encoding").is_none_or(|v| v == b"identity");
+                let untouched = self.mode == ResponseMode::Passthrough && identity;
+                // (A body must follow: its chunks carry what the new length announces.)
+                if self.hold && !stream && !end_of_stream && untouched && guard.decided_before_answer() {
+                    self.hold = false;
+                    if guard.outcome() == verdict::Outcome::Flag {
+                        self.record.status = verdict::FLAG_STATUS;
+                        io.set_response_header(id, ":status", Some(&verdict::FLAG_STATUS.to_string()));
+                    }
+                    let added = guard.splice_answer();
+                    let length = io.response_header(id, "content-length");
+                    let length = length.and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<usize>().ok());
+                    let length = length.map(|length| length.saturating_add(added).to_string());
+                    io.set_response_header(id, "content-length", length.as_deref());
+                }
                 if stream && !self.hold {
                     // The stream flows: a flagged request shows in its status only.
                     if guard.outcome() == verdict::Outcome::Flag {
@@ -1229,7 +1259,7 @@ impl Exchange {
         if self.hold {
             return self.held_body(env, size, end_of_stream);
         }
-        let watching = self.guard.as_ref().is_some_and(|g| g.watching());
+        let watching = self.guard.as_ref().is_some_and(|g| g.follows_answer());
         match self.mode {
             ResponseMode::Passthrough if self.cache.capturing() || watching || self.usage.is_some() => {
                 let body = env.io.response_body(env.id, size);
@@ -1239,11 +1269,22 @@ impl Exchange {
                         self.record.usage = scan.usage();
                     }
                 }
+                self.record.client_received(&body);
                 self.capture(env, &body, end_of_stream);
-                self.watched(env, &body, end_of_stream);
+                if let Some(edit) = self.watched(env, &body, end_of_stream) {
+                    env.io.set_response_body(env.id, edit.replaced, &edit.with);
+                }
                 Action::Continue
             }
-            ResponseMode::Passthrough => Action::Continue,
+            ResponseMode::Passthrough => {
+                // Only what the record keeps is read.
+                if let Some(bodies) = &mut self.record.bodies {
+                    let room = bodies.response.room().min(size);
+                    let kept = if room > 0 { env.io.response_body(env.id, room) } else { Vec::new() };
+                    bodies.response.push_prefix(&kept, size);
+                }
+                Action::Continue
+            }
             ResponseMode::Stream => {
                 let body = env.io.response_body(env.id, size);
                 let mut out = Vec::with_capacity(body.len() + 256);
@@ -1252,9 +1293,12 @@ impl Exchange {
                     routed.plan.translator.stream_end(&mut out);
                     self.record.usage = routed.plan.translator.usage();
                 }
-                env.io.set_response_body(env.id, size, &out);
                 self.capture(env, &out, end_of_stream);
-                self.watched(env, &out, end_of_stream);
+                if let Some(edit) = self.watched(env, &out, end_of_stream) {
+                    out.splice(..edit.replaced.min(out.len()), edit.with);
+                }
+                env.io.set_response_body(env.id, size, &out);
+                self.record.client_received(&out);
                 Action::Continue
             }
             ResponseMode::Error(_) | ResponseMode::Translated if !end_of_stream => Action::Pause,
@@ -1268,6 +1312,7 @@ impl Exchange {
                 env.io.set_response_header(env.id, "content-type", Some("application/json"));
                 env.io.set_response_header(env.id, "content-length", Some(&finished.body.len().to_string()));
                 env.io.set_response_body(env.id, size, &finished.body);
+                self.record.client_received(&finished.body);
                 if (200..300).contains(&finished.status) {
                     self.capture(env, &finished.body, true);
                 }
@@ -1292,11 +1337,9 @@ impl Exchange {
         finished
     }
 
-    /// A flowing stream's bytes, for the output checks that only go to the record.
-    fn watched(&mut self, env: &mut Env, bytes: &[u8], end: bool) {
-        if let Some(guard) = &mut self.guard {
-            guard.watched(env, bytes, end);
-        }
+    /// The bytes of an answer that flows, for the guard: what to change in them, if anything.
+    fn watched(&mut self, env: &mut Env, bytes: &[u8], end: bool) -> Option<guardrails::inject::Edit> {
+        self.guard.as_mut()?.watched(env, bytes, end)
     }
 
     /// The body of a 2xx answer held for the output checks: once whole, finished as its mode
@@ -1337,6 +1380,7 @@ impl Exchange {
         env.io.set_response_header(env.id, "content-type", Some(&answer.content_type));
         env.io.set_response_header(env.id, "content-length", Some(&answer.body.len().to_string()));
         env.io.set_response_body(env.id, size, &answer.body);
+        self.record.client_received(&answer.body);
         Action::Continue
     }
 
@@ -1518,6 +1562,7 @@ impl Exchange {
             }
         }
         headers.extend(self.gateway_headers());
+        self.record.client_received(&finished.body);
         env.after.push(After::Reply { id: env.id, status: finished.status, headers, body: finished.body });
     }
 
@@ -1568,6 +1613,7 @@ impl Exchange {
         let mut headers = json_headers();
         headers.extend(self.gateway_headers());
         self.phase = Phase::Answered;
+        self.record.client_received(&body);
         env.after.push(After::Reply { id: env.id, status, headers, body });
         Action::Pause
     }

@@ -2,6 +2,7 @@
 //! request ends it becomes its metrics, the filter's log line (`Display`) and the access-log
 //! JSON object (`to_json`).
 
+use super::bodies::Bodies;
 use crate::providers::Usage;
 use crate::request::headers::TraceFields;
 use crate::routing::attempts::Move;
@@ -52,9 +53,25 @@ pub(crate) struct Record {
     pub(crate) cache_stored: Option<u64>,
     /// The caller's workspace (with a control plane; empty otherwise).
     pub(crate) workspace: String,
+    /// The request and response bodies, for the shipped record only (`records.bodies`).
+    pub(crate) bodies: Option<Box<Bodies>>,
 }
 
 impl Record {
+    /// Bytes the client sent, for the shipped record (with `records.bodies`).
+    pub(crate) fn client_sent(&mut self, bytes: &[u8]) {
+        if let Some(bodies) = &mut self.bodies {
+            bodies.request.push(bytes);
+        }
+    }
+
+    /// Bytes the client receives, for the shipped record (with `records.bodies`).
+    pub(crate) fn client_received(&mut self, bytes: &[u8]) {
+        if let Some(bodies) = &mut self.bodies {
+            bodies.response.push(bytes);
+        }
+    }
+
     /// The request's end at `now_ms`: its duration and, for a stream that succeeded, its time
     /// to first token (an error's body is no token).
     pub(crate) fn end(&mut self, now_ms: u64) {
@@ -98,19 +115,97 @@ impl Record {
     }
 }
 
-/// The object shipped to the control plane: access-log `line` plus `timestamp_ms`, the Unix
-/// time (ms) the request arrived (the host clock is the wall clock). Spliced into the line
-/// rather than serialised again; None when the line is not an object.
-pub(crate) fn shipped(line: &[u8], timestamp_ms: u64) -> Option<Vec<u8>> {
+/// What the shipped record adds to the access-log line.
+#[derive(Serialize)]
+pub(crate) struct Shipped<'a> {
+    /// Unix time (ms) the request arrived (the host clock is the wall clock).
+    pub(crate) timestamp_ms: u64,
+    /// Made once per record (128 random bits as hex), so a batch sent again is stored once;
+    /// None when the host gave no randomness.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) record_id: Option<&'a str>,
+    /// With `records.bodies`: what the client sent and received, and whether each was cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_body: Option<&'a str>,
+    #[serde(skip_serializing_if = "is_false")]
+    request_body_truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_body: Option<&'a str>,
+    #[serde(skip_serializing_if = "is_false")]
+    response_body_truncated: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
+}
+
+impl Shipped<'_> {
+    pub(crate) fn new(timestamp_ms: u64, record_id: Option<&str>) -> Shipped<'_> {
+        Shipped {
+            timestamp_ms,
+            record_id,
+            request_body: None,
+            request_body_truncated: false,
+            response_body: None,
+            response_body_truncated: false,
+        }
+    }
+}
+
+/// The shipped record of `line` with `extra` and the request's `bodies`: the bodies are cut
+/// further (by halves) while the record would be over `max_bytes`, so a record is never lost
+/// for its bodies.
+pub(crate) fn shipped_with_bodies(
+    line: &[u8],
+    extra: &Shipped,
+    bodies: Option<&Bodies>,
+    max_bytes: usize,
+) -> Option<Vec<u8>> {
+    let Some(bodies) = bodies else {
+        return shipped(line, extra);
+    };
+    let mut limit = usize::MAX;
+    loop {
+        let (request, request_cut) = bodies.request.text(limit);
+        let (response, response_cut) = bodies.response.text(limit);
+        let with_bodies = Shipped {
+            request_body: Some(&request),
+            request_body_truncated: request_cut,
+            response_body: Some(&response),
+            response_body_truncated: response_cut,
+            ..*extra
+        };
+        let record = shipped(line, &with_bodies)?;
+        if record.len() <= max_bytes || limit == 0 {
+            return Some(record);
+        }
+        limit = request.len().max(response.len()) / 2;
+    }
+}
+
+/// The object shipped to the control plane: access-log `line` with the fields of `extra`
+/// spliced in rather than serialised again; None when the line is not an object.
+pub(crate) fn shipped(line: &[u8], extra: &Shipped) -> Option<Vec<u8>> {
     let (b'}', head) = line.split_last()? else {
         return None;
     };
-    let mut shipped = head.to_vec();
+    let extra = serde_json::to_vec(extra).ok()?;
+    let (b'{', fields) = extra.split_first()? else {
+        return None;
+    };
+    let mut shipped = Vec::with_capacity(line.len().saturating_add(extra.len()));
+    shipped.extend_from_slice(head);
     if head.len() > 1 {
         shipped.push(b',');
     }
-    shipped.extend_from_slice(format!("\"timestamp_ms\":{timestamp_ms}}}").as_bytes());
+    shipped.extend_from_slice(fields);
     Some(shipped)
+}
+
+/// A record id: 128 random bits as hex; None when both halves are 0 (the host's randomness
+/// failed: ids that repeat would make the control plane drop records as sent twice).
+pub(crate) fn record_id(high: u64, low: u64) -> Option<String> {
+    (high != 0 || low != 0).then(|| format!("{high:016x}{low:016x}"))
 }
 
 /// An empty text as `null`.
@@ -209,6 +304,43 @@ mod tests {
     }
 
     #[test]
+    fn bodies_go_only_to_the_shipped_record_and_are_cut_to_keep_it_under_the_bound() {
+        let mut bodies = Bodies::new(100);
+        bodies.request.push(br#"{"messages":"hi \"you\" and more"}"#);
+        bodies.response.push(&[b'x'; 150]);
+        let record = Record { trace_id: "t".into(), bodies: Some(Box::new(bodies.clone())), ..Record::default() };
+        let line = record.to_json();
+        assert!(!String::from_utf8_lossy(&line).contains("body"), "never in the access log");
+        let extra = Shipped::new(1, None);
+        let shipped: Value =
+            serde_json::from_slice(&shipped_with_bodies(&line, &extra, Some(&bodies), 64 << 10).unwrap()).unwrap();
+        assert_eq!(shipped["request_body"], json!(r#"{"messages":"hi \"you\" and more"}"#));
+        assert_eq!(shipped.get("request_body_truncated"), None);
+        assert_eq!(
+            (shipped["response_body"].as_str().unwrap().len(), &shipped["response_body_truncated"]),
+            (100, &json!(true))
+        );
+        let without: Value =
+            serde_json::from_slice(&shipped_with_bodies(&line, &extra, None, 64 << 10).unwrap()).unwrap();
+        assert_eq!((without.get("request_body"), without.get("response_body")), (None, None));
+
+        // Over the bound: both bodies are cut by halves until the record fits.
+        let full = shipped_with_bodies(&line, &extra, Some(&bodies), usize::MAX).unwrap();
+        let small = shipped_with_bodies(&line, &extra, Some(&bodies), full.len() - 50).unwrap();
+        let small: Value = serde_json::from_slice(&small).unwrap();
+        assert_eq!((small["response_body"].as_str().unwrap().len(), small.get("request_body_truncated")), (50, None));
+        let smaller = shipped_with_bodies(&line, &extra, Some(&bodies), full.len() - 51).unwrap();
+        let smaller: Value = serde_json::from_slice(&smaller).unwrap();
+        assert_eq!(
+            (smaller["response_body"].as_str().unwrap().len(), &smaller["request_body_truncated"]),
+            (25, &json!(true))
+        );
+        let tiny: Value =
+            serde_json::from_slice(&shipped_with_bodies(&line, &extra, Some(&bodies), 10).unwrap()).unwrap();
+        assert_eq!((&tiny["request_body"], &tiny["response_body"]), (&json!(""), &json!("")), "the record stays");
+    }
+
+    #[test]
     fn the_access_log_object_has_every_field() {
         let mut record = Record {
             trace_id: "t-1".into(),
@@ -237,10 +369,14 @@ mod tests {
                    "time_to_first_token_ms": 40, "error_code": null})
         );
         assert!(line.get("timestamp_ms").is_none(), "the access log has no timestamp (Envoy's own has)");
-        let shipped: Value = serde_json::from_slice(&shipped(&record.to_json(), record.start_ms).unwrap()).unwrap();
-        assert_eq!(shipped["timestamp_ms"], json!(1000));
-        assert_eq!(super::shipped(b"{}", 7).as_deref(), Some(&br#"{"timestamp_ms":7}"#[..]));
-        assert_eq!(super::shipped(b"", 7), None, "a line that failed to serialise is not shipped");
+        let extra = Shipped::new(record.start_ms, Some("ab"));
+        let shipped: Value = serde_json::from_slice(&shipped(&record.to_json(), &extra).unwrap()).unwrap();
+        assert_eq!((&shipped["timestamp_ms"], &shipped["record_id"]), (&json!(1000), &json!("ab")));
+        let bare = Shipped::new(7, None);
+        assert_eq!(super::shipped(b"{}", &bare).as_deref(), Some(&br#"{"timestamp_ms":7}"#[..]));
+        assert_eq!(super::shipped(b"", &bare), None, "a line that failed to serialise is not shipped");
+        assert_eq!(record_id(0xab, 1).as_deref(), Some("00000000000000ab0000000000000001"));
+        assert_eq!(record_id(0, 0), None);
         let refused = Record { status: 401, error_code: Some("invalid_api_key"), ..Record::default() };
         let line: Value = serde_json::from_slice(&refused.to_json()).unwrap();
         assert_eq!((line["attempts"].clone(), line["provider"].clone()), (json!(0), Value::Null));

@@ -10,9 +10,7 @@ use super::Dispatch;
 use crate::settings::ControlPlaneSettings;
 use std::collections::VecDeque;
 
-/// At most this many records wait per worker ...
-pub(super) const MAX_QUEUED: usize = 2000;
-/// ... and at most this many bytes of them.
+/// At most `records.max_queued` records wait per worker, and at most this many bytes of them.
 pub(super) const MAX_QUEUED_BYTES: usize = 4 << 20;
 /// A record larger than this is never shipped (the control plane's bound).
 pub(super) const MAX_RECORD_BYTES: usize = 64 << 10;
@@ -52,13 +50,14 @@ impl Shipper {
         self.queue.len()
     }
 
-    fn fits(&self, bytes: usize) -> bool {
-        self.queue.len() < MAX_QUEUED && self.bytes.saturating_add(bytes) <= MAX_QUEUED_BYTES
+    /// Whether a record of `bytes` fits while at most `max_queued` records may wait.
+    fn fits(&self, bytes: usize, max_queued: usize) -> bool {
+        self.queue.len() < max_queued && self.bytes.saturating_add(bytes) <= MAX_QUEUED_BYTES
     }
 
     /// Queues one record at `now_ms`; false when it was dropped (too large, or the queue full).
-    pub(super) fn push(&mut self, json: Vec<u8>, now_ms: u64) -> bool {
-        if json.len() > MAX_RECORD_BYTES || !self.fits(json.len()) {
+    pub(super) fn push(&mut self, json: Vec<u8>, now_ms: u64, max_queued: usize) -> bool {
+        if json.len() > MAX_RECORD_BYTES || !self.fits(json.len(), max_queued) {
             return false;
         }
         self.bytes = self.bytes.saturating_add(json.len());
@@ -106,8 +105,9 @@ impl Shipper {
     }
 
     /// The batch in flight was answered with `status` (0: no answer, or it was not even sent)
-    /// at `now_ms`: how many records were dropped.
-    pub(super) fn answered(&mut self, status: u16, now_ms: u64) -> u64 {
+    /// at `now_ms`: how many records were dropped (a failed batch goes back as far as
+    /// `max_queued` allows).
+    pub(super) fn answered(&mut self, status: u16, now_ms: u64, max_queued: usize) -> u64 {
         let Some((_, batch)) = self.in_flight.take() else {
             return 0;
         };
@@ -127,17 +127,17 @@ impl Shipper {
                 let delay = RETRY_MS.saturating_mul(1u64 << exponent).min(MAX_RETRY_MS);
                 self.not_before_ms = now_ms.saturating_add(delay);
                 log::warn!("the control plane did not take a batch of {} records ({status}); retried", batch.len());
-                self.requeue(batch)
+                self.requeue(batch, max_queued)
             }
         }
     }
 
     /// A failed batch back at the front of the queue, its newest records first, as far as the
     /// bound allows: how many did not fit.
-    fn requeue(&mut self, batch: Vec<Queued>) -> u64 {
+    fn requeue(&mut self, batch: Vec<Queued>, max_queued: usize) -> u64 {
         let mut dropped = 0usize;
         for record in batch.into_iter().rev() {
-            if self.fits(record.json.len()) {
+            if self.fits(record.json.len(), max_queued) {
                 self.bytes = self.bytes.saturating_add(record.json.len());
                 self.queue.push_front(record);
             } else {
@@ -196,6 +196,9 @@ pub(super) fn call(cp: &ControlPlaneSettings, body: Vec<u8>) -> Dispatch {
 mod tests {
     use super::*;
 
+    /// The default `records.max_queued`.
+    const MAX_QUEUED: usize = 2000;
+
     fn record(i: usize) -> Vec<u8> {
         format!("{{\"n\":{i}}}").into_bytes()
     }
@@ -203,37 +206,51 @@ mod tests {
     #[test]
     fn the_queue_is_bounded_by_count_and_bytes_and_records_by_size() {
         let mut shipper = Shipper::default();
-        assert!(!shipper.push(vec![b'x'; MAX_RECORD_BYTES + 1], 0));
+        assert!(!shipper.push(vec![b'x'; MAX_RECORD_BYTES + 1], 0, MAX_QUEUED));
         for i in 0..MAX_QUEUED {
-            assert!(shipper.push(record(i), 0));
+            assert!(shipper.push(record(i), 0, MAX_QUEUED));
         }
-        assert!(!shipper.push(record(0), 0));
+        assert!(!shipper.push(record(0), 0, MAX_QUEUED));
         let mut shipper = Shipper::default();
         let big = vec![b'x'; MAX_RECORD_BYTES];
         let fit = MAX_QUEUED_BYTES / MAX_RECORD_BYTES;
         for _ in 0..fit {
-            assert!(shipper.push(big.clone(), 0));
+            assert!(shipper.push(big.clone(), 0, MAX_QUEUED));
         }
-        assert!(!shipper.push(big, 0));
+        assert!(!shipper.push(big, 0, MAX_QUEUED));
+    }
+
+    #[test]
+    fn the_configured_bound_holds_for_the_queue_and_a_failed_batch() {
+        let mut shipper = Shipper::default();
+        for i in 0..4 {
+            assert_eq!(shipper.push(record(i), 0, 3), i < 3);
+        }
+        shipper.take(WAIT_MS).unwrap();
+        for i in 0..4 {
+            assert_eq!(shipper.push(record(i), WAIT_MS, 3), i < 3, "the batch in flight holds no room");
+        }
+        assert_eq!(shipper.answered(0, WAIT_MS, 3), 3, "the failed batch finds the queue full");
+        assert_eq!(shipper.len(), 3);
     }
 
     #[test]
     fn batches_are_at_most_500_records_and_one_mib() {
         let mut shipper = Shipper::default();
         for i in 0..600 {
-            shipper.push(record(i), 0);
+            shipper.push(record(i), 0, MAX_QUEUED);
         }
         let body = shipper.take(0).unwrap();
         let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(value["records"].as_array().unwrap().len(), MAX_BATCH);
         assert_eq!(shipper.due_ms(), None, "one batch in flight");
-        assert_eq!(shipper.answered(200, 0), 0);
+        assert_eq!(shipper.answered(200, 0, MAX_QUEUED), 0);
         assert_eq!(shipper.due_ms(), Some(0), "100 or more wait: due now");
 
         let mut shipper = Shipper::default();
         let record = format!("\"{}\"", "x".repeat((60 << 10) - 2)).into_bytes();
         for _ in 0..40 {
-            shipper.push(record.clone(), 0);
+            shipper.push(record.clone(), 0, MAX_QUEUED);
         }
         let body = shipper.take(WAIT_MS).unwrap();
         let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
@@ -243,25 +260,25 @@ mod tests {
     #[test]
     fn failures_back_off_doubling_up_to_the_maximum() {
         let mut shipper = Shipper::default();
-        shipper.push(record(1), 0);
+        shipper.push(record(1), 0, MAX_QUEUED);
         assert_eq!(shipper.take(999), None);
         assert!(shipper.take(1000).is_some());
-        assert_eq!(shipper.answered(0, 1000), 0);
+        assert_eq!(shipper.answered(0, 1000, MAX_QUEUED), 0);
         assert_eq!(shipper.due_ms(), Some(2000));
         shipper.take(2000).unwrap();
-        assert_eq!(shipper.answered(503, 2000), 0);
+        assert_eq!(shipper.answered(503, 2000, MAX_QUEUED), 0);
         assert_eq!(shipper.due_ms(), Some(4000));
         for _ in 0..10 {
             let now = shipper.due_ms().unwrap();
             shipper.take(now).unwrap();
-            shipper.answered(0, now);
+            shipper.answered(0, now, MAX_QUEUED);
         }
         let due = shipper.due_ms().unwrap();
         shipper.take(due).unwrap();
-        shipper.answered(0, due);
+        shipper.answered(0, due, MAX_QUEUED);
         assert_eq!(shipper.due_ms(), Some(due + MAX_RETRY_MS));
         shipper.take(due + MAX_RETRY_MS).unwrap();
-        assert_eq!(shipper.answered(202, due + MAX_RETRY_MS), 0);
+        assert_eq!(shipper.answered(202, due + MAX_RETRY_MS, MAX_QUEUED), 0);
         assert_eq!((shipper.len(), shipper.due_ms()), (0, None));
     }
 }

@@ -93,7 +93,7 @@ impl Operator {
 pub(super) fn regex_match(id: &str, p: &Params, input: &Input) -> Result<CheckResult, String> {
     let rule = required_string(p, "rule")?;
     let not = flag(p, "not")?;
-    let regex = regex::compile(rule).map_err(|e| format!("parameter `rule` is not a valid pattern: {e}"))?;
+    let regex = regex::cached(rule).map_err(|e| format!("parameter `rule` is not a valid pattern: {e}"))?;
     let matched = regex.is_match(input.text);
     let verdict = matched != not;
     let explanation = format!("The pattern {} the text.", if matched { "matched" } else { "did not match" });

@@ -19,6 +19,7 @@
 
 pub(crate) mod calls;
 mod checks;
+pub(crate) mod inject;
 pub(crate) mod jwt;
 mod schema;
 pub(crate) mod verdict;
@@ -29,6 +30,7 @@ mod tests;
 use crate::config::Check;
 use crate::json_check::shorten;
 use calls::{CallSpec, Continuation};
+use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};
 
 /// The parameters of one check, as configured.
@@ -80,12 +82,13 @@ pub(crate) struct CachedJwks {
 }
 
 /// The result of one check, in `hook_results` as `{id, verdict, data, error, execution_time}`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct CheckResult {
     pub(crate) id: String,
     pub(crate) verdict: bool,
     pub(crate) data: Value,
     /// Why the check could not run (bad parameters, a failed call); the verdict is then false.
+    #[serde(serialize_with = "error_object")]
     pub(crate) error: Option<String>,
     /// Milliseconds; filled by the caller, which owns the clock.
     pub(crate) execution_time: u64,
@@ -100,16 +103,11 @@ impl CheckResult {
     pub(crate) fn failed(id: &str, error: impl Into<String>, data: Value) -> CheckResult {
         CheckResult { id: id.to_string(), verdict: false, data, error: Some(error.into()), execution_time: 0 }
     }
+}
 
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "verdict": self.verdict,
-            "data": self.data,
-            "error": self.error.as_ref().map(|e| json!({"message": e})),
-            "execution_time": self.execution_time,
-        })
-    }
+/// A check's error as `{"message": ...}`.
+fn error_object<S: Serializer>(error: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
+    error.as_ref().map(|message| json!({"message": message})).serialize(serializer)
 }
 
 /// How a check is decided.

@@ -112,7 +112,7 @@ fn check(schema: &Value, value: &Value, path: &str, depth: usize, errors: &mut V
         }
         if let Some(pattern) = schema.get("pattern") {
             let pattern = pattern.as_str().ok_or("`pattern` must be a string")?;
-            let regex = regex::compile(pattern).map_err(|e| format!("`pattern` is not valid: {e}"))?;
+            let regex = regex::cached(pattern).map_err(|e| format!("`pattern` is not valid: {e}"))?;
             if !regex.is_match(s) {
                 fail("does not match `pattern`".to_string());
             }

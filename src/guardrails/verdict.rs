@@ -6,6 +6,7 @@ use super::calls::{CallSpec, Continuation, JwksUpdate, Reply};
 use super::{evaluate, CheckResult, Env, Evaluation, Input, Stage};
 use crate::config::{Check, Feedback, Guardrail, Hook, HookOutcome, InlineGuardrail};
 use crate::errors::error_json;
+use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};
 
 /// The answer's status when a check failed and no failing item denies.
@@ -84,18 +85,20 @@ pub(crate) fn items(
 }
 
 /// One item's result, in `hook_results` as `{id, verdict, deny, async, execution_time,
-/// checks, feedback}`.
-#[derive(Debug, Clone, PartialEq)]
+/// checks, feedback}` (serialised directly: building `Value`s first cost more than the check).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct ItemResult {
     pub(crate) id: String,
     /// True when every check passed.
     pub(crate) verdict: bool,
     pub(crate) deny: bool,
+    #[serde(rename = "async")]
     pub(crate) is_async: bool,
     /// Milliseconds: the slowest check's (they run side by side).
     pub(crate) execution_time: u64,
     pub(crate) checks: Vec<CheckResult>,
     /// `on_fail`'s feedback when the verdict is false, `on_success`'s when true; for the record.
+    #[serde(serialize_with = "feedback_object")]
     pub(crate) feedback: Option<Feedback>,
 }
 
@@ -113,18 +116,10 @@ impl ItemResult {
             feedback: outcome.as_ref().and_then(|o| o.feedback.clone()),
         }
     }
+}
 
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "verdict": self.verdict,
-            "deny": self.deny,
-            "async": self.is_async,
-            "execution_time": self.execution_time,
-            "checks": self.checks.iter().map(CheckResult::to_json).collect::<Vec<_>>(),
-            "feedback": self.feedback.as_ref().map(feedback_json),
-        })
-    }
+fn feedback_object<S: Serializer>(feedback: &Option<Feedback>, serializer: S) -> Result<S::Ok, S::Error> {
+    feedback.as_ref().map(feedback_json).serialize(serializer)
 }
 
 impl ItemResult {
@@ -272,15 +267,20 @@ pub(crate) fn outcome(results: &[ItemResult]) -> Outcome {
     failed.fold(Outcome::Pass, |acc, r| acc.max(if r.deny { Outcome::Deny } else { Outcome::Flag }))
 }
 
-/// `{"before_request_hooks": [...], "after_request_hooks": [...]}`.
-pub(crate) fn hook_results(before: &[ItemResult], after: &[ItemResult]) -> Value {
-    let list = |results: &[ItemResult]| results.iter().map(ItemResult::to_json).collect::<Vec<_>>();
-    json!({"before_request_hooks": list(before), "after_request_hooks": list(after)})
+/// `{"before_request_hooks": [...], "after_request_hooks": [...]}`, serialised.
+pub(crate) fn hook_results(before: &[ItemResult], after: &[ItemResult]) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct HookResults<'a> {
+        before_request_hooks: &'a [ItemResult],
+        after_request_hooks: &'a [ItemResult],
+    }
+    let results = HookResults { before_request_hooks: before, after_request_hooks: after };
+    serde_json::to_vec(&results).unwrap_or_else(|_| br#"{"before_request_hooks":[],"after_request_hooks":[]}"#.to_vec())
 }
 
 /// `body` (a JSON object) with `hook_results` as its last top-level key, spliced in so the
 /// provider's bytes and key order stay as they were. None when `body` is not a JSON object.
-pub(crate) fn with_hook_results(body: &[u8], hook_results: &Value) -> Option<Vec<u8>> {
+pub(crate) fn with_hook_results(body: &[u8], hook_results: &[u8]) -> Option<Vec<u8>> {
     serde_json::from_slice::<serde::de::IgnoredAny>(body).ok()?;
     let start = body.iter().position(|b| !b.is_ascii_whitespace())?;
     let end = body.iter().rposition(|b| !b.is_ascii_whitespace())?;
@@ -293,13 +293,13 @@ pub(crate) fn with_hook_results(body: &[u8], hook_results: &Value) -> Option<Vec
     out.extend_from_slice(body.get(..end)?);
     out.extend_from_slice(separator);
     out.extend_from_slice(b"\"hook_results\":");
-    out.extend_from_slice(hook_results.to_string().as_bytes());
+    out.extend_from_slice(hook_results);
     out.push(b'}');
     Some(out)
 }
 
 /// The `DENY_STATUS` answer: an OpenAI-shaped error with `hook_results` beside it.
-pub(crate) fn denied_body(hook_results: &Value) -> Vec<u8> {
+pub(crate) fn denied_body(hook_results: &[u8]) -> Vec<u8> {
     let error = error_json(DENY_MESSAGE, "hooks_failed", None, None);
     with_hook_results(&error, hook_results).unwrap_or(error)
 }

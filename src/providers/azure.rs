@@ -31,6 +31,10 @@ impl Provider for AzureOpenAi {
         let key = fields.api_key.map(str::to_string).ok_or_else(|| missing_key(name))?;
         Ok(Binding { base_url, account: Some(key.clone()), backend: Rc::new(AzureBackend { key, place: deployments }) })
     }
+
+    fn serves_resources(&self) -> bool {
+        true
+    }
 }
 
 /// Azure AI Foundry (model inference endpoints): serverless
@@ -68,6 +72,10 @@ impl Provider for AzureAi {
                 .filter(|_| cloud.cloud_a_deployment_type == Some(CloudADeploymentType::Managed)),
         };
         Ok(Binding { base_url, account: Some(key.clone()), backend: Rc::new(AzureBackend { key, place }) })
+    }
+
+    fn serves_resources(&self) -> bool {
+        true
     }
 }
 

@@ -112,6 +112,12 @@ pub(crate) trait Provider: Sync {
     fn answers_as_openai(&self) -> bool {
         false
     }
+
+    /// Whether OpenAI's resource endpoints (files, batches, ...) reach it as they came. The
+    /// others serve chat only: with a control plane, files are uploaded to the gateway itself.
+    fn serves_resources(&self) -> bool {
+        false
+    }
 }
 
 /// What one target names besides its provider: merged from the config node, the headers and

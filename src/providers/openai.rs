@@ -20,6 +20,10 @@ impl Provider for OpenAi {
     fn answers_as_openai(&self) -> bool {
         true
     }
+
+    fn serves_resources(&self) -> bool {
+        true
+    }
 }
 
 /// A stream whose usage the gateway asked for on the client's behalf

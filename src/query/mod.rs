@@ -170,7 +170,7 @@ fn operator(name: &str, operand: &Value, found: Option<&Value>) -> Result<bool, 
         }
         "$regex" => {
             let pattern = operand.as_str().ok_or_else(|| expected("a string", operand))?;
-            let regex = regex::compile(pattern)
+            let regex = regex::cached(pattern)
                 .map_err(|e| QueryError::new(format!("is not a valid regular expression: {e}")))?;
             Ok(found.and_then(Value::as_str).is_some_and(|s| regex.is_match(s)))
         }

@@ -22,6 +22,10 @@
 //! Anything else (backreferences, lookaround, named groups, other flags, unknown escapes) is a
 //! compile error rather than a silent literal, so a pattern never means something unexpected.
 
+use hashbrown::HashMap;
+use std::cell::RefCell;
+use std::rc::Rc;
+
 /// Longer patterns are refused (in characters).
 const MAX_PATTERN_CHARS: usize = 1000;
 /// Largest count in `{m}`, `{m,}` and `{m,n}`.
@@ -33,6 +37,14 @@ const MAX_PROGRAM: usize = 2000;
 const MAX_COMPILE_STEPS: usize = 4 * MAX_PROGRAM;
 /// Groups nest at most this deep, bounding the recursion of the parser and the compiler.
 const MAX_NESTING: usize = 32;
+/// Compiled patterns a worker keeps (see `cached`).
+const MEMO_ENTRIES: usize = 64;
+
+thread_local! {
+    /// This worker's compiled patterns by pattern: configs arrive with every request, so the
+    /// same few patterns are compiled again and again otherwise.
+    static MEMO: RefCell<HashMap<String, Rc<Regex>>> = RefCell::new(HashMap::new());
+}
 
 /// A compiled pattern.
 #[derive(Debug)]
@@ -59,6 +71,25 @@ pub(crate) fn compile(pattern: &str) -> Result<Regex, String> {
     compiler.node(&node)?;
     compiler.push(Inst::Match)?;
     Ok(Regex { program: compiler.program, ignore_case })
+}
+
+/// `pattern` compiled, from this worker's memo when it compiled it lately; a full memo
+/// forgets one pattern for the new one. Errors are not kept (bad patterns are the rare case).
+pub(crate) fn cached(pattern: &str) -> Result<Rc<Regex>, String> {
+    if let Some(regex) = MEMO.with(|memo| memo.borrow().get(pattern).cloned()) {
+        return Ok(regex);
+    }
+    let regex = Rc::new(compile(pattern)?);
+    MEMO.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        if memo.len() >= MEMO_ENTRIES {
+            if let Some(forgotten) = memo.keys().next().cloned() {
+                memo.remove(&forgotten);
+            }
+        }
+        memo.insert(pattern.to_string(), Rc::clone(&regex));
+    });
+    Ok(regex)
 }
 
 impl Regex {
@@ -780,5 +811,18 @@ mod tests {
         assert!(error("(?:(?:a{100}){100}){100}").contains("too large"));
         // Empty groups emit nothing, yet repeating them must not make the compiler spin.
         assert!(error("((((((){100}){100}){100}){100}){100}){100}").contains("too large"));
+    }
+
+    #[test]
+    fn a_pattern_is_compiled_once_per_worker_and_the_memo_stays_bounded() {
+        let first = cached("\\bmemo\\b").unwrap();
+        let again = cached("\\bmemo\\b").unwrap();
+        assert!(Rc::ptr_eq(&first, &again));
+        assert!(again.is_match("a memo here") && !again.is_match("memos"));
+        for i in 0..MEMO_ENTRIES * 2 {
+            cached(&format!("pattern{i}")).unwrap();
+        }
+        assert!(MEMO.with(|memo| memo.borrow().len()) <= MEMO_ENTRIES);
+        assert!(cached("(").unwrap_err().contains("unclosed group"));
     }
 }

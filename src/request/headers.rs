@@ -131,19 +131,21 @@ pub(crate) fn trace_fields(raw: &[(String, Vec<u8>)]) -> TraceFields {
 }
 
 /// Headers that carry the gateway's own secrets (its key, stored-credential references,
-/// configs with provider keys, cloud secrets): never forwarded, whatever the request asks.
+/// configs with provider keys, cloud secrets, the control plane's mark): never forwarded,
+/// whatever the request asks.
 pub(crate) fn is_secret_header(name: &str) -> bool {
-    lookup(name).is_some_and(|(field, _)| {
-        matches!(
-            field,
-            Field::ApiKey
-                | Field::VirtualKey
-                | Field::Config
-                | Field::CloudCAccessKeyId
-                | Field::CloudCSecretAccessKey
-                | Field::CloudCSessionToken
-        )
-    })
+    name == crate::shared::CONTROL_PLANE_FETCH_HEADER
+        || lookup(name).is_some_and(|(field, _)| {
+            matches!(
+                field,
+                Field::ApiKey
+                    | Field::VirtualKey
+                    | Field::Config
+                    | Field::CloudCAccessKeyId
+                    | Field::CloudCSecretAccessKey
+                    | Field::CloudCSessionToken
+            )
+        })
 }
 
 /// Whether a request header is one of the gateway's own (never sent to a provider).

@@ -266,16 +266,37 @@ pub(crate) const MANAGED_BATCH_PREFIX: &str = "batch_gw_";
 pub(crate) const MANAGED_FILE_PREFIX: &str = "file-gw-";
 
 /// The control plane's path of a request about a managed batch or file (`GET /batches/{id}`,
-/// `POST /batches/{id}/cancel`, `GET /files/{id}`, `GET /files/{id}/content`; `path` after
-/// `/v1`, already checked by `check_path`), or `None` when the provider serves it.
+/// `POST /batches/{id}/cancel`, `GET` and `DELETE /files/{id}`, `GET /files/{id}/content`;
+/// `path` after `/v1`, already checked by `check_path`), or `None` when the provider serves it.
 pub(crate) fn managed_path(method: &str, path: &str) -> Option<String> {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let managed = match (method, parts.as_slice()) {
         ("GET", ["batches", id]) | ("POST", ["batches", id, "cancel"]) => id.starts_with(MANAGED_BATCH_PREFIX),
-        ("GET", ["files", id]) | ("GET", ["files", id, "content"]) => id.starts_with(MANAGED_FILE_PREFIX),
+        ("GET" | "DELETE", ["files", id]) | ("GET", ["files", id, "content"]) => id.starts_with(MANAGED_FILE_PREFIX),
         _ => false,
     };
     managed.then(|| format!("/internal/v1{path}"))
+}
+
+/// The control plane's path (with the client's query) of a routed resource request it
+/// serves instead of the provider: the batch list, which it answers with the managed batches
+/// beside the provider's (unless `fetch`: the control plane's own read of the provider's
+/// list), and a file upload when the provider has no files API (`serves_resources` false).
+pub(crate) fn shared_path(
+    method: &str,
+    path: &str,
+    query: Option<&str>,
+    fetch: bool,
+    serves_resources: bool,
+) -> Option<String> {
+    match (method, path) {
+        ("GET", "/batches") if !fetch => Some(match query {
+            Some(query) => format!("/internal/v1/batches?{query}"),
+            None => "/internal/v1/batches".to_string(),
+        }),
+        ("POST", "/files") if !serves_resources => Some("/internal/v1/files".to_string()),
+        _ => None,
+    }
 }
 
 /// A string (or null) of at most `max` characters.
@@ -476,9 +497,27 @@ mod tests {
         // The provider's own ids, other methods and lists stay with the provider.
         assert_eq!(managed_path("GET", "/batches/batch_abc"), None);
         assert_eq!(managed_path("GET", "/files/file-abc/content"), None);
-        assert_eq!(managed_path("DELETE", "/files/file-gw-9"), None);
+        assert_eq!(managed_path("DELETE", "/files/file-gw-9"), Some("/internal/v1/files/file-gw-9".into()));
+        assert_eq!(managed_path("DELETE", "/files/file-abc"), None);
+        assert_eq!(managed_path("DELETE", "/batches/batch_gw_1"), None);
         assert_eq!(managed_path("POST", "/batches/batch_gw_1"), None);
         assert_eq!(managed_path("GET", "/batches"), None);
+    }
+
+    #[test]
+    fn the_batch_list_and_uploads_without_a_files_api_go_to_the_control_plane() {
+        let shared = |method, path, query, fetch, serves| shared_path(method, path, query, fetch, serves);
+        assert_eq!(shared("GET", "/batches", None, false, true), Some("/internal/v1/batches".into()));
+        assert_eq!(
+            shared("GET", "/batches", Some("limit=2&after=batch_gw_1"), false, false),
+            Some("/internal/v1/batches?limit=2&after=batch_gw_1".into())
+        );
+        // The control plane's own read of the provider's list goes to the provider.
+        assert_eq!(shared("GET", "/batches", Some("limit=2"), true, true), None);
+        assert_eq!(shared("POST", "/files", None, false, false), Some("/internal/v1/files".into()));
+        assert_eq!(shared("POST", "/files", None, false, true), None);
+        assert_eq!(shared("GET", "/files", None, false, false), None);
+        assert_eq!(shared("POST", "/batches", None, false, false), None);
     }
 
     #[test]

@@ -225,6 +225,7 @@ def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | No
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    gw.process_group = proc.pid
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while True:

@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,7 @@ class Gateway:
     """A running gateway (started by conftest.py: once per session, or by a module's fixture)."""
 
     def __init__(self, port: int, admin_port: int, log_path: Path, control_plane_port: int = 0):
+        self.process_group: int | None = None  # of `build.sh run`, once started
         self.port = port
         self.admin_port = admin_port
         self.control_plane_port = control_plane_port
@@ -109,6 +111,20 @@ class Gateway:
                 pytest.fail(f"no gateway log line contains {fragment!r} within {timeout}s; tail:\n{self.log_tail(20)}")
             time.sleep(0.05)
 
+    def control_plane_pid(self) -> int:
+        """The pid of this gateway's control plane process (found by the address it was given)."""
+        wanted = f"GATEWAY_CONTROL_PLANE_ADDR=127.0.0.1:{self.control_plane_port}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if b"gateway-control-plane" in (entry / "cmdline").read_bytes() and \
+                        wanted in (entry / "environ").read_bytes().split(b"\0"):
+                    return int(entry.name)
+            except OSError:
+                continue
+        pytest.fail(f"no control plane process for port {self.control_plane_port}")
+
     def stats(self) -> dict[str, str]:
         """Envoy's admin `/stats` as {name: value} (counters and gauges; histograms as text)."""
         r = httpx.get(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5)
@@ -126,6 +142,21 @@ class Gateway:
         r = httpx.get(f"http://127.0.0.1:{self.admin_port}/memory", timeout=5)
         r.raise_for_status()
         return int(r.json()["allocated"])
+
+    def envoy_rss(self) -> int:
+        """Envoy's resident memory in bytes (`VmRSS`). Unlike `/memory` it counts the filter
+        VM's linear memory, which grows when the VM holds more and never shrinks."""
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                process_group = int(stat.read_text().rsplit(")", 1)[1].split()[2])
+                if process_group != self.process_group or Path(stat.parent, "exe").resolve().name != "envoy":
+                    continue
+                status = Path(stat.parent, "status").read_text()
+            except (OSError, IndexError, ValueError):
+                continue  # gone, or not ours to read
+            kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
+            return int(kib) * 1024
+        pytest.fail(f"no Envoy process in the gateway's process group {self.process_group}")
 
     def vm_reload_counters(self) -> dict[str, int]:
         """The filter VM's reload counters (`wasm.model_gateway.vm_reload*`). A VM that traps
@@ -164,9 +195,9 @@ class Gateway:
 
     # ---- the official SDK
     def sdk(self, headers: dict | None = None, api_key: str = SDK_DUMMY_KEY, key: str | None = KEY,
-            timeout: float | httpx.Timeout = 30.0) -> openai.OpenAI:
+            timeout: float | httpx.Timeout = 30.0, http_client: httpx.Client | None = None) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=timeout,
-                             default_headers=self._headers(key, headers))
+                             default_headers=self._headers(key, headers), http_client=http_client)
 
     # ---- raw sockets (garbage, oversized input)
     def raw(self, method: str, path: str, headers: Iterable[tuple[Any, Any]] = (), body: bytes = b"", *,
@@ -183,6 +214,36 @@ class Gateway:
             lines.append(k + b": " + v)
         lines += [f"Content-Length: {len(body)}".encode(), b"Connection: close"]
         return raw_http("127.0.0.1", self.port, b"\r\n".join(lines) + b"\r\n\r\n" + body, timeout)
+
+
+class SentRequests:
+    """The requests an SDK client sent to the gateway, as sent (an httpx request hook; bodies
+    read, so only for bodies that fit in memory). With ``drop_sdk_beta`` the SDK's own
+    `OpenAI-Beta` is removed before sending, so only the client's `Vendor-Beta` asks for the
+    assistants API."""
+
+    def __init__(self, drop_sdk_beta: bool = False):
+        self.requests: list[httpx.Request] = []
+        self.drop_sdk_beta = drop_sdk_beta
+
+    def hook(self, request: httpx.Request) -> None:
+        if self.drop_sdk_beta:
+            request.headers.pop("OpenAI-Beta", None)
+        request.read()
+        self.requests.append(request)
+
+    @property
+    def last(self) -> httpx.Request:
+        assert self.requests, "the SDK sent nothing"
+        return self.requests[-1]
+
+
+def recording_sdk(gateway: Gateway, headers: dict, api_key: str = SDK_DUMMY_KEY,
+                  drop_sdk_beta: bool = False) -> tuple[openai.OpenAI, SentRequests]:
+    """An SDK client of ``gateway`` with ``headers``, and the log of what it sends."""
+    sent = SentRequests(drop_sdk_beta)
+    http_client = httpx.Client(event_hooks={"request": [sent.hook]}, timeout=30.0)
+    return gateway.sdk(headers, api_key=api_key, http_client=http_client), sent
 
 
 # --------------------------------------------------------------------------- raw HTTP
@@ -297,6 +358,14 @@ def custom_host(mock, provider: str = "openai", token: str = CLIENT_TOKEN) -> di
     """Way 1/4 of spec 5.2: provider name + bearer token + custom host."""
     return {"x-gateway-provider": provider, "Authorization": f"Bearer {token}",
             "x-gateway-custom-host": mock.base_url}
+
+
+def workspace_key(gateway: "Gateway") -> str:
+    """A key of a new workspace (made with the session's admin key): its managed batches and
+    gateway files are its own, and a batch list in it is the provider's alone."""
+    resp = gateway.post("/v1/api-keys", {"workspace": f"team-{uuid.uuid4().hex[:8]}"})
+    assert resp.status_code == 201, resp.text
+    return resp.json()["key"]
 
 
 def slug(name: str) -> dict:

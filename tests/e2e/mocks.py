@@ -238,10 +238,21 @@ class _Handler(BaseHTTPRequestHandler):
                     while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
                         pass  # trailers
                     return bytes(out)
-                out += self.rfile.read(size)
+                out += self._read_exactly(size)
                 self.rfile.readline(65537)  # CRLF after the chunk
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
+        return self._read_exactly(int(self.headers.get("Content-Length") or 0))
+
+    def _read_exactly(self, length: int) -> bytes:
+        """``length`` body bytes, counted as they arrive (``mock.body_bytes``), so a test can
+        see a large body reach the provider while the client is still sending it."""
+        out = bytearray()
+        while len(out) < length:
+            piece = self.rfile.read1(min(length - len(out), 1 << 20))
+            if not piece:
+                break
+            out += piece
+            self.mock._count("body_bytes", len(piece))
+        return bytes(out)
 
     def _dispatch(self):
         try:
@@ -333,6 +344,7 @@ class MockProvider:
         self._active: list[Reply] = []
         self.connections = 0
         self.tls_failures = 0
+        self.body_bytes = 0  # request body bytes read so far, counted as they arrive
         handler = type(f"{type(self).__name__}Handler", (_Handler,), {"mock": self})
         self._server = _Server(("127.0.0.1", 0), handler)
         self.port: int = self._server.server_address[1]
@@ -370,6 +382,7 @@ class MockProvider:
             self._active.clear()
             self.connections = 0
             self.tls_failures = 0
+            self.body_bytes = 0
 
     def _release_gates(self):
         with self._lock:
@@ -431,9 +444,9 @@ class MockProvider:
             self.requests.append(req)
             self._cond.notify_all()
 
-    def _count(self, attr: str):
+    def _count(self, attr: str, n: int = 1):
         with self._cond:
-            setattr(self, attr, getattr(self, attr) + 1)
+            setattr(self, attr, getattr(self, attr) + n)
             self._cond.notify_all()
 
     @property
@@ -452,8 +465,8 @@ class MockProvider:
             return list(self.requests)
 
     def wait_until(self, predicate: Callable[["MockProvider"], bool], timeout: float = 5.0) -> bool:
-        """Wait until ``predicate(mock)`` holds (checked whenever a request is recorded or a
-        connection or TLS failure counted), at most ``timeout`` seconds; returns whether it does."""
+        """Wait until ``predicate(mock)`` holds (checked whenever a request is recorded, a
+        connection or TLS failure counted, or a piece of a body read), at most ``timeout`` seconds; returns whether it does."""
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self), timeout)
 
@@ -574,19 +587,39 @@ class OpenAIMock(MockProvider):
         ("GET", r"/v1/batches/(?P<id>[^/]+)", "_batch_get"),
         ("POST", r"/v1/batches/(?P<id>[^/]+)/cancel", "_batch_cancel"),
         ("GET", r"/v1/files", "_files_list"),
-        ("GET", r"/v1/files/(?P<id>[^/]+)/content", "_file_content"),
         ("POST", r"/v1/files", "_files_create"),
+        ("GET", r"/v1/files/(?P<id>[^/]+)", "_file_get"),
+        ("DELETE", r"/v1/files/(?P<id>[^/]+)", "_file_delete"),
+        ("GET", r"/v1/files/(?P<id>[^/]+)/content", "_file_content"),
         ("GET", r"/v1/fine_tuning/jobs", "_ft_list"),
         ("POST", r"/v1/fine_tuning/jobs", "_ft_create"),
+        ("GET", r"/v1/fine_tuning/jobs/(?P<id>[^/]+)", "_ft_get"),
         ("GET", r"/v1/fine_tuning/jobs/(?P<id>[^/]+)/events", "_ft_events"),
+        ("POST", r"/v1/fine_tuning/jobs/(?P<id>[^/]+)/cancel", "_ft_cancel"),
+        ("GET", r"/v1/fine_tuning/jobs/(?P<id>[^/]+)/checkpoints", "_ft_checkpoints"),
         ("GET", r"/v1/assistants", "_assistants_list"),
         ("POST", r"/v1/assistants", "_assistant_create"),
         ("GET", r"/v1/assistants/(?P<id>[^/]+)", "_assistant_get"),
-        ("GET", r"/v1/threads/(?P<thread>[^/]+)/messages/(?P<id>[^/]+)", "_thread_message"),
-        ("POST", r"/v1/fine_tuning/jobs/(?P<id>[^/]+)/cancel", "_ft_cancel"),
-        ("GET", r"/v1/fine_tuning/jobs/(?P<id>[^/]+)/checkpoints", "_ft_checkpoints"),
+        ("POST", r"/v1/assistants/(?P<id>[^/]+)", "_assistant_modify"),
+        ("DELETE", r"/v1/assistants/(?P<id>[^/]+)", "_assistant_delete"),
+        ("POST", r"/v1/threads", "_thread_create"),
+        ("GET", r"/v1/threads/(?P<id>[^/]+)", "_thread_get"),
+        ("POST", r"/v1/threads/(?P<id>[^/]+)", "_thread_modify"),
+        ("DELETE", r"/v1/threads/(?P<id>[^/]+)", "_thread_delete"),
+        ("GET", r"/v1/threads/(?P<thread>[^/]+)/messages", "_messages_list"),
+        ("POST", r"/v1/threads/(?P<thread>[^/]+)/messages", "_message_create"),
+        ("GET", r"/v1/threads/(?P<thread>[^/]+)/messages/(?P<id>[^/]+)", "_message_get"),
+        ("POST", r"/v1/threads/(?P<thread>[^/]+)/messages/(?P<id>[^/]+)", "_message_modify"),
+        ("DELETE", r"/v1/threads/(?P<thread>[^/]+)/messages/(?P<id>[^/]+)", "_message_delete"),
+        ("GET", r"/v1/threads/(?P<thread>[^/]+)/runs", "_runs_list"),
+        ("POST", r"/v1/threads/(?P<thread>[^/]+)/runs", "_run_create"),
+        ("GET", r"/v1/threads/(?P<thread>[^/]+)/runs/(?P<id>[^/]+)", "_run_get"),
+        ("POST", r"/v1/threads/(?P<thread>[^/]+)/runs/(?P<id>[^/]+)", "_run_modify"),
+        ("POST", r"/v1/threads/(?P<thread>[^/]+)/runs/(?P<id>[^/]+)/cancel", "_run_cancel"),
         ("GET", r"/v1/models", "_models"),
     ]
+    # POSTs that carry no JSON body (an action on an id) or a multipart one.
+    _not_json = ("_transcriptions", "_files_create", "_batch_cancel", "_ft_cancel", "_run_cancel")
 
     def handle(self, h, req):
         for method, pattern, fn in self._routes:
@@ -599,11 +632,11 @@ class OpenAIMock(MockProvider):
         if not auth.startswith("Bearer ") or not auth[7:].strip():
             return self._err(h, 401, "You didn't provide an API key. You need to provide your API key in an "
                                      "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
-        if req.method == "POST" and fn not in ("_transcriptions", "_batch_cancel", "_ft_cancel", "_files_create"):
+        if req.method == "POST" and fn not in self._not_json:
             if not isinstance(req.json, dict):
                 return self._err(h, 400, "We could not parse the JSON body of your request. (HINT: This likely "
                                          "means you aren't using your HTTP library correctly.)")
-        if fn.startswith("_assistant") or fn == "_thread_message":
+        if req.path.startswith(("/v1/assistants", "/v1/threads")):
             beta = (req.header("openai-beta") or "") + (req.header("vendor-beta") or "")
             if "assistants=v2" not in beta:
                 return self._err(h, 400, "You must provide the 'OpenAI-Beta' header to access the Assistants API.")
@@ -712,12 +745,14 @@ class OpenAIMock(MockProvider):
         super().__init__(*args, **kwargs)
         self._embed_rules: list[tuple[str, list[float]]] = []
         self._files: dict[str, bytes] = {}
+        self._file_objects: dict[str, dict] = {}
 
     def reset(self):
         super().reset()
         with self._lock:
             self._embed_rules.clear()
             self._files.clear()
+            self._file_objects.clear()
 
     def put_file(self, file_id: str, content: bytes | str) -> None:
         """Serve ``content`` at ``GET /v1/files/{file_id}/content`` (until the next reset);
@@ -858,29 +893,8 @@ class OpenAIMock(MockProvider):
         self._serve(h, req, lambda reply: h.send_json(
             200, self.batch(id, "cancelling", cancelling_at=_now()), reply.headers))
 
-    # ---- assistants, threads, fine-tuning, models
-    @staticmethod
-    def assistant(asst_id: str, created_at: int) -> dict:
-        return {
-            "id": asst_id, "object": "assistant", "created_at": created_at, "name": f"Mock {asst_id}",
-            "description": None, "model": "gpt-mock", "instructions": "You are a test double.",
-            "tools": [{"type": "code_interpreter"}], "metadata": {},
-            "tool_resources": {"code_interpreter": {"file_ids": []}}, "temperature": 1.0, "top_p": 1.0,
-            "response_format": "auto",
-        }
-
-    def _assistants_list(self, h, req):
-        items = [self.assistant(f"asst_mock_{i}", 1_700_000_000 + i) for i in (1, 2)]
-        if (req.qs("order") or "desc") == "desc":
-            items.reverse()
-        self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
-
-    def _assistant_create(self, h, req):
-        asst = {**self.assistant(f"asst_mock{_hex()}", _now()), **{k: v for k, v in req.json.items()
-                                                                     if k in ("name", "model", "metadata")}}
-        self._serve(h, req, lambda reply: h.send_json(200, asst, reply.headers))
-
-    # ---- files: a multipart upload (`file`, `purpose`) answers with its size
+    # ---- files: a multipart upload (`file`, `purpose`) is kept (until the next reset), so it
+    # can be listed by id, downloaded and deleted; unknown ids answer 404 as OpenAI does
     @staticmethod
     def file_object(file_id: str, size: int, filename: str, purpose: str) -> dict:
         return {"id": file_id, "object": "file", "bytes": size, "created_at": _now(), "filename": filename,
@@ -892,25 +906,44 @@ class OpenAIMock(MockProvider):
             return self._err(h, 400, "Missing required parameter: 'file' or 'purpose'.")
         purpose = req.form["purpose"]["data"].decode()
         obj = self.file_object(f"file-mock{_hex()}", len(part["data"]), part["filename"] or "upload", purpose)
+        with self._lock:
+            self._files[obj["id"]] = part["data"]
+            self._file_objects[obj["id"]] = obj
         self._serve(h, req, lambda reply: h.send_json(200, obj, reply.headers))
 
     def _files_list(self, h, req):
         items = [self.file_object(f"file-mock-{i}", 10 * i, f"f{i}.jsonl", "batch") for i in (1, 2)]
         self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
 
-    def _assistant_get(self, h, req, id):  # noqa: A002
-        self._serve(h, req, lambda reply: h.send_json(200, self.assistant(id, 1_700_000_001), reply.headers))
+    def _known_file(self, h, id) -> dict | None:  # noqa: A002
+        """The file object of an uploaded or ``put_file`` file, else a 404 sent (None)."""
+        with self._lock:
+            obj = self._file_objects.get(id)
+            content = self._files.get(id)
+        if obj is None and content is not None:
+            obj = self.file_object(id, len(content), f"{id}.jsonl", "batch")
+        if obj is None:
+            self._err(h, 404, f"No such File object: {id}", param="id", code="not_found")
+        return obj
 
-    def _thread_message(self, h, req, thread, id):  # noqa: A002
-        msg = {
-            "id": id, "object": "thread.message", "created_at": 1_700_000_000, "thread_id": thread,
-            "status": "completed", "incomplete_details": None, "completed_at": 1_700_000_001,
-            "incomplete_at": None, "role": "assistant",
-            "content": [{"type": "text", "text": {"value": "Hello from the thread.", "annotations": []}}],
-            "assistant_id": "asst_mock_1", "run_id": "run_mock_1", "attachments": [], "metadata": {},
-        }
-        self._serve(h, req, lambda reply: h.send_json(200, msg, reply.headers))
+    def _file_get(self, h, req, id):  # noqa: A002
+        obj = self._known_file(h, id)
+        if obj is not None:
+            self._serve(h, req, lambda reply: h.send_json(200, obj, reply.headers))
 
+    def _file_delete(self, h, req, id):  # noqa: A002
+        if self._known_file(h, id) is not None:
+            with self._lock:
+                self._files.pop(id, None)
+                self._file_objects.pop(id, None)
+            self._serve(h, req, lambda reply: h.send_json(200, self.deleted(id, "file"), reply.headers))
+
+    @staticmethod
+    def deleted(object_id: str, object_type: str) -> dict:
+        """OpenAI's answer to a delete: files say `file`, the others `<type>.deleted`."""
+        return {"id": object_id, "object": object_type, "deleted": True}
+
+    # ---- fine-tuning
     @staticmethod
     def ft_job(job_id: str, status: str = "queued", **overrides: Any) -> dict:
         job = {
@@ -933,20 +966,16 @@ class OpenAIMock(MockProvider):
         items = [self.ft_job(f"ftjob-mock-{i}") for i in (1, 2, 3)]
         self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
 
+    def _ft_get(self, h, req, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.ft_job(id, "running"), reply.headers))
+
     def _ft_events(self, h, req, id):  # noqa: A002
         items = [{"id": f"ftevent-{i}", "object": "fine_tuning.job.event", "created_at": 1_700_000_000 + i,
                   "level": "info", "message": f"step {i}", "data": {}, "type": "message"} for i in (1, 2)]
         self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
 
     def _ft_cancel(self, h, req, id):  # noqa: A002
-        job = {
-            "id": id, "object": "fine_tuning.job", "created_at": 1_700_000_000, "error": None,
-            "fine_tuned_model": None, "finished_at": None, "hyperparameters": {"n_epochs": "auto"},
-            "model": "gpt-mock", "organization_id": "org-mock", "result_files": [], "status": "cancelled",
-            "trained_tokens": None, "training_file": "file-mock-train", "validation_file": None, "seed": 42,
-            "integrations": None, "estimated_finish": None,
-        }
-        self._serve(h, req, lambda reply: h.send_json(200, job, reply.headers))
+        self._serve(h, req, lambda reply: h.send_json(200, self.ft_job(id, "cancelled"), reply.headers))
 
     def _ft_checkpoints(self, h, req, id):  # noqa: A002
         items = [{
@@ -959,6 +988,151 @@ class OpenAIMock(MockProvider):
         } for s in (300, 200, 100)]
         self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req, 10), reply.headers))
 
+    # ---- assistants, threads, messages, runs: any id exists; a create or modify answers
+    # with the fields it was given
+    @staticmethod
+    def assistant(asst_id: str, created_at: int) -> dict:
+        return {
+            "id": asst_id, "object": "assistant", "created_at": created_at, "name": f"Mock {asst_id}",
+            "description": None, "model": "gpt-mock", "instructions": "You are a test double.",
+            "tools": [{"type": "code_interpreter"}], "metadata": {},
+            "tool_resources": {"code_interpreter": {"file_ids": []}}, "temperature": 1.0, "top_p": 1.0,
+            "response_format": "auto",
+        }
+
+    _ASSISTANT_FIELDS = ("name", "description", "model", "instructions", "tools", "metadata")
+
+    def _assistants_list(self, h, req):
+        items = [self.assistant(f"asst_mock_{i}", 1_700_000_000 + i) for i in (1, 2)]
+        if (req.qs("order") or "desc") == "desc":
+            items.reverse()
+        self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
+
+    def _assistant_create(self, h, req):
+        asst = {**self.assistant(f"asst_mock{_hex()}", _now()), **{k: v for k, v in req.json.items()
+                                                                     if k in ("name", "model", "metadata")}}
+        self._serve(h, req, lambda reply: h.send_json(200, asst, reply.headers))
+
+    def _assistant_get(self, h, req, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.assistant(id, 1_700_000_001), reply.headers))
+
+    def _assistant_modify(self, h, req, id):  # noqa: A002
+        asst = {**self.assistant(id, 1_700_000_001),
+                **{k: v for k, v in req.json.items() if k in self._ASSISTANT_FIELDS}}
+        self._serve(h, req, lambda reply: h.send_json(200, asst, reply.headers))
+
+    def _assistant_delete(self, h, req, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.deleted(id, "assistant.deleted"), reply.headers))
+
+    @staticmethod
+    def thread(thread_id: str, metadata: dict | None = None) -> dict:
+        return {"id": thread_id, "object": "thread", "created_at": 1_700_000_000, "metadata": metadata or {},
+                "tool_resources": {"code_interpreter": {"file_ids": []}}}
+
+    def _thread_create(self, h, req):
+        thread = self.thread(f"thread_mock{_hex()}", req.json.get("metadata"))
+        self._serve(h, req, lambda reply: h.send_json(200, thread, reply.headers))
+
+    def _thread_get(self, h, req, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.thread(id), reply.headers))
+
+    def _thread_modify(self, h, req, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.thread(id, req.json.get("metadata")), reply.headers))
+
+    def _thread_delete(self, h, req, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.deleted(id, "thread.deleted"), reply.headers))
+
+    @staticmethod
+    def message(thread_id: str, msg_id: str, text: str = "Hello from the thread.", role: str = "assistant",
+                metadata: dict | None = None) -> dict:
+        return {
+            "id": msg_id, "object": "thread.message", "created_at": 1_700_000_000, "thread_id": thread_id,
+            "status": "completed", "incomplete_details": None, "completed_at": 1_700_000_001,
+            "incomplete_at": None, "role": role,
+            "content": [{"type": "text", "text": {"value": text, "annotations": []}}],
+            "assistant_id": "asst_mock_1" if role == "assistant" else None,
+            "run_id": "run_mock_1" if role == "assistant" else None, "attachments": [], "metadata": metadata or {},
+        }
+
+    def _messages_list(self, h, req, thread):
+        items = [self.message(thread, f"msg_mock_{i}", f"message {i}") for i in (1, 2, 3)]
+        if (req.qs("order") or "desc") == "desc":
+            items.reverse()
+        self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
+
+    def _message_create(self, h, req, thread):
+        body = req.json
+        if body.get("role") not in ("user", "assistant") or "content" not in body:
+            return self._err(h, 400, "Missing required parameter: 'role' or 'content'.", param="role")
+        content = body["content"]
+        text = content if isinstance(content, str) else json.dumps(content)
+        msg = self.message(thread, f"msg_mock{_hex()}", text, body["role"], body.get("metadata"))
+        self._serve(h, req, lambda reply: h.send_json(200, msg, reply.headers))
+
+    def _message_get(self, h, req, thread, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.message(thread, id), reply.headers))
+
+    def _message_modify(self, h, req, thread, id):  # noqa: A002
+        msg = self.message(thread, id, metadata=req.json.get("metadata"))
+        self._serve(h, req, lambda reply: h.send_json(200, msg, reply.headers))
+
+    def _message_delete(self, h, req, thread, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.deleted(id, "thread.message.deleted"),
+                                                      reply.headers))
+
+    @staticmethod
+    def run(thread_id: str, run_id: str, status: str = "queued", **overrides: Any) -> dict:
+        r = {
+            "id": run_id, "object": "thread.run", "created_at": 1_700_000_000, "thread_id": thread_id,
+            "assistant_id": "asst_mock_1", "status": status, "required_action": None, "last_error": None,
+            "expires_at": 1_700_000_600, "started_at": None, "cancelled_at": None, "failed_at": None,
+            "completed_at": None, "incomplete_details": None, "model": "gpt-mock",
+            "instructions": "You are a test double.", "tools": [], "metadata": {}, "usage": None,
+            "temperature": 1.0, "top_p": 1.0, "max_prompt_tokens": None, "max_completion_tokens": None,
+            "truncation_strategy": {"type": "auto", "last_messages": None}, "response_format": "auto",
+            "tool_choice": "auto", "parallel_tool_calls": True,
+        }
+        r.update(overrides)
+        return r
+
+    def _runs_list(self, h, req, thread):
+        items = [self.run(thread, f"run_mock_{i}", "completed") for i in (1, 2)]
+        self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
+
+    def _run_create(self, h, req, thread):
+        body = req.json
+        if not isinstance(body.get("assistant_id"), str):
+            return self._err(h, 400, "Missing required parameter: 'assistant_id'.", param="assistant_id")
+        given = {k: v for k, v in body.items() if k in ("assistant_id", "model", "instructions", "metadata")}
+        run = self.run(thread, f"run_mock{_hex()}", **given)
+        if body.get("stream"):
+            return self._serve(h, req, lambda reply: self._run_events(h, reply, run))
+        self._serve(h, req, lambda reply: h.send_json(200, run, reply.headers))
+
+    def _run_events(self, h, reply: Reply, run: dict):
+        """A streamed run as OpenAI sends it: named SSE events, the message's text in
+        `thread.message.delta` pieces (the gate waits after `thread.run.created`), `done`."""
+        text = reply.resolved_text(self.default_text)
+        msg = self.message(run["thread_id"], f"msg_mock{_hex()}", text)
+        events = [_sse(run, "thread.run.created"), _sse({**run, "status": "in_progress"}, "thread.run.in_progress")]
+        events += [_sse({"id": msg["id"], "object": "thread.message.delta",
+                         "delta": {"content": [{"index": 0, "type": "text", "text": {"value": piece}}]}},
+                        "thread.message.delta") for piece in reply.pieces(self.default_text)]
+        events += [_sse(msg, "thread.message.completed"), _sse({**run, "status": "completed"}, "thread.run.completed"),
+                   _sse("[DONE]", "done")]
+        self._stream(h, reply, events, first=1)
+
+    def _run_get(self, h, req, thread, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.run(thread, id, "in_progress"), reply.headers))
+
+    def _run_modify(self, h, req, thread, id):  # noqa: A002
+        run = self.run(thread, id, "in_progress", metadata=req.json.get("metadata") or {})
+        self._serve(h, req, lambda reply: h.send_json(200, run, reply.headers))
+
+    def _run_cancel(self, h, req, thread, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.run(thread, id, "cancelling"), reply.headers))
+
+    # ---- models
     def _models(self, h, req):
         data = [{"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "mock"}
                 for m in ("gpt-mock", "text-embedding-mock")]
@@ -970,8 +1144,9 @@ class OpenAIMock(MockProvider):
 
 class AzureOpenAIMock(OpenAIMock):
     """Azure OpenAI's wire format: OpenAI's bodies under ``/openai/deployments/{deployment}/...``
-    (files and batches under ``/openai/...``), the key in ``api-key``, ``api-version`` required
-    in the query; errors as Azure words them. It answers as the OpenAI mock does for the same
+    (files, batches, fine-tuning, assistants and threads under ``/openai/...``), the key in
+    ``api-key``, ``api-version`` required in the query (a preview one for assistants and
+    threads, which need no ``OpenAI-Beta``); errors as Azure words them. It answers as the OpenAI mock does for the same
     path under ``/v1``."""
 
     name = "azure-openai"
@@ -994,9 +1169,15 @@ class AzureOpenAIMock(OpenAIMock):
             return h.send_json(404, {"error": {"code": "404", "message": "Resource not found"}})
         if req.header("authorization"):
             return h.send_json(400, {"error": {"code": "BadRequest", "message": "two credentials sent"}})
-        inner = dataclasses.replace(req, path="/v1" + m["rest"],
-                                    headers={**req.headers, "authorization": f"Bearer {self.key}"})
-        super().handle(h, inner)
+        assistants = m["rest"].startswith(("/assistants", "/threads"))
+        if assistants and not req.qs("api-version").endswith("-preview"):
+            # Assistants exist only in Azure's preview API versions.
+            return h.send_json(404, {"error": {"code": "404", "message": "Resource not found"}})
+        # Azure wants no `OpenAI-Beta` for assistants; the OpenAI mock behind does.
+        headers = {**req.headers, "authorization": f"Bearer {self.key}"}
+        if assistants:
+            headers["openai-beta"] = "assistants=v2"
+        super().handle(h, dataclasses.replace(req, path="/v1" + m["rest"], headers=headers))
 
 
 class AnthropicMock(MockProvider):

@@ -8,7 +8,6 @@ import os
 import signal
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -274,21 +273,6 @@ def test_the_response_cache_is_per_workspace(cp, openai_mock):
 # --------------------------------------------------------------------------- down and restarted
 
 
-def _control_plane_pid(gw) -> int:
-    """The pid of ``gw``'s control plane process (found by the address it was given)."""
-    wanted = f"GATEWAY_CONTROL_PLANE_ADDR=127.0.0.1:{gw.control_plane_port}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if b"gateway-control-plane" in (entry / "cmdline").read_bytes() and \
-                    wanted in (entry / "environ").read_bytes().split(b"\0"):
-                return int(entry.name)
-        except OSError:
-            continue
-    pytest.fail(f"no control plane process for port {gw.control_plane_port}")
-
-
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_down_then_restarted(db, request, start_gateway, tmp_path, openai_mock):
     env = {"GATEWAY_STATE_DIR": str(tmp_path / "state")}
@@ -303,7 +287,7 @@ def test_down_then_restarted(db, request, start_gateway, tmp_path, openai_mock):
         assert gw.chat(config(name)).status_code == 200  # read once: now cached by the filter
         assert gw.chat(slug(s), key=team).status_code == 404
 
-        os.kill(_control_plane_pid(gw), signal.SIGKILL)
+        os.kill(gw.control_plane_pid(), signal.SIGKILL)
         # What was read keeps serving; what never was is a quick 503; health says so.
         r = gw.chat(config(name))
         assert r.status_code == 200, r.text

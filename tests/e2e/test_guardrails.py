@@ -6,6 +6,7 @@ against a JWKS served by the test (keys made at test time)."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -155,6 +156,76 @@ def test_passing_checks_answer_200_with_hook_results(gateway, openai_mock):
     assert int(r.headers["content-length"]) == len(r.content)
 
 
+class Pieces:
+    """An OpenAI-compatible upstream that writes its JSON answer one to three bytes at a time
+    (each write flushed on its own), framed by content-length or chunked."""
+
+    answer = {"id": "chatcmpl-pieces", "object": "chat.completion", "created": 1, "model": "gpt-mock",
+              "choices": [{"index": 0, "message": {"role": "assistant", "content": "In pieces."},
+                           "finish_reason": "stop"}],
+              "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+
+    def __init__(self):
+        self.chunked = False
+        pieces = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", "0")))
+                data = b" " + json.dumps(pieces.answer).encode()
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                if pieces.chunked:
+                    self.send_header("transfer-encoding", "chunked")
+                else:
+                    self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.flush()
+                at = 0
+                while at < len(data):
+                    piece = data[at:at + 1 + at % 3]
+                    at += len(piece)
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if pieces.chunked else piece)
+                    self.wfile.flush()
+                if pieces.chunked:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture(scope="module")
+def pieces():
+    server = Pieces()
+    yield server
+    server.server.shutdown()
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_hook_results_reach_an_answer_written_in_tiny_pieces(gateway, pieces, chunked):
+    pieces.chunked = chunked
+    cfg = {"provider": "openai", "api_key": "sk-config-key", "custom_host": pieces.url,
+           "input_guardrails": [blocks("forbidden", False)]}
+    r = gateway.chat(config(cfg), chat_body("the forbidden word"))
+    assert r.status_code == 246, r.text
+    body = r.json()
+    assert body["hook_results"]["before_request_hooks"][0]["verdict"] is False
+    assert {key: value for key, value in body.items() if key != "hook_results"} == Pieces.answer
+    if chunked:
+        assert "content-length" not in r.headers
+    else:
+        assert int(r.headers["content-length"]) == len(r.content)
+
+
 # --------------------------------------------------------------------------- output checks
 
 
@@ -213,6 +284,46 @@ def test_a_flagged_stream_flows_with_status_246(gateway, openai_mock):
     assert raw.status_code == 246
     text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
     assert text == OpenAIMock.default_text
+
+
+def test_a_stream_with_include_usage_gets_the_verdicts_in_a_last_event_before_done(gateway, openai_mock):
+    headers = guarded(openai_mock, input_guardrails=[blocks("forbidden", False)],
+                      output_guardrails=[blocks("mock", False)])
+    client = gateway.sdk(headers)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-mock", messages=[{"role": "user", "content": "the forbidden word"}], stream=True,
+        stream_options={"include_usage": True})
+    assert raw.status_code == 246
+    chunks = list(raw.parse())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == OpenAIMock.default_text
+    last = chunks[-1].model_dump()
+    assert last["choices"] == [] and last["object"] == "chat.completion.chunk"
+    assert last["id"] == chunks[0].id
+    results = last["hook_results"]
+    assert [item["verdict"] for item in results["before_request_hooks"]] == [False]
+    assert [item["verdict"] for item in results["after_request_hooks"]] == [False]
+    # The usage chunk came before it, untouched.
+    assert chunks[-2].usage is not None and "hook_results" not in chunks[-2].model_dump()
+
+
+def test_the_verdicts_event_is_the_last_before_done_in_raw_sse_and_only_with_include_usage(gateway, openai_mock):
+    headers = guarded(openai_mock, input_guardrails=[blocks("forbidden", True)])
+    for include_usage in (True, False):
+        body = chat_body("hello", stream=True, stream_options={"include_usage": include_usage})
+        with gateway.stream("POST", CHAT, headers=headers, json=body) as resp:
+            raw = resp.read()
+        assert resp.status_code == 200
+        events = [e for e in raw.decode().split("\n\n") if e.strip()]
+        assert events[-1] == "data: [DONE]"
+        payloads = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+        with_results = [p for p in payloads if "hook_results" in p]
+        if include_usage:
+            assert with_results == [payloads[-1]]
+            assert payloads[-1]["hook_results"]["before_request_hooks"][0]["verdict"] is True
+            assert payloads[-1]["hook_results"]["after_request_hooks"] == []
+        else:
+            assert with_results == []
 
 
 # --------------------------------------------------------------------------- webhooks

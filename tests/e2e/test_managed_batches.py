@@ -6,6 +6,7 @@ answer at the gateway's own `/v1/batches/{id}` and `/v1/files/{id}[/content]`.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -14,7 +15,8 @@ import uuid
 
 import pytest
 
-from helpers import CHAT, assert_error, chat_body, custom_host
+from helpers import CHAT, assert_error, chat_body, custom_host, workspace_key
+from mocks import AnthropicMock, OpenAIMock
 
 TERMINAL = {"completed", "failed", "cancelled"}
 
@@ -197,3 +199,103 @@ def test_a_killed_control_plane_resumes_its_batch_without_resending_finished_lin
     assert all(sent.count(c) <= 2 for c in sent), sent
     # Only lines in flight when the control plane died were sent again.
     assert len(twice) <= 8 - done_before, (done_before, sorted(sent))
+
+
+def test_the_batch_list_shows_managed_batches_beside_the_providers(gateway, openai_mock):
+    headers = custom_host(openai_mock)
+    team, other = workspace_key(gateway), workspace_key(gateway)
+    file_id = new_file(openai_mock, [chat_line("a")])
+    client = gateway.sdk(headers, key=team)
+    made = [client.batches.create(input_file_id=file_id, endpoint=CHAT, completion_window="immediate").id
+            for _ in range(2)]
+    # Another workspace's batch never shows.
+    gateway.sdk(headers, key=other).batches.create(input_file_id=file_id, endpoint=CHAT,
+                                                   completion_window="immediate")
+    provider = list(OpenAIMock.BATCH_IDS)
+    managed = sorted(made, reverse=True)  # created within a second: newest first by id
+    listed = [b.id for b in client.batches.list()]
+    assert sorted(listed[:2]) == sorted(made) and listed[2:] == provider, listed
+
+    # limit=1 pages through all of them (the SDK follows `after` = the last id).
+    pages = client.batches.list(limit=1)
+    assert len(pages.data) == 1 and pages.has_more
+    walked = [b.id for b in pages]
+    assert walked == listed and len(walked) == 5, walked
+    assert set(walked[:2]) == set(managed)
+    # The provider's part is the provider's own list, asked as the caller.
+    reads = openai_mock.requests_to("/v1/batches", "GET")
+    assert reads and all(r.header("authorization") == headers["Authorization"] for r in reads)
+    assert not any(r.header("x-gateway-control-plane-fetch") for r in reads), "the mark stays in the gateway"
+    after = client.batches.list(limit=2, after=provider[0])
+    assert [b.id for b in after.data] == provider[1:]
+    # The query is still checked by the gateway.
+    assert_error(gateway.get("/v1/batches?limit=101", headers=headers, key=team), 400, param="limit")
+
+
+def test_a_batch_list_for_a_provider_without_batches_is_the_managed_part(gateway, anthropic_mock):
+    headers = custom_host(anthropic_mock, provider="anthropic", token=ANTHROPIC_TOKEN)
+    team = workspace_key(gateway)
+    resp = gateway.get("/v1/batches", headers=headers, key=team)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["data"] == [] and resp.json()["has_more"] is False
+    assert anthropic_mock.requests == []
+
+
+def test_a_failing_provider_list_is_the_providers_error(gateway, openai_mock):
+    headers = custom_host(openai_mock)
+    openai_mock.script(OpenAIMock.error(503, "overloaded"), path="/v1/batches")
+    resp = gateway.get("/v1/batches", headers=headers, key=workspace_key(gateway))
+    assert_error(resp, 503)
+
+
+ANTHROPIC_TOKEN = "sk-ant-batch-test"
+
+
+def test_an_anthropic_batch_from_a_file_uploaded_to_the_gateway(gateway, anthropic_mock):
+    headers = custom_host(anthropic_mock, provider="anthropic", token=ANTHROPIC_TOKEN)
+    team, other = workspace_key(gateway), workspace_key(gateway)
+    client = gateway.sdk(headers, key=team)
+    lines = [chat_line("q1", model="claude-mock", content="One?"), chat_line("q2", model="claude-mock")]
+    uploaded = client.files.create(file=("in.jsonl", jsonl(lines).encode(), "application/jsonl"), purpose="batch")
+    assert uploaded.id.startswith("file-gw-")
+    assert (uploaded.bytes, uploaded.filename, uploaded.purpose) == (len(jsonl(lines)), "in.jsonl", "batch")
+    assert anthropic_mock.requests == [], "Anthropic has no files API: the gateway keeps the file"
+    assert client.files.retrieve(uploaded.id).bytes == uploaded.bytes
+    assert client.files.content(uploaded.id).text == jsonl(lines)
+    assert_error(gateway.get(f"/v1/files/{uploaded.id}", headers=headers, key=other), 404)
+
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="immediate")
+    done = wait(gateway, {**headers, "x-gateway-api-key": team}, batch.id)
+    assert done["status"] == "completed", done
+    assert done["request_counts"] == {"total": 2, "completed": 2, "failed": 0}
+    output = [json.loads(line) for line in client.files.content(done["output_file_id"]).text.splitlines()]
+    assert [line["custom_id"] for line in output] == ["q1", "q2"]
+    for line in output:
+        body = line["response"]["body"]
+        assert line["response"]["status_code"] == 200 and body["object"] == "chat.completion"
+        assert body["choices"][0]["message"]["content"] == AnthropicMock.default_text
+    sent = anthropic_mock.requests_to("/v1/messages", "POST")
+    assert [r.json["messages"][0]["content"] for r in sent] in (["One?", "Say hello."], ["Say hello.", "One?"])
+    assert all(r.header("x-api-key") == ANTHROPIC_TOKEN for r in sent)
+
+    # Deleted: gone for good; another workspace cannot delete it.
+    assert_error(gateway.request("DELETE", f"/v1/files/{uploaded.id}", headers=headers, key=other), 404)
+    assert client.files.delete(uploaded.id).deleted is True
+    assert_error(gateway.get(f"/v1/files/{uploaded.id}", headers=headers, key=team), 404)
+
+
+def test_a_30_mb_upload_to_the_gateway_streams(gateway, anthropic_mock):
+    # Above Envoy's 20 MiB buffer limit: a body buffered on the way would be refused (413).
+    # The session's static key: a key the gateway must first look up at the control plane
+    # holds the request meanwhile, and Envoy buffers the body of a held request.
+    headers = custom_host(anthropic_mock, provider="anthropic", token=ANTHROPIC_TOKEN)
+    data = bytes(range(256)) * (30 * 1024 * 4)  # 30 MiB
+    before = gateway.memory_allocated()
+    client = gateway.sdk(headers, timeout=120.0)
+    uploaded = client.files.create(file=("big.bin", data, "application/octet-stream"), purpose="assistants")
+    grown = gateway.memory_allocated() - before
+    assert uploaded.bytes == len(data)
+    assert grown < 8 * 1024 * 1024, f"Envoy's memory grew by {grown} bytes"
+    back = gateway.get(f"/v1/files/{uploaded.id}/content", headers=headers, timeout=120.0)
+    assert back.status_code == 200 and hashlib.sha256(back.content).digest() == hashlib.sha256(data).digest()
+    client.files.delete(uploaded.id)

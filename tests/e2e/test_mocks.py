@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from helpers import read_stream, raw_http, sdk_stream
-from mocks import AnthropicMock, OpenAIMock, Reply, ToolCall, make_self_signed_cert, tls_server_context
+from mocks import AnthropicMock, AzureOpenAIMock, OpenAIMock, Reply, ToolCall, make_self_signed_cert, tls_server_context
 
 ANTHROPIC_HEADERS = {"x-api-key": "sk-ant-direct", "anthropic-version": "2023-06-01"}
 
@@ -196,6 +196,32 @@ def test_openai_other_endpoints_via_sdk(openai_mock):
     asst = client.beta.assistants.list(limit=5, order="asc")
     assert [a.id for a in asst.data] == ["asst_mock_1", "asst_mock_2"]
     assert openai_mock.last.headers["openai-beta"] == "assistants=v2"
+
+
+def test_openai_resource_shapes_files_kept_and_deletes(openai_mock):
+    client = direct_openai(openai_mock)
+    f = client.files.create(file=("a.jsonl", b"abc", "application/jsonl"), purpose="batch")
+    assert (client.files.retrieve(f.id).bytes, client.files.content(f.id).read()) == (3, b"abc")
+    assert client.files.delete(f.id).model_dump() == {"id": f.id, "object": "file", "deleted": True}
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(f.id)
+    assert openai_mock.body_bytes > 3  # the multipart body, counted as it arrived
+    beta = client.beta
+    assert beta.assistants.delete("asst_1").object == "assistant.deleted"
+    assert beta.threads.delete("thread_1").object == "thread.deleted"
+    assert beta.threads.messages.delete("msg_1", thread_id="thread_1").object == "thread.message.deleted"
+    assert beta.threads.runs.cancel("run_1", thread_id="thread_1").status == "cancelling"
+    with pytest.raises(openai.BadRequestError):
+        beta.threads.runs.create("thread_1", assistant_id=None)  # type: ignore[arg-type]
+    without_beta = httpx.get(f"{openai_mock.base_url}/threads/thread_1/runs", headers={"authorization": "Bearer x"})
+    assert without_beta.status_code == 400 and "OpenAI-Beta" in without_beta.text
+
+
+def test_azure_mock_serves_assistants_only_under_a_preview_version():
+    with AzureOpenAIMock("az-key") as mock:
+        url, key = f"{mock.base_url}/assistants", {"api-key": "az-key"}
+        assert httpx.get(f"{url}?api-version=2024-10-21", headers=key).status_code == 404
+        assert httpx.get(f"{url}?api-version=2024-05-01-preview", headers=key).json()["object"] == "list"
 
 
 def test_openai_mock_keep_alive_and_chunked_request_body(openai_mock):

@@ -6,12 +6,15 @@ file uploads stream through."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
+import threading
 
 import openai
 import pytest
 
-from helpers import KEY, assert_clean_upstream, assert_error, custom_host, slug
+from helpers import KEY, assert_clean_upstream, assert_error, custom_host, slug, workspace_key
 
 OPENAI = slug("openai-mock")
 BETA = {"Vendor-Beta": "assistants=v2", **OPENAI}
@@ -76,7 +79,8 @@ def test_sdk_list_limits(gateway, openai_mock):
     ("/v1/files", "limit=10000&order=desc&purpose=batch"),
 ])
 def test_passing_list_queries_arrive_as_given(gateway, openai_mock, path, query):
-    r = gateway.raw("GET", f"{path}?{query}", headers=BETA.items())
+    # A workspace without managed batches: its batch list is the provider's page as asked.
+    r = gateway.raw("GET", f"{path}?{query}", headers=BETA.items(), key=workspace_key(gateway))
     assert r.status_code == 200, r.text
     rec = openai_mock.last
     assert (rec.path, rec.raw_query) == (path, query)
@@ -84,7 +88,7 @@ def test_passing_list_queries_arrive_as_given(gateway, openai_mock, path, query)
 
 
 def test_sdk_lists_pass(gateway, openai_mock):
-    client = gateway.sdk(OPENAI)
+    client = gateway.sdk(OPENAI, key=workspace_key(gateway))  # no managed batches
     assert [b.id for b in client.batches.list(limit=100).data] == ["batch_mock_1", "batch_mock_2", "batch_mock_3"]
     assert [j.id for j in client.fine_tuning.jobs.list(limit=2).data] == ["ftjob-mock-1", "ftjob-mock-2"]
     assert [e.id for e in client.fine_tuning.jobs.list_events("ftjob_1", limit=1).data] == ["ftevent-1"]
@@ -264,18 +268,84 @@ def test_resources_need_a_selected_provider(gateway, openai_mock):
 
 
 def test_any_way_of_selecting_a_provider_is_enough(gateway, openai_mock):
-    r = gateway.get("/v1/batches?limit=1", headers=custom_host(openai_mock))
+    r = gateway.get("/v1/batches?limit=1", headers=custom_host(openai_mock), key=workspace_key(gateway))
     assert r.status_code == 200, r.text
     assert openai_mock.last.raw_query == "limit=1"
 
 
 # ---- file uploads stream
 
-def test_large_file_upload_streams_through(gateway, openai_mock):
-    # Above Envoy's 20 MiB buffer limit: a buffered body would be refused with 413.
-    data = bytes(range(256)) * (24 * 1024 * 4)  # 24 MiB
+class PacedUpload(io.RawIOBase):
+    """A file of ``size`` bytes the SDK reads in pieces; the read at ``pause_at`` waits until
+    the test sets ``resume`` (``paused`` tells it the first part has been handed to the
+    socket). The bytes repeat a random 64 KiB block; ``digest`` is their SHA-256."""
+
+    def __init__(self, size: int, pause_at: int):
+        self.size, self.pause_at, self.pos = size, pause_at, 0
+        self.paused, self.resume = threading.Event(), threading.Event()
+        self.block = os.urandom(1 << 16) * 2
+        self.digest = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True  # lets httpx learn the size, so the upload has a Content-Length
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self.pos = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.size}[whence] + offset
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        if self.pos == self.pause_at and not self.resume.is_set():
+            self.paused.set()
+            if not self.resume.wait(60):
+                raise TimeoutError("the test never resumed the upload")
+        end = self.pause_at if self.pos < self.pause_at else self.size
+        half = len(self.block) // 2
+        n = min(end - self.pos, half if n < 0 else min(n, half))
+        piece = self.block[self.pos % half:self.pos % half + n]
+        self.pos += n
+        self.digest.update(piece)
+        return piece
+
+
+def test_50_mb_upload_streams_without_the_gateway_holding_it(gateway, openai_mock):
+    """A 50 MB multipart upload (above Envoy's 20 MiB buffer limit: a buffered body would be
+    refused with 413) reaches the provider while the client is still sending it, and neither
+    Envoy's heap (admin `/memory`) nor its resident memory (which counts the filter VM's
+    linear memory, never given back) grows by anything near the 40 MB in flight at the pause."""
+    size, pause_at, bound = 50_000_000, 40_000_000, 16 << 20
+    upload = PacedUpload(size, pause_at)
     client = gateway.sdk(OPENAI, timeout=120.0)
-    f = client.files.create(file=("big.jsonl", data, "application/jsonl"), purpose="batch")
-    assert f.bytes == len(data) and f.purpose == "batch"
+    heap_before, rss_before = gateway.memory_allocated(), gateway.envoy_rss()
+    outcome: dict = {}
+
+    def send():
+        try:
+            outcome["file"] = client.files.create(file=("big.jsonl", upload, "application/jsonl"), purpose="batch")
+        except Exception as e:  # noqa: BLE001 - reported by the test below
+            outcome["error"] = e
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    try:
+        assert upload.paused.wait(60), f"the SDK did not send the first {pause_at} bytes: {outcome}"
+        assert openai_mock.wait_until(lambda m: m.body_bytes >= pause_at, 30), (
+            f"the provider got {openai_mock.body_bytes} of the {pause_at} bytes sent: the upload was held back")
+        heap_grown, rss_grown = gateway.memory_allocated() - heap_before, gateway.envoy_rss() - rss_before
+    finally:
+        upload.resume.set()
+        sender.join(120)
+    assert "file" in outcome, outcome
+    assert outcome["file"].bytes == size and outcome["file"].purpose == "batch"
     part = openai_mock.last.form["file"]
-    assert hashlib.sha256(part["data"]).digest() == hashlib.sha256(data).digest()
+    assert hashlib.sha256(part["data"]).digest() == upload.digest.digest()
+    rss_after = gateway.envoy_rss() - rss_before
+    mib = 1 << 20
+    assert heap_grown < bound, f"Envoy's heap grew by {heap_grown / mib:.1f} MiB with 40 MB in flight"
+    assert max(rss_grown, rss_after) < bound, (
+        f"Envoy's resident memory grew by {rss_grown / mib:.1f} MiB at the pause, {rss_after / mib:.1f} MiB after")

@@ -240,11 +240,12 @@ impl Db {
             .collect()
     }
 
-    /// Line `line` finished (`succeeded` or `failed`) with its output-file line; the batch's
-    /// counts follow from its lines.
+    /// Line `line` finished (`succeeded` or `failed`) with its output-file line, counted once
+    /// in the batch's counts. The counts are incremented, not recounted: on PostgreSQL two
+    /// lines finishing at once would each count without the other's uncommitted row.
     pub async fn finish_line(&self, id: &str, line: i64, status: &str, result: &str) -> DbResult<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
+        let done = sqlx::query(
             "UPDATE managed_batch_lines SET status = $3, result = $4 WHERE batch_id = $1 AND line = $2 \
              AND status = 'pending'",
         )
@@ -254,15 +255,15 @@ impl Db {
         .bind(result)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
-            "UPDATE managed_batches SET \
-             completed = (SELECT COUNT(*) FROM managed_batch_lines WHERE batch_id = $1 AND status = 'succeeded'), \
-             failed = (SELECT COUNT(*) FROM managed_batch_lines WHERE batch_id = $1 AND status = 'failed') \
-             WHERE id = $1",
-        )
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+        if done.rows_affected() > 0 {
+            let succeeded = i64::from(status == "succeeded");
+            sqlx::query("UPDATE managed_batches SET completed = completed + $2, failed = failed + $3 WHERE id = $1")
+                .bind(id)
+                .bind(succeeded)
+                .bind(1 - succeeded)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(())
     }
@@ -348,5 +349,80 @@ impl Db {
             })
         })
         .transpose()
+    }
+}
+
+/// Where a page of a workspace's managed batches starts: after (older than) or before (newer
+/// than) a batch's `(created_at, id)`, or at the newest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cursor {
+    Newest,
+    After(i64, String),
+    Before(i64, String),
+}
+
+impl Db {
+    /// Up to `limit` of `workspace`'s managed batches from `cursor`, newest first.
+    pub async fn list_batches(&self, workspace: &str, cursor: &Cursor, limit: i64) -> DbResult<Vec<BatchRow>> {
+        let (condition, order) = match cursor {
+            Cursor::Newest => ("", "DESC"),
+            Cursor::After(..) => ("AND (created_at < $2 OR (created_at = $2 AND id < $3))", "DESC"),
+            Cursor::Before(..) => ("AND (created_at > $2 OR (created_at = $2 AND id > $3))", "ASC"),
+        };
+        let limit_at = if *cursor == Cursor::Newest { "$2" } else { "$4" };
+        let sql = format!(
+            "SELECT {BATCH_COLUMNS} FROM managed_batches WHERE workspace = $1 {condition} \
+             ORDER BY created_at {order}, id {order} LIMIT {limit_at}"
+        );
+        let mut query = sqlx::query(&sql).bind(workspace);
+        if let Cursor::After(at, id) | Cursor::Before(at, id) = cursor {
+            query = query.bind(*at).bind(id.as_str());
+        }
+        let rows = query.bind(limit).fetch_all(&self.pool).await?;
+        let mut batches = rows.iter().map(batch_row).collect::<DbResult<Vec<_>>>()?;
+        if matches!(cursor, Cursor::Before(..)) {
+            batches.reverse();
+        }
+        Ok(batches)
+    }
+
+    /// Chunk `seq` of file `file_id` (base64).
+    pub async fn insert_file_chunk(&self, file_id: &str, seq: i64, data: &str) -> DbResult<()> {
+        sqlx::query("INSERT INTO managed_file_chunks (file_id, seq, data) VALUES ($1, $2, $3)")
+            .bind(file_id)
+            .bind(seq)
+            .bind(data)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Chunk `seq` of file `file_id` (base64), when there is one.
+    pub async fn file_chunk(&self, file_id: &str, seq: i64) -> DbResult<Option<String>> {
+        let row = sqlx::query("SELECT data FROM managed_file_chunks WHERE file_id = $1 AND seq = $2")
+            .bind(file_id)
+            .bind(seq)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| r.try_get("data")).transpose()
+    }
+
+    pub async fn delete_file_chunks(&self, file_id: &str) -> DbResult<()> {
+        sqlx::query("DELETE FROM managed_file_chunks WHERE file_id = $1").bind(file_id).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Deletes `workspace`'s file `id` and its chunks; whether there was one.
+    pub async fn delete_file(&self, id: &str, workspace: &str) -> DbResult<bool> {
+        let done = sqlx::query("DELETE FROM managed_files WHERE id = $1 AND workspace = $2")
+            .bind(id)
+            .bind(workspace)
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        self.delete_file_chunks(id).await?;
+        Ok(true)
     }
 }

@@ -1,4 +1,4 @@
-//! Request records, their metadata and feedback (migration 0002). Filters are built from
+//! Request records, their metadata and feedback (migrations 0002 and 0004). Filters are built from
 //! fixed clauses with numbered placeholders; every value is bound.
 
 use super::{now_s, Db, DbResult};
@@ -70,17 +70,20 @@ fn now_ms() -> i64 {
 }
 
 impl Db {
-    /// Stores a batch in one transaction.
+    /// Stores a batch in one transaction. A record whose `record_key` the workspace already
+    /// holds (the batch was sent again) is skipped, with its metadata.
     pub async fn insert_records(&self, records: &[NewRecord]) -> DbResult<()> {
         let mut tx = self.pool.begin().await?;
         let received_at = now_s();
         for r in records {
-            sqlx::query(
-                "INSERT INTO log_records (id, workspace, trace_id, span_id, provider, model, status, timestamp_ms, \
-                 record, received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            let inserted = sqlx::query(
+                "INSERT INTO log_records (id, workspace, record_key, trace_id, span_id, provider, model, status, \
+                 timestamp_ms, record, received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                 ON CONFLICT DO NOTHING",
             )
             .bind(&r.id)
             .bind(&r.workspace)
+            .bind(r.record_key.as_deref())
             .bind(&r.trace_id)
             .bind(r.span_id.as_deref())
             .bind(r.provider.as_deref())
@@ -91,6 +94,9 @@ impl Db {
             .bind(received_at)
             .execute(&mut *tx)
             .await?;
+            if inserted.rows_affected() == 0 {
+                continue;
+            }
             for (key, value) in &r.metadata {
                 sqlx::query("INSERT INTO log_metadata (record_id, meta_key, meta_value) VALUES ($1, $2, $3)")
                     .bind(&r.id)
@@ -101,6 +107,21 @@ impl Db {
             }
         }
         tx.commit().await
+    }
+
+    /// Deletes the records older than `cutoff_ms` (by `timestamp_ms`) with their metadata,
+    /// and the feedback given before it, in one transaction: how many records.
+    pub async fn delete_logs_before(&self, cutoff_ms: i64) -> DbResult<u64> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM log_metadata WHERE record_id IN (SELECT id FROM log_records WHERE timestamp_ms < $1)")
+            .bind(cutoff_ms)
+            .execute(&mut *tx)
+            .await?;
+        let records =
+            sqlx::query("DELETE FROM log_records WHERE timestamp_ms < $1").bind(cutoff_ms).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM log_feedback WHERE created_at_ms < $1").bind(cutoff_ms).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(records.rows_affected())
     }
 
     /// The `timestamp_ms` of a record of the workspace (where a page after it starts).

@@ -3,6 +3,7 @@
 //! control plane `immediate` is a 501.
 
 use super::*;
+use crate::shared::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
 
 const CP_SETTINGS: &str = r#"{"api_keys": ["gw-key"],
     "control_plane": {"cluster": "gateway_control_plane", "authority": "127.0.0.1:8790", "token": "cp-secret",
@@ -100,4 +101,77 @@ fn an_immediate_batch_needs_a_selected_provider() {
     let (_, status, _, body) = reply(&gw.post(1, headers, IMMEDIATE));
     assert!(matches!(status, 400 | 401), "{status} {body}");
     assert!(gw.io.sent.is_empty());
+}
+
+#[test]
+fn the_batch_list_goes_to_the_control_plane_unless_the_control_plane_asks_for_the_providers() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    gw.request_headers(1, caller("GET", "/v1/batches?limit=2&after=batch_gw_1"), false);
+    assert_eq!(gw.upstream_header(1, ":path").as_deref(), Some("/internal/v1/batches?limit=2&after=batch_gw_1"));
+    assert_eq!(gw.upstream_header(1, CLUSTER_HEADER).as_deref(), Some("gateway_control_plane"));
+    assert_eq!(gw.upstream_header(1, "x-gateway-workspace").as_deref(), Some("default"));
+    // The list's query is checked here first.
+    let (_, status, _, body) = reply(&gw.request_headers(2, caller("GET", "/v1/batches?limit=0"), false));
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("limit")));
+    // The control plane's own read of the provider's list, marked, goes to the provider
+    // without the mark; a mark the client made up changes nothing.
+    let marked = |id, mark: &str| {
+        let mut headers = caller("GET", "/v1/batches?limit=2");
+        headers.push((CONTROL_PLANE_FETCH_HEADER.to_string(), mark.as_bytes().to_vec()));
+        (id, headers)
+    };
+    let (id, headers) = marked(3, &control_plane_fetch_marker("cp-secret"));
+    gw.request_headers(id, headers, false);
+    assert_eq!(gw.upstream_header(3, ":authority").as_deref(), Some("127.0.0.1:9000"));
+    assert_eq!(gw.upstream_header(3, ":path").as_deref(), Some("/v1/batches?limit=2"));
+    assert_eq!(gw.upstream_header(3, CONTROL_PLANE_FETCH_HEADER), None);
+    for (id, mark) in [(4, control_plane_fetch_marker("other-token")), (5, "cp-secret".to_string())] {
+        let (id, headers) = marked(id, &mark);
+        gw.request_headers(id, headers, false);
+        assert_eq!(gw.upstream_header(id, ":path").as_deref(), Some("/internal/v1/batches?limit=2"), "{mark}");
+        assert_eq!(gw.upstream_header(id, CONTROL_PLANE_FETCH_HEADER), None, "never relayed on");
+    }
+}
+
+#[test]
+fn the_mark_never_reaches_a_provider_even_when_forwarded_by_name() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let mut headers = caller("GET", "/v1/models");
+    headers.push((CONTROL_PLANE_FETCH_HEADER.to_string(), control_plane_fetch_marker("cp-secret").into_bytes()));
+    headers.push(("x-gateway-forward-headers".to_string(), CONTROL_PLANE_FETCH_HEADER.as_bytes().to_vec()));
+    gw.request_headers(1, headers, false);
+    assert_eq!(gw.upstream_header(1, ":authority").as_deref(), Some("127.0.0.1:9000"));
+    assert_eq!(gw.upstream_header(1, CONTROL_PLANE_FETCH_HEADER), None);
+}
+
+#[test]
+fn uploads_go_to_the_control_plane_for_a_provider_without_a_files_api() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let upload = |provider: &str| {
+        request(
+            "POST",
+            "/v1/files",
+            &[
+                ("x-gateway-api-key", "gw-key"),
+                ("x-gateway-provider", provider),
+                ("x-gateway-custom-host", "http://127.0.0.1:9000/v1"),
+                ("authorization", "Bearer sk-client"),
+                ("content-type", "multipart/form-data; boundary=b"),
+            ],
+        )
+    };
+    let out = gw.request_headers(1, upload("anthropic"), false);
+    assert_eq!(out.action, Action::Continue, "streamed: never held for its body");
+    assert_eq!(gw.upstream_header(1, ":path").as_deref(), Some("/internal/v1/files"));
+    assert_eq!(gw.upstream_header(1, CLUSTER_HEADER).as_deref(), Some("gateway_control_plane"));
+    assert_eq!(gw.upstream_header(1, "content-type").as_deref(), Some("multipart/form-data; boundary=b"));
+    gw.io.streams(1).request_body = vec![b'x'; 4096];
+    assert_eq!(gw.worker.request_body(1, 4096, false, &mut gw.io).action, Action::Continue);
+    // A provider with a files API gets the upload, as without a control plane.
+    gw.request_headers(2, upload("openai"), false);
+    assert_eq!(gw.upstream_header(2, ":authority").as_deref(), Some("127.0.0.1:9000"));
+    assert_eq!(gw.upstream_header(2, ":path").as_deref(), Some("/v1/files"));
+    let mut plain = Gateway::new(r#"{"api_keys": ["gw-key"]}"#);
+    let (_, status, _, body) = reply(&plain.request_headers(1, upload("anthropic"), false));
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("unsupported_endpoint")));
 }

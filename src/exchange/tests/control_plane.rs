@@ -378,7 +378,7 @@ fn a_request_without_a_body_is_resumed_once_its_entries_arrived() {
     let mut gw = Gateway::new(CP_SETTINGS);
     let out = gw.request_headers(
         1,
-        request("GET", "/v1/batches", &[("x-gateway-api-key", "gw-key"), ("x-gateway-virtual-key", "vk")]),
+        request("GET", "/v1/models", &[("x-gateway-api-key", "gw-key"), ("x-gateway-virtual-key", "vk")]),
         false,
     );
     assert_eq!(out.action, Action::Pause);
@@ -389,7 +389,7 @@ fn a_request_without_a_body_is_resumed_once_its_entries_arrived() {
         &value(stored_openai("sk-v")),
     );
     assert!(resumed(&out, 1), "{out:?}");
-    assert_eq!(gw.upstream_header(1, ":path").as_deref(), Some("/v1/batches"));
+    assert_eq!(gw.upstream_header(1, ":path").as_deref(), Some("/v1/models"));
     assert_eq!(routed_to(&mut gw, 1).1.as_deref(), Some("Bearer sk-v"));
 }
 

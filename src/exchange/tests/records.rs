@@ -87,9 +87,10 @@ fn records_wait_a_second_then_go_in_one_batch_with_the_token_and_the_timer_stops
     assert_eq!(call.header("content-type"), Some("application/json"));
     assert_eq!(call.header("content-length"), Some(call.call.body.len().to_string().as_str()));
     assert_eq!(call.call.timeout_ms, 3000);
-    // Each record is the access-log object plus its arrival time.
+    // Each record is the access-log object plus its arrival time and id (two random u64s).
     let mut expected: Value = serde_json::from_slice(&record.to_json()).unwrap();
     expected["timestamp_ms"] = json!(start);
+    expected["record_id"] = json!("00000000000000070000000000000007");
     assert_eq!(records[0], expected);
     assert_eq!(
         (records[0]["workspace"].clone(), records[1]["timestamp_ms"].clone()),
@@ -138,9 +139,13 @@ fn a_hundred_waiting_records_leave_at_the_next_tick_and_one_batch_at_a_time() {
 fn a_batch_that_fails_is_tried_again_later_and_past_the_bound_records_are_dropped_and_counted() {
     let mut gw = Gateway::new(CP);
     served(&mut gw, 1, "t-1");
+    gw.io.host.random = 8;
+    served(&mut gw, 2, "t-2");
     gw.advance_clock(1000);
     gw.tick();
-    let (token, _) = batches(&gw)[0].clone();
+    let (token, first) = batches(&gw)[0].clone();
+    let ids = |records: &[Value]| records.iter().map(|r| r["record_id"].clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&first), [json!("00000000000000070000000000000007"), json!("00000000000000080000000000000008")]);
     // The control plane is down: no answer (a timeout or a reset comes back as status 0).
     assert_eq!(gw.answer(token, 0, &[], b""), Output::proceed());
     assert_eq!(dropped(&gw), 0);
@@ -151,16 +156,17 @@ fn a_batch_that_fails_is_tried_again_later_and_past_the_bound_records_are_droppe
     gw.advance_clock(1);
     gw.tick();
     let (token, records) = batches(&gw)[1].clone();
-    assert_eq!(traces(&records), ["t-1"], "the same record again");
+    assert_eq!(traces(&records), ["t-1", "t-2"], "the same records again");
+    assert_eq!(ids(&records), ids(&first), "under the same ids: the control plane stores them once");
     gw.answer(token, 503, &[], b"");
     assert_eq!(gw.io.ticks.last(), Some(&2000), "the backoff doubles");
 
     // Still down while the queue fills past its bound: what does not fit is dropped.
-    let max = shipping::MAX_QUEUED as u32;
-    for id in 2..=max + 5 {
+    let max = 2000; // the default records.max_queued
+    for id in 3..=max + 5 {
         served(&mut gw, id, &format!("t-{id}"));
     }
-    assert_eq!(dropped(&gw), 5, "t-1 and 1999 more wait; the last five are dropped");
+    assert_eq!(dropped(&gw), 5, "t-1, t-2 and 1998 more wait; the last five are dropped");
     gw.advance_clock(2000);
     gw.tick();
     let (token, records) = batches(&gw)[2].clone();
@@ -276,4 +282,50 @@ fn control_plane_reads_are_counted_by_result_and_warm_hits_are_not() {
             "gen_ai_gateway_control_plane_lookups_total.result.failed 1",
         ]
     );
+}
+
+/// `CP` with `records` settings.
+fn with_records(records: &str) -> String {
+    CP.replacen(r#"{"api_keys""#, &format!(r#"{{"records": {records}, "api_keys""#), 1)
+}
+
+/// The records of the first batch, once it left.
+fn first_batch(gw: &mut Gateway) -> Vec<Value> {
+    gw.advance_clock(1000);
+    gw.tick();
+    batches(gw).remove(0).1
+}
+
+#[test]
+fn bodies_are_off_by_default_and_never_in_the_access_log() {
+    let mut gw = Gateway::new(CP);
+    served(&mut gw, 1, "t-1");
+    let [record] = first_batch(&mut gw).try_into().unwrap();
+    assert_eq!((record.get("request_body"), record.get("response_body")), (None, None));
+
+    let mut gw = Gateway::new(&with_records(r#"{"bodies": true}"#));
+    let record = served(&mut gw, 1, "t-1");
+    assert!(!String::from_utf8_lossy(&record.to_json()).contains("hi"), "no prompt in the access log");
+    let [shipped] = first_batch(&mut gw).try_into().unwrap();
+    assert_eq!(shipped["request_body"], json!(String::from_utf8_lossy(CHAT)));
+    assert_eq!(shipped["response_body"], json!(String::from_utf8_lossy(COMPLETION)));
+    assert_eq!((shipped.get("request_body_truncated"), shipped.get("response_body_truncated")), (None, None));
+}
+
+#[test]
+fn bodies_are_cut_to_max_body_bytes_and_a_local_answer_is_what_the_client_received() {
+    let mut gw = Gateway::new(&with_records(r#"{"bodies": true, "max_body_bytes": 10}"#));
+    served(&mut gw, 1, "t-1");
+    let [shipped] = first_batch(&mut gw).try_into().unwrap();
+    assert_eq!(shipped["request_body"], json!(String::from_utf8_lossy(&CHAT[..10])));
+    assert_eq!(shipped["response_body"], json!(String::from_utf8_lossy(&COMPLETION[..10])));
+    assert_eq!((&shipped["request_body_truncated"], &shipped["response_body_truncated"]), (&json!(true), &json!(true)));
+
+    let mut gw = Gateway::new(&with_records(r#"{"bodies": true}"#));
+    let (_, status, _, body) = reply(&gw.post(1, chat(), b"{not json"));
+    assert_eq!(status, 400);
+    gw.finished(1).unwrap();
+    let [shipped] = first_batch(&mut gw).try_into().unwrap();
+    assert_eq!(serde_json::from_str::<Value>(shipped["response_body"].as_str().unwrap()).unwrap(), body);
+    assert_eq!(shipped["request_body"], json!("{not json"));
 }

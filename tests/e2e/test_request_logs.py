@@ -1,0 +1,106 @@
+"""Request logs (issue 15) in real Envoy with its control plane: with the control plane down,
+requests are served as before and the records past the queue's bound are dropped and counted;
+request and response bodies reach `GET /v1/logs` only when the plugin config asks for them,
+cut to their cap, and never the access log.
+
+The bodies tests share a gateway with `GATEWAY_RECORDS` bodies on and a small cap; the
+control-plane-down test runs a gateway of its own with one Envoy worker
+(`GATEWAY_CONCURRENCY=1`: one record queue, so the count is exact).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+
+import pytest
+from helpers import CHAT, chat_body, custom_host
+from test_observability import access_lines, eventually, value
+
+DROPPED = "gen_ai_gateway_records_dropped_total"
+CAP = 300
+BODY_FIELDS = ("request_body", "request_body_truncated", "response_body", "response_body_truncated")
+
+
+@pytest.fixture(scope="module")
+def bodies(start_gateway):
+    env = {"GATEWAY_RECORDS": json.dumps({"bodies": True, "max_body_bytes": CAP})}
+    with start_gateway("records-bodies", None, env) as gw:
+        gw.access_log = gw.log_path  # by default the access log goes to Envoy's stdout
+        yield gw
+
+
+def send(gw, mock, body: dict) -> tuple[str, bytes, object]:
+    """Posts ``body`` as exactly these bytes under a new trace id: (trace id, bytes sent, answer)."""
+    trace_id = f"logs-{uuid.uuid4().hex[:12]}"
+    sent = json.dumps(body).encode()
+    headers = {**custom_host(mock), "x-gateway-trace-id": trace_id, "content-type": "application/json"}
+    r = gw.request("POST", CHAT, headers=headers, content=sent)
+    assert r.status_code == 200, r.text
+    return trace_id, sent, r
+
+
+def logged(gw, trace_id: str, timeout: float = 10.0) -> dict:
+    """The record of ``trace_id`` in `GET /v1/logs` (findable within 10 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = gw.get("/v1/logs", params={"trace_id": trace_id})
+        assert r.status_code == 200, r.text
+        if r.json()["data"] or time.monotonic() > deadline:
+            [record] = r.json()["data"]
+            return record
+        time.sleep(0.2)
+
+
+def capped(sent: bytes) -> tuple[str, bool]:
+    """What the record keeps of an ASCII body: its first CAP bytes, and whether it was cut."""
+    return sent[:CAP].decode(), len(sent) > CAP
+
+
+def test_bodies_are_stored_with_the_record_capped_and_never_in_the_access_log(bodies, openai_mock):
+    trace_id, sent, r = send(bodies, openai_mock, chat_body("the bodies prompt 51c2", model="m-bodies"))
+    record = logged(bodies, trace_id)
+    assert (record["request_body"], record.get("request_body_truncated", False)) == capped(sent) == \
+        (sent.decode(), False)
+    assert (record["response_body"], record.get("response_body_truncated", False)) == capped(r.content)
+
+    # A long prompt and a stream: both cut at the cap; the stream's is the SSE text as sent.
+    trace_id, sent, r = send(bodies, openai_mock, chat_body("x" * 1000, model="m-bodies", stream=True))
+    assert r.headers["content-type"].startswith("text/event-stream") and len(r.content) > CAP
+    record = logged(bodies, trace_id)
+    assert (record["request_body"], record["request_body_truncated"]) == capped(sent) == (sent[:CAP].decode(), True)
+    assert (record["response_body"], record["response_body_truncated"]) == (r.content[:CAP].decode(), True)
+    assert record["response_body"].startswith("data: ")
+
+    # The access log never carries a body.
+    [line] = access_lines(bodies, trace_id)
+    assert not set(BODY_FIELDS) & set(line), line
+    assert "the bodies prompt 51c2" not in bodies.log_text()
+
+
+def test_without_the_setting_no_body_is_stored(gateway, openai_mock):
+    trace_id, _, _ = send(gateway, openai_mock, chat_body("no bodies here", model="m-bodies"))
+    record = logged(gateway, trace_id)
+    assert not set(BODY_FIELDS) & set(record), record
+
+
+def test_with_the_control_plane_down_requests_are_served_and_records_past_the_bound_are_dropped(
+        start_gateway, openai_mock):
+    """With the control plane gone, every record is dropped but the `max_queued` newest ones
+    a worker keeps for when it is back: a record that finds the queue full is dropped at once,
+    and a batch whose call fails (connection refused) goes back to the front only as far as
+    the bound allows. Whenever the timer takes a batch, records queued and the batch in flight
+    together are back to `max_queued` once its call failed, so after N requests and the last
+    failed call exactly N - `max_queued` were dropped, however the timer fell among them."""
+    bound, sent = 3, 8
+    env = {"GATEWAY_CONCURRENCY": "1", "GATEWAY_RECORDS": json.dumps({"max_queued": bound})}
+    with start_gateway("records-down", None, env) as gw:
+        os.kill(gw.control_plane_pid(), signal.SIGKILL)
+        for i in range(sent):
+            r = gw.chat(custom_host(openai_mock), chat_body(f"request {i}", model="m-down"))
+            assert r.status_code == 200, r.text
+            assert r.json()["object"] == "chat.completion"
+        assert eventually(lambda: value(gw, DROPPED), sent - bound) == sent - bound
