@@ -603,6 +603,7 @@ class OpenAIMock(MockProvider):
         ("POST", r"/v1/assistants/(?P<id>[^/]+)", "_assistant_modify"),
         ("DELETE", r"/v1/assistants/(?P<id>[^/]+)", "_assistant_delete"),
         ("POST", r"/v1/threads", "_thread_create"),
+        ("POST", r"/v1/threads/runs", "_thread_and_run"),
         ("GET", r"/v1/threads/(?P<id>[^/]+)", "_thread_get"),
         ("POST", r"/v1/threads/(?P<id>[^/]+)", "_thread_modify"),
         ("DELETE", r"/v1/threads/(?P<id>[^/]+)", "_thread_delete"),
@@ -616,10 +617,18 @@ class OpenAIMock(MockProvider):
         ("GET", r"/v1/threads/(?P<thread>[^/]+)/runs/(?P<id>[^/]+)", "_run_get"),
         ("POST", r"/v1/threads/(?P<thread>[^/]+)/runs/(?P<id>[^/]+)", "_run_modify"),
         ("POST", r"/v1/threads/(?P<thread>[^/]+)/runs/(?P<id>[^/]+)/cancel", "_run_cancel"),
+        ("POST", r"/v1/threads/(?P<thread>[^/]+)/runs/(?P<id>[^/]+)/submit_tool_outputs", "_run_tool_outputs"),
+        ("GET", r"/v1/threads/(?P<thread>[^/]+)/runs/(?P<run>[^/]+)/steps", "_steps_list"),
+        ("GET", r"/v1/threads/(?P<thread>[^/]+)/runs/(?P<run>[^/]+)/steps/(?P<id>[^/]+)", "_step_get"),
+        ("POST", r"/v1/uploads", "_upload_create"),
+        ("POST", r"/v1/uploads/(?P<id>[^/]+)/parts", "_upload_part"),
+        ("POST", r"/v1/uploads/(?P<id>[^/]+)/complete", "_upload_complete"),
+        ("POST", r"/v1/uploads/(?P<id>[^/]+)/cancel", "_upload_cancel"),
         ("GET", r"/v1/models", "_models"),
     ]
     # POSTs that carry no JSON body (an action on an id) or a multipart one.
-    _not_json = ("_transcriptions", "_files_create", "_batch_cancel", "_ft_cancel", "_run_cancel")
+    _not_json = ("_transcriptions", "_files_create", "_batch_cancel", "_ft_cancel", "_run_cancel", "_upload_part",
+                 "_upload_cancel")
 
     def handle(self, h, req):
         for method, pattern, fn in self._routes:
@@ -746,6 +755,8 @@ class OpenAIMock(MockProvider):
         self._embed_rules: list[tuple[str, list[float]]] = []
         self._files: dict[str, bytes] = {}
         self._file_objects: dict[str, dict] = {}
+        # upload id -> (the upload object, part id -> bytes)
+        self._uploads: dict[str, tuple[dict, dict[str, bytes]]] = {}
 
     def reset(self):
         super().reset()
@@ -753,6 +764,7 @@ class OpenAIMock(MockProvider):
             self._embed_rules.clear()
             self._files.clear()
             self._file_objects.clear()
+            self._uploads.clear()
 
     def put_file(self, file_id: str, content: bytes | str) -> None:
         """Serve ``content`` at ``GET /v1/files/{file_id}/content`` (until the next reset);
@@ -1131,6 +1143,81 @@ class OpenAIMock(MockProvider):
 
     def _run_cancel(self, h, req, thread, id):  # noqa: A002
         self._serve(h, req, lambda reply: h.send_json(200, self.run(thread, id, "cancelling"), reply.headers))
+
+    def _run_tool_outputs(self, h, req, thread, id):  # noqa: A002
+        outputs = req.json.get("tool_outputs")
+        if not isinstance(outputs, list) or not outputs:
+            return self._err(h, 400, "Missing required parameter: 'tool_outputs'.", param="tool_outputs")
+        self._serve(h, req, lambda reply: h.send_json(200, self.run(thread, id, "queued"), reply.headers))
+
+    def _thread_and_run(self, h, req):
+        if not isinstance(req.json.get("assistant_id"), str):
+            return self._err(h, 400, "Missing required parameter: 'assistant_id'.", param="assistant_id")
+        run = self.run(f"thread_mock{_hex()}", f"run_mock{_hex()}", assistant_id=req.json["assistant_id"])
+        self._serve(h, req, lambda reply: h.send_json(200, run, reply.headers))
+
+    @staticmethod
+    def run_step(thread_id: str, run_id: str, step_id: str) -> dict:
+        return {
+            "id": step_id, "object": "thread.run.step", "created_at": 1_700_000_000, "assistant_id": "asst_mock_1",
+            "thread_id": thread_id, "run_id": run_id, "type": "message_creation", "status": "completed",
+            "step_details": {"type": "message_creation", "message_creation": {"message_id": "msg_mock_1"}},
+            "last_error": None, "expired_at": None, "cancelled_at": None, "failed_at": None,
+            "completed_at": 1_700_000_001, "metadata": {}, "usage": None,
+        }
+
+    def _steps_list(self, h, req, thread, run):
+        items = [self.run_step(thread, run, f"step_mock_{i}") for i in (1, 2)]
+        self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
+
+    def _step_get(self, h, req, thread, run, id):  # noqa: A002
+        self._serve(h, req, lambda reply: h.send_json(200, self.run_step(thread, run, id), reply.headers))
+
+    # ---- uploads (a file in parts): the parts' bytes are kept, and completing makes the file
+    def _upload_create(self, h, req):
+        body = req.json
+        missing = [k for k in ("filename", "purpose", "bytes", "mime_type") if k not in body]
+        if missing:
+            return self._err(h, 400, f"Missing required parameter: '{missing[0]}'.", param=missing[0])
+        upload = {"id": f"upload_mock{_hex()}", "object": "upload", "bytes": body["bytes"], "created_at": _now(),
+                  "filename": body["filename"], "purpose": body["purpose"], "status": "pending",
+                  "expires_at": _now() + 3600, "file": None}
+        with self._lock:
+            self._uploads[upload["id"]] = (upload, {})
+        self._serve(h, req, lambda reply: h.send_json(200, upload, reply.headers))
+
+    def _upload_part(self, h, req, id):  # noqa: A002
+        data = (req.form or {}).get("data")
+        with self._lock:
+            known = self._uploads.get(id)
+        if known is None or data is None:
+            return self._err(h, 404 if known is None else 400, f"No upload {id} or no 'data' part.")
+        part = {"id": f"part_mock{_hex()}", "object": "upload.part", "created_at": _now(), "upload_id": id}
+        with self._lock:
+            known[1][part["id"]] = data["data"]
+        self._serve(h, req, lambda reply: h.send_json(200, part, reply.headers))
+
+    def _upload_complete(self, h, req, id):  # noqa: A002
+        with self._lock:
+            known = self._uploads.get(id)
+        part_ids = req.json.get("part_ids")
+        if known is None or not isinstance(part_ids, list) or any(p not in known[1] for p in part_ids):
+            return self._err(h, 400, "Unknown upload or part ids.", param="part_ids")
+        upload, parts = known
+        data = b"".join(parts[p] for p in part_ids)
+        file = self.file_object(f"file-mock{_hex()}", len(data), upload["filename"], upload["purpose"])
+        with self._lock:
+            self._files[file["id"]] = data
+            self._file_objects[file["id"]] = file
+        done = {**upload, "status": "completed", "file": file}
+        self._serve(h, req, lambda reply: h.send_json(200, done, reply.headers))
+
+    def _upload_cancel(self, h, req, id):  # noqa: A002
+        with self._lock:
+            known = self._uploads.pop(id, None)
+        if known is None:
+            return self._err(h, 404, f"No upload {id}.")
+        self._serve(h, req, lambda reply: h.send_json(200, {**known[0], "status": "cancelled"}, reply.headers))
 
     # ---- models
     def _models(self, h, req):

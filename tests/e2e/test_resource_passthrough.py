@@ -280,6 +280,62 @@ def test_a_streamed_run_passes_event_by_event(gateway, openai_mock, beta_client)
     assert rec.json["stream"] is True
 
 
+def test_run_steps_tool_outputs_and_create_and_run(gateway, openai_mock, beta_client):
+    client, sent, way = beta_client
+    runs = client.beta.threads.runs
+    page = runs.steps.list("run_7", thread_id="thread_1", limit=1, order="asc",
+                           include=["step_details.tool_calls[*].file_search.results[*].content"])
+    assert [s.id for s in page.data] == ["step_mock_1"] and page.has_more
+    rec = passed_with_beta(openai_mock, sent, way, "GET", "/v1/threads/thread_1/runs/run_7/steps")
+    assert rec.query == {"limit": ["1"], "order": ["asc"],
+                         "include[]": ["step_details.tool_calls[*].file_search.results[*].content"]}
+
+    step = runs.steps.retrieve("step_3", thread_id="thread_1", run_id="run_7")
+    assert (step.id, step.object, step.run_id, step.step_details.type) == ("step_3", "thread.run.step", "run_7",
+                                                                            "message_creation")
+    passed_with_beta(openai_mock, sent, way, "GET", "/v1/threads/thread_1/runs/run_7/steps/step_3")
+
+    run = runs.submit_tool_outputs("run_7", thread_id="thread_1",
+                                   tool_outputs=[{"tool_call_id": "call_1", "output": "42"}])
+    assert (run.id, run.status) == ("run_7", "queued")
+    rec = passed_with_beta(openai_mock, sent, way, "POST", "/v1/threads/thread_1/runs/run_7/submit_tool_outputs")
+    assert rec.json == {"tool_outputs": [{"tool_call_id": "call_1", "output": "42"}]}
+
+    run = client.beta.threads.create_and_run(assistant_id="asst_1",
+                                             thread={"messages": [{"role": "user", "content": "Hi"}]})
+    assert (run.object, run.assistant_id, run.status) == ("thread.run", "asst_1", "queued")
+    rec = passed_with_beta(openai_mock, sent, way, "POST", "/v1/threads/runs")
+    assert rec.json["thread"] == {"messages": [{"role": "user", "content": "Hi"}]}
+
+
+def test_a_file_uploaded_in_parts(gateway, openai_mock):
+    client, sent = client_and_log(gateway)
+    chunks = [b"\x00" + bytes(range(256)) * 40, b'{"custom_id": "2"}\r\n\xff tail']
+    total = sum(len(c) for c in chunks)
+    upload = client.uploads.create(bytes=total, filename="big.jsonl", mime_type="application/jsonl",
+                                   purpose="batch")
+    assert (upload.object, upload.status, upload.bytes) == ("upload", "pending", total)
+    passed_unchanged(openai_mock, sent, "POST", "/v1/uploads")
+
+    part_ids = []
+    for chunk in chunks:
+        part = client.uploads.parts.create(upload.id, data=chunk)
+        assert (part.object, part.upload_id) == ("upload.part", upload.id)
+        rec = passed_unchanged(openai_mock, sent, "POST", f"/v1/uploads/{upload.id}/parts")
+        assert rec.form["data"]["data"] == chunk
+        part_ids.append(part.id)
+
+    done = client.uploads.complete(upload.id, part_ids=part_ids)
+    assert (done.status, done.file.bytes, done.file.filename) == ("completed", total, "big.jsonl")
+    passed_unchanged(openai_mock, sent, "POST", f"/v1/uploads/{upload.id}/complete")
+    assert client.files.content(done.file.id).content == b"".join(chunks)
+
+    other = client.uploads.create(bytes=1, filename="x.jsonl", mime_type="application/jsonl", purpose="batch")
+    cancelled = client.uploads.cancel(other.id)
+    assert (cancelled.id, cancelled.status) == (other.id, "cancelled")
+    passed_unchanged(openai_mock, sent, "POST", f"/v1/uploads/{other.id}/cancel")
+
+
 def test_vendor_beta_beside_the_sdks_header_is_sent_once(gateway, openai_mock):
     # The client sends both: the provider gets one `OpenAI-Beta`, not the value twice.
     client, sent = client_and_log(gateway, {"Vendor-Beta": "assistants=v2"})
