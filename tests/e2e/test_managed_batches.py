@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from helpers import CHAT, assert_error, chat_body, custom_host, workspace_key
+from helpers import CHAT, assert_error, chat_body, config, custom_host, workspace_key
 from mocks import AnthropicMock, OpenAIMock
 
 TERMINAL = {"completed", "failed", "cancelled"}
@@ -130,6 +130,59 @@ def test_cancel_is_cancelling_at_once_then_cancelled(gateway, openai_mock):
     assert cancelled["request_counts"]["total"] == 16
     assert cancelled["request_counts"]["completed"] < 16
     assert len(openai_mock.requests_to(CHAT, "POST")) < 16
+
+
+def test_a_thousand_lines_with_failures_and_rate_limits_retried(gateway, openai_mock):
+    # The caller's config asks for retries on 429: a managed batch's lines go through the
+    # gateway as the caller, so its routing and retries apply to every line.
+    headers = {**custom_host(openai_mock), **config({"retry": {"attempts": 2, "on_status_codes": [429]}})}
+    tag = uuid.uuid4().hex[:6]
+    failing, busy = set(range(7, 1000, 37)), set(range(3, 1000, 19)) - set(range(7, 1000, 37))
+    openai_mock.script(model=f"gpt-fail-{tag}", status=400, times=None)
+    lines = []
+    for i in range(1000):
+        model = f"gpt-fail-{tag}" if i in failing else f"gpt-busy-{tag}-{i}" if i in busy else "gpt-mock"
+        if i in busy:
+            openai_mock.script(model=model, status=429, times=1)  # once: the retry gets an answer
+        lines.append(chat_line(f"k{i}", model=model, content=f"{tag} line {i}"))
+    batch = create(gateway, headers, new_file(openai_mock, lines))
+
+    done = wait(gateway, headers, batch["id"], timeout=120.0)
+    assert done["status"] == "completed", done
+    assert done["request_counts"] == {"total": 1000, "completed": 1000 - len(failing), "failed": len(failing)}
+    output = content(gateway, headers, done["output_file_id"])
+    assert sorted(line["custom_id"] for line in output) == sorted(f"k{i}" for i in range(1000) if i not in failing)
+    assert all(line["response"]["status_code"] == 200 for line in output)
+    errors = content(gateway, headers, done["error_file_id"])
+    assert sorted((line["custom_id"], line["response"]["status_code"]) for line in errors) == sorted(
+        (f"k{i}", 400) for i in failing)
+
+    sent = [r.json["messages"][0]["content"] for r in openai_mock.requests_to(CHAT, "POST")]
+    calls = {i: sent.count(f"{tag} line {i}") for i in range(1000)}
+    assert {i for i, n in calls.items() if n == 2} == busy, "each rate-limited line was retried once"
+    assert all(n == 1 for i, n in calls.items() if i not in busy), "every other line was sent once"
+
+
+def test_a_thousand_line_batch_cancelled_half_way(gateway, openai_mock):
+    headers = custom_host(openai_mock)
+    tag = uuid.uuid4().hex[:6]
+    openai_mock.script(model=f"gpt-slow-{tag}", stall=0.01, times=None)
+    lines = [chat_line(f"h{i}", model=f"gpt-slow-{tag}", content=f"{tag} line {i}") for i in range(1000)]
+    batch = create(gateway, headers, new_file(openai_mock, lines))
+    wait(gateway, headers, batch["id"], done=lambda b: b["request_counts"]["completed"] >= 300, timeout=120.0)
+    resp = gateway.post(f"/v1/batches/{batch['id']}/cancel", headers=headers)
+    assert resp.status_code == 200 and resp.json()["status"] == "cancelling", resp.text
+
+    cancelled = wait(gateway, headers, batch["id"], timeout=60.0)
+    assert cancelled["status"] == "cancelled", cancelled
+    counts = cancelled["request_counts"]
+    assert counts["total"] == 1000 and counts["failed"] == 0 and 300 <= counts["completed"] < 1000
+    output = content(gateway, headers, cancelled["output_file_id"])
+    assert len(output) == counts["completed"] == len({line["custom_id"] for line in output})
+    # No line started after the cancel was seen; each line sent reached the output once.
+    sent = [r.json["messages"][0]["content"] for r in openai_mock.requests_to(CHAT, "POST")
+            if r.json["messages"][0]["content"].startswith(tag)]
+    assert len(sent) == len(set(sent)) == counts["completed"]
 
 
 def test_another_workspace_gets_404(gateway, openai_mock):
