@@ -132,6 +132,59 @@ fn parse_arguments(arguments: &str) -> Option<Value> {
     serde_json::from_str::<Value>(arguments).ok().filter(Value::is_object)
 }
 
+/// A piece of an earlier answer's reasoning that an assistant message carries back in its
+/// `content_blocks` (as a non-strict answer gave them): providers that sign their reasoning
+/// need it resent while tools are in use.
+pub(crate) enum Reasoning<'a> {
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    Redacted {
+        data: &'a str,
+    },
+    /// A provider's own block kept as it came (e.g. Converse's `reasoningContent`).
+    Native(&'a Value),
+}
+
+/// The reasoning blocks of assistant message `i`'s `content_blocks`, in order; its text blocks
+/// repeat `content` and are not read.
+pub(crate) fn reasoning(message: &Value, i: usize) -> Result<Vec<Reasoning<'_>>, GatewayError> {
+    let blocks = match message.get("content_blocks") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(blocks)) => blocks,
+        Some(_) => {
+            return Err(GatewayError::invalid_param(
+                format!("messages[{i}].content_blocks"),
+                "content_blocks must be an array",
+            ))
+        }
+    };
+    let mut out = Vec::new();
+    for (j, block) in blocks.iter().enumerate() {
+        match str_field(Some(block), "type") {
+            Some("thinking") => out.push(Reasoning::Thinking {
+                thinking: block_text(block, i, j, "thinking")?,
+                signature: block_text(block, i, j, "signature")?,
+            }),
+            Some("redacted_thinking") => out.push(Reasoning::Redacted { data: block_text(block, i, j, "data")? }),
+            None if block.get("reasoningContent").is_some() => out.push(Reasoning::Native(block)),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Field `name` of block `j` of message `i`'s `content_blocks`, which must be a string.
+fn block_text<'a>(block: &'a Value, i: usize, j: usize, name: &str) -> Result<&'a str, GatewayError> {
+    str_field(Some(block), name).ok_or_else(|| {
+        GatewayError::invalid_param(
+            format!("messages[{i}].content_blocks[{j}].{name}"),
+            format!("{name} must be a string"),
+        )
+    })
+}
+
 /// The `tool_call_id` of tool message `i`.
 pub(crate) fn tool_call_id(message: &Value, i: usize) -> Result<&str, GatewayError> {
     str_field(Some(message), "tool_call_id").ok_or_else(|| {

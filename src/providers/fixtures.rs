@@ -34,6 +34,7 @@ const FIXTURES: &[(&str, &str)] = fixtures![
     "anthropic/system_parts_with_cache_control.json",
     "anthropic/tools_tool_choice_required.json",
     "anthropic/tool_calls_and_results.json",
+    "anthropic/thinking_resent_with_tool_use.json",
     "anthropic/image_parts.json",
     "anthropic/stop_user_max_tokens_default.json",
     "anthropic/answer_tool_use_thinking_strict.json",

@@ -3,8 +3,8 @@
 use super::str_field;
 use crate::errors::GatewayError;
 use crate::providers::chat_input::{
-    content_error, function_tools, part_param, read_tool_call, reject_unsupported, role_error, stop_sequences,
-    tool_call_id, tool_calls, tool_choice, FunctionTool, ToolChoice,
+    content_error, function_tools, part_param, read_tool_call, reasoning, reject_unsupported, role_error,
+    stop_sequences, tool_call_id, tool_calls, tool_choice, FunctionTool, Reasoning, ToolChoice,
 };
 use serde_json::{json, Map, Value};
 
@@ -227,21 +227,33 @@ fn image_block(part: &Value, i: usize, j: usize) -> Result<Value, GatewayError> 
     Ok(json!({"type": "image", "source": source}))
 }
 
-/// Assistant content followed by its tool calls as `tool_use` blocks.
+/// Assistant content: the reasoning it carries back first (Anthropic wants thinking blocks
+/// to lead the turn), then its content, then its tool calls as `tool_use` blocks.
 fn assistant_content(message: &Value, content: Option<&Value>, i: usize) -> Result<Value, GatewayError> {
     let calls = tool_calls(message, i)?;
-    if calls.is_empty() {
+    let reasoning = reasoning(message, i)?;
+    if calls.is_empty() && reasoning.is_empty() {
         return convert_content(content, i);
     }
-    let mut blocks = match content {
-        Some(_) => into_blocks(convert_content(content, i)?),
-        None => Vec::new(),
-    };
+    let mut blocks: Vec<Value> = reasoning.iter().filter_map(thinking_block).collect();
+    if content.is_some() {
+        blocks.extend(into_blocks(convert_content(content, i)?));
+    }
     for (j, call) in calls.iter().enumerate() {
         let call = read_tool_call(call, i, j, "anthropic")?;
         blocks.push(json!({"type": "tool_use", "id": call.required_id()?, "name": call.name, "input": call.arguments}));
     }
     Ok(Value::Array(blocks))
+}
+
+fn thinking_block(reasoning: &Reasoning) -> Option<Value> {
+    match reasoning {
+        Reasoning::Thinking { thinking, signature } => {
+            Some(json!({"type": "thinking", "thinking": thinking, "signature": signature}))
+        }
+        Reasoning::Redacted { data } => Some(json!({"type": "redacted_thinking", "data": data})),
+        Reasoning::Native(_) => None,
+    }
 }
 
 fn tool_result(message: &Value, content: Option<&Value>, i: usize) -> Result<Value, GatewayError> {

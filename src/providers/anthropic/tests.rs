@@ -214,6 +214,44 @@ fn assistant_tool_calls_become_tool_use_after_text() {
 }
 
 #[test]
+fn assistant_thinking_without_tool_calls_leads_its_text() {
+    let out = request(with_messages(json!([
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello.", "content_blocks": [
+            {"type": "text", "text": "Hello."},
+            {"type": "thinking", "thinking": "Greet back.", "signature": "sig"},
+        ]},
+        {"role": "user", "content": "Again"},
+    ])));
+    assert_eq!(
+        out["messages"][1]["content"],
+        json!([
+            {"type": "thinking", "thinking": "Greet back.", "signature": "sig"},
+            {"type": "text", "text": "Hello."},
+        ])
+    );
+}
+
+#[test]
+fn bad_content_blocks_name_their_field() {
+    let cases = [
+        (json!("thinking"), "messages[1].content_blocks"),
+        (json!([{"type": "thinking", "thinking": "x"}]), "messages[1].content_blocks[0].signature"),
+        (
+            json!([{"type": "text", "text": "a"}, {"type": "redacted_thinking", "data": 7}]),
+            "messages[1].content_blocks[1].data",
+        ),
+    ];
+    for (blocks, param) in cases {
+        let e = request_error(with_messages(json!([
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello.", "content_blocks": blocks},
+        ])));
+        assert_eq!((e.status, e.param.as_deref()), (400, Some(param)));
+    }
+}
+
+#[test]
 fn assistant_without_content_and_empty_text() {
     let out = request(with_messages(json!([
         {"role": "user", "content": "Go"},

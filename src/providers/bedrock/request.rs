@@ -3,8 +3,8 @@
 use super::sigv4::uri_encode;
 use crate::errors::GatewayError;
 use crate::providers::chat_input::{
-    content_error, function_tools, part_param, read_tool_call, reject_unsupported, role_error, stop_sequences,
-    tool_call_id, tool_calls, tool_choice, ToolChoice,
+    content_error, function_tools, part_param, read_tool_call, reasoning, reject_unsupported, role_error,
+    stop_sequences, tool_call_id, tool_calls, tool_choice, Reasoning, ToolChoice,
 };
 use crate::providers::str_field;
 use serde_json::{json, Map, Value};
@@ -175,18 +175,31 @@ fn image_block(part: &Value, i: usize, j: usize) -> Result<Value, GatewayError> 
     Ok(json!({"image": {"format": format, "source": {"bytes": data}}}))
 }
 
-/// Assistant content followed by its tool calls as `toolUse` blocks.
+/// Assistant content: the reasoning it carries back first, then its content, then its tool
+/// calls as `toolUse` blocks.
 fn assistant_blocks(message: &Value, content: Option<&Value>, i: usize) -> Result<Vec<Value>, GatewayError> {
     let calls = tool_calls(message, i)?;
-    let mut blocks = match content {
-        None if !calls.is_empty() => Vec::new(),
-        _ => content_blocks(content, i)?,
-    };
+    let mut blocks: Vec<Value> = reasoning(message, i)?.iter().map(reasoning_block).collect();
+    match content {
+        None if !calls.is_empty() || !blocks.is_empty() => {}
+        _ => blocks.extend(content_blocks(content, i)?),
+    }
     for (j, call) in calls.iter().enumerate() {
         let call = read_tool_call(call, i, j, PROVIDER)?;
         blocks.push(json!({"toolUse": {"toolUseId": call.required_id()?, "name": call.name, "input": call.arguments}}));
     }
     Ok(blocks)
+}
+
+/// Reasoning as Converse's `reasoningContent` (an answer's own block as it came).
+fn reasoning_block(reasoning: &Reasoning) -> Value {
+    match reasoning {
+        Reasoning::Thinking { thinking, signature } => {
+            json!({"reasoningContent": {"reasoningText": {"text": thinking, "signature": signature}}})
+        }
+        Reasoning::Redacted { data } => json!({"reasoningContent": {"redactedContent": data}}),
+        Reasoning::Native(block) => (*block).clone(),
+    }
 }
 
 fn tool_result(message: &Value, content: Option<&Value>, i: usize) -> Result<Value, GatewayError> {

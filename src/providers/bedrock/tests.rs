@@ -244,6 +244,30 @@ fn reasoning_goes_to_clients_that_accept_extras() {
     assert_eq!(convert_response(b"{}", &ctx, "id").unwrap_err().status, 502);
 }
 
+#[test]
+fn reasoning_sent_back_leads_the_assistant_turn_as_converse_blocks() {
+    // The blocks a non-strict answer gave, the redacted one kept in Converse's own shape.
+    let redacted = json!({"reasoningContent": {"redactedContent": "b3BhcXVl"}});
+    let (sent, _) = request(with_messages(json!([
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": null, "content_blocks": [
+            {"type": "thinking", "thinking": "call it", "signature": "sig"},
+            redacted.clone(),
+            {"type": "redacted_thinking", "data": "c2VjcmV0"},
+        ], "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "sunny"},
+    ])));
+    assert_eq!(
+        sent["messages"][1]["content"],
+        json!([
+            {"reasoningContent": {"reasoningText": {"text": "call it", "signature": "sig"}}},
+            redacted,
+            {"reasoningContent": {"redactedContent": "c2VjcmV0"}},
+            {"toolUse": {"toolUseId": "t1", "name": "weather", "input": {}}},
+        ])
+    );
+}
+
 // --- binding and signing -----------------------------------------------------------------
 
 const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
