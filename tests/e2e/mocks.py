@@ -1294,6 +1294,36 @@ class AnthropicMock(MockProvider):
     def _err(self, h, status, type_, message):
         h.send_json(status, self.error_body(status, message, type_), {"request-id": f"req_mock{_hex()}"})
 
+    @staticmethod
+    def sign_thinking(thinking: str) -> str:
+        """The signature of a thinking block: Anthropic signs what the model thought and checks the
+        signature of thinking sent back; the mock does the same with a keyed hash."""
+        return "EqMB" + hashlib.sha256(b"anthropic-mock-thinking-key\0" + thinking.encode()).hexdigest()[:40]
+
+    @classmethod
+    def thinking_problem(cls, body: dict) -> str | None:
+        """Anthropic's rules for thinking sent back: a thinking block must carry the signature
+        of its text; with thinking enabled, the assistant turn whose tool_use the conversation's
+        last tool_result answers must start with a thinking block."""
+        msgs = body["messages"]
+        for i, m in enumerate(msgs):
+            for j, block in enumerate(m["content"] if isinstance(m["content"], list) else []):
+                if block["type"] == "thinking" and block.get("signature") != cls.sign_thinking(
+                        str(block.get("thinking"))):
+                    return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+        if (body.get("thinking") or {}).get("type") != "enabled" or len(msgs) < 2:
+            return None
+        last, turn = msgs[-1], msgs[-2]
+        answers_tools = isinstance(last["content"], list) and any(b["type"] == "tool_result" for b in last["content"])
+        if not answers_tools or turn["role"] != "assistant" or not isinstance(turn["content"], list):
+            return None
+        first = turn["content"][0]["type"] if turn["content"] else None
+        if first not in ("thinking", "redacted_thinking"):
+            return (f"messages.{len(msgs) - 2}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+                    f"`{first}`. When `thinking` is enabled, a final `assistant` message must start with a thinking "
+                    "block (preceeding the lastmost set of `tool_use` and `tool_result` blocks).")
+        return None
+
     @classmethod
     def validate(cls, body: Any) -> str | None:
         """Return the Anthropic-style error message for an invalid request, else None."""
@@ -1385,7 +1415,7 @@ class AnthropicMock(MockProvider):
         md = body.get("metadata")
         if md is not None and (not isinstance(md, dict) or set(md) - {"user_id"}):
             return "metadata: only user_id is permitted"
-        return None
+        return cls.thinking_problem(body)
 
     def handle(self, h, req):
         if req.path != "/v1/messages" or req.method != "POST":
@@ -1413,7 +1443,7 @@ class AnthropicMock(MockProvider):
         stop = reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
         p, c = reply.usage
         tools = [(tc.id or f"toolu_mock{_hex(16)}", tc) for tc in reply.tool_calls]
-        signature = "EqMBCkgIARABGAIiQL" + _hex(16)
+        signature = AnthropicMock.sign_thinking(reply.thinking or "")
         usage = {"input_tokens": p, "output_tokens": c, "cache_creation_input_tokens": 0,
                  "cache_read_input_tokens": 0}
         if not stream:

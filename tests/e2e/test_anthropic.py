@@ -235,6 +235,46 @@ def test_thinking_returned_when_not_strict(gateway, anthropic_mock):
     assert sent["max_tokens"] > 1024
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_thinking_sent_back_continues_a_tool_use_turn(gateway, anthropic_mock, stream):
+    # Anthropic refuses a tool result whose tool_use turn lost its (signed) thinking while
+    # thinking is on; the SDK user sends the assistant message back as they got it.
+    cfg = provider_config(anthropic_mock, provider="anthropic", api_key="sk-ant-x", strict_vendor_compliance=False)
+    client = gateway.sdk(config(cfg))
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    ask = dict(model=MODEL, max_tokens=2048, tools=[WEATHER_TOOL], extra_body={"thinking": thinking})
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    anthropic_mock.script(Reply(text="Let me check.", thinking="Call the weather tool.",
+                                tool_calls=[ToolCall("get_weather", {"city": "Paris"}, id="toolu_t1")]))
+    if stream:
+        # The streamed thinking and its signature arrive as content_blocks deltas.
+        chunks = list(client.chat.completions.create(messages=messages, stream=True, **ask))
+        deltas = [b["delta"] for c in chunks if c.choices for b in (c.choices[0].delta.model_extra or {}).get(
+            "content_blocks") or []]
+        blocks = [{"type": "thinking", "thinking": "".join(d.get("thinking", "") for d in deltas),
+                   "signature": "".join(d.get("signature", "") for d in deltas)}]
+        calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+        assistant = {"role": "assistant", "content": "Let me check.", "content_blocks": blocks, "tool_calls": [
+            {"id": calls[0].id, "type": "function",
+             "function": {"name": "get_weather", "arguments": "".join(tc.function.arguments for tc in calls)}}]}
+    else:
+        assistant = client.chat.completions.create(messages=messages, **ask).choices[0].message.model_dump(
+            exclude_none=True)
+    tool_result = {"role": "tool", "tool_call_id": "toolu_t1", "content": "18°C and sunny"}
+
+    anthropic_mock.script(Reply(text="It is sunny."))
+    reply = client.chat.completions.create(messages=[*messages, assistant, tool_result], **ask)
+    assert reply.choices[0].message.content == "It is sunny."
+    turn = anthropic_mock.last.json["messages"][1]
+    assert [b["type"] for b in turn["content"]] == ["thinking", "text", "tool_use"]
+    assert turn["content"][0]["thinking"] == "Call the weather tool."
+
+    # Without its thinking the same turn is Anthropic's 400, passed on as it is.
+    assistant.pop("content_blocks")
+    with pytest.raises(openai.BadRequestError, match="must start with a thinking block"):
+        client.chat.completions.create(messages=[*messages, assistant, tool_result], **ask)
+
+
 def test_stream_translation_http(gateway, anthropic_mock):
     anthropic_mock.script(Reply(text="Un deux trois quatre.", usage=(9, 5)))
     res = stream_chat(gateway, ANTHROPIC, chat_body(model=MODEL))
