@@ -48,7 +48,7 @@ fn segments(path: &str) -> Vec<Segment<'_>> {
 }
 
 /// Percent-decodes `text` (`+` as a space when `plus` is set); `None` on a broken escape.
-fn percent_decode(text: &str, plus: bool) -> Option<Vec<u8>> {
+pub(crate) fn percent_decode(text: &str, plus: bool) -> Option<Vec<u8>> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
