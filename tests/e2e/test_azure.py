@@ -91,8 +91,9 @@ CLIENT_API_VERSION = "2025-03-01-preview"
 def test_the_targets_api_version_replaces_the_clients(gateway, azure_mock):
     # Azure gets one `api-version`, the one the target's config gives: the client's (the
     # AzureOpenAI SDK always sends one) is dropped, its other parameters pass as written.
+    body = json.dumps(chat_body("Hi", model="gpt-4o")).encode()
     r = gateway.raw("POST", f"/v1/chat/completions?api-version={CLIENT_API_VERSION}&tag=a%20b",
-                    headers=config(azure_config(azure_mock)).items(), body=json.dumps(chat_body("Hi", model="gpt-4o")).encode())
+                    headers=config(azure_config(azure_mock)).items(), body=body)
     assert r.status_code == 200, r.text
     rec = azure_mock.last
     assert (rec.path, rec.raw_query) == ("/openai/deployments/gpt4o-prod/chat/completions",
@@ -104,9 +105,10 @@ def test_the_targets_api_version_replaces_the_clients(gateway, azure_mock):
     rec = azure_mock.last
     assert (rec.method, rec.path, rec.raw_query) == ("POST", "/openai/files", "api-version=2024-06-01")
     assert client.files.retrieve(uploaded.id).id == uploaded.id
-    assert (azure_mock.last.path, azure_mock.last.raw_query) == (f"/openai/files/{uploaded.id}", "api-version=2024-06-01")
-    assert azure_mock.last.header("api-key") == AZURE_KEY
-    assert_clean_upstream(azure_mock.last, KEY, SDK_DUMMY_KEY)
+    rec = azure_mock.last
+    assert (rec.path, rec.raw_query) == (f"/openai/files/{uploaded.id}", "api-version=2024-06-01")
+    assert rec.header("api-key") == AZURE_KEY
+    assert_clean_upstream(rec, KEY, SDK_DUMMY_KEY)
 
 
 def test_azure_errors_keep_status_and_message(gateway, azure_mock):

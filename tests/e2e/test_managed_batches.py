@@ -284,6 +284,70 @@ def test_an_anthropic_batch_from_a_file_uploaded_to_the_gateway(gateway, anthrop
     assert_error(gateway.get(f"/v1/files/{uploaded.id}", headers=headers, key=team), 404)
 
 
+def listed(page) -> list[str]:
+    return [f.id for f in page]
+
+
+def test_the_file_list_of_a_provider_without_files_is_the_gateways(gateway, anthropic_mock):
+    headers = custom_host(anthropic_mock, provider="anthropic", token=ANTHROPIC_TOKEN)
+    team, other = workspace_key(gateway), workspace_key(gateway)
+    client = gateway.sdk(headers, key=team)
+    made = [client.files.create(file=(f"f{i}.jsonl", b"{}\n", "application/jsonl"), purpose=purpose)
+            for i, purpose in enumerate(["batch", "assistants", "batch"])]
+    gateway.sdk(headers, key=other).files.create(file=("x.jsonl", b"{}\n", "application/jsonl"), purpose="batch")
+    newest_first = [f.id for f in sorted(made, key=lambda f: (f.created_at, f.id), reverse=True)]
+
+    page = client.files.list()
+    assert (listed(page.data), page.has_more) == (newest_first, False)
+    assert page.data[0].model_dump() == client.files.retrieve(newest_first[0]).model_dump()
+    assert listed(client.files.list(order="asc")) == newest_first[::-1]
+    assert listed(client.files.list(purpose="batch")) == [i for i in newest_first if i != made[1].id]
+    # limit=1 pages through them (the SDK follows `after` = the last id), either way round.
+    first = client.files.list(limit=1)
+    assert len(first.data) == 1 and first.has_more
+    assert listed(first) == newest_first
+    assert listed(client.files.list(limit=2, order="asc")) == newest_first[::-1]
+    last = client.files.list(limit=2, after=newest_first[0])
+    assert (listed(last.data), last.has_more) == (newest_first[1:], False)
+    assert anthropic_mock.requests == [], "Anthropic has no files API: nothing is asked of it"
+    assert_error(gateway.get("/v1/files?after=file-gw-nope", headers=headers, key=team), 400, param="after")
+    assert_error(gateway.get("/v1/files?limit=10001", headers=headers, key=team), 400, param="limit")
+
+
+def test_the_file_list_shows_a_managed_batchs_files_beside_the_providers(gateway, openai_mock):
+    headers = custom_host(openai_mock)
+    team = workspace_key(gateway)
+    client = gateway.sdk(headers, key=team)
+    openai_mock.script(model="gpt-fail", status=400, times=None)
+    file_id = new_file(openai_mock, [chat_line("a"), chat_line("b", model="gpt-fail")])
+    batch = client.batches.create(input_file_id=file_id, endpoint=CHAT, completion_window="immediate")
+    done = wait(gateway, {**headers, "x-gateway-api-key": team}, batch.id)
+    ours = [done["output_file_id"], done["error_file_id"]]
+    assert all(i.startswith("file-gw-") for i in ours), done
+    provider = ["file-mock-1", "file-mock-2"]
+
+    page = client.files.list()
+    assert sorted(listed(page.data)[:2]) == sorted(ours) and listed(page.data)[2:] == provider
+    assert not page.has_more
+    assert {f.purpose for f in page.data[:2]} == {"batch_output"}
+    assert listed(client.files.list(limit=1)) == listed(page.data)
+    assert listed(client.files.list(limit=2, order="asc")) == provider + listed(page.data)[:2][::-1]
+    assert listed(client.files.list(purpose="batch_output")) == listed(page.data)[:2]
+    assert listed(client.files.list(purpose="batch")) == provider
+    # The provider's part is its own list, asked as the caller, with the room left on the page.
+    reads = openai_mock.requests_to("/v1/files", "GET")
+    assert reads and all(r.header("authorization") == headers["Authorization"] for r in reads)
+    assert not any(r.header("x-gateway-control-plane-fetch") for r in reads), "the mark stays in the gateway"
+    client.files.list(limit=3, purpose="batch")
+    assert openai_mock.last.query == {"purpose": ["batch"], "limit": ["3"]}
+    client.files.list(limit=3)
+    assert openai_mock.last.query == {"limit": ["1"]}
+
+    # The provider's error is the list's.
+    openai_mock.script(OpenAIMock.error(503, "overloaded"), path="/v1/files")
+    assert_error(gateway.get("/v1/files", headers=headers, key=team), 503)
+
+
 def test_a_30_mb_upload_to_the_gateway_streams(gateway, anthropic_mock):
     # Above Envoy's 20 MiB buffer limit: a body buffered on the way would be refused (413).
     # The session's static key: a key the gateway must first look up at the control plane
