@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import signal
+import threading
 import time
 import uuid
 
@@ -348,10 +349,52 @@ def test_the_file_list_shows_a_managed_batchs_files_beside_the_providers(gateway
     assert_error(gateway.get("/v1/files", headers=headers, key=team), 503)
 
 
+def paused_reading(gateway) -> int:
+    """How often Envoy stopped reading a client's request for flow control (all listeners)."""
+    return sum(int(v) for k, v in gateway.stats().items()
+               if k.endswith("downstream_flow_control_paused_reading_total"))
+
+
+def test_an_upload_above_the_buffer_limit_waits_for_a_key_no_worker_has_read(gateway, openai_mock):
+    # The filter holds the request while it reads a new key from the control plane (stopped
+    # here, so the read waits). Envoy holds the body with flow control meanwhile: no 413 at
+    # its 20 MiB buffer limit, the client simply waits, and nothing reaches the provider.
+    client = gateway.sdk(custom_host(openai_mock), key=workspace_key(gateway), timeout=120.0)
+    data = bytes(range(256)) * (80 * 1024 * 4)  # 80 MiB
+    outcome: dict = {}
+
+    def upload():
+        try:
+            outcome["file"] = client.files.create(file=("big.bin", data, "application/octet-stream"),
+                                                  purpose="assistants")
+        except Exception as e:  # noqa: BLE001 - reported below
+            outcome["error"] = e
+
+    control_plane = _control_plane_pid(gateway)
+    paused_before, heap_before = paused_reading(gateway), gateway.memory_allocated()
+    os.kill(control_plane, signal.SIGSTOP)
+    sender = threading.Thread(target=upload, daemon=True)
+    try:
+        sender.start()
+        deadline = time.monotonic() + 2.0  # within the filter's 3 s control-plane timeout
+        while paused_reading(gateway) == paused_before and time.monotonic() < deadline and sender.is_alive():
+            time.sleep(0.02)
+        assert paused_reading(gateway) > paused_before, f"Envoy did not hold the client back: {outcome}"
+        grown = gateway.memory_allocated() - heap_before
+        assert outcome == {} and openai_mock.body_bytes == 0
+    finally:
+        os.kill(control_plane, signal.SIGCONT)
+    sender.join(120)
+    assert "file" in outcome, outcome
+    assert outcome["file"].bytes == len(data)
+    assert openai_mock.last.form["file"]["data"] == data
+    # Held back at Envoy's limits (the request's buffer and the connection's, 20 MiB each), not whole.
+    assert grown < 44 * 1024 * 1024, f"Envoy's memory grew by {grown} bytes while the upload waited"
+
+
 def test_a_30_mb_upload_to_the_gateway_streams(gateway, anthropic_mock):
     # Above Envoy's 20 MiB buffer limit: a body buffered on the way would be refused (413).
-    # The session's static key: a key the gateway must first look up at the control plane
-    # holds the request meanwhile, and Envoy buffers the body of a held request.
+    # (A key no worker has read yet: test_an_upload_above_the_buffer_limit_waits_for_a_key_no_worker_has_read.)
     headers = custom_host(anthropic_mock, provider="anthropic", token=ANTHROPIC_TOKEN)
     data = bytes(range(256)) * (30 * 1024 * 4)  # 30 MiB
     before = gateway.memory_allocated()
