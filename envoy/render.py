@@ -100,6 +100,7 @@ def render(env):
         CONTROL_PLANE_PORT=int(cp_port or 0),
         # A JSON string literal is a valid YAML double-quoted scalar.
         PLUGIN_CONFIGURATION=json.dumps(json.dumps(plugin, separators=(",", ":"))),
+        LOOKUP_GATE_CONFIGURATION=json.dumps(json.dumps({**plugin, "lookup_gate": True}, separators=(",", ":"))),
     )
 
 

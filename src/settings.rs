@@ -46,6 +46,13 @@ pub(crate) struct Settings {
     /// The request records shipped to the control plane.
     #[serde(default)]
     pub(crate) records: RecordsSettings,
+    /// This instance of the filter only reads the control-plane entries a request needs (its
+    /// key, saved config, stored providers) before the main instance sees it, and never answers,
+    /// changes or records a request. Envoy holds a request its headers paused with flow control
+    /// here (no `allow_on_headers_stop_iteration`), so a large upload waits for the read
+    /// instead of filling Envoy's buffer (413).
+    #[serde(default)]
+    pub(crate) lookup_gate: bool,
 }
 
 /// How request records wait for the control plane and what they carry.
@@ -311,6 +318,7 @@ impl Default for Settings {
             metrics: MetricsSettings::default(),
             control_plane: None,
             records: RecordsSettings::default(),
+            lookup_gate: false,
         }
     }
 }

@@ -8,6 +8,7 @@ use crate::db::Kind;
 use crate::errors::{ApiError, ApiResult};
 use crate::files;
 use crate::items::{self, mask_secrets};
+use crate::lists;
 use crate::logs;
 use crate::validate::{self, json_object, path_target, put_target};
 use crate::AppState;
@@ -37,11 +38,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/feedback", post(post_feedback))
         .route("/internal/v1/records", post(ingest_records))
         .route("/internal/v1/keys/{hash}", get(internal_key))
-        .route("/internal/v1/batches", post(batches::create).get(batches::list))
+        .route("/internal/v1/batches", post(batches::create).get(lists::list::<batches::ManagedBatches>))
         .route("/internal/v1/batches/{id}", get(batches::get))
         .route("/internal/v1/batches/{id}/cancel", post(batches::cancel))
         // Uploads are streamed and bounded by `max_file_bytes` as they are read.
-        .route("/internal/v1/files", post(files::upload).layer(DefaultBodyLimit::disable()))
+        .route(
+            "/internal/v1/files",
+            post(files::upload).layer(DefaultBodyLimit::disable()).get(lists::list::<files::GatewayFiles>),
+        )
         .route("/internal/v1/files/{id}", get(files::file).delete(files::delete))
         .route("/internal/v1/files/{id}/content", get(files::content))
         .route("/internal/v1/workspaces/{workspace}/{kind}/{id}", get(internal_item))

@@ -12,14 +12,15 @@ use crate::db::batches::{BatchRow, Cursor, FileRow, PendingLine};
 use crate::db::now_s;
 use crate::errors::{ApiError, ApiResult};
 use crate::files::{self, FILE_PREFIX};
+use crate::lists::{Listing, OwnItems};
 use crate::validate::json_object;
 use crate::AppState;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, RawQuery, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use model_gateway::shared::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
+use model_gateway::shared::CONTROL_PLANE_FETCH_HEADER;
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -95,7 +96,7 @@ impl Default for BatchSettings {
 /// What the runner shares: settings, one HTTP client, the batches running in this process.
 pub struct Runner {
     pub settings: BatchSettings,
-    client: reqwest::Client,
+    pub(crate) client: reqwest::Client,
     running: std::sync::Mutex<HashSet<String>>,
     /// This process's name in the batches' leases.
     owner: String,
@@ -150,7 +151,7 @@ pub fn workspace(h: &HeaderMap) -> ApiResult<String> {
 
 /// The caller's headers a line is sent with: its gateway headers, and the client's
 /// `Authorization` under its own name again.
-fn caller_headers(h: &HeaderMap) -> Map<String, Value> {
+pub(crate) fn caller_headers(h: &HeaderMap) -> Map<String, Value> {
     let mut out = Map::new();
     for (name, value) in h {
         let name = name.as_str();
@@ -204,143 +205,36 @@ pub async fn get(State(s): State<AppState>, h: HeaderMap, Path(id): Path<String>
     Ok(Json(batch_object(&row)))
 }
 
-/// The provider's part of a batch list, read through the gateway as the caller.
-enum ProviderList {
-    /// A page: its batches, and whether it has more.
-    Page(Vec<Value>, bool),
-    /// The provider has no batch list (404, 405, 501, or the gateway's `unsupported_endpoint`).
-    Absent,
-    /// Its error (status and OpenAI-shaped body), answered as it is: leaving its batches out
-    /// would present a partial list as whole.
-    Failed(u16, String),
+/// The managed batches of a workspace, in the batch list: newest first (OpenAI's default of
+/// 20 per page, at most 100), before the provider's.
+pub(crate) struct ManagedBatches {
+    s: AppState,
+    workspace: String,
 }
 
-/// Batches per page when the caller names no `limit` (OpenAI's default).
-const DEFAULT_LIST_LIMIT: usize = 20;
+impl OwnItems for ManagedBatches {
+    const LISTING: Listing = Listing {
+        resource: "batches",
+        item: "batch",
+        prefix: MANAGED_BATCH_PREFIX,
+        default_limit: 20,
+        max_limit: 100,
+        ordered: false,
+    };
 
-/// `GET /internal/v1/batches` (the query checked by the filter): the workspace's managed
-/// batches first, newest first, then the provider's list. `after=<batch_gw_…>` continues in
-/// the managed part (the provider's first page fills the rest), `after=<provider id>` (and
-/// `before=<provider id>`) is the provider's list as it answers it, `before=<batch_gw_…>` the
-/// managed batches newer than it; `limit` counts across both parts.
-pub async fn list(
-    State(s): State<AppState>,
-    h: HeaderMap,
-    RawQuery(query): RawQuery,
-    Query(params): Query<Vec<(String, String)>>,
-) -> ApiResult<Response> {
-    auth::internal(&s, &h)?;
-    let workspace = workspace(&h)?;
-    let param = |name: &str| params.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty());
-    let limit = param("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(DEFAULT_LIST_LIMIT).clamp(1, 100);
-    let managed = |id: &&str| id.starts_with(MANAGED_BATCH_PREFIX);
-    if param("after").is_some_and(|id| !managed(&id)) || param("before").is_some_and(|id| !managed(&id)) {
-        return Ok(match provider_list(&s, &h, query.as_deref().unwrap_or_default()).await {
-            ProviderList::Page(data, has_more) => list_json(data, has_more),
-            ProviderList::Absent => list_json(Vec::new(), false),
-            ProviderList::Failed(status, body) => raw_json(status, body),
-        });
+    fn of(s: &AppState, workspace: String, _params: &[(String, String)]) -> Self {
+        ManagedBatches { s: s.clone(), workspace }
     }
-    let cursor_at = |name: &'static str, id: &str| {
-        let (s, workspace, id) = (s.clone(), workspace.clone(), id.to_string());
-        async move {
-            let row = s.db.batch(&id, Some(&workspace)).await?;
-            row.map(|b| (b.created_at, b.id)).ok_or_else(|| ApiError::invalid(name, &format!("no batch {id}")))
-        }
-    };
-    let cursor = match (param("after"), param("before")) {
-        (Some(after), _) => {
-            let (at, id) = cursor_at("after", after).await?;
-            Cursor::After(at, id)
-        }
-        (None, Some(before)) => {
-            let (at, id) = cursor_at("before", before).await?;
-            Cursor::Before(at, id)
-        }
-        (None, None) => Cursor::Newest,
-    };
-    let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
-    let mut rows = s.db.list_batches(&workspace, &cursor, fetch).await?;
-    let more_managed = rows.len() > limit;
-    if more_managed && matches!(cursor, Cursor::Before(..)) {
-        // Newest first: the one too many is the farthest from `before`.
-        rows.remove(0);
+
+    async fn position(&self, id: &str) -> ApiResult<Option<(i64, String)>> {
+        Ok(self.s.db.batch(id, Some(&self.workspace)).await?.map(|b| (b.created_at, b.id)))
     }
-    rows.truncate(limit);
-    let mut data: Vec<Value> = rows.iter().map(batch_object).collect();
-    // Every provider batch comes after the managed ones: none is newer than a managed batch.
-    if more_managed || matches!(cursor, Cursor::Before(..)) {
-        return Ok(list_json(data, more_managed));
-    }
-    // When the managed part fills the page, one provider batch tells whether more follow.
-    let room = limit - data.len();
-    let has_more = match provider_list(&s, &h, &provider_query(query.as_deref(), room.max(1))).await {
-        ProviderList::Page(batches, more) => {
-            let more = more || batches.len() > room;
-            data.extend(batches.into_iter().take(room));
-            more
-        }
-        ProviderList::Absent => false,
-        ProviderList::Failed(status, body) => return Ok(raw_json(status, body)),
-    };
-    Ok(list_json(data, has_more))
-}
 
-/// The query of the provider's first page: the caller's parameters as given (other than the
-/// paging ones), with the room left on the page as `limit`.
-fn provider_query(query: Option<&str>, limit: usize) -> String {
-    let paging = |pair: &&str| ["limit", "after", "before"].iter().any(|name| pair.split('=').next() == Some(*name));
-    let kept = query.unwrap_or_default().split('&').filter(|pair| !pair.is_empty() && !paging(pair));
-    kept.chain(std::iter::once(format!("limit={limit}").as_str())).collect::<Vec<_>>().join("&")
-}
-
-fn list_json(data: Vec<Value>, has_more: bool) -> Response {
-    let id = |item: Option<&Value>| item.and_then(|b| b.get("id")).cloned().unwrap_or(Value::Null);
-    let (first_id, last_id) = (id(data.first()), id(data.last()));
-    Json(json!({"object": "list", "data": data, "first_id": first_id, "last_id": last_id, "has_more": has_more}))
-        .into_response()
-}
-
-fn raw_json(status: u16, body: String) -> Response {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-/// `GET <gateway>/v1/batches?<query>` as the caller, marked as the control plane's own read
-/// so that the filter sends it to the provider.
-async fn provider_list(s: &AppState, h: &HeaderMap, query: &str) -> ProviderList {
-    let mut headers = caller_headers(h);
-    headers.insert(CONTROL_PLANE_FETCH_HEADER.into(), json!(control_plane_fetch_marker(&s.internal_token)));
-    let url = format!("{}/v1/batches?{query}", s.batches.settings.gateway_url);
-    let request = s.batches.client.get(url).timeout(LIST_TIMEOUT);
-    let (status, text) = match send(s, request, &headers).await {
-        Ok(answer) => answer,
-        Err(e) => {
-            let message = format!("the provider's batch list could not be read: {e}");
-            let error = ApiError::new(502, "api_error", &message, None, Some("provider_unavailable"));
-            return ProviderList::Failed(502, String::from_utf8_lossy(&error.0.body).into_owned());
-        }
-    };
-    let body = serde_json::from_str::<Value>(&text).unwrap_or(Value::Null);
-    match (status, body.get("data")) {
-        (200..=299, Some(Value::Array(data))) => {
-            ProviderList::Page(data.clone(), body.get("has_more").and_then(Value::as_bool).unwrap_or(false))
-        }
-        (404 | 405 | 501, _) => ProviderList::Absent,
-        (400, _) if body.pointer("/error/code").and_then(Value::as_str) == Some("unsupported_endpoint") => {
-            ProviderList::Absent
-        }
-        (200..=299, _) => {
-            let message = "the provider's batch list is not an OpenAI list";
-            let error = ApiError::new(502, "api_error", message, None, Some("provider_unavailable"));
-            ProviderList::Failed(502, String::from_utf8_lossy(&error.0.body).into_owned())
-        }
-        _ => ProviderList::Failed(status, text),
+    async fn page(&self, cursor: &Cursor, _newest_first: bool, limit: usize) -> ApiResult<Vec<Value>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        Ok(self.s.db.list_batches(&self.workspace, cursor, limit).await?.iter().map(batch_object).collect())
     }
 }
-
-/// How long the provider's part of a batch list may take.
-const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `POST /internal/v1/batches/{id}/cancel`: `cancelling` (with `cancelling_at`) at once; its
 /// task stops sending lines and makes it `cancelled`.
@@ -715,7 +609,7 @@ fn with_headers(mut request: reqwest::RequestBuilder, headers: &Map<String, Valu
     request
 }
 
-async fn send(
+pub(crate) async fn send(
     s: &AppState,
     request: reqwest::RequestBuilder,
     headers: &Map<String, Value>,
@@ -820,13 +714,6 @@ mod tests {
     use super::*;
 
     const CHAT: &str = "/v1/chat/completions";
-
-    #[test]
-    fn the_providers_page_keeps_the_callers_other_parameters() {
-        assert_eq!(provider_query(None, 20), "limit=20");
-        assert_eq!(provider_query(Some("limit=5&after=batch_gw_1&x=%20y+z"), 3), "x=%20y+z&limit=3");
-        assert_eq!(provider_query(Some("limits=2&before=b"), 1), "limits=2&limit=1");
-    }
 
     #[test]
     fn input_lines_are_checked_one_by_one() {

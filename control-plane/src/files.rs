@@ -6,9 +6,10 @@
 
 use crate::auth;
 use crate::batches::workspace;
-use crate::db::batches::FileRow;
+use crate::db::batches::{Cursor, FileRow};
 use crate::db::now_s;
 use crate::errors::{ApiError, ApiResult};
+use crate::lists::{Listing, OwnItems};
 use crate::AppState;
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Multipart, Path, Request, State};
@@ -131,6 +132,42 @@ pub async fn upload(State(s): State<AppState>, request: Request) -> ApiResult<Js
     s.db.insert_file(&row).await?;
     partial.kept = true;
     Ok(Json(file_object(&row)))
+}
+
+/// The files a workspace keeps in the gateway (only those of the query's `purpose`), in the
+/// file list: `order` `desc` by default; OpenAI's default and largest page, 10,000.
+pub(crate) struct GatewayFiles {
+    s: AppState,
+    workspace: String,
+    purpose: Option<String>,
+}
+
+impl OwnItems for GatewayFiles {
+    const LISTING: Listing = Listing {
+        resource: "files",
+        item: "file",
+        prefix: FILE_PREFIX,
+        default_limit: 10_000,
+        max_limit: 10_000,
+        ordered: true,
+    };
+
+    fn of(s: &AppState, workspace: String, params: &[(String, String)]) -> Self {
+        let purpose =
+            params.iter().find(|(name, _)| name == "purpose").map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
+        GatewayFiles { s: s.clone(), workspace, purpose }
+    }
+
+    async fn position(&self, id: &str) -> ApiResult<Option<(i64, String)>> {
+        Ok(self.s.db.file(id, &self.workspace).await?.map(|f| (f.created_at, f.id)))
+    }
+
+    async fn page(&self, cursor: &Cursor, newest_first: bool, limit: usize) -> ApiResult<Vec<Value>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let purpose = self.purpose.as_deref();
+        let files = self.s.db.list_files(&self.workspace, purpose, cursor, newest_first, limit).await?;
+        Ok(files.iter().map(file_object).collect())
+    }
 }
 
 /// `GET /internal/v1/files/{id}`.

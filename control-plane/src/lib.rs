@@ -12,6 +12,7 @@ pub mod db;
 pub mod errors;
 pub mod files;
 pub mod items;
+pub mod lists;
 pub mod logs;
 pub mod retention;
 pub mod validate;

@@ -290,7 +290,18 @@ impl Worker {
         let raw = io.request_headers(id);
         let exchange = Exchange::new(Rc::clone(&self.settings), &raw, io.host());
         self.exchanges.insert(id, exchange);
-        self.on(id, io, |exchange, env| exchange.request_headers(env, raw, end_of_stream))
+        let output = self.on(id, io, |exchange, env| exchange.request_headers(env, raw, end_of_stream));
+        self.forget_passed_gate(id);
+        output
+    }
+
+    /// A lookup gate's request is the main instance's once it waits for no entry: the gate
+    /// forgets it (every later event passes untouched, and no record is made twice).
+    fn forget_passed_gate(&mut self, id: u32) {
+        let passed = |e: &Exchange| e.settings.lookup_gate && !matches!(e.phase, Phase::AwaitingLookup(_));
+        if self.exchanges.get(&id).is_some_and(passed) {
+            self.exchanges.remove(&id);
+        }
     }
 
     pub(crate) fn request_body(&mut self, id: u32, size: usize, end_of_stream: bool, io: &mut dyn Io) -> Output {
@@ -337,6 +348,7 @@ impl Worker {
                         exchange.lookup_arrived(env, &r, &settled);
                         Action::Continue
                     });
+                    self.forget_passed_gate(waiter);
                     after.extend(output.after);
                 }
                 return Output { action: Action::Continue, after };
@@ -445,6 +457,9 @@ impl Worker {
             waiters.retain(|(waiter, _)| *waiter != id);
         }
         let exchange = self.exchanges.remove(&id)?;
+        if exchange.settings.lookup_gate {
+            return None;
+        }
         let settings = Rc::clone(&exchange.settings);
         let mut record = exchange.into_record();
         record.end(io.host().now_ms());
@@ -718,6 +733,13 @@ impl Exchange {
         if catalog.enabled() && !catalog.workspace.is_empty() {
             self.record.workspace.clone_from(&catalog.workspace);
         }
+        if env.settings.lookup_gate {
+            // The main instance does the rest once every entry is read.
+            return match started {
+                Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled::new(raw, body)),
+                _ => Action::Continue,
+            };
+        }
         match started {
             Err(error) => self.answer_error(env, &error),
             Ok(Started::Health) => self.health(env),
@@ -837,6 +859,8 @@ impl Exchange {
                 let Stalled { raw, body, .. } = *stalled;
                 self.process(env, raw, body)
             }
+            // The main instance reads it again and answers.
+            Err(_) if env.settings.lookup_gate => Action::Continue,
             Err(error) => self.answer_error(env, error),
         };
         if action == Action::Continue {

@@ -18,6 +18,7 @@ use crate::cloud::CloudFields;
 use crate::errors::GatewayError;
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
+use crate::request::resources::percent_decode;
 use crate::upstream::Upstream;
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -70,7 +71,8 @@ pub(crate) struct Outbound<'a> {
 pub(crate) struct UpstreamRequest {
     /// Below the upstream's base path, without the query.
     pub(crate) path: String,
-    /// The provider's own query (e.g. Azure's `api-version`), sent before the client's.
+    /// The provider's own query (e.g. Azure's `api-version`), sent before the client's; its
+    /// parameters replace the client's of the same name.
     pub(crate) query: Option<String>,
     /// Headers the provider needs besides its credential.
     pub(crate) headers: Vec<(&'static str, String)>,
@@ -362,14 +364,30 @@ pub(crate) fn prepare(to: Destination, outbound: Outbound) -> Result<Prepared, G
 }
 
 /// The upstream `:path`: the base path, the provider's path, then the provider's query (e.g.
-/// Gemini's `alt=sse`) and the client's, joined with `&`.
+/// Azure's `api-version`, Gemini's `alt=sse`) and the client's, joined with `&`. A parameter
+/// the provider's query sets is dropped from the client's: the upstream gets it once, with the
+/// value the target's config chose (the `AzureOpenAI` SDK always sends its own `api-version`).
 fn upstream_path(base: &str, request: &UpstreamRequest, client_query: Option<&str>) -> String {
-    let query: Vec<&str> =
-        [request.query.as_deref(), client_query].into_iter().flatten().filter(|q| !q.is_empty()).collect();
+    let own = request.query.as_deref().filter(|q| !q.is_empty());
+    let own_names: Vec<Vec<u8>> = own.into_iter().flat_map(|q| q.split('&')).map(parameter_name).collect();
+    // The client's other pairs go as written, in order.
+    let client: Vec<&str> =
+        client_query.unwrap_or_default().split('&').filter(|pair| !own_names.contains(&parameter_name(pair))).collect();
+    let client = client.join("&");
+    let query: Vec<&str> = [own, Some(client.as_str())].into_iter().flatten().filter(|q| !q.is_empty()).collect();
     match query.as_slice() {
         [] => format!("{base}{}", request.path),
         parts => format!("{base}{}?{}", request.path, parts.join("&")),
     }
+}
+
+/// A query pair's name as a server reads it: percent-decoded, ASCII case folded (Azure reads
+/// `API-Version` as `api-version`).
+fn parameter_name(pair: &str) -> Vec<u8> {
+    let raw = pair.split_once('=').map_or(pair, |(name, _)| name);
+    let mut name = percent_decode(raw, true).unwrap_or_else(|| raw.as_bytes().to_vec());
+    name.make_ascii_lowercase();
+    name
 }
 
 /// What routing and the pipeline do for one target, for translator tests and fixtures: binds
@@ -698,9 +716,32 @@ mod tests {
         let mut request = UpstreamRequest { path: "/m:stream".into(), query: None, headers: vec![], body: None };
         assert_eq!(upstream_path("/base", &request, None), "/base/m:stream");
         assert_eq!(upstream_path("/base", &request, Some("a=1")), "/base/m:stream?a=1");
+        assert_eq!(upstream_path("/base", &request, Some("a=1&&b")), "/base/m:stream?a=1&&b");
         request.query = Some("alt=sse".into());
         assert_eq!(upstream_path("", &request, None), "/m:stream?alt=sse");
         assert_eq!(upstream_path("", &request, Some("a=1&b=2")), "/m:stream?alt=sse&a=1&b=2");
         assert_eq!(upstream_path("", &request, Some("")), "/m:stream?alt=sse");
+    }
+
+    #[test]
+    fn a_parameter_the_provider_sets_is_dropped_from_the_clients_query() {
+        let request = UpstreamRequest {
+            path: "/files".into(),
+            query: Some("api-version=2024-10-21".into()),
+            headers: vec![],
+            body: None,
+        };
+        let path = |client| upstream_path("/openai", &request, Some(client));
+        assert_eq!(path("api-version=2025-01-01"), "/openai/files?api-version=2024-10-21");
+        // However the client spells the name, the server reads it as the same parameter.
+        assert_eq!(
+            path("limit=2&API-Version=x&api%2Dversion=y&api-version&purpose=batch&after=a%20b"),
+            "/openai/files?api-version=2024-10-21&limit=2&purpose=batch&after=a%20b"
+        );
+        // A name like it, or a value that mentions it, is another parameter.
+        assert_eq!(
+            path("api-versions=1&x=api-version%3D1&api-version%=2"),
+            "/openai/files?api-version=2024-10-21&api-versions=1&x=api-version%3D1&api-version%=2"
+        );
     }
 }

@@ -48,7 +48,7 @@ fn segments(path: &str) -> Vec<Segment<'_>> {
 }
 
 /// Percent-decodes `text` (`+` as a space when `plus` is set); `None` on a broken escape.
-fn percent_decode(text: &str, plus: bool) -> Option<Vec<u8>> {
+pub(crate) fn percent_decode(text: &str, plus: bool) -> Option<Vec<u8>> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -279,9 +279,10 @@ pub(crate) fn managed_path(method: &str, path: &str) -> Option<String> {
 }
 
 /// The control plane's path (with the client's query) of a routed resource request it
-/// serves instead of the provider: the batch list, which it answers with the managed batches
-/// beside the provider's (unless `fetch`: the control plane's own read of the provider's
-/// list), and a file upload when the provider has no files API (`serves_resources` false).
+/// serves instead of the provider: the batch and file lists, which it answers with the
+/// managed batches and the files kept by the gateway beside the provider's (unless `fetch`:
+/// the control plane's own read of the provider's list), and a file upload when the provider
+/// has no files API (`serves_resources` false).
 pub(crate) fn shared_path(
     method: &str,
     path: &str,
@@ -290,9 +291,9 @@ pub(crate) fn shared_path(
     serves_resources: bool,
 ) -> Option<String> {
     match (method, path) {
-        ("GET", "/batches") if !fetch => Some(match query {
-            Some(query) => format!("/internal/v1/batches?{query}"),
-            None => "/internal/v1/batches".to_string(),
+        ("GET", "/batches" | "/files") if !fetch => Some(match query {
+            Some(query) => format!("/internal/v1{path}?{query}"),
+            None => format!("/internal/v1{path}"),
         }),
         ("POST", "/files") if !serves_resources => Some("/internal/v1/files".to_string()),
         _ => None,
@@ -505,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn the_batch_list_and_uploads_without_a_files_api_go_to_the_control_plane() {
+    fn the_lists_and_uploads_without_a_files_api_go_to_the_control_plane() {
         let shared = |method, path, query, fetch, serves| shared_path(method, path, query, fetch, serves);
         assert_eq!(shared("GET", "/batches", None, false, true), Some("/internal/v1/batches".into()));
         assert_eq!(
@@ -516,7 +517,12 @@ mod tests {
         assert_eq!(shared("GET", "/batches", Some("limit=2"), true, true), None);
         assert_eq!(shared("POST", "/files", None, false, false), Some("/internal/v1/files".into()));
         assert_eq!(shared("POST", "/files", None, false, true), None);
-        assert_eq!(shared("GET", "/files", None, false, false), None);
+        for serves in [false, true] {
+            let path = shared("GET", "/files", Some("purpose=batch&order=asc"), false, serves);
+            assert_eq!(path, Some("/internal/v1/files?purpose=batch&order=asc".into()));
+        }
+        assert_eq!(shared("GET", "/files", None, true, true), None);
+        assert_eq!(shared("GET", "/files/file-1", None, false, false), None);
         assert_eq!(shared("POST", "/batches", None, false, false), None);
     }
 

@@ -925,6 +925,7 @@ class OpenAIMock(MockProvider):
 
     def _files_list(self, h, req):
         items = [self.file_object(f"file-mock-{i}", 10 * i, f"f{i}.jsonl", "batch") for i in (1, 2)]
+        items = [f for f in items if req.qs("purpose") in (None, f["purpose"])]
         self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
 
     def _known_file(self, h, id) -> dict | None:  # noqa: A002

@@ -3,6 +3,8 @@ custom host on loopback (the mock speaks Azure's wire format), with the openai S
 
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 
@@ -81,6 +83,32 @@ def test_embeddings_and_files_use_azures_paths(gateway, azure_mock):
     rec = azure_mock.last
     assert (rec.method, rec.path, rec.qs("limit"), rec.qs("api-version")) == ("GET", "/openai/batches", "2",
                                                                               "2024-06-01")
+
+
+CLIENT_API_VERSION = "2025-03-01-preview"
+
+
+def test_the_targets_api_version_replaces_the_clients(gateway, azure_mock):
+    # Azure gets one `api-version`, the one the target's config gives: the client's (the
+    # AzureOpenAI SDK always sends one) is dropped, its other parameters pass as written.
+    body = json.dumps(chat_body("Hi", model="gpt-4o")).encode()
+    r = gateway.raw("POST", f"/v1/chat/completions?api-version={CLIENT_API_VERSION}&tag=a%20b",
+                    headers=config(azure_config(azure_mock)).items(), body=body)
+    assert r.status_code == 200, r.text
+    rec = azure_mock.last
+    assert (rec.path, rec.raw_query) == ("/openai/deployments/gpt4o-prod/chat/completions",
+                                         "api-version=2024-10-21&tag=a%20b")
+    headers = {"x-gateway-api-key": KEY, **config(azure_config(azure_mock))}
+    client = openai.AzureOpenAI(base_url=gateway.base_url, api_key=SDK_DUMMY_KEY, api_version=CLIENT_API_VERSION,
+                                default_headers=headers, max_retries=0)
+    uploaded = client.files.create(file=("in.jsonl", b'{"a": 1}\n', "application/jsonl"), purpose="batch")
+    rec = azure_mock.last
+    assert (rec.method, rec.path, rec.raw_query) == ("POST", "/openai/files", "api-version=2024-06-01")
+    assert client.files.retrieve(uploaded.id).id == uploaded.id
+    rec = azure_mock.last
+    assert (rec.path, rec.raw_query) == (f"/openai/files/{uploaded.id}", "api-version=2024-06-01")
+    assert rec.header("api-key") == AZURE_KEY
+    assert_clean_upstream(rec, KEY, SDK_DUMMY_KEY)
 
 
 def test_azure_errors_keep_status_and_message(gateway, azure_mock):

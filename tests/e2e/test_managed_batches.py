@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import signal
+import threading
 import time
 import uuid
 
@@ -337,10 +338,116 @@ def test_an_anthropic_batch_from_a_file_uploaded_to_the_gateway(gateway, anthrop
     assert_error(gateway.get(f"/v1/files/{uploaded.id}", headers=headers, key=team), 404)
 
 
+def listed(page) -> list[str]:
+    return [f.id for f in page]
+
+
+def test_the_file_list_of_a_provider_without_files_is_the_gateways(gateway, anthropic_mock):
+    headers = custom_host(anthropic_mock, provider="anthropic", token=ANTHROPIC_TOKEN)
+    team, other = workspace_key(gateway), workspace_key(gateway)
+    client = gateway.sdk(headers, key=team)
+    made = [client.files.create(file=(f"f{i}.jsonl", b"{}\n", "application/jsonl"), purpose=purpose)
+            for i, purpose in enumerate(["batch", "assistants", "batch"])]
+    gateway.sdk(headers, key=other).files.create(file=("x.jsonl", b"{}\n", "application/jsonl"), purpose="batch")
+    newest_first = [f.id for f in sorted(made, key=lambda f: (f.created_at, f.id), reverse=True)]
+
+    page = client.files.list()
+    assert (listed(page.data), page.has_more) == (newest_first, False)
+    assert page.data[0].model_dump() == client.files.retrieve(newest_first[0]).model_dump()
+    assert listed(client.files.list(order="asc")) == newest_first[::-1]
+    assert listed(client.files.list(purpose="batch")) == [i for i in newest_first if i != made[1].id]
+    # limit=1 pages through them (the SDK follows `after` = the last id), either way round.
+    first = client.files.list(limit=1)
+    assert len(first.data) == 1 and first.has_more
+    assert listed(first) == newest_first
+    assert listed(client.files.list(limit=2, order="asc")) == newest_first[::-1]
+    last = client.files.list(limit=2, after=newest_first[0])
+    assert (listed(last.data), last.has_more) == (newest_first[1:], False)
+    assert anthropic_mock.requests == [], "Anthropic has no files API: nothing is asked of it"
+    assert_error(gateway.get("/v1/files?after=file-gw-nope", headers=headers, key=team), 400, param="after")
+    assert_error(gateway.get("/v1/files?limit=10001", headers=headers, key=team), 400, param="limit")
+
+
+def test_the_file_list_shows_a_managed_batchs_files_beside_the_providers(gateway, openai_mock):
+    headers = custom_host(openai_mock)
+    team = workspace_key(gateway)
+    client = gateway.sdk(headers, key=team)
+    openai_mock.script(model="gpt-fail", status=400, times=None)
+    file_id = new_file(openai_mock, [chat_line("a"), chat_line("b", model="gpt-fail")])
+    batch = client.batches.create(input_file_id=file_id, endpoint=CHAT, completion_window="immediate")
+    done = wait(gateway, {**headers, "x-gateway-api-key": team}, batch.id)
+    ours = [done["output_file_id"], done["error_file_id"]]
+    assert all(i.startswith("file-gw-") for i in ours), done
+    provider = ["file-mock-1", "file-mock-2"]
+
+    page = client.files.list()
+    assert sorted(listed(page.data)[:2]) == sorted(ours) and listed(page.data)[2:] == provider
+    assert not page.has_more
+    assert {f.purpose for f in page.data[:2]} == {"batch_output"}
+    assert listed(client.files.list(limit=1)) == listed(page.data)
+    assert listed(client.files.list(limit=2, order="asc")) == provider + listed(page.data)[:2][::-1]
+    assert listed(client.files.list(purpose="batch_output")) == listed(page.data)[:2]
+    assert listed(client.files.list(purpose="batch")) == provider
+    # The provider's part is its own list, asked as the caller, with the room left on the page.
+    reads = openai_mock.requests_to("/v1/files", "GET")
+    assert reads and all(r.header("authorization") == headers["Authorization"] for r in reads)
+    assert not any(r.header("x-gateway-control-plane-fetch") for r in reads), "the mark stays in the gateway"
+    client.files.list(limit=3, purpose="batch")
+    assert openai_mock.last.query == {"purpose": ["batch"], "limit": ["3"]}
+    client.files.list(limit=3)
+    assert openai_mock.last.query == {"limit": ["1"]}
+
+    # The provider's error is the list's.
+    openai_mock.script(OpenAIMock.error(503, "overloaded"), path="/v1/files")
+    assert_error(gateway.get("/v1/files", headers=headers, key=team), 503)
+
+
+def paused_reading(gateway) -> int:
+    """How often Envoy stopped reading a client's request for flow control (all listeners)."""
+    return sum(int(v) for k, v in gateway.stats().items()
+               if k.endswith("downstream_flow_control_paused_reading_total"))
+
+
+def test_an_upload_above_the_buffer_limit_waits_for_a_key_no_worker_has_read(gateway, openai_mock):
+    # The filter holds the request while it reads a new key from the control plane (stopped
+    # here, so the read waits). Envoy holds the body with flow control meanwhile: no 413 at
+    # its 20 MiB buffer limit, the client simply waits, and nothing reaches the provider.
+    client = gateway.sdk(custom_host(openai_mock), key=workspace_key(gateway), timeout=120.0)
+    data = bytes(range(256)) * (80 * 1024 * 4)  # 80 MiB
+    outcome: dict = {}
+
+    def upload():
+        try:
+            outcome["file"] = client.files.create(file=("big.bin", data, "application/octet-stream"),
+                                                  purpose="assistants")
+        except Exception as e:  # noqa: BLE001 - reported below
+            outcome["error"] = e
+
+    control_plane = _control_plane_pid(gateway)
+    paused_before, heap_before = paused_reading(gateway), gateway.memory_allocated()
+    os.kill(control_plane, signal.SIGSTOP)
+    sender = threading.Thread(target=upload, daemon=True)
+    try:
+        sender.start()
+        deadline = time.monotonic() + 2.0  # within the filter's 3 s control-plane timeout
+        while paused_reading(gateway) == paused_before and time.monotonic() < deadline and sender.is_alive():
+            time.sleep(0.02)
+        assert paused_reading(gateway) > paused_before, f"Envoy did not hold the client back: {outcome}"
+        grown = gateway.memory_allocated() - heap_before
+        assert outcome == {} and openai_mock.body_bytes == 0
+    finally:
+        os.kill(control_plane, signal.SIGCONT)
+    sender.join(120)
+    assert "file" in outcome, outcome
+    assert outcome["file"].bytes == len(data)
+    assert openai_mock.last.form["file"]["data"] == data
+    # Held back at Envoy's limits (the request's buffer and the connection's, 20 MiB each), not whole.
+    assert grown < 44 * 1024 * 1024, f"Envoy's memory grew by {grown} bytes while the upload waited"
+
+
 def test_a_30_mb_upload_to_the_gateway_streams(gateway, anthropic_mock):
     # Above Envoy's 20 MiB buffer limit: a body buffered on the way would be refused (413).
-    # The session's static key: a key the gateway must first look up at the control plane
-    # holds the request meanwhile, and Envoy buffers the body of a held request.
+    # (A key no worker has read yet: test_an_upload_above_the_buffer_limit_waits_for_a_key_no_worker_has_read.)
     headers = custom_host(anthropic_mock, provider="anthropic", token=ANTHROPIC_TOKEN)
     data = bytes(range(256)) * (30 * 1024 * 4)  # 30 MiB
     before = gateway.memory_allocated()

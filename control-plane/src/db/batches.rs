@@ -54,6 +54,19 @@ pub struct FileRow {
     pub created_at: i64,
 }
 
+/// A file's row; its `content` read apart (a list does not read it).
+fn file_row(r: &AnyRow, content: String) -> DbResult<FileRow> {
+    Ok(FileRow {
+        id: r.try_get("id")?,
+        workspace: r.try_get("workspace")?,
+        purpose: r.try_get("purpose")?,
+        filename: r.try_get("filename")?,
+        bytes: r.try_get("bytes")?,
+        content,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
 const BATCH_COLUMNS: &str = "id, workspace, endpoint, input_file_id, completion_window, status, created_at, \
     in_progress_at, finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at, total, completed, failed, \
     output_file_id, error_file_id, errors, metadata, headers";
@@ -337,53 +350,94 @@ impl Db {
         .bind(workspace)
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|r| {
-            Ok(FileRow {
-                id: r.try_get("id")?,
-                workspace: r.try_get("workspace")?,
-                purpose: r.try_get("purpose")?,
-                filename: r.try_get("filename")?,
-                bytes: r.try_get("bytes")?,
-                content: r.try_get("content")?,
-                created_at: r.try_get("created_at")?,
-            })
-        })
-        .transpose()
+        row.map(|r| file_row(&r, r.try_get("content")?)).transpose()
     }
 }
 
-/// Where a page of a workspace's managed batches starts: after (older than) or before (newer
-/// than) a batch's `(created_at, id)`, or at the newest.
+/// Where a page of a workspace's items starts, in a list ordered by `(created_at, id)`: after
+/// or before an item's `(created_at, id)` in the list's order, or at the list's start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cursor {
-    Newest,
+    Start,
     After(i64, String),
     Before(i64, String),
 }
 
+/// A page of a workspace's rows of `table`, listed by `(created_at, id)`.
+struct Page<'a> {
+    table: &'static str,
+    columns: &'static str,
+    workspace: &'a str,
+    /// Only the rows whose column has this value.
+    only: Option<(&'static str, &'a str)>,
+    cursor: &'a Cursor,
+    newest_first: bool,
+    limit: i64,
+}
+
+/// The columns a file list reads: not its content.
+const FILE_LIST_COLUMNS: &str = "id, workspace, purpose, filename, bytes, created_at";
+
 impl Db {
     /// Up to `limit` of `workspace`'s managed batches from `cursor`, newest first.
     pub async fn list_batches(&self, workspace: &str, cursor: &Cursor, limit: i64) -> DbResult<Vec<BatchRow>> {
-        let (condition, order) = match cursor {
-            Cursor::Newest => ("", "DESC"),
-            Cursor::After(..) => ("AND (created_at < $2 OR (created_at = $2 AND id < $3))", "DESC"),
-            Cursor::Before(..) => ("AND (created_at > $2 OR (created_at = $2 AND id > $3))", "ASC"),
+        let page = Page {
+            table: "managed_batches",
+            columns: BATCH_COLUMNS,
+            workspace,
+            only: None,
+            cursor,
+            newest_first: true,
+            limit,
         };
-        let limit_at = if *cursor == Cursor::Newest { "$2" } else { "$4" };
-        let sql = format!(
-            "SELECT {BATCH_COLUMNS} FROM managed_batches WHERE workspace = $1 {condition} \
-             ORDER BY created_at {order}, id {order} LIMIT {limit_at}"
-        );
-        let mut query = sqlx::query(&sql).bind(workspace);
-        if let Cursor::After(at, id) | Cursor::Before(at, id) = cursor {
+        self.page(page).await?.iter().map(batch_row).collect()
+    }
+
+    /// Up to `limit` of `workspace`'s files (only those of `purpose`, when given) from `cursor`,
+    /// newest first or oldest first; their `content` is left empty.
+    pub async fn list_files(
+        &self,
+        workspace: &str,
+        purpose: Option<&str>,
+        cursor: &Cursor,
+        newest_first: bool,
+        limit: i64,
+    ) -> DbResult<Vec<FileRow>> {
+        let only = purpose.map(|purpose| ("purpose", purpose));
+        let page =
+            Page { table: "managed_files", columns: FILE_LIST_COLUMNS, workspace, only, cursor, newest_first, limit };
+        self.page(page).await?.iter().map(|r| file_row(r, String::new())).collect()
+    }
+
+    /// The rows of `page`, in the list's order.
+    async fn page(&self, page: Page<'_>) -> DbResult<Vec<AnyRow>> {
+        // A `Before` page is read backwards from its cursor, then turned round.
+        let backwards = matches!(page.cursor, Cursor::Before(..));
+        let read_newest_first = page.newest_first != backwards;
+        let (compare, order) = if read_newest_first { ("<", "DESC") } else { (">", "ASC") };
+        let mut sql = format!("SELECT {} FROM {} WHERE workspace = $1", page.columns, page.table);
+        let mut next = 2;
+        if let Cursor::After(..) | Cursor::Before(..) = page.cursor {
+            sql.push_str(&format!(" AND (created_at {compare} $2 OR (created_at = $2 AND id {compare} $3))"));
+            next = 4;
+        }
+        if let Some((column, _)) = page.only {
+            sql.push_str(&format!(" AND {column} = ${next}"));
+            next += 1;
+        }
+        sql.push_str(&format!(" ORDER BY created_at {order}, id {order} LIMIT ${next}"));
+        let mut query = sqlx::query(&sql).bind(page.workspace);
+        if let Cursor::After(at, id) | Cursor::Before(at, id) = page.cursor {
             query = query.bind(*at).bind(id.as_str());
         }
-        let rows = query.bind(limit).fetch_all(&self.pool).await?;
-        let mut batches = rows.iter().map(batch_row).collect::<DbResult<Vec<_>>>()?;
-        if matches!(cursor, Cursor::Before(..)) {
-            batches.reverse();
+        if let Some((_, value)) = page.only {
+            query = query.bind(value);
         }
-        Ok(batches)
+        let mut rows = query.bind(page.limit).fetch_all(&self.pool).await?;
+        if backwards {
+            rows.reverse();
+        }
+        Ok(rows)
     }
 
     /// Chunk `seq` of file `file_id` (base64).

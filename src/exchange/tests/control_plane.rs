@@ -570,3 +570,31 @@ fn warm_cost() {
     let (a, b) = (a.min(time(&inline)), b.min(time(&saved)));
     println!("warm request: config in the header {a} ns, saved config + @slug {b} ns");
 }
+
+#[test]
+fn a_lookup_gate_reads_the_entries_then_lets_the_request_pass_untouched() {
+    let mut gw = Gateway::new(&CP_SETTINGS.replacen('{', r#"{"lookup_gate": true, "#, 1));
+    let headers = chat("gw-team-key", &[("x-gateway-config", "team-config")]);
+    assert_eq!(gw.request_headers(1, headers.clone(), false).action, Action::Pause);
+    let token = last_lookup(&gw, &format!("/internal/v1/keys/{}", sha256_hex("gw-team-key")));
+    let out = gw.answer(token, 200, &[], br#"{"workspace": "team-a", "admin": false}"#);
+    assert!(out.after.is_empty(), "the saved config is read next: {out:?}");
+    let token = last_lookup(&gw, "/internal/v1/workspaces/team-a/configs/team-config");
+    let config = json!({"provider": "openai", "api_key": "sk-a", "custom_host": "http://127.0.0.1:9000/v1"});
+    assert!(resumed(&gw.answer(token, 200, &[], &value(config)), 1));
+    // Nothing changed, answered or recorded: the main instance does that, with the entries read.
+    assert!(gw.io.writes.is_empty(), "{:?}", gw.io.writes);
+    assert_eq!(gw.request_body(1, CHAT).action, Action::Continue);
+    assert!(gw.finished(1).is_none() && gw.io.access_lines.is_empty());
+
+    // Warm: passes at once. A request the gate cannot place (an error) passes to the main
+    // instance, which answers it; so does one whose read failed.
+    assert_eq!(gw.request_headers(2, headers, false), Output::proceed());
+    let keyless = request("POST", "/v1/chat/completions", &[("content-type", "application/json")]);
+    assert_eq!(gw.request_headers(3, keyless, false), Output::proceed());
+    assert_eq!(gw.request_headers(4, chat("gw-other-key", &[]), false).action, Action::Pause);
+    let token = last_lookup(&gw, &format!("/internal/v1/keys/{}", sha256_hex("gw-other-key")));
+    assert!(resumed(&gw.answer(token, 503, &[], b"down"), 4));
+    assert!(gw.io.writes.is_empty(), "{:?}", gw.io.writes);
+    assert_eq!(cp_paths(&gw).len(), 3);
+}
