@@ -669,10 +669,8 @@ impl Exchange {
             record.moves = recovery.call.attempts.moves;
         }
         record.cache = self.cache.status_header().unwrap_or_default();
-        if let Some(guard) = &self.guard {
-            record.hooks = guard.summary();
-            record.check_verdicts = guard.check_verdicts();
-            record.guardrails = guard.record_json();
+        if let Some(guard) = self.guard {
+            record.guardrails = guard.into_results();
         }
         record
     }
@@ -892,7 +890,7 @@ impl Exchange {
             Ok(None) => return self.forward(env, call, raw, body),
             Err(error) => return self.answer_error(env, &error),
         };
-        let progress = guard.start_before(env);
+        let progress = guard.start_before(env, guard::Seen::of(&call, &raw));
         self.guard = Some(Box::new(guard));
         match progress {
             Progress::Waiting => {
@@ -1165,11 +1163,14 @@ impl Exchange {
         self.mode = response_mode(&routed.plan, head, status, &mut event_stream);
         if let Some(guard) = &mut self.guard {
             if reply::has_body(head, status) && (200..300).contains(&status) {
+                // Read once (each host call costs): only a passthrough answer's type is unknown.
+                let passthrough = self.mode == ResponseMode::Passthrough;
+                let content_type = if passthrough { io.response_header(id, "content-type") } else { None };
                 let stream =
-                    self.mode == ResponseMode::Stream || (self.mode == ResponseMode::Passthrough && event_stream());
+                    self.mode == ResponseMode::Stream || content_type.as_deref().is_some_and(stream::is_stream);
                 // Only JSON answers are held whole (not audio or images).
                 let json = self.mode == ResponseMode::Translated
-                    || io.response_header(id, "content-type").is_some_and(|v| v.windows(4).any(|w| w == b"json"));
+                    || content_type.is_some_and(|v| v.windows(4).any(|w| w == b"json"));
                 self.hold = if stream { guard.holds_streams() } else { json && guard.shapes_answer() };
                 // Verdicts known before the answer: an answer that passes untouched flows, with
                 // `hook_results` spliced in on its way (it grows by a known length).
