@@ -227,7 +227,8 @@ def main():
                         help="a GATEWAY_* setting of the --compare-wasm proxy's config only (repeatable), e.g. "
                         "GATEWAY_ACCESS_LOG=off for a build from before the access log")
     parser.add_argument("--variants", help="measure only these variants (comma-separated, e.g. uncached,guardrail; "
-                        "names: bare, minimal, gateway, uncached, saved, fallback, cache_hit, guardrail, compare); "
+                        "names: bare, minimal, gateway, uncached, saved, fallback, cache_hit, guardrail, compare, "
+                        "compare_uncached, compare_guardrail: the last three through --compare-wasm); "
                         "tables whose variants were not measured are left out")
     args = parser.parse_args()
     if not shutil.which("wrk"):
@@ -317,7 +318,9 @@ def main():
                         ("fallback", gateway_port, fallback_headers), ("cache_hit", gateway_port, cache_hit_headers),
                         ("guardrail", gateway_port, guardrail_headers))
             if compare_port:
-                variants += (("compare", compare_port, gateway_headers),)
+                variants += (("compare", compare_port, gateway_headers),
+                             ("compare_uncached", compare_port, uncached_headers),
+                             ("compare_guardrail", compare_port, guardrail_headers))
             if args.variants:
                 wanted = args.variants.split(",")
                 variants = tuple(v for v in variants if v[0] in wanted)
@@ -336,7 +339,9 @@ def main():
              "cache_hit": "Envoy + filter, one-target config, cache hit",
              "guardrail": "Envoy + filter, one-target config, input regexMatch guardrail",
              "saved": "Envoy + filter, saved config naming an @slug",
-             "compare": f"Envoy + {args.compare_wasm} (provider headers)"}
+             "compare": f"Envoy + {args.compare_wasm} (provider headers)",
+             "compare_uncached": f"Envoy + {args.compare_wasm}, one-target config (uncached)",
+             "compare_guardrail": f"Envoy + {args.compare_wasm}, one-target config, input regexMatch guardrail"}
     measured = set(rows[0][1]) if rows else set()
     print("| connections | proxy | req/s | p50 µs | p99 µs |")
     print("|---|---|---|---|---|")
@@ -375,6 +380,17 @@ def main():
         for connections, runs in rows:
             plain, guarded = (runs[key]["cpu_us"] for key in ("uncached", "guardrail"))
             print(f"| {connections} | {plain:.0f} | {guarded:.0f} | {guarded - plain:+.0f} |")
+
+    if measured.issuperset(("uncached", "guardrail", "compare_uncached", "compare_guardrail")):
+        print(f"\nThe same guardrail through {args.compare_wasm} and through this build, CPU per request:\n")
+        print("| connections | compared: one-target µs | compared: with the guardrail µs | compared: cost µs "
+              "| this build: one-target µs | this build: with the guardrail µs | this build: cost µs |")
+        print("|---|---|---|---|---|---|---|")
+        for connections, runs in rows:
+            other_plain, other_guarded, plain, guarded = (
+                runs[key]["cpu_us"] for key in ("compare_uncached", "compare_guardrail", "uncached", "guardrail"))
+            print(f"| {connections} | {other_plain:.0f} | {other_guarded:.0f} | {other_guarded - other_plain:+.0f} "
+                  f"| {plain:.0f} | {guarded:.0f} | {guarded - plain:+.0f} |")
 
     if measured.issuperset(("uncached", "saved")):
         print("\nA saved config (`x-gateway-config: <slug>`) naming a stored provider (`@slug`), warm, against the"

@@ -1163,19 +1163,20 @@ impl Exchange {
         self.mode = response_mode(&routed.plan, head, status, &mut event_stream);
         if let Some(guard) = &mut self.guard {
             if reply::has_body(head, status) && (200..300).contains(&status) {
-                // Read once (each host call costs): only a passthrough answer's type is unknown.
+                // A passthrough answer's headers in one host call (each call costs); the other
+                // modes' content is known.
                 let passthrough = self.mode == ResponseMode::Passthrough;
-                let content_type = if passthrough { io.response_header(id, "content-type") } else { None };
-                let stream =
-                    self.mode == ResponseMode::Stream || content_type.as_deref().is_some_and(stream::is_stream);
+                let answer_headers = if passthrough { io.response_headers(id) } else { Vec::new() };
+                let header = |name: &str| headers::find(&answer_headers, name);
+                let content_type = header("content-type");
+                let stream = self.mode == ResponseMode::Stream || content_type.is_some_and(stream::is_stream);
                 // Only JSON answers are held whole (not audio or images).
                 let json = self.mode == ResponseMode::Translated
                     || content_type.is_some_and(|v| v.windows(4).any(|w| w == b"json"));
                 self.hold = if stream { guard.holds_streams() } else { json && guard.shapes_answer() };
                 // Verdicts known before the answer: an answer that passes untouched flows, with
                 // `hook_results` spliced in on its way (it grows by a known length).
-                let identity = io.response_header(id, "content-encoding").is_none_or(|v| v == b"identity");
-                let untouched = self.mode == ResponseMode::Passthrough && identity;
+                let untouched = passthrough && header("content-encoding").is_none_or(|v| v == b"identity");
                 // (A body must follow: its chunks carry what the new length announces.)
                 if self.hold && !stream && !end_of_stream && untouched && guard.decided_before_answer() {
                     self.hold = false;
@@ -1184,8 +1185,8 @@ impl Exchange {
                         io.set_response_header(id, ":status", Some(&verdict::FLAG_STATUS.to_string()));
                     }
                     let added = guard.splice_answer();
-                    let length = io.response_header(id, "content-length");
-                    let length = length.and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<usize>().ok());
+                    let length = header("content-length");
+                    let length = length.and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<usize>().ok());
                     let length = length.map(|length| length.saturating_add(added).to_string());
                     io.set_response_header(id, "content-length", length.as_deref());
                 }
