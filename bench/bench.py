@@ -216,11 +216,23 @@ def run_wrk(port, headers, connections, duration, workdir, pid=None):
     }
 
 
+def median_run(runs):
+    """Each figure's median over `runs` (one run: itself)."""
+    def median(values):
+        values = sorted(values)
+        middle = len(values) // 2
+        return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+    return {key: None if runs[0][key] is None else median([run[key] for run in runs]) for key in runs[0]}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--connections", default="16,64")
     parser.add_argument("--concurrency", type=int, default=1, help="Envoy worker threads of each proxy")
+    parser.add_argument("--repeat", type=int, default=1, help="measured runs per variant, taken in turn (variant "
+                        "after variant, N times); the tables give each figure's median, which a machine shared with "
+                        "other work needs")
     parser.add_argument("--compare-wasm", type=Path, help="another build of the filter (e.g. an earlier commit's), "
                         "measured in the same run under the same config, for before/after figures")
     parser.add_argument("--compare-env", action="append", default=[], metavar="NAME=VALUE",
@@ -326,13 +338,17 @@ def main():
                 variants = tuple(v for v in variants if v[0] in wanted)
             for _, port, headers in variants:
                 run_wrk(port, headers, connections, 2, workdir)
-            rows.append((connections, {name: run_wrk(port, headers, connections, args.duration, workdir, pids[port])
-                                       for name, port, headers in variants}))
+            runs = {name: [] for name, _, _ in variants}
+            for _ in range(args.repeat):
+                for name, port, headers in variants:
+                    runs[name].append(run_wrk(port, headers, connections, args.duration, workdir, pids[port]))
+            rows.append((connections, {name: median_run(measured) for name, measured in runs.items()}))
     finally:
         for proc in procs:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
-    print(f"wrk (2 threads), {args.duration}s per run, Envoy --concurrency {args.concurrency}, "
+    repeated = f", median of {args.repeat} runs taken in turn" if args.repeat > 1 else ""
+    print(f"wrk (2 threads), {args.duration}s per run{repeated}, Envoy --concurrency {args.concurrency}, "
           f"{os.cpu_count()} cores, non-streaming chat completion\n")
     names = {"bare": "bare Envoy", "minimal": "Envoy + minimal filter", "gateway": "Envoy + filter (provider headers)",
              "uncached": "Envoy + filter, one-target config (uncached)", "fallback": "Envoy + filter, fallback config",
