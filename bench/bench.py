@@ -217,18 +217,31 @@ def run_wrk(port, headers, connections, duration, workdir, pid=None):
     }
 
 
+def median_run(runs):
+    """Each figure's median over `runs` (one run: itself)."""
+    def median(values):
+        values = sorted(values)
+        middle = len(values) // 2
+        return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+    return {key: None if runs[0][key] is None else median([run[key] for run in runs]) for key in runs[0]}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--connections", default="16,64")
     parser.add_argument("--concurrency", type=int, default=1, help="Envoy worker threads of each proxy")
+    parser.add_argument("--repeat", type=int, default=1, help="measured runs per variant, taken in turn (variant "
+                        "after variant, N times); the tables give each figure's median, which a machine shared with "
+                        "other work needs")
     parser.add_argument("--compare-wasm", type=Path, help="another build of the filter (e.g. an earlier commit's), "
                         "measured in the same run under the same config, for before/after figures")
     parser.add_argument("--compare-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a GATEWAY_* setting of the --compare-wasm proxy's config only (repeatable), e.g. "
                         "GATEWAY_ACCESS_LOG=off for a build from before the access log")
     parser.add_argument("--variants", help="measure only these variants (comma-separated, e.g. uncached,guardrail; "
-                        "names: bare, minimal, gateway, uncached, saved, fallback, cache_hit, guardrail, compare); "
+                        "names: bare, minimal, gateway, uncached, saved, fallback, cache_hit, guardrail, compare, "
+                        "compare_uncached, compare_guardrail: the last three through --compare-wasm); "
                         "tables whose variants were not measured are left out")
     args = parser.parse_args()
     if not shutil.which("wrk"):
@@ -318,26 +331,34 @@ def main():
                         ("fallback", gateway_port, fallback_headers), ("cache_hit", gateway_port, cache_hit_headers),
                         ("guardrail", gateway_port, guardrail_headers))
             if compare_port:
-                variants += (("compare", compare_port, gateway_headers),)
+                variants += (("compare", compare_port, gateway_headers),
+                             ("compare_uncached", compare_port, uncached_headers),
+                             ("compare_guardrail", compare_port, guardrail_headers))
             if args.variants:
                 wanted = args.variants.split(",")
                 variants = tuple(v for v in variants if v[0] in wanted)
             for _, port, headers in variants:
                 run_wrk(port, headers, connections, 2, workdir)
-            rows.append((connections, {name: run_wrk(port, headers, connections, args.duration, workdir, pids[port])
-                                       for name, port, headers in variants}))
+            runs = {name: [] for name, _, _ in variants}
+            for _ in range(args.repeat):
+                for name, port, headers in variants:
+                    runs[name].append(run_wrk(port, headers, connections, args.duration, workdir, pids[port]))
+            rows.append((connections, {name: median_run(measured) for name, measured in runs.items()}))
     finally:
         for proc in procs:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
-    print(f"wrk (2 threads), {args.duration}s per run, Envoy --concurrency {args.concurrency}, "
+    repeated = f", median of {args.repeat} runs taken in turn" if args.repeat > 1 else ""
+    print(f"wrk (2 threads), {args.duration}s per run{repeated}, Envoy --concurrency {args.concurrency}, "
           f"{os.cpu_count()} cores, non-streaming chat completion\n")
     names = {"bare": "bare Envoy", "minimal": "Envoy + minimal filter", "gateway": "Envoy + filter (provider headers)",
              "uncached": "Envoy + filter, one-target config (uncached)", "fallback": "Envoy + filter, fallback config",
              "cache_hit": "Envoy + filter, one-target config, cache hit",
              "guardrail": "Envoy + filter, one-target config, input regexMatch guardrail",
              "saved": "Envoy + filter, saved config naming an @slug",
-             "compare": f"Envoy + {args.compare_wasm} (provider headers)"}
+             "compare": f"Envoy + {args.compare_wasm} (provider headers)",
+             "compare_uncached": f"Envoy + {args.compare_wasm}, one-target config (uncached)",
+             "compare_guardrail": f"Envoy + {args.compare_wasm}, one-target config, input regexMatch guardrail"}
     measured = set(rows[0][1]) if rows else set()
     print("| connections | proxy | req/s | p50 µs | p99 µs |")
     print("|---|---|---|---|---|")
@@ -376,6 +397,17 @@ def main():
         for connections, runs in rows:
             plain, guarded = (runs[key]["cpu_us"] for key in ("uncached", "guardrail"))
             print(f"| {connections} | {plain:.0f} | {guarded:.0f} | {guarded - plain:+.0f} |")
+
+    if measured.issuperset(("uncached", "guardrail", "compare_uncached", "compare_guardrail")):
+        print(f"\nThe same guardrail through {args.compare_wasm} and through this build, CPU per request:\n")
+        print("| connections | compared: one-target µs | compared: with the guardrail µs | compared: cost µs "
+              "| this build: one-target µs | this build: with the guardrail µs | this build: cost µs |")
+        print("|---|---|---|---|---|---|---|")
+        for connections, runs in rows:
+            other_plain, other_guarded, plain, guarded = (
+                runs[key]["cpu_us"] for key in ("compare_uncached", "compare_guardrail", "uncached", "guardrail"))
+            print(f"| {connections} | {other_plain:.0f} | {other_guarded:.0f} | {other_guarded - other_plain:+.0f} "
+                  f"| {plain:.0f} | {guarded:.0f} | {guarded - plain:+.0f} |")
 
     if measured.issuperset(("uncached", "saved")):
         print("\nA saved config (`x-gateway-config: <slug>`) naming a stored provider (`@slug`), warm, against the"

@@ -17,6 +17,7 @@ mod exchange;
 mod guardrails;
 mod hash;
 mod json_check;
+mod memo;
 mod pipeline;
 mod ports;
 mod prompts;

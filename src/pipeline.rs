@@ -78,7 +78,8 @@ pub(crate) struct Intake {
     path: String,
     query: Option<String>,
     gateway: GatewayHeaders,
-    config: Option<Config>,
+    /// Shared with this worker's memo of inline configs.
+    config: Option<Rc<Config>>,
     /// Whose request it is, for the cache: a hash of the gateway key, or with a control plane
     /// of the workspace.
     tenant: Tenant,
@@ -318,12 +319,12 @@ fn shared_relay(settings: &Settings, raw: &RawHeaders, intake: &Intake, plan: &P
 }
 
 /// The config of the config header: inline JSON, or a saved config of the caller's workspace.
-fn config_of(raw: &str, catalog: &mut Catalog, host: &dyn Host) -> Result<Config, GatewayError> {
+fn config_of(raw: &str, catalog: &mut Catalog, host: &dyn Host) -> Result<Rc<Config>, GatewayError> {
     match config_header(raw)? {
-        ConfigHeader::Inline(config) => Ok(*config),
+        ConfigHeader::Inline(config) => Ok(config),
         ConfigHeader::Saved(id) if catalog.enabled() => {
             let value = catalog.require(Kind::Config, id, host)?;
-            parse_config(&value).map_err(|e| {
+            parse_config(&value).map(Rc::new).map_err(|e| {
                 let mut error = e.to_gateway_error();
                 error.message = format!("saved config '{id}': {}", error.message);
                 error
@@ -458,7 +459,7 @@ fn plan_of(
     catalog: &mut Catalog,
 ) -> Result<Plan, GatewayError> {
     let input = condition_input(intake, body);
-    make_plan(settings, &intake.gateway, intake.config.as_ref(), &input, host, catalog)
+    make_plan(settings, &intake.gateway, intake.config.as_deref(), &input, host, catalog)
 }
 
 /// Whether and how a request is cached.
@@ -621,7 +622,7 @@ impl Call {
 
     /// The top-level config node, whose hooks and guardrails apply to the request.
     pub(crate) fn root_config(&self) -> Option<&Config> {
-        self.intake.config.as_ref()
+        self.intake.config.as_deref()
     }
 
     /// The client's parsed JSON body (until `forward` or `release_body` let it go).

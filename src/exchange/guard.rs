@@ -3,6 +3,7 @@
 //! Checks that call out (webhooks, JWKS fetches) are tasks like any dispatched call; the
 //! request or the answer is held until every one answered or timed out.
 
+use super::record::HookStage;
 use super::{Dispatch, Env, RawHeaders, Task};
 use crate::cache::completion::{self, StreamAssembler};
 use crate::errors::GatewayError;
@@ -53,11 +54,46 @@ struct Running {
     calls: HashMap<u32, Waiting>,
 }
 
-/// The checks of one request and what they decided so far.
-pub(super) struct Guard {
+/// What the checks see of the request besides its text.
+#[derive(Clone, Copy)]
+pub(super) struct Seen<'a> {
+    request: &'a Value,
+    metadata: Option<&'a Map<String, Value>>,
+    headers: &'a RawHeaders,
+}
+
+/// The request's view when the call no longer holds its body.
+static NO_REQUEST: Value = Value::Null;
+
+impl<'a> Seen<'a> {
+    /// The request of `call`, borrowed while the call still holds its body.
+    pub(super) fn of(call: &'a Call, raw: &'a RawHeaders) -> Seen<'a> {
+        Seen { request: call.request_json().unwrap_or(&NO_REQUEST), metadata: call.metadata(), headers: raw }
+    }
+}
+
+/// A copy of what the output checks see of the request, kept only when some will run (the
+/// call lets the body go once it is sent).
+#[derive(Default)]
+struct Kept {
     request: Value,
     metadata: Option<Map<String, Value>>,
     headers: RawHeaders,
+}
+
+impl Kept {
+    fn of(seen: Seen) -> Kept {
+        Kept { request: seen.request.clone(), metadata: seen.metadata.cloned(), headers: seen.headers.to_vec() }
+    }
+
+    fn seen(&self) -> Seen<'_> {
+        Seen { request: &self.request, metadata: self.metadata.as_ref(), headers: &self.headers }
+    }
+}
+
+/// The checks of one request and what they decided so far.
+pub(super) struct Guard {
+    kept: Kept,
     model: String,
     endpoint: Endpoint,
     before_items: Vec<Item>,
@@ -98,14 +134,14 @@ impl Guard {
         if before_items.is_empty() && after.is_empty() {
             return Ok(None);
         }
-        let (async_items, after_items) = after.into_iter().partition(|item| item.is_async);
-        let request = call.request_json().cloned().unwrap_or(Value::Null);
+        let (async_items, after_items): (Vec<Item>, Vec<Item>) = after.into_iter().partition(|item| item.is_async);
+        let seen = Seen::of(call, raw);
+        let kept = if after_items.is_empty() && async_items.is_empty() { Kept::default() } else { Kept::of(seen) };
+        let request = seen.request;
         let model = request.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
         let include_usage = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
         Ok(Some(Guard {
-            request,
-            metadata: call.metadata().cloned(),
-            headers: raw.clone(),
+            kept,
             model,
             endpoint: call.endpoint(),
             before_items,
@@ -124,9 +160,10 @@ impl Guard {
         }))
     }
 
-    pub(super) fn start_before(&mut self, env: &mut Env) -> Progress {
+    /// Runs the input checks on the request `seen` (borrowed from the call, which holds it).
+    pub(super) fn start_before(&mut self, env: &mut Env, seen: Seen) -> Progress {
         let items = std::mem::take(&mut self.before_items);
-        self.start(env, Stage::Before, items, None)
+        self.start(env, Stage::Before, items, None, Some(seen))
     }
 
     /// Whether the answer changes with the checks: some check ran before, or will after.
@@ -166,7 +203,7 @@ impl Guard {
     pub(super) fn start_after(&mut self, env: &mut Env, answer: Answer) -> Progress {
         let json = self.answer_json(&answer);
         let items = std::mem::take(&mut self.after_items);
-        let progress = self.start(env, Stage::After, items, Some(&json));
+        let progress = self.start(env, Stage::After, items, Some(&json), None);
         self.held = Some(answer);
         if progress == Progress::Done {
             self.run_async(env, &json);
@@ -249,7 +286,7 @@ impl Guard {
         self.stream_header = watch.header().clone();
         let json = watch.finish().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).unwrap_or(Value::Null);
         let items = std::mem::take(&mut self.after_items);
-        self.start(env, Stage::After, items, Some(&json));
+        self.start(env, Stage::After, items, Some(&json), None);
         self.run_async(env, &json);
     }
 
@@ -286,7 +323,7 @@ impl Guard {
         if items.is_empty() {
             return;
         }
-        let started = self.evaluate(env, Stage::After, items, Some(json));
+        let started = self.evaluate(env, Stage::After, items, Some(json), None);
         for call in started.sends.iter().chain(started.pending.iter().map(|p| &p.call)) {
             send(env, call);
         }
@@ -294,35 +331,53 @@ impl Guard {
         self.async_results = started.run.finish();
     }
 
-    fn evaluate(&self, env: &mut Env, stage: Stage, items: Vec<Item>, response: Option<&Value>) -> Started {
+    /// Evaluates `items` on the request `seen` (None: the kept copy) and, after, the `response`.
+    fn evaluate(
+        &self,
+        env: &mut Env,
+        stage: Stage,
+        items: Vec<Item>,
+        response: Option<&Value>,
+        seen: Option<Seen>,
+    ) -> Started {
+        let seen = seen.unwrap_or_else(|| self.kept.seen());
         let text = match response {
             Some(answer) => response_text(answer),
-            None => request_text(&self.request),
+            None => request_text(seen.request),
         };
         let input = Input {
             stage,
             text: &text,
-            request: &self.request,
+            request: seen.request,
             response,
-            metadata: self.metadata.as_ref(),
-            headers: &self.headers,
+            metadata: seen.metadata,
+            headers: seen.headers,
             model: &self.model,
         };
         let host = env.io.host();
         let host: &dyn crate::ports::Host = host;
         let store = host.store();
         let jwks = |uri: &str| cached_jwks(store, uri);
-        let check_env = CheckEnv { now_s: host.now_ms() / 1000, jwks: &jwks };
-        StageRun::start(items, &input, &check_env, &|| host.now_ms())
+        let now_ms = host.now_ms();
+        let check_env = CheckEnv { now_s: now_ms / 1000, jwks: &jwks };
+        StageRun::start(items, &input, &check_env, now_ms, &|| host.now_ms())
     }
 
-    fn start(&mut self, env: &mut Env, stage: Stage, items: Vec<Item>, response: Option<&Value>) -> Progress {
-        let Started { mut run, pending, sends } = self.evaluate(env, stage, items, response);
+    fn start(
+        &mut self,
+        env: &mut Env,
+        stage: Stage,
+        items: Vec<Item>,
+        response: Option<&Value>,
+        seen: Option<Seen>,
+    ) -> Progress {
+        let Started { mut run, pending, sends } = self.evaluate(env, stage, items, response, seen);
         for call in &sends {
             send(env, call);
         }
         let mut calls = HashMap::new();
-        let now_ms = env.io.host().now_ms();
+        // The clock is read only for checks that wait for a call.
+        let now_ms = if pending.is_empty() { 0 } else { env.io.host().now_ms() };
         for pending in pending {
             let jwks = match &pending.then {
                 Continuation::Jwks { uri, .. } => Some(uri.clone()),
@@ -388,33 +443,11 @@ impl Guard {
         }
     }
 
-    /// Each item's id and verdict (and its feedback's value), for the log line:
-    /// `in:id=true out:id=false/-1 async:id=true`.
-    /// Every check that ran, with whether it passed (for the verdict metrics).
-    pub(super) fn check_verdicts(&self) -> Vec<(String, bool)> {
-        let results = self.before.iter().chain(&self.after).chain(&self.async_results);
-        results.flat_map(|item| item.checks.iter().map(|check| (check.id.clone(), check.verdict))).collect()
-    }
-
-    /// Each item's stage, id, verdict and feedback, for the access log and request logs.
-    pub(super) fn record_json(&self) -> Vec<serde_json::Value> {
-        let stages = [("before", &self.before), ("after", &self.after), ("async", &self.async_results)];
-        stages.iter().flat_map(|(stage, results)| results.iter().map(|result| result.record_json(stage))).collect()
-    }
-
-    pub(super) fn summary(&self) -> String {
-        let stages = [("in", &self.before), ("out", &self.after), ("async", &self.async_results)];
-        let mut parts = Vec::new();
-        for (stage, results) in stages {
-            for result in results {
-                let mut part = format!("{stage}:{}={}", result.id, result.verdict);
-                if let Some(value) = result.feedback.as_ref().and_then(|f| f.value) {
-                    part.push_str(&format!("/{value}"));
-                }
-                parts.push(part);
-            }
-        }
-        parts.join(" ")
+    /// Each item's result with its stage, for the request record.
+    pub(super) fn into_results(self) -> Vec<(HookStage, ItemResult)> {
+        let stages =
+            [(HookStage::Before, self.before), (HookStage::After, self.after), (HookStage::Async, self.async_results)];
+        stages.into_iter().flat_map(|(stage, results)| results.into_iter().map(move |result| (stage, result))).collect()
     }
 }
 

@@ -147,10 +147,10 @@ pub(crate) fn of_request(record: &Record, settings: &MetricsSettings, models: &m
         };
         out.push(counter(name(metric, &[("provider", &sanitise(provider))]), 1));
     }
-    for (check, passed) in &record.check_verdicts {
-        let verdict = if *passed { "pass" } else { "fail" };
+    for (check, passed) in record.check_verdicts() {
+        let verdict = if passed { "pass" } else { "fail" };
         // A client names the checks of an inline hook: only the ids the gateway runs are labels.
-        let check = if CHECK_IDS.contains(&check.as_str()) { check.as_str() } else { OTHER };
+        let check = if CHECK_IDS.contains(&check) { check } else { OTHER };
         out.push(counter(name(GUARDRAIL_VERDICTS, &[("verdict", verdict), ("check", check)]), 1));
     }
     if let Some(bytes) = record.cache_stored {
@@ -189,6 +189,9 @@ pub(crate) fn of_request(record: &Record, settings: &MetricsSettings, models: &m
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
+    use crate::exchange::record::HookStage;
+    use crate::guardrails::verdict::{Item, ItemResult};
+    use crate::guardrails::CheckResult;
     use crate::providers::Usage;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -245,11 +248,11 @@ mod tests {
     #[test]
     fn each_check_run_counts_its_verdict_and_unknown_ids_are_other() {
         let checks = [("default.contains", false), ("default.regexMatch", true), ("made.up.by.a.client", true)];
-        let record = Record {
-            status: 446,
-            check_verdicts: checks.iter().map(|(id, passed)| (id.to_string(), *passed)).collect(),
-            ..Record::default()
-        };
+        let checks = checks.iter().map(|(id, passed)| CheckResult::new(id, *passed, serde_json::Value::Null));
+        let item =
+            Item { id: "g".into(), checks: Vec::new(), deny: true, is_async: false, on_fail: None, on_success: None };
+        let result = ItemResult::new(&item, checks.collect());
+        let record = Record { status: 446, guardrails: vec![(HookStage::Before, result)], ..Record::default() };
         let metrics = of_request(&record, &MetricsSettings::default(), &mut ModelLabels::default());
         assert_eq!(
             names(&metrics),

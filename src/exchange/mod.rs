@@ -684,10 +684,8 @@ impl Exchange {
             record.moves = recovery.call.attempts.moves;
         }
         record.cache = self.cache.status_header().unwrap_or_default();
-        if let Some(guard) = &self.guard {
-            record.hooks = guard.summary();
-            record.check_verdicts = guard.check_verdicts();
-            record.guardrails = guard.record_json();
+        if let Some(guard) = self.guard {
+            record.guardrails = guard.into_results();
         }
         record
     }
@@ -916,7 +914,7 @@ impl Exchange {
             Ok(None) => return self.forward(env, call, raw, body),
             Err(error) => return self.answer_error(env, &error),
         };
-        let progress = guard.start_before(env);
+        let progress = guard.start_before(env, guard::Seen::of(&call, &raw));
         self.guard = Some(Box::new(guard));
         match progress {
             Progress::Waiting => {
@@ -1189,16 +1187,20 @@ impl Exchange {
         self.mode = response_mode(&routed.plan, head, status, &mut event_stream);
         if let Some(guard) = &mut self.guard {
             if reply::has_body(head, status) && (200..300).contains(&status) {
-                let stream =
-                    self.mode == ResponseMode::Stream || (self.mode == ResponseMode::Passthrough && event_stream());
+                // A passthrough answer's headers in one host call (each call costs); the other
+                // modes' content is known.
+                let passthrough = self.mode == ResponseMode::Passthrough;
+                let answer_headers = if passthrough { io.response_headers(id) } else { Vec::new() };
+                let header = |name: &str| headers::find(&answer_headers, name);
+                let content_type = header("content-type");
+                let stream = self.mode == ResponseMode::Stream || content_type.is_some_and(stream::is_stream);
                 // Only JSON answers are held whole (not audio or images).
                 let json = self.mode == ResponseMode::Translated
-                    || io.response_header(id, "content-type").is_some_and(|v| v.windows(4).any(|w| w == b"json"));
+                    || content_type.is_some_and(|v| v.windows(4).any(|w| w == b"json"));
                 self.hold = if stream { guard.holds_streams() } else { json && guard.shapes_answer() };
                 // Verdicts known before the answer: an answer that passes untouched flows, with
                 // `hook_results` spliced in on its way (it grows by a known length).
-                let identity = io.response_header(id, "content-encoding").is_none_or(|v| v == b"identity");
-                let untouched = self.mode == ResponseMode::Passthrough && identity;
+                let untouched = passthrough && header("content-encoding").is_none_or(|v| v == b"identity");
                 // (A body must follow: its chunks carry what the new length announces.)
                 if self.hold && !stream && !end_of_stream && untouched && guard.decided_before_answer() {
                     self.hold = false;
@@ -1207,8 +1209,8 @@ impl Exchange {
                         io.set_response_header(id, ":status", Some(&verdict::FLAG_STATUS.to_string()));
                     }
                     let added = guard.splice_answer();
-                    let length = io.response_header(id, "content-length");
-                    let length = length.and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<usize>().ok());
+                    let length = header("content-length");
+                    let length = length.and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<usize>().ok());
                     let length = length.map(|length| length.saturating_add(added).to_string());
                     io.set_response_header(id, "content-length", length.as_deref());
                 }

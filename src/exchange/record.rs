@@ -3,6 +3,8 @@
 //! JSON object (`to_json`).
 
 use super::bodies::Bodies;
+use crate::config::Feedback;
+use crate::guardrails::verdict::{feedback_object, ItemResult};
 use crate::providers::Usage;
 use crate::request::headers::TraceFields;
 use crate::routing::attempts::Move;
@@ -28,12 +30,9 @@ pub(crate) struct Record {
     pub(crate) usage: Option<Usage>,
     /// The code of the gateway's own error answer (e.g. `invalid_api_key`, `request_timeout`).
     pub(crate) error_code: Option<&'static str>,
-    /// Each hook's and guardrail's id and verdict (and feedback value), e.g. `in:pii=false/-1`.
-    pub(crate) hooks: String,
-    /// Every check that ran (hooks and guardrails, all stages): its id and whether it passed.
-    pub(crate) check_verdicts: Vec<(String, bool)>,
-    /// Each hook's and guardrail's stage, id, verdict and feedback (JSON objects).
-    pub(crate) guardrails: Vec<Value>,
+    /// Each hook's and guardrail's result, by stage (moved from the guard, not copied: the
+    /// log line, the access log and the verdict metrics read them).
+    pub(crate) guardrails: Vec<(HookStage, ItemResult)>,
     /// The model the answering attempt asked for (empty when the request names none).
     pub(crate) model: String,
     /// The client's `x-gateway-metadata`.
@@ -57,7 +56,51 @@ pub(crate) struct Record {
     pub(crate) bodies: Option<Box<Bodies>>,
 }
 
+/// When a hook or guardrail ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HookStage {
+    Before,
+    After,
+    Async,
+}
+
+impl HookStage {
+    /// Its name in the access log and request logs.
+    fn as_str(self) -> &'static str {
+        match self {
+            HookStage::Before => "before",
+            HookStage::After => "after",
+            HookStage::Async => "async",
+        }
+    }
+
+    /// Its name in the log line.
+    fn short(self) -> &'static str {
+        match self {
+            HookStage::Before => "in",
+            HookStage::After => "out",
+            HookStage::Async => "async",
+        }
+    }
+}
+
 impl Record {
+    /// Each item's id and verdict (and its feedback's value), for the log line:
+    /// `in:id=true out:id=false/-1 async:id=true`.
+    pub(crate) fn hooks(&self) -> String {
+        let parts = self.guardrails.iter().map(|(stage, result)| {
+            let value = result.feedback.as_ref().and_then(|f| f.value).map(|v| format!("/{v}")).unwrap_or_default();
+            format!("{}:{}={}{value}", stage.short(), result.id, result.verdict)
+        });
+        parts.collect::<Vec<_>>().join(" ")
+    }
+
+    /// Every check that ran (hooks and guardrails, all stages): its id and whether it passed.
+    pub(crate) fn check_verdicts(&self) -> impl Iterator<Item = (&str, bool)> {
+        let checks = self.guardrails.iter().flat_map(|(_, result)| &result.checks);
+        checks.map(|check| (check.id.as_str(), check.verdict))
+    }
+
     /// Bytes the client sent, for the shipped record (with `records.bodies`).
     pub(crate) fn client_sent(&mut self, bytes: &[u8]) {
         if let Some(bodies) = &mut self.bodies {
@@ -109,7 +152,7 @@ impl Record {
             time_to_first_token_ms: self.time_to_first_token_ms,
             error_code: self.error_code,
             workspace: text(&self.workspace),
-            guardrails: &self.guardrails,
+            guardrails: Guardrails(&self.guardrails),
         };
         serde_json::to_vec(&line).unwrap_or_default()
     }
@@ -240,8 +283,41 @@ struct AccessLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     workspace: Option<&'a str>,
     /// Present when hooks or guardrails ran.
-    #[serde(skip_serializing_if = "<[Value]>::is_empty")]
-    guardrails: &'a [Value],
+    #[serde(skip_serializing_if = "Guardrails::is_empty")]
+    guardrails: Guardrails<'a>,
+}
+
+/// Each item in the access log and request logs: its stage, id, verdict and feedback (no check
+/// data, which may quote the request), serialised from the results as they are.
+struct Guardrails<'a>(&'a [(HookStage, ItemResult)]);
+
+impl Guardrails<'_> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for Guardrails<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// Keys in the order a JSON object of them always had (sorted).
+        #[derive(Serialize)]
+        struct Entry<'a> {
+            #[serde(serialize_with = "feedback")]
+            feedback: &'a Option<Feedback>,
+            id: &'a str,
+            stage: &'static str,
+            verdict: bool,
+        }
+        fn feedback<S: serde::Serializer>(feedback: &&Option<Feedback>, serializer: S) -> Result<S::Ok, S::Error> {
+            feedback_object(feedback, serializer)
+        }
+        serializer.collect_seq(self.0.iter().map(|(stage, result)| Entry {
+            feedback: &result.feedback,
+            id: &result.id,
+            stage: stage.as_str(),
+            verdict: result.verdict,
+        }))
+    }
 }
 
 impl fmt::Display for Record {
@@ -266,8 +342,8 @@ impl fmt::Display for Record {
         if let Some(code) = self.error_code {
             write!(f, " error={code}")?;
         }
-        if !self.hooks.is_empty() {
-            write!(f, " hooks={:?}", self.hooks)?;
+        if !self.guardrails.is_empty() {
+            write!(f, " hooks={:?}", self.hooks())?;
         }
         match self.usage {
             Some(usage) => {

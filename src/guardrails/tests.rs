@@ -782,7 +782,7 @@ fn a_stage_runs_its_checks_and_waits_for_calls() {
         ticks.set(ticks.get() + 2);
         ticks.get()
     };
-    let Started { mut run, pending, sends } = StageRun::start(items, &before("hello", &request), &env, &clock);
+    let Started { mut run, pending, sends } = StageRun::start(items, &before("hello", &request), &env, clock(), &clock);
     assert_eq!(sends.len(), 1);
     assert_eq!(pending.len(), 1);
     assert!(!run.is_done());
@@ -809,7 +809,7 @@ fn a_check_whose_call_never_answered_fails() {
     let request = json!({});
     let items = vec![item("w", json!({"default.webhook": {"webhookURL": "http://h/"}}), true, false)];
     let env = Env { now_s: NOW, jwks: &no_jwks };
-    let started = StageRun::start(items, &before("", &request), &env, &|| 0);
+    let started = StageRun::start(items, &before("", &request), &env, 0, &|| 0);
     let results = started.run.finish();
     assert_eq!(results[0].checks[0].error.as_deref(), Some("no answer"));
     assert_eq!(outcome(&results), Outcome::Deny);

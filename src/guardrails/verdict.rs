@@ -118,21 +118,9 @@ impl ItemResult {
     }
 }
 
-fn feedback_object<S: Serializer>(feedback: &Option<Feedback>, serializer: S) -> Result<S::Ok, S::Error> {
+/// The feedback as configured (only the fields it has), or null.
+pub(crate) fn feedback_object<S: Serializer>(feedback: &Option<Feedback>, serializer: S) -> Result<S::Ok, S::Error> {
     feedback.as_ref().map(feedback_json).serialize(serializer)
-}
-
-impl ItemResult {
-    /// The item in the request record: its stage, id, verdict and feedback (no check data,
-    /// which may quote the request).
-    pub(crate) fn record_json(&self, stage: &str) -> Value {
-        json!({
-            "stage": stage,
-            "id": self.id,
-            "verdict": self.verdict,
-            "feedback": self.feedback.as_ref().map(feedback_json),
-        })
-    }
 }
 
 /// The feedback as configured: only the fields it has.
@@ -178,18 +166,27 @@ pub(crate) struct Started {
 }
 
 impl StageRun {
-    /// Evaluates every check of `items`; `clock_ms` reads the host clock for the checks'
-    /// execution times.
-    pub(crate) fn start(items: Vec<Item>, input: &Input, env: &Env, clock_ms: &dyn Fn() -> u64) -> Started {
+    /// Evaluates every check of `items`, starting at `started_ms`; `clock_ms` reads the host
+    /// clock for the checks' execution times (one read per check: a check starts when the one
+    /// before it ended).
+    pub(crate) fn start(
+        items: Vec<Item>,
+        input: &Input,
+        env: &Env,
+        started_ms: u64,
+        clock_ms: &dyn Fn() -> u64,
+    ) -> Started {
         let mut pending = Vec::new();
         let mut sends = Vec::new();
         let mut results = Vec::with_capacity(items.len());
+        let mut started = started_ms;
         for (i, item) in items.iter().enumerate() {
             let mut row = Vec::with_capacity(item.checks.len());
             for (c, check) in item.checks.iter().enumerate() {
-                let started = clock_ms();
-                let timed = |mut r: CheckResult| {
-                    r.execution_time = clock_ms().saturating_sub(started);
+                let mut timed = |mut r: CheckResult| {
+                    let ended = clock_ms();
+                    r.execution_time = ended.saturating_sub(started);
+                    started = ended;
                     Some(r)
                 };
                 row.push(match evaluate(check, input, env) {

@@ -219,6 +219,10 @@ impl Io for HostIo {
         let Some(id) = self.metric_id(metric_type, name) else {
             return;
         };
+        // Defining a counter shows it at 0; Envoy refuses an increment by 0 (BadArgument).
+        if kind == Kind::Counter && value == 0 {
+            return;
+        }
         logged(match kind {
             Kind::Counter => abi::increment_metric(id, i64::try_from(value).unwrap_or(i64::MAX)),
             Kind::Histogram => abi::record_metric(id, value),

@@ -22,7 +22,7 @@
 //! Anything else (backreferences, lookaround, named groups, other flags, unknown escapes) is a
 //! compile error rather than a silent literal, so a pattern never means something unexpected.
 
-use hashbrown::HashMap;
+use crate::memo::{self, Memo};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -43,7 +43,7 @@ const MEMO_ENTRIES: usize = 64;
 thread_local! {
     /// This worker's compiled patterns by pattern: configs arrive with every request, so the
     /// same few patterns are compiled again and again otherwise.
-    static MEMO: RefCell<HashMap<String, Rc<Regex>>> = RefCell::new(HashMap::new());
+    static MEMO: RefCell<Memo<Regex>> = RefCell::new(Memo::new(MEMO_ENTRIES));
 }
 
 /// A compiled pattern.
@@ -73,23 +73,9 @@ pub(crate) fn compile(pattern: &str) -> Result<Regex, String> {
     Ok(Regex { program: compiler.program, ignore_case })
 }
 
-/// `pattern` compiled, from this worker's memo when it compiled it lately; a full memo
-/// forgets one pattern for the new one. Errors are not kept (bad patterns are the rare case).
+/// `pattern` compiled, from this worker's memo when it compiled it lately.
 pub(crate) fn cached(pattern: &str) -> Result<Rc<Regex>, String> {
-    if let Some(regex) = MEMO.with(|memo| memo.borrow().get(pattern).cloned()) {
-        return Ok(regex);
-    }
-    let regex = Rc::new(compile(pattern)?);
-    MEMO.with(|memo| {
-        let mut memo = memo.borrow_mut();
-        if memo.len() >= MEMO_ENTRIES {
-            if let Some(forgotten) = memo.keys().next().cloned() {
-                memo.remove(&forgotten);
-            }
-        }
-        memo.insert(pattern.to_string(), Rc::clone(&regex));
-    });
-    Ok(regex)
+    memo::cached(&MEMO, pattern, || compile(pattern))
 }
 
 impl Regex {
@@ -814,15 +800,11 @@ mod tests {
     }
 
     #[test]
-    fn a_pattern_is_compiled_once_per_worker_and_the_memo_stays_bounded() {
+    fn a_pattern_is_compiled_once_per_worker() {
         let first = cached("\\bmemo\\b").unwrap();
         let again = cached("\\bmemo\\b").unwrap();
         assert!(Rc::ptr_eq(&first, &again));
         assert!(again.is_match("a memo here") && !again.is_match("memos"));
-        for i in 0..MEMO_ENTRIES * 2 {
-            cached(&format!("pattern{i}")).unwrap();
-        }
-        assert!(MEMO.with(|memo| memo.borrow().len()) <= MEMO_ENTRIES);
         assert!(cached("(").unwrap_err().contains("unclosed group"));
     }
 }

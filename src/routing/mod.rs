@@ -11,12 +11,14 @@ use crate::catalog::{Catalog, Kind};
 use crate::cloud::CloudFields;
 use crate::config::{parse_config, CacheConfig, CircuitBreakerConfig, Config, Guardrail, RetryConfig};
 use crate::errors::GatewayError;
+use crate::memo::{self, Memo};
 use crate::ports::Host;
 use crate::providers::{self, Backend, ProviderSpec, TargetFields};
 use crate::request::headers::GatewayHeaders;
 use crate::settings::{Credential, Settings};
 use crate::upstream::Upstream;
 use serde_json::{Map, Value};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 /// Per-target options a config sets; children inherit them from their parents.
@@ -103,32 +105,56 @@ struct Choice {
 
 /// The config header: a JSON config object, or the id of a saved config.
 pub(crate) enum ConfigHeader<'a> {
-    Inline(Box<Config>),
+    Inline(Rc<Config>),
     Saved(&'a str),
+}
+
+/// Inline configs a worker keeps (see `config_header`).
+const CONFIG_MEMO_ENTRIES: usize = 32;
+
+thread_local! {
+    /// This worker's validated inline configs by the header's exact text: clients send the
+    /// same config with every request. A config read from the header is a function of its
+    /// text alone (an `@slug` or a stored guardrail stays a name, resolved per request in the
+    /// caller's workspace), so one entry serves every caller sending that text.
+    static CONFIG_MEMO: RefCell<Memo<Config>> = RefCell::new(Memo::new(CONFIG_MEMO_ENTRIES));
 }
 
 /// Reads the config header: JSON (an object; anything else is refused as a config), or a
 /// saved config's id or slug (any text that is not JSON; one outside the id characters is
-/// then unknown).
+/// then unknown). A valid inline config comes from this worker's memo when it read the same
+/// text lately.
 pub(crate) fn config_header(raw: &str) -> Result<ConfigHeader<'_>, GatewayError> {
     let trimmed = raw.trim();
     let json = trimmed.starts_with(['{', '[']);
     if !json && crate::catalog::valid_id(trimmed) {
         return Ok(ConfigHeader::Saved(trimmed));
     }
-    match serde_json::from_str::<Value>(raw) {
-        Ok(value) => parse_config(&value).map(|c| ConfigHeader::Inline(Box::new(c))).map_err(|e| e.to_gateway_error()),
-        Err(e) if json => Err(GatewayError::invalid_header("x-gateway-config", format!("not valid JSON: {e}"))
-            .with_code("invalid_config")),
-        Err(_) => Ok(ConfigHeader::Saved(trimmed)),
+    // Text that is not JSON is a saved config's name, or an error when it looks like JSON.
+    let mut not_json = None;
+    let parsed = memo::cached(&CONFIG_MEMO, raw, || {
+        let value = serde_json::from_str::<Value>(raw).map_err(|e| {
+            not_json = Some(e);
+            None
+        })?;
+        parse_config(&value).map_err(|e| Some(e.to_gateway_error()))
+    });
+    match (parsed, not_json) {
+        (Ok(config), _) => Ok(ConfigHeader::Inline(config)),
+        (Err(Some(error)), _) => Err(error),
+        (Err(None), Some(e)) if json => {
+            Err(GatewayError::invalid_header("x-gateway-config", format!("not valid JSON: {e}"))
+                .with_code("invalid_config"))
+        }
+        (Err(None), _) => Ok(ConfigHeader::Saved(trimmed)),
     }
 }
 
 /// The config header without a control plane: a saved id is refused.
 #[cfg(test)]
-pub(crate) fn parse_config_header(raw: &str) -> Result<Config, GatewayError> {
+pub(crate) fn parse_config_header(raw: &str) -> Result<Rc<Config>, GatewayError> {
     match config_header(raw)? {
-        ConfigHeader::Inline(config) => Ok(*config),
+        ConfigHeader::Inline(config) => Ok(config),
         ConfigHeader::Saved(id) => Err(saved_config_unavailable(id)),
     }
 }
@@ -361,7 +387,7 @@ mod tests {
         let mut host = crate::ports::testing::FakeHost::new(random);
         let mut nothing = crate::catalog::Nothing;
         let mut catalog = Catalog::new(settings, &mut nothing);
-        let plan = plan::make_plan(settings, headers, config.as_ref(), &Value::Null, &mut host, &mut catalog)?;
+        let plan = plan::make_plan(settings, headers, config.as_deref(), &Value::Null, &mut host, &mut catalog)?;
         plan.attempts
             .into_iter()
             .next()
@@ -427,6 +453,24 @@ mod tests {
         let good = br#"{"api_keys": ["gw"], "credentials": {"x": {"provider": "bedrock", "cloud_c_region": "us-east-1",
             "cloud_c_access_key_id": "AK", "cloud_c_secret_access_key": "SK"}}}"#;
         assert_eq!(Settings::parse(good).unwrap().credentials["x"].cloud.cloud_c_region.as_deref(), Some("us-east-1"));
+    }
+
+    #[test]
+    fn an_inline_config_is_read_once_per_worker_by_its_exact_text() {
+        let text = r#"{"provider": "@team-openai", "input_guardrails": ["pg-1"]}"#;
+        let first = parse_config_header(text).unwrap();
+        assert!(Rc::ptr_eq(&first, &parse_config_header(text).unwrap()));
+        // Names stay names: the caller's workspace resolves them on every request.
+        assert_eq!(first.provider.as_deref(), Some("@team-openai"));
+        assert_eq!(first.input_guardrails, vec![Guardrail::Reference("pg-1".into())]);
+        let spaced = format!(" {text}");
+        assert!(!Rc::ptr_eq(&first, &parse_config_header(&spaced).unwrap()));
+        let invalid = r#"{"retry": {"attempts": 99}}"#;
+        for _ in 0..2 {
+            assert_eq!(parse_config_header(invalid).err().unwrap().code, Some("invalid_config"));
+        }
+        assert_eq!(parse_config_header("{bad").err().unwrap().code, Some("invalid_config"));
+        assert_eq!(parse_config_header("pc-1").err().unwrap().code, Some("saved_config_unavailable"));
     }
 
     #[test]

@@ -77,7 +77,7 @@ fn a_denying_input_guardrail_answers_446_and_nothing_goes_upstream() {
     assert!(!forwarded(&gw), "the provider is never called");
     let record = gw.finished(1).unwrap();
     assert_eq!(record.status, 446);
-    assert_eq!(record.hooks, "in:input_guardrails[0]=false");
+    assert_eq!(record.hooks(), "in:input_guardrails[0]=false");
     assert!(record.to_string().contains(r#"hooks="in:input_guardrails[0]=false""#));
 }
 
@@ -218,7 +218,7 @@ fn without_deny_a_stream_flows_and_the_verdict_goes_to_the_record() {
     assert_eq!(gw.response_body(1, first, false).action, Action::Continue);
     gw.response_body(1, second, true);
     assert_eq!(gw.client_body(1), SSE.as_bytes());
-    assert_eq!(gw.finished(1).unwrap().hooks, "out:output_guardrails[0]=false");
+    assert_eq!(gw.finished(1).unwrap().hooks(), "out:output_guardrails[0]=false");
 }
 
 #[test]
