@@ -30,6 +30,7 @@ with ``Reply`` / ``ToolCall``, holds, gates and steps):
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import random
 import re
@@ -385,6 +386,35 @@ def _get(d: dict, name: str, default: Any = None) -> Any:
     return d.get(_snake(name), default)
 
 
+def thought_signature(call: dict) -> str:
+    """The signature Gemini gives the first function call of a thinking step (the mock's is a keyed
+    hash of the call, so a signature sent back is checked, as Gemini checks its own)."""
+    text = json.dumps([call.get("name"), call.get("args")], sort_keys=True)
+    return base64.b64encode(hashlib.sha256(b"gemini-mock-thought\0" + text.encode()).digest()[:24]).decode()
+
+
+def thought_signature_problem(body: dict, model: str) -> str | None:
+    """Gemini 3's rule for function calling: in the current turn (the model turns after the last
+    user text), each model turn's first function call carries the signature it was given; any
+    signature sent must be one the mock gave."""
+    contents = _get(body, "contents") or []
+    last_text = max((i for i, c in enumerate(contents) if c.get("role") == "user"
+                     and any("text" in p for p in c.get("parts") or [])), default=-1)
+    for i, c in enumerate(contents):
+        calls = [p for p in c.get("parts") or [] if _get(p, "functionCall") is not None]
+        for p in calls:
+            sig = _get(p, "thoughtSignature")
+            if sig is not None and sig != thought_signature(_get(p, "functionCall")):
+                return f"Corrupted thought signature at contents[{i}]."
+        if model.startswith("gemini-3") and i > last_text and calls and _get(calls[0], "thoughtSignature") is None:
+            return (f"Function call is missing a thought_signature in functionCall parts. This is required for tools "
+                    f"to work correctly, and missing thought_signature may lead to degraded model performance. "
+                    f"Additional data, function call `default_api:{_get(calls[0], 'functionCall').get('name')}` , "
+                    f"position {i + 1}. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures "
+                    f"for more details.")
+    return None
+
+
 def validate_generate_content(body: Any) -> str | None:
     """Google's message for an invalid ``GenerateContentRequest``, else None."""
     if not isinstance(body, dict):
@@ -588,7 +618,7 @@ class VertexMock(MockProvider):
             return self._err(h, 400, "Invalid JSON payload received. Unexpected token.")
         if publisher == "anthropic":
             return self._raw_predict(h, req, m)
-        problem = validate_generate_content(req.json)
+        problem = validate_generate_content(req.json) or thought_signature_problem(req.json, m["model"])
         if problem:
             return self._err(h, 400, problem)
         stream = m["method"] == "streamGenerateContent"
@@ -630,6 +660,9 @@ class VertexMock(MockProvider):
             if tc.id:
                 fc["id"] = tc.id
             calls.append({"functionCall": fc})
+        if calls and reply.thinking is not None:
+            # A thinking model signs the step's first function call.
+            calls[0]["thoughtSignature"] = thought_signature(calls[0]["functionCall"])
         thought = [{"text": reply.thinking, "thought": True}] if reply.thinking is not None else []
 
         def chunk(parts: list[dict], last: bool) -> dict:

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 import helpers
 from mocks import Reply, ToolCall
-from mocks_cloud import CLOUD_PLATFORM_SCOPE, JWT_BEARER, CloudReply
+from mocks_cloud import CLOUD_PLATFORM_SCOPE, JWT_BEARER, CloudReply, thought_signature
 
 HAIKU = "anthropic.claude-3-haiku-20240307-v1:0"
 USER_HI = [{"role": "user", "parts": [{"text": "hi"}]}]
@@ -189,8 +189,10 @@ def test_vertex_stream_tool_call_thinking_and_midstream_error(vertex_mock):
     events = sse_events(vertex_post(vertex_mock, "gemini-2.5-pro", "streamGenerateContent", {"contents": USER_HI},
                                     query="?alt=sse").content)
     assert events[0]["candidates"][0]["content"]["parts"] == [{"text": "hmm", "thought": True}]
+    # A thinking model signs the step's first function call.
+    call = {"name": "f", "args": {"a": 1}, "id": "c1"}
     assert events[-1]["candidates"][0]["content"]["parts"] == [
-        {"functionCall": {"name": "f", "args": {"a": 1}, "id": "c1"}}]
+        {"functionCall": call, "thoughtSignature": thought_signature(call)}]
     assert events[-1]["candidates"][0]["finishReason"] == "MAX_TOKENS"
     vertex_mock.script(CloudReply(text="a b c d", exception=("INTERNAL", "boom"), write_size=7))
     events = sse_events(vertex_post(vertex_mock, "gemini-2.5-pro", "streamGenerateContent", {"contents": USER_HI},

@@ -12,7 +12,7 @@ import pytest
 from helpers import (GEMINI_API_KEY, KEY, SDK_DUMMY_KEY, VERTEX_CLIENT_TOKEN, assert_clean_upstream,
                      assert_error, assert_no_secrets_in_log, chat_body, config, sdk_stream, served_by)
 from mocks import Reply, ToolCall
-from mocks_cloud import CloudReply
+from mocks_cloud import CloudReply, thought_signature
 
 MODEL = "gemini-2.0-flash"
 TOOL = {"type": "function", "function": {"name": "weather", "description": "Weather of a city",
@@ -95,6 +95,41 @@ def test_streaming_with_usage_and_tools(gateway, vertex_mock, google_token_mock)
     turns = vertex_mock.last.json["contents"]
     assert turns[1] == {"role": "model", "parts": [{"functionCall": {"name": "weather", "args": {"city": "Paris"}}}]}
     assert turns[2]["parts"][0]["functionResponse"] == {"name": "weather", "response": {"content": "sunny"}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_thinking_models_thought_signature_comes_back_with_its_call(gateway, vertex_mock, google_token_mock,
+                                                                      stream):
+    # Gemini 3 refuses a function call of the current turn sent back without the signature it
+    # was given; the client returns the tool call as it got it (`extra_content` included).
+    model = "gemini-3-pro-preview"
+    client = gateway.sdk(config(sa_config(vertex_mock, fresh_key_file(google_token_mock, f"sig-{stream}"))),
+                         api_key=SDK_DUMMY_KEY)
+    vertex_mock.script(Reply(thinking="Use the tool.", tool_calls=[ToolCall("weather", {"city": "Paris"})], text=""),
+                       model=model)
+    ask = [{"role": "user", "content": "Weather?"}]
+    if stream:
+        calls = [tc for chunk in client.chat.completions.create(model=model, messages=ask, tools=[TOOL], stream=True)
+                 if chunk.choices for tc in chunk.choices[0].delta.tool_calls or []]
+        call = calls[0].model_dump(exclude_none=True)
+        call.pop("index")
+    else:
+        message = client.chat.completions.create(model=model, messages=ask, tools=[TOOL]).choices[0].message
+        call = message.tool_calls[0].model_dump(exclude_none=True)
+    signature = call["extra_content"]["google"]["thought_signature"]
+    assert signature == thought_signature({"name": "weather", "args": {"city": "Paris"}})
+    messages = [*ask, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}]
+    vertex_mock.script(Reply(text="Sunny."), model=model)
+    reply = client.chat.completions.create(model=model, messages=messages, tools=[TOOL])
+    assert reply.choices[0].message.content == "Sunny."
+    assert vertex_mock.last.json["contents"][1]["parts"] == [
+        {"functionCall": {"name": "weather", "args": {"city": "Paris"}}, "thoughtSignature": signature}]
+
+    # Without it, Gemini's 400 comes back as it is.
+    del messages[1]["tool_calls"][0]["extra_content"]
+    with pytest.raises(openai.BadRequestError, match="missing a thought_signature"):
+        client.chat.completions.create(model=model, messages=messages, tools=[TOOL])
 
 
 def test_the_clients_own_access_token_with_the_headers_of_spec_5_3(gateway, vertex_mock, google_token_mock):

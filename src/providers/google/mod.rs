@@ -288,13 +288,26 @@ pub(crate) fn usage_of(metadata: Option<&Value>) -> Usage {
 }
 
 /// A function call part as an OpenAI tool call: Gemini's `id` when it gives one, else one
-/// made from the call's place in the answer (stable across retries of the same answer).
-pub(crate) fn tool_call(call: Option<&Value>, index: usize) -> Value {
+/// made from the call's place in the answer (stable across retries of the same answer). The
+/// part's thought signature goes along where Gemini's own OpenAI-compatible API puts it,
+/// `extra_content.google.thought_signature`: thinking models need it back with the call.
+pub(crate) fn tool_call(part: &Value, index: usize) -> Value {
+    let call = part.get("functionCall");
     let id = super::str_field(call, "id").map_or_else(|| format!("call_{index}"), str::to_string);
     let arguments = call.and_then(|c| c.get("args")).map_or_else(|| "{}".to_string(), Value::to_string);
-    serde_json::json!({
+    let mut tool_call = serde_json::json!({
         "id": id,
         "type": "function",
         "function": {"name": super::str_field(call, "name").unwrap_or_default(), "arguments": arguments},
-    })
+    });
+    if let (Some(signature), Value::Object(fields)) = (super::str_field(Some(part), "thoughtSignature"), &mut tool_call)
+    {
+        fields.insert("extra_content".into(), serde_json::json!({"google": {"thought_signature": signature}}));
+    }
+    tool_call
+}
+
+/// The thought signature an OpenAI tool call carries back (see [`tool_call`]).
+pub(crate) fn thought_signature(tool_call: &Value) -> Option<&str> {
+    tool_call.pointer("/extra_content/google/thought_signature").and_then(Value::as_str)
 }

@@ -1,5 +1,6 @@
 //! OpenAI chat completion requests as Gemini `GenerateContentRequest`s.
 
+use super::thought_signature;
 use crate::errors::GatewayError;
 use crate::providers::chat_input::{
     content_error, function_tools, part_param, read_tool_call, role_error, stop_sequences, tool_call_id, tool_calls,
@@ -300,12 +301,16 @@ fn assistant_parts<'a>(
         Some(_) => convert_content(content, i, provider)?,
         None => Vec::new(),
     };
-    for (j, call) in tool_calls(message, i)?.iter().enumerate() {
-        let call = read_tool_call(call, i, j, provider)?;
+    for (j, raw) in tool_calls(message, i)?.iter().enumerate() {
+        let call = read_tool_call(raw, i, j, provider)?;
         if let Some(id) = call.id {
             called.insert(id, call.name);
         }
-        parts.push(json!({"functionCall": {"name": call.name, "args": call.arguments}}));
+        let mut part = json!({"functionCall": {"name": call.name, "args": call.arguments}});
+        if let (Some(signature), Value::Object(fields)) = (thought_signature(raw), &mut part) {
+            fields.insert("thoughtSignature".into(), signature.into());
+        }
+        parts.push(part);
     }
     Ok(parts)
 }

@@ -55,8 +55,8 @@ fn choice(candidate: &Value, position: usize) -> Value {
     let mut text: Option<String> = None;
     let mut tool_calls = Vec::new();
     for part in parts.map(Vec::as_slice).unwrap_or_default() {
-        if let Some(call) = part.get("functionCall") {
-            tool_calls.push(tool_call(Some(call), tool_calls.len()));
+        if part.get("functionCall").is_some() {
+            tool_calls.push(tool_call(part, tool_calls.len()));
         } else if let Some(part_text) = str_field(Some(part), "text") {
             if part.get("thought") != Some(&Value::Bool(true)) {
                 text.get_or_insert_with(String::new).push_str(part_text);

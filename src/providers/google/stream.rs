@@ -46,11 +46,11 @@ impl GeminiEvents {
         }
         let parts = candidate.get("content").and_then(|c| c.get("parts")).and_then(Value::as_array);
         for part in parts.map(Vec::as_slice).unwrap_or_default() {
-            if let Some(call) = part.get("functionCall") {
+            if part.get("functionCall").is_some() {
                 let calls = self.candidates.entry(index).or_insert(0);
                 let call_index = *calls;
                 *calls = call_index.saturating_add(1);
-                let mut delta = tool_call(Some(call), call_index);
+                let mut delta = tool_call(part, call_index);
                 if let Value::Object(delta) = &mut delta {
                     delta.insert("index".into(), call_index.into());
                 }

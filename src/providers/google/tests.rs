@@ -227,6 +227,35 @@ fn turns_roles_and_tool_results() {
     assert_eq!(error.param.as_deref(), Some("messages[0].content[0].type"));
 }
 
+#[test]
+fn thought_signatures_go_out_with_the_tool_call_and_come_back_with_it() {
+    let part = json!({"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": "c2lnbg=="});
+    let candidate = json!({"content": {"role": "model", "parts": [part]}, "finishReason": "STOP"});
+    let out = answer(json!({"candidates": [candidate.clone()]}));
+    let call = &out["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["extra_content"], json!({"google": {"thought_signature": "c2lnbg=="}}));
+    // Streamed, the call's one delta carries it the same way.
+    let event = format!("data: {}\n\n", json!({"candidates": [candidate]}));
+    let payloads = payloads(&run_stream(false, &[event.as_bytes()]));
+    let delta = &payloads[1]["choices"][0]["delta"]["tool_calls"][0];
+    assert_eq!(delta["extra_content"], call["extra_content"]);
+
+    let sent = request(chat(json!([
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": null, "tool_calls": [call, {"id": "x", "type": "function",
+            "function": {"name": "g", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "1"},
+        {"role": "tool", "tool_call_id": "x", "content": "2"},
+    ])));
+    assert_eq!(
+        sent["contents"][1]["parts"],
+        json!([
+            {"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": "c2lnbg=="},
+            {"functionCall": {"name": "g", "args": {}}},
+        ])
+    );
+}
+
 // --- answers --------------------------------------------------------------------------
 
 #[test]
