@@ -20,6 +20,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -219,11 +220,7 @@ def run_wrk(port, headers, connections, duration, workdir, pid=None):
 
 def median_run(runs):
     """Each figure's median over `runs` (one run: itself)."""
-    def median(values):
-        values = sorted(values)
-        middle = len(values) // 2
-        return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
-    return {key: None if runs[0][key] is None else median([run[key] for run in runs]) for key in runs[0]}
+    return {key: None if runs[0][key] is None else statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
 def main():
