@@ -7,6 +7,7 @@
 #   ./build.sh lint     cargo fmt --check and clippy (native and wasm), warnings as errors
 #   ./build.sh config   print the Envoy config `run` would use (envoy/render.py)
 #   ./build.sh bench    the benchmark (bench/README.md)
+#   ./build.sh size     the module's code size by crate and its largest functions (bench/README.md)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -14,6 +15,10 @@ cd "$ROOT"
 VENV="$ROOT/.venv"
 TOOLS="$ROOT/.tools"             # project tools (the wasm test runner) and install logs; git-ignored
 WASM="$ROOT/target/model_gateway.wasm"
+# The release .wasm's size limit (bytes): every Envoy worker compiles and holds the module, and a
+# mesh pulls it into every proxy. Raised only with a line in bench/README.md ("Module size")
+# saying what grew and why.
+WASM_SIZE_LIMIT=1500000
 ENVOY_VERSION="1.40.0"
 TARGET="wasm32-wasip1"
 
@@ -257,10 +262,15 @@ run() {
   exit "$status"
 }
 
-# The gates: formatting, and clippy with warnings as errors natively (the adapter included,
-# under cfg(clippy)) and for the wasm target.
+# The gates: formatting, clippy with warnings as errors natively (the adapter included,
+# under cfg(clippy)) and for the wasm target, and the module's size.
 lint() {
   log "format and lints"
+  local size
+  size="$(wc -c <"$WASM")"
+  if [ "$size" -gt "$WASM_SIZE_LIMIT" ]; then
+    die "$WASM is $size bytes, over the limit of $WASM_SIZE_LIMIT (WASM_SIZE_LIMIT in build.sh; bench/README.md, Module size)"
+  fi
   cargo fmt --all --check
   cargo fmt --check --manifest-path bench/minimal-filter/Cargo.toml
   cargo clippy --quiet --workspace --all-targets -- -D warnings
@@ -280,6 +290,13 @@ test_all() {
   "$VENV/bin/python" -m pytest -q tests/e2e "$@"
 }
 
+# The release module with its function names kept (target/size), measured by bench/wasm_size.py.
+size_breakdown() {
+  fetch_crates
+  CARGO_PROFILE_RELEASE_STRIP=none wasm_cargo "$TARGET" build --release --quiet --lib --target-dir "$ROOT/target/size"
+  python3 bench/wasm_size.py "$ROOT/target/size/$TARGET/release/model_gateway.wasm" "${1:-25}" "${2:-15}"
+}
+
 COMMAND="${1:-build}"
 case "$COMMAND" in
   build) build ;;
@@ -288,5 +305,6 @@ case "$COMMAND" in
   config) shift; build >/dev/null; GATEWAY_WASM="$WASM" "$VENV/bin/python" envoy/render.py "$@" ;;
   lint) build; lint ;;
   bench) shift; build; build_minimal_filter; exec "$VENV/bin/python" bench/bench.py "$@" ;;
-  *) echo "usage: $0 [build|run|test|lint|config|bench]" >&2; exit 2 ;;
+  size) shift; size_breakdown "$@" ;;
+  *) echo "usage: $0 [build|run|test|lint|config|bench|size]" >&2; exit 2 ;;
 esac

@@ -192,19 +192,29 @@ def to_micros(text):
     return float(value) * {"us": 1, "ms": 1000, "s": 1_000_000}[unit]
 
 
-def run_wrk(port, headers, connections, duration, workdir, pid=None):
-    """One wrk run; with `pid`, also the CPU time that process spent per request served."""
+def resident_mb(pid):
+    """Resident memory of process `pid` now, in MB (VmRSS of /proc/<pid>/status)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1)) / 1024
+
+
+def run_wrk(port, headers, connections, duration, workdir, pid=None, control_plane_pid=None):
+    """One wrk run; with `pid`, also the CPU time that process spent per request served and its
+    resident memory after the run; with `control_plane_pid`, the control plane's CPU per request
+    too (on a shared machine it competes with the proxy for the same cores)."""
     script = workdir / "request.lua"
     script.write_text(WRK_SCRIPT % {
         "body": json.dumps(REQUEST),
         "headers": "\n".join(f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items()),
     })
     cpu_before = cpu_seconds(pid) if pid else None
+    control_plane_before = cpu_seconds(control_plane_pid) if control_plane_pid else None
     out = subprocess.run(
         ["wrk", "-t", str(min(2, connections)), "-c", str(connections), "-d", f"{duration}s", "--latency", "-s", str(script),
          f"http://127.0.0.1:{port}/v1/chat/completions"],
         check=True, capture_output=True, text=True).stdout
     cpu_after = cpu_seconds(pid) if pid else None
+    control_plane_after = cpu_seconds(control_plane_pid) if control_plane_pid else None
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if non_2xx:
         sys.exit(f"bench: {non_2xx.group(1)} failed responses on port {port}:\n{out}")
@@ -212,6 +222,9 @@ def run_wrk(port, headers, connections, duration, workdir, pid=None):
     return {
         "requests": requests,
         "cpu_us": (cpu_after - cpu_before) * 1e6 / requests if pid and requests else None,
+        "control_plane_us": (control_plane_after - control_plane_before) * 1e6 / requests
+        if control_plane_pid and requests else None,
+        "rss_mb": resident_mb(pid) if pid else None,
         "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
         "p50": to_micros(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1)),
         "p99": to_micros(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1)),
@@ -339,7 +352,8 @@ def main():
             runs = {name: [] for name, _, _ in variants}
             for _ in range(args.repeat):
                 for name, port, headers in variants:
-                    runs[name].append(run_wrk(port, headers, connections, args.duration, workdir, pids[port]))
+                    runs[name].append(run_wrk(port, headers, connections, args.duration, workdir, pids[port],
+                                                 control_plane.pid))
             rows.append((connections, {name: median_run(measured) for name, measured in runs.items()}))
     finally:
         for proc in procs:
@@ -357,11 +371,13 @@ def main():
              "compare_uncached": f"Envoy + {args.compare_wasm}, one-target config (uncached)",
              "compare_guardrail": f"Envoy + {args.compare_wasm}, one-target config, input regexMatch guardrail"}
     measured = set(rows[0][1]) if rows else set()
-    print("| connections | proxy | req/s | p50 µs | p99 µs |")
-    print("|---|---|---|---|---|")
+    print("| connections | proxy | req/s | p50 µs | p99 µs | proxy CPU µs/req | control plane CPU µs/req "
+          "| proxy resident MB |")
+    print("|---|---|---|---|---|---|---|---|")
     for connections, runs in rows:
         for key, r in runs.items():
-            print(f"| {connections} | {names[key]} | {r['rps']:.0f} | {r['p50']:.0f} | {r['p99']:.0f} |")
+            print(f"| {connections} | {names[key]} | {r['rps']:.0f} | {r['p50']:.0f} | {r['p99']:.0f} "
+                  f"| {r['cpu_us']:.0f} | {r['control_plane_us']:.1f} | {r['rss_mb']:.0f} |")
     if measured.issuperset(("bare", "gateway", "fallback", "uncached")):
         print("\n| connections | throughput kept | added p50 µs | added p99 µs | fallback over one target: p50 µs |")
         print("|---|---|---|---|---|")

@@ -124,7 +124,8 @@ fn new_record(i: usize, record: &Value) -> ApiResult<NewRecord> {
         _ => Vec::new(),
     };
     Ok(NewRecord {
-        id: uuid::Uuid::new_v4().to_string(),
+        // Time-ordered: the primary key's index grows at its end.
+        id: uuid::Uuid::now_v7().to_string(),
         workspace,
         record_key,
         trace_id,

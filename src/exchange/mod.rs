@@ -486,7 +486,7 @@ impl Worker {
         }
         let host = io.host();
         let now_ms = host.now_ms();
-        let record_id = record::record_id(host.random(), host.random());
+        let record_id = record::record_id(now_ms, host.random());
         let extra = record::Shipped::new(start_ms, record_id.as_deref());
         let records = &mut self.tasks.records;
         let Some(shipped) = record::shipped_with_bodies(line, &extra, bodies, shipping::MAX_RECORD_BYTES) else {

@@ -245,10 +245,12 @@ pub(crate) fn shipped(line: &[u8], extra: &Shipped) -> Option<Vec<u8>> {
     Some(shipped)
 }
 
-/// A record id: 128 random bits as hex; None when both halves are 0 (the host's randomness
-/// failed: ids that repeat would make the control plane drop records as sent twice).
-pub(crate) fn record_id(high: u64, low: u64) -> Option<String> {
-    (high != 0 || low != 0).then(|| format!("{high:016x}{low:016x}"))
+/// A record id: the time in ms (12 hex digits) then 64 random bits, so ids follow time and the
+/// control plane's index of them grows at its end rather than at a random page per record;
+/// None when the random part is 0 (the host's randomness failed: ids that repeat would make
+/// the control plane drop records as sent twice).
+pub(crate) fn record_id(now_ms: u64, random: u64) -> Option<String> {
+    (random != 0).then(|| format!("{now_ms:012x}{random:016x}"))
 }
 
 /// An empty text as `null`.
@@ -451,8 +453,9 @@ mod tests {
         let bare = Shipped::new(7, None);
         assert_eq!(super::shipped(b"{}", &bare).as_deref(), Some(&br#"{"timestamp_ms":7}"#[..]));
         assert_eq!(super::shipped(b"", &bare), None, "a line that failed to serialise is not shipped");
-        assert_eq!(record_id(0xab, 1).as_deref(), Some("00000000000000ab0000000000000001"));
-        assert_eq!(record_id(0, 0), None);
+        assert_eq!(record_id(0x19ac, 1).as_deref(), Some("0000000019ac0000000000000001"));
+        assert!(record_id(1, u64::MAX) < record_id(2, 1), "ids follow time");
+        assert_eq!(record_id(0x19ac, 0), None);
         let refused = Record { status: 401, error_code: Some("invalid_api_key"), ..Record::default() };
         let line: Value = serde_json::from_slice(&refused.to_json()).unwrap();
         assert_eq!((line["attempts"].clone(), line["provider"].clone()), (json!(0), Value::Null));
