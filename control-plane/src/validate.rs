@@ -55,7 +55,10 @@ pub fn json_object(body: &[u8]) -> ApiResult<Map<String, Value>> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(ApiError::invalid("body", "the body must be a JSON object")),
-        Err(e) => Err(ApiError::invalid("body", &format!("the body is not valid JSON: {e}"))),
+        Err(e) => Err(match model_gateway::shared::nested_too_deep(body) {
+            Some(deep) => ApiError(deep),
+            None => ApiError::invalid("body", &format!("the body is not valid JSON: {e}")),
+        }),
     }
 }
 
