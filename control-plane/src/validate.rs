@@ -216,6 +216,15 @@ mod tests {
     }
 
     #[test]
+    fn a_body_nested_deeper_than_the_parser_reads_is_named_as_such() {
+        let deep = format!("{{\"a\": {}{}}}", "[".repeat(200), "]".repeat(200));
+        let e = json_object(deep.as_bytes()).unwrap_err().0;
+        assert_eq!((e.status, e.param().as_deref()), (400, Some("body")));
+        assert!(e.message().contains("more than 127 levels deep"), "{}", e.message());
+        assert!(json_object(b"{\"a\": oops}").unwrap_err().0.message().contains("not valid JSON"));
+    }
+
+    #[test]
     fn names_and_ids() {
         assert!(is_name("my-prompt_v1.2", MAX_SLUG));
         assert!(!is_name("", MAX_SLUG));
