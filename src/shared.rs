@@ -5,8 +5,9 @@
 //! Errors are `SharedError`: an HTTP status and the OpenAI error body the filter would answer
 //! (`{"error": {"message", "type", "param", "code"}}`), `param` naming the field at fault.
 
-use crate::config::{parse_config, parse_stored_guardrail, ConfigError};
+use crate::config::{self, parse_config, parse_stored_guardrail, ConfigError};
 use crate::errors::{error_json, GatewayError};
+use crate::json_check::{beyond_depth, MAX_JSON_DEPTH};
 use crate::settings::Credential;
 use base64::Engine;
 use serde_json::Value;
@@ -80,6 +81,20 @@ pub fn check_provider(value: &Value) -> Result<(), SharedError> {
     Credential::parse(value).map(drop).map_err(|e| SharedError::from_config(&e))
 }
 
+/// Why a JSON body that serde_json could not read is refused when it nests deeper than the
+/// parser reads: a 400 saying so (`None`: it does not, so it is not valid JSON).
+pub fn nested_too_deep(body: &[u8]) -> Option<SharedError> {
+    beyond_depth(body, MAX_JSON_DEPTH)?;
+    let message = format!("the body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep");
+    Some(SharedError::new(400, "invalid_request_error", &message, Some("body"), None))
+}
+
+/// As `nested_too_deep`, for a config or stored provider: targets nested too deep are named
+/// as `check_config` names 9 to 63 levels.
+pub fn config_nested_too_deep(body: &[u8]) -> Option<SharedError> {
+    config::nested_too_deep(body).map(|e| SharedError::from_config(&e))
+}
+
 /// A stored guardrail (spec 4.3): `name`, `checks` (at least one; ids the filter runs;
 /// `default.jwt` parameters checked for form, nothing fetched) and `actions`.
 pub fn check_guardrail(value: &Value) -> Result<(), SharedError> {
@@ -126,6 +141,45 @@ mod tests {
         assert_eq!(param(check_provider(&json!({"api_key": "sk-1"}))), "provider");
         assert_eq!(param(check_provider(&json!({"provider": "openai", "retry": {}}))), "retry");
         assert_eq!(param(check_provider(&json!({"provider": 5}))), "provider");
+    }
+
+    #[test]
+    fn values_sent_as_headers_refuse_control_characters() {
+        for bad in ["sk-1\r\nx: y", "sk-1\n", "sk\u{0}1"] {
+            for field in ["api_key", "vendor_organization", "vendor_project", "cloud_c_session_token"] {
+                let mut provider = json!({"provider": "openai", "api_key": "sk-1"});
+                provider[field] = json!(bad);
+                let e = check_provider(&provider).unwrap_err();
+                assert_eq!((e.status, e.param().as_deref()), (400, Some(field)));
+                assert!(!e.message().contains("sk"), "never echoed: {}", e.message());
+                assert_eq!(param(check_config(&provider)), field);
+            }
+            let nested = json!({"strategy": {"mode": "fallback"}, "targets": [{"provider": "openai", "api_key": bad}]});
+            assert_eq!(param(check_config(&nested)), "targets[0].api_key");
+            let webhook = json!({"checks": [{"id": "default.webhook",
+                "parameters": {"webhookURL": "http://127.0.0.1:9/h", "headers": {"x-team": bad}}}]});
+            assert_eq!(param(check_guardrail(&webhook)), "checks[0].parameters");
+        }
+        // A tab is part of a header value.
+        assert_eq!(check_provider(&json!({"provider": "openai", "api_key": "sk\t1"})), Ok(()));
+    }
+
+    #[test]
+    fn bodies_nested_deeper_than_the_parser_reads_are_named_as_such() {
+        let mut config = json!({"provider": "openai", "api_key": "sk-1"});
+        for _ in 0..64 {
+            config = json!({"strategy": {"mode": "fallback"}, "targets": [config]});
+        }
+        let text = config.to_string();
+        assert!(serde_json::from_str::<Value>(&text).is_err(), "beyond serde_json's limit");
+        let deep = config_nested_too_deep(text.as_bytes()).unwrap();
+        let ninth = ["targets[0]"; 9].join(".");
+        assert_eq!((deep.status, deep.param()), (400, Some(ninth)));
+        assert!(deep.message().contains("targets nest more than 8 levels deep"), "{}", deep.message());
+        let array = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(nested_too_deep(array.as_bytes()).unwrap().param().as_deref(), Some("body"));
+        assert!(nested_too_deep(b"[1, oops]").is_none());
+        assert!(config_nested_too_deep(b"{\"a\": oops}").is_none());
     }
 
     #[test]

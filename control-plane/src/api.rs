@@ -129,7 +129,16 @@ async fn put_checked(
 ) -> ApiResult<Json<Value>> {
     let caller = auth::caller(s, h).await?;
     let target = put_target(id)?;
-    let value = Value::Object(json_object(body)?);
+    // A config (a stored provider is one) nested too deep is named as `check` names it.
+    let configs = matches!(kind, Kind::Config | Kind::Provider);
+    let object = json_object(body).map_err(|e| {
+        if configs {
+            shared::config_nested_too_deep(body).map_or(e, ApiError)
+        } else {
+            e
+        }
+    })?;
+    let value = Value::Object(object);
     check(&value)?;
     let existing = items::find(s, &caller.workspace, kind, &target).await?;
     let (item, version_id) = items::put(s, &caller.workspace, kind, &target, existing, &value).await?;

@@ -55,7 +55,10 @@ pub fn json_object(body: &[u8]) -> ApiResult<Map<String, Value>> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(ApiError::invalid("body", "the body must be a JSON object")),
-        Err(e) => Err(ApiError::invalid("body", &format!("the body is not valid JSON: {e}"))),
+        Err(e) => Err(match model_gateway::shared::nested_too_deep(body) {
+            Some(deep) => ApiError(deep),
+            None => ApiError::invalid("body", &format!("the body is not valid JSON: {e}")),
+        }),
     }
 }
 
@@ -210,6 +213,15 @@ mod tests {
         assert_eq!(param(prompt_version(&map(json!({"patch": true, "model": 1})), Some(&latest))), "model");
         // Patch of a new prompt has nothing to inherit.
         assert_eq!(param(prompt_version(&map(json!({"patch": true, "model": "m"})), None)), "string");
+    }
+
+    #[test]
+    fn a_body_nested_deeper_than_the_parser_reads_is_named_as_such() {
+        let deep = format!("{{\"a\": {}{}}}", "[".repeat(200), "]".repeat(200));
+        let e = json_object(deep.as_bytes()).unwrap_err().0;
+        assert_eq!((e.status, e.param().as_deref()), (400, Some("body")));
+        assert!(e.message().contains("more than 127 levels deep"), "{}", e.message());
+        assert!(json_object(b"{\"a\": oops}").unwrap_err().0.message().contains("not valid JSON"));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use super::ConfigError;
 pub(super) use crate::json_check::shorten;
 use crate::json_check::{self, each_item, join, kind_of};
+use crate::request::headers::is_header_value;
 use serde_json::{Map, Value};
 use std::fmt::Display;
 
@@ -14,6 +15,20 @@ pub(super) fn expected(path: &str, what: &str, v: &Value) -> ConfigError {
 
 pub(super) fn string(v: &Value, path: &str) -> Result<String, ConfigError> {
     v.as_str().map(str::to_string).ok_or_else(|| expected(path, "a string", v))
+}
+
+/// A string the gateway sends upstream in a header (a key, a vendor id, a session token). The
+/// value is never echoed: it may be a secret.
+pub(super) fn header_text(v: &Value, path: &str) -> Result<String, ConfigError> {
+    let text = string(v, path)?;
+    if is_header_value(&text) {
+        Ok(text)
+    } else {
+        Err(ConfigError::new(
+            path,
+            "must not contain control characters such as CR, LF or NUL: it is sent in an HTTP header",
+        ))
+    }
 }
 
 pub(super) fn boolean(v: &Value, path: &str) -> Result<bool, ConfigError> {

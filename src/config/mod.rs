@@ -12,8 +12,8 @@ mod tests;
 
 use crate::cloud::{CloudADeploymentType, CloudFields};
 use crate::errors::GatewayError;
-use crate::json_check::{index, join};
-use check::{boolean, integer, object, one_of, status_codes, string, Obj};
+use crate::json_check::{beyond_depth, index, join, Step, MAX_JSON_DEPTH};
+use check::{boolean, header_text, integer, object, one_of, status_codes, string, Obj};
 use hooks::Stage;
 use serde_json::{Map, Value};
 use std::fmt;
@@ -202,8 +202,10 @@ impl ConfigError {
         ConfigError { path: path.into(), message: message.into() }
     }
 
+    /// A 400 whose `param` is the path at fault (the root: the header every config comes by).
     pub(crate) fn to_gateway_error(&self) -> GatewayError {
-        GatewayError::invalid_param("config", self.to_string()).with_code("invalid_config")
+        let param = if self.path.is_empty() { "x-gateway-config" } else { self.path.as_str() };
+        GatewayError::invalid_param(param, self.to_string()).with_code("invalid_config")
     }
 }
 
@@ -226,6 +228,29 @@ pub(crate) fn parse_stored_guardrail(value: &Value, id: &str) -> Result<InlineGu
 /// Validates a config (the parsed `x-gateway-config` header or a saved config).
 pub(crate) fn parse_config(value: &Value) -> Result<Config, ConfigError> {
     parse_node(value, "", 0)
+}
+
+/// Why a config text serde_json could not read is refused, when it nests deeper than the
+/// parser reads (`None`: it does not, so it is not valid JSON). Targets nested too deep get the
+/// error `parse_config` gives 9 to 63 levels; anything else nested too deep is named at the root.
+pub(crate) fn nested_too_deep(text: &[u8]) -> Option<ConfigError> {
+    let way = beyond_depth(text, MAX_JSON_DEPTH)?;
+    let mut path = String::new();
+    // Each level of targets is two steps: the property `targets`, then the item.
+    for (level, steps) in way.chunks(2).enumerate() {
+        match steps {
+            [Step::Key(key), Step::Index(item)] if key == "targets" => path = index(&join(&path, "targets"), *item),
+            _ => break,
+        }
+        if level == MAX_TARGET_DEPTH {
+            return Some(targets_too_deep(&path));
+        }
+    }
+    Some(ConfigError::new("", format!("nests arrays and objects more than {MAX_JSON_DEPTH} levels deep")))
+}
+
+fn targets_too_deep(path: &str) -> ConfigError {
+    ConfigError::new(path, format!("targets nest more than {MAX_TARGET_DEPTH} levels deep"))
 }
 
 /// Targets nest at most this deep; recursion on hostile input would otherwise exhaust the
@@ -261,7 +286,7 @@ const OWN_KEYS: &[&str] = &[
 /// One config node: the root (`depth` 0) or a target.
 fn parse_node(value: &Value, path: &str, depth: usize) -> Result<Config, ConfigError> {
     if depth > MAX_TARGET_DEPTH {
-        return Err(ConfigError::new(path, format!("targets nest more than {MAX_TARGET_DEPTH} levels deep")));
+        return Err(targets_too_deep(path));
     }
     let keys: Vec<&str> = OWN_KEYS.iter().chain(CloudFields::KEYS).copied().collect();
     let obj = Obj::new(value, path, &keys)?;
@@ -270,7 +295,7 @@ fn parse_node(value: &Value, path: &str, depth: usize) -> Result<Config, ConfigE
         strategy: obj.opt("strategy", parts::strategy)?,
         targets: obj.list("targets", |v, p| parse_node(v, p, depth + 1))?,
         provider: obj.opt("provider", string)?,
-        api_key: obj.opt("api_key", string)?,
+        api_key: obj.opt("api_key", header_text)?,
         virtual_key: obj.opt("virtual_key", string)?,
         custom_host: obj.opt("custom_host", parts::custom_host)?,
         weight: obj.opt("weight", parts::weight)?,
@@ -287,8 +312,8 @@ fn parse_node(value: &Value, path: &str, depth: usize) -> Result<Config, ConfigE
         after_request_hooks: obj.list("after_request_hooks", |v, p| hooks::hook(v, p, Stage::Response))?,
         input_guardrails: obj.list("input_guardrails", |v, p| hooks::guardrail(v, p, Stage::Request))?,
         output_guardrails: obj.list("output_guardrails", |v, p| hooks::guardrail(v, p, Stage::Response))?,
-        vendor_organization: obj.opt("vendor_organization", string)?,
-        vendor_project: obj.opt("vendor_project", string)?,
+        vendor_organization: obj.opt("vendor_organization", header_text)?,
+        vendor_project: obj.opt("vendor_project", header_text)?,
         cloud: cloud_fields(&obj)?,
     };
     check_targets(&obj, &config)?;
@@ -311,7 +336,7 @@ fn cloud_fields(obj: &Obj) -> Result<CloudFields, ConfigError> {
         deployments: obj.list("deployments", parts::deployment)?,
         cloud_a_model_name: None,
         cloud_a_region: obj.opt("cloud_a_region", string)?,
-        cloud_a_deployment_name: obj.opt("cloud_a_deployment_name", string)?,
+        cloud_a_deployment_name: obj.opt("cloud_a_deployment_name", header_text)?,
         cloud_a_deployment_type: obj.opt("cloud_a_deployment_type", |v, p| {
             one_of(v, p, &CloudADeploymentType::ALL, CloudADeploymentType::as_str)
         })?,
@@ -321,10 +346,10 @@ fn cloud_fields(obj: &Obj) -> Result<CloudFields, ConfigError> {
         cloud_b_region: obj.opt("cloud_b_region", string)?,
         cloud_b_service_account_json: obj.opt("cloud_b_service_account_json", object)?,
         cloud_b_request_type: None,
-        cloud_c_access_key_id: obj.opt("cloud_c_access_key_id", string)?,
+        cloud_c_access_key_id: obj.opt("cloud_c_access_key_id", header_text)?,
         cloud_c_secret_access_key: obj.opt("cloud_c_secret_access_key", string)?,
         cloud_c_region: obj.opt("cloud_c_region", string)?,
-        cloud_c_session_token: obj.opt("cloud_c_session_token", string)?,
+        cloud_c_session_token: obj.opt("cloud_c_session_token", header_text)?,
     })
 }
 

@@ -653,6 +653,62 @@ fn targets_nest_at_most_8_levels() {
     rejected(nested(9), "targets[0].".repeat(9).trim_end_matches('.'), "more than 8 levels");
 }
 
+#[test]
+fn targets_nested_deeper_than_the_parser_reads_get_the_same_error() {
+    let ninth = "targets[0].".repeat(9);
+    let ninth = ninth.trim_end_matches('.');
+    for levels in [9, 63, 64, 200] {
+        let text = nested(levels).to_string();
+        let expected = err(nested(levels));
+        assert_eq!(expected.path, ninth);
+        match serde_json::from_str::<Value>(&text) {
+            // 63 levels and fewer parse (1 + 2 * 63 = 127 arrays and objects), and nothing is too deep.
+            Ok(_) => assert!(levels <= 63 && nested_too_deep(text.as_bytes()).is_none(), "{levels}"),
+            Err(_) => assert_eq!(nested_too_deep(text.as_bytes()), Some(expected), "{levels}"),
+        }
+    }
+    // Targets elsewhere, or other content, nested too deep: named at the root.
+    let deep = format!(r#"{{"provider":"@p","override_params":{{"x":{}{}}}}}"#, "[".repeat(200), "]".repeat(200));
+    let e = nested_too_deep(deep.as_bytes()).unwrap();
+    assert_eq!((e.path.as_str(), e.message.as_str()), ("", "nests arrays and objects more than 127 levels deep"));
+    assert_eq!(e.to_gateway_error().param.as_deref(), Some("x-gateway-config"));
+    let mut second = nested(70);
+    second["targets"] = json!([provider(), second["targets"][0].clone()]);
+    assert_eq!(
+        nested_too_deep(second.to_string().as_bytes()).unwrap().path,
+        format!("targets[1].{}", "targets[0].".repeat(8).trim_end_matches('.'))
+    );
+    // Not too deep: not valid JSON, for the caller to say.
+    assert_eq!(nested_too_deep(b"{\"provider\": oops}"), None);
+}
+
+// ---- values sent as headers ----
+
+#[test]
+fn values_sent_as_headers_refuse_control_characters() {
+    let fields = [
+        "api_key",
+        "vendor_organization",
+        "vendor_project",
+        "cloud_c_access_key_id",
+        "cloud_c_session_token",
+        "cloud_a_deployment_name",
+    ];
+    for field in fields {
+        for bad in ["k\r\nx-injected: 1", "k\r", "k\n", "k\u{0}", "k\u{7f}"] {
+            rejected(with(json!({field: bad})), field, "must not contain control characters");
+            let target = balanced(json!([provider(), with(json!({field: bad}))]));
+            rejected(target, &format!("targets[1].{field}"), "control characters");
+        }
+        // The value may be a secret: never echoed.
+        assert!(!err(with(json!({field: "secret\n"}))).to_string().contains("secret"));
+        // A tab belongs to a header value.
+        ok(with(json!({field: "k\tk"})));
+    }
+    let g = err(with(json!({"api_key": "k\n"}))).to_gateway_error();
+    assert_eq!((g.status, g.param.as_deref(), g.code), (400, Some("api_key"), Some("invalid_config")));
+}
+
 // ---- error rendering ----
 
 #[test]
@@ -665,10 +721,11 @@ fn errors_render_as_openai_errors() {
     assert_eq!(g.status, 400);
     assert_eq!(g.kind, "invalid_request_error");
     assert_eq!(g.code, Some("invalid_config"));
-    assert_eq!(g.param.as_deref(), Some("config"));
+    assert_eq!(g.param.as_deref(), Some("targets[1].cb_config.cooldown_interval"));
     assert_eq!(g.message, "invalid config at `targets[1].cb_config.cooldown_interval`: must be at least 30000");
     let root = err(json!([])).to_gateway_error();
     assert_eq!(root.message, "invalid config: must be an object, got an array");
+    assert_eq!(root.param.as_deref(), Some("x-gateway-config"));
 }
 
 // ---- a realistic config ----

@@ -909,6 +909,9 @@ impl Exchange {
     /// Runs the input checks of the top-level config (before the cache: a denied prompt is
     /// not answered from it either), then forwards; a request whose checks call out is held.
     fn admit(&mut self, env: &mut Env, call: Call, raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Action {
+        // Routed: from here on every answer, a denial or a cache hit too, counts for the
+        // provider and model the request is meant for.
+        self.note(&call, call.attempts.current);
         let mut guard = match Guard::new(&call, &raw) {
             Ok(Some(guard)) => guard,
             Ok(None) => return self.forward(env, call, raw, body),
@@ -988,8 +991,6 @@ impl Exchange {
     /// body and its size in Envoy's buffer, when the gateway has it (or knows there is none);
     /// only then can a later attempt send the request again.
     fn forward(&mut self, env: &mut Env, call: Call, raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Action {
-        // Before `forward`, which may move the body.
-        self.note(&call, call.attempts.current);
         self.cache = match CacheState::look_up(call.cache_plan(), env.settings, env.io.host()) {
             Ok(cache) => cache,
             Err(hit) => return self.answer_hit(env, hit),

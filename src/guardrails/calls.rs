@@ -7,6 +7,7 @@ use super::checks::{count, required_string, string, strings};
 use super::jwt::{self, Failure, Rules, Token};
 use super::{CheckResult, Env, Evaluation, Input, Params, Stage};
 use crate::json_check::{kind_of, shorten};
+use crate::request::headers::is_header_value;
 use crate::upstream::Upstream;
 use serde_json::{json, Value};
 
@@ -174,7 +175,7 @@ fn target(url: &str) -> Result<(Upstream, String), String> {
 
 /// `headers`: an object of strings (or that object as a JSON string, as some clients send it).
 /// Names the gateway or HTTP framing owns are refused rather than sent.
-fn configured_headers(p: &Params) -> Result<Vec<(String, String)>, String> {
+pub(super) fn configured_headers(p: &Params) -> Result<Vec<(String, String)>, String> {
     let parsed;
     let map = match p.get("headers") {
         None | Some(Value::Null) => return Ok(Vec::new()),
@@ -198,7 +199,7 @@ fn configured_headers(p: &Params) -> Result<Vec<(String, String)>, String> {
                 return Err(bad("is set by the gateway"));
             }
             let value = value.as_str().ok_or_else(|| bad("must have a string value"))?;
-            if value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+            if !is_header_value(value) {
                 return Err(bad("has control characters in its value"));
             }
             Ok((lower, value.to_string()))

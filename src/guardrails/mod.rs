@@ -140,16 +140,18 @@ pub(crate) const CHECK_IDS: &[&str] = &[
 ];
 
 /// Checks a stored check's parameters for type and form, without running it: `default.jwt`'s
-/// are read by the very code that runs it (nothing is fetched); the other checks read their
-/// parameters while they run and are only known by id here. `Err` says what is wrong.
+/// and `default.webhook`'s headers are read by the very code that runs them (nothing is
+/// fetched); the other checks read their parameters while they run and are only known by id
+/// here. `Err` says what is wrong.
 pub(crate) fn check_parameters(id: &str, params: &Params) -> Result<(), String> {
     if !CHECK_IDS.contains(&id) {
         return Err(format!("unknown check `{}`; known checks: {}", shorten(id), CHECK_IDS.join(", ")));
     }
-    if id == "default.jwt" {
-        calls::jwt_params(params)?;
+    match id {
+        "default.jwt" => calls::jwt_params(params).map(drop),
+        "default.webhook" => calls::configured_headers(params).map(drop),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Evaluates check `id` with its parameters against what it sees.

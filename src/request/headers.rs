@@ -4,6 +4,7 @@
 
 use crate::cloud::CloudFields;
 use crate::errors::GatewayError;
+use crate::json_check::shorten;
 use hashbrown::HashMap;
 use serde_json::{Map, Value};
 use std::sync::OnceLock;
@@ -65,6 +66,36 @@ const HEADERS: &[(Field, &[&str])] = &[
     (Field::CloudCRegion, &["x-gateway-cloud-c-region"]),
     (Field::CloudCAccessKeyId, &["x-gateway-cloud-c-access-key-id", "cloud_c_access_key_id", "cloudcaccesskeyid"]),
 ];
+
+/// Whether `text` can go out as a header value: no control character but the tab (RFC 9110;
+/// Envoy answers a request carrying a CR, LF or NUL in a header with a plain-text 503).
+pub(crate) fn is_header_value(text: &str) -> bool {
+    !text.bytes().any(|b| b.is_ascii_control() && b != b'\t')
+}
+
+/// A body the gateway reads must come as sent: it decodes no `Content-Encoding` (gzip, br, ...),
+/// and compressed bytes read as plain would be checked as something else (and, when they
+/// parsed, forwarded under a header that misdescribes them). `identity` is no encoding.
+pub(crate) fn check_plain_body(raw: &[(String, Vec<u8>)]) -> Result<(), GatewayError> {
+    let values = raw.iter().filter(|(name, _)| name == "content-encoding").map(|(_, v)| String::from_utf8_lossy(v));
+    for value in values {
+        let coding = value.split(',').map(str::trim).find(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"));
+        if let Some(coding) = coding {
+            let mut e = GatewayError::new(
+                415,
+                "invalid_request_error",
+                format!(
+                    "Content-Encoding '{}' is not supported: the gateway reads this endpoint's body, send it uncompressed",
+                    shorten(coding)
+                ),
+            );
+            e.param = Some("content-encoding".to_string());
+            e.code = Some("unsupported_content_encoding");
+            return Err(e);
+        }
+    }
+    Ok(())
+}
 
 /// A header value as text. Gateway headers and credentials must be valid UTF-8 (a mangled
 /// key or config must not pass silently); other headers are decoded leniently.
@@ -438,5 +469,43 @@ mod tests {
         assert!(is_gateway_header("apikey"));
         assert!(is_gateway_header("x-cloud-b-llm-request-type"));
         assert!(!is_gateway_header("x-custom-thing"));
+    }
+
+    #[test]
+    fn a_body_the_gateway_reads_comes_unencoded() {
+        let with = |values: &[&str]| -> Vec<(String, Vec<u8>)> {
+            let mut raw = vec![(":method".to_string(), b"POST".to_vec())];
+            raw.extend(values.iter().map(|v| ("content-encoding".to_string(), v.as_bytes().to_vec())));
+            raw
+        };
+        for plain in [&[][..], &["identity"], &["Identity"], &[" identity , identity"], &[""]] {
+            assert_eq!(check_plain_body(&with(plain)), Ok(()), "{plain:?}");
+        }
+        for (values, named) in [
+            (&["gzip"][..], "gzip"),
+            (&["br"], "br"),
+            (&["identity, deflate"], "deflate"),
+            (&["identity", "zstd"], "zstd"),
+            (&["x-unknown-coding"], "x-unknown-coding"),
+        ] {
+            let e = check_plain_body(&with(values)).unwrap_err();
+            assert_eq!(
+                (e.status, e.kind, e.param.as_deref()),
+                (415, "invalid_request_error", Some("content-encoding"))
+            );
+            assert_eq!(e.code, Some("unsupported_content_encoding"));
+            assert!(e.message.contains(&format!("'{named}'")), "{}", e.message);
+        }
+        // Client text is echoed cut short.
+        let long = "z".repeat(10_000);
+        assert!(check_plain_body(&with(&[&long])).unwrap_err().message.len() < 300);
+    }
+
+    #[test]
+    fn header_values_have_no_control_characters_but_tab() {
+        assert!(is_header_value("Bearer sk-1\tx é"));
+        for bad in ["a\rb", "a\nb", "a\u{0}b", "\u{1}", "\u{7f}"] {
+            assert!(!is_header_value(bad), "{bad:?}");
+        }
     }
 }

@@ -9,7 +9,7 @@ pub(crate) mod retry;
 
 use crate::catalog::{Catalog, Kind};
 use crate::cloud::CloudFields;
-use crate::config::{parse_config, CacheConfig, CircuitBreakerConfig, Config, Guardrail, RetryConfig};
+use crate::config::{nested_too_deep, parse_config, CacheConfig, CircuitBreakerConfig, Config, Guardrail, RetryConfig};
 use crate::errors::GatewayError;
 use crate::memo::{self, Memo};
 use crate::ports::Host;
@@ -133,9 +133,12 @@ pub(crate) fn config_header(raw: &str) -> Result<ConfigHeader<'_>, GatewayError>
     // Text that is not JSON is a saved config's name, or an error when it looks like JSON.
     let mut not_json = None;
     let parsed = memo::cached(&CONFIG_MEMO, raw, || {
-        let value = serde_json::from_str::<Value>(raw).map_err(|e| {
-            not_json = Some(e);
-            None
+        let value = serde_json::from_str::<Value>(raw).map_err(|e| match nested_too_deep(raw.as_bytes()) {
+            Some(deep) => Some(deep.to_gateway_error()),
+            None => {
+                not_json = Some(e);
+                None
+            }
         })?;
         parse_config(&value).map_err(|e| Some(e.to_gateway_error()))
     });

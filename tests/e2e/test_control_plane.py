@@ -108,6 +108,35 @@ def test_a_bad_provider_is_refused_naming_the_field(cp):
     assert_error(put(cp, "/v1/providers/bad%2Fslug", {"provider": "openai", "api_key": "k"}), 400, trace=False)
 
 
+@pytest.mark.parametrize("field", ["api_key", "vendor_organization", "vendor_project"])
+def test_a_stored_value_sent_as_a_header_refuses_control_characters(cp, openai_mock, field):
+    """Once stored, then Envoy's plain-text 503 on every request using it: now refused when stored."""
+    provider = {"provider": "openai", "api_key": "sk-stored", "custom_host": openai_mock.base_url,
+                field: "sk-bad\r\nx-injected: 1"}
+    r = put(cp, f"/v1/providers/{new_slug('crlf')}", provider)
+    assert_error(r, 400, param=field, code="invalid_config", contains="control characters", trace=False)
+    assert "sk-bad" not in r.text
+    cfg = {"strategy": {"mode": "fallback"}, "targets": [{"provider": "openai", "api_key": "sk-a\x00b"}]}
+    assert_error(put(cp, f"/v1/configs/{new_slug('nul')}", cfg), 400, param="targets[0].api_key",
+                 code="invalid_config", trace=False)
+    webhook = {"checks": [{"id": "default.webhook", "parameters": {"webhookURL": "http://127.0.0.1:9/h",
+                                                                   "headers": {"x-team": "a\nb"}}}]}
+    assert_error(put(cp, f"/v1/guardrails/{new_slug('hook')}", webhook), 400, param="checks[0].parameters",
+                 contains="control characters", trace=False)
+
+
+def test_a_config_nested_deeper_than_the_parser_reads_is_named_as_the_filter_names_it(cp):
+    cfg = {"provider": "openai", "api_key": "sk-deep"}
+    for _ in range(64):
+        cfg = {"strategy": {"mode": "fallback"}, "targets": [cfg]}
+    r = put(cp, f"/v1/configs/{new_slug('deep')}", cfg)
+    assert_error(r, 400, param=".".join(["targets[0]"] * 9), contains="targets nest more than 8 levels deep",
+                 trace=False)
+    deep = b"[" * 200 + b"]" * 200
+    r = cp.request("PUT", f"/v1/configs/{new_slug('deep')}", content=deep, headers={"content-type": "application/json"})
+    assert_error(r, 400, param="body", contains="more than 127 levels deep", trace=False)
+
+
 # --------------------------------------------------------------------------- saved configs
 
 

@@ -5,13 +5,14 @@ provider, and a normal request still succeeds afterwards."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from helpers import (CHAT, assert_envoy_rejected, assert_error, chat_body, check_alive, custom_host, slug)
+from helpers import (CHAT, assert_envoy_rejected, assert_error, chat_body, check_alive, config, custom_host, slug)
 
 MiB = 1024 * 1024
 
@@ -139,6 +140,40 @@ def test_deep_nesting_is_400_body(gateway, openai_mock, where):
     assert_refused(gateway, openai_mock, r, "body")
 
 
+def nested_targets(levels: int, leaf: dict) -> dict:
+    """A config whose only leaf target sits ``levels`` levels of targets down."""
+    cfg = leaf
+    for _ in range(levels):
+        cfg = {"strategy": {"mode": "fallback"}, "targets": [cfg]}
+    return cfg
+
+
+@pytest.mark.parametrize("levels", [9, 63, 64, 100])
+def test_targets_nested_too_deep_are_400_naming_the_ninth_level(gateway, openai_mock, levels):
+    """64 levels and more nest deeper than the JSON parser reads: the same 400 as 9 to 63."""
+    leaf = {"provider": "openai", "api_key": "sk-k", "custom_host": openai_mock.base_url}
+    r = gateway.chat(config(nested_targets(levels, leaf)))
+    assert_error(r, 400, param=".".join(["targets[0]"] * 9), code="invalid_config",
+                 contains="targets nest more than 8 levels deep")
+    assert openai_mock.requests == []
+
+
+def test_eight_levels_of_targets_are_served(gateway, openai_mock):
+    leaf = {"provider": "openai", "api_key": "sk-k", "custom_host": openai_mock.base_url}
+    r = gateway.chat(config(nested_targets(8, leaf)))
+    assert r.status_code == 200, r.text
+    assert r.headers["x-gateway-target"] == ".".join(["targets[0]"] * 8)
+
+
+def test_a_body_nested_deeper_than_the_parser_reads_is_named_as_such(gateway, openai_mock):
+    depth = 128
+    body = b'{"model": "m", ' + MSG + b', "user": ' + b"[" * depth + b"]" * depth + b"}"
+    r = raw_chat(gateway, openai_mock, body)
+    assert_error(r, 400, param="body", contains="more than 127 levels deep")
+    assert "not valid JSON" not in r.json()["error"]["message"]
+    assert openai_mock.requests == []
+
+
 def test_deep_nesting_in_config_header_is_400(gateway, openai_mock):
     depth = 10_000
     cfg = '{"provider": "openai", "api_key": "k", "override_params": {"x": ' + "[" * depth + "]" * depth + "}}"
@@ -146,6 +181,67 @@ def test_deep_nesting_in_config_header_is_400(gateway, openai_mock):
     assert_error(r, 400, param="x-gateway-config", code="invalid_config")
     assert openai_mock.requests == []
     check_alive(gateway, openai_mock)
+
+
+# --------------------------------------------------------------------------- config values sent as headers
+
+
+def openai_leaf(mock, **fields) -> dict:
+    return {"provider": "openai", "api_key": "sk-k", "custom_host": mock.base_url, **fields}
+
+
+@pytest.mark.parametrize("bad", ["sk-a\r\nx-injected: 1", "sk-a\nb", "sk-a\x00b"], ids=["crlf", "lf", "nul"])
+@pytest.mark.parametrize("where", ["api_key", "vendor_organization", "vendor_project", "target", "bedrock"])
+def test_a_config_value_sent_as_a_header_refuses_control_characters(gateway, openai_mock, where, bad):
+    """Once Envoy's plain-text 503 `invalid header value for: authorization`: now a 400 naming the field."""
+    cfg, param = {
+        "api_key": (openai_leaf(openai_mock, api_key=bad), "api_key"),
+        "vendor_organization": (openai_leaf(openai_mock, vendor_organization=bad), "vendor_organization"),
+        "vendor_project": (openai_leaf(openai_mock, vendor_project=bad), "vendor_project"),
+        "target": ({"strategy": {"mode": "fallback"},
+                    "targets": [openai_leaf(openai_mock), openai_leaf(openai_mock, api_key=bad)]}, "targets[1].api_key"),
+        "bedrock": ({"provider": "bedrock", "cloud_c_access_key_id": "AKID", "cloud_c_secret_access_key": "s",
+                     "cloud_c_session_token": bad, "cloud_c_region": "us-east-1"}, "cloud_c_session_token"),
+    }[where]
+    r = gateway.chat(config(cfg))
+    err = assert_error(r, 400, type="invalid_request_error", param=param, code="invalid_config",
+                       contains=["control characters", param])
+    assert "sk-a" not in r.text, "the value is never echoed"
+    assert openai_mock.requests == []
+    check_alive(gateway, openai_mock)
+    assert err["message"].startswith(f"invalid config at `{param}`")
+
+
+# --------------------------------------------------------------------------- encoded bodies
+
+
+CHAT_BYTES = json.dumps(chat_body()).encode()
+
+
+@pytest.mark.parametrize("encoding, body", [
+    ("gzip", gzip.compress(CHAT_BYTES)),
+    ("br", CHAT_BYTES),  # parses as JSON, but the header says otherwise
+    ("gzip, identity", gzip.compress(CHAT_BYTES)),
+    ("x-unknown", CHAT_BYTES),
+], ids=["gzip", "br-plain-bytes", "list", "unknown"])
+def test_a_body_the_gateway_reads_with_a_content_encoding_is_415(gateway, openai_mock, encoding, body):
+    r = raw_chat(gateway, openai_mock, body, [(b"content-encoding", encoding.encode())])
+    assert_error(r, 415, type="invalid_request_error", param="content-encoding",
+                 code="unsupported_content_encoding", contains=encoding.split(",")[0])
+    assert openai_mock.requests == []
+
+
+def test_embeddings_with_a_content_encoding_are_415(gateway, openai_mock):
+    body = gzip.compress(json.dumps({"model": "text-embedding-3-small", "input": "hi"}).encode())
+    headers = [*custom_host(openai_mock).items(), (b"content-encoding", b"gzip")]
+    r = gateway.raw("POST", "/v1/embeddings", headers, body)
+    assert_error(r, 415, param="content-encoding", code="unsupported_content_encoding", contains="gzip")
+    assert openai_mock.requests == []
+
+
+def test_identity_is_no_encoding(gateway, openai_mock):
+    r = raw_chat(gateway, openai_mock, CHAT_BYTES, [(b"content-encoding", b"identity")])
+    assert r.status_code == 200, r.text[:300]
 
 
 # --------------------------------------------------------------------------- hostile headers

@@ -20,7 +20,8 @@ import httpx2 as httpx
 import pytest
 from helpers import CLIENT_TOKEN, SECRETS, chat_body, config, custom_host, read_stream
 
-MODELS = ["m-chat", "m-stream", "m-stream-asked", "m-cache", "m-retry", "m-fall-a", "m-fall-b", "m-err", "claude-obs", "gpt-4.1"]
+MODELS = ["m-chat", "m-stream", "m-stream-asked", "m-cache", "m-retry", "m-fall-a", "m-fall-b", "m-err", "m-denied", "claude-obs",
+          "gpt-4.1"]
 PROMPT = "the secret prompt text 7f3a"
 
 
@@ -202,6 +203,17 @@ def test_models_outside_the_list_share_the_label_other_and_dots_stay(obs, openai
     assert all("." not in n and "unlisted" not in n for n in names), names
     models = {ls.get("model") for n, ls, _ in prometheus(obs) if n.startswith("gen_ai_")}
     assert not any(m and "unlisted" in m for m in models), models
+
+
+def test_a_request_an_input_guardrail_denies_counts_once_for_its_provider_and_model(obs, openai_mock):
+    guarded = config({"provider": "openai", "api_key": "sk-config-key", "custom_host": openai_mock.base_url,
+                      "input_guardrails": [{"default.contains": {"words": ["banana"], "operator": "none"},
+                                            "deny": True}]})
+    assert obs.chat(guarded, chat_body("a banana", model="m-denied")).status_code == 446
+    assert openai_mock.requests == []
+    assert value(obs, "gen_ai_gateway_requests_total", provider="openai", model="m-denied", status_class="4xx",
+                 cache_status="disabled") == 1
+    assert value(obs, "gen_ai_gateway_requests_total", model="m-denied") == 1, "counted exactly once"
 
 
 def test_requests_refused_before_provider_selection_are_not_counted(obs):

@@ -7,6 +7,7 @@ with the provider's status in the OpenAI shape."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 
@@ -391,3 +392,21 @@ def test_a_failed_upload_is_answered_as_it_is_without_retry(gateway, openai_mock
         client.files.create(file=("in.jsonl", b'{"a": 1}\n', "application/jsonl"), purpose="batch")
     assert e.value.body["message"] == "storage down"
     assert len(openai_mock.requests_to("/v1/files", "POST")) == 1
+
+
+def test_an_upload_with_a_content_encoding_passes_as_sent(gateway, openai_mock):
+    """The gateway reads no upload: its body and Content-Encoding reach the provider together,
+    which decodes or refuses them as if called directly (a body the gateway reads is a 415)."""
+    boundary = "gw-boundary"
+    form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n"
+            f"Content-Type: application/jsonl\r\n\r\n{{}}\n\r\n--{boundary}--\r\n").encode()
+    body = gzip.compress(form)
+    r = gateway.raw("POST", "/v1/files", [*OPENAI.items(), ("content-encoding", "gzip")], body,
+                    content_type=f"multipart/form-data; boundary={boundary}")
+    assert r.status_code != 415, r.text[:300]
+    rec = openai_mock.last
+    assert (rec.method, rec.path) == ("POST", "/v1/files")
+    assert rec.header("content-encoding") == "gzip"
+    assert rec.body == body
+    assert gzip.decompress(rec.body) == form

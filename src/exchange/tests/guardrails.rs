@@ -79,6 +79,13 @@ fn a_denying_input_guardrail_answers_446_and_nothing_goes_upstream() {
     assert_eq!(record.status, 446);
     assert_eq!(record.hooks(), "in:input_guardrails[0]=false");
     assert!(record.to_string().contains(r#"hooks="in:input_guardrails[0]=false""#));
+    // Counted once, for the provider and model it was meant for.
+    assert_eq!((record.provider, record.model.as_str()), ("openai", "m"));
+    let requests: Vec<String> = gw.metrics().into_iter().filter(|m| m.starts_with(metrics::REQUESTS)).collect();
+    assert_eq!(
+        requests,
+        ["gen_ai_gateway_requests_total.provider.openai.status_class.4xx.cache_status.disabled.model.m 1"]
+    );
 }
 
 #[test]
