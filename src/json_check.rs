@@ -66,11 +66,9 @@ pub(crate) fn one_of<T: Copy>(s: &str, allowed: &[T], name: fn(T) -> &'static st
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
+    use crate::unit_tests::test;
     use serde_json::json;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn paths() {
