@@ -452,6 +452,8 @@ fn translation_fixtures() {
 }
 
 /// Natively, a fixture file that is not in `FIXTURES` fails too (it would never run).
+// The one unit test that runs natively only: it lists the source tree, and the wasm test build
+// (wasm32-unknown-unknown under Node) has no filesystem; the cases it guards run in both.
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn every_fixture_file_is_listed() {
