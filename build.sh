@@ -267,6 +267,9 @@ test_all() {
   lint
   log "unit tests"
   cargo test --quiet --workspace
+  log "the control plane's tests again, against PostgreSQL (a throwaway server, tests/e2e/pg_server.py)"
+  "$VENV/bin/python" tests/e2e/pg_server.py control_plane_tests -- \
+    cargo test --quiet --locked -p gateway-control-plane --test '*'
   log "unit tests inside wasm"
   wasm_unit_tests
   log "end-to-end tests in real Envoy"

@@ -366,12 +366,10 @@ pub(crate) fn remember(store: &dyn SharedStore, r: &Ref, entry: &Entry, now_ms: 
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
     use crate::ports::testing::FakeHost;
+    use crate::unit_tests::test;
     use serde_json::json;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     const FRESH: u64 = 5000;
     const GRACE: u64 = 600_000;

@@ -51,11 +51,9 @@ pub(crate) fn error_json(message: &str, kind: &str, param: Option<&str>, code: O
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
+    use crate::unit_tests::test;
     use serde_json::Value;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn renders_openai_error_shape() {

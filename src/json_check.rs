@@ -148,11 +148,9 @@ pub(crate) fn beyond_depth(text: &[u8], max_depth: usize) -> Option<Vec<Step>> {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
+    use crate::unit_tests::test;
     use serde_json::json;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn paths() {

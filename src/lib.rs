@@ -29,6 +29,17 @@ pub mod shared;
 mod stream;
 mod upstream;
 
+/// The one mark of a unit test: every test module imports it (`use crate::unit_tests::test;`)
+/// so that its `#[test]`s run natively and again inside wasm (32-bit) under wasm-bindgen-test
+/// (build.sh's `wasm_unit_tests`).
+#[cfg(test)]
+mod unit_tests {
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) use std::prelude::v1::test;
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) use wasm_bindgen_test::wasm_bindgen_test as test;
+}
+
 // Checked by native clippy too, though only the wasm build runs it.
 #[cfg(any(target_os = "wasi", clippy))]
 mod host;

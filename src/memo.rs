@@ -43,10 +43,8 @@ pub(crate) fn cached<T, E>(
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     thread_local! {
         static LENGTHS: RefCell<Memo<usize>> = RefCell::new(Memo::new(4));

@@ -725,11 +725,9 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
     use crate::ports::testing::FakeHost;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     fn settings() -> Settings {
         Settings::parse(br#"{"api_keys": ["gw-key"]}"#).unwrap()

@@ -297,9 +297,8 @@ fn block<'rc>(path: Option<&Vec<String>>, index: Option<usize>, value: &Value) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unit_tests::test;
     use serde_json::json;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn map(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap()

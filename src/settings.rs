@@ -471,10 +471,8 @@ fn is_loopback(host: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     fn settings(json: &str) -> Settings {
         Settings::parse(json.as_bytes()).unwrap()

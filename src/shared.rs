@@ -117,9 +117,8 @@ pub fn control_plane_fetch_marker(token: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unit_tests::test;
     use serde_json::json;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn param(r: Result<(), SharedError>) -> String {
         let e = r.unwrap_err();

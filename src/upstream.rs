@@ -91,9 +91,7 @@ fn split_host_port(authority: &str) -> Result<(&str, Option<u16>), &'static str>
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     use super::*;
 

@@ -256,3 +256,33 @@ async fn concurrent_puts_of_one_slug_make_one_item_and_distinct_versions() {
     state.db.close().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn a_stored_providers_key_and_the_gateway_keys_are_sealed_at_rest() {
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let dir = std::env::temp_dir().join(format!("cp-test-{}", &run[..8]));
+    let settings = settings(&dir);
+    let (c, state) = start(&settings).await;
+    let (provider, team) = (format!("sealed-{run}"), format!("sealed-team-{run}"));
+    let secret = format!("sk-sealed-{run}");
+    c.ok("PUT", &format!("/v1/providers/{provider}"), ADMIN, Some(json!({"provider": "openai", "api_key": secret})))
+        .await;
+    let created = c.call("POST", "/v1/api-keys", Some(ADMIN), Some(json!({"workspace": team}))).await;
+    assert_eq!(created.0, StatusCode::CREATED);
+    let gateway_key = created.1["key"].as_str().unwrap().to_string();
+    // Both are stored: the filter gets them back.
+    let ip = c.ok("GET", &format!("/internal/v1/workspaces/default/providers/{provider}"), TOKEN, None).await;
+    assert_eq!(ip["value"]["api_key"], secret.as_str());
+    c.ok("GET", &format!("/internal/v1/keys/{}", key_hash(&gateway_key)), TOKEN, None).await;
+    state.db.close().await;
+    drop((c, state));
+
+    let raw = common::raw_database(&settings).await;
+    // What is stored in the clear is there: the dump is of this database.
+    for plain in [&provider, &team] {
+        assert!(raw.windows(plain.len()).any(|w| w == plain.as_bytes()), "{plain} is not in the dump");
+    }
+    common::assert_sealed(&raw, &secret);
+    common::assert_sealed(&raw, &gateway_key);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

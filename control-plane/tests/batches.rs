@@ -255,13 +255,7 @@ async fn a_batch_runs_to_completed_with_its_output_and_error_files() {
     assert_eq!(call(&app, "POST", &cancel, "team-a", None).await.0, StatusCode::CONFLICT);
 
     // The caller's secrets are sealed at rest.
-    if std::env::var("TEST_DATABASE_URL").is_err() {
-        for name in ["gateway.db", "gateway.db-wal"] {
-            if let Ok(bytes) = std::fs::read(dir.join(name)) {
-                assert!(!bytes.windows(9).any(|w| w == b"sk-client"), "{name} holds the client's key");
-            }
-        }
-    }
+    common::assert_sealed(&common::raw_database(&common::settings(&dir, &[])).await, "sk-client");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -448,11 +448,9 @@ fn approximate_size(value: &Value) -> usize {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
     use crate::stream::testing::{garbage, payloads};
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     const MAX: usize = 1 << 20;
 

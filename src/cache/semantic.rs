@@ -70,10 +70,8 @@ pub(crate) fn cosine(query: &[f32], stored: &[i8]) -> Option<f32> {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     fn conversation_of(body: Value) -> Option<String> {
         let overrides = serde_json::Map::new();

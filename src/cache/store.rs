@@ -489,11 +489,9 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
     use crate::ports::testing::FakeHost;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     const NOW: u64 = 1_000_000;
 

@@ -1,9 +1,7 @@
-// The same tests run inside wasm (32-bit) under wasm-bindgen-test.
 use super::*;
 use crate::cloud::{CloudADeploymentType, CloudFields, Deployment};
+use crate::unit_tests::test;
 use serde_json::json;
-#[cfg(target_arch = "wasm32")]
-use wasm_bindgen_test::wasm_bindgen_test as test;
 
 fn ok(v: Value) -> Config {
     match parse_config(&v) {

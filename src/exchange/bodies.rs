@@ -67,6 +67,7 @@ impl Bodies {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unit_tests::test;
 
     #[test]
     fn a_body_is_kept_up_to_its_cap_and_cut_at_a_character_boundary() {

@@ -187,14 +187,12 @@ pub(crate) fn of_request(record: &Record, settings: &MetricsSettings, models: &m
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
     use crate::exchange::record::HookStage;
     use crate::guardrails::verdict::{Item, ItemResult};
     use crate::guardrails::CheckResult;
     use crate::providers::Usage;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     fn names(metrics: &[Metric]) -> Vec<(&str, u64)> {
         metrics.iter().map(|m| (m.name.as_str(), m.value)).collect()

@@ -359,6 +359,7 @@ impl fmt::Display for Record {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unit_tests::test;
     use serde_json::json;
 
     #[test]

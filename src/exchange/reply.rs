@@ -155,6 +155,7 @@ pub(crate) fn parse_status(value: Option<&[u8]>) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unit_tests::test;
 
     #[test]
     fn failures_are_read_from_envoy_details_and_call_bodies() {

@@ -195,6 +195,7 @@ pub(super) fn call(cp: &ControlPlaneSettings, body: Vec<u8>) -> Dispatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unit_tests::test;
 
     /// The default `records.max_queued`.
     const MAX_QUEUED: usize = 2000;

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::ports::testing::FakeHost;
+use crate::unit_tests::test;
 use serde_json::{json, Value};
 use std::collections::HashMap as StdHashMap;
 

@@ -87,12 +87,10 @@ pub(crate) fn from_answer(answer: &CallAnswer) -> Result<(String, u64), GatewayE
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
     use crate::ports::testing::FakeHost;
     use crate::ports::Host;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     fn answer(status: u16, body: &str) -> CallAnswer {
         CallAnswer { status, headers: vec![], body: body.as_bytes().to_vec() }

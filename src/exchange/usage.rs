@@ -102,10 +102,8 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     fn usage(prompt_tokens: u64, completion_tokens: u64) -> Option<Usage> {
         Some(Usage { prompt_tokens, completion_tokens })

@@ -201,6 +201,7 @@ fn ends_line(bytes: &[u8], line_start: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unit_tests::test;
     use serde_json::{json, Value};
 
     fn apply(chunk: &[u8], edit: Option<Edit>) -> Vec<u8> {

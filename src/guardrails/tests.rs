@@ -1,12 +1,10 @@
-// The same tests run inside wasm (32-bit) under wasm-bindgen-test.
 use super::calls::{CallSpec, Continuation, JwksUpdate, Reply};
 use super::jwt::{Failure as JwtFailure, Rules as JwtRules};
 use super::verdict::*;
 use super::*;
 use crate::config::{Feedback, Guardrail, Hook, HookOutcome, InlineGuardrail};
+use crate::unit_tests::test;
 use serde_json::json;
-#[cfg(target_arch = "wasm32")]
-use wasm_bindgen_test::wasm_bindgen_test as test;
 
 const NOW: u64 = 1_700_000_000;
 
@@ -416,14 +414,13 @@ fn log_passes_at_once_and_sends() {
 
 mod jwt_tests {
     use super::*;
+    use crate::unit_tests::test;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use base64::Engine;
     use rsa::pkcs8::DecodePrivateKey;
     use rsa::signature::{RandomizedSigner, SignatureEncoding, Signer};
     use rsa::traits::PublicKeyParts;
     use sha2::{Digest, Sha256, Sha384};
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     /// A throwaway key made for tests (see src/providers/google/testdata/README.md).
     const RSA_KEY: &str = include_str!("../providers/google/testdata/test_key.pem");

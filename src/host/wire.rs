@@ -142,10 +142,8 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     // The SDK's own fixture (proxy-wasm 0.2.5, hostcalls::utils::tests::SERIALIZED_MAP).
     const PAIRS: &[(&str, &[u8])] =

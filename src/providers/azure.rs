@@ -251,13 +251,11 @@ fn encode_query_value(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
     use crate::providers::{bind_and_prepare, Prepared};
+    use crate::unit_tests::test;
     use serde_json::json;
     use std::borrow::Cow;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn outbound(endpoint: Endpoint, path: &str, body: Option<Value>) -> Outbound<'_> {
         Outbound {

@@ -599,6 +599,7 @@ mod tests {
     //! signs the final body) needs nothing beyond these two traits.
     use super::*;
     use crate::hash::Hasher;
+    use crate::unit_tests::test;
     use serde_json::json;
 
     /// Lives in a region named by the target's fields; signs what is sent.

@@ -188,10 +188,8 @@ pub(crate) fn normalize_error_of_kind(status: u16, body: &[u8], kind: Option<&st
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     #[test]
     fn a_stream_whose_usage_the_gateway_asked_for_reaches_the_client_without_it() {

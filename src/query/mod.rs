@@ -236,11 +236,9 @@ fn number_order(a: &Number, b: &Number) -> Option<Ordering> {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
+    use crate::unit_tests::test;
     use serde_json::json;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn input() -> Value {
         json!({

@@ -638,10 +638,8 @@ impl Compiler {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     fn is_match(pattern: &str, text: &str) -> bool {
         match compile(pattern) {

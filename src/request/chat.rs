@@ -478,11 +478,9 @@ fn len_in(len: usize, parent: &str, key: &str, min: usize, max: Option<usize>) -
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
+    use crate::unit_tests::test;
     use serde_json::json;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn base() -> Value {
         json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Hello"}]})

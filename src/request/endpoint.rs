@@ -105,10 +105,8 @@ pub(crate) fn classify(method: &str, full_path: &str) -> Result<Route, GatewayEr
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     #[test]
     fn classifies_inference_endpoints() {

@@ -335,10 +335,8 @@ pub(crate) fn is_header_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     fn parse(headers: &[(&str, &str)]) -> Result<GatewayHeaders, GatewayError> {
         GatewayHeaders::parse(headers.iter().copied())

@@ -49,10 +49,8 @@ pub(crate) fn check_json_size(body: &[u8], max_values: usize) -> Result<(), Gate
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     /// The count `check_json_size` makes: the smallest limit the body passes.
     fn count(body: &[u8]) -> usize {

@@ -363,11 +363,9 @@ fn check_metadata(metadata: Option<&Value>) -> Result<(), GatewayError> {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
+    use crate::unit_tests::test;
     use serde_json::json;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn path_param(path: &str) -> Option<String> {
         check_path(path).err().map(|e| {

@@ -162,16 +162,14 @@ impl Attempts {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
     use crate::config::parse_config;
     use crate::ports::testing::FakeHost;
     use crate::request::headers::GatewayHeaders;
     use crate::routing::plan::make_plan;
     use crate::settings::Settings;
+    use crate::unit_tests::test;
     use serde_json::{json, Value};
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn start(config: Value, host: &mut FakeHost) -> Result<Attempts, GatewayError> {
         let settings = Settings::parse(br#"{"api_keys": ["gw"]}"#).unwrap();

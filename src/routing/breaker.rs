@@ -367,12 +367,10 @@ impl Record {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
+    use crate::unit_tests::test;
     use std::cell::{Cell, RefCell};
     use std::collections::HashMap;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     const COOLDOWN: u64 = 30_000;
     /// A plausible wall clock, far from 0.

@@ -362,10 +362,8 @@ fn build_target(settings: &Settings, choice: Choice, options: TargetOptions) -> 
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     fn settings() -> Settings {
         Settings::parse(

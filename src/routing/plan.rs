@@ -305,13 +305,11 @@ fn no_condition_matched() -> GatewayError {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
     use crate::config::parse_config;
     use crate::ports::testing::FakeHost;
+    use crate::unit_tests::test;
     use serde_json::json;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn plan_of(config: Value, input: Value) -> Result<Plan, GatewayError> {
         let settings = Settings::parse(br#"{"api_keys": ["gw"]}"#).unwrap();

@@ -293,10 +293,8 @@ impl Cursor<'_> {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     /// Sun, 06 Nov 1994 08:49:37 GMT
     const NOV_1994: u64 = 784_111_777;

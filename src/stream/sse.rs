@@ -186,10 +186,8 @@ impl<C: Converter> SseStream<C> {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     fn ev(event: Option<&str>, data: &str) -> Event {
         Event { event: event.map(str::to_string), data: data.to_string() }

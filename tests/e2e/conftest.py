@@ -14,7 +14,7 @@
   Envoy's /stats) or a secret appears in the log.
 * ``start_gateway`` (session): starts another gateway with its own GATEWAY_CACHE, for a
   module-scoped fixture (same startup wait and end checks; stopped when the module ends).
-* ``postgres`` (session): a PostgreSQL server of the suite's own on a loopback port (Debian's
+* ``postgres`` (session): a PostgreSQL server of the suite's own (pg_server.py; Debian's
   binaries, which build.sh installs), started by the first test that uses it;
   ``postgres.database(name)`` creates an empty database and returns its URL.
 * ``_no_vm_reload`` (autouse): fails the test during which the filter VM of a running
@@ -30,14 +30,9 @@ from __future__ import annotations
 
 import json
 import os
-import glob
 import shlex
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,6 +49,7 @@ import helpers  # noqa: E402
 import httpx2 as httpx  # noqa: E402
 from mocks import AnthropicMock, OpenAIMock  # noqa: E402
 from mocks_cloud import BedrockMock, GoogleTokenMock, VertexMock  # noqa: E402
+from pg_server import StartFailed, free_ports, running_postgres, stop_group  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SH = REPO / "build.sh"
@@ -62,7 +58,7 @@ START_TIMEOUT = float(os.environ.get("GATEWAY_START_TIMEOUT", "120"))
 
 @pytest.fixture(scope="session")
 def openai_mock():
-    mock = OpenAIMock().start()
+    mock = OpenAIMock(helpers.OPENAI_KEYS).start()
     yield mock
     mock.stop()
 
@@ -129,19 +125,6 @@ def _reset_cloud_mocks(request):
         mock.reset()
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def gateway_credentials(openai_mock, anthropic_mock) -> dict:
     """Managed providers (`@slug`) and virtual keys known to the gateway."""
     return {
@@ -154,27 +137,6 @@ def gateway_credentials(openai_mock, anthropic_mock) -> dict:
         "vk-anthropic": {"provider": "anthropic", "api_key": helpers.ANTHROPIC_VK_KEY,
                          "custom_host": anthropic_mock.base_url},
     }
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
-    else:  # the shell is gone; children it left in the group get the signal too
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # Every gateway running now (the session's and any a module started), for the VM-reload guard.
@@ -203,7 +165,7 @@ def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | No
         cmd = ["bash", str(BUILD_SH), "run"]
     else:
         pytest.fail(f"{BUILD_SH} does not exist: cannot start the gateway", pytrace=False)
-    port, admin_port, control_plane_port = _free_ports(3)
+    port, admin_port, control_plane_port = free_ports(3)
     log_path = log_dir / "gateway.log"
     # The developer's own GATEWAY_* settings (allow-list, credentials, log level, concurrency, ...)
     # must not change what the suite tests: start from none of them.
@@ -250,7 +212,7 @@ def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | No
         problems = _end_of_run_problems(gw)
     finally:
         gw.close()
-        _stop_group(proc)
+        stop_group(proc)
     if problems:
         pytest.fail(f"at the end of the gateway's run ({log_path}):\n" + "\n".join(problems), pytrace=False)
 
@@ -273,57 +235,13 @@ def start_gateway(openai_mock, anthropic_mock, tmp_path_factory):
     return start
 
 
-class Postgres:
-    """A PostgreSQL server on 127.0.0.1:``port`` whose superuser ``postgres`` needs no password."""
-
-    def __init__(self, port: int, psql: str):
-        self.port = port
-        self.psql = psql
-
-    def database(self, name: str) -> str:
-        """Creates database ``name`` (empty) and returns its URL."""
-        subprocess.run([self.psql, "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", "postgres",
-                        "-v", "ON_ERROR_STOP=1", "-c", f'CREATE DATABASE "{name}"'],
-                       check=True, capture_output=True, timeout=30)
-        return f"postgres://postgres@127.0.0.1:{self.port}/{name}"
-
-
 @pytest.fixture(scope="session")
 def postgres(tmp_path_factory):
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if not found:
-        pytest.fail("PostgreSQL is not installed (build.sh test installs Debian's postgresql)", pytrace=False)
-    bindir = Path(found[-1]).parent
-    # Its own directory outside pytest's tmp: when the suite runs as root, PostgreSQL (which
-    # refuses to run as root) runs as its system user and must own it.
-    base = Path(tempfile.mkdtemp(prefix="gateway-e2e-pg-"))
-    run_as = []
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres")
-        run_as = ["runuser", "-u", "postgres", "--"]
-    data = base / "data"
-    log_path = tmp_path_factory.mktemp("postgres") / "postgres.log"
-    init = subprocess.run(run_as + [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
-                                    "-E", "UTF8", "--no-sync"], capture_output=True, text=True, timeout=120)
-    if init.returncode != 0:
-        pytest.fail(f"initdb failed:\n{init.stdout}\n{init.stderr}", pytrace=False)
-    (port,) = _free_ports(1)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(run_as + [str(bindir / "postgres"), "-D", str(data), "-p", str(port),
-                                          "-c", "listen_addresses=127.0.0.1", "-k", str(base), "-c", "fsync=off"],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while subprocess.run([str(bindir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port)]).returncode != 0:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"PostgreSQL did not start; its log:\n{log_path.read_text(errors='replace')[-4000:]}",
-                            pytrace=False)
-            time.sleep(0.2)
-        yield Postgres(port, str(bindir / "psql"))
-    finally:
-        _stop_group(proc)
-        shutil.rmtree(base, ignore_errors=True)
+        with running_postgres(tmp_path_factory.mktemp("postgres") / "postgres.log") as server:
+            yield server
+    except StartFailed as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 def _end_of_run_problems(gw: helpers.Gateway) -> list[str]:

@@ -44,6 +44,16 @@ AWS_TEMP_SECRET_ACCESS_KEY = "tEmPsEcReT/mock+KEY/0123456789abcdefghij"
 AWS_SESSION_TOKEN = "IQoJb3JpZ2luX2VjEMOCK//////////session+token=="
 BEDROCK_API_KEY = "ABSKbW9jay1iZWRyb2NrLWFwaS1rZXk="
 
+# Every key of the OpenAI mocks' account: OpenAI answers 401 to any other (a test whose key is
+# made at run time issues it with `mock.keys.add`).
+OPENAI_KEYS = frozenset({
+    CLIENT_TOKEN, OPENAI_SLUG_KEY, OPENAI_VK_KEY, EMBED_KEY,
+    "sk-config-key", "sk-config-key-2", "sk-weight-1", "sk-direct",  # configs' keys, the mock tests'
+    # test_control_plane.py's stored providers
+    "sk-for-config", "sk-for-prompt", "sk-for-guardrail", "sk-default-ws", "sk-team-ws", "sk-cache-default",
+    "sk-cache-team", "sk-survives", "sk-logged",
+})
+
 _ANY = object()
 
 VM_RELOAD_STAT = "wasm.model_gateway.vm_reload"  # also _success, _failure, _backoff

@@ -46,7 +46,7 @@ import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = [
@@ -549,7 +549,9 @@ def _hex(n: int = 12) -> str:
 
 
 class OpenAIMock(MockProvider):
-    """Speaks OpenAI's REST wire format under ``/v1``."""
+    """Speaks OpenAI's REST wire format under ``/v1``. As OpenAI, it answers 401 to a request
+    whose Bearer key is missing or not one of ``keys`` (the keys of its account; ``keys.add``
+    issues another), and serves the assistants API only with ``OpenAI-Beta: assistants=v2``."""
 
     name = "openai"
     default_text = "Hello from the OpenAI mock."
@@ -638,16 +640,24 @@ class OpenAIMock(MockProvider):
         else:
             return self._err(h, 404, f"Invalid URL ({req.method} {req.path})")
         auth = req.header("authorization") or ""
-        if not auth.startswith("Bearer ") or not auth[7:].strip():
+        key = auth[7:].strip() if auth.startswith("Bearer ") else ""
+        if not key:
             return self._err(h, 401, "You didn't provide an API key. You need to provide your API key in an "
-                                     "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
+                                     "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), "
+                                     "or as the password field (with blank username) if you're accessing the API "
+                                     "from your browser and are prompted for a username and password. You can "
+                                     "obtain an API key from https://platform.openai.com/account/api-keys.")
+        if key not in self.keys:
+            # OpenAI shows the start and the end of the key it refused.
+            shown = f"{key[:3]}{'*' * max(len(key) - 7, 0)}{key[-4:]}" if len(key) > 7 else key
+            return self._err(h, 401, f"Incorrect API key provided: {shown}. You can find your API key at "
+                                     "https://platform.openai.com/account/api-keys.", code="invalid_api_key")
         if req.method == "POST" and fn not in self._not_json:
             if not isinstance(req.json, dict):
                 return self._err(h, 400, "We could not parse the JSON body of your request. (HINT: This likely "
                                          "means you aren't using your HTTP library correctly.)")
         if req.path.startswith(("/v1/assistants", "/v1/threads")):
-            beta = (req.header("openai-beta") or "") + (req.header("vendor-beta") or "")
-            if "assistants=v2" not in beta:
+            if "assistants=v2" not in (req.header("openai-beta") or ""):
                 return self._err(h, 400, "You must provide the 'OpenAI-Beta' header to access the Assistants API.")
         getattr(self, fn)(h, req, **m.groupdict())
 
@@ -750,8 +760,9 @@ class OpenAIMock(MockProvider):
         digest = hashlib.sha256(text.encode()).digest()
         return [round((b - 128) / 128.0, 4) for b in digest[:dims]]
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, keys: Iterable[str], ssl_context: ssl.SSLContext | None = None):
+        super().__init__(ssl_context)
+        self.keys = set(keys)
         self._embed_rules: list[tuple[str, list[float]]] = []
         self._files: dict[str, bytes] = {}
         self._file_objects: dict[str, dict] = {}
@@ -1233,15 +1244,17 @@ class OpenAIMock(MockProvider):
 class AzureOpenAIMock(OpenAIMock):
     """Azure OpenAI's wire format: OpenAI's bodies under ``/openai/deployments/{deployment}/...``
     (files, batches, fine-tuning, assistants and threads under ``/openai/...``), the key in
-    ``api-key``, ``api-version`` required in the query (a preview one for assistants and
-    threads, which need no ``OpenAI-Beta``); errors as Azure words them. It answers as the OpenAI mock does for the same
-    path under ``/v1``."""
+    ``api-key``, ``api-version`` required in the query and one of ``api_versions`` (a preview
+    one for assistants and threads, which need no ``OpenAI-Beta``); errors as Azure words them.
+    It answers as the OpenAI mock does for the same path under ``/v1``."""
 
     name = "azure-openai"
     deployments = ("gpt4o-prod", "gpt4o-mini")
+    # Real data-plane versions of Azure OpenAI (the ones the suite sends); any other is a 400.
+    api_versions = frozenset({"2024-06-01", "2024-10-21", "2024-05-01-preview", "2025-03-01-preview"})
 
     def __init__(self, key: str, **kw: Any):
-        super().__init__(**kw)
+        super().__init__(keys={key}, **kw)
         self.key = key
         self.base_url = f"{self.origin}/openai"
 
@@ -1255,6 +1268,8 @@ class AzureOpenAIMock(OpenAIMock):
                                                "subscription key or wrong API endpoint."}})
         if not req.qs("api-version"):
             return h.send_json(404, {"error": {"code": "404", "message": "Resource not found"}})
+        if req.qs("api-version") not in self.api_versions:
+            return h.send_json(400, {"error": {"code": "BadRequest", "message": "API version not supported"}})
         if req.header("authorization"):
             return h.send_json(400, {"error": {"code": "BadRequest", "message": "two credentials sent"}})
         assistants = m["rest"].startswith(("/assistants", "/threads"))
@@ -1281,6 +1296,8 @@ class AnthropicMock(MockProvider):
                "mcp_servers", "context_management"}
     _block_types = {"text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking",
                     "search_result", "server_tool_use", "web_search_tool_result"}
+    # The API versions Anthropic serves (`anthropic-version`); any other is a 400.
+    versions = frozenset({"2023-06-01", "2023-01-01"})
 
     @staticmethod
     def error(status: int, type: str, message: str, **reply_fields: Any) -> Reply:  # noqa: A002
@@ -1423,8 +1440,11 @@ class AnthropicMock(MockProvider):
             return self._err(h, 404, "not_found_error", f"Not found: {req.method} {req.path}")
         if not req.header("x-api-key"):
             return self._err(h, 401, "authentication_error", "x-api-key header is required")
-        if not req.header("anthropic-version"):
-            return self._err(h, 401, "authentication_error", "anthropic-version: header is required")
+        version = req.header("anthropic-version")
+        if not version:
+            return self._err(h, 400, "invalid_request_error", "anthropic-version: header is required")
+        if version not in self.versions:
+            return self._err(h, 400, "invalid_request_error", f"anthropic-version: invalid version {version!r}")
         if req.json is None:
             return self._err(h, 400, "invalid_request_error", "There was an issue with your request body: "
                                                               "invalid JSON")

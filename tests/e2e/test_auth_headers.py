@@ -252,6 +252,7 @@ def test_bad_metadata_under_its_alias_names_the_header(gateway, openai_mock):
 def test_log_line_has_trace_and_span_and_no_secret(gateway, openai_mock):
     run = uuid.uuid4().hex
     token, wrong_key, cfg_key = f"sk-log-{run}", f"gw-wrong-{run}", f"sk-cfg-{run}"
+    openai_mock.keys.update({token, cfg_key})  # provider keys of this run: OpenAI knows them
     span = {"x-gateway-span-id": "span-log-1", "x-gateway-parent-span-id": "span-log-0",
             "x-gateway-span-name": "log check"}
     # (headers, gateway key, expected status): success and error paths, secrets of every kind

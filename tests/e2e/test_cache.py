@@ -18,7 +18,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from helpers import (CHAT, EMBED_KEY, EMBED_MODEL, KEY, KEY2, assert_chat_completion, assert_error, chat_body,
+from helpers import (CHAT, EMBED_KEY, EMBED_MODEL, KEY, KEY2, OPENAI_KEYS, assert_chat_completion, assert_error, chat_body,
                      config, custom_host, provider_config, read_stream, sdk_stream, served_by, stream_chat)
 from mocks import OpenAIMock, Reply
 
@@ -82,7 +82,7 @@ def assert_replayed_stream(result, content: str) -> None:
 @pytest.fixture(scope="module")
 def other_mock():
     """A second OpenAI-shaped provider: another base URL."""
-    mock = OpenAIMock().start()
+    mock = OpenAIMock(OPENAI_KEYS).start()
     yield mock
     mock.stop()
 

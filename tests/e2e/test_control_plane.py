@@ -83,6 +83,7 @@ def test_every_call_needs_a_gateway_key(cp):
 
 def test_a_stored_provider_is_used_by_slug_virtual_key_and_config(cp, openai_mock):
     secret = f"sk-stored-{uuid.uuid4().hex}"
+    openai_mock.keys.add(secret)
     s = stored_provider(cp, openai_mock, secret)
     shown = ok(cp.get(f"/v1/providers/{s}"))
     assert shown["slug"] == s and shown["provider"] == "openai" and shown["custom_host"] == openai_mock.base_url
@@ -93,6 +94,7 @@ def test_a_stored_provider_is_used_by_slug_virtual_key_and_config(cp, openai_moc
         assert openai_mock.last.header("authorization") == f"Bearer {secret}"
     # A new version (a rotated key) reaches the gateway within the freshness window.
     rotated = f"sk-rotated-{uuid.uuid4().hex}"
+    openai_mock.keys.add(rotated)
     ok(put(cp, f"/v1/providers/{s}", {"provider": "openai", "api_key": rotated, "custom_host": openai_mock.base_url}))
 
     def rotated_key_used():

@@ -134,7 +134,7 @@ def test_assistant_thread_and_fine_tuning_via_http(gateway, openai_mock):
     r = gateway.get("/v1/assistants/asst_42", headers=beta)
     assert r.status_code == 200, r.text
     assert r.json()["id"] == "asst_42" and r.json()["object"] == "assistant"
-    assert openai_mock.last.headers["vendor-beta"] == "assistants=v2"
+    assert openai_mock.last.headers["openai-beta"] == "assistants=v2"  # what OpenAI reads
 
     r = gateway.get("/v1/threads/thread_1/messages/msg_1", headers=beta)
     assert r.status_code == 200, r.text

@@ -12,14 +12,16 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from helpers import read_stream, raw_http, sdk_stream
+from helpers import OPENAI_KEYS, read_stream, raw_http, sdk_stream
 from mocks import AnthropicMock, AzureOpenAIMock, OpenAIMock, Reply, ToolCall, make_self_signed_cert, tls_server_context
 
 ANTHROPIC_HEADERS = {"x-api-key": "sk-ant-direct", "anthropic-version": "2023-06-01"}
+DIRECT_KEY = "sk-direct"  # one of OPENAI_KEYS
+OPENAI_AUTH = {"Authorization": f"Bearer {DIRECT_KEY}"}
 
 
 def direct_openai(mock, **kw) -> openai.OpenAI:
-    return openai.OpenAI(base_url=mock.base_url, api_key="sk-direct", max_retries=0, timeout=10, **kw)
+    return openai.OpenAI(base_url=mock.base_url, api_key=DIRECT_KEY, max_retries=0, timeout=10, **kw)
 
 
 def anthropic_post(mock, body, headers=ANTHROPIC_HEADERS, **kw):
@@ -61,7 +63,7 @@ def test_openai_chat_stream_with_tool_calls(openai_mock):
 
 
 def test_openai_stream_wire_format_is_chunked_sse(openai_mock):
-    with httpx.stream("POST", f"{openai_mock.base_url}/chat/completions", headers={"Authorization": "Bearer k"},
+    with httpx.stream("POST", f"{openai_mock.base_url}/chat/completions", headers=OPENAI_AUTH,
                       json={"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
         assert r.headers["transfer-encoding"] == "chunked"
@@ -73,7 +75,7 @@ def test_openai_stream_wire_format_is_chunked_sse(openai_mock):
 def test_openai_gated_stream_holds_rest_until_gate(openai_mock):
     gate = threading.Event()
     reply = openai_mock.script(Reply(text="first second third", gate=gate))
-    with httpx.stream("POST", f"{openai_mock.base_url}/chat/completions", headers={"Authorization": "Bearer k"},
+    with httpx.stream("POST", f"{openai_mock.base_url}/chat/completions", headers=OPENAI_AUTH,
                       json={"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True},
                       timeout=httpx.Timeout(5, read=2)) as r:
         lines = r.iter_lines()
@@ -95,7 +97,7 @@ def test_openai_gated_stream_holds_rest_until_gate(openai_mock):
     # and with the gate set promptly the whole stream arrives
     gate2 = threading.Event()
     openai_mock.script(Reply(text="first second third", gate=gate2))
-    with httpx.stream("POST", f"{openai_mock.base_url}/chat/completions", headers={"Authorization": "Bearer k"},
+    with httpx.stream("POST", f"{openai_mock.base_url}/chat/completions", headers=OPENAI_AUTH,
                       json={"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True},
                       timeout=httpx.Timeout(5, read=2)) as r:
         res = read_stream(r, lambda res: res.content and gate2.set())
@@ -108,7 +110,7 @@ def test_openai_hold_answers_only_once_released(openai_mock):
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
     with ThreadPoolExecutor(max_workers=1) as pool:
         answer = pool.submit(httpx.post, f"{openai_mock.base_url}/chat/completions", json=body,
-                             headers={"Authorization": "Bearer k"}, timeout=10)
+                             headers=OPENAI_AUTH, timeout=10)
         assert reply.received.wait(5)  # the request arrived and took this reply ...
         assert not answer.done() and not reply.served.is_set()  # ... and nothing was answered yet
         release.set()
@@ -118,7 +120,7 @@ def test_openai_hold_answers_only_once_released(openai_mock):
 
 
 def test_openai_step_sends_one_chunk_per_permit(openai_mock):
-    url, auth = f"{openai_mock.base_url}/chat/completions", {"Authorization": "Bearer k"}
+    url, auth = f"{openai_mock.base_url}/chat/completions", OPENAI_AUTH
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
     openai_mock.script(Reply(chunks=["a ", "b ", "c"], step=threading.Semaphore(0), step_timeout=3))
     with httpx.stream("POST", url, headers=auth, json=body, timeout=httpx.Timeout(5, read=1)) as r:
@@ -155,8 +157,63 @@ def test_openai_scripted_error_stall_and_model_keying(openai_mock):
 def test_openai_requires_bearer_and_404s_unknown_paths(openai_mock):
     r = httpx.post(f"{openai_mock.base_url}/chat/completions", json={"model": "m", "messages": []})
     assert r.status_code == 401 and r.json()["error"]["type"] == "invalid_request_error"
-    r = httpx.post(f"{openai_mock.base_url}/nope", json={}, headers={"Authorization": "Bearer k"})
+    r = httpx.post(f"{openai_mock.base_url}/nope", json={}, headers=OPENAI_AUTH)
     assert r.status_code == 404 and "Invalid URL" in r.json()["error"]["message"]
+
+
+def test_openai_answers_401_to_a_missing_or_unknown_key_as_openai_does(openai_mock):
+    url, body = f"{openai_mock.base_url}/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    missing = httpx.post(url, json=body, headers={"Authorization": "Basic a2V5"})
+    assert missing.status_code == 401
+    assert missing.json()["error"]["message"].startswith("You didn't provide an API key.")
+    assert (missing.json()["error"]["type"], missing.json()["error"]["code"]) == ("invalid_request_error", None)
+    unknown = "sk-not-a-key-of-this-account"
+    wrong = httpx.post(url, json=body, headers={"Authorization": f"Bearer {unknown}"})
+    assert wrong.status_code == 401
+    assert wrong.json() == {"error": {"message": "Incorrect API key provided: sk-*********************ount. You can "
+                                                 "find your API key at https://platform.openai.com/account/api-keys.",
+                                      "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
+    assert httpx.post(url, json=body, headers=OPENAI_AUTH).status_code == 200
+    openai_mock.keys.add(unknown)  # issued now
+    try:
+        assert httpx.post(url, json=body, headers={"Authorization": f"Bearer {unknown}"}).status_code == 200
+    finally:
+        openai_mock.keys.discard(unknown)
+
+
+def test_openai_assistants_need_openai_beta_and_no_other_header(openai_mock):
+    url = f"{openai_mock.base_url}/assistants"
+    for other in ({}, {"Vendor-Beta": "assistants=v2"}, {"OpenAI-Beta": "assistants=v1"}):
+        r = httpx.get(url, headers={**OPENAI_AUTH, **other})
+        assert r.status_code == 400 and "'OpenAI-Beta' header" in r.json()["error"]["message"], other
+    assert httpx.get(url, headers={**OPENAI_AUTH, "OpenAI-Beta": "assistants=v2"}).json()["object"] == "list"
+
+
+@pytest.mark.parametrize("version, message", [
+    (None, "anthropic-version: header is required"),
+    ("2024-01-01", "anthropic-version: invalid version '2024-01-01'"),
+])
+def test_anthropic_answers_400_without_a_version_it_serves(anthropic_mock, version, message):
+    headers = {"x-api-key": "sk-ant-direct", **({"anthropic-version": version} if version else {})}
+    r = anthropic_post(anthropic_mock, msg_body(), headers=headers)
+    assert r.status_code == 400
+    assert r.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    assert anthropic_post(anthropic_mock, msg_body()).status_code == 200  # 2023-06-01
+
+
+def test_azure_mock_wants_an_api_version_azure_serves():
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}
+    with AzureOpenAIMock("az-key") as mock:
+        url, key = f"{mock.base_url}/deployments/gpt4o-prod/chat/completions", {"api-key": "az-key"}
+        missing = httpx.post(url, json=body, headers=key)
+        assert missing.status_code == 404
+        assert missing.json() == {"error": {"code": "404", "message": "Resource not found"}}
+        unknown = httpx.post(f"{url}?api-version=2024-13-01", json=body, headers=key)
+        assert unknown.status_code == 400
+        assert unknown.json() == {"error": {"code": "BadRequest", "message": "API version not supported"}}
+        assert httpx.post(f"{url}?api-version=2024-10-21", json=body, headers=key).status_code == 200
+        wrong_key = httpx.post(f"{url}?api-version=2024-10-21", json=body, headers={"api-key": "other"})
+        assert wrong_key.status_code == 401
 
 
 def test_openai_embeddings_can_be_pinned(openai_mock):
@@ -213,7 +270,7 @@ def test_openai_resource_shapes_files_kept_and_deletes(openai_mock):
     assert beta.threads.runs.cancel("run_1", thread_id="thread_1").status == "cancelling"
     with pytest.raises(openai.BadRequestError):
         beta.threads.runs.create("thread_1", assistant_id=None)  # type: ignore[arg-type]
-    without_beta = httpx.get(f"{openai_mock.base_url}/threads/thread_1/runs", headers={"authorization": "Bearer x"})
+    without_beta = httpx.get(f"{openai_mock.base_url}/threads/thread_1/runs", headers=OPENAI_AUTH)
     assert without_beta.status_code == 400 and "OpenAI-Beta" in without_beta.text
 
 
@@ -225,7 +282,7 @@ def test_azure_mock_serves_assistants_only_under_a_preview_version():
 
 
 def test_openai_mock_keep_alive_and_chunked_request_body(openai_mock):
-    with httpx.Client(headers={"Authorization": "Bearer k"}) as c:
+    with httpx.Client(headers=OPENAI_AUTH) as c:
         for _ in range(3):
             assert c.get(f"{openai_mock.base_url}/models").status_code == 200
     assert openai_mock.connections == 1
@@ -234,7 +291,7 @@ def test_openai_mock_keep_alive_and_chunked_request_body(openai_mock):
     payload = json.dumps({"model": "m", "messages": [{"role": "user", "content": "chunked"}]}).encode()
     half = len(payload) // 2
     chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (payload[:half], payload[half:])) + b"0\r\n\r\n"
-    req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+    req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-direct\r\n"
            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunked)
     r = raw_http("127.0.0.1", openai_mock.port, req, timeout=5)
     assert r.status_code == 200 and openai_mock.last.json["messages"][0]["content"] == "chunked"
@@ -281,7 +338,7 @@ def test_anthropic_stream_event_sequence(anthropic_mock):
 
 @pytest.mark.parametrize("headers, status, err_type", [
     ({"anthropic-version": "2023-06-01"}, 401, "authentication_error"),
-    ({"x-api-key": "k"}, 401, "authentication_error"),
+    ({"x-api-key": "k"}, 400, "invalid_request_error"),
 ])
 def test_anthropic_rejects_missing_auth_headers(anthropic_mock, headers, status, err_type):
     r = anthropic_post(anthropic_mock, msg_body(), headers=headers)
@@ -319,12 +376,12 @@ def test_anthropic_scripted_error(anthropic_mock):
 
 def test_https_mock_self_signed(tmp_path):
     cert, key = make_self_signed_cert(tmp_path)
-    with OpenAIMock(ssl_context=tls_server_context(cert, key)) as mock:
+    with OpenAIMock(OPENAI_KEYS, ssl_context=tls_server_context(cert, key)) as mock:
         assert mock.base_url.startswith("https://127.0.0.1:")
         with pytest.raises(httpx.ConnectError):  # untrusted by default
-            httpx.get(f"{mock.base_url}/models", headers={"Authorization": "Bearer k"}, timeout=5)
+            httpx.get(f"{mock.base_url}/models", headers=OPENAI_AUTH, timeout=5)
         assert mock.requests == []
         assert mock.wait_until(lambda m: m.tls_failures >= 1, timeout=2)  # counted by the handshake's thread
         ctx = ssl.create_default_context(cafile=str(cert))
-        r = httpx.get(f"{mock.base_url}/models", headers={"Authorization": "Bearer k"}, timeout=5, verify=ctx)
+        r = httpx.get(f"{mock.base_url}/models", headers=OPENAI_AUTH, timeout=5, verify=ctx)
         assert r.status_code == 200 and len(mock.requests) == 1

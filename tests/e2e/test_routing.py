@@ -16,7 +16,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from helpers import (KEY, assert_chat_completion, assert_error, chat_body, config, error_of, read_stream,
+from helpers import (KEY, OPENAI_KEYS, assert_chat_completion, assert_error, chat_body, config, error_of, read_stream,
                      served_by)
 from mocks import OpenAIMock, Reply
 
@@ -46,7 +46,7 @@ def closed_port() -> int:
 @pytest.fixture(scope="module")
 def fresh_mock():
     """A provider whose host Envoy has never routed to (not in the forward proxy's DNS cache)."""
-    mock = OpenAIMock().start()
+    mock = OpenAIMock(OPENAI_KEYS).start()
     yield mock
     mock.stop()
 
@@ -340,9 +340,11 @@ def breaker(threshold: int, **extra) -> dict:
     return {"failure_threshold": threshold, "cooldown_interval": 30000, **extra}
 
 
-def unique_key() -> str:
-    """A credential of its own, so each test has its own circuit."""
-    return f"sk-cb-{uuid.uuid4().hex[:12]}"
+def unique_key(mock) -> str:
+    """A credential of its own (issued by ``mock``), so each test has its own circuit."""
+    key = f"sk-cb-{uuid.uuid4().hex[:12]}"
+    mock.keys.add(key)
+    return key
 
 
 def circuits_opened(gateway) -> int:
@@ -356,7 +358,7 @@ def circuits_open(gateway) -> int:
 
 
 def test_open_circuit_is_skipped_by_fallback(gateway, openai_mock):
-    key = unique_key()
+    key = unique_key(openai_mock)
     cfg = {**fallback({**target(openai_mock, "m-a"), "api_key": key}, target(openai_mock, "m-b")),
            "cb_config": breaker(2)}
     openai_mock.script(model="m-a", status=500, times=None)
@@ -371,7 +373,7 @@ def test_open_circuit_is_skipped_by_fallback(gateway, openai_mock):
 
 
 def test_every_circuit_open_is_a_503(gateway, openai_mock):
-    cfg = {**target(openai_mock, "m-a"), "api_key": unique_key(), "cb_config": breaker(1)}
+    cfg = {**target(openai_mock, "m-a"), "api_key": unique_key(openai_mock), "cb_config": breaker(1)}
     openai_mock.script(status=502, times=None)
     assert_error(gateway.chat(config(cfg)), 502)
     err = assert_error(gateway.chat(config(cfg)), 503, code="circuit_open")
@@ -380,7 +382,7 @@ def test_every_circuit_open_is_a_503(gateway, openai_mock):
 
 
 def test_statuses_not_counted_do_not_open_the_circuit(gateway, openai_mock):
-    cfg = {**target(openai_mock, "m-a"), "api_key": unique_key(), "cb_config": breaker(1, failure_status_codes=[503])}
+    cfg = {**target(openai_mock, "m-a"), "api_key": unique_key(openai_mock), "cb_config": breaker(1, failure_status_codes=[503])}
     openai_mock.script(status=500, times=3)
     for _ in range(3):
         assert_error(gateway.chat(config(cfg)), 500)
@@ -388,7 +390,7 @@ def test_statuses_not_counted_do_not_open_the_circuit(gateway, openai_mock):
 
 
 def test_open_circuits_are_left_out_of_loadbalance(gateway, openai_mock):
-    bad = {**target(openai_mock, "m-bad"), "api_key": unique_key()}
+    bad = {**target(openai_mock, "m-bad"), "api_key": unique_key(openai_mock)}
     cfg = {"strategy": {"mode": "loadbalance"}, "cb_config": breaker(1),
            "targets": [bad, target(openai_mock, "m-good")]}
     openai_mock.script(model="m-bad", status=500, times=None)
@@ -400,7 +402,7 @@ def test_open_circuits_are_left_out_of_loadbalance(gateway, openai_mock):
 def test_concurrent_failures_are_counted_exactly(gateway, openai_mock):
     """Both Envoy workers update one circuit at once: no count is lost and it opens once."""
     threshold = 40
-    cfg = config({**target(openai_mock, "m-a"), "api_key": unique_key(), "cb_config": breaker(threshold)})
+    cfg = config({**target(openai_mock, "m-a"), "api_key": unique_key(openai_mock), "cb_config": breaker(threshold)})
     openai_mock.script(status=500, times=None)
     before, open_before = circuits_opened(gateway), circuits_open(gateway)
     with ThreadPoolExecutor(max_workers=16) as pool:
@@ -417,7 +419,7 @@ def test_concurrent_failures_are_counted_exactly(gateway, openai_mock):
 
 
 def test_a_burst_opens_the_circuit_once(gateway, openai_mock):
-    cfg = config({**target(openai_mock, "m-a"), "api_key": unique_key(), "cb_config": breaker(5)})
+    cfg = config({**target(openai_mock, "m-a"), "api_key": unique_key(openai_mock), "cb_config": breaker(5)})
     openai_mock.script(status=500, times=None)
     before = circuits_opened(gateway)
     with ThreadPoolExecutor(max_workers=16) as pool:
@@ -429,7 +431,7 @@ def test_a_burst_opens_the_circuit_once(gateway, openai_mock):
 @pytest.mark.slow
 def test_circuit_closes_after_the_cooldown_with_one_trial(gateway, openai_mock):
     cooldown = 30.0  # breaker()'s cooldown_interval, the shortest the config accepts
-    cfg = config({**target(openai_mock, "m-a"), "api_key": unique_key(), "cb_config": breaker(1)})
+    cfg = config({**target(openai_mock, "m-a"), "api_key": unique_key(openai_mock), "cb_config": breaker(1)})
     openai_mock.script(status=500)
     open_before = circuits_open(gateway)
     before_open = time.monotonic()

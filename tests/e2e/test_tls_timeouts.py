@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from helpers import (KEY, assert_error, chat_body, check_alive, config, custom_host, provider_config, slug,
+from helpers import (KEY, OPENAI_KEYS, assert_error, chat_body, check_alive, config, custom_host, provider_config, slug,
                      stream_chat)
 from mocks import OpenAIMock, Reply, make_self_signed_cert, tls_server_context
 
@@ -16,7 +16,7 @@ STALL = 3.0  # the mock's delay before headers; timeouts below fire long before 
 @pytest.fixture(scope="module")
 def tls_mock(tmp_path_factory):
     cert, key = make_self_signed_cert(tmp_path_factory.mktemp("tls"))
-    mock = OpenAIMock(ssl_context=tls_server_context(cert, key)).start()
+    mock = OpenAIMock(OPENAI_KEYS, ssl_context=tls_server_context(cert, key)).start()
     yield mock
     mock.stop()
 

@@ -7,6 +7,7 @@
 use axum::body::{Body, Bytes};
 use axum::http::{Request, Response, StatusCode};
 use axum::Router;
+use base64::Engine;
 use gateway_control_plane::Settings;
 use http_body_util::BodyExt;
 use serde_json::Value;
@@ -23,6 +24,56 @@ pub fn settings(dir: &std::path::Path, admin_keys: &[&str]) -> Settings {
         master_key: None,
         admin_keys: admin_keys.iter().map(|k| k.to_string()).collect(),
         internal_token: TOKEN.into(),
+    }
+}
+
+/// Everything the database of `settings` holds, as bytes: the SQLite files in the state dir
+/// as they are on disk, or for PostgreSQL every row of every table as text (`t::text`, which
+/// shows every column, a bytea as hex).
+pub async fn raw_database(settings: &Settings) -> Vec<u8> {
+    let Some(url) = &settings.database_url else {
+        let mut bytes = Vec::new();
+        for entry in std::fs::read_dir(&settings.state_dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.file_name().unwrap().to_string_lossy().starts_with("gateway.db") {
+                bytes.extend(std::fs::read(&path).unwrap());
+            }
+        }
+        return bytes;
+    };
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema()")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert!(tables.len() > 1, "the control plane's tables: {tables:?}");
+    let mut dump = String::new();
+    for table in tables {
+        let sql = format!("SELECT string_agg(t::text, E'\\n') FROM \"{table}\" t");
+        let rows: Option<String> = sqlx::query_scalar(&sql).fetch_one(&pool).await.unwrap();
+        dump.extend([table, "\n".into(), rows.unwrap_or_default(), "\n".into()]);
+    }
+    pool.close().await;
+    dump.into_bytes()
+}
+
+/// Asserts that `secret` is stored in `raw` (see [`raw_database`]) in none of the forms it
+/// could be read back from: as it is, in hex, or in base64 (standard or URL-safe, at any of
+/// the three alignments it could have inside a longer encoded value).
+pub fn assert_sealed(raw: &[u8], secret: &str) {
+    let mut forms = vec![secret.to_string(), secret.bytes().map(|b| format!("{b:02x}")).collect()];
+    for shift in 0..3 {
+        let mut shifted = vec![0u8; shift];
+        shifted.extend(secret.as_bytes());
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&shifted);
+        // The first group holds the shift's bytes, the last one what follows the secret.
+        let core = &encoded[if shift == 0 { 0 } else { 4 }..encoded.len() - 4];
+        forms.push(core.to_string());
+        forms.push(core.replace('+', "-").replace('/', "_"));
+    }
+    for form in forms {
+        assert!(!raw.windows(form.len()).any(|w| w == form.as_bytes()), "the database holds {form:?} ({secret:?})");
     }
 }
 

@@ -3,6 +3,7 @@
 //! control plane is down (within the grace period), and never shared between workspaces.
 
 use super::*;
+use crate::unit_tests::test;
 use sha2::{Digest, Sha256};
 
 const CP_SETTINGS: &str = r#"{"api_keys": ["gw-key"], "cache": {"byte_budget": 1048576, "max_entry_bytes": 65536},

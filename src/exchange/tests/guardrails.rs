@@ -2,6 +2,7 @@
 //! answer, with the calls some of them make.
 
 use super::*;
+use crate::unit_tests::test;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use sha2::{Digest, Sha256};

@@ -3,6 +3,7 @@
 //! dropped (and counted) past the bound or when refused, never delaying an answer.
 
 use super::*;
+use crate::unit_tests::test;
 
 const CP: &str = r#"{"api_keys": ["gw-key"],
     "control_plane": {"cluster": "gateway_control_plane", "authority": "127.0.0.1:8790", "token": "cp-secret",

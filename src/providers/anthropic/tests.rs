@@ -1,4 +1,3 @@
-// The same tests run inside wasm (32-bit) under wasm-bindgen-test.
 use super::*;
 use crate::errors::GatewayError;
 use crate::providers::testing::outbound;
@@ -6,9 +5,8 @@ use crate::providers::{Outbound, ResponseContext, Usage};
 use crate::request::endpoint::Endpoint;
 use crate::stream::sse::MAX_EVENT_BYTES;
 use crate::stream::testing::payloads;
+use crate::unit_tests::test;
 use serde_json::{json, Value};
-#[cfg(target_arch = "wasm32")]
-use wasm_bindgen_test::wasm_bindgen_test as test;
 
 fn chat_response(body: &[u8], ctx: &ResponseContext) -> Result<Vec<u8>, GatewayError> {
     convert_response(body, ctx).map(|(answer, _)| answer)

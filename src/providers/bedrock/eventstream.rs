@@ -240,10 +240,8 @@ pub(crate) fn event_frame(event_type: &str, payload: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     /// Three frames written with Python's `struct` and `zlib.crc32` (not with our encoder) and
     /// decoded by botocore 1.44.5's `EventStreamBuffer`, which checks both CRCs. The first has

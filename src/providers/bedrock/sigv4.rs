@@ -200,10 +200,8 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
+    use crate::unit_tests::test;
 
     /// 2015-08-30T12:36:00Z, the time of the AWS SigV4 test suite.
     const SUITE_MS: u64 = 1_440_938_160_000;

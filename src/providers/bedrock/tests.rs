@@ -1,13 +1,11 @@
-// The same tests run inside wasm (32-bit) under wasm-bindgen-test.
 use super::eventstream::{encode_frame, event_frame};
 use super::*;
 use crate::cloud::CloudFields;
 use crate::providers::testing::outbound;
 use crate::request::endpoint::Endpoint;
 use crate::stream::testing::payloads;
+use crate::unit_tests::test;
 use serde_json::{json, Value};
-#[cfg(target_arch = "wasm32")]
-use wasm_bindgen_test::wasm_bindgen_test as test;
 
 fn with_messages(messages: Value) -> Value {
     json!({"model": "amazon.nova-pro-v1:0", "messages": messages})

@@ -91,13 +91,11 @@ pub(crate) fn token_request(service_account: &Map<String, Value>, now_s: u64) ->
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
+    use crate::unit_tests::test;
     use rsa::pkcs1v15::{Signature, VerifyingKey};
     use rsa::signature::Verifier;
     use rsa::RsaPublicKey;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     /// A throwaway key made for these tests (see testdata/README.md).
     const TEST_KEY: &str = include_str!("testdata/test_key.pem");

@@ -132,12 +132,10 @@ impl TokenSource for ServiceAccount {
 
 #[cfg(test)]
 mod tests {
-    // The same tests run inside wasm (32-bit) under wasm-bindgen-test.
     use super::*;
     use crate::cloud::CloudFields;
+    use crate::unit_tests::test;
     use serde_json::json;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn bind(cloud: &CloudFields, api_key: Option<&str>) -> Result<Binding, GatewayError> {
         VertexAi.bind("vertex-ai", TargetFields { api_key, custom_host: false, built_in: None, cloud })

@@ -1,11 +1,9 @@
-// The same tests run inside wasm (32-bit) under wasm-bindgen-test.
 use super::*;
 use crate::providers::testing::outbound;
 use crate::request::endpoint::Endpoint;
 use crate::stream::testing::payloads;
+use crate::unit_tests::test;
 use serde_json::json;
-#[cfg(target_arch = "wasm32")]
-use wasm_bindgen_test::wasm_bindgen_test as test;
 
 fn location() -> VertexLocation {
     VertexLocation { project: "my-project".into(), region: "europe-west4".into() }
