@@ -702,6 +702,12 @@ impl Exchange {
         }
     }
 
+    /// The client asked for a JSON answer, not a stream (the endpoints that report usage
+    /// answer JSON unless asked to stream).
+    fn expects_json(&self) -> bool {
+        self.reports_usage && !self.record.stream
+    }
+
     /// The first byte of a streamed answer goes to the client now.
     fn first_byte(&mut self, env: &mut Env) {
         if self.record.stream && self.record.first_byte_ms.is_none() {
@@ -1141,9 +1147,11 @@ impl Exchange {
         };
         let status = reply::parse_status(env.io.response_header(env.id, ":status").as_deref());
         self.record.status = status;
+        // A status outside HTTP's range is a broken provider, as a 502 would say.
+        let judged = if reply::valid_status(status) { status } else { 502 };
         let mut routed = routed;
         // Only errors are failures; a redirect or not-modified passes as it is.
-        if status < 400 {
+        if judged < 400 {
             routed.call.attempts.succeeded(status, env.io.host());
             count_circuits(env, &mut routed.call);
             // No later attempt: the request copies can go.
@@ -1152,7 +1160,7 @@ impl Exchange {
             self.phase = Phase::Forwarded(routed);
         } else {
             let details = env.io.response_details(env.id);
-            let Some(failure) = reply::routed_failure(status, &details) else {
+            let Some(failure) = reply::routed_failure(judged, &details) else {
                 self.phase = Phase::Forwarded(routed);
                 self.set_gateway_headers(env);
                 return Action::Continue;
@@ -1184,7 +1192,10 @@ impl Exchange {
         let head = self.record.method == "HEAD";
         let (id, io) = (env.id, &mut *env.io);
         let mut event_stream = || io.response_header(id, "content-type").is_some_and(|v| stream::is_stream(&v));
-        self.mode = response_mode(&routed.plan, head, status, &mut event_stream);
+        self.mode = response_mode(&routed.plan, head, status, self.expects_json(), &mut event_stream);
+        if let ResponseMode::Unreadable(why) = self.mode {
+            return self.answer_error(env, &reply::unreadable_error(routed.plan.provider.name, why));
+        }
         if let Some(guard) = &mut self.guard {
             if reply::has_body(head, status) && (200..300).contains(&status) {
                 // A passthrough answer's headers in one host call (each call costs); the other
@@ -1263,8 +1274,9 @@ impl Exchange {
                 let finished = self.finish_routed(env, Vec::new());
                 self.answer(env, finished.status, finished.body)
             }
-            // Held until the whole body is in, so status and length can still change.
-            ResponseMode::Error(_) | ResponseMode::Translated => Action::Pause,
+            // Held until the whole body is in, so status and length can still change (an
+            // unreadable answer was answered above).
+            ResponseMode::Error(_) | ResponseMode::Translated | ResponseMode::Unreadable(_) => Action::Pause,
         }
     }
 
@@ -1327,8 +1339,10 @@ impl Exchange {
                 self.record.client_received(&out);
                 Action::Continue
             }
-            ResponseMode::Error(_) | ResponseMode::Translated if !end_of_stream => Action::Pause,
-            ResponseMode::Error(_) | ResponseMode::Translated => {
+            ResponseMode::Error(_) | ResponseMode::Translated | ResponseMode::Unreadable(_) if !end_of_stream => {
+                Action::Pause
+            }
+            ResponseMode::Error(_) | ResponseMode::Translated | ResponseMode::Unreadable(_) => {
                 let body = env.io.response_body(env.id, size);
                 let finished = self.finish_routed(env, body);
                 if finished.status != self.record.status {
@@ -1387,7 +1401,9 @@ impl Exchange {
                     .unwrap_or("text/event-stream")
                     .to_string()
             }
-            ResponseMode::Translated | ResponseMode::Error(_) => "application/json".to_string(),
+            ResponseMode::Translated | ResponseMode::Error(_) | ResponseMode::Unreadable(_) => {
+                "application/json".to_string()
+            }
             ResponseMode::Passthrough => env
                 .io
                 .response_header(env.id, "content-type")
@@ -1532,6 +1548,7 @@ impl Exchange {
 
     /// Sends the latest outcome of a recovered request as a local answer.
     fn answer_recovered(&mut self, env: &mut Env) {
+        let expects_json = self.expects_json();
         let Phase::Recovering(recovery) = &mut self.phase else {
             return;
         };
@@ -1541,7 +1558,7 @@ impl Exchange {
                 let status = answer.status;
                 let provider_type = headers::find(&answer.headers, "content-type");
                 let event_stream = provider_type.is_some_and(stream::is_stream);
-                let mode = response_mode(&recovery.plan, head, status, &mut || event_stream);
+                let mode = response_mode(&recovery.plan, head, status, expects_json, &mut || event_stream);
                 let body = std::mem::take(&mut answer.body);
                 let finished = finish(&mut recovery.plan, mode, status, &answer.headers, body);
                 self.record.usage = recovery.plan.translator.usage();
