@@ -83,6 +83,9 @@ pub(crate) trait Io {
     fn add_to_gauge(&mut self, name: &str, delta: i64);
     /// Publishes request `id`'s access-log line (the record's JSON object) as it ends.
     fn access_log(&mut self, line: &[u8]);
+    /// Publishes one of request `id`'s gateway headers where Envoy's own reply can add it
+    /// (filter state `wasm.<name>`, for the local reply mapper of the Envoy config).
+    fn publish_header(&mut self, id: u32, name: &str, value: &str);
 }
 
 /// A call for the host to dispatch.
@@ -461,7 +464,13 @@ impl Worker {
             return None;
         }
         let settings = Rc::clone(&exchange.settings);
+        // Envoy answered a held answer itself when its provider broke off: the record says so.
+        let broke_off = exchange.awaiting_end && reply::broke_off(&io.response_details(id));
         let mut record = exchange.into_record();
+        if broke_off {
+            record.status = 502;
+            record.error_code = Some(reply::BROKE_OFF_CODE);
+        }
         record.end(io.host().now_ms());
         for metric in metrics::of_request(&record, &settings.metrics, &mut self.models) {
             io.metric(metric.kind, &metric.name, metric.value);
@@ -638,6 +647,8 @@ struct Exchange {
     known: HashMap<Ref, Entry>,
     /// Control-plane reads this request waited for.
     lookups: u32,
+    /// The provider's answer is held in Envoy until its body ends.
+    awaiting_end: bool,
 }
 
 impl Exchange {
@@ -673,6 +684,7 @@ impl Exchange {
             usage: None,
             known: HashMap::new(),
             lookups: 0,
+            awaiting_end: false,
         }
     }
 
@@ -1258,7 +1270,7 @@ impl Exchange {
         }
         match self.mode {
             // Held whole for the output checks.
-            _ if self.hold => Action::Pause,
+            _ if self.hold => self.hold_answer(env),
             ResponseMode::Passthrough => Action::Continue,
             ResponseMode::Stream => {
                 // Translated chunks change the length; Envoy frames the stream.
@@ -1276,11 +1288,21 @@ impl Exchange {
             }
             // Held until the whole body is in, so status and length can still change (an
             // unreadable answer was answered above).
-            ResponseMode::Error(_) | ResponseMode::Translated | ResponseMode::Unreadable(_) => Action::Pause,
+            ResponseMode::Error(_) | ResponseMode::Translated | ResponseMode::Unreadable(_) => self.hold_answer(env),
         }
     }
 
+    /// Holds the provider's answer in Envoy until its body is in. Should the provider break
+    /// off meanwhile, Envoy answers itself, past the filter: its reply (in the gateway's error
+    /// shape, by the config's local reply mapper) gets the gateway's headers from here.
+    fn hold_answer(&mut self, env: &mut Env) -> Action {
+        self.awaiting_end = true;
+        self.each_gateway_header(&mut |name, value| env.io.publish_header(env.id, name, value));
+        Action::Pause
+    }
+
     fn response_body(&mut self, env: &mut Env, size: usize, end_of_stream: bool) -> Action {
+        self.awaiting_end &= !end_of_stream;
         let routed = match &mut self.phase {
             Phase::Recovering(recovery) if recovery.answered => return Action::Continue,
             // The failed attempt's body: emptied chunk by chunk, so it never fills the buffer.
@@ -1454,7 +1476,7 @@ impl Exchange {
             answered: false,
         }));
         self.step(env, next);
-        Action::Pause
+        self.hold_answer(env)
     }
 
     /// Carries out `next` until a call is on its way, a timer is set, or the answer is sent.

@@ -155,6 +155,16 @@ pub(crate) fn routed_failure(status: u16, details: &str) -> Option<Failure> {
     }
 }
 
+/// Whether Envoy's response details say the provider broke off after its response headers (a
+/// reset, a bad chunk). An answer the filter held is then answered by Envoy itself, past the
+/// filter: the Envoy config's local reply mapper gives it the gateway's error shape and code.
+pub(crate) fn broke_off(details: &str) -> bool {
+    details.starts_with("upstream_reset_after_response_started")
+}
+
+/// The error code of that answer (the local reply mapper's).
+pub(crate) const BROKE_OFF_CODE: &str = "upstream_incomplete";
+
 /// Why a dispatched call did not succeed: Envoy's own text answers of a call that never
 /// reached a provider, no answer at all (status 0), or the provider's status. `None`: a 2xx.
 pub(crate) fn call_failure(status: u16, body: &[u8]) -> Option<Failure> {

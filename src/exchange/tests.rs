@@ -67,6 +67,8 @@ struct FakeIo {
     gauges: StdHashMap<String, i64>,
     /// Every access-log line published, in order.
     access_lines: Vec<Vec<u8>>,
+    /// The gateway headers published for Envoy's own replies, by request.
+    published: StdHashMap<u32, StdHashMap<String, String>>,
 }
 
 impl FakeIo {
@@ -82,6 +84,7 @@ impl FakeIo {
             metrics: Vec::new(),
             gauges: StdHashMap::new(),
             access_lines: Vec::new(),
+            published: StdHashMap::new(),
         }
     }
 
@@ -196,6 +199,10 @@ impl Io for FakeIo {
 
     fn access_log(&mut self, line: &[u8]) {
         self.access_lines.push(line.to_vec());
+    }
+
+    fn publish_header(&mut self, id: u32, name: &str, value: &str) {
+        self.published.entry(id).or_default().insert(name.to_string(), value.to_string());
     }
 }
 
@@ -1356,4 +1363,31 @@ fn an_event_stream_for_a_request_that_asked_for_json_is_a_502() {
     let token = gw.io.sent.last().unwrap().token;
     let (_, status, _, body) = reply(&gw.answer(token, 200, &event_stream, b"data: {}\n\n"));
     assert_eq!((status, body["error"]["code"].as_str()), (502, Some("invalid_provider_response")));
+}
+
+#[test]
+fn a_held_answer_publishes_the_gateway_headers_for_envoys_own_reply() {
+    let mut gw = Gateway::new(SETTINGS);
+    let body = br#"{"model":"claude-x","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
+    gw.post(1, anthropic_chat(), body);
+    assert_eq!(
+        gw.response_headers(1, 200, &[("content-type", "application/json")], "via_upstream").action,
+        Action::Pause
+    );
+    let published = gw.io.published[&1].clone();
+    assert_eq!(Some(&published[TRACE_HEADER]), gw.client_header(1, TRACE_HEADER).as_ref());
+    assert_eq!(published[PROVIDER_HEADER], "anthropic");
+    // The provider breaks off before the body ends: Envoy answers (502), and the record says so.
+    gw.io.streams(1).details = "upstream_reset_after_response_started{remote_reset}".to_string();
+    let record = gw.finished(1).unwrap();
+    assert_eq!((record.status, record.error_code), (502, Some("upstream_incomplete")));
+
+    // A held failure that recovers publishes its headers too; an answer that flows, none.
+    let config = fallback(vec![openai("a", 9001), openai("b", 9002)]);
+    gw.post(2, chat_with_config("gw-key", &config), CHAT);
+    assert_eq!(gw.response_headers(2, 500, &[], "via_upstream").action, Action::Pause);
+    assert_eq!(gw.io.published[&2][RETRIES_HEADER], "0");
+    gw.post(3, chat_with_config("gw-key", &openai("sk", 9001)), CHAT);
+    assert_eq!(gw.response_headers(3, 200, &[("content-type", "application/json")], "via_upstream"), Output::proceed());
+    assert!(!gw.io.published.contains_key(&3));
 }
