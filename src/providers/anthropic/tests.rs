@@ -764,7 +764,7 @@ fn a_stream_without_message_stop_ends_with_an_error_and_no_done() {
     assert_eq!(deltas(&sent[..2]), vec![json!({"role": "assistant", "content": ""}), json!({"content": "cut"})]);
     let cut = json!({"error": {"message": "provider 'anthropic' ended the stream before it was complete",
         "type": "api_error", "param": null, "code": null}});
-    assert_eq!(sent[2..], [cut.clone()], "an error, and no [DONE]");
+    assert_eq!(sent[2..], *std::slice::from_ref(&cut), "an error, and no [DONE]");
     // Cut after the finish reason, before `message_stop`, or before anything at all.
     let stopped = concat!(
         "event: message_start\n",

@@ -220,7 +220,7 @@ fn a_stream_that_ends_before_message_stop_ends_with_an_error_and_no_done() {
     assert_eq!(events[1]["choices"][0]["delta"], json!({"content": "Hé"}));
     let cut = json!({"error": {"message": "provider 'bedrock' ended the stream before it was complete",
         "type": "api_error", "param": null, "code": null}});
-    assert_eq!(events[2..], [cut.clone()]);
+    assert_eq!(events[2..], *std::slice::from_ref(&cut));
     assert_eq!(payloads(&streamed(&[]).0), [cut]);
     // After `messageStop` the answer is whole, even without the usage that follows it.
     let stopped = [frames.concat(), event_frame("messageStop", r#"{"stopReason":"end_turn"}"#)].concat();
