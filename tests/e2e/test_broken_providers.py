@@ -11,7 +11,8 @@ import json
 import httpx2 as httpx
 import pytest
 
-from helpers import CHAT, VERTEX_CLIENT_TOKEN, assert_error, chat_body, config, custom_host, read_stream
+from helpers import (CHAT, VERTEX_CLIENT_TOKEN, assert_error, chat_body, config, custom_host, provider_config,
+                     read_stream)
 from mocks import Reply
 from mocks_cloud import event_frame
 from test_bedrock import MODEL as BEDROCK_MODEL, bedrock_config
@@ -71,6 +72,18 @@ def test_a_held_provider_error_broken_mid_body_is_a_json_502(gateway, openai_moc
                                       "Content-Length: 300") + b'{"error": {"mess', reset=True))
     r = gateway.chat(custom_host(openai_mock), chat_body())
     assert_error(r, 502, type="api_error", code="upstream_incomplete")
+
+
+def test_a_stream_held_for_a_denying_guardrail_and_broken_off_is_a_json_502(gateway, openai_mock):
+    # A denying output check holds the whole stream, its headers too: Envoy's reply is the gateway's.
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-mock",
+             "choices": [{"index": 0, "delta": {"content": "Half an"}, "finish_reason": None}]}
+    openai_mock.script(Reply(raw=SSE_HEAD + chunked(f"data: {json.dumps(chunk)}\n\n".encode()), reset=True))
+    guard = {"default.contains": {"words": ["forbidden"], "operator": "none"}, "deny": True}
+    headers = config(provider_config(openai_mock, output_guardrails=[guard]))
+    r = gateway.chat(headers, chat_body(stream=True))
+    assert_error(r, 502, type="api_error", code="upstream_incomplete")
+    assert r.headers["x-gateway-provider"] == "openai"
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
