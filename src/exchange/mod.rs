@@ -83,6 +83,9 @@ pub(crate) trait Io {
     fn add_to_gauge(&mut self, name: &str, delta: i64);
     /// Publishes request `id`'s access-log line (the record's JSON object) as it ends.
     fn access_log(&mut self, line: &[u8]);
+    /// Publishes one of request `id`'s gateway headers where Envoy's own reply can add it
+    /// (filter state `wasm.<name>`, for the local reply mapper of the Envoy config).
+    fn publish_header(&mut self, id: u32, name: &str, value: &str);
 }
 
 /// A call for the host to dispatch.
@@ -461,7 +464,13 @@ impl Worker {
             return None;
         }
         let settings = Rc::clone(&exchange.settings);
+        // Envoy answered a held answer itself when its provider broke off: the record says so.
+        let broke_off = exchange.awaiting_end && reply::broke_off(&io.response_details(id));
         let mut record = exchange.into_record();
+        if broke_off {
+            record.status = 502;
+            record.error_code = Some(reply::BROKE_OFF_CODE);
+        }
         record.end(io.host().now_ms());
         for metric in metrics::of_request(&record, &settings.metrics, &mut self.models) {
             io.metric(metric.kind, &metric.name, metric.value);
@@ -638,6 +647,8 @@ struct Exchange {
     known: HashMap<Ref, Entry>,
     /// Control-plane reads this request waited for.
     lookups: u32,
+    /// The provider's answer is held in Envoy until its body ends.
+    awaiting_end: bool,
 }
 
 impl Exchange {
@@ -673,6 +684,7 @@ impl Exchange {
             usage: None,
             known: HashMap::new(),
             lookups: 0,
+            awaiting_end: false,
         }
     }
 
@@ -700,6 +712,12 @@ impl Exchange {
         if self.record.metadata.is_none() {
             self.record.metadata = call.metadata().cloned();
         }
+    }
+
+    /// The client asked for a JSON answer, not a stream (the endpoints that report usage
+    /// answer JSON unless asked to stream).
+    fn expects_json(&self) -> bool {
+        self.reports_usage && !self.record.stream
     }
 
     /// The first byte of a streamed answer goes to the client now.
@@ -1142,9 +1160,11 @@ impl Exchange {
         };
         let status = reply::parse_status(env.io.response_header(env.id, ":status").as_deref());
         self.record.status = status;
+        // A status outside HTTP's range is a broken provider, as a 502 would say.
+        let judged = if reply::valid_status(status) { status } else { 502 };
         let mut routed = routed;
         // Only errors are failures; a redirect or not-modified passes as it is.
-        if status < 400 {
+        if judged < 400 {
             routed.call.attempts.succeeded(status, env.io.host());
             count_circuits(env, &mut routed.call);
             // No later attempt: the request copies can go.
@@ -1153,7 +1173,7 @@ impl Exchange {
             self.phase = Phase::Forwarded(routed);
         } else {
             let details = env.io.response_details(env.id);
-            let Some(failure) = reply::routed_failure(status, &details) else {
+            let Some(failure) = reply::routed_failure(judged, &details) else {
                 self.phase = Phase::Forwarded(routed);
                 self.set_gateway_headers(env);
                 return Action::Continue;
@@ -1185,7 +1205,10 @@ impl Exchange {
         let head = self.record.method == "HEAD";
         let (id, io) = (env.id, &mut *env.io);
         let mut event_stream = || io.response_header(id, "content-type").is_some_and(|v| stream::is_stream(&v));
-        self.mode = response_mode(&routed.plan, head, status, &mut event_stream);
+        self.mode = response_mode(&routed.plan, head, status, self.expects_json(), &mut event_stream);
+        if let ResponseMode::Unreadable(why) = self.mode {
+            return self.answer_error(env, &reply::unreadable_error(routed.plan.provider.name, why));
+        }
         if let Some(guard) = &mut self.guard {
             if reply::has_body(head, status) && (200..300).contains(&status) {
                 // A passthrough answer's headers in one host call (each call costs); the other
@@ -1248,7 +1271,7 @@ impl Exchange {
         }
         match self.mode {
             // Held whole for the output checks.
-            _ if self.hold => Action::Pause,
+            _ if self.hold => self.hold_answer(env),
             ResponseMode::Passthrough => Action::Continue,
             ResponseMode::Stream => {
                 // Translated chunks change the length; Envoy frames the stream.
@@ -1264,12 +1287,23 @@ impl Exchange {
                 let finished = self.finish_routed(env, Vec::new());
                 self.answer(env, finished.status, finished.body)
             }
-            // Held until the whole body is in, so status and length can still change.
-            ResponseMode::Error(_) | ResponseMode::Translated => Action::Pause,
+            // Held until the whole body is in, so status and length can still change (an
+            // unreadable answer was answered above).
+            ResponseMode::Error(_) | ResponseMode::Translated | ResponseMode::Unreadable(_) => self.hold_answer(env),
         }
     }
 
+    /// Holds the provider's answer in Envoy until its body is in. Should the provider break
+    /// off meanwhile, Envoy answers itself, past the filter: its reply (in the gateway's error
+    /// shape, by the config's local reply mapper) gets the gateway's headers from here.
+    fn hold_answer(&mut self, env: &mut Env) -> Action {
+        self.awaiting_end = true;
+        self.each_gateway_header(&mut |name, value| env.io.publish_header(env.id, name, value));
+        Action::Pause
+    }
+
     fn response_body(&mut self, env: &mut Env, size: usize, end_of_stream: bool) -> Action {
+        self.awaiting_end &= !end_of_stream;
         let routed = match &mut self.phase {
             Phase::Recovering(recovery) if recovery.answered => return Action::Continue,
             // The failed attempt's body: emptied chunk by chunk, so it never fills the buffer.
@@ -1328,8 +1362,10 @@ impl Exchange {
                 self.record.client_received(&out);
                 Action::Continue
             }
-            ResponseMode::Error(_) | ResponseMode::Translated if !end_of_stream => Action::Pause,
-            ResponseMode::Error(_) | ResponseMode::Translated => {
+            ResponseMode::Error(_) | ResponseMode::Translated | ResponseMode::Unreadable(_) if !end_of_stream => {
+                Action::Pause
+            }
+            ResponseMode::Error(_) | ResponseMode::Translated | ResponseMode::Unreadable(_) => {
                 let body = env.io.response_body(env.id, size);
                 let finished = self.finish_routed(env, body);
                 if finished.status != self.record.status {
@@ -1388,7 +1424,9 @@ impl Exchange {
                     .unwrap_or("text/event-stream")
                     .to_string()
             }
-            ResponseMode::Translated | ResponseMode::Error(_) => "application/json".to_string(),
+            ResponseMode::Translated | ResponseMode::Error(_) | ResponseMode::Unreadable(_) => {
+                "application/json".to_string()
+            }
             ResponseMode::Passthrough => env
                 .io
                 .response_header(env.id, "content-type")
@@ -1439,7 +1477,7 @@ impl Exchange {
             answered: false,
         }));
         self.step(env, next);
-        Action::Pause
+        self.hold_answer(env)
     }
 
     /// Carries out `next` until a call is on its way, a timer is set, or the answer is sent.
@@ -1533,6 +1571,7 @@ impl Exchange {
 
     /// Sends the latest outcome of a recovered request as a local answer.
     fn answer_recovered(&mut self, env: &mut Env) {
+        let expects_json = self.expects_json();
         let Phase::Recovering(recovery) = &mut self.phase else {
             return;
         };
@@ -1542,7 +1581,7 @@ impl Exchange {
                 let status = answer.status;
                 let provider_type = headers::find(&answer.headers, "content-type");
                 let event_stream = provider_type.is_some_and(stream::is_stream);
-                let mode = response_mode(&recovery.plan, head, status, &mut || event_stream);
+                let mode = response_mode(&recovery.plan, head, status, expects_json, &mut || event_stream);
                 let body = std::mem::take(&mut answer.body);
                 let finished = finish(&mut recovery.plan, mode, status, &answer.headers, body);
                 self.record.usage = recovery.plan.translator.usage();

@@ -16,6 +16,22 @@ pub(crate) enum ResponseMode {
     Translated,
     /// Translate a stream chunk by chunk.
     Stream,
+    /// The answer cannot be what the client asked for: the gateway answers 502 instead.
+    Unreadable(Unreadable),
+}
+
+/// Why a provider's answer cannot reach the client as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unreadable {
+    /// A status outside HTTP's 100-599.
+    Status(u16),
+    /// An event stream for a request that asked for JSON.
+    UnaskedStream,
+}
+
+/// Whether `status` is an HTTP status at all (a provider may send any three digits).
+pub(crate) fn valid_status(status: u16) -> bool {
+    (100..=599).contains(&status)
 }
 
 /// Whether a response can carry a body (not for HEAD, 1xx, 204 and 304).
@@ -23,24 +39,35 @@ pub(crate) fn has_body(head: bool, status: u16) -> bool {
     !head && status >= 200 && status != 204 && status != 304
 }
 
-/// Picks how a response is handled. `event_stream` is asked only when it matters (a
-/// translated 2xx answer), since reading the content type costs a host call.
+/// Picks how a response is handled (`expects_json`: the client asked for a JSON answer, not
+/// a stream). `event_stream` is asked only when it matters (a 2xx answer that is translated or
+/// must be JSON), since reading the content type costs a host call.
 pub(crate) fn response_mode(
     plan: &ResponsePlan,
     head: bool,
     status: u16,
+    expects_json: bool,
     event_stream: &mut dyn FnMut() -> bool,
 ) -> ResponseMode {
-    if !has_body(head, status) {
+    let translated = plan.translator.translates_responses();
+    if !valid_status(status) {
+        ResponseMode::Unreadable(Unreadable::Status(status))
+    } else if !has_body(head, status) {
         ResponseMode::Passthrough
     } else if status >= 400 {
         ResponseMode::Error(status)
-    } else if !plan.translator.translates_responses() {
+    } else if !translated && !expects_json {
         ResponseMode::Passthrough
     } else if event_stream() {
-        ResponseMode::Stream
-    } else {
+        if expects_json {
+            ResponseMode::Unreadable(Unreadable::UnaskedStream)
+        } else {
+            ResponseMode::Stream
+        }
+    } else if translated {
         ResponseMode::Translated
+    } else {
+        ResponseMode::Passthrough
     }
 }
 
@@ -81,7 +108,20 @@ pub(crate) fn finish(
             Finished { status, json: false, body: out, error_code: None }
         }
         ResponseMode::Passthrough => Finished { status, json: false, body, error_code: None },
+        ResponseMode::Unreadable(why) => gateway_error(&unreadable_error(plan.provider.name, why)),
     }
+}
+
+/// The gateway's 502 for an answer it cannot pass on, naming what the provider sent.
+pub(crate) fn unreadable_error(provider: &str, why: Unreadable) -> GatewayError {
+    let message = match why {
+        Unreadable::Status(status) => format!("provider '{provider}' answered with an invalid HTTP status {status}"),
+        Unreadable::UnaskedStream => format!(
+            "provider '{provider}' answered with an event stream to a request that did not ask for one: \
+             the answer could not be read"
+        ),
+    };
+    GatewayError::new(502, "api_error", message).with_code("invalid_provider_response")
 }
 
 pub(crate) fn gateway_error(error: &GatewayError) -> Finished {
@@ -115,11 +155,23 @@ pub(crate) fn routed_failure(status: u16, details: &str) -> Option<Failure> {
     }
 }
 
+/// Whether Envoy's response details say the provider broke off after its response headers (a
+/// reset, a bad chunk). An answer the filter held is then answered by Envoy itself, past the
+/// filter: the Envoy config's local reply mapper gives it the gateway's error shape and code.
+pub(crate) fn broke_off(details: &str) -> bool {
+    details.starts_with("upstream_reset_after_response_started")
+}
+
+/// The error code of that answer (the local reply mapper's).
+pub(crate) const BROKE_OFF_CODE: &str = "upstream_incomplete";
+
 /// Why a dispatched call did not succeed: Envoy's own text answers of a call that never
 /// reached a provider, no answer at all (status 0), or the provider's status. `None`: a 2xx.
 pub(crate) fn call_failure(status: u16, body: &[u8]) -> Option<Failure> {
     match status {
         0 => Some(Failure::Unreachable),
+        // Not an HTTP status: a broken provider, as a 502 would say.
+        s if !valid_status(s) => Some(Failure::Status(502)),
         504 if body == b"upstream request timeout" => Some(Failure::Timeout),
         503 if body.starts_with(b"upstream connect error") || body.starts_with(b"no healthy upstream") => {
             Some(Failure::Unreachable)
@@ -172,6 +224,9 @@ mod tests {
         assert_eq!(call_failure(503, b"no healthy upstream"), Some(Failure::Unreachable));
         assert_eq!(call_failure(201, b""), None);
         assert_eq!(call_failure(429, b""), Some(Failure::Status(429)));
+        // Three digits that are no HTTP status: a broken provider, as a 502 would say.
+        assert_eq!(call_failure(999, b"{}"), Some(Failure::Status(502)));
+        assert_eq!(call_failure(42, b""), Some(Failure::Status(502)));
     }
 
     #[test]

@@ -68,6 +68,8 @@ struct FakeIo {
     gauges: StdHashMap<String, i64>,
     /// Every access-log line published, in order.
     access_lines: Vec<Vec<u8>>,
+    /// The gateway headers published for Envoy's own replies, by request.
+    published: StdHashMap<u32, StdHashMap<String, String>>,
 }
 
 impl FakeIo {
@@ -83,6 +85,7 @@ impl FakeIo {
             metrics: Vec::new(),
             gauges: StdHashMap::new(),
             access_lines: Vec::new(),
+            published: StdHashMap::new(),
         }
     }
 
@@ -197,6 +200,10 @@ impl Io for FakeIo {
 
     fn access_log(&mut self, line: &[u8]) {
         self.access_lines.push(line.to_vec());
+    }
+
+    fn publish_header(&mut self, id: u32, name: &str, value: &str) {
+        self.published.entry(id).or_default().insert(name.to_string(), value.to_string());
     }
 }
 
@@ -1295,4 +1302,93 @@ fn a_stream_that_fails_has_no_time_to_first_token() {
     let record = gw.finished(1).unwrap();
     assert_eq!((record.status, record.time_to_first_token_ms), (429, None));
     assert!(!gw.metrics().iter().any(|m| m.starts_with(metrics::TIME_TO_FIRST_TOKEN)), "{:?}", gw.metrics());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Answers the gateway cannot pass on
+
+#[test]
+fn a_status_outside_http_is_a_502_that_names_it() {
+    let mut gw = Gateway::new(SETTINGS);
+    gw.post(1, chat_with_config("gw-key", &openai("sk", 9001)), CHAT);
+    let out = gw.response_headers(1, 999, &[("content-type", "application/json")], "via_upstream");
+    assert_eq!(out.action, Action::Pause);
+    let (_, status, headers, body) = reply(&out);
+    assert_eq!(status, 502);
+    assert_eq!(
+        body["error"],
+        json!({"message": "provider 'openai' answered with an invalid HTTP status 999", "type": "api_error",
+            "param": null, "code": "invalid_provider_response"})
+    );
+    assert!(headers.contains_key(TRACE_HEADER) && headers[PROVIDER_HEADER] == "openai");
+    let record = gw.finished(1).unwrap();
+    assert_eq!((record.status, record.error_code), (502, Some("invalid_provider_response")));
+
+    // A fallback goes on as after a 502, and a dispatched call's odd status is named too.
+    let config = fallback(vec![openai("a", 9001), openai("b", 9002)]);
+    gw.post(2, chat_with_config("gw-key", &config), CHAT);
+    assert_eq!(gw.response_headers(2, 600, &[], "via_upstream").action, Action::Pause);
+    let token = gw.io.sent.last().unwrap().token;
+    let (_, status, _, body) = reply(&gw.answer(token, 1000, &[("content-type", "application/json")], COMPLETION));
+    assert_eq!(status, 502);
+    assert_eq!(body["error"]["message"], "provider 'openai' answered with an invalid HTTP status 1000");
+}
+
+#[test]
+fn an_event_stream_for_a_request_that_asked_for_json_is_a_502() {
+    let unasked = "provider '{}' answered with an event stream to a request that did not ask for one: \
+                   the answer could not be read";
+    let event_stream = [("content-type", "text/event-stream")];
+    // OpenAI-compatible, whose answers otherwise pass untouched, and a translated provider.
+    let mut gw = Gateway::new(SETTINGS);
+    gw.post(1, chat_with_config("gw-key", &openai("sk", 9001)), CHAT);
+    let (_, status, headers, body) = reply(&gw.response_headers(1, 200, &event_stream, "via_upstream"));
+    assert_eq!((status, body["error"]["message"].as_str()), (502, Some(unasked.replace("{}", "openai").as_str())));
+    assert_eq!(headers["content-type"], "application/json");
+    let body = br#"{"model":"claude-x","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
+    gw.post(2, anthropic_chat(), body);
+    let (_, status, _, body) = reply(&gw.response_headers(2, 200, &event_stream, "via_upstream"));
+    assert_eq!((status, body["error"]["code"].as_str()), (502, Some("invalid_provider_response")));
+
+    // Asked for, a stream is a stream; a JSON answer to a JSON request passes as before.
+    let streamed = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    gw.post(3, chat_with_config("gw-key", &openai("sk", 9001)), streamed);
+    assert_eq!(gw.response_headers(3, 200, &event_stream, "via_upstream"), Output::proceed());
+    gw.post(4, chat_with_config("gw-key", &openai("sk", 9001)), CHAT);
+    assert_eq!(gw.response_headers(4, 200, &[("content-type", "application/json")], "via_upstream"), Output::proceed());
+
+    // A recovered answer is judged the same way.
+    let config = fallback(vec![openai("a", 9001), openai("b", 9002)]);
+    gw.post(5, chat_with_config("gw-key", &config), CHAT);
+    gw.response_headers(5, 500, &[], "via_upstream");
+    let token = gw.io.sent.last().unwrap().token;
+    let (_, status, _, body) = reply(&gw.answer(token, 200, &event_stream, b"data: {}\n\n"));
+    assert_eq!((status, body["error"]["code"].as_str()), (502, Some("invalid_provider_response")));
+}
+
+#[test]
+fn a_held_answer_publishes_the_gateway_headers_for_envoys_own_reply() {
+    let mut gw = Gateway::new(SETTINGS);
+    let body = br#"{"model":"claude-x","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
+    gw.post(1, anthropic_chat(), body);
+    assert_eq!(
+        gw.response_headers(1, 200, &[("content-type", "application/json")], "via_upstream").action,
+        Action::Pause
+    );
+    let published = gw.io.published[&1].clone();
+    assert_eq!(Some(&published[TRACE_HEADER]), gw.client_header(1, TRACE_HEADER).as_ref());
+    assert_eq!(published[PROVIDER_HEADER], "anthropic");
+    // The provider breaks off before the body ends: Envoy answers (502), and the record says so.
+    gw.io.streams(1).details = "upstream_reset_after_response_started{remote_reset}".to_string();
+    let record = gw.finished(1).unwrap();
+    assert_eq!((record.status, record.error_code), (502, Some("upstream_incomplete")));
+
+    // A held failure that recovers publishes its headers too; an answer that flows, none.
+    let config = fallback(vec![openai("a", 9001), openai("b", 9002)]);
+    gw.post(2, chat_with_config("gw-key", &config), CHAT);
+    assert_eq!(gw.response_headers(2, 500, &[], "via_upstream").action, Action::Pause);
+    assert_eq!(gw.io.published[&2][RETRIES_HEADER], "0");
+    gw.post(3, chat_with_config("gw-key", &openai("sk", 9001)), CHAT);
+    assert_eq!(gw.response_headers(3, 200, &[("content-type", "application/json")], "via_upstream"), Output::proceed());
+    assert!(!gw.io.published.contains_key(&3));
 }

@@ -211,6 +211,10 @@ impl Io for HostIo {
         logged(abi::set_property(&[ACCESS_LOG_PROPERTY], line));
     }
 
+    fn publish_header(&mut self, id: u32, name: &str, value: &str) {
+        logged(self.on(id).and_then(|()| abi::set_property(&[name], value.as_bytes())));
+    }
+
     fn metric(&mut self, kind: Kind, name: &str, value: u64) {
         let metric_type = match kind {
             Kind::Counter => MetricType::Counter,

@@ -36,15 +36,33 @@ pub(crate) trait Converter {
     fn on_event(&mut self, event: &Event, out: &mut Vec<u8>);
     /// The client stream is over; nothing more is sent.
     fn is_done(&self) -> bool;
+    /// Marks the client stream over without sending anything.
+    fn close(&mut self);
     /// Ends the client stream (`data: [DONE]`); nothing more is sent.
-    fn end(&mut self, out: &mut Vec<u8>);
-    /// OpenAI's in-stream error chunk, then the end of the client stream.
+    fn end(&mut self, out: &mut Vec<u8>) {
+        sse::write_data(out, b"[DONE]");
+        self.close();
+    }
+    /// The provider's own error event: OpenAI's in-stream error chunk, then the end of the
+    /// client stream.
     fn end_with_error(&mut self, message: &str, kind: &str, out: &mut Vec<u8>) {
-        sse::write_data(out, &crate::errors::error_json(message, kind, None, None));
+        write_error(out, message, kind);
         self.end(out);
     }
-    /// The upstream stream ended: ends the client stream if it is not over.
-    fn finish(&mut self, out: &mut Vec<u8>);
+    /// The upstream stream ended: a converter whose provider's stream was complete ends the
+    /// client stream (if it is not over yet); an unfinished one is left to [`sse::SseStream`],
+    /// which reports it cut short.
+    fn finish(&mut self, _out: &mut Vec<u8>) {}
+}
+
+/// OpenAI's in-stream error chunk.
+pub(crate) fn write_error(out: &mut Vec<u8>, message: &str, kind: &str) {
+    sse::write_data(out, &crate::errors::error_json(message, kind, None, None));
+}
+
+/// Why a provider's stream that ended before its last event is an error.
+pub(crate) fn cut_short(provider: &str) -> String {
+    format!("provider '{provider}' ended the stream before it was complete")
 }
 
 /// Helpers for the tests of every module that reads or writes streams.

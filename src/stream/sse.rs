@@ -167,6 +167,12 @@ impl<C: Converter> SseStream<C> {
         }
         self.end_if_overflowed(out);
         self.events.finish(out);
+        // Cut short: the error and no `[DONE]`, so no client (the `openai` SDK raises) takes
+        // it for a complete answer.
+        if !self.events.is_done() {
+            super::write_error(out, &super::cut_short(self.events.provider()), "api_error");
+            self.events.close();
+        }
     }
 
     pub(crate) fn converter(&self) -> &C {

@@ -23,6 +23,7 @@ fixture) drops scripts and recordings and releases any reply waiting on a hold, 
     reply = openai_mock.script(Reply(hold=threading.Event()))    # no answer until the test sets it
     reply.received.wait(5)                                       # the request with this reply arrived
     openai_mock.script(OpenAIMock.error(429, "slow down", code="rate_limit_exceeded"))
+    openai_mock.script(Reply(raw=b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n{", reset=True))  # a broken peer
     anthropic_mock.script(Reply(tool_calls=[ToolCall("get_weather", {"city": "Paris"})]))
 
 Embedding vectors are a hash of the input unless a test pins them (``reset()`` forgets it):
@@ -37,6 +38,7 @@ import hashlib
 import dataclasses
 import json
 import re
+import socket
 import ssl
 import struct
 import subprocess
@@ -101,6 +103,10 @@ class Reply:
     gate_timeout: float = 15.0
     step: threading.Semaphore | None = None  # OpenAI chat stream: before each content chunk after the
     step_timeout: float = 15.0  # first, take a permit (the test releases one per chunk it has read)
+    # a broken peer: these bytes (status line, headers, any body) are the whole answer, written
+    # as they are; then the connection closes, with a TCP reset (RST) when ``reset``
+    raw: bytes | None = None
+    reset: bool = False
     # filled in by the mock
     hold_timed_out: bool | None = None  # True if the hold was never released in time
     gate_timed_out: bool | None = None  # True if the gate was never set in time
@@ -306,6 +312,15 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def send_raw(self, data: bytes, reset: bool = False):
+        """Writes ``data`` as it is and closes the connection (``reset``: with an RST, no FIN)."""
+        self.wfile.write(data)
+        self.wfile.flush()
+        self.close_connection = True
+        if reset:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+
     def send_json(self, status: int, obj: Any, headers: dict | None = None):
         self.send_bytes(status, json.dumps(obj).encode(), "application/json", headers)
 
@@ -483,7 +498,9 @@ class MockProvider:
                 time.sleep(reply.stall)
             if reply.hold is not None:
                 reply.hold_timed_out = not reply.hold.wait(reply.hold_timeout)
-            if reply.body is not None:
+            if reply.raw is not None:
+                h.send_raw(reply.raw, reset=reply.reset)
+            elif reply.body is not None:
                 body = reply.body
                 if isinstance(body, (dict, list)):
                     h.send_json(reply.status, body, reply.headers)

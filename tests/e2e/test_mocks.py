@@ -154,6 +154,19 @@ def test_openai_scripted_error_stall_and_model_keying(openai_mock):
     assert out.choices[0].message.content == OpenAIMock.default_text
 
 
+def test_a_raw_reply_is_written_as_it_is_then_closed_or_reset(openai_mock):
+    url, headers = f"{openai_mock.base_url}/chat/completions", {"Authorization": "Bearer k"}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    openai_mock.script(Reply(raw=b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{\"id\"", reset=True))
+    with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+        httpx.post(url, json=body, headers=headers, timeout=10)
+    openai_mock.script(Reply(raw=b"HTTP/1.1 999 Odd\r\nContent-Length: 2\r\n\r\n{}"))
+    r = httpx.post(url, json=body, headers=headers, timeout=10)
+    assert (r.status_code, r.content) == (999, b"{}")
+    # The next request gets a proper answer on a new connection.
+    assert httpx.post(url, json=body, headers=headers, timeout=10).status_code == 200
+
+
 def test_openai_requires_bearer_and_404s_unknown_paths(openai_mock):
     r = httpx.post(f"{openai_mock.base_url}/chat/completions", json={"model": "m", "messages": []})
     assert r.status_code == 401 and r.json()["error"]["type"] == "invalid_request_error"

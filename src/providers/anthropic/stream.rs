@@ -5,7 +5,6 @@
 use super::{finish_reason, prompt_tokens, str_field};
 use crate::providers::chunks::ChunkWriter;
 use crate::providers::{ResponseContext, Usage};
-use crate::stream::sse::write_data;
 use crate::stream::{Converter, Event};
 use hashbrown::HashMap;
 use serde_json::{json, Value};
@@ -18,7 +17,7 @@ pub(crate) struct EventConverter {
     completion_tokens: u64,
     /// OpenAI tool call index of each Anthropic `tool_use` content block index.
     tool_blocks: HashMap<u64, usize>,
-    /// `[DONE]` was sent; the client stream is over.
+    /// The client stream is over (`[DONE]` or an error was sent).
     done: bool,
 }
 
@@ -151,16 +150,9 @@ impl Converter for EventConverter {
         self.done
     }
 
-    fn end(&mut self, out: &mut Vec<u8>) {
-        write_data(out, b"[DONE]");
+    /// `message_stop` ends the client stream; an upstream that ends before it was cut short.
+    fn close(&mut self) {
         self.done = true;
-    }
-
-    /// An upstream that ended without `message_stop` still ends the client stream cleanly.
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        if !self.done {
-            self.end(out);
-        }
     }
 }
 

@@ -751,19 +751,28 @@ fn stream_event_too_large_ends_stream_with_error() {
 }
 
 #[test]
-fn stream_without_message_stop_still_ends() {
+fn a_stream_without_message_stop_ends_with_an_error_and_no_done() {
     let input = concat!(
         "event: message_start\n",
         "data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\"}}\n\n",
         "event: content_block_delta\n",
         "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"cut\"}}",
     );
-    let payloads = payloads(&run_stream(ctx(true, false), &[input.as_bytes()]));
-    assert_eq!(deltas(&payloads[..2]), vec![json!({"role": "assistant", "content": ""}), json!({"content": "cut"})]);
-    assert_eq!(payloads[2], "[DONE]");
-    assert_eq!(payloads.len(), 3);
-    // An empty upstream still gets a clean end.
-    assert_eq!(run_stream(ctx(true, false), &[]), b"data: [DONE]\n\n");
+    let sent = payloads(&run_stream(ctx(true, false), &[input.as_bytes()]));
+    assert_eq!(deltas(&sent[..2]), vec![json!({"role": "assistant", "content": ""}), json!({"content": "cut"})]);
+    let cut = json!({"error": {"message": "provider 'anthropic' ended the stream before it was complete",
+        "type": "api_error", "param": null, "code": null}});
+    assert_eq!(sent[2..], *std::slice::from_ref(&cut), "an error, and no [DONE]");
+    // Cut after the finish reason, before `message_stop`, or before anything at all.
+    let stopped = concat!(
+        "event: message_start\n",
+        "data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\"}}\n\n",
+        "event: message_delta\n",
+        "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\n",
+    );
+    let after_stop_reason = payloads(&run_stream(ctx(true, false), &[stopped.as_bytes()]));
+    assert_eq!(after_stop_reason.last(), Some(&cut));
+    assert_eq!(payloads(&run_stream(ctx(true, false), &[])), [cut]);
 }
 
 // --- errors -----------------------------------------------------------------------------
@@ -896,8 +905,12 @@ fn nonsense_never_panics() {
         let bytes = garbage(2000, seed);
         let _ = chat_response(&bytes, &ctx(false, true));
         let _ = normalize_error(500, &bytes);
-        let out = run_stream(ctx(false, true), &[&bytes]);
-        assert!(out.ends_with(b"data: [DONE]\n\n"));
+        // Never a complete answer: the stream ends with the gateway's error.
+        let out = payloads(&run_stream(ctx(false, true), &[&bytes]));
+        assert_eq!(
+            out.last().and_then(|p| p["error"]["message"].as_str()),
+            Some(crate::stream::cut_short("anthropic").as_str())
+        );
     }
     let _ = normalize_error(0, b"{\"error\":{\"message\":5,\"type\":[]}}");
 }

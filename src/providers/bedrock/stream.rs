@@ -3,10 +3,9 @@
 
 use super::eventstream::{Decoder, Frame};
 use super::{finish_reason, tokens};
-use crate::errors::error_json;
 use crate::providers::chunks::ChunkWriter;
 use crate::providers::{str_field, ResponseContext, Usage};
-use crate::stream::sse::write_data;
+use crate::stream::{self, sse::write_data};
 use hashbrown::HashMap;
 use serde_json::{json, Value};
 
@@ -16,6 +15,8 @@ pub(crate) struct EventStream {
     usage: Usage,
     /// OpenAI tool call index of each Converse `toolUse` content block index.
     tool_blocks: HashMap<u64, usize>,
+    /// `messageStop` arrived: the answer is complete (only the usage may follow).
+    stopped: bool,
     /// The client stream is over (`[DONE]` or an error event was sent).
     done: bool,
 }
@@ -28,6 +29,7 @@ impl EventStream {
             chunks: ChunkWriter::new(ctx, id),
             usage: Usage::default(),
             tool_blocks: HashMap::new(),
+            stopped: false,
             done: false,
         }
     }
@@ -47,14 +49,15 @@ impl EventStream {
         }
     }
 
-    /// The upstream stream ended: a stream cut inside a frame is an error; one that ended
-    /// without `metadata` still ends the client stream cleanly.
+    /// The upstream stream ended: a stream cut inside a frame or before `messageStop` is an
+    /// error; one that ended without `metadata` still ends the client stream cleanly.
     pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
         if self.done {
             return;
         }
         match self.decoder.finish() {
-            Ok(()) => self.end(out),
+            Ok(()) if self.stopped => self.end(out),
+            Ok(()) => self.fail(&stream::cut_short("bedrock"), "api_error", out),
             Err(error) => {
                 self.fail(&format!("provider 'bedrock' sent an invalid event stream: {error}"), "api_error", out)
             }
@@ -94,6 +97,7 @@ impl EventStream {
             "contentBlockStart" => self.on_block_start(data, out),
             "contentBlockDelta" => self.on_block_delta(data, out),
             "messageStop" => {
+                self.stopped = true;
                 let reason = finish_reason(str_field(Some(data), "stopReason"));
                 self.chunks.delta(json!({}), Some(reason), out);
             }
@@ -156,7 +160,7 @@ impl EventStream {
     /// OpenAI's in-stream error event; the stream ends without `[DONE]` (the `openai` SDK
     /// then raises, as with OpenAI's own stream errors).
     fn fail(&mut self, message: &str, kind: &str, out: &mut Vec<u8>) {
-        write_data(out, &error_json(message, kind, None, None));
+        stream::write_error(out, message, kind);
         self.done = true;
     }
 }

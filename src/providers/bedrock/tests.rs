@@ -209,6 +209,23 @@ fn a_corrupt_or_cut_stream_ends_with_an_error_event() {
 }
 
 #[test]
+fn a_stream_that_ends_before_message_stop_ends_with_an_error_and_no_done() {
+    let frames = [
+        event_frame("messageStart", r#"{"role":"assistant"}"#),
+        event_frame("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"Hé"}}"#),
+    ];
+    let events = payloads(&streamed(&[&frames.concat()]).0);
+    assert_eq!(events[1]["choices"][0]["delta"], json!({"content": "Hé"}));
+    let cut = json!({"error": {"message": "provider 'bedrock' ended the stream before it was complete",
+        "type": "api_error", "param": null, "code": null}});
+    assert_eq!(events[2..], *std::slice::from_ref(&cut));
+    assert_eq!(payloads(&streamed(&[]).0), [cut]);
+    // After `messageStop` the answer is whole, even without the usage that follows it.
+    let stopped = [frames.concat(), event_frame("messageStop", r#"{"stopReason":"end_turn"}"#)].concat();
+    assert_eq!(payloads(&streamed(&[&stopped]).0).last(), Some(&json!("[DONE]")));
+}
+
+#[test]
 fn an_error_message_frame_ends_the_stream() {
     let frame = encode_frame(
         &[(":message-type", "error"), (":error-code", "InternalFailure"), (":error-message", "boom")],

@@ -4,9 +4,8 @@
 use super::{finish_reason, tool_call, usage_of};
 use crate::providers::chunks::ChunkWriter;
 use crate::providers::{error_kind_for_status, str_field, ResponseContext, Usage};
-use crate::stream::sse::write_data;
 use crate::stream::{Converter, Event};
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 use serde_json::{json, Value};
 
 /// Gemini's responses in, OpenAI's chunks out.
@@ -16,9 +15,11 @@ pub(crate) struct GeminiEvents {
     chunks: ChunkWriter,
     /// The tool calls sent so far of each candidate seen (its role chunk went out).
     candidates: HashMap<u64, usize>,
+    /// The candidates whose finish reason arrived: the stream is complete once every one has.
+    finished: HashSet<u64>,
     /// The latest counts (each response repeats the totals so far).
     usage: Usage,
-    /// `[DONE]` was sent; the client stream is over.
+    /// The client stream is over (`[DONE]` or an error was sent).
     done: bool,
 }
 
@@ -29,6 +30,7 @@ impl GeminiEvents {
             provider,
             chunks: ChunkWriter::new(ctx, String::new()),
             candidates: HashMap::new(),
+            finished: HashSet::new(),
             usage: Usage::default(),
             done: false,
         }
@@ -64,6 +66,7 @@ impl GeminiEvents {
         }
         if let Some(reason) = str_field(Some(candidate), "finishReason") {
             let called = self.candidates.get(&index).is_some_and(|calls| *calls > 0);
+            self.finished.insert(index);
             self.chunks.choice_delta(index, json!({}), Some(finish_reason(Some(reason), called)), out);
         }
     }
@@ -107,6 +110,7 @@ impl Converter for GeminiEvents {
         let blocked = str_field(data.get("promptFeedback"), "blockReason").is_some();
         if candidates.is_empty() && self.candidates.is_empty() && blocked {
             self.candidates.insert(0, 0);
+            self.finished.insert(0);
             self.chunks.choice_delta(0, json!({"role": "assistant", "content": ""}), None, out);
             self.chunks.choice_delta(0, json!({}), Some("content_filter"), out);
         }
@@ -116,15 +120,16 @@ impl Converter for GeminiEvents {
         self.done
     }
 
-    fn end(&mut self, out: &mut Vec<u8>) {
-        write_data(out, b"[DONE]");
+    fn close(&mut self) {
         self.done = true;
     }
 
     /// Gemini's stream simply ends after the response that has the finish reason: the usage
-    /// chunk (when asked for) and `[DONE]` go then.
+    /// chunk (when asked for) and `[DONE]` go then. Before every candidate's finish reason
+    /// it was cut short.
     fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.done {
+        let complete = !self.candidates.is_empty() && self.candidates.keys().all(|i| self.finished.contains(i));
+        if self.done || !complete {
             return;
         }
         self.chunks.usage(self.usage.prompt_tokens, self.usage.completion_tokens, out);

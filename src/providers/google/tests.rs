@@ -405,6 +405,37 @@ fn stream_split_at_every_offset_is_the_same() {
 }
 
 #[test]
+fn a_stream_cut_before_every_finish_reason_ends_with_an_error_and_no_done() {
+    let cut = json!({"error": {"message": "provider 'vertex-ai' ended the stream before it was complete",
+        "type": "api_error", "param": null, "code": null}});
+    let run = |input: &str| {
+        let mut stream = SseStream::new(GeminiEvents::new(ctx(true), "vertex-ai"));
+        let mut out = Vec::new();
+        stream.push(input.as_bytes(), &mut out);
+        stream.finish(&mut out);
+        payloads(&out)
+    };
+    // Before the finish reason, in the middle of its event, or before anything.
+    let first = STREAM.split_inclusive("\n\n").next().unwrap();
+    let sent = run(first);
+    assert_eq!(sent[1]["choices"][0]["delta"], json!({"content": "Hi"}));
+    assert_eq!(sent[2..], *std::slice::from_ref(&cut));
+    assert_eq!(run(&STREAM[..STREAM.len() - 20]).last(), Some(&cut));
+    assert_eq!(run(""), *std::slice::from_ref(&cut));
+    // Two candidates, only one of which finished.
+    let two = concat!(
+        "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]},\"index\":0},",
+        "{\"content\":{\"parts\":[{\"text\":\"b\"}]},\"index\":1}]}\n\n",
+        "data: {\"candidates\":[{\"content\":{\"parts\":[]},\"finishReason\":\"STOP\",\"index\":0}]}\n\n",
+    );
+    assert_eq!(run(two).last(), Some(&cut));
+    // Complete: the usage chunk and `[DONE]`, no error.
+    let whole = run(STREAM);
+    assert_eq!(whole.last(), Some(&json!("[DONE]")));
+    assert!(whole.iter().all(|p| p.get("error").is_none()));
+}
+
+#[test]
 fn stream_errors_and_blocked_prompts() {
     let error =
         "data: {\"error\":{\"code\":429,\"message\":\"Resource exhausted.\",\"status\":\"RESOURCE_EXHAUSTED\"}}\n\n";
