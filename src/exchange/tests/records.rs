@@ -91,7 +91,7 @@ fn records_wait_a_second_then_go_in_one_batch_with_the_token_and_the_timer_stops
     // Each record is the access-log object plus its arrival time and id (two random u64s).
     let mut expected: Value = serde_json::from_slice(&record.to_json()).unwrap();
     expected["timestamp_ms"] = json!(start);
-    expected["record_id"] = json!("00000000000000070000000000000007");
+    expected["record_id"] = json!("0000000f42400000000000000007");
     assert_eq!(records[0], expected);
     assert_eq!(
         (records[0]["workspace"].clone(), records[1]["timestamp_ms"].clone()),
@@ -146,7 +146,7 @@ fn a_batch_that_fails_is_tried_again_later_and_past_the_bound_records_are_droppe
     gw.tick();
     let (token, first) = batches(&gw)[0].clone();
     let ids = |records: &[Value]| records.iter().map(|r| r["record_id"].clone()).collect::<Vec<_>>();
-    assert_eq!(ids(&first), [json!("00000000000000070000000000000007"), json!("00000000000000080000000000000008")]);
+    assert_eq!(ids(&first), [json!("0000000f42400000000000000007"), json!("0000000f42400000000000000008")]);
     // The control plane is down: no answer (a timeout or a reset comes back as status 0).
     assert_eq!(gw.answer(token, 0, &[], b""), Output::proceed());
     assert_eq!(dropped(&gw), 0);
