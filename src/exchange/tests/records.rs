@@ -110,19 +110,19 @@ fn records_wait_a_second_then_go_in_one_batch_with_the_token_and_the_timer_stops
 }
 
 #[test]
-fn a_hundred_waiting_records_leave_at_the_next_tick_and_one_batch_at_a_time() {
+fn five_hundred_waiting_records_leave_at_the_next_tick_and_one_batch_at_a_time() {
     let mut gw = Gateway::new(CP);
-    for id in 1..=100 {
+    for id in 1..=500 {
         served(&mut gw, id, &format!("t-{id}"));
     }
-    assert_eq!(gw.io.ticks, vec![1000, 1], "the hundredth record asks for a tick at once");
+    assert_eq!(gw.io.ticks, vec![1000, 1], "the 500th record asks for a tick at once");
     gw.advance_clock(1);
     gw.tick();
     let [(token, records)] = batches(&gw).try_into().unwrap();
-    assert_eq!(records.len(), 100);
+    assert_eq!(records.len(), 500);
 
     // More finish while the batch is in flight: they wait for its answer.
-    for id in 101..=250 {
+    for id in 501..=650 {
         served(&mut gw, id, &format!("t-{id}"));
     }
     gw.advance_clock(2000);
@@ -133,7 +133,7 @@ fn a_hundred_waiting_records_leave_at_the_next_tick_and_one_batch_at_a_time() {
     gw.tick();
     let batches = batches(&gw);
     assert_eq!((batches.len(), batches[1].1.len()), (2, 150));
-    assert_eq!(batches[1].1[0]["trace_id"], json!("t-101"));
+    assert_eq!(batches[1].1[0]["trace_id"], json!("t-501"));
 }
 
 #[test]
