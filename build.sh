@@ -72,14 +72,17 @@ has_rustup_target() {
 wasm_cargo() {
   # The target flags go right after the subcommand: what follows `--` belongs to the tool.
   local target="$1" subcommand="$2"; shift 2
+  # Source paths in the module (panic locations) name neither the checkout nor CARGO_HOME, so
+  # its size, held to WASM_SIZE_LIMIT, is the same wherever it is built.
+  local remap="--remap-path-prefix=$ROOT=/model-gateway --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
   if has_rustup_target "$target"; then
-    cargo "$subcommand" --target "$target" "$@"
+    CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$remap" cargo "$subcommand" --target "$target" "$@"
   else
     install_debian_wasm_toolchain
     # /usr/bin first: `cargo clippy` must find Debian's clippy, which matches Debian's rustc.
     PATH="/usr/bin:$PATH" RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
     CARGO_TARGET_WASM32_WASIP1_LINKER=wasm-ld-19 \
-    CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C link-self-contained=no -L /usr/lib/wasm32-wasi" \
+    CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C link-self-contained=no -L /usr/lib/wasm32-wasi $remap" \
     CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER=wasm-ld-19 \
       /usr/bin/cargo "$subcommand" --target "$target" -Zbuild-std=std,panic_abort "$@"
   fi
