@@ -151,7 +151,7 @@ def nested_targets(levels: int, leaf: dict) -> dict:
 @pytest.mark.parametrize("levels", [9, 63, 64, 100])
 def test_targets_nested_too_deep_are_400_naming_the_ninth_level(gateway, openai_mock, levels):
     """64 levels and more nest deeper than the JSON parser reads: the same 400 as 9 to 63."""
-    leaf = {"provider": "openai", "api_key": "sk-k", "custom_host": openai_mock.base_url}
+    leaf = {"provider": "openai", "api_key": "sk-config-key", "custom_host": openai_mock.base_url}
     r = gateway.chat(config(nested_targets(levels, leaf)))
     assert_error(r, 400, param=".".join(["targets[0]"] * 9), code="invalid_config",
                  contains="targets nest more than 8 levels deep")
@@ -159,7 +159,7 @@ def test_targets_nested_too_deep_are_400_naming_the_ninth_level(gateway, openai_
 
 
 def test_eight_levels_of_targets_are_served(gateway, openai_mock):
-    leaf = {"provider": "openai", "api_key": "sk-k", "custom_host": openai_mock.base_url}
+    leaf = {"provider": "openai", "api_key": "sk-config-key", "custom_host": openai_mock.base_url}
     r = gateway.chat(config(nested_targets(8, leaf)))
     assert r.status_code == 200, r.text
     assert r.headers["x-gateway-target"] == ".".join(["targets[0]"] * 8)
@@ -187,7 +187,7 @@ def test_deep_nesting_in_config_header_is_400(gateway, openai_mock):
 
 
 def openai_leaf(mock, **fields) -> dict:
-    return {"provider": "openai", "api_key": "sk-k", "custom_host": mock.base_url, **fields}
+    return {"provider": "openai", "api_key": "sk-config-key", "custom_host": mock.base_url, **fields}
 
 
 @pytest.mark.parametrize("bad", ["sk-a\r\nx-injected: 1", "sk-a\nb", "sk-a\x00b"], ids=["crlf", "lf", "nul"])

@@ -155,7 +155,7 @@ def test_openai_scripted_error_stall_and_model_keying(openai_mock):
 
 
 def test_a_raw_reply_is_written_as_it_is_then_closed_or_reset(openai_mock):
-    url, headers = f"{openai_mock.base_url}/chat/completions", {"Authorization": "Bearer k"}
+    url, headers = f"{openai_mock.base_url}/chat/completions", OPENAI_AUTH
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     openai_mock.script(Reply(raw=b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{\"id\"", reset=True))
     with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
