@@ -95,34 +95,56 @@ impl Open {
     }
 }
 
-/// The way to the first array or object of `text` nested more than `max_depth` deep (as
-/// serde_json counts: the outermost is 1), or `None` when nothing is. One pass over the bytes
-/// that skips strings, so it costs nothing like a parse and cannot recurse; invalid JSON gives
-/// a way that is meaningless but harmless.
-pub(crate) fn beyond_depth(text: &[u8], max_depth: usize) -> Option<Vec<Step>> {
-    let mut open: Vec<Open> = Vec::new();
+/// What a scan of JSON text meets: a byte outside strings, or a whole string (its byte range,
+/// quotes included).
+pub(crate) enum Lexeme {
+    Byte(u8),
+    String { start: usize, end: usize },
+}
+
+/// The lexemes of `text`, in one pass over its bytes that never parses or recurses: the
+/// checks that must hold before a body is parsed read its structure through this. Invalid
+/// JSON gives lexemes that are meaningless but harmless.
+pub(crate) fn lexemes(text: &[u8]) -> impl Iterator<Item = Lexeme> + '_ {
     let mut string_start = None;
     let mut escaped = false;
-    for (at, &byte) in text.iter().enumerate() {
-        if let Some(start) = string_start {
-            if escaped {
-                escaped = false;
-            } else if byte == b'\\' {
-                escaped = true;
-            } else if byte == b'"' {
-                string_start = None;
+    text.iter().enumerate().filter_map(move |(at, &byte)| {
+        let Some(start) = string_start else {
+            if byte == b'"' {
+                string_start = Some(at);
+                return None;
+            }
+            return Some(Lexeme::Byte(byte));
+        };
+        if escaped {
+            escaped = false;
+        } else if byte == b'\\' {
+            escaped = true;
+        } else if byte == b'"' {
+            string_start = None;
+            return Some(Lexeme::String { start, end: at + 1 });
+        }
+        None
+    })
+}
+
+/// The way to the first array or object of `text` nested more than `max_depth` deep (as
+/// serde_json counts: the outermost is 1), or `None` when nothing is. One pass over
+/// [`lexemes`], so it costs nothing like a parse and cannot recurse; invalid JSON gives a way
+/// that is meaningless but harmless.
+pub(crate) fn beyond_depth(text: &[u8], max_depth: usize) -> Option<Vec<Step>> {
+    let mut open: Vec<Open> = Vec::new();
+    for lexeme in lexemes(text) {
+        match lexeme {
+            Lexeme::String { start, end } => {
                 if let Some(Open::Object { key, expects_key }) = open.last_mut() {
                     if *expects_key {
-                        *key = Some((start, at + 1));
+                        *key = Some((start, end));
                         *expects_key = false;
                     }
                 }
             }
-            continue;
-        }
-        match byte {
-            b'"' => string_start = Some(at),
-            b'{' | b'[' => {
+            Lexeme::Byte(byte @ (b'{' | b'[')) => {
                 if open.len() == max_depth {
                     return Some(open.iter().map(|o| o.step(text)).collect());
                 }
@@ -132,15 +154,15 @@ pub(crate) fn beyond_depth(text: &[u8], max_depth: usize) -> Option<Vec<Step>> {
                     Open::Array { item: 0 }
                 });
             }
-            b'}' | b']' => {
+            Lexeme::Byte(b'}' | b']') => {
                 open.pop();
             }
-            b',' => match open.last_mut() {
+            Lexeme::Byte(b',') => match open.last_mut() {
                 Some(Open::Array { item }) => *item += 1,
                 Some(Open::Object { expects_key, .. }) => *expects_key = true,
                 None => {}
             },
-            _ => {}
+            Lexeme::Byte(_) => {}
         }
     }
     None

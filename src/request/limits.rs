@@ -1,6 +1,7 @@
 //! Limits checked on the raw request body before it is parsed.
 
 use crate::errors::GatewayError;
+use crate::json_check::{lexemes, Lexeme};
 
 /// Most JSON values a request body may hold. serde_json's `Value` tree costs far more than
 /// the text it comes from: a 19 MiB body of `[],[],...` parses into ~20x its size, and wasm
@@ -15,24 +16,11 @@ pub(crate) const MAX_JSON_VALUES: usize = 500_000;
 /// left for the parser to reject.
 pub(crate) fn check_json_size(body: &[u8], max_values: usize) -> Result<(), GatewayError> {
     let mut values: usize = 1;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &byte in body {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if byte == b'\\' {
-                escaped = true;
-            } else if byte == b'"' {
-                in_string = false;
-            }
+    for lexeme in lexemes(body) {
+        if !matches!(lexeme, Lexeme::Byte(b'[' | b'{' | b',')) {
             continue;
         }
-        match byte {
-            b'"' => in_string = true,
-            b'[' | b'{' | b',' => values += 1,
-            _ => continue,
-        }
+        values += 1;
         // Stop at the limit: the rest of a huge body need not be read.
         if values > max_values {
             return Err(GatewayError::invalid_param(
