@@ -14,21 +14,21 @@ pub(crate) struct CloudFields {
     pub(crate) api_version: Option<String>,
     pub(crate) deployments: Vec<Deployment>,
     /// `x-gateway-cloud-a-model-name` (a header; the config has no such field).
-    pub(crate) cloud_a_model_name: Option<String>,
-    pub(crate) cloud_a_region: Option<String>,
-    pub(crate) cloud_a_deployment_name: Option<String>,
-    pub(crate) cloud_a_deployment_type: Option<CloudADeploymentType>,
-    pub(crate) cloud_a_endpoint_name: Option<String>,
-    pub(crate) cloud_a_api_version: Option<String>,
-    pub(crate) cloud_b_project_id: Option<String>,
-    pub(crate) cloud_b_region: Option<String>,
-    pub(crate) cloud_b_service_account_json: Option<Map<String, Value>>,
+    pub(crate) azure_model_name: Option<String>,
+    pub(crate) azure_region: Option<String>,
+    pub(crate) azure_deployment_name: Option<String>,
+    pub(crate) azure_deployment_type: Option<AzureDeploymentType>,
+    pub(crate) azure_endpoint_name: Option<String>,
+    pub(crate) azure_api_version: Option<String>,
+    pub(crate) gcp_project_id: Option<String>,
+    pub(crate) gcp_region: Option<String>,
+    pub(crate) gcp_service_account_json: Option<Map<String, Value>>,
     /// `X-Cloud-B-LLM-Request-Type` (a header), passed to Vertex under its own name.
-    pub(crate) cloud_b_request_type: Option<String>,
-    pub(crate) cloud_c_access_key_id: Option<String>,
-    pub(crate) cloud_c_secret_access_key: Option<String>,
-    pub(crate) cloud_c_region: Option<String>,
-    pub(crate) cloud_c_session_token: Option<String>,
+    pub(crate) gcp_request_type: Option<String>,
+    pub(crate) aws_access_key_id: Option<String>,
+    pub(crate) aws_secret_access_key: Option<String>,
+    pub(crate) aws_region: Option<String>,
+    pub(crate) aws_session_token: Option<String>,
 }
 
 impl CloudFields {
@@ -61,22 +61,22 @@ impl CloudFields {
             deployment_id: pick(self.deployment_id, &fallback.deployment_id),
             api_version: pick(self.api_version, &fallback.api_version),
             deployments: if self.deployments.is_empty() { fallback.deployments.clone() } else { self.deployments },
-            cloud_a_model_name: pick(self.cloud_a_model_name, &fallback.cloud_a_model_name),
-            cloud_a_region: pick(self.cloud_a_region, &fallback.cloud_a_region),
-            cloud_a_deployment_name: pick(self.cloud_a_deployment_name, &fallback.cloud_a_deployment_name),
-            cloud_a_deployment_type: self.cloud_a_deployment_type.or(fallback.cloud_a_deployment_type),
-            cloud_a_endpoint_name: pick(self.cloud_a_endpoint_name, &fallback.cloud_a_endpoint_name),
-            cloud_a_api_version: pick(self.cloud_a_api_version, &fallback.cloud_a_api_version),
-            cloud_b_project_id: pick(self.cloud_b_project_id, &fallback.cloud_b_project_id),
-            cloud_b_region: pick(self.cloud_b_region, &fallback.cloud_b_region),
-            cloud_b_request_type: pick(self.cloud_b_request_type, &fallback.cloud_b_request_type),
-            cloud_b_service_account_json: self
-                .cloud_b_service_account_json
-                .or_else(|| fallback.cloud_b_service_account_json.clone()),
-            cloud_c_access_key_id: pick(self.cloud_c_access_key_id, &fallback.cloud_c_access_key_id),
-            cloud_c_secret_access_key: pick(self.cloud_c_secret_access_key, &fallback.cloud_c_secret_access_key),
-            cloud_c_region: pick(self.cloud_c_region, &fallback.cloud_c_region),
-            cloud_c_session_token: pick(self.cloud_c_session_token, &fallback.cloud_c_session_token),
+            azure_model_name: pick(self.azure_model_name, &fallback.azure_model_name),
+            azure_region: pick(self.azure_region, &fallback.azure_region),
+            azure_deployment_name: pick(self.azure_deployment_name, &fallback.azure_deployment_name),
+            azure_deployment_type: self.azure_deployment_type.or(fallback.azure_deployment_type),
+            azure_endpoint_name: pick(self.azure_endpoint_name, &fallback.azure_endpoint_name),
+            azure_api_version: pick(self.azure_api_version, &fallback.azure_api_version),
+            gcp_project_id: pick(self.gcp_project_id, &fallback.gcp_project_id),
+            gcp_region: pick(self.gcp_region, &fallback.gcp_region),
+            gcp_request_type: pick(self.gcp_request_type, &fallback.gcp_request_type),
+            gcp_service_account_json: self
+                .gcp_service_account_json
+                .or_else(|| fallback.gcp_service_account_json.clone()),
+            aws_access_key_id: pick(self.aws_access_key_id, &fallback.aws_access_key_id),
+            aws_secret_access_key: pick(self.aws_secret_access_key, &fallback.aws_secret_access_key),
+            aws_region: pick(self.aws_region, &fallback.aws_region),
+            aws_session_token: pick(self.aws_session_token, &fallback.aws_session_token),
         }
     }
 }
@@ -90,13 +90,13 @@ pub(crate) struct Deployment {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CloudADeploymentType {
+pub(crate) enum AzureDeploymentType {
     Serverless,
     Managed,
 }
 
-impl CloudADeploymentType {
-    pub(crate) const ALL: [CloudADeploymentType; 2] = [Self::Serverless, Self::Managed];
+impl AzureDeploymentType {
+    pub(crate) const ALL: [AzureDeploymentType; 2] = [Self::Serverless, Self::Managed];
 
     pub(crate) fn as_str(self) -> &'static str {
         match self {

@@ -10,7 +10,7 @@ mod parts;
 #[cfg(test)]
 mod tests;
 
-use crate::cloud::{CloudADeploymentType, CloudFields};
+use crate::cloud::{AzureDeploymentType, CloudFields};
 use crate::errors::GatewayError;
 use crate::json_check::{beyond_depth, index, join, Step, MAX_JSON_DEPTH};
 use check::{boolean, header_text, integer, object, one_of, status_codes, string, Obj};
@@ -334,22 +334,22 @@ fn cloud_fields(obj: &Obj) -> Result<CloudFields, ConfigError> {
         deployment_id: obj.opt("deployment_id", string)?,
         api_version: obj.opt("api_version", string)?,
         deployments: obj.list("deployments", parts::deployment)?,
-        cloud_a_model_name: None,
-        cloud_a_region: obj.opt("cloud_a_region", string)?,
-        cloud_a_deployment_name: obj.opt("cloud_a_deployment_name", header_text)?,
-        cloud_a_deployment_type: obj.opt("cloud_a_deployment_type", |v, p| {
-            one_of(v, p, &CloudADeploymentType::ALL, CloudADeploymentType::as_str)
+        azure_model_name: None,
+        azure_region: obj.opt("cloud_a_region", string)?,
+        azure_deployment_name: obj.opt("cloud_a_deployment_name", header_text)?,
+        azure_deployment_type: obj.opt("cloud_a_deployment_type", |v, p| {
+            one_of(v, p, &AzureDeploymentType::ALL, AzureDeploymentType::as_str)
         })?,
-        cloud_a_endpoint_name: obj.opt("cloud_a_endpoint_name", string)?,
-        cloud_a_api_version: obj.opt("cloud_a_api_version", string)?,
-        cloud_b_project_id: obj.opt("cloud_b_project_id", string)?,
-        cloud_b_region: obj.opt("cloud_b_region", string)?,
-        cloud_b_service_account_json: obj.opt("cloud_b_service_account_json", object)?,
-        cloud_b_request_type: None,
-        cloud_c_access_key_id: obj.opt("cloud_c_access_key_id", header_text)?,
-        cloud_c_secret_access_key: obj.opt("cloud_c_secret_access_key", string)?,
-        cloud_c_region: obj.opt("cloud_c_region", string)?,
-        cloud_c_session_token: obj.opt("cloud_c_session_token", header_text)?,
+        azure_endpoint_name: obj.opt("cloud_a_endpoint_name", string)?,
+        azure_api_version: obj.opt("cloud_a_api_version", string)?,
+        gcp_project_id: obj.opt("cloud_b_project_id", string)?,
+        gcp_region: obj.opt("cloud_b_region", string)?,
+        gcp_service_account_json: obj.opt("cloud_b_service_account_json", object)?,
+        gcp_request_type: None,
+        aws_access_key_id: obj.opt("cloud_c_access_key_id", header_text)?,
+        aws_secret_access_key: obj.opt("cloud_c_secret_access_key", string)?,
+        aws_region: obj.opt("cloud_c_region", string)?,
+        aws_session_token: obj.opt("cloud_c_session_token", header_text)?,
     })
 }
 
@@ -411,7 +411,7 @@ fn does_something(c: &Config) -> bool {
     let provider = c.provider.is_some();
     let managed_slug = c.provider.as_deref().is_some_and(|p| p.starts_with('@'));
     let cloud = &c.cloud;
-    let cloud_a_kind = cloud.cloud_a_deployment_type.is_some();
+    let azure_kind = cloud.azure_deployment_type.is_some();
     managed_slug
         || provider && (c.api_key.is_some() || c.custom_host.is_some())
         || c.virtual_key.is_some()
@@ -421,16 +421,16 @@ fn does_something(c: &Config) -> bool {
         || c.prompt_id.is_some()
         || c.forward_headers.as_ref().is_some_and(|h| !h.is_empty())
         || c.request_timeout.is_some()
-        || provider && cloud.cloud_c_access_key_id.is_some() && cloud.cloud_c_secret_access_key.is_some()
+        || provider && cloud.aws_access_key_id.is_some() && cloud.aws_secret_access_key.is_some()
         || provider
-            && cloud.cloud_b_region.is_some()
-            && (cloud.cloud_b_service_account_json.is_some() || cloud.cloud_b_project_id.is_some())
+            && cloud.gcp_region.is_some()
+            && (cloud.gcp_service_account_json.is_some() || cloud.gcp_project_id.is_some())
         || provider
-            && cloud_a_kind
-            && cloud.cloud_a_deployment_name.is_some()
-            && cloud.cloud_a_region.is_some()
-            && cloud.cloud_a_api_version.is_some()
-        || provider && cloud_a_kind && cloud.cloud_a_endpoint_name.is_some()
+            && azure_kind
+            && cloud.azure_deployment_name.is_some()
+            && cloud.azure_region.is_some()
+            && cloud.azure_api_version.is_some()
+        || provider && azure_kind && cloud.azure_endpoint_name.is_some()
         || !c.before_request_hooks.is_empty()
         || !c.after_request_hooks.is_empty()
         || !c.input_guardrails.is_empty()

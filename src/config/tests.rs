@@ -1,5 +1,5 @@
 use super::*;
-use crate::cloud::{CloudADeploymentType, CloudFields, Deployment};
+use crate::cloud::{AzureDeploymentType, CloudFields, Deployment};
 use crate::unit_tests::test;
 use serde_json::json;
 
@@ -115,7 +115,7 @@ fn property_types_are_checked() {
     rejected(with(json!({"cloud_b_service_account_json": "{}"})), "cloud_b_service_account_json", "must be an object");
     let c = ok(with(json!({"strict_vendor_compliance": false, "name": "n", "cloud_b_service_account_json": {"a": 1}})));
     assert_eq!(c.strict_vendor_compliance, Some(false));
-    assert_eq!(c.cloud.cloud_b_service_account_json, json!({"a": 1}).as_object().cloned());
+    assert_eq!(c.cloud.gcp_service_account_json, json!({"a": 1}).as_object().cloned());
 }
 
 #[test]
@@ -187,7 +187,7 @@ fn enums_list_their_allowed_values() {
     );
     assert_eq!(ok(with(json!({"cache": {"mode": "simple"}}))).cache.map(|c| c.mode), Some(CacheMode::Simple));
     let c = ok(with(json!({"cloud_a_deployment_type": "serverless"})));
-    assert_eq!(c.cloud.cloud_a_deployment_type, Some(CloudADeploymentType::Serverless));
+    assert_eq!(c.cloud.azure_deployment_type, Some(AzureDeploymentType::Serverless));
 }
 
 // ---- required properties ----
@@ -893,10 +893,10 @@ fn realistic_nested_config_parses_into_the_expected_struct() {
             Config {
                 provider: s("cloud-c"),
                 cloud: CloudFields {
-                    cloud_c_access_key_id: s("AK"),
-                    cloud_c_secret_access_key: s("SK"),
-                    cloud_c_region: s("us-east-1"),
-                    cloud_c_session_token: s("tok"),
+                    aws_access_key_id: s("AK"),
+                    aws_secret_access_key: s("SK"),
+                    aws_region: s("us-east-1"),
+                    aws_session_token: s("tok"),
                     ..Default::default()
                 },
                 ..Default::default()
@@ -904,9 +904,9 @@ fn realistic_nested_config_parses_into_the_expected_struct() {
             Config {
                 provider: s("cloud-b"),
                 cloud: CloudFields {
-                    cloud_b_region: s("europe-west4"),
-                    cloud_b_project_id: s("proj"),
-                    cloud_b_service_account_json: Some(map(json!({"type": "service_account"}))),
+                    gcp_region: s("europe-west4"),
+                    gcp_project_id: s("proj"),
+                    gcp_service_account_json: Some(map(json!({"type": "service_account"}))),
                     ..Default::default()
                 },
                 ..Default::default()
@@ -914,11 +914,11 @@ fn realistic_nested_config_parses_into_the_expected_struct() {
             Config {
                 provider: s("cloud-a"),
                 cloud: CloudFields {
-                    cloud_a_endpoint_name: s("ep"),
-                    cloud_a_deployment_type: Some(CloudADeploymentType::Managed),
-                    cloud_a_region: s("r"),
-                    cloud_a_deployment_name: s("dn"),
-                    cloud_a_api_version: s("v1"),
+                    azure_endpoint_name: s("ep"),
+                    azure_deployment_type: Some(AzureDeploymentType::Managed),
+                    azure_region: s("r"),
+                    azure_deployment_name: s("dn"),
+                    azure_api_version: s("v1"),
                     ..Default::default()
                 },
                 ..Default::default()

@@ -8,7 +8,7 @@ use super::{
     host_label, missing_key, path_segment, Backend, Binding, Outbound, Provider, Signable, TargetFields, Translator,
     UpstreamRequest, Usage,
 };
-use crate::cloud::{CloudADeploymentType, CloudFields, Deployment};
+use crate::cloud::{AzureDeploymentType, CloudFields, Deployment};
 use crate::errors::GatewayError;
 use crate::request::endpoint::Endpoint;
 use serde_json::Value;
@@ -49,27 +49,27 @@ impl Provider for AzureAi {
             None
         } else {
             // The endpoint's name; a serverless deployment is reached by its own name.
-            let endpoint = cloud.cloud_a_endpoint_name.as_ref().or(cloud.cloud_a_deployment_name.as_ref());
+            let endpoint = cloud.azure_endpoint_name.as_ref().or(cloud.azure_deployment_name.as_ref());
             let endpoint = endpoint.ok_or_else(|| required("cloud_a_endpoint_name", "the endpoint's name"))?;
-            let region = cloud.cloud_a_region.as_ref().ok_or_else(|| required("cloud_a_region", "the region"))?;
+            let region = cloud.azure_region.as_ref().ok_or_else(|| required("cloud_a_region", "the region"))?;
             let kind = cloud
-                .cloud_a_deployment_type
+                .azure_deployment_type
                 .ok_or_else(|| required("cloud_a_deployment_type", "`serverless` or `managed`"))?;
             let domain = match kind {
-                CloudADeploymentType::Serverless => "models.ai.azure.com",
-                CloudADeploymentType::Managed => "inference.ml.azure.com",
+                AzureDeploymentType::Serverless => "models.ai.azure.com",
+                AzureDeploymentType::Managed => "inference.ml.azure.com",
             };
             let endpoint = host_label("cloud_a_endpoint_name", endpoint)?;
             Some(format!("https://{endpoint}.{}.{domain}", host_label("cloud_a_region", region)?))
         };
         let key = fields.api_key.map(str::to_string).ok_or_else(|| missing_key(name))?;
         let place = Foundry {
-            api_version: cloud.cloud_a_api_version.clone(),
+            api_version: cloud.azure_api_version.clone(),
             // A managed endpoint routes to one of its deployments by this header.
             deployment: cloud
-                .cloud_a_deployment_name
+                .azure_deployment_name
                 .clone()
-                .filter(|_| cloud.cloud_a_deployment_type == Some(CloudADeploymentType::Managed)),
+                .filter(|_| cloud.azure_deployment_type == Some(AzureDeploymentType::Managed)),
         };
         Ok(Binding { base_url, account: Some(key.clone()), backend: Rc::new(AzureBackend { key, place }) })
     }
@@ -372,11 +372,11 @@ mod tests {
     #[test]
     fn azure_ai_builds_its_host_from_the_endpoint_region_and_kind() {
         let managed = CloudFields {
-            cloud_a_endpoint_name: Some("my-ep".into()),
-            cloud_a_region: Some("eastus2".into()),
-            cloud_a_deployment_type: Some(CloudADeploymentType::Managed),
-            cloud_a_deployment_name: Some("llama-blue".into()),
-            cloud_a_api_version: Some("2024-05-01-preview".into()),
+            azure_endpoint_name: Some("my-ep".into()),
+            azure_region: Some("eastus2".into()),
+            azure_deployment_type: Some(AzureDeploymentType::Managed),
+            azure_deployment_name: Some("llama-blue".into()),
+            azure_api_version: Some("2024-05-01-preview".into()),
             ..CloudFields::default()
         };
         let fields = TargetFields { api_key: Some("k"), custom_host: false, built_in: None, cloud: &managed };
@@ -389,8 +389,8 @@ mod tests {
         let expected = vec![("azureml-model-deployment", "llama-blue".to_string()), ("api-key", "az-key".to_string())];
         assert_eq!(prepared.request.headers, expected);
         let serverless = CloudFields {
-            cloud_a_deployment_type: Some(CloudADeploymentType::Serverless),
-            cloud_a_endpoint_name: None,
+            azure_deployment_type: Some(AzureDeploymentType::Serverless),
+            azure_endpoint_name: None,
             ..managed
         };
         let fields = TargetFields { api_key: Some("k"), custom_host: false, built_in: None, cloud: &serverless };

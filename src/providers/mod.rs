@@ -613,13 +613,13 @@ mod tests {
 
     impl Provider for Regional {
         fn bind(&self, _name: &str, fields: TargetFields) -> Result<Binding, GatewayError> {
-            let region = fields.cloud.cloud_c_region.as_deref();
+            let region = fields.cloud.aws_region.as_deref();
             let base_url = match region {
                 Some(region) => Some(format!("https://runtime.{region}.example.com")),
                 None if fields.custom_host => None,
                 None => return Err(GatewayError::invalid_param("cloud_c_region", "required")),
             };
-            let secret = fields.cloud.cloud_c_secret_access_key.clone().unwrap_or_default();
+            let secret = fields.cloud.aws_secret_access_key.clone().unwrap_or_default();
             Ok(Binding { base_url, backend: Rc::new(Signing { secret }), account: None })
         }
     }
@@ -688,8 +688,8 @@ mod tests {
             beta: None,
         };
         let cloud = CloudFields {
-            cloud_c_region: Some("eu-1".into()),
-            cloud_c_secret_access_key: Some("s3cret".into()),
+            aws_region: Some("eu-1".into()),
+            aws_secret_access_key: Some("s3cret".into()),
             ..CloudFields::default()
         };
         let fields = TargetFields { api_key: None, custom_host: false, built_in: None, cloud: &cloud };

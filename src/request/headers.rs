@@ -26,17 +26,17 @@ enum Field {
     CacheNamespace,
     RequestTimeout,
     ForwardHeaders,
-    CloudAResourceName,
-    CloudADeploymentId,
-    CloudAApiVersion,
-    CloudAModelName,
-    CloudBProjectId,
-    CloudBRegion,
-    CloudBRequestType,
-    CloudCSessionToken,
-    CloudCSecretAccessKey,
-    CloudCRegion,
-    CloudCAccessKeyId,
+    AzureResourceName,
+    AzureDeploymentId,
+    AzureApiVersion,
+    AzureModelName,
+    GcpProjectId,
+    GcpRegion,
+    GcpRequestType,
+    AwsSessionToken,
+    AwsSecretAccessKey,
+    AwsRegion,
+    AwsAccessKeyId,
 }
 
 const HEADERS: &[(Field, &[&str])] = &[
@@ -54,17 +54,17 @@ const HEADERS: &[(Field, &[&str])] = &[
     (Field::CacheNamespace, &["x-gateway-cache-namespace", "cache_namespace", "cachenamespace"]),
     (Field::RequestTimeout, &["x-gateway-request-timeout", "request_timeout", "requesttimeout"]),
     (Field::ForwardHeaders, &["x-gateway-forward-headers", "forward_headers", "forwardheaders"]),
-    (Field::CloudAResourceName, &["x-gateway-cloud-a-resource-name"]),
-    (Field::CloudADeploymentId, &["x-gateway-cloud-a-deployment-id"]),
-    (Field::CloudAApiVersion, &["x-gateway-cloud-a-api-version"]),
-    (Field::CloudAModelName, &["x-gateway-cloud-a-model-name"]),
-    (Field::CloudBProjectId, &["x-gateway-cloud-b-project-id"]),
-    (Field::CloudBRegion, &["x-gateway-cloud-b-region"]),
-    (Field::CloudBRequestType, &["x-cloud-b-llm-request-type"]),
-    (Field::CloudCSessionToken, &["x-gateway-cloud-c-session-token"]),
-    (Field::CloudCSecretAccessKey, &["x-gateway-cloud-c-secret-access-key"]),
-    (Field::CloudCRegion, &["x-gateway-cloud-c-region"]),
-    (Field::CloudCAccessKeyId, &["x-gateway-cloud-c-access-key-id", "cloud_c_access_key_id", "cloudcaccesskeyid"]),
+    (Field::AzureResourceName, &["x-gateway-cloud-a-resource-name"]),
+    (Field::AzureDeploymentId, &["x-gateway-cloud-a-deployment-id"]),
+    (Field::AzureApiVersion, &["x-gateway-cloud-a-api-version"]),
+    (Field::AzureModelName, &["x-gateway-cloud-a-model-name"]),
+    (Field::GcpProjectId, &["x-gateway-cloud-b-project-id"]),
+    (Field::GcpRegion, &["x-gateway-cloud-b-region"]),
+    (Field::GcpRequestType, &["x-cloud-b-llm-request-type"]),
+    (Field::AwsSessionToken, &["x-gateway-cloud-c-session-token"]),
+    (Field::AwsSecretAccessKey, &["x-gateway-cloud-c-secret-access-key"]),
+    (Field::AwsRegion, &["x-gateway-cloud-c-region"]),
+    (Field::AwsAccessKeyId, &["x-gateway-cloud-c-access-key-id", "cloud_c_access_key_id", "cloudcaccesskeyid"]),
 ];
 
 /// Whether `text` can go out as a header value: no control character but the tab (RFC 9110;
@@ -172,9 +172,9 @@ pub(crate) fn is_secret_header(name: &str) -> bool {
                 Field::ApiKey
                     | Field::VirtualKey
                     | Field::Config
-                    | Field::CloudCAccessKeyId
-                    | Field::CloudCSecretAccessKey
-                    | Field::CloudCSessionToken
+                    | Field::AwsAccessKeyId
+                    | Field::AwsSecretAccessKey
+                    | Field::AwsSessionToken
             )
         })
 }
@@ -253,17 +253,17 @@ impl GatewayHeaders {
             Field::CacheNamespace => self.cache_namespace = text,
             Field::RequestTimeout => self.request_timeout = Some(parse_timeout(header, value)?),
             Field::ForwardHeaders => self.forward_headers = Some(parse_header_list(header, value)?),
-            Field::CloudAResourceName => self.cloud.resource_name = text,
-            Field::CloudADeploymentId => self.cloud.deployment_id = text,
-            Field::CloudAApiVersion => self.cloud.api_version = text,
-            Field::CloudAModelName => self.cloud.cloud_a_model_name = text,
-            Field::CloudBProjectId => self.cloud.cloud_b_project_id = text,
-            Field::CloudBRegion => self.cloud.cloud_b_region = text,
-            Field::CloudBRequestType => self.cloud.cloud_b_request_type = text,
-            Field::CloudCSessionToken => self.cloud.cloud_c_session_token = text,
-            Field::CloudCSecretAccessKey => self.cloud.cloud_c_secret_access_key = text,
-            Field::CloudCRegion => self.cloud.cloud_c_region = text,
-            Field::CloudCAccessKeyId => self.cloud.cloud_c_access_key_id = text,
+            Field::AzureResourceName => self.cloud.resource_name = text,
+            Field::AzureDeploymentId => self.cloud.deployment_id = text,
+            Field::AzureApiVersion => self.cloud.api_version = text,
+            Field::AzureModelName => self.cloud.azure_model_name = text,
+            Field::GcpProjectId => self.cloud.gcp_project_id = text,
+            Field::GcpRegion => self.cloud.gcp_region = text,
+            Field::GcpRequestType => self.cloud.gcp_request_type = text,
+            Field::AwsSessionToken => self.cloud.aws_session_token = text,
+            Field::AwsSecretAccessKey => self.cloud.aws_secret_access_key = text,
+            Field::AwsRegion => self.cloud.aws_region = text,
+            Field::AwsAccessKeyId => self.cloud.aws_access_key_id = text,
         }
         Ok(())
     }
@@ -358,8 +358,8 @@ mod tests {
         assert_eq!(h.provider.as_deref(), Some("openai"));
         assert_eq!(h.bearer.as_deref(), Some("sk-1"));
         assert_eq!(h.custom_host.as_deref(), Some("http://127.0.0.1:1/v1"));
-        assert_eq!(h.cloud.cloud_c_access_key_id.as_deref(), Some("AKIA"));
-        assert_eq!(h.cloud.cloud_b_request_type.as_deref(), Some("embeddings"));
+        assert_eq!(h.cloud.aws_access_key_id.as_deref(), Some("AKIA"));
+        assert_eq!(h.cloud.gcp_request_type.as_deref(), Some("embeddings"));
         // The key and the trace fields are read from the raw headers, under the same aliases.
         let raw: Vec<(String, Vec<u8>)> = pairs.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect();
         assert_eq!(api_key(&raw), Some(&b"gw"[..]));

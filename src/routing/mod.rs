@@ -453,7 +453,7 @@ mod tests {
         assert!(Settings::parse(shape).is_err());
         let good = br#"{"api_keys": ["gw"], "credentials": {"x": {"provider": "bedrock", "cloud_c_region": "us-east-1",
             "cloud_c_access_key_id": "AK", "cloud_c_secret_access_key": "SK"}}}"#;
-        assert_eq!(Settings::parse(good).unwrap().credentials["x"].cloud.cloud_c_region.as_deref(), Some("us-east-1"));
+        assert_eq!(Settings::parse(good).unwrap().credentials["x"].cloud.aws_region.as_deref(), Some("us-east-1"));
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub(crate) struct Bedrock;
 impl Provider for Bedrock {
     fn bind(&self, name: &str, fields: TargetFields) -> Result<Binding, GatewayError> {
         let cloud = fields.cloud;
-        let (base_url, region) = match &cloud.cloud_c_region {
+        let (base_url, region) = match &cloud.aws_region {
             Some(region) => {
                 let region = host_label("cloud_c_region", region)?;
                 let base_url = format!("https://bedrock-runtime.{region}.amazonaws.com");
@@ -61,9 +61,9 @@ impl Provider for Bedrock {
 /// what to send, never echoing what was sent.
 fn credentials(name: &str, cloud: &CloudFields) -> Result<AwsCredentials, GatewayError> {
     let non_empty = |field: &Option<String>| field.clone().filter(|value| !value.is_empty());
-    match (non_empty(&cloud.cloud_c_access_key_id), non_empty(&cloud.cloud_c_secret_access_key)) {
+    match (non_empty(&cloud.aws_access_key_id), non_empty(&cloud.aws_secret_access_key)) {
         (Some(access_key_id), Some(secret_access_key)) => {
-            Ok(AwsCredentials { access_key_id, secret_access_key, session_token: cloud.cloud_c_session_token.clone() })
+            Ok(AwsCredentials { access_key_id, secret_access_key, session_token: cloud.aws_session_token.clone() })
         }
         _ => Err(GatewayError::new(
             401,

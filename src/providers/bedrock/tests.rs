@@ -289,9 +289,9 @@ const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
 
 fn keys(region: Option<&str>) -> CloudFields {
     CloudFields {
-        cloud_c_access_key_id: Some("AKIDEXAMPLE".into()),
-        cloud_c_secret_access_key: Some(SECRET.into()),
-        cloud_c_region: region.map(str::to_string),
+        aws_access_key_id: Some("AKIDEXAMPLE".into()),
+        aws_secret_access_key: Some(SECRET.into()),
+        aws_region: region.map(str::to_string),
         ..CloudFields::default()
     }
 }
@@ -323,9 +323,9 @@ fn both_keys_are_required_and_never_echoed() {
         bind(&cloud, false).err().unwrap()
     };
     for e in [
-        without(|c| c.cloud_c_access_key_id = None),
-        without(|c| c.cloud_c_secret_access_key = None),
-        without(|c| c.cloud_c_secret_access_key = Some(String::new())),
+        without(|c| c.aws_access_key_id = None),
+        without(|c| c.aws_secret_access_key = None),
+        without(|c| c.aws_secret_access_key = Some(String::new())),
     ] {
         assert_eq!((e.status, e.code), (401, Some("missing_provider_key")));
         assert!(e.message.contains("cloud_c_secret_access_key"), "{}", e.message);
@@ -341,7 +341,7 @@ fn both_keys_are_required_and_never_echoed() {
 /// `POST http://127.0.0.1:9000/proxy/model/...%3A0/converse` with that body, at 1_700_000_000 s).
 #[test]
 fn the_request_is_signed_as_sent() {
-    let cloud = CloudFields { cloud_c_session_token: Some("tok".into()), ..keys(None) };
+    let cloud = CloudFields { aws_session_token: Some("tok".into()), ..keys(None) };
     let fields = TargetFields { api_key: None, custom_host: true, built_in: None, cloud: &cloud };
     let body = json!({"model": "us.anthropic.claude-3-5-haiku-20241022-v1:0", "messages": [{"role": "user", "content": "Hi"}]});
     let outbound = outbound(Endpoint::ChatCompletions, "/chat/completions", Some(body));

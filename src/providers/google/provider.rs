@@ -28,11 +28,11 @@ pub(crate) struct VertexAi;
 impl Provider for VertexAi {
     fn bind(&self, name: &str, fields: TargetFields) -> Result<Binding, GatewayError> {
         let cloud = fields.cloud;
-        let region = cloud.cloud_b_region.clone().ok_or_else(|| required("cloud_b_region"))?;
-        let service_account = cloud.cloud_b_service_account_json.as_ref();
+        let region = cloud.gcp_region.clone().ok_or_else(|| required("cloud_b_region"))?;
+        let service_account = cloud.gcp_service_account_json.as_ref();
         // A key file names its project; the config's wins.
         let project = cloud
-            .cloud_b_project_id
+            .gcp_project_id
             .clone()
             .or_else(|| service_account.and_then(|sa| sa.get("project_id")).and_then(Value::as_str).map(str::to_string))
             .ok_or_else(|| required("cloud_b_project_id"))?;
@@ -52,7 +52,7 @@ impl Provider for VertexAi {
             Credential::Token(token) => token.clone(),
         });
         let location = VertexLocation { project, region };
-        let request_type = cloud.cloud_b_request_type.clone();
+        let request_type = cloud.gcp_request_type.clone();
         Ok(Binding { base_url, account, backend: Rc::new(Vertex { location, credential, request_type }) })
     }
 }
@@ -144,29 +144,29 @@ mod tests {
     #[test]
     fn vertex_hosts_come_from_the_region() {
         let regional = CloudFields {
-            cloud_b_region: Some("europe-west4".into()),
-            cloud_b_project_id: Some("p".into()),
+            gcp_region: Some("europe-west4".into()),
+            gcp_project_id: Some("p".into()),
             ..CloudFields::default()
         };
         let url = |cloud: &CloudFields| bind(cloud, Some("ya29.t")).unwrap().base_url;
         assert_eq!(url(&regional).as_deref(), Some("https://europe-west4-aiplatform.googleapis.com"));
-        let global = CloudFields { cloud_b_region: Some("global".into()), ..regional.clone() };
+        let global = CloudFields { gcp_region: Some("global".into()), ..regional.clone() };
         assert_eq!(url(&global).as_deref(), Some("https://aiplatform.googleapis.com"));
-        let hostile = CloudFields { cloud_b_region: Some("evil.com/".into()), ..regional };
+        let hostile = CloudFields { gcp_region: Some("evil.com/".into()), ..regional };
         assert_eq!(bind(&hostile, Some("t")).err().and_then(|e| e.param).as_deref(), Some("cloud_b_region"));
     }
 
     #[test]
     fn configs_that_cannot_work_are_400s_naming_the_field() {
         let param = |cloud: CloudFields, key: Option<&str>| bind(&cloud, key).err().map(|e| (e.status, e.param));
-        let region = |r: &str| CloudFields { cloud_b_region: Some(r.into()), ..CloudFields::default() };
+        let region = |r: &str| CloudFields { gcp_region: Some(r.into()), ..CloudFields::default() };
         assert_eq!(param(CloudFields::default(), Some("t")), Some((400, Some("cloud_b_region".into()))));
         assert_eq!(param(region("us-east1"), Some("t")), Some((400, Some("cloud_b_project_id".into()))));
-        let keyless = CloudFields { cloud_b_project_id: Some("p".into()), ..region("us-east1") };
+        let keyless = CloudFields { gcp_project_id: Some("p".into()), ..region("us-east1") };
         assert_eq!(param(keyless, None).map(|(status, _)| status), Some(401));
         // A key file gives its project; one without a token_uri cannot be exchanged.
         let key_file = json!({"project_id": "from-key", "client_email": "a@b"}).as_object().cloned();
-        let broken = CloudFields { cloud_b_service_account_json: key_file, ..region("us-east1") };
+        let broken = CloudFields { gcp_service_account_json: key_file, ..region("us-east1") };
         let expected = Some((400, Some("cloud_b_service_account_json.token_uri".into())));
         assert_eq!(param(broken, None), expected);
     }
