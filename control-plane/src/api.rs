@@ -284,7 +284,7 @@ async fn ingest_records(State(s): State<AppState>, h: HeaderMap, body: Body) -> 
             &format!("the batch cannot be read (at most {} bytes): {e}", logs::MAX_BATCH_BYTES),
         )
     })?;
-    let records = logs::batch(&json_object(&body)?)?;
+    let records = logs::batch(&body)?;
     s.db.insert_records(&records).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": records.len()}))).into_response())
 }

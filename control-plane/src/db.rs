@@ -20,6 +20,8 @@ pub struct Db {
     /// would otherwise race for its next version number. (Several processes on one
     /// PostgreSQL database still can; their unique violations are retried by the caller.)
     writes: Arc<Mutex<()>>,
+    /// Whether the database is SQLite (its parameters are bound differently, see `logs`).
+    sqlite: bool,
 }
 
 /// What is stored: the four kinds of versioned items.
@@ -94,6 +96,12 @@ impl Db {
                         // keys, trace ids): a page cache larger than SQLite's 2 MB default keeps
                         // those pages in memory instead of reading them again per row.
                         sqlx::query("PRAGMA cache_size = -32768").execute(&mut *connection).await?;
+                        // Each batch dirties hundreds of pages of the trace-id index (its keys
+                        // are random); a checkpoint copies every page the log holds back to the
+                        // database. At SQLite's default (every 1,000 pages) that was every other
+                        // batch, copying the same index pages again and again: every 16,384
+                        // pages (a log of up to 64 MB) copies each of them once per many batches.
+                        sqlx::query("PRAGMA wal_autocheckpoint = 16384").execute(&mut *connection).await?;
                     }
                     Ok(())
                 })
@@ -106,7 +114,7 @@ impl Db {
             sqlx::query("PRAGMA journal_mode = WAL").execute(&pool).await?;
         }
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Db { pool, writes: Arc::new(Mutex::new(())) })
+        Ok(Db { pool, writes: Arc::new(Mutex::new(())), sqlite })
     }
 
     pub async fn close(&self) {
