@@ -149,10 +149,6 @@ impl Io for FakeIo {
         self.writes.push(Write::RequestBody(id, size, body.to_vec()));
     }
 
-    fn response_header(&mut self, id: u32, name: &str) -> Option<Vec<u8>> {
-        headers::find(&self.streams(id).response_headers, name).map(<[u8]>::to_vec)
-    }
-
     fn response_headers(&mut self, id: u32) -> RawHeaders {
         self.streams(id).response_headers.clone()
     }
