@@ -44,6 +44,7 @@ impl Exchange {
             return Action::Continue;
         };
         let provider = plan.provider.name;
+        // 1. Translated (or reshaped), with its usage.
         let (finished, content_type, mut headers) = match whole {
             Whole::Provider { mode, head, body } => {
                 let finished = finish(plan, mode, head.status, &head.headers, body);
@@ -52,17 +53,7 @@ impl Exchange {
                 if mode == ResponseMode::Passthrough && self.reports_usage && (200..300).contains(&head.status) {
                     self.record.usage = UsageScan::of(&finished.body);
                 }
-                let content_type = match mode {
-                    _ if finished.json => Some(JSON.to_string()),
-                    // A held stream sent in place says the type its cache entry says; a
-                    // recovered one keeps the provider's parameters, as a stream that flows does.
-                    ResponseMode::Stream if matches!(delivery, Delivery::InPlace(_)) => Some(EVENT_STREAM.to_string()),
-                    ResponseMode::Stream => Some(
-                        stream::client_content_type(head.content_type())
-                            .map_or_else(|| head.content_type_text(), str::to_string),
-                    ),
-                    _ => head.content_type().map(|_| head.content_type_text()),
-                };
+                let content_type = client_content_type(mode, finished.json, &head, delivery);
                 let headers = match delivery {
                     Delivery::Recovered => provider_headers(&head.headers, finished.json),
                     _ => Vec::new(),
@@ -71,28 +62,32 @@ impl Exchange {
             }
             Whole::Gateway(error) => (gateway_error(&error), Some(JSON.to_string()), Vec::new()),
         };
+        // 2. The record (the status the client's response headers carry until now, too).
         let success = (200..300).contains(&finished.status);
         let routed_status = self.record.status;
         if delivery == Delivery::Recovered {
+            // A recovered answer is a stream only when it succeeded.
             self.record.stream &= success;
             self.first_byte(env);
             self.record.provider = provider;
         }
         self.record.status = finished.status;
         self.record.error_code = finished.error_code;
+        // 3. Stored in the cache as it was finished.
         let content_type = content_type.unwrap_or_default();
         if success {
             self.cache.start_capture(env.settings, &content_type);
             self.capture(env, &finished.body, true);
         }
         let mut answer = Answer { status: finished.status, content_type, body: finished.body };
-        // A held answer, and any other 2xx, passes the output checks.
+        // 4. The output checks: a held answer, and any other 2xx, passes them.
         if self.guard.is_some() && (self.hold || success) {
             answer = match self.checked_answer(env, answer) {
                 Some(answer) => answer,
                 None => return Action::Pause,
             };
         }
+        // 5. Sent, with the gateway's headers (set already on a response changed in place).
         self.record.status = answer.status;
         self.record.client_received(&answer.body);
         let Delivery::InPlace(size) = delivery else {
@@ -134,6 +129,20 @@ impl Exchange {
         self.phase = Phase::Answered;
         self.record.client_received(&answer.body);
         env.after.push(After::Reply { id: env.id, status: answer.status, headers, body: answer.body });
+    }
+}
+
+/// The content type the client gets with a finished answer (None: the provider sent none).
+/// A held stream sent in place says the type its cache entry says; a recovered one keeps the
+/// provider's parameters, as a stream that flows does.
+fn client_content_type(mode: ResponseMode, json: bool, head: &Head, delivery: Delivery) -> Option<String> {
+    match mode {
+        _ if json => Some(JSON.to_string()),
+        ResponseMode::Stream if matches!(delivery, Delivery::InPlace(_)) => Some(EVENT_STREAM.to_string()),
+        ResponseMode::Stream => Some(
+            stream::client_content_type(head.content_type()).map_or_else(|| head.content_type_text(), str::to_string),
+        ),
+        _ => head.content_type().map(|_| head.content_type_text()),
     }
 }
 
