@@ -4,7 +4,9 @@
 //! request or the answer is held until every one answered or timed out.
 
 use super::record::HookStage;
-use super::{Dispatch, Env, RawHeaders, Task};
+use super::waiters::{Fetch, Waiter};
+use super::worker::Task;
+use super::{Dispatch, Env, RawHeaders};
 use crate::cache::completion::{self, StreamAssembler};
 use crate::errors::GatewayError;
 use crate::guardrails::calls::{CallSpec, Continuation, JwksUpdate, Reply};
@@ -380,27 +382,22 @@ impl Guard {
         let now_ms = if pending.is_empty() { 0 } else { env.io.host().now_ms() };
         for pending in pending {
             let jwks = match &pending.then {
-                Continuation::Jwks { uri, .. } => Some(uri.clone()),
+                Continuation::Jwks { uri, .. } => Some(Fetch::Jwks(uri.clone())),
                 Continuation::Webhook { .. } => None,
             };
             // One JWKS fetch serves every check waiting for it.
-            if let Some(waiters) = jwks.as_ref().and_then(|uri| env.tasks.jwks_waiters.get_mut(uri)) {
-                let alias = env.tasks.aliases;
-                env.tasks.aliases = alias.wrapping_sub(1);
-                waiters.push((env.id, alias));
+            if let Some(alias) = jwks.as_ref().and_then(|fetch| env.tasks.join_as_check(env.id, fetch)) {
                 calls.insert(alias, Waiting { slot: pending.slot, then: pending.then, started_ms: now_ms });
                 continue;
             }
             match dispatch(env, &pending.call) {
                 Some(token) => {
-                    let task = match jwks {
-                        Some(uri) => {
-                            env.tasks.jwks_waiters.insert(uri.clone(), vec![(env.id, token)]);
-                            Task::Jwks(uri)
+                    match jwks {
+                        Some(fetch) => env.tasks.started(token, Waiter { id: env.id, token }, fetch),
+                        None => {
+                            env.tasks.calls.insert(token, (env.id, Task::Check));
                         }
-                        None => Task::Check,
-                    };
-                    env.tasks.calls.insert(token, (env.id, task));
+                    }
                     calls.insert(token, Waiting { slot: pending.slot, then: pending.then, started_ms: now_ms });
                 }
                 None => {

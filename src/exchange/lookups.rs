@@ -5,12 +5,122 @@
 //! depends on shared data); when the control plane cannot answer, an entry read within
 //! `grace_ms` still serves.
 
-use super::{metrics, CallAnswer, Dispatch, Io};
-use crate::catalog::{self, Entry, Ref, Resolve};
+use super::waiters::{Fetch, Waiter};
+use super::{metrics, unroute, CallAnswer, Dispatch, Env, Io, RawHeaders};
+use crate::catalog::{self, Catalog, Entry, Ref, Resolve, MAX_LOOKUPS};
 use crate::errors::GatewayError;
+use crate::pipeline::{self, Pending, Started};
 use crate::ports::Host;
 use crate::settings::{ControlPlaneSettings, Settings};
 use hashbrown::HashMap;
+
+/// The control-plane entries one request read (so its progress never depends on shared
+/// data), and how many reads it waited for.
+#[derive(Default)]
+pub(super) struct Reads {
+    known: HashMap<Ref, Entry>,
+    waited: u32,
+}
+
+/// Where reading an entry left a request.
+pub(super) enum Read {
+    /// Held until the entry arrives (see [`Stalled`]).
+    Waiting,
+    /// The entry is known now (read within the grace period): the request is processed again.
+    Known,
+}
+
+impl Reads {
+    /// The pipeline's start of a request (finished at once when its whole `body` is in) with
+    /// the entries it can know; and the caller's workspace, once its key is known.
+    pub(super) fn start(
+        &self,
+        env: &mut Env,
+        raw: &RawHeaders,
+        body: Option<&[u8]>,
+    ) -> (Result<Started, GatewayError>, Option<String>) {
+        let mut known = Known::new(&self.known, &mut env.tasks.recent);
+        let mut catalog = Catalog::new(env.settings, &mut known);
+        let started = match pipeline::start(env.settings, raw, env.io.host(), &mut catalog) {
+            Ok(Started::NeedsBody(pending)) => match body {
+                // A JSON endpoint whose body is in (or that was called without one).
+                Some(bytes) => pipeline::finish(env.settings, pending, bytes, env.io.host(), &mut catalog),
+                None => Ok(Started::NeedsBody(pending)),
+            },
+            started => started,
+        };
+        let workspace = (catalog.enabled() && !catalog.workspace.is_empty()).then(|| catalog.workspace.clone());
+        (started, workspace)
+    }
+
+    /// The pipeline's finish of a request whose body arrived.
+    pub(super) fn finish(&self, env: &mut Env, pending: Pending, body: &[u8]) -> Result<Started, GatewayError> {
+        let mut known = Known::new(&self.known, &mut env.tasks.recent);
+        let mut catalog = Catalog::new(env.settings, &mut known);
+        pipeline::finish(env.settings, pending, body, env.io.host(), &mut catalog)
+    }
+
+    /// Reads entry `r` for the request with headers `raw`: one read per entry serves every
+    /// request of this worker waiting for it. Err: the request's answer.
+    pub(super) fn read(&mut self, env: &mut Env, r: Ref, raw: &RawHeaders) -> Result<Read, GatewayError> {
+        let Some(cp) = &env.settings.control_plane else {
+            return Err(catalog::unavailable(&r, "not configured"));
+        };
+        self.waited += 1;
+        if self.waited > MAX_LOOKUPS {
+            return Err(GatewayError::new(500, "api_error", "the request needs too many control-plane reads"));
+        }
+        unroute(env, raw);
+        let fetch = Fetch::Lookup(r.clone());
+        if env.tasks.waiters.join(&fetch, || Waiter::request(env.id)) {
+            return Ok(Read::Waiting);
+        }
+        let Some(token) = env.io.dispatch(env.id, &call(cp, &r)) else {
+            // Not even sent (e.g. no such cluster): as when it does not answer.
+            count(env.io, "failed");
+            let entry = failed(cp, &r, "it could not be called", env.io.host())?;
+            self.known.insert(r, entry);
+            return Ok(Read::Known);
+        };
+        env.tasks.started(token, Waiter::request(env.id), fetch);
+        Ok(Read::Waiting)
+    }
+
+    /// The entry a request waited for arrived.
+    pub(super) fn arrived(&mut self, r: &Ref, entry: &Entry) {
+        self.known.insert(r.clone(), entry.clone());
+    }
+}
+
+/// A request waiting for a control-plane entry: its headers, and its body once complete
+/// (when the gateway reads it).
+pub(super) struct Stalled {
+    pub(super) raw: RawHeaders,
+    pub(super) body: Option<(usize, Vec<u8>)>,
+    /// The body is complete (or there is none).
+    pub(super) ended: bool,
+}
+
+impl Stalled {
+    pub(super) fn new(raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Box<Stalled> {
+        let ended = body.is_some();
+        Box::new(Stalled { raw, body, ended })
+    }
+
+    /// The request's body ended (`size` bytes in Envoy's buffer): kept when the gateway reads
+    /// it (a body it does not read stays in Envoy's buffer). The body read, the first time.
+    pub(super) fn body_ended(&mut self, env: &mut Env, size: usize) -> Option<&[u8]> {
+        if self.ended {
+            return None;
+        }
+        self.ended = true;
+        if !pipeline::reads_body(&self.raw) {
+            return None;
+        }
+        let body = env.io.request_body(env.id, size);
+        Some(&self.body.insert((size, body)).1)
+    }
+}
 
 /// What one request read, then what this worker read lately (while it is fresh), then what
 /// is fresh in shared data. A warm request makes neither a call nor a shared-data read, nor

@@ -40,14 +40,13 @@ pub(crate) fn has_body(head: bool, status: u16) -> bool {
 }
 
 /// Picks how a response is handled (`expects_json`: the client asked for a JSON answer, not
-/// a stream). `event_stream` is asked only when it matters (a 2xx answer that is translated or
-/// must be JSON), since reading the content type costs a host call.
+/// a stream; `event_stream`: the provider answered with a stream).
 pub(crate) fn response_mode(
     plan: &ResponsePlan,
     head: bool,
     status: u16,
     expects_json: bool,
-    event_stream: &mut dyn FnMut() -> bool,
+    event_stream: bool,
 ) -> ResponseMode {
     let translated = plan.translator.translates_responses();
     if !valid_status(status) {
@@ -58,7 +57,7 @@ pub(crate) fn response_mode(
         ResponseMode::Error(status)
     } else if !translated && !expects_json {
         ResponseMode::Passthrough
-    } else if event_stream() {
+    } else if event_stream {
         if expects_json {
             ResponseMode::Unreadable(Unreadable::UnaskedStream)
         } else {

@@ -70,6 +70,8 @@ struct FakeIo {
     access_lines: Vec<Vec<u8>>,
     /// The gateway headers published for Envoy's own replies, by request.
     published: StdHashMap<u32, StdHashMap<String, String>>,
+    /// How often the exchange asked for a request's response headers.
+    head_reads: StdHashMap<u32, u32>,
 }
 
 impl FakeIo {
@@ -86,6 +88,7 @@ impl FakeIo {
             gauges: StdHashMap::new(),
             access_lines: Vec::new(),
             published: StdHashMap::new(),
+            head_reads: StdHashMap::new(),
         }
     }
 
@@ -149,11 +152,8 @@ impl Io for FakeIo {
         self.writes.push(Write::RequestBody(id, size, body.to_vec()));
     }
 
-    fn response_header(&mut self, id: u32, name: &str) -> Option<Vec<u8>> {
-        headers::find(&self.streams(id).response_headers, name).map(<[u8]>::to_vec)
-    }
-
     fn response_headers(&mut self, id: u32) -> RawHeaders {
+        *self.head_reads.entry(id).or_default() += 1;
         self.streams(id).response_headers.clone()
     }
 
@@ -485,6 +485,40 @@ fn anthropic_chat() -> RawHeaders {
 }
 
 const ANTHROPIC_MESSAGE: &[u8] = br#"{"id":"msg_01","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"Hello from Claude"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":4}}"#;
+
+#[test]
+fn a_routed_answer_reads_its_head_from_the_host_once() {
+    let mut gw = Gateway::new(SETTINGS);
+    let openai = request(
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("x-gateway-api-key", "gw-key"),
+            ("x-gateway-provider", "openai"),
+            ("x-gateway-custom-host", "http://127.0.0.1:9000/v1"),
+            ("authorization", "Bearer sk-local"),
+        ],
+    );
+    // Passing untouched (its usage read as it flows), translated whole, translated as a stream.
+    gw.post(1, openai, CHAT);
+    gw.response_headers(1, 200, &[("content-type", "application/json")], "via_upstream");
+    gw.response_body(1, COMPLETION, true);
+    let body = br#"{"model":"claude-x","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
+    gw.post(2, anthropic_chat(), body);
+    gw.response_headers(2, 200, &[("content-type", "application/json")], "via_upstream");
+    gw.response_body(2, ANTHROPIC_MESSAGE, true);
+    let stream = br#"{"model":"claude-x","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    gw.post(3, anthropic_chat(), stream);
+    gw.response_headers(3, 200, &[("content-type", "text/event-stream; charset=utf-8")], "via_upstream");
+    gw.response_body(3, b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", true);
+
+    assert_eq!(gw.client_body(1), COMPLETION);
+    assert_eq!(json_of(&gw.client_body(2))["object"], "chat.completion");
+    assert_eq!(gw.client_header(3, "content-type").as_deref(), Some("text/event-stream; charset=utf-8"));
+    for id in 1..=3 {
+        assert_eq!(gw.io.head_reads.get(&id), Some(&1), "request {id}");
+    }
+}
 
 #[test]
 fn anthropic_requests_and_answers_are_translated() {

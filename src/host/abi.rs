@@ -158,13 +158,6 @@ extern "C" {
     ) -> u32;
     fn proxy_get_header_map_pairs(map_type: u32, return_map_data: *mut *mut u8, return_map_size: *mut usize) -> u32;
     fn proxy_set_header_map_pairs(map_type: u32, map_data: *const u8, map_size: usize) -> u32;
-    fn proxy_get_header_map_value(
-        map_type: u32,
-        key_data: *const u8,
-        key_size: usize,
-        return_value_data: *mut *mut u8,
-        return_value_size: *mut usize,
-    ) -> u32;
     fn proxy_remove_header_map_value(map_type: u32, key_data: *const u8, key_size: usize) -> u32;
     fn proxy_replace_header_map_value(
         map_type: u32,
@@ -235,21 +228,6 @@ pub(crate) fn set_map(map: Map, pairs: &[(&str, &[u8])]) -> Result<(), HostError
     let bytes = wire::serialize_map(pairs)?;
     // SAFETY: the pointer and length describe a live slice.
     check(unsafe { proxy_set_header_map_pairs(map.raw(), bytes.as_ptr(), bytes.len()) })
-}
-
-/// One header's value; `None` when the header is absent.
-pub(crate) fn get_map_value(map: Map, name: &str) -> Result<Option<Vec<u8>>, HostError> {
-    let mut data: *mut u8 = null_mut();
-    let mut size: usize = 0;
-    // SAFETY: the name is a live slice, the out-pointers are valid for writes; on success the
-    // host hands over `data`.
-    unsafe {
-        match proxy_get_header_map_value(map.raw(), name.as_ptr(), name.len(), &mut data, &mut size) {
-            OK => Ok(Some(take(data, size))),
-            HostError::NOT_FOUND => Ok(None),
-            status => Err(HostError::Status(status)),
-        }
-    }
 }
 
 /// Sets a header, replacing every value it had (adds it when absent).

@@ -160,10 +160,6 @@ impl Io for HostIo {
         logged(self.on(id).and_then(|()| abi::set_buffer(Buffer::RequestBody, 0, size, body)));
     }
 
-    fn response_header(&mut self, id: u32, name: &str) -> Option<Vec<u8>> {
-        logged(self.on(id).and_then(|()| abi::get_map_value(Map::ResponseHeaders, name)))
-    }
-
     fn response_headers(&mut self, id: u32) -> Vec<(String, Vec<u8>)> {
         logged(self.on(id).and_then(|()| abi::get_map(Map::ResponseHeaders)))
     }

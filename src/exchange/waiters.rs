@@ -1,0 +1,99 @@
+//! Requests waiting for what one dispatched call fetches for all of them: a credential's
+//! access token, a JWKS, a control-plane entry. The first request starts the call; the others
+//! join it; its answer goes to every request still waiting. A request that ends leaves the
+//! queue, but the call goes on for the others (and its key stays, so a later request joins the
+//! call on its way instead of starting another).
+
+use crate::catalog::Ref;
+use hashbrown::HashMap;
+
+/// What one call fetches for every request of the worker waiting for it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum Fetch {
+    /// The access token of the credential with this cache key.
+    Token(String),
+    /// The JWKS at this URI (for the checks that verify a JWT).
+    Jwks(String),
+    /// A control-plane entry.
+    Lookup(Ref),
+}
+
+/// A request waiting for a fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Waiter {
+    pub(super) id: u32,
+    /// The call token the request waits under (a check's, for a JWKS); 0 when it needs none.
+    pub(super) token: u32,
+}
+
+impl Waiter {
+    pub(super) fn request(id: u32) -> Waiter {
+        Waiter { id, token: 0 }
+    }
+}
+
+/// Every fetch a worker's requests wait for, with its waiting requests in arrival order.
+#[derive(Default)]
+pub(super) struct Waiters(HashMap<Fetch, Vec<Waiter>>);
+
+impl Waiters {
+    /// Joins the fetch already on its way with the waiter `waiter` makes; false when none is
+    /// (the caller starts the call, then `started`).
+    pub(super) fn join(&mut self, fetch: &Fetch, waiter: impl FnOnce() -> Waiter) -> bool {
+        match self.0.get_mut(fetch) {
+            Some(waiters) => {
+                waiters.push(waiter());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The call for `fetch` started on behalf of `first`.
+    pub(super) fn started(&mut self, fetch: Fetch, first: Waiter) {
+        self.0.insert(fetch, vec![first]);
+    }
+
+    /// The fetch answered: the requests still waiting for it.
+    pub(super) fn answered(&mut self, fetch: &Fetch) -> Vec<Waiter> {
+        self.0.remove(fetch).unwrap_or_default()
+    }
+
+    /// Request `id` ended: it waits for nothing any more.
+    pub(super) fn forget(&mut self, id: u32) {
+        for waiters in self.0.values_mut() {
+            waiters.retain(|waiter| waiter.id != id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit_tests::test;
+
+    #[test]
+    fn one_fetch_serves_every_waiter_and_a_request_that_ended_leaves_its_queue() {
+        let mut waiters = Waiters::default();
+        let jwks = Fetch::Jwks("https://idp/jwks".into());
+        assert!(!waiters.join(&jwks, || Waiter { id: 1, token: 10 }), "nobody fetches it yet");
+        waiters.started(jwks.clone(), Waiter { id: 1, token: 10 });
+        assert!(waiters.join(&jwks, || Waiter { id: 2, token: 20 }));
+        assert!(waiters.join(&jwks, || Waiter { id: 3, token: 30 }));
+        waiters.forget(2);
+        assert_eq!(waiters.answered(&jwks), vec![Waiter { id: 1, token: 10 }, Waiter { id: 3, token: 30 }]);
+        assert_eq!(waiters.answered(&jwks), Vec::new(), "answered once");
+    }
+
+    #[test]
+    fn a_fetch_whose_waiters_all_ended_is_still_joined() {
+        let mut waiters = Waiters::default();
+        let token = Fetch::Token("sa@project".into());
+        waiters.started(token.clone(), Waiter::request(1));
+        waiters.forget(1);
+        // The call goes on: a later request waits for it instead of starting another.
+        assert!(waiters.join(&token, || Waiter::request(2)));
+        assert_eq!(waiters.answered(&token), vec![Waiter::request(2)]);
+        assert!(!waiters.join(&Fetch::Token("other".into()), || Waiter::request(3)));
+    }
+}

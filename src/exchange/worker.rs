@@ -1,0 +1,375 @@
+//! The worker: every request of one Envoy worker thread (one VM), and what outlives any one
+//! of them. Each dispatched call is a task in one registry keyed by its call token, whichever
+//! context its answer arrives on; a fetch several requests need (an access token, a JWKS, a
+//! control-plane entry) is one call with its waiters; delayed attempts and record batches wait
+//! on the root context's timer.
+
+use super::gate::Gate;
+use super::record::{self, Record};
+use super::waiters::{Fetch, Waiter, Waiters};
+use super::{lookups, metrics, reply, shipping, tokens};
+use super::{Action, Bodies, CallAnswer, Env, Exchange, Io, Output};
+use crate::routing::attempts::Next;
+use crate::settings::Settings;
+use hashbrown::HashMap;
+use metrics::ModelLabels;
+use std::rc::Rc;
+
+/// A dispatched call's wait before it starts.
+pub(super) struct Timer {
+    pub(super) due_ms: u64,
+    pub(super) owner: u32,
+    pub(super) attempt: usize,
+}
+
+/// What a dispatched call was for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Task {
+    /// A recovery attempt (the plan knows which).
+    Attempt,
+    Embedding,
+    /// A guardrail check's call (a webhook).
+    Check,
+    /// What every request waiting for it needs (see [`Waiters`]).
+    Fetch(Fetch),
+    /// The control plane's health, for the gateway's own `/health`.
+    Health,
+    /// A batch of request records to the control plane (the root context's call).
+    Records,
+}
+
+/// Dispatched calls in flight (token → request and purpose) and waiting calls.
+#[derive(Default)]
+pub(super) struct Tasks {
+    pub(super) calls: HashMap<u32, (u32, Task)>,
+    pub(super) timers: Vec<Timer>,
+    /// Requests waiting for a fetch: one call serves them all.
+    pub(super) waiters: Waiters,
+    /// Control-plane entries this worker read lately.
+    pub(super) recent: lookups::Recent,
+    /// Tokens for checks that wait for another request's call, counted down from `u32::MAX`.
+    aliases: u32,
+    /// Request records on their way to the control plane.
+    records: shipping::Shipper,
+}
+
+impl Tasks {
+    /// Call `token` fetches `fetch`, started on behalf of `first` (see [`Waiters::join`] for
+    /// the requests that join it).
+    pub(super) fn started(&mut self, token: u32, first: Waiter, fetch: Fetch) {
+        self.calls.insert(token, (first.id, Task::Fetch(fetch.clone())));
+        self.waiters.started(fetch, first);
+    }
+
+    /// A check of request `id` joins the fetch on its way: the token of its own it waits under
+    /// (None when no fetch is on its way).
+    pub(super) fn join_as_check(&mut self, id: u32, fetch: &Fetch) -> Option<u32> {
+        let aliases = &mut self.aliases;
+        let mut alias = None;
+        self.waiters.join(fetch, || {
+            let token = *aliases;
+            *aliases = token.wrapping_sub(1);
+            alias = Some(token);
+            Waiter { id, token }
+        });
+        alias
+    }
+}
+
+/// Every request of one worker (one Envoy worker thread, one VM).
+pub(crate) struct Worker {
+    settings: Rc<Settings>,
+    exchanges: HashMap<u32, Exchange>,
+    /// The requests a lookup gate holds for their control-plane entries.
+    gates: HashMap<u32, Gate>,
+    tasks: Tasks,
+    models: ModelLabels,
+    /// Whether this worker queued a record yet (the drop counter is then defined, at 0).
+    shipping: bool,
+    /// The root context: record batches are dispatched on it (a request's context may be gone
+    /// before its call answers).
+    root: u32,
+}
+
+impl Worker {
+    pub(crate) fn new(settings: Rc<Settings>) -> Worker {
+        Worker {
+            settings,
+            exchanges: HashMap::new(),
+            gates: HashMap::new(),
+            tasks: Tasks { aliases: u32::MAX, ..Tasks::default() },
+            models: ModelLabels::default(),
+            shipping: false,
+            root: 0,
+        }
+    }
+
+    /// The worker of root context `root`.
+    pub(crate) fn rooted(mut self, root: u32) -> Worker {
+        self.root = root;
+        self
+    }
+
+    /// New requests use `settings` (requests in flight keep theirs).
+    pub(crate) fn configure(&mut self, settings: Settings) {
+        self.settings = Rc::new(settings);
+    }
+
+    /// Runs `event` on exchange `id` with what it may reach.
+    fn on(&mut self, id: u32, io: &mut dyn Io, event: impl FnOnce(&mut Exchange, &mut Env) -> Action) -> Output {
+        let Some(exchange) = self.exchanges.get_mut(&id) else {
+            return Output::proceed();
+        };
+        let settings = Rc::clone(&exchange.settings);
+        let mut env = Env { id, settings: &settings, io, tasks: &mut self.tasks, after: Vec::new() };
+        let action = event(exchange, &mut env);
+        Output { action, after: env.after }
+    }
+
+    /// Runs `event` on the gate's request `id`, if the gate holds it; the gate lets go of a
+    /// request that waits for no entry any more.
+    fn at_gate(
+        &mut self,
+        id: u32,
+        io: &mut dyn Io,
+        event: impl FnOnce(&mut Gate, &mut Env) -> Action,
+    ) -> Option<Output> {
+        let gate = self.gates.get_mut(&id)?;
+        let settings = Rc::clone(&gate.settings);
+        let mut env = Env { id, settings: &settings, io, tasks: &mut self.tasks, after: Vec::new() };
+        let action = event(gate, &mut env);
+        if !gate.holds() {
+            self.gates.remove(&id);
+        }
+        Some(Output { action, after: env.after })
+    }
+
+    pub(crate) fn request_headers(&mut self, id: u32, end_of_stream: bool, io: &mut dyn Io) -> Output {
+        let raw = io.request_headers(id);
+        if self.settings.lookup_gate {
+            self.gates.insert(id, Gate::new(Rc::clone(&self.settings), &raw, io.host()));
+            let output = self.at_gate(id, io, |gate, env| gate.request_headers(env, raw, end_of_stream));
+            return output.unwrap_or_else(Output::proceed);
+        }
+        let exchange = Exchange::new(Rc::clone(&self.settings), &raw, io.host());
+        self.exchanges.insert(id, exchange);
+        self.on(id, io, |exchange, env| exchange.request_headers(env, raw, end_of_stream))
+    }
+
+    pub(crate) fn request_body(&mut self, id: u32, size: usize, end_of_stream: bool, io: &mut dyn Io) -> Output {
+        if let Some(output) = self.at_gate(id, io, |gate, env| gate.request_body(env, size, end_of_stream)) {
+            return output;
+        }
+        self.on(id, io, |exchange, env| exchange.request_body(env, size, end_of_stream))
+    }
+
+    pub(crate) fn request_trailers(&mut self, id: u32, io: &mut dyn Io) -> Output {
+        if let Some(output) = self.at_gate(id, io, |gate, env| gate.request_trailers(env)) {
+            return output;
+        }
+        self.on(id, io, |exchange, env| exchange.request_trailers(env))
+    }
+
+    pub(crate) fn response_headers(&mut self, id: u32, end_of_stream: bool, io: &mut dyn Io) -> Output {
+        if let Some(output) = self.at_gate(id, io, |gate, env| gate.response_headers(env)) {
+            return output;
+        }
+        self.on(id, io, |exchange, env| exchange.response_headers(env, end_of_stream))
+    }
+
+    pub(crate) fn response_body(&mut self, id: u32, size: usize, end_of_stream: bool, io: &mut dyn Io) -> Output {
+        self.on(id, io, |exchange, env| exchange.response_body(env, size, end_of_stream))
+    }
+
+    /// Whether a call answer is awaited (an unknown token's answer need not even be read).
+    pub(crate) fn awaits(&self, token: u32) -> bool {
+        self.tasks.calls.contains_key(&token)
+    }
+
+    /// A dispatched call answered, on whichever context it arrived.
+    pub(crate) fn call_answered(&mut self, token: u32, answer: CallAnswer, io: &mut dyn Io) -> Output {
+        let Some((owner, task)) = self.tasks.calls.remove(&token) else {
+            return Output::proceed();
+        };
+        match task {
+            Task::Fetch(fetch) => self.fetched(fetch, answer, io),
+            Task::Records if !self.tasks.records.carries(token) => Output::proceed(),
+            Task::Records => {
+                let now_ms = io.host().now_ms();
+                let dropped = self.tasks.records.answered(answer.status, now_ms, self.settings.records.max_queued);
+                count_dropped(io, dropped);
+                rearm(&self.tasks, io);
+                Output::proceed()
+            }
+            task => self.on(owner, io, |exchange, env| {
+                match task {
+                    Task::Embedding => exchange.embedding_arrived(env, answer),
+                    Task::Health => {
+                        exchange.health_answered(env, answer.status);
+                    }
+                    Task::Check => exchange.check_answered(env, token, answer),
+                    _ => exchange.attempt_answered(env, answer),
+                }
+                Action::Continue
+            }),
+        }
+    }
+
+    /// A fetch answered: what it fetched goes to every request waiting for it.
+    fn fetched(&mut self, fetch: Fetch, answer: CallAnswer, io: &mut dyn Io) -> Output {
+        let mut after = Vec::new();
+        match &fetch {
+            Fetch::Token(key) => {
+                let fetched = tokens::from_answer(&answer);
+                match &fetched {
+                    Ok((token, expires_in)) => {
+                        let now_ms = io.host().now_ms();
+                        tokens::remember(io.host().store(), key, token, *expires_in, now_ms);
+                    }
+                    Err(error) => log::warn!("{}", error.message),
+                }
+                let fetched = fetched.map(|(token, _)| token);
+                for waiter in self.tasks.waiters.answered(&fetch) {
+                    let output = self.on(waiter.id, io, |exchange, env| {
+                        exchange.token_arrived(env, &fetched);
+                        Action::Continue
+                    });
+                    after.extend(output.after);
+                }
+            }
+            Fetch::Jwks(_) => {
+                for waiter in self.tasks.waiters.answered(&fetch) {
+                    let copy = CallAnswer { status: answer.status, headers: Vec::new(), body: answer.body.clone() };
+                    let output = self.on(waiter.id, io, |exchange, env| {
+                        exchange.check_answered(env, waiter.token, copy);
+                        Action::Continue
+                    });
+                    after.extend(output.after);
+                }
+            }
+            Fetch::Lookup(r) => {
+                let settled = lookups::settle(&self.settings, r, &answer, io);
+                for waiter in self.tasks.waiters.answered(&fetch) {
+                    let output = match self.at_gate(waiter.id, io, |gate, env| gate.lookup_arrived(env, r, &settled)) {
+                        Some(output) => output,
+                        None => self.on(waiter.id, io, |exchange, env| {
+                            exchange.lookup_arrived(env, r, &settled);
+                            Action::Continue
+                        }),
+                    };
+                    after.extend(output.after);
+                }
+            }
+        }
+        Output { action: Action::Continue, after }
+    }
+
+    /// The root's timer: starts the calls whose delay is over.
+    pub(crate) fn tick(&mut self, io: &mut dyn Io) -> Output {
+        let now = io.host().now_ms();
+        let (due, waiting): (Vec<Timer>, Vec<Timer>) =
+            std::mem::take(&mut self.tasks.timers).into_iter().partition(|t| t.due_ms <= now);
+        self.tasks.timers = waiting;
+        let mut after = Vec::new();
+        for timer in due {
+            let output = self.on(timer.owner, io, |exchange, env| {
+                exchange.step(env, Next::Call { index: timer.attempt, delay_ms: 0 });
+                Action::Continue
+            });
+            after.extend(output.after);
+        }
+        self.ship(now, io);
+        rearm(&self.tasks, io);
+        Output { action: Action::Continue, after }
+    }
+
+    /// Sends the next batch of records when one is due (from the root's timer).
+    fn ship(&mut self, now_ms: u64, io: &mut dyn Io) {
+        let Some(cp) = &self.settings.control_plane else {
+            let dropped = self.tasks.records.clear();
+            return count_dropped(io, dropped);
+        };
+        let Some(body) = self.tasks.records.take(now_ms) else {
+            return;
+        };
+        match io.dispatch(self.root, &shipping::call(cp, body)) {
+            Some(token) => {
+                self.tasks.records.sent(token);
+                self.tasks.calls.insert(token, (self.root, Task::Records));
+            }
+            None => {
+                let dropped = self.tasks.records.answered(0, now_ms, self.settings.records.max_queued);
+                count_dropped(io, dropped);
+            }
+        }
+    }
+
+    /// Request `id` ended: its metrics go to the host, its record is returned, and nothing
+    /// of it is left behind.
+    pub(crate) fn finished(&mut self, id: u32, io: &mut dyn Io) -> Option<Record> {
+        self.tasks.timers.retain(|t| t.owner != id);
+        // A fetch goes on for the other requests waiting for it.
+        self.tasks.calls.retain(|_, (owner, task)| *owner != id || matches!(task, Task::Fetch(_)));
+        self.tasks.waiters.forget(id);
+        // A gate's request is the main instance's to record.
+        self.gates.remove(&id);
+        let exchange = self.exchanges.remove(&id)?;
+        let settings = Rc::clone(&exchange.settings);
+        // Envoy answered a held answer itself when its provider broke off: the record says so.
+        let broke_off = exchange.awaiting_end && reply::broke_off(&io.response_details(id));
+        let mut record = exchange.into_record();
+        if broke_off {
+            record.status = 502;
+            record.error_code = Some(reply::BROKE_OFF_CODE);
+        }
+        record.end(io.host().now_ms());
+        for metric in metrics::of_request(&record, &settings.metrics, &mut self.models) {
+            io.metric(metric.kind, &metric.name, metric.value);
+        }
+        let line = record.to_json();
+        io.access_log(&line);
+        if settings.control_plane.is_some() && !record.workspace.is_empty() {
+            self.queue(&line, record.start_ms, record.bodies.as_deref(), &settings, io);
+        }
+        Some(record)
+    }
+
+    /// Queues a finished request's record for the control plane; the timer is set again only
+    /// when the first record waits or a batch is due at once.
+    fn queue(&mut self, line: &[u8], start_ms: u64, bodies: Option<&Bodies>, settings: &Settings, io: &mut dyn Io) {
+        if !self.shipping {
+            // Scrapes show the counter at 0 once records are shipped, not only after a drop.
+            self.shipping = true;
+            io.metric(metrics::Kind::Counter, metrics::RECORDS_DROPPED, 0);
+        }
+        let host = io.host();
+        let now_ms = host.now_ms();
+        let record_id = record::record_id(now_ms, host.random());
+        let extra = record::Shipped::new(start_ms, record_id.as_deref());
+        let records = &mut self.tasks.records;
+        let Some(shipped) = record::shipped_with_bodies(line, &extra, bodies, shipping::MAX_RECORD_BYTES) else {
+            return count_dropped(io, 1);
+        };
+        if !records.push(shipped, now_ms, settings.records.max_queued) {
+            return count_dropped(io, 1);
+        }
+        if records.len() == 1 || records.len() == shipping::EAGER {
+            rearm(&self.tasks, io);
+        }
+    }
+}
+
+/// Counts records dropped on their way to the control plane.
+fn count_dropped(io: &mut dyn Io, dropped: u64) {
+    if dropped > 0 {
+        io.metric(metrics::Kind::Counter, metrics::RECORDS_DROPPED, dropped);
+    }
+}
+
+/// Ticks when the earliest timer (or the next batch of records) is due; no ticks while
+/// nothing waits.
+pub(super) fn rearm(tasks: &Tasks, io: &mut dyn Io) {
+    let now = io.host().now_ms();
+    let earliest = tasks.timers.iter().map(|t| t.due_ms).chain(tasks.records.due_ms()).min();
+    io.tick_every(earliest.map_or(0, |due| due.saturating_sub(now).max(1)));
+}
