@@ -11,6 +11,9 @@ mod cache;
 mod catalog;
 mod cloud;
 mod config;
+// The metrics, the shipped config's stats_tags and the README's metrics table, tied.
+#[cfg(test)]
+mod envoy_stats_tags;
 mod errors;
 mod exchange;
 mod guardrails;

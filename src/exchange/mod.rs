@@ -15,7 +15,7 @@ mod caching;
 mod guard;
 mod lookups;
 pub(crate) mod metrics;
-mod record;
+pub(crate) mod record;
 mod reply;
 mod shipping;
 #[cfg(test)]
