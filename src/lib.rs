@@ -20,6 +20,7 @@ mod guardrails;
 mod hash;
 mod json_check;
 mod memo;
+mod percent;
 mod pipeline;
 mod ports;
 mod prompts;
