@@ -8,6 +8,8 @@
 #   ./build.sh config   print the Envoy config `run` would use (envoy/render.py)
 #   ./build.sh bench    the benchmark (bench/README.md)
 #   ./build.sh size     the module's code size by crate and its largest functions (bench/README.md)
+#   ./build.sh fixtures write the translation fixtures' snapshots again after an intended change
+#                       (src/providers/fixtures/README.md); review their diff
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,7 +20,7 @@ WASM="$ROOT/target/model_gateway.wasm"
 # The release .wasm's size limit (bytes): every Envoy worker compiles and holds the module, and a
 # mesh pulls it into every proxy. Raised only with a line in bench/README.md ("Module size")
 # saying what grew and why.
-WASM_SIZE_LIMIT=1500000
+WASM_SIZE_LIMIT=1540000
 ENVOY_VERSION="1.40.0"
 TARGET="wasm32-wasip1"
 
@@ -295,5 +297,7 @@ case "$COMMAND" in
   lint) build; lint ;;
   bench) shift; build; build_minimal_filter; exec "$VENV/bin/python" bench/bench.py "$@" ;;
   size) shift; size_breakdown "$@" ;;
-  *) echo "usage: $0 [build|run|test|lint|config|bench|size]" >&2; exit 2 ;;
+  fixtures) UPDATE_SNAPSHOTS=1 cargo test --quiet -p model-gateway --lib providers::fixtures
+            git status --short -- src/providers/fixtures/snapshots ;;
+  *) echo "usage: $0 [build|run|test|lint|config|bench|size|fixtures]" >&2; exit 2 ;;
 esac

@@ -11,12 +11,16 @@ mod cache;
 mod catalog;
 mod cloud;
 mod config;
+// The metrics, the shipped config's stats_tags and the README's metrics table, tied.
+#[cfg(test)]
+mod envoy_stats_tags;
 mod errors;
 mod exchange;
 mod guardrails;
 mod hash;
 mod json_check;
 mod memo;
+mod percent;
 mod pipeline;
 mod ports;
 mod prompts;

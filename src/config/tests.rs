@@ -543,7 +543,7 @@ fn condition_queries_are_validated_with_their_path() {
     rejected(
         conditional(json!({"$or": [{"metadata.tier": "pro"}, {"params.model": {"$regex": "gpt-(4"}}]})),
         "strategy.conditions[1].query.$or[1].params.model.$regex",
-        "is not a valid regular expression: unclosed group",
+        "is not a valid regular expression: found open group without closing ')'",
     );
     rejected(conditional(json!({"$nope": []})), "strategy.conditions[1].query.$nope", "unknown operator `$nope`");
     rejected(

@@ -32,7 +32,7 @@ mod gate;
 mod guard;
 mod lookups;
 pub(crate) mod metrics;
-mod record;
+pub(crate) mod record;
 mod recovery;
 mod reply;
 mod request;

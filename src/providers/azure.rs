@@ -210,7 +210,7 @@ impl Place for Deployments {
         if endpoint != Endpoint::Resource {
             request.path = format!("/deployments/{deployment}{}", request.path);
         }
-        request.query = Some(format!("api-version={}", encode_query_value(api_version)));
+        request.query = Some(format!("api-version={}", crate::percent::encode(api_version)));
         Ok(())
     }
 }
@@ -224,7 +224,7 @@ struct Foundry {
 
 impl Place for Foundry {
     fn locate(&self, _: Endpoint, _: Option<&str>, request: &mut UpstreamRequest) -> Result<(), GatewayError> {
-        request.query = self.api_version.as_deref().map(|v| format!("api-version={}", encode_query_value(v)));
+        request.query = self.api_version.as_deref().map(|v| format!("api-version={}", crate::percent::encode(v)));
         if let Some(deployment) = &self.deployment {
             request.headers.push(("azureml-model-deployment", deployment.clone()));
         }
@@ -234,19 +234,6 @@ impl Place for Foundry {
 
 fn required(field: &str, what: &str) -> GatewayError {
     GatewayError::invalid_param(field, format!("`{field}` is required: {what}")).with_code("invalid_config")
-}
-
-/// A query value with everything but unreserved characters percent-encoded.
-fn encode_query_value(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -18,7 +18,6 @@ use crate::cloud::CloudFields;
 use crate::errors::GatewayError;
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
-use crate::request::resources::percent_decode;
 use crate::upstream::Upstream;
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -385,7 +384,7 @@ fn upstream_path(base: &str, request: &UpstreamRequest, client_query: Option<&st
 /// `API-Version` as `api-version`).
 fn parameter_name(pair: &str) -> Vec<u8> {
     let raw = pair.split_once('=').map_or(pair, |(name, _)| name);
-    let mut name = percent_decode(raw, true).unwrap_or_else(|| raw.as_bytes().to_vec());
+    let mut name = crate::percent::decode(raw, true).unwrap_or_else(|| raw.as_bytes().to_vec());
     name.make_ascii_lowercase();
     name
 }

@@ -20,8 +20,8 @@
 //!     strings (compared character by character, by Unicode code point); any other pair,
 //!     `"5"` against `4` included, does not match. The operand must be a number or a string.
 //!   - `$in`, `$nin`: the field equals one / none of the items of the operand array.
-//!   - `$regex`: the field is a string the pattern matches somewhere in (`query::regex`;
-//!     anchor with `^` and `$`, and start with `(?i)` to ignore case).
+//!   - `$regex`: the field is a string the pattern matches somewhere in (`query::regex`, the
+//!     `regex-lite` dialect; anchor with `^` and `$`, `(?i)` ignores case).
 //!   - `$exists`: `true` matches a field that is present and not null, `false` one that is
 //!     missing or null. JSON clients send null to mean "not set" (the chat validator reads it
 //!     so too), so a null field does not exist here.
@@ -458,9 +458,9 @@ mod tests {
             (
                 json!({"$not": {"$and": [{"x": {"$regex": "("}}]}}),
                 "$not.$and[0].x.$regex",
-                "is not a valid regular expression: unclosed group",
+                "is not a valid regular expression: found open group without closing ')'",
             ),
-            (json!({"params.model": {"$regex": "a{1000}"}}), "params.model.$regex", "at most 100"),
+            (json!({"params.model": {"$regex": "a{10000}"}}), "params.model.$regex", "size limit"),
         ];
         for (q, path, message) in cases {
             invalid(q, path, message);

@@ -7,6 +7,7 @@
 //! not know which value it checked.
 
 use crate::errors::GatewayError;
+use crate::percent;
 use serde_json::{Map, Value};
 
 /// Collections whose next path segment is an id, and that id's name.
@@ -47,32 +48,6 @@ fn segments(path: &str) -> Vec<Segment<'_>> {
     out
 }
 
-/// Percent-decodes `text` (`+` as a space when `plus` is set); `None` on a broken escape.
-pub(crate) fn percent_decode(text: &str, plus: bool) -> Option<Vec<u8>> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        match b {
-            b'%' => {
-                let hex = bytes.get(i + 1..i + 3)?;
-                let hex = std::str::from_utf8(hex).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' if plus => {
-                out.push(b' ');
-                i += 1;
-            }
-            _ => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    Some(out)
-}
-
 /// Every path parameter is one non-empty segment: an encoded `/` or `\`, a `.` or `..`
 /// segment, or a control character (raw or encoded) would reach a different upstream path.
 pub(crate) fn check_path(path: &str) -> Result<(), GatewayError> {
@@ -88,7 +63,7 @@ pub(crate) fn check_path(path: &str) -> Result<(), GatewayError> {
                 None => bad("the path has an empty segment"),
             });
         }
-        let decoded = percent_decode(segment.raw, false).ok_or_else(|| bad("broken percent-encoding"))?;
+        let decoded = percent::decode(segment.raw, false).ok_or_else(|| bad("broken percent-encoding"))?;
         let slash = |b: &u8| *b == b'/' || *b == b'\\';
         // Model ids may hold a `/` (`org/model`, which SDKs encode); never a dot segment.
         if segment.param != Some("model") && decoded.iter().any(slash) {
@@ -131,7 +106,7 @@ pub(crate) fn check_query(method: &str, path: &str, query: Option<&str>) -> Resu
             GatewayError::invalid_param("query", format!("broken percent-encoding in the query: `{pair}`"))
                 .with_code("invalid_value")
         };
-        let name = percent_decode(raw_name, true).ok_or_else(broken)?;
+        let name = percent::decode(raw_name, true).ok_or_else(broken)?;
         let Some(name) = ["limit", "order", "after", "before"].into_iter().find(|n| n.as_bytes() == name) else {
             continue;
         };
@@ -140,7 +115,7 @@ pub(crate) fn check_query(method: &str, path: &str, query: Option<&str>) -> Resu
             return Err(bad(format!("`{name}` is given more than once")));
         }
         seen.push(name);
-        let value = percent_decode(raw_value, true).ok_or_else(broken)?;
+        let value = percent::decode(raw_value, true).ok_or_else(broken)?;
         let value = String::from_utf8_lossy(&value);
         match name {
             "limit" => {

@@ -15,6 +15,7 @@ import json
 import re
 import time
 import uuid
+from pathlib import Path
 
 import httpx2 as httpx
 import pytest
@@ -301,3 +302,66 @@ def test_each_check_run_counts_its_verdict(obs, openai_mock):
     [line] = access_lines(obs, denied)
     assert line["guardrails"] == [{"stage": "before", "id": "fruit", "verdict": False,
                                    "feedback": {"value": -1.0, "weight": 1.0}}]
+
+
+# --------------------------------------------------------------------------- metrics, tags and README
+
+
+def readme_metric_labels() -> dict[str, set[str]]:
+    """The README's metrics table: each metric's labels (the backquoted words of its labels
+    column outside parentheses, which hold their values)."""
+    table = {}
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for row in readme.splitlines():
+        if not row.startswith("| `gen_ai_"):
+            continue
+        cells = [c.strip() for c in row.split("|")]
+        labels = set(re.findall(r"`([a-z_]+)`", re.sub(r"\([^()]*\)", "", cells[3])))
+        for name in re.findall(r"`([a-z_]+)`", cells[1]):
+            table[name] = labels
+    return table
+
+
+def test_every_metric_envoy_shows_has_exactly_the_labels_the_readme_lists(obs, openai_mock):
+    """Real Envoy's tag extraction of the rendered config (src/envoy_stats_tags.rs checks every
+    metric the same way without Envoy): after traffic that makes each per-request metric, each
+    `gen_ai_` sample is a metric of the README's table with exactly its labels."""
+    guarded = config({**openai_target(openai_mock, "m-chat"), "cache": {"mode": "simple"},
+                      "input_guardrails": [{"default.regexMatch": {"rule": "\\bkiwi\\b", "not": True}, "deny": True}]})
+    assert obs.chat(guarded, chat_body(f"tags {uuid.uuid4()}")).status_code == 200
+    body = chat_body(model="m-stream", stream=True, stream_options={"include_usage": True})
+    with obs.stream("POST", "/v1/chat/completions", headers=custom_host(openai_mock), json=body) as r:
+        assert r.status_code == 200 and read_stream(r).done
+    openai_mock.script(status=503, model="m-retry")
+    assert obs.chat(config({**openai_target(openai_mock, "m-retry"), "retry": {"attempts": 1}})).status_code == 200
+    assert obs.chat(config(failing_fallback(openai_mock))).status_code == 200
+    made = {"gen_ai_gateway_requests_total", "gen_ai_client_token_usage_total", "gen_ai_server_request_duration",
+            "gen_ai_server_time_to_first_token", "gen_ai_gateway_retries_total", "gen_ai_gateway_fallbacks_total",
+            "gen_ai_gateway_cache_stores_total", "gen_ai_gateway_cache_stored_bytes_total",
+            "gen_ai_gateway_guardrail_verdicts_total"}
+    table = readme_metric_labels()
+    assert made <= set(table), made - set(table)
+
+    def shown() -> dict[str, list[set[str]]]:
+        metrics: dict[str, list[set[str]]] = {}
+        for name, labels, _ in prometheus(obs):
+            if not name.startswith("gen_ai_"):
+                continue
+            base = name
+            for suffix in ("_bucket", "_sum", "_count"):  # a histogram's series
+                if name.endswith(suffix) and name[:-len(suffix)] in table:
+                    base = name[:-len(suffix)]
+            metrics.setdefault(base, []).append(set(labels) - ({"le"} if base != name else set()))
+        return metrics
+
+    # Histograms show at Envoy's next stats flush.
+    metrics = shown()
+    deadline = time.monotonic() + 20
+    while not made <= set(metrics) and time.monotonic() < deadline:
+        time.sleep(0.25)
+        metrics = shown()
+    assert made <= set(metrics), f"not shown: {made - set(metrics)}"
+    for name, label_sets in metrics.items():
+        assert name in table, f"{name}: not a metric of the README's table (a label left in the name?)"
+        for labels in label_sets:
+            assert labels == table[name], f"{name}: labels {sorted(labels)}, the README lists {sorted(table[name])}"

@@ -1,7 +1,7 @@
 //! OpenAI chat completion requests as Bedrock Converse requests.
 
-use super::sigv4::uri_encode;
 use crate::errors::GatewayError;
+use crate::percent;
 use crate::providers::chat_input::{
     content_error, function_tools, part_param, read_tool_call, reasoning, reject_unsupported, role_error,
     stop_sequences, tool_call_id, tool_calls, tool_choice, Reasoning, ToolChoice,
@@ -36,7 +36,7 @@ pub(crate) fn convert_request(body: Value) -> Result<(Value, String), GatewayErr
         .filter(|m| !m.is_empty())
         .ok_or_else(|| GatewayError::invalid_param("model", "'model' (the Bedrock model id) is required"))?;
     let action = if req.get("stream") == Some(&Value::Bool(true)) { "converse-stream" } else { "converse" };
-    let path = format!("/model/{}/{action}", uri_encode(model));
+    let path = format!("/model/{}/{action}", percent::encode(model));
 
     let mut out = Map::new();
     let (system, messages) = convert_messages(req.get("messages"))?;

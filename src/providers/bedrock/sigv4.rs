@@ -3,6 +3,7 @@
 //! and a SHA-256 of the exact body, so it must be made after translation.
 
 use crate::errors::GatewayError;
+use crate::percent;
 use crate::providers::Signable;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -109,7 +110,7 @@ fn canonical_uri(path: &str) -> String {
     if path.is_empty() {
         return "/".to_string();
     }
-    path.split('/').map(uri_encode).collect::<Vec<_>>().join("/")
+    path.split('/').map(percent::encode).collect::<Vec<_>>().join("/")
 }
 
 /// The query's parameters decoded, encoded strictly, and sorted by name then value.
@@ -119,48 +120,11 @@ fn canonical_query(query: &str) -> String {
         .filter(|pair| !pair.is_empty())
         .map(|pair| {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (uri_encode(&percent_decode(name)), uri_encode(&percent_decode(value)))
+            (percent::encode(&percent::decode_lenient(name)), percent::encode(&percent::decode_lenient(value)))
         })
         .collect();
     pairs.sort();
     pairs.iter().map(|(name, value)| format!("{name}={value}")).collect::<Vec<_>>().join("&")
-}
-
-/// RFC 3986 encoding as AWS wants it: everything but `A-Z a-z 0-9 - _ . ~`, upper-case hex.
-pub(super) fn uri_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
-/// `%XX` decoded (a malformed escape stays as it is); the result read as UTF-8, lossily.
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&byte) = bytes.get(i) {
-        let escaped = match (byte, bytes.get(i + 1..i + 3)) {
-            (b'%', Some(hex)) => std::str::from_utf8(hex).ok().and_then(|h| u8::from_str_radix(h, 16).ok()),
-            _ => None,
-        };
-        match escaped {
-            Some(decoded) => {
-                out.push(decoded);
-                i += 3;
-            }
-            None => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A header value as signed: trimmed, inner runs of spaces as one.
