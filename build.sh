@@ -4,7 +4,8 @@
 #   ./build.sh run      build if needed, then run the control plane and Envoy with the filter in
 #                       the foreground (GATEWAY_CONTROL_PLANE=off: Envoy alone)
 #   ./build.sh test     the whole suite: unit tests, config validation, end-to-end in real Envoy
-#   ./build.sh lint     cargo fmt --check and clippy (native and wasm), warnings as errors
+#   ./build.sh lint     cargo fmt --check, clippy (native and wasm) with warnings as errors, and no
+#                       import circle between files or folders (tests/tools/import_cycles.py)
 #   ./build.sh config   print the Envoy config `run` would use (envoy/render.py)
 #   ./build.sh bench    the benchmark (bench/README.md)
 #   ./build.sh size     the module's code size by crate and its largest functions (bench/README.md)
@@ -249,7 +250,7 @@ run() {
 }
 
 # The gates: formatting, clippy with warnings as errors natively (the adapter included,
-# under cfg(clippy)) and for the wasm target, and the module's size.
+# under cfg(clippy)) and for the wasm target, the module's size, and layers without circles.
 lint() {
   log "format and lints"
   local size
@@ -259,6 +260,7 @@ lint() {
   fi
   cargo fmt --all --check
   cargo fmt --check --manifest-path bench/minimal-filter/Cargo.toml
+  python3 tests/tools/import_cycles.py
   cargo clippy --quiet --workspace --all-targets -- -D warnings
   wasm_cargo "$TARGET" clippy --quiet -- -D warnings
 }

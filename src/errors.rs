@@ -1,7 +1,8 @@
 //! Errors the gateway itself produces, in the OpenAI error shape so SDKs raise typed errors:
 //! `{"error": {"message": "...", "type": "...", "param": "...|null", "code": "...|null"}}`.
 
-use serde_json::json;
+use serde_json::{json, Value};
+use std::fmt;
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct GatewayError {
@@ -48,6 +49,53 @@ impl GatewayError {
 pub(crate) fn error_json(message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Vec<u8> {
     json!({"error": {"message": message, "type": kind, "param": param, "code": code}}).to_string().into_bytes()
 }
+
+/// A refusal: the status and the OpenAI-shaped JSON body to answer with.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SharedError {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+impl SharedError {
+    /// An error in the OpenAI shape; `kind` is its `type` (e.g. `invalid_request_error`).
+    pub fn new(status: u16, kind: &str, message: &str, param: Option<&str>, code: Option<&str>) -> SharedError {
+        SharedError { status, body: error_json(message, kind, param, code) }
+    }
+
+    pub(crate) fn from_gateway(e: &GatewayError) -> SharedError {
+        SharedError { status: e.status, body: e.to_json() }
+    }
+
+    /// The error's `message`.
+    pub fn message(&self) -> String {
+        self.field("message").unwrap_or_default()
+    }
+
+    /// The error's `param`: the field at fault.
+    pub fn param(&self) -> Option<String> {
+        self.field("param")
+    }
+
+    fn field(&self, name: &str) -> Option<String> {
+        let body: Value = serde_json::from_slice(&self.body).ok()?;
+        body.get("error")?.get(name)?.as_str().map(str::to_string)
+    }
+}
+
+impl fmt::Debug for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SharedError({}, {})", self.status, String::from_utf8_lossy(&self.body))
+    }
+}
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.status, self.message())
+    }
+}
+
+impl std::error::Error for SharedError {}
 
 #[cfg(test)]
 mod tests {

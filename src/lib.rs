@@ -28,6 +28,8 @@ mod settings;
 pub mod shared;
 mod stream;
 mod upstream;
+mod value_check;
+mod wire_names;
 
 /// The one mark of a unit test: every test module imports it (`use crate::unit_tests::test;`)
 /// so that its `#[test]`s run natively and again inside wasm (32-bit) under wasm-bindgen-test

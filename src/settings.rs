@@ -3,10 +3,11 @@
 
 use crate::cache::store::Layout;
 use crate::cloud::CloudFields;
-use crate::config::{parse_config, ConfigError};
+use crate::config::parse_config;
 use crate::errors::GatewayError;
 use crate::json_check::shorten;
 use crate::upstream::Upstream;
+use crate::value_check::ConfigError;
 use hashbrown::HashMap;
 use serde::Deserialize;
 use serde_json::Value;

@@ -11,6 +11,7 @@ pub mod crypto;
 pub mod db;
 pub mod errors;
 pub mod files;
+pub mod gateway;
 pub mod items;
 pub mod lists;
 pub mod logs;

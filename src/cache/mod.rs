@@ -9,13 +9,14 @@
 
 pub(crate) mod completion;
 pub(crate) mod semantic;
+pub(crate) mod settings;
 pub(crate) mod store;
 
-use crate::config::CacheMode;
 use crate::hash::Hasher;
 use crate::request::endpoint::Endpoint;
 use completion::StreamAssembler;
 use serde_json::{Map, Value};
+use settings::CacheMode;
 
 /// The response header that tells how the cache served a request.
 pub(crate) const STATUS_HEADER: &str = "x-gateway-cache-status";

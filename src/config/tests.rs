@@ -1,5 +1,7 @@
 use super::*;
+use crate::cache::settings::CacheMode;
 use crate::cloud::{AzureDeploymentType, CloudFields, Deployment};
+use crate::guardrails::spec::{Check, Feedback, HookOutcome, InlineGuardrail};
 use crate::unit_tests::test;
 use serde_json::json;
 

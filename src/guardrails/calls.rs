@@ -7,8 +7,8 @@ use super::checks::{count, required_string, string, strings};
 use super::jwt::{self, Failure, Rules, Token};
 use super::{CheckResult, Env, Evaluation, Input, Params, Stage};
 use crate::json_check::{kind_of, shorten};
-use crate::request::headers::is_header_value;
 use crate::upstream::Upstream;
+use crate::wire_names::is_header_value;
 use serde_json::{json, Value};
 
 /// `default.webhook`'s default `timeout`, and the timeout of the log and JWKS calls.

@@ -22,16 +22,17 @@ mod checks;
 pub(crate) mod inject;
 pub(crate) mod jwt;
 mod schema;
+pub(crate) mod spec;
 pub(crate) mod verdict;
 
 #[cfg(test)]
 mod tests;
 
-use crate::config::Check;
 use crate::json_check::shorten;
 use calls::{CallSpec, Continuation};
 use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};
+use spec::Check;
 
 /// The parameters of one check, as configured.
 pub(crate) type Params = Map<String, Value>;

@@ -1,8 +1,8 @@
 use super::calls::{CallSpec, Continuation, JwksUpdate, Reply};
 use super::jwt::{Failure as JwtFailure, Rules as JwtRules};
+use super::spec::{Feedback, Guardrail, Hook, HookOutcome, InlineGuardrail};
 use super::verdict::*;
 use super::*;
-use crate::config::{Feedback, Guardrail, Hook, HookOutcome, InlineGuardrail};
 use crate::unit_tests::test;
 use serde_json::json;
 

@@ -3,8 +3,8 @@
 //! (`hook_results`, the 446 answer).
 
 use super::calls::{CallSpec, Continuation, JwksUpdate, Reply};
+use super::spec::{Check, Feedback, Guardrail, Hook, HookOutcome, InlineGuardrail};
 use super::{evaluate, CheckResult, Env, Evaluation, Input, Stage};
-use crate::config::{Check, Feedback, Guardrail, Hook, HookOutcome, InlineGuardrail};
 use crate::errors::error_json;
 use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};

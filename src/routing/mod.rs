@@ -7,10 +7,12 @@ pub(crate) mod breaker;
 pub(crate) mod plan;
 pub(crate) mod retry;
 
+use crate::cache::settings::CacheConfig;
 use crate::catalog::{Catalog, Kind};
 use crate::cloud::CloudFields;
-use crate::config::{nested_too_deep, parse_config, CacheConfig, CircuitBreakerConfig, Config, Guardrail, RetryConfig};
+use crate::config::{nested_too_deep, parse_config, CircuitBreakerConfig, Config, RetryConfig};
 use crate::errors::GatewayError;
+use crate::guardrails::spec::Guardrail;
 use crate::memo::{self, Memo};
 use crate::ports::Host;
 use crate::providers::{self, Backend, ProviderSpec, TargetFields};
