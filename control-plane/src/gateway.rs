@@ -4,7 +4,7 @@
 
 use crate::errors::{ApiError, ApiResult};
 use axum::http::HeaderMap;
-use model_gateway::shared::{CLIENT_AUTHORIZATION_HEADER, CONTROL_PLANE_FETCH_HEADER, WORKSPACE_HEADER};
+use gateway_schema::{CLIENT_AUTHORIZATION_HEADER, CONTROL_PLANE_FETCH_HEADER, WORKSPACE_HEADER};
 use serde_json::{json, Map, Value};
 use std::time::Duration;
 

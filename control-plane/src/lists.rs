@@ -15,7 +15,7 @@ use axum::extract::{Query, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use model_gateway::shared::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
+use gateway_schema::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
 use serde_json::{json, Value};
 use std::time::Duration;
 

@@ -9,8 +9,10 @@
 
 pub(crate) mod completion;
 pub(crate) mod semantic;
-pub(crate) mod settings;
 pub(crate) mod store;
+
+/// A config's `cache` settings, read by the shared crate.
+pub(crate) use gateway_schema::cache as settings;
 
 use crate::hash::Hasher;
 use crate::request::endpoint::Endpoint;

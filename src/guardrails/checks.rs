@@ -1,56 +1,11 @@
 //! The checks that decide from what they see alone, and the parameter readers all checks
 //! share. A wrong parameter is an `Err(message)`, which the caller turns into a failed check.
 
+use super::params::{count, flag, required_string, string, strings, Params};
 use super::schema;
-use super::{excerpt, CheckResult, Input, Params};
-use crate::json_check::kind_of;
+use super::{excerpt, CheckResult, Input};
 use crate::query::regex;
 use serde_json::{json, Map, Value};
-
-pub(super) fn string<'a>(p: &'a Params, key: &str) -> Result<Option<&'a str>, String> {
-    match p.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(v) => Err(format!("parameter `{key}` must be a string, got {}", kind_of(v))),
-    }
-}
-
-pub(super) fn required_string<'a>(p: &'a Params, key: &str) -> Result<&'a str, String> {
-    match string(p, key)? {
-        Some(s) if !s.is_empty() => Ok(s),
-        _ => Err(format!("parameter `{key}` is required")),
-    }
-}
-
-/// A non-empty array of strings.
-pub(super) fn strings<'a>(p: &'a Params, key: &str) -> Result<Vec<&'a str>, String> {
-    let wrong = || format!("parameter `{key}` must be a non-empty array of strings");
-    let items = p.get(key).and_then(Value::as_array).filter(|a| !a.is_empty()).ok_or_else(wrong)?;
-    items.iter().map(|v| v.as_str().ok_or_else(wrong)).collect()
-}
-
-/// `not` and other flags: absent is false.
-pub(super) fn flag(p: &Params, key: &str) -> Result<bool, String> {
-    match p.get(key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(format!("parameter `{key}` must be a boolean, got {}", kind_of(v))),
-    }
-}
-
-/// A non-negative whole number (`5.0` counts as 5).
-pub(super) fn count(p: &Params, key: &str) -> Result<Option<u64>, String> {
-    match p.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => match (n.as_u64(), n.as_f64()) {
-            (Some(u), _) => Ok(Some(u)),
-            // Whole and in range: the cast is exact.
-            (None, Some(f)) if f.fract() == 0.0 && (0.0..9.0e15).contains(&f) => Ok(Some(f as u64)),
-            _ => Err(format!("parameter `{key}` must be a non-negative integer")),
-        },
-        Some(v) => Err(format!("parameter `{key}` must be a non-negative integer, got {}", kind_of(v))),
-    }
-}
 
 /// How a list of wanted things must be found: at least one, all, or none of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,20 +22,20 @@ mod checks;
 pub(crate) mod inject;
 pub(crate) mod jwt;
 mod schema;
-pub(crate) mod spec;
 pub(crate) mod verdict;
+
+// What a config or stored guardrail says, and the checks' parameters: the shared crate's.
+pub(crate) use gateway_schema::guardrails::{params, spec};
 
 #[cfg(test)]
 mod tests;
 
 use crate::json_check::shorten;
 use calls::{CallSpec, Continuation};
+pub(crate) use params::CHECK_IDS;
 use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};
 use spec::Check;
-
-/// The parameters of one check, as configured.
-pub(crate) type Params = Map<String, Value>;
 
 /// Which side of the provider call a check runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,39 +120,6 @@ pub(crate) enum Evaluation {
     DoneAndSend(CheckResult, CallSpec),
     /// Decided by a call: dispatch the `CallSpec`, then give its `Reply` to the continuation.
     Needs(CallSpec, Continuation),
-}
-
-/// The check ids this gateway runs (`evaluate` knows each of them).
-pub(crate) const CHECK_IDS: &[&str] = &[
-    "default.regexMatch",
-    "default.contains",
-    "default.wordCount",
-    "default.sentenceCount",
-    "default.characterCount",
-    "default.jsonSchema",
-    "default.jsonKeys",
-    "default.validUrls",
-    "default.containsCode",
-    "default.modelWhitelist",
-    "default.requiredMetadataKeys",
-    "default.webhook",
-    "default.log",
-    "default.jwt",
-];
-
-/// Checks a stored check's parameters for type and form, without running it: `default.jwt`'s
-/// and `default.webhook`'s headers are read by the very code that runs them (nothing is
-/// fetched); the other checks read their parameters while they run and are only known by id
-/// here. `Err` says what is wrong.
-pub(crate) fn check_parameters(id: &str, params: &Params) -> Result<(), String> {
-    if !CHECK_IDS.contains(&id) {
-        return Err(format!("unknown check `{}`; known checks: {}", shorten(id), CHECK_IDS.join(", ")));
-    }
-    match id {
-        "default.jwt" => calls::jwt_params(params).map(drop),
-        "default.webhook" => calls::configured_headers(params).map(drop),
-        _ => Ok(()),
-    }
 }
 
 /// Evaluates check `id` with its parameters against what it sees.

@@ -1,5 +1,5 @@
 use super::*;
-use crate::cache::settings::CacheMode;
+use crate::cache::CacheMode;
 use crate::cloud::{AzureDeploymentType, CloudFields, Deployment};
 use crate::guardrails::spec::{Check, Feedback, HookOutcome, InlineGuardrail};
 use crate::unit_tests::test;

@@ -48,13 +48,13 @@ thread_local! {
 
 /// A compiled pattern.
 #[derive(Debug)]
-pub(crate) struct Regex {
+pub struct Regex {
     program: Vec<Inst>,
     ignore_case: bool,
 }
 
 /// Compiles `pattern`, or says what is wrong with it.
-pub(crate) fn compile(pattern: &str) -> Result<Regex, String> {
+pub fn compile(pattern: &str) -> Result<Regex, String> {
     let chars: Vec<char> = pattern.chars().collect();
     if chars.len() > MAX_PATTERN_CHARS {
         return Err(format!("longer than {MAX_PATTERN_CHARS} characters"));
@@ -74,13 +74,13 @@ pub(crate) fn compile(pattern: &str) -> Result<Regex, String> {
 }
 
 /// `pattern` compiled, from this worker's memo when it compiled it lately.
-pub(crate) fn cached(pattern: &str) -> Result<Rc<Regex>, String> {
+pub fn cached(pattern: &str) -> Result<Rc<Regex>, String> {
     memo::cached(&MEMO, pattern, || compile(pattern))
 }
 
 impl Regex {
     /// Whether the pattern matches anywhere in `text`.
-    pub(crate) fn is_match(&self, text: &str) -> bool {
+    pub fn is_match(&self, text: &str) -> bool {
         let mut current = Threads::new(self.program.len());
         let mut next = Threads::new(self.program.len());
         let mut stack = Vec::new();

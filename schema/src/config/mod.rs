@@ -8,7 +8,7 @@ mod parts;
 #[cfg(test)]
 mod tests;
 
-use crate::cache::settings::{cache_config, CacheConfig};
+use crate::cache::{cache_config, CacheConfig};
 use crate::cloud::{AzureDeploymentType, CloudFields};
 use crate::guardrails::spec::{self, Guardrail, Hook, Stage};
 use crate::json_check::{beyond_depth, index, join, Step, MAX_JSON_DEPTH};
@@ -17,56 +17,56 @@ use serde_json::{Map, Value};
 
 /// A config or a target (targets are configs). Field names are the JSON property names.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct Config {
-    pub(crate) name: Option<String>,
-    pub(crate) strategy: Option<Strategy>,
-    pub(crate) targets: Vec<Config>,
-    pub(crate) provider: Option<String>,
-    pub(crate) api_key: Option<String>,
-    pub(crate) virtual_key: Option<String>,
-    pub(crate) custom_host: Option<String>,
-    pub(crate) weight: Option<f64>,
-    pub(crate) on_status_codes: Option<Vec<u16>>,
-    pub(crate) override_params: Option<Map<String, Value>>,
+pub struct Config {
+    pub name: Option<String>,
+    pub strategy: Option<Strategy>,
+    pub targets: Vec<Config>,
+    pub provider: Option<String>,
+    pub api_key: Option<String>,
+    pub virtual_key: Option<String>,
+    pub custom_host: Option<String>,
+    pub weight: Option<f64>,
+    pub on_status_codes: Option<Vec<u16>>,
+    pub override_params: Option<Map<String, Value>>,
     /// Milliseconds.
-    pub(crate) request_timeout: Option<u64>,
-    pub(crate) cache: Option<CacheConfig>,
-    pub(crate) retry: Option<RetryConfig>,
-    pub(crate) cb_config: Option<CircuitBreakerConfig>,
+    pub request_timeout: Option<u64>,
+    pub cache: Option<CacheConfig>,
+    pub retry: Option<RetryConfig>,
+    pub cb_config: Option<CircuitBreakerConfig>,
     /// Lowercased header names.
-    pub(crate) forward_headers: Option<Vec<String>>,
-    pub(crate) prompt_id: Option<String>,
-    pub(crate) strict_vendor_compliance: Option<bool>,
-    pub(crate) before_request_hooks: Vec<Hook>,
-    pub(crate) after_request_hooks: Vec<Hook>,
-    pub(crate) input_guardrails: Vec<Guardrail>,
-    pub(crate) output_guardrails: Vec<Guardrail>,
-    pub(crate) vendor_organization: Option<String>,
-    pub(crate) vendor_project: Option<String>,
+    pub forward_headers: Option<Vec<String>>,
+    pub prompt_id: Option<String>,
+    pub strict_vendor_compliance: Option<bool>,
+    pub before_request_hooks: Vec<Hook>,
+    pub after_request_hooks: Vec<Hook>,
+    pub input_guardrails: Vec<Guardrail>,
+    pub output_guardrails: Vec<Guardrail>,
+    pub vendor_organization: Option<String>,
+    pub vendor_project: Option<String>,
     /// Where a cloud provider's target lives and its credentials.
-    pub(crate) cloud: CloudFields,
+    pub cloud: CloudFields,
 }
 
 impl Config {
     /// Whether this node or any target below it satisfies `test`.
-    pub(crate) fn any_node(&self, test: &dyn Fn(&Config) -> bool) -> bool {
+    pub fn any_node(&self, test: &dyn Fn(&Config) -> bool) -> bool {
         test(self) || self.targets.iter().any(|t| t.any_node(test))
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Strategy {
-    pub(crate) mode: StrategyMode,
+pub struct Strategy {
+    pub mode: StrategyMode,
     /// Non-empty in mode conditional, empty otherwise.
-    pub(crate) conditions: Vec<Condition>,
+    pub conditions: Vec<Condition>,
     /// The `name` of a target; present exactly in mode conditional.
-    pub(crate) default: Option<String>,
+    pub default: Option<String>,
     /// Only in mode fallback.
-    pub(crate) on_status_codes: Option<Vec<u16>>,
+    pub on_status_codes: Option<Vec<u16>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StrategyMode {
+pub enum StrategyMode {
     Single,
     LoadBalance,
     Fallback,
@@ -76,7 +76,7 @@ pub(crate) enum StrategyMode {
 impl StrategyMode {
     const ALL: [StrategyMode; 4] = [Self::Single, Self::LoadBalance, Self::Fallback, Self::Conditional];
 
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Single => "single",
             Self::LoadBalance => "loadbalance",
@@ -87,38 +87,38 @@ impl StrategyMode {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Condition {
-    pub(crate) query: Map<String, Value>,
+pub struct Condition {
+    pub query: Map<String, Value>,
     /// The `name` of a target.
-    pub(crate) then: String,
+    pub then: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RetryConfig {
+pub struct RetryConfig {
     /// 0 to 10.
-    pub(crate) attempts: u32,
-    pub(crate) on_status_codes: Option<Vec<u16>>,
-    pub(crate) use_retry_after_headers: bool,
+    pub attempts: u32,
+    pub on_status_codes: Option<Vec<u16>>,
+    pub use_retry_after_headers: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CircuitBreakerConfig {
+pub struct CircuitBreakerConfig {
     /// At least 1.
-    pub(crate) failure_threshold: u32,
+    pub failure_threshold: u32,
     /// Milliseconds, at least 30000.
-    pub(crate) cooldown_interval: u64,
-    pub(crate) failure_status_codes: Option<Vec<u16>>,
+    pub cooldown_interval: u64,
+    pub failure_status_codes: Option<Vec<u16>>,
 }
 
 /// Validates a config (the parsed `x-gateway-config` header or a saved config).
-pub(crate) fn parse_config(value: &Value) -> Result<Config, ConfigError> {
+pub fn parse_config(value: &Value) -> Result<Config, ConfigError> {
     parse_node(value, "", 0)
 }
 
 /// Why a config text serde_json could not read is refused, when it nests deeper than the
 /// parser reads (`None`: it does not, so it is not valid JSON). Targets nested too deep get the
 /// error `parse_config` gives 9 to 63 levels; anything else nested too deep is named at the root.
-pub(crate) fn nested_too_deep(text: &[u8]) -> Option<ConfigError> {
+pub fn nested_too_deep(text: &[u8]) -> Option<ConfigError> {
     let way = beyond_depth(text, MAX_JSON_DEPTH)?;
     let mut path = String::new();
     // Each level of targets is two steps: the property `targets`, then the item.

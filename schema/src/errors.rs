@@ -5,48 +5,48 @@ use serde_json::{json, Value};
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct GatewayError {
-    pub(crate) status: u16,
+pub struct GatewayError {
+    pub status: u16,
     /// OpenAI error `type`, e.g. `invalid_request_error`.
-    pub(crate) kind: &'static str,
-    pub(crate) message: String,
-    pub(crate) param: Option<String>,
-    pub(crate) code: Option<&'static str>,
+    pub kind: &'static str,
+    pub message: String,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
 }
 
 impl GatewayError {
-    pub(crate) fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
         GatewayError { status, kind, message: message.into(), param: None, code: None }
     }
 
     /// 400 for a bad request parameter; `param` names the field at fault.
-    pub(crate) fn invalid_param(param: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn invalid_param(param: impl Into<String>, message: impl Into<String>) -> Self {
         let mut e = Self::new(400, "invalid_request_error", message);
         e.param = Some(param.into());
         e
     }
 
     /// 400 for a bad gateway header; the message names the header.
-    pub(crate) fn invalid_header(header: &str, message: impl Into<String>) -> Self {
+    pub fn invalid_header(header: &str, message: impl Into<String>) -> Self {
         let mut e = Self::new(400, "invalid_request_error", format!("invalid header '{header}': {}", message.into()));
         e.param = Some(header.to_string());
         e.code = Some("invalid_header");
         e
     }
 
-    pub(crate) fn with_code(mut self, code: &'static str) -> Self {
+    pub fn with_code(mut self, code: &'static str) -> Self {
         self.code = Some(code);
         self
     }
 
-    pub(crate) fn to_json(&self) -> Vec<u8> {
+    pub fn to_json(&self) -> Vec<u8> {
         error_json(&self.message, self.kind, self.param.as_deref(), self.code)
     }
 }
 
 /// The OpenAI error object; the gateway's own errors and reshaped provider errors (whose
 /// `type` and `code` are the provider's strings) are both built here.
-pub(crate) fn error_json(message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Vec<u8> {
+pub fn error_json(message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Vec<u8> {
     json!({"error": {"message": message, "type": kind, "param": param, "code": code}}).to_string().into_bytes()
 }
 
@@ -63,7 +63,7 @@ impl SharedError {
         SharedError { status, body: error_json(message, kind, param, code) }
     }
 
-    pub(crate) fn from_gateway(e: &GatewayError) -> SharedError {
+    pub fn from_gateway(e: &GatewayError) -> SharedError {
         SharedError { status: e.status, body: e.to_json() }
     }
 

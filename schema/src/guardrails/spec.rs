@@ -6,59 +6,59 @@ use crate::value_check::{boolean, expected, number, object, shorten, string, Con
 use serde_json::{Map, Value};
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Hook {
-    pub(crate) id: String,
+pub struct Hook {
+    pub id: String,
     /// JSON `type`.
-    pub(crate) kind: Option<String>,
-    pub(crate) checks: Vec<Check>,
-    pub(crate) on_fail: Option<HookOutcome>,
-    pub(crate) on_success: Option<HookOutcome>,
+    pub kind: Option<String>,
+    pub checks: Vec<Check>,
+    pub on_fail: Option<HookOutcome>,
+    pub on_success: Option<HookOutcome>,
     /// JSON `async`; only after-request hooks may set it.
-    pub(crate) is_async: bool,
+    pub is_async: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Check {
-    pub(crate) id: String,
-    pub(crate) parameters: Map<String, Value>,
+pub struct Check {
+    pub id: String,
+    pub parameters: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct HookOutcome {
-    pub(crate) feedback: Option<Feedback>,
+pub struct HookOutcome {
+    pub feedback: Option<Feedback>,
     /// Only in before-request hooks and output guardrails.
-    pub(crate) deny: Option<bool>,
+    pub deny: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct Feedback {
-    pub(crate) value: Option<f64>,
-    pub(crate) weight: Option<f64>,
-    pub(crate) metadata: Option<Map<String, Value>>,
+pub struct Feedback {
+    pub value: Option<f64>,
+    pub weight: Option<f64>,
+    pub metadata: Option<Map<String, Value>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Guardrail {
+pub enum Guardrail {
     /// The id or slug of a stored guardrail.
     Reference(String),
     Inline(InlineGuardrail),
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct InlineGuardrail {
-    pub(crate) id: Option<String>,
-    pub(crate) deny: Option<bool>,
+pub struct InlineGuardrail {
+    pub id: Option<String>,
+    pub deny: Option<bool>,
     /// JSON `async`.
-    pub(crate) is_async: Option<bool>,
-    pub(crate) on_fail: Option<HookOutcome>,
-    pub(crate) on_success: Option<HookOutcome>,
+    pub is_async: Option<bool>,
+    pub on_fail: Option<HookOutcome>,
+    pub on_success: Option<HookOutcome>,
     /// Every further property (check id to its parameters), each an object.
-    pub(crate) checks: Map<String, Value>,
+    pub checks: Map<String, Value>,
 }
 
 /// Which side of the upstream call a hook or guardrail list runs on.
 #[derive(Clone, Copy, PartialEq)]
-pub(crate) enum Stage {
+pub enum Stage {
     /// `before_request_hooks`, `input_guardrails`.
     Request,
     /// `after_request_hooks`, `output_guardrails`.
@@ -71,7 +71,7 @@ const RESPONSE_HOOK_KEYS: &[&str] = &["id", "type", "checks", "on_fail", "on_suc
 /// Inline guardrail properties with a fixed meaning; every other property is a check.
 const GUARDRAIL_KEYS: &[&str] = &["id", "deny", "async", "on_fail", "on_success"];
 
-pub(crate) fn hook(v: &Value, path: &str, stage: Stage) -> Result<Hook, ConfigError> {
+pub fn hook(v: &Value, path: &str, stage: Stage) -> Result<Hook, ConfigError> {
     let known = match stage {
         Stage::Request => HOOK_KEYS,
         Stage::Response => RESPONSE_HOOK_KEYS,
@@ -110,7 +110,7 @@ fn feedback(v: &Value, path: &str) -> Result<Feedback, ConfigError> {
     })
 }
 
-pub(crate) fn guardrail(v: &Value, path: &str, stage: Stage) -> Result<Guardrail, ConfigError> {
+pub fn guardrail(v: &Value, path: &str, stage: Stage) -> Result<Guardrail, ConfigError> {
     if let Value::String(reference) = v {
         if reference.is_empty() {
             return Err(ConfigError::new(path, "must not be empty"));
@@ -147,7 +147,7 @@ const ACTION_KEYS: &[&str] = &["deny", "async", "on_success", "on_fail"];
 /// actions: {deny, async, on_success, on_fail}}`), read into the inline guardrail the filter
 /// runs: its enabled checks, each check id one the gateway ships and `default.jwt`'s
 /// parameters read by the code that runs it. `id` names it in `hook_results`.
-pub(crate) fn parse_stored_guardrail(v: &Value, id: &str) -> Result<InlineGuardrail, ConfigError> {
+pub fn parse_stored_guardrail(v: &Value, id: &str) -> Result<InlineGuardrail, ConfigError> {
     let obj = Obj::new(v, "", STORED_KEYS)?;
     obj.opt("name", string)?;
     let items = obj.req("checks", |v, p| v.as_array().cloned().ok_or_else(|| expected(p, "an array", v)))?;
@@ -162,7 +162,7 @@ pub(crate) fn parse_stored_guardrail(v: &Value, id: &str) -> Result<InlineGuardr
         let parameters = check.opt("parameters", object)?.unwrap_or_default();
         check.opt("name", string)?;
         let enabled = check.opt("is_enabled", boolean)?.unwrap_or(true);
-        if let Err(message) = super::check_parameters(&id, &parameters) {
+        if let Err(message) = super::params::check_parameters(&id, &parameters) {
             let at = if message.starts_with("unknown check") { check.path("id") } else { check.path("parameters") };
             return Err(ConfigError::new(at, message));
         }

@@ -1,22 +1,16 @@
-//! What the control plane shares with the filter: the checks of what it stores (configs,
-//! providers, guardrails) and prompt rendering, so a stored item is checked by exactly the
-//! code that later runs it, with the same JSON-path errors.
+//! The checks of what the control plane stores (configs, providers, guardrails), by exactly the
+//! code with which the filter later reads them, with the same JSON-path errors.
 //!
 //! Errors are `SharedError`: an HTTP status and the OpenAI error body the filter would answer
 //! (`{"error": {"message", "type", "param", "code"}}`), `param` naming the field at fault.
 
 use crate::config::{self, parse_config};
-pub use crate::errors::SharedError;
+use crate::credential::Credential;
+use crate::errors::SharedError;
 use crate::guardrails::spec::parse_stored_guardrail;
 use crate::json_check::{beyond_depth, MAX_JSON_DEPTH};
-use crate::settings::Credential;
 use crate::value_check::ConfigError;
 use serde_json::Value;
-
-pub use crate::prompts::{apply_to_chat, render};
-pub use crate::wire_names::{
-    control_plane_fetch_marker, CLIENT_AUTHORIZATION_HEADER, CONTROL_PLANE_FETCH_HEADER, WORKSPACE_HEADER,
-};
 
 /// A 400 naming the field at fault by its JSON path (`checks[0].id`; the root: `body`).
 fn invalid_config(e: &ConfigError) -> SharedError {

@@ -4,14 +4,14 @@ use crate::value_check::{integer, one_of, ConfigError, Obj};
 use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CacheConfig {
-    pub(crate) mode: CacheMode,
+pub struct CacheConfig {
+    pub mode: CacheMode,
     /// Seconds.
-    pub(crate) max_age: Option<u64>,
+    pub max_age: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CacheMode {
+pub enum CacheMode {
     Simple,
     Semantic,
 }
@@ -19,7 +19,7 @@ pub(crate) enum CacheMode {
 impl CacheMode {
     const ALL: [CacheMode; 2] = [Self::Simple, Self::Semantic];
 
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Simple => "simple",
             Self::Semantic => "semantic",
@@ -28,7 +28,7 @@ impl CacheMode {
 }
 
 /// `cache`: `{"mode": "simple" | "semantic", "max_age": <seconds>}`.
-pub(crate) fn cache_config(v: &Value, path: &str) -> Result<CacheConfig, ConfigError> {
+pub fn cache_config(v: &Value, path: &str) -> Result<CacheConfig, ConfigError> {
     let obj = Obj::new(v, path, &["mode", "max_age"])?;
     Ok(CacheConfig {
         mode: obj.req("mode", |v, p| one_of(v, p, &CacheMode::ALL, CacheMode::as_str))?,
