@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Finds import circles between the files of each Rust crate of the workspace.
+"""Finds import circles between the files, and between the folders, of each Rust crate of the
+workspace (src/, control-plane/src/, schema/src/).
 
 A file depends on another when its code (tests left out) names an item defined there: `use
 crate::a::b::C`, `crate::a::f()`, `super::x`, `self::x` or a child module's `x::y`. A path is
 followed through the modules it names to the file that defines its item, through `use`
-re-exports (`crate::config::Config`, defined in src/config/parts.rs and re-exported by
-src/config/mod.rs, is src/config/parts.rs). A folder's entry file (mod.rs, lib.rs) may use the
-files inside its folder (it is made of them): only their dependencies on it, on each other and
-on everything else count. Any circle among files (a strongly connected group of two or more) is printed and the exit
-status is 1.
+re-exports (`crate::guardrails::spec::Check` in the filter is the shared crate's, no file of
+the filter). A folder's entry file (mod.rs, lib.rs) may use the files inside its folder (it is
+made of them): only their dependencies on it, on each other and on everything else count.
+Folders are then compared the same way: at each depth every file stands for its folder
+(`config/parts.rs` for `config/`). Any circle (a strongly connected group of two or more files
+or folders) is printed with the dependencies that close it, and the exit status is 1.
 
 Usage: import_cycles.py [CRATE_SRC_DIR ...]   (default: the workspace's crates)
 """
@@ -276,9 +278,10 @@ def strongly_connected(graph):
 
 def name_of(crate, unit):
     """A unit's name for the report: a file, or a folder (`src/config/`)."""
+    base = ROOT if crate.src.is_relative_to(ROOT) else crate.src.parent
     if unit in crate.files and not any(m[: len(unit)] == unit and m != unit for m in crate.files):
-        return str(crate.files[unit].relative_to(ROOT))
-    return str((crate.src.joinpath(*unit)).relative_to(ROOT)) + "/"
+        return str(crate.files[unit].relative_to(base))
+    return str((crate.src.joinpath(*unit)).relative_to(base)) + "/"
 
 
 def circles(crate, graph):
@@ -301,7 +304,32 @@ def circles(crate, graph):
                 yield group, units
 
 
+def self_test():
+    """The check itself finds a planted circle (a/x.rs -> b.rs -> a/x.rs, so a/ <-> b.rs too)
+    and nothing once it is broken: a check that cannot fail would let circles back."""
+    import tempfile
+
+    files = {
+        "lib.rs": "mod a;\nmod b;\n",
+        "a/mod.rs": "mod x;\npub use x::h;\npub fn f() {}\n",
+        "a/x.rs": "use crate::b::g;\npub fn h() { g() }\n",
+        "b.rs": "pub fn g() { crate::a::x::h() }\n#[cfg(test)]\nmod tests { use crate::a::f; }\n",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src"
+        for name, text in files.items():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            (src / name).write_text(text)
+        crate = Crate(src)
+        found = [[name_of(crate, u) for u in group] for group, _ in circles(crate, crate.edges())]
+        assert found == [["src/a/x.rs", "src/b.rs"], ["src/a/", "src/b.rs"]], found
+        (src / "b.rs").write_text("pub fn g() {}\n")
+        crate = Crate(src)
+        assert list(circles(crate, crate.edges())) == [], "a circle found where there is none"
+
+
 def main(args):
+    self_test()
     crates = [ROOT / a for a in (args or DEFAULT_CRATES)]
     found = False
     for src in crates:
