@@ -127,7 +127,14 @@ mod tests {
         let with = |checks: Value| json!({"name": "g", "checks": checks});
         assert_eq!(param(check_guardrail(&with(json!([])))), "checks");
         assert_eq!(param(check_guardrail(&json!({"name": "g"}))), "checks");
-        assert_eq!(param(check_guardrail(&with(json!([{"id": "default.contains"}, {"id": "x.y"}])))), "checks[1].id");
+        let contains = json!({"id": "default.contains", "parameters": {"words": ["a"], "operator": "any"}});
+        assert_eq!(param(check_guardrail(&with(json!([contains, {"id": "x.y"}])))), "checks[1].id");
+        // Every check's parameters are read as the filter reads them, patterns compiled.
+        let rule = json!([{"id": "default.regexMatch", "parameters": {"rule": "(a"}}]);
+        let e = check_guardrail(&with(rule)).unwrap_err();
+        assert_eq!((e.status, e.param().as_deref()), (400, Some("checks[0].parameters")));
+        assert!(e.message().contains("parameter `rule` is not a valid pattern"), "{}", e.message());
+        assert_eq!(param(check_guardrail(&with(json!([{"id": "default.contains"}])))), "checks[0].parameters");
         let hs = json!([{"id": "default.jwt", "parameters": {"jwksUri": "https://a/j", "algorithms": ["HS256"]}}]);
         assert_eq!(param(check_guardrail(&with(hs))), "checks[0].parameters");
         let age = json!([{"id": "default.jwt", "parameters": {"jwksUri": "https://a/j", "maxTokenAge": "later"}}]);

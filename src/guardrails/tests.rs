@@ -18,7 +18,7 @@ fn params(v: Value) -> Params {
 }
 
 fn check(id: &str, p: Value) -> Check {
-    Check { id: id.to_string(), parameters: params(p) }
+    Check::new(id.to_string(), params(p)).unwrap()
 }
 
 fn before<'a>(text: &'a str, request: &'a Value) -> Input<'a> {
@@ -35,7 +35,16 @@ fn done(e: Evaluation) -> CheckResult {
 /// Runs a check that decides alone on `text` before the request.
 fn run(id: &str, p: Value, text: &str) -> CheckResult {
     let request = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]});
-    done(evaluate(&check(id, p), &before(text, &request), &Env { now_s: NOW, jwks: &no_jwks }))
+    done(evaluated(id, p, &before(text, &request), &Env { now_s: NOW, jwks: &no_jwks }))
+}
+
+/// What a check does with what it sees; parameters its config would refuse (`Check::new`, when
+/// the config is read) come back as that refusal, as a failed check.
+fn evaluated(id: &str, p: Value, input: &Input, env: &Env) -> Evaluation {
+    match Check::new(id.to_string(), params(p)) {
+        Ok(check) => evaluate(&check, input, env),
+        Err(refused) => Evaluation::Done(CheckResult::failed(id, refused, Value::Null)),
+    }
 }
 
 fn verdict(id: &str, p: Value, text: &str) -> bool {
@@ -284,7 +293,7 @@ fn required_metadata_keys() {
     let metadata = params(json!({"_user": "u1", "team": "a"}));
     let with = |p: Value, metadata: Option<&Params>| {
         let input = Input { metadata, ..before("", &request) };
-        done(evaluate(&check("default.requiredMetadataKeys", p), &input, &Env { now_s: NOW, jwks: &no_jwks }))
+        done(evaluated("default.requiredMetadataKeys", p, &input, &Env { now_s: NOW, jwks: &no_jwks }))
     };
     let p = |op: &str| json!({"metadataKeys": ["_user", "env"], "operator": op});
     assert!(with(p("any"), Some(&metadata)).verdict);
@@ -324,7 +333,7 @@ fn webhook_posts_request_and_response() {
     let response = json!({"choices": []});
     let env = Env { now_s: NOW, jwks: &no_jwks };
     let p = json!({"webhookURL": "http://127.0.0.1:9000/hook?k=v#frag", "headers": {"X-Team": "a"}, "timeout": 500});
-    let (call, _) = needs(evaluate(&check("default.webhook", p.clone()), &after(&request, &response), &env));
+    let (call, _) = needs(evaluated("default.webhook", p.clone(), &after(&request, &response), &env));
     assert_eq!(call.method, "POST");
     assert_eq!(call.upstream.authority, "127.0.0.1:9000");
     assert!(!call.upstream.tls);
@@ -338,7 +347,7 @@ fn webhook_posts_request_and_response() {
     assert_eq!(body, json!({"request": request, "response": response}));
     // Before the request there is no response; headers may come as a JSON string; 3 s default.
     let p = json!({"webhookURL": "https://hooks.example.com", "headers": "{\"a\": \"b\"}"});
-    let (call, _) = needs(evaluate(&check("default.webhook", p), &before("x", &request), &env));
+    let (call, _) = needs(evaluated("default.webhook", p, &before("x", &request), &env));
     assert_eq!(call.path, "/");
     assert_eq!(call.timeout_ms, 3000);
     assert_eq!(serde_json::from_slice::<Value>(&call.body).unwrap(), json!({"request": request}));
@@ -350,7 +359,7 @@ fn webhook_parameter_errors() {
     let request = json!({});
     let env = Env { now_s: NOW, jwks: &no_jwks };
     let error = |p: Value| {
-        let r = done(evaluate(&check("default.webhook", p), &before("x", &request), &env));
+        let r = done(evaluated("default.webhook", p, &before("x", &request), &env));
         assert!(!r.verdict);
         r.error.unwrap()
     };
@@ -374,7 +383,7 @@ fn webhook_answers() {
     let env = Env { now_s: NOW, jwks: &no_jwks };
     let answer = |status: u16, body: &str| {
         let p = json!({"webhookURL": "http://hooks.local/v"});
-        let (_, then) = needs(evaluate(&check("default.webhook", p), &before("x", &request), &env));
+        let (_, then) = needs(evaluated("default.webhook", p, &before("x", &request), &env));
         let finished = then.finish(Reply { status, body: body.as_bytes() }, NOW);
         assert_eq!(finished.jwks, None);
         finished.result
@@ -396,7 +405,7 @@ fn log_passes_at_once_and_sends() {
     let response = json!({"id": "r"});
     let env = Env { now_s: NOW, jwks: &no_jwks };
     let p = json!({"logURL": "https://logs.example.com/in"});
-    match evaluate(&check("default.log", p), &after(&request, &response), &env) {
+    match evaluated("default.log", p, &after(&request, &response), &env) {
         Evaluation::DoneAndSend(r, call) => {
             assert!(r.verdict);
             assert_eq!(call.path, "/in");
@@ -407,7 +416,7 @@ fn log_passes_at_once_and_sends() {
         }
         other => panic!("{other:?}"),
     }
-    let r = done(evaluate(&check("default.log", json!({})), &after(&request, &response), &env));
+    let r = done(evaluated("default.log", json!({}), &after(&request, &response), &env));
     assert!(r.error.unwrap().contains("logURL"));
 }
 
@@ -524,7 +533,7 @@ mod jwt_tests {
             assert_eq!(uri, URI);
             cache.clone()
         };
-        evaluate(&check("default.jwt", p), &input, &Env { now_s: NOW, jwks: &lookup })
+        evaluated("default.jwt", p, &input, &Env { now_s: NOW, jwks: &lookup })
     }
 
     fn cached(json: Vec<u8>, age_s: u64) -> Option<CachedJwks> {
@@ -652,12 +661,12 @@ mod jwt_tests {
     fn a_missing_header_fails_and_parameters_are_checked() {
         let request = json!({});
         let env = Env { now_s: NOW, jwks: &no_jwks };
-        let r = done(evaluate(&check("default.jwt", json!({"jwksUri": URI})), &before("x", &request), &env));
+        let r = done(evaluated("default.jwt", json!({"jwksUri": URI}), &before("x", &request), &env));
         assert!(!r.verdict && r.error.is_none());
         assert!(r.data["explanation"].as_str().unwrap().contains("authorization"));
         let headers = vec![("x-token".to_string(), b"t".to_vec())];
         let input = Input { headers: &headers, ..before("x", &request) };
-        let r = done(evaluate(&check("default.jwt", json!({"jwksUri": URI, "headerKey": "X-Token"})), &input, &env));
+        let r = done(evaluated("default.jwt", json!({"jwksUri": URI, "headerKey": "X-Token"}), &input, &env));
         assert!(r.data["explanation"].as_str().unwrap().contains("not three"), "{r:?}");
         for (p, wanted) in [
             (json!({}), "jwksUri"),
@@ -710,7 +719,8 @@ fn feedback(value: f64) -> Option<HookOutcome> {
 }
 
 fn inline(checks: Value) -> InlineGuardrail {
-    InlineGuardrail { checks: params(checks), ..Default::default() }
+    let checks = params(checks).into_iter().map(|(id, p)| check(&id, p)).collect();
+    InlineGuardrail { checks, ..Default::default() }
 }
 
 #[test]
@@ -879,12 +889,12 @@ fn every_listed_check_id_is_one_evaluate_runs() {
     let request = json!({"messages": [{"role": "user", "content": "hi"}]});
     let env = Env { now_s: NOW, jwks: &no_jwks };
     for id in CHECK_IDS {
-        let evaluation = evaluate(&check(id, json!({})), &before("hi", &request), &env);
+        let evaluation = evaluated(id, json!({}), &before("hi", &request), &env);
         if let Evaluation::Done(result) = evaluation {
             let error = result.error.unwrap_or_default();
             assert!(!error.starts_with("unknown check"), "{id}: {error}");
         }
     }
-    let unknown = done(evaluate(&check("default.nope", json!({})), &before("hi", &request), &env));
+    let unknown = done(evaluated("default.nope", json!({}), &before("hi", &request), &env));
     assert!(unknown.error.unwrap_or_default().starts_with("unknown check"));
 }

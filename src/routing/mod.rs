@@ -533,7 +533,7 @@ mod tests {
         for config in [
             r#"{"provider":"openai","api_key":"k","prompt_id":"p1"}"#,
             r#"{"provider":"openai","api_key":"k","input_guardrails":["pii"]}"#,
-            r#"{"strategy":{"mode":"fallback"},"targets":[{"provider":"openai","api_key":"k","before_request_hooks":[{"id":"h","checks":[{"id":"default.contains","parameters":{"words":["x"]}}]}]}]}"#,
+            r#"{"strategy":{"mode":"fallback"},"targets":[{"provider":"openai","api_key":"k","before_request_hooks":[{"id":"h","checks":[{"id":"default.contains","parameters":{"words":["x"],"operator":"any"}}]}]}]}"#,
         ] {
             let err = select(&[("x-gateway-config", config)]).err().unwrap();
             assert_eq!((err.status, err.code), (501, Some("not_implemented")), "{config}");
@@ -541,7 +541,7 @@ mod tests {
         // The top-level config's inline guardrails and hooks run.
         assert!(select(&[(
             "x-gateway-config",
-            r#"{"provider":"openai","api_key":"k","input_guardrails":[{"default.contains":{"words":["x"]}}],"before_request_hooks":[{"id":"h","checks":[{"id":"default.contains","parameters":{"words":["x"]}}]}]}"#
+            r#"{"provider":"openai","api_key":"k","input_guardrails":[{"default.contains":{"words":["x"],"operator":"any"}}],"before_request_hooks":[{"id":"h","checks":[{"id":"default.contains","parameters":{"words":["x"],"operator":"any"}}]}]}"#
         )])
         .is_ok());
         assert!(select(&[(

@@ -3,9 +3,11 @@
 //! headers, read by the same code that runs the check).
 
 use crate::json_check::{kind_of, shorten};
+use crate::query::regex::{self, Regex};
 use crate::upstream::Upstream;
 use crate::wire_names::is_header_value;
 use serde_json::{Map, Value};
+use std::rc::Rc;
 
 /// The parameters of one check, as configured.
 pub type Params = Map<String, Value>;
@@ -28,19 +30,178 @@ pub const CHECK_IDS: &[&str] = &[
     "default.jwt",
 ];
 
-/// Checks a stored check's parameters for type and form, without running it: `default.jwt`'s
-/// and `default.webhook`'s headers are read by the very code that runs them (nothing is
-/// fetched); the other checks read their parameters while they run and are only known by id
-/// here. `Err` says what is wrong.
-pub fn check_parameters(id: &str, params: &Params) -> Result<(), String> {
+/// A stored check's parameters, read as `read` reads them, its id one this gateway runs
+/// (nothing is fetched). `Err` says what is wrong.
+pub fn read_known(id: &str, params: &Params) -> Result<CheckParams, String> {
     if !CHECK_IDS.contains(&id) {
         return Err(format!("unknown check `{}`; known checks: {}", shorten(id), CHECK_IDS.join(", ")));
     }
-    match id {
-        "default.jwt" => jwt_params(params).map(drop),
-        "default.webhook" => configured_headers(params).map(drop),
-        _ => Ok(()),
+    read(id, params)
+}
+
+/// A check's parameters, read (patterns compiled) when the config or stored guardrail that
+/// holds the check is read, and kept with it: the check runs them as they are.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CheckParams {
+    /// `rule` must match somewhere in the text; `not` inverts.
+    RegexMatch {
+        pattern: Pattern,
+        not: bool,
+    },
+    Contains {
+        words: Vec<String>,
+        operator: Operator,
+    },
+    /// `wordCount`, `sentenceCount`, `characterCount`: a count of the text within `min..=max`
+    /// (either bound may be left out, not both); `not` inverts.
+    Count {
+        counted: Counted,
+        min: Option<u64>,
+        max: Option<u64>,
+        not: bool,
+    },
+    JsonSchema {
+        schema: Value,
+        not: bool,
+    },
+    JsonKeys {
+        keys: Vec<String>,
+        operator: Operator,
+    },
+    ContainsCode {
+        format: String,
+    },
+    ModelWhitelist {
+        models: Vec<String>,
+        not: bool,
+    },
+    RequiredMetadataKeys {
+        keys: Vec<String>,
+        operator: Operator,
+    },
+    /// `validUrls` (no parameters), and the checks that call out (`webhook`, `log`, `jwt`),
+    /// whose parameters were checked for form here and which read them as they run.
+    AsGiven,
+    /// A check id this gateway does not run: the check fails when it runs (a config may name
+    /// one; a stored guardrail may not).
+    Unknown,
+}
+
+/// A compiled `regexMatch` rule with its text (checks compare and report the text).
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    pub rule: String,
+    pub regex: Rc<Regex>,
+}
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Pattern) -> bool {
+        self.rule == other.rule
     }
+}
+
+/// How a list of wanted things must be found: at least one, all, or none of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operator {
+    Any,
+    All,
+    None,
+}
+
+impl Operator {
+    fn read(p: &Params) -> Result<Operator, String> {
+        match string(p, "operator")? {
+            Some("any") => Ok(Operator::Any),
+            Some("all") => Ok(Operator::All),
+            Some("none") => Ok(Operator::None),
+            _ => Err("parameter `operator` must be one of \"any\", \"all\", \"none\"".to_string()),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Operator::Any => "any",
+            Operator::All => "all",
+            Operator::None => "none",
+        }
+    }
+
+    /// The verdict from how many of `total` wanted things were found.
+    pub fn holds(self, found: usize, total: usize) -> bool {
+        match self {
+            Operator::Any => found > 0,
+            Operator::All => found == total,
+            Operator::None => found == 0,
+        }
+    }
+}
+
+/// What a counting check counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    Words,
+    Sentences,
+    Characters,
+}
+
+impl Counted {
+    fn of(id: &str) -> Option<Counted> {
+        match id {
+            "default.wordCount" => Some(Counted::Words),
+            "default.sentenceCount" => Some(Counted::Sentences),
+            "default.characterCount" => Some(Counted::Characters),
+            _ => None,
+        }
+    }
+
+    /// Its `min` and `max` parameters, and the count's name in the check's `data`.
+    pub fn keys(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Counted::Words => ("minWords", "maxWords", "wordCount"),
+            Counted::Sentences => ("minSentences", "maxSentences", "sentenceCount"),
+            Counted::Characters => ("minCharacters", "maxCharacters", "characterCount"),
+        }
+    }
+}
+
+/// Reads check `id`'s parameters; `Err` says which parameter is wrong and how.
+pub fn read(id: &str, p: &Params) -> Result<CheckParams, String> {
+    let owned = |items: Vec<&str>| items.into_iter().map(str::to_string).collect::<Vec<String>>();
+    if let Some(counted) = Counted::of(id) {
+        let (min_key, max_key, _) = counted.keys();
+        let (min, max) = (count(p, min_key)?, count(p, max_key)?);
+        if min.is_none() && max.is_none() {
+            return Err(format!("parameter `{min_key}` or `{max_key}` is required"));
+        }
+        return Ok(CheckParams::Count { counted, min, max, not: flag(p, "not")? });
+    }
+    Ok(match id {
+        "default.regexMatch" => {
+            let rule = required_string(p, "rule")?;
+            let not = flag(p, "not")?;
+            let regex = regex::cached(rule).map_err(|e| format!("parameter `rule` is not a valid pattern: {e}"))?;
+            CheckParams::RegexMatch { pattern: Pattern { rule: rule.to_string(), regex }, not }
+        }
+        "default.contains" => {
+            CheckParams::Contains { words: owned(strings(p, "words")?), operator: Operator::read(p)? }
+        }
+        "default.jsonSchema" => {
+            let schema = p.get("schema").filter(|s| s.is_object()).ok_or("parameter `schema` must be an object")?;
+            CheckParams::JsonSchema { schema: schema.clone(), not: flag(p, "not")? }
+        }
+        "default.jsonKeys" => CheckParams::JsonKeys { keys: owned(strings(p, "keys")?), operator: Operator::read(p)? },
+        "default.containsCode" => CheckParams::ContainsCode { format: required_string(p, "format")?.to_string() },
+        "default.modelWhitelist" => {
+            CheckParams::ModelWhitelist { models: owned(strings(p, "models")?), not: flag(p, "not")? }
+        }
+        "default.requiredMetadataKeys" => {
+            CheckParams::RequiredMetadataKeys { keys: owned(strings(p, "metadataKeys")?), operator: Operator::read(p)? }
+        }
+        "default.jwt" => jwt_params(p).map(|_| CheckParams::AsGiven)?,
+        "default.webhook" => configured_headers(p).map(|_| CheckParams::AsGiven)?,
+        "default.validUrls" | "default.log" => CheckParams::AsGiven,
+        _ => CheckParams::Unknown,
+    })
 }
 
 pub fn string<'a>(p: &'a Params, key: &str) -> Result<Option<&'a str>, String> {
@@ -229,7 +390,7 @@ mod tests {
 
     #[test]
     fn stored_check_parameters_are_checked_for_form_only() {
-        let jwt = |p: Value| check_parameters("default.jwt", &params(p));
+        let jwt = |p: Value| read_known("default.jwt", &params(p)).map(drop);
         assert_eq!(
             jwt(json!({"jwksUri": "http://idp.local/jwks.json", "maxTokenAge": "30m", "algorithms": ["RS256"]})),
             Ok(())
@@ -245,7 +406,8 @@ mod tests {
         assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "clockTolerance": "5"}))
             .unwrap_err()
             .contains("clockTolerance"));
-        assert_eq!(check_parameters("default.contains", &params(json!({"words": ["a"]}))), Ok(()));
-        assert!(check_parameters("default.nope", &Params::new()).unwrap_err().contains("unknown check"));
+        assert!(read_known("default.contains", &params(json!({"words": ["a"], "operator": "any"}))).is_ok());
+        assert!(read_known("default.regexMatch", &params(json!({"rule": "(a"}))).unwrap_err().contains("`rule`"));
+        assert!(read_known("default.nope", &Params::new()).unwrap_err().contains("unknown check"));
     }
 }

@@ -1,9 +1,11 @@
 //! What a config's hooks (spec 2.6) and guardrails (spec 2.7) and a stored guardrail (spec 4.3)
 //! say, and how they are read: the config reads its lists of them here.
 
+use super::params::{self, CheckParams};
 use crate::json_check::join;
 use crate::value_check::{boolean, expected, number, object, shorten, string, ConfigError, Obj};
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hook {
@@ -20,7 +22,19 @@ pub struct Hook {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Check {
     pub id: String,
+    /// As given: the checks that call out read them as they run.
     pub parameters: Map<String, Value>,
+    /// Read when the check was: what the check runs with.
+    pub params: CheckParams,
+}
+
+impl Check {
+    /// A check whose parameters are read now; `Err` says which one is wrong (an id this
+    /// gateway does not run is no error here: the check fails when it runs).
+    pub fn new(id: String, parameters: Map<String, Value>) -> Result<Check, String> {
+        let params = params::read(&id, &parameters)?;
+        Ok(Check { id, parameters, params })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -52,8 +66,8 @@ pub struct InlineGuardrail {
     pub is_async: Option<bool>,
     pub on_fail: Option<HookOutcome>,
     pub on_success: Option<HookOutcome>,
-    /// Every further property (check id to its parameters), each an object.
-    pub checks: Map<String, Value>,
+    /// Every further property (a check id with its parameters, an object), in key order.
+    pub checks: Vec<Check>,
 }
 
 /// Which side of the upstream call a hook or guardrail list runs on.
@@ -91,7 +105,8 @@ pub fn hook(v: &Value, path: &str, stage: Stage) -> Result<Hook, ConfigError> {
 
 fn check(v: &Value, path: &str) -> Result<Check, ConfigError> {
     let obj = Obj::new(v, path, &["id", "parameters"])?;
-    Ok(Check { id: obj.req("id", string)?, parameters: obj.req("parameters", object)? })
+    let (id, parameters) = (obj.req("id", string)?, obj.req("parameters", object)?);
+    Check::new(id, parameters).map_err(|message| ConfigError::new(obj.path("parameters"), message))
 }
 
 /// `on_fail` / `on_success`; `deny` tells whether the outcome may carry `deny`.
@@ -121,10 +136,12 @@ pub fn guardrail(v: &Value, path: &str, stage: Stage) -> Result<Guardrail, Confi
         return Err(expected(path, "a string or an object", v));
     }
     let obj = Obj::open(v, path)?;
-    let mut checks = Map::new();
+    let mut checks = Vec::new();
     for (key, value) in obj.map.iter().filter(|(k, _)| !GUARDRAIL_KEYS.contains(&k.as_str())) {
         // The key is client text, cut short where it is echoed in an error's path.
-        checks.insert(key.clone(), Value::Object(object(value, &join(path, &shorten(key)))?));
+        let at = join(path, &shorten(key));
+        let check = Check::new(key.clone(), object(value, &at)?).map_err(|message| ConfigError::new(at, message))?;
+        checks.push(check);
     }
     // Spec 2.7: only output guardrails' outcomes carry `deny`.
     let deny = stage == Stage::Response;
@@ -145,8 +162,8 @@ const ACTION_KEYS: &[&str] = &["deny", "async", "on_success", "on_fail"];
 
 /// A stored guardrail (spec 4.3: `{name, checks: [{id, parameters, name, is_enabled}],
 /// actions: {deny, async, on_success, on_fail}}`), read into the inline guardrail the filter
-/// runs: its enabled checks, each check id one the gateway ships and `default.jwt`'s
-/// parameters read by the code that runs it. `id` names it in `hook_results`.
+/// runs: its enabled checks (in id order; of one id the last), each check id one the gateway
+/// ships and its parameters read. `id` names it in `hook_results`.
 pub fn parse_stored_guardrail(v: &Value, id: &str) -> Result<InlineGuardrail, ConfigError> {
     let obj = Obj::new(v, "", STORED_KEYS)?;
     obj.opt("name", string)?;
@@ -154,7 +171,7 @@ pub fn parse_stored_guardrail(v: &Value, id: &str) -> Result<InlineGuardrail, Co
     if items.is_empty() {
         return Err(ConfigError::new("checks", "must have at least one item"));
     }
-    let mut checks = Map::new();
+    let mut checks = BTreeMap::new();
     for (i, item) in items.iter().enumerate() {
         let path = crate::json_check::index("checks", i);
         let check = Obj::new(item, &path, STORED_CHECK_KEYS)?;
@@ -162,12 +179,12 @@ pub fn parse_stored_guardrail(v: &Value, id: &str) -> Result<InlineGuardrail, Co
         let parameters = check.opt("parameters", object)?.unwrap_or_default();
         check.opt("name", string)?;
         let enabled = check.opt("is_enabled", boolean)?.unwrap_or(true);
-        if let Err(message) = super::params::check_parameters(&id, &parameters) {
+        let params = params::read_known(&id, &parameters).map_err(|message| {
             let at = if message.starts_with("unknown check") { check.path("id") } else { check.path("parameters") };
-            return Err(ConfigError::new(at, message));
-        }
+            ConfigError::new(at, message)
+        })?;
         if enabled {
-            checks.insert(id, Value::Object(parameters));
+            checks.insert(id.clone(), Check { id, parameters, params });
         }
     }
     let actions = match obj.map.get("actions") {
@@ -183,7 +200,7 @@ pub fn parse_stored_guardrail(v: &Value, id: &str) -> Result<InlineGuardrail, Co
         is_async: actions.as_ref().map_or(Ok(None), |a| a.opt("async", boolean))?,
         on_fail: action("on_fail")?,
         on_success: action("on_success")?,
-        checks,
+        checks: checks.into_values().collect(),
     })
 }
 
