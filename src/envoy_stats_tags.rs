@@ -12,10 +12,10 @@ use crate::exchange::Record;
 use crate::guardrails::verdict::{Item, ItemResult};
 use crate::guardrails::CheckResult;
 use crate::providers::Usage;
+use crate::query::regex::Regex;
 use crate::routing::attempts::Move;
 use crate::settings::MetricsSettings;
 use crate::unit_tests::test;
-use regex_lite::Regex;
 use std::collections::{BTreeMap, BTreeSet};
 
 const METRICS_SOURCE: &str = include_str!("exchange/metrics.rs");

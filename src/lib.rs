@@ -9,29 +9,23 @@
 
 mod cache;
 mod catalog;
-mod cloud;
-mod config;
 // The metrics, the shipped config's stats_tags and the README's metrics table, tied.
 #[cfg(test)]
 mod envoy_stats_tags;
-mod errors;
 mod exchange;
 mod guardrails;
 mod hash;
-mod json_check;
-mod memo;
 mod percent;
 mod pipeline;
 mod ports;
-mod prompts;
 mod providers;
-mod query;
 mod request;
 mod routing;
 mod settings;
-pub mod shared;
 mod stream;
-mod upstream;
+
+// What the control plane reads too lives in the shared crate; the filter names it as its own.
+use gateway_schema::{cloud, config, credential, errors, json_check, memo, prompts, query, upstream, wire_names};
 
 /// The one mark of a unit test: every test module imports it (`use crate::unit_tests::test;`)
 /// so that its `#[test]`s run natively and again inside wasm (32-bit) under wasm-bindgen-test

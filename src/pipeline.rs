@@ -1,10 +1,12 @@
 //! A request's way through the gateway as plain decisions: the host adapter feeds it
 //! headers and body and applies what it returns.
 
+use crate::cache::settings::CacheMode;
 use crate::cache::{self, Lookup, Origin, Tenant};
 use crate::catalog::{self, Catalog, Kind, Ref, DEFAULT_WORKSPACE};
-use crate::config::{parse_config, parse_stored_guardrail, CacheMode, Config, Guardrail, StrategyMode};
+use crate::config::{parse_config, Config, StrategyMode};
 use crate::errors::GatewayError;
+use crate::guardrails::spec::{parse_stored_guardrail, Guardrail};
 use crate::guardrails::verdict::Item;
 use crate::json_check::{beyond_depth, MAX_JSON_DEPTH};
 use crate::ports::Host;
@@ -20,7 +22,9 @@ use crate::routing::attempts::Attempts;
 use crate::routing::plan::{make_plan, Plan};
 use crate::routing::{config_header, saved_config_unavailable, ConfigHeader, Target};
 use crate::settings::Settings;
-use crate::shared::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
+use crate::wire_names::{
+    control_plane_fetch_marker, CLIENT_AUTHORIZATION_HEADER, CONTROL_PLANE_FETCH_HEADER, WORKSPACE_HEADER,
+};
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 use std::rc::Rc;
@@ -143,12 +147,6 @@ pub(crate) struct Relay {
     pub(crate) path: String,
     pub(crate) workspace: String,
 }
-
-/// The client's `Authorization`, renamed on the way to the control plane (which sends the
-/// batch's lines back through the gateway with it).
-pub(crate) const CLIENT_AUTHORIZATION_HEADER: &str = "x-gateway-client-authorization";
-/// The caller's workspace, on requests relayed to the control plane.
-pub(crate) const WORKSPACE_HEADER: &str = "x-gateway-workspace";
 
 impl Relay {
     /// The header edits that send the request to the control plane: its cluster, authority
@@ -416,7 +414,7 @@ fn finish_pass(
 }
 
 /// A prompt that cannot be rendered with the request (a missing variable, a bad field).
-fn prompt_error(id: &str, e: &crate::shared::SharedError) -> GatewayError {
+fn prompt_error(id: &str, e: &crate::errors::SharedError) -> GatewayError {
     let message = format!("prompt '{}': {}", id.chars().take(64).collect::<String>(), e.message());
     let mut error = GatewayError::new(e.status, "invalid_request_error", message).with_code("invalid_prompt_request");
     error.param = e.param();

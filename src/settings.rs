@@ -2,14 +2,11 @@
 //! gateway keys, the custom-host allow-list, stored provider credentials and cluster names.
 
 use crate::cache::store::Layout;
-use crate::cloud::CloudFields;
-use crate::config::{parse_config, ConfigError};
+use crate::credential::Credential;
 use crate::errors::GatewayError;
-use crate::json_check::shorten;
 use crate::upstream::Upstream;
 use hashbrown::HashMap;
 use serde::Deserialize;
-use serde_json::Value;
 use subtle::ConstantTimeEq;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -246,63 +243,6 @@ fn default_embedding_timeout_ms() -> u64 {
 
 const MIN_BYTE_BUDGET: u64 = 1 << 20;
 const MIN_ENTRY_BYTES: u64 = 4096;
-
-/// A stored provider: its name, key, custom host, vendor ids and cloud fields, written and
-/// checked as a config target that names a provider (so the same errors, JSON paths included).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(try_from = "Value")]
-pub(crate) struct Credential {
-    pub(crate) provider: String,
-    pub(crate) api_key: Option<String>,
-    pub(crate) custom_host: Option<String>,
-    pub(crate) vendor_organization: Option<String>,
-    pub(crate) vendor_project: Option<String>,
-    pub(crate) cloud: CloudFields,
-}
-
-impl TryFrom<Value> for Credential {
-    type Error = String;
-
-    fn try_from(value: Value) -> Result<Self, String> {
-        Credential::parse(&value).map_err(|e| e.to_string())
-    }
-}
-
-impl Credential {
-    /// Reads a stored credential; the error names the field at fault (its JSON path).
-    pub(crate) fn parse(value: &Value) -> Result<Credential, ConfigError> {
-        const OWN_KEYS: [&str; 5] = ["provider", "api_key", "custom_host", "vendor_organization", "vendor_project"];
-        let known = |key: &str| OWN_KEYS.contains(&key) || CloudFields::KEYS.contains(&key);
-        if let Some(key) = value.as_object().and_then(|fields| fields.keys().find(|key| !known(key))) {
-            let key = shorten(key);
-            return Err(ConfigError::new(key.clone(), format!("unknown field `{key}` in a stored credential")));
-        }
-        if value.as_object().is_some_and(|fields| !fields.contains_key("provider")) {
-            return Err(ConfigError::new("provider", "a stored credential needs `provider`, a provider name"));
-        }
-        let config = parse_config(value)?;
-        let provider = config
-            .provider
-            .filter(|name| !name.starts_with('@'))
-            .ok_or_else(|| ConfigError::new("provider", "a stored credential needs `provider`, a provider name"))?;
-        // Checked when it is stored, not when a request first uses it.
-        if crate::providers::find(&provider).is_none() {
-            let known: Vec<&str> = crate::providers::PROVIDERS.iter().map(|p| p.name).collect();
-            return Err(ConfigError::new(
-                "provider",
-                format!("unknown provider '{}'; known providers: {}", shorten(&provider), known.join(", ")),
-            ));
-        }
-        Ok(Credential {
-            provider,
-            api_key: config.api_key,
-            custom_host: config.custom_host,
-            vendor_organization: config.vendor_organization,
-            vendor_project: config.vendor_project,
-            cloud: config.cloud,
-        })
-    }
-}
 
 /// No keys: every request is refused until a configuration loads.
 impl Default for Settings {

@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
-use model_gateway::shared::{self, SharedError};
+use gateway_schema::{self as shared, SharedError};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 

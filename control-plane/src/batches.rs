@@ -12,6 +12,7 @@ use crate::db::batches::{BatchRow, Cursor, FileRow, PendingLine};
 use crate::db::now_s;
 use crate::errors::{ApiError, ApiResult};
 use crate::files::{self, FILE_PREFIX};
+use crate::gateway::{caller_headers, send, send_full, workspace};
 use crate::lists::{Listing, OwnItems};
 use crate::validate::json_object;
 use crate::AppState;
@@ -20,7 +21,6 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use model_gateway::shared::CONTROL_PLANE_FETCH_HEADER;
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -36,14 +36,6 @@ pub const ENDPOINTS: &[&str] = &["/v1/chat/completions", "/v1/completions", "/v1
 /// At most this many lines in one batch, and this many errors reported.
 pub const MAX_LINES: usize = 50_000;
 const MAX_ERRORS: usize = 1_000;
-/// Workspace header the filter sets on relayed requests.
-pub const WORKSPACE_HEADER: &str = "x-gateway-workspace";
-/// The client's `Authorization`, as the filter renames it.
-pub const CLIENT_AUTHORIZATION_HEADER: &str = "x-gateway-client-authorization";
-
-/// How long a batch waits for the gateway to accept connections before a line fails.
-const MAX_CONNECT_WAIT: Duration = Duration::from_secs(60);
-
 /// The default lease of a running batch.
 pub const DEFAULT_LEASE_MS: u64 = 30_000;
 
@@ -140,30 +132,6 @@ pub fn runner_id(state_dir: &std::path::Path) -> Result<String, String> {
 }
 
 // ---- endpoints (internal: the filter relays them) ----
-
-pub fn workspace(h: &HeaderMap) -> ApiResult<String> {
-    h.get(WORKSPACE_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .filter(|w| crate::validate::is_name(w, crate::validate::MAX_WORKSPACE))
-        .map(str::to_string)
-        .ok_or_else(|| ApiError::invalid(WORKSPACE_HEADER, "the relayed request names no valid workspace"))
-}
-
-/// The caller's headers a line is sent with: its gateway headers, and the client's
-/// `Authorization` under its own name again.
-pub(crate) fn caller_headers(h: &HeaderMap) -> Map<String, Value> {
-    let mut out = Map::new();
-    for (name, value) in h {
-        let name = name.as_str();
-        let Ok(value) = value.to_str() else { continue };
-        if name == CLIENT_AUTHORIZATION_HEADER {
-            out.insert("authorization".into(), json!(value));
-        } else if name.starts_with("x-gateway-") && name != WORKSPACE_HEADER && name != CONTROL_PLANE_FETCH_HEADER {
-            out.insert(name.into(), json!(value));
-        }
-    }
-    out
-}
 
 /// `POST /internal/v1/batches`: the batch, `validating`, at once; its task does the rest.
 pub async fn create(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> ApiResult<Json<Value>> {
@@ -507,7 +475,7 @@ async fn validate(s: &AppState, batch: &BatchRow, headers: &Map<String, Value>) 
         }
     } else {
         let url = format!("{}/v1/files/{}/content", s.batches.settings.gateway_url, batch.input_file_id);
-        send(s, s.batches.client.get(url), headers).await
+        send(s.batches.client.get(url), headers).await
     };
     let text = match read {
         Ok((status, text)) if (200..300).contains(&status) => text,
@@ -579,7 +547,7 @@ async fn run_line(
     let request =
         s.batches.client.post(url).header(header::CONTENT_TYPE.as_str(), "application/json").body(line.body.clone());
     let id = format!("batch_req_{}", uuid::Uuid::new_v4().simple());
-    match send_full(s, request, headers).await {
+    match send_full(request, headers).await {
         Ok((status, request_id, text)) => {
             let body = serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text));
             let ok = (200..300).contains(&status);
@@ -598,57 +566,6 @@ async fn run_line(
             ("failed", out.to_string())
         }
     }
-}
-
-fn with_headers(mut request: reqwest::RequestBuilder, headers: &Map<String, Value>) -> reqwest::RequestBuilder {
-    for (name, value) in headers {
-        if let Some(value) = value.as_str() {
-            request = request.header(name.as_str(), value);
-        }
-    }
-    request
-}
-
-pub(crate) async fn send(
-    s: &AppState,
-    request: reqwest::RequestBuilder,
-    headers: &Map<String, Value>,
-) -> Result<(u16, String), String> {
-    send_full(s, request, headers).await.map(|(status, _, text)| (status, text))
-}
-
-async fn send_full(
-    _s: &AppState,
-    request: reqwest::RequestBuilder,
-    headers: &Map<String, Value>,
-) -> Result<(u16, String, String), String> {
-    let request = with_headers(request, headers);
-    // The gateway not listening (yet: at start the control plane may be up before Envoy) is
-    // ours to wait out, not the line's failure: connecting is retried for about a minute. Any
-    // other failure (the request may have gone out) is the line's.
-    let mut delay = Duration::from_millis(250);
-    let mut waited = Duration::ZERO;
-    let response = loop {
-        let Some(attempt) = request.try_clone() else {
-            break request.send().await;
-        };
-        match attempt.send().await {
-            Err(e) if e.is_connect() && waited < MAX_CONNECT_WAIT => {
-                tokio::time::sleep(delay).await;
-                waited += delay;
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
-            result => break result,
-        }
-    };
-    let response = response.map_err(|e| format!("the gateway did not answer: {e}"))?;
-    let status = response.status().as_u16();
-    let request_id = ["x-request-id", "x-gateway-trace-id"]
-        .iter()
-        .find_map(|name| response.headers().get(*name).and_then(|v| v.to_str().ok()).map(str::to_string))
-        .unwrap_or_default();
-    let text = response.text().await.map_err(|e| format!("the gateway's answer broke off: {e}"))?;
-    Ok((status, request_id, text))
 }
 
 /// The lines are done (or the batch is being cancelled): `finalizing` → `completed` with its

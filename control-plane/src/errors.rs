@@ -2,7 +2,7 @@
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use model_gateway::shared::SharedError;
+use gateway_schema::SharedError;
 
 #[derive(Debug)]
 pub struct ApiError(pub SharedError);

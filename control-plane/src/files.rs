@@ -5,10 +5,10 @@
 //! Everything is per workspace: another workspace's id is a 404.
 
 use crate::auth;
-use crate::batches::workspace;
 use crate::db::batches::{Cursor, FileRow};
 use crate::db::now_s;
 use crate::errors::{ApiError, ApiResult};
+use crate::gateway::workspace;
 use crate::lists::{Listing, OwnItems};
 use crate::AppState;
 use axum::body::{Body, Bytes};

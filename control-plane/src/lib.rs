@@ -1,8 +1,8 @@
 //! The model gateway's control plane (issue 13): prompts, guardrails, saved configs, stored
 //! providers and API keys in SQLite or PostgreSQL, behind the gateway's `/v1` paths, and the
 //! internal endpoints the filter reads them from; and the request logs the filter ships, with
-//! their feedback (issue 15). What it stores is checked by the filter's
-//! own code (`model_gateway::shared`).
+//! their feedback (issue 15). What it stores is checked by the code the
+//! filter reads it with (the shared crate, `gateway_schema`).
 
 pub mod api;
 pub mod auth;
@@ -11,6 +11,7 @@ pub mod crypto;
 pub mod db;
 pub mod errors;
 pub mod files;
+pub mod gateway;
 pub mod items;
 pub mod lists;
 pub mod logs;

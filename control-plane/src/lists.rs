@@ -7,15 +7,15 @@
 //! counts across both parts, and `has_more` says whether either part has more.
 
 use crate::auth;
-use crate::batches::{caller_headers, send, workspace};
 use crate::db::batches::Cursor;
 use crate::errors::{ApiError, ApiResult};
+use crate::gateway::{caller_headers, send, workspace};
 use crate::AppState;
 use axum::extract::{Query, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use model_gateway::shared::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
+use gateway_schema::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -204,7 +204,7 @@ async fn provider_list(s: &AppState, h: &HeaderMap, listing: &Listing, query: &s
         let error = ApiError::new(502, "api_error", message, None, Some("provider_unavailable"));
         ProviderList::Failed(raw_json(502, String::from_utf8_lossy(&error.0.body).into_owned()))
     };
-    let (status, text) = match send(s, request, &headers).await {
+    let (status, text) = match send(request, &headers).await {
         Ok(answer) => answer,
         Err(e) => return unavailable(&format!("the provider's {resource} list could not be read: {e}")),
     };

@@ -1,7 +1,7 @@
 //! Request logs and feedback (issue 15): the batch the filter ships, the `GET /v1/logs`
 //! query and the `POST /v1/feedback` body, checked here; storage is in `db::logs`.
 
-use crate::db::logs::{StoredFeedback, StoredRecord};
+use crate::db::logs::{LogQuery, NewFeedback, NewRecord, StoredFeedback, StoredRecord};
 use crate::errors::{ApiError, ApiResult};
 use crate::validate::{is_name, is_uuid, json_object, only_known_fields, MAX_WORKSPACE};
 use serde::Deserialize;
@@ -48,25 +48,6 @@ pub fn metadata_text(value: &Value) -> String {
         Value::String(text) => text.clone(),
         other => other.to_string(),
     }
-}
-
-/// A record of a batch, ready to store.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewRecord {
-    pub id: String,
-    pub workspace: String,
-    /// The filter's `record_id`: a record sent again under it is stored once per workspace.
-    pub record_key: Option<String>,
-    pub trace_id: String,
-    pub span_id: Option<String>,
-    pub provider: Option<String>,
-    pub model: Option<String>,
-    pub status: Option<i64>,
-    pub timestamp_ms: i64,
-    /// The record's JSON text as sent.
-    pub json: String,
-    /// (key, value) of its metadata, both in `index_key` form.
-    pub metadata: Vec<(String, String)>,
 }
 
 /// `POST /internal/v1/records`: `{"records": [<record>, ...]}`, at most 500 records of at most
@@ -185,23 +166,6 @@ fn new_record(i: usize, record: &RawValue) -> ApiResult<NewRecord> {
     })
 }
 
-/// The filters and page of `GET /v1/logs`; text values in `index_key` form.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogQuery {
-    pub trace_id: Option<String>,
-    pub span_id: Option<String>,
-    pub provider: Option<String>,
-    pub model: Option<String>,
-    pub status: Option<i64>,
-    /// Inclusive bounds on `timestamp_ms`.
-    pub from_ms: Option<i64>,
-    pub to_ms: Option<i64>,
-    pub metadata: Vec<(String, String)>,
-    pub limit: usize,
-    /// The id of the previous page's last record.
-    pub after: Option<String>,
-}
-
 /// Seconds beyond this (year 2^43 ms or so) are refused rather than overflowing.
 const MAX_SECONDS: i64 = i64::MAX / 1000 - 1;
 
@@ -293,18 +257,6 @@ fn seconds(name: &str, value: &str) -> ApiResult<i64> {
         .ok()
         .filter(|s| (0..=MAX_SECONDS).contains(s))
         .ok_or_else(|| ApiError::invalid(name, &format!("{name} must be a Unix time in seconds (an integer)")))
-}
-
-/// Feedback to store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewFeedback {
-    /// As given (the answer echoes it).
-    pub trace_id: String,
-    /// JSON number texts.
-    pub value: String,
-    pub weight: String,
-    /// JSON object text.
-    pub metadata: Option<String>,
 }
 
 /// `POST /v1/feedback`: `trace_id` (string, 1..=128 characters) and `value` (number) required,

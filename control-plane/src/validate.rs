@@ -1,6 +1,6 @@
 //! Validation of what the control plane itself owns: path ids, workspace names, the API-key
 //! body and the prompt body of spec 4.2 (with its `patch` semantics). Configs, providers,
-//! guardrails and prompt rendering are checked by the filter's code (`model_gateway::shared`).
+//! guardrails and prompt rendering are checked by the filter's code (the shared crate, `gateway_schema`).
 
 use crate::errors::{ApiError, ApiResult};
 use serde_json::{Map, Value};
@@ -55,7 +55,7 @@ pub fn json_object(body: &[u8]) -> ApiResult<Map<String, Value>> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(ApiError::invalid("body", "the body must be a JSON object")),
-        Err(e) => Err(match model_gateway::shared::nested_too_deep(body) {
+        Err(e) => Err(match gateway_schema::nested_too_deep(body) {
             Some(deep) => ApiError(deep),
             None => ApiError::invalid("body", &format!("the body is not valid JSON: {e}")),
         }),

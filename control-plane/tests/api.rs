@@ -85,8 +85,14 @@ async fn every_endpoint_end_to_end() {
     assert_ne!(g2["version_id"], g1["version_id"]);
     let got = c.ok("GET", &format!("/v1/guardrails/{guard}"), ADMIN, None).await;
     assert_eq!((&got["checks"], &got["version_id"]), (&jwt["checks"], &g2["version_id"]));
-    let bad = json!({"name": "g", "checks": [{"id": "default.contains", "parameters": {}}, {"id": "vendor.nope", "parameters": {}}]});
+    let contains = json!({"id": "default.contains", "parameters": {"words": ["a"], "operator": "any"}});
+    let bad = json!({"name": "g", "checks": [contains, {"id": "vendor.nope", "parameters": {}}]});
     assert_eq!(c.err(400, "PUT", &format!("/v1/guardrails/{guard}"), Some(ADMIN), Some(bad)).await, "checks[1].id");
+    let rule = json!({"name": "g", "checks": [{"id": "default.regexMatch", "parameters": {"rule": "(a"}}]});
+    assert_eq!(
+        c.err(400, "PUT", &format!("/v1/guardrails/{guard}"), Some(ADMIN), Some(rule)).await,
+        "checks[0].parameters"
+    );
     let hs = json!({"name": "g", "checks": [{"id": "default.jwt", "parameters": {"jwksUri": "https://a/j", "algorithms": ["HS256"]}}]});
     assert_eq!(
         c.err(400, "PUT", &format!("/v1/guardrails/{guard}"), Some(ADMIN), Some(hs)).await,

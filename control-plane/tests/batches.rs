@@ -15,7 +15,7 @@ use axum::Router;
 use common::TOKEN;
 use gateway_control_plane::batches::BatchSettings;
 use gateway_control_plane::{api, AppState};
-use model_gateway::shared::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
+use gateway_schema::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -11,11 +11,14 @@ pub(crate) mod completion;
 pub(crate) mod semantic;
 pub(crate) mod store;
 
-use crate::config::CacheMode;
+/// A config's `cache` settings, read by the shared crate.
+pub(crate) use gateway_schema::cache as settings;
+
 use crate::hash::Hasher;
 use crate::request::endpoint::Endpoint;
 use completion::StreamAssembler;
 use serde_json::{Map, Value};
+use settings::CacheMode;
 
 /// The response header that tells how the cache served a request.
 pub(crate) const STATUS_HEADER: &str = "x-gateway-cache-status";

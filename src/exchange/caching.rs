@@ -2,9 +2,9 @@
 //! semantic mode, and capturing an answer as the client gets it until it can be stored.
 
 use super::Dispatch;
+use crate::cache::settings::CacheMode;
 use crate::cache::store::{self, Entry};
 use crate::cache::{semantic, Capture, Lookup, Status};
-use crate::config::CacheMode;
 use crate::pipeline::CachePlan;
 use crate::ports::Host;
 use crate::settings::Settings;

@@ -5,8 +5,8 @@
 //! local reply.
 
 use super::guard::{Answer, Progress};
+use super::head::Head;
 use super::reply::{finish, gateway_error, provider_headers, ResponseMode};
-use super::response::Head;
 use super::usage::UsageScan;
 use super::{Action, After, Env, Exchange, GatewayError, Phase};
 use crate::pipeline::ResponsePlan;

@@ -17,7 +17,8 @@
 //! | `worker.rs` | the worker: requests by context id, tasks by call token, waiters, timers, records |
 //! | `waiters.rs` | one fetch (token, JWKS, control-plane entry) for every request waiting for it |
 //! | `request.rs` | the request phases: start, control-plane reads, checks, token, cache, forward |
-//! | `response.rs` | the routed response: its head read once, its mode, its body as it flows |
+//! | `head.rs` | a provider's response head (status, headers), read from the host once |
+//! | `response.rs` | the routed response: its mode, its body as it flows |
 //! | `finish.rs` | finishing a whole answer: translate, usage, cache, output checks, delivery |
 //! | `recovery.rs` | later attempts as dispatched calls, and the recovered answer |
 //! | `gate.rs` | the lookup gate: reads entries ahead of the main instance, nothing else |
@@ -30,6 +31,7 @@ mod caching;
 mod finish;
 mod gate;
 mod guard;
+mod head;
 mod lookups;
 pub(crate) mod metrics;
 pub(crate) mod record;
@@ -59,12 +61,12 @@ use crate::upstream::Upstream;
 use bodies::Bodies;
 use caching::CacheState;
 use guard::Guard;
+use head::Head;
 use lookups::{Reads, Stalled};
 pub(crate) use record::Record;
 use recovery::Recovery;
 pub(crate) use reply::parse_status;
 use reply::ResponseMode;
-use response::Head;
 use std::rc::Rc;
 use usage::UsageScan;
 use worker::Tasks;

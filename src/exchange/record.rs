@@ -3,7 +3,7 @@
 //! JSON object (`to_json`).
 
 use super::bodies::Bodies;
-use crate::config::Feedback;
+use crate::guardrails::spec::Feedback;
 use crate::guardrails::verdict::{feedback_object, ItemResult};
 use crate::providers::Usage;
 use crate::request::headers::TraceFields;

@@ -4,9 +4,9 @@
 //! backend's access token; the latest outcome is finished and sent as a local answer.
 
 use super::finish::{Delivery, Whole};
+use super::head::Head;
 use super::reply::response_mode;
 use super::request::{token_for, Token};
-use super::response::Head;
 use super::worker::{rearm, Task, Timer};
 use super::{metrics, reply, Action, CallAnswer, Dispatch, Env, Exchange, Phase, RawHeaders, Routed};
 use crate::errors::GatewayError;

@@ -3,11 +3,10 @@
 //! one). They describe their call as a `CallSpec`; the core dispatches it and brings the
 //! `Reply` back to the `Continuation`.
 
-use super::checks::{count, required_string, string, strings};
-use super::jwt::{self, Failure, Rules, Token};
-use super::{CheckResult, Env, Evaluation, Input, Params, Stage};
-use crate::json_check::{kind_of, shorten};
-use crate::request::headers::is_header_value;
+use super::jwt::{self, Failure, Token};
+use super::params::{configured_headers, count, jwt_params, required_string, target, JwtParams, Params, Rules};
+use super::{CheckResult, Env, Evaluation, Input, Stage};
+use crate::json_check::shorten;
 use crate::upstream::Upstream;
 use serde_json::{json, Value};
 
@@ -15,12 +14,6 @@ use serde_json::{json, Value};
 const DEFAULT_TIMEOUT_MS: u64 = 3000;
 /// Longest `timeout` a webhook may ask for: a request stage waits for it.
 const MAX_TIMEOUT_MS: u64 = 60_000;
-/// `default.jwt` defaults, as the reference gateway's.
-const DEFAULT_JWT_HEADER: &str = "authorization";
-const DEFAULT_CACHE_MAX_AGE_S: u64 = 86_400;
-const DEFAULT_CLOCK_TOLERANCE_S: u64 = 5;
-const DEFAULT_MAX_TOKEN_AGE: &str = "1d";
-
 /// A call for the core to dispatch on a check's behalf.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct CallSpec {
@@ -157,95 +150,12 @@ fn post(url: &str, key: &str, p: &Params, input: &Input, timeout_ms: u64) -> Res
     Ok(CallSpec { upstream, method: "POST", path, headers, body: body.to_string().into_bytes(), timeout_ms })
 }
 
-/// The upstream and `:path` of an http(s) URL: `Upstream::parse` checks the part before the
-/// query, the query is kept as sent and a fragment dropped.
-fn target(url: &str) -> Result<(Upstream, String), String> {
-    let url = url.split('#').next().unwrap_or_default();
-    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
-    let upstream = Upstream::parse(base).map_err(str::to_string)?;
-    let mut path = if upstream.base_path.is_empty() { "/".to_string() } else { upstream.base_path.clone() };
-    if let Some(query) = query {
-        if !query.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("has a query with characters that are not allowed".to_string());
-        }
-        path = format!("{path}?{query}");
-    }
-    Ok((upstream, path))
-}
-
-/// `headers`: an object of strings (or that object as a JSON string, as some clients send it).
-/// Names the gateway or HTTP framing owns are refused rather than sent.
-pub(super) fn configured_headers(p: &Params) -> Result<Vec<(String, String)>, String> {
-    let parsed;
-    let map = match p.get("headers") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Object(map)) => map,
-        Some(Value::String(text)) => {
-            parsed = serde_json::from_str::<Value>(text).map_err(|_| "parameter `headers` is not a JSON object")?;
-            parsed.as_object().ok_or("parameter `headers` is not a JSON object")?
-        }
-        Some(v) => return Err(format!("parameter `headers` must be an object, got {}", kind_of(v))),
-    };
-    let token_char = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    let owned = ["host", "content-length", "content-type", "transfer-encoding", "connection", "te", "upgrade"];
-    map.iter()
-        .map(|(name, value)| {
-            let lower = name.to_ascii_lowercase();
-            let bad = |why: &str| format!("parameter `headers`: header {:?} {why}", shorten(name));
-            if lower.is_empty() || !lower.bytes().all(token_char) {
-                return Err(bad("is not a valid header name"));
-            }
-            if owned.contains(&lower.as_str()) || lower.starts_with("x-gateway-") {
-                return Err(bad("is set by the gateway"));
-            }
-            let value = value.as_str().ok_or_else(|| bad("must have a string value"))?;
-            if !is_header_value(value) {
-                return Err(bad("has control characters in its value"));
-            }
-            Ok((lower, value.to_string()))
-        })
-        .collect()
-}
-
 /// A prepared `default.jwt`: the token and what to verify it with.
 struct JwtCheck {
     uri: String,
     max_age_s: u64,
     rules: Rules,
     token: Token,
-}
-
-/// `default.jwt`'s parameters, read and checked for type and form (nothing fetched).
-pub(super) struct JwtParams<'a> {
-    uri: &'a str,
-    header: String,
-    max_age_s: u64,
-    rules: Rules,
-}
-
-/// Reads `default.jwt`'s parameters; `Err` names the parameter at fault. The control plane
-/// checks a stored guardrail with this too, so it refuses what the filter would refuse.
-pub(super) fn jwt_params(p: &Params) -> Result<JwtParams<'_>, String> {
-    let uri = required_string(p, "jwksUri")?;
-    target(uri).map_err(|e| format!("parameter `jwksUri` {e}"))?;
-    let header = string(p, "headerKey")?.map_or(DEFAULT_JWT_HEADER.to_string(), str::to_ascii_lowercase);
-    let max_age_s = count(p, "cacheMaxAge")?.unwrap_or(DEFAULT_CACHE_MAX_AGE_S);
-    let clock_tolerance_s = count(p, "clockTolerance")?.unwrap_or(DEFAULT_CLOCK_TOLERANCE_S);
-    let max_token_age_s = match p.get("maxTokenAge") {
-        None | Some(Value::Null) => jwt::duration_s(DEFAULT_MAX_TOKEN_AGE)?,
-        Some(Value::String(s)) => jwt::duration_s(s).map_err(|e| format!("parameter `maxTokenAge`: {e}"))?,
-        Some(_) => count(p, "maxTokenAge")?.unwrap_or_default(),
-    };
-    let algorithms = match p.get("algorithms") {
-        None | Some(Value::Null) => jwt::ALGORITHMS.iter().map(|a| a.to_string()).collect(),
-        Some(_) => strings(p, "algorithms")?.into_iter().map(str::to_string).collect::<Vec<_>>(),
-    };
-    if let Some(unknown) = algorithms.iter().find(|a| !jwt::ALGORITHMS.contains(&a.as_str())) {
-        let known = jwt::ALGORITHMS.join(", ");
-        return Err(format!("parameter `algorithms`: {:?} is not one of {known}", shorten(unknown)));
-    }
-    let rules = Rules { algorithms, clock_tolerance_s, max_token_age_s: Some(max_token_age_s) };
-    Ok(JwtParams { uri, header, max_age_s, rules })
 }
 
 /// The check's parameters (`Err`: a parameter error), then the token (`Ok(Err)`: missing,

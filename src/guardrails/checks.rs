@@ -1,155 +1,53 @@
-//! The checks that decide from what they see alone, and the parameter readers all checks
-//! share. A wrong parameter is an `Err(message)`, which the caller turns into a failed check.
+//! The checks that decide from what they see alone, their parameters read when their config or
+//! stored guardrail was (`params`).
 
+use super::params::{Counted, Operator, Pattern};
 use super::schema;
-use super::{excerpt, CheckResult, Input, Params};
-use crate::json_check::kind_of;
-use crate::query::regex;
+use super::{excerpt, CheckResult, Input};
 use serde_json::{json, Map, Value};
-
-pub(super) fn string<'a>(p: &'a Params, key: &str) -> Result<Option<&'a str>, String> {
-    match p.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(v) => Err(format!("parameter `{key}` must be a string, got {}", kind_of(v))),
-    }
-}
-
-pub(super) fn required_string<'a>(p: &'a Params, key: &str) -> Result<&'a str, String> {
-    match string(p, key)? {
-        Some(s) if !s.is_empty() => Ok(s),
-        _ => Err(format!("parameter `{key}` is required")),
-    }
-}
-
-/// A non-empty array of strings.
-pub(super) fn strings<'a>(p: &'a Params, key: &str) -> Result<Vec<&'a str>, String> {
-    let wrong = || format!("parameter `{key}` must be a non-empty array of strings");
-    let items = p.get(key).and_then(Value::as_array).filter(|a| !a.is_empty()).ok_or_else(wrong)?;
-    items.iter().map(|v| v.as_str().ok_or_else(wrong)).collect()
-}
-
-/// `not` and other flags: absent is false.
-pub(super) fn flag(p: &Params, key: &str) -> Result<bool, String> {
-    match p.get(key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(format!("parameter `{key}` must be a boolean, got {}", kind_of(v))),
-    }
-}
-
-/// A non-negative whole number (`5.0` counts as 5).
-pub(super) fn count(p: &Params, key: &str) -> Result<Option<u64>, String> {
-    match p.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => match (n.as_u64(), n.as_f64()) {
-            (Some(u), _) => Ok(Some(u)),
-            // Whole and in range: the cast is exact.
-            (None, Some(f)) if f.fract() == 0.0 && (0.0..9.0e15).contains(&f) => Ok(Some(f as u64)),
-            _ => Err(format!("parameter `{key}` must be a non-negative integer")),
-        },
-        Some(v) => Err(format!("parameter `{key}` must be a non-negative integer, got {}", kind_of(v))),
-    }
-}
-
-/// How a list of wanted things must be found: at least one, all, or none of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Operator {
-    Any,
-    All,
-    None,
-}
-
-impl Operator {
-    pub(super) fn read(p: &Params) -> Result<Operator, String> {
-        match string(p, "operator")? {
-            Some("any") => Ok(Operator::Any),
-            Some("all") => Ok(Operator::All),
-            Some("none") => Ok(Operator::None),
-            _ => Err("parameter `operator` must be one of \"any\", \"all\", \"none\"".to_string()),
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Operator::Any => "any",
-            Operator::All => "all",
-            Operator::None => "none",
-        }
-    }
-
-    /// The verdict from how many of `total` wanted things were found.
-    fn holds(self, found: usize, total: usize) -> bool {
-        match self {
-            Operator::Any => found > 0,
-            Operator::All => found == total,
-            Operator::None => found == 0,
-        }
-    }
-}
 
 /// `rule` (a pattern of `query::regex`, which matches in linear time whatever the pattern)
 /// must match somewhere in the text; `not` inverts.
-pub(super) fn regex_match(id: &str, p: &Params, input: &Input) -> Result<CheckResult, String> {
-    let rule = required_string(p, "rule")?;
-    let not = flag(p, "not")?;
-    let regex = regex::cached(rule).map_err(|e| format!("parameter `rule` is not a valid pattern: {e}"))?;
-    let matched = regex.is_match(input.text);
+pub(super) fn regex_match(id: &str, pattern: &Pattern, not: bool, input: &Input) -> CheckResult {
+    let matched = pattern.regex.is_match(input.text);
     let verdict = matched != not;
     let explanation = format!("The pattern {} the text.", if matched { "matched" } else { "did not match" });
-    let data = json!({"regexPattern": rule, "not": not, "matched": matched, "explanation": explanation,
+    let data = json!({"regexPattern": pattern.rule, "not": not, "matched": matched, "explanation": explanation,
         "textExcerpt": excerpt(input.text)});
-    Ok(CheckResult::new(id, verdict, data))
+    CheckResult::new(id, verdict, data)
 }
 
 /// `words` looked for as (case-sensitive) substrings of the text, under `operator`.
-pub(super) fn contains(id: &str, p: &Params, input: &Input) -> Result<CheckResult, String> {
-    let words = strings(p, "words")?;
-    let operator = Operator::read(p)?;
-    let (found, missing): (Vec<&str>, Vec<&str>) = words.iter().copied().partition(|w| input.text.contains(*w));
+pub(super) fn contains(id: &str, words: &[String], operator: Operator, input: &Input) -> CheckResult {
+    let (found, missing): (Vec<&str>, Vec<&str>) =
+        words.iter().map(String::as_str).partition(|w| input.text.contains(*w));
     let verdict = operator.holds(found.len(), words.len());
     let data = json!({"operator": operator.name(), "foundWords": found, "missingWords": missing,
         "textExcerpt": excerpt(input.text)});
-    Ok(CheckResult::new(id, verdict, data))
+    CheckResult::new(id, verdict, data)
 }
 
-/// A count of the text within `min..=max` (either bound may be left out, not both); `not`
-/// inverts.
-fn count_within(
+/// A count of the text within `min..=max`; `not` inverts. Words are runs of non-whitespace; a
+/// sentence is text holding a letter or digit, ended by `.`, `!` or `?` (any run of them) or by
+/// the end of the text ("Hi. Bye" is two sentences, "..." none); characters are Unicode scalar
+/// values.
+pub(super) fn count_within(
     id: &str,
-    p: &Params,
+    counted: Counted,
+    (min, max, not): (Option<u64>, Option<u64>, bool),
     input: &Input,
-    (min_key, max_key, what): (&str, &str, &str),
-    counted: u64,
-) -> Result<CheckResult, String> {
-    let min = count(p, min_key)?;
-    let max = count(p, max_key)?;
-    if min.is_none() && max.is_none() {
-        return Err(format!("parameter `{min_key}` or `{max_key}` is required"));
-    }
-    let not = flag(p, "not")?;
-    let within = min.is_none_or(|m| counted >= m) && max.is_none_or(|m| counted <= m);
-    let data = json!({what: counted, min_key: min, max_key: max, "not": not, "textExcerpt": excerpt(input.text)});
-    Ok(CheckResult::new(id, within != not, data))
-}
-
-/// Words are runs of non-whitespace.
-pub(super) fn word_count(id: &str, p: &Params, input: &Input) -> Result<CheckResult, String> {
-    let words = input.text.split_whitespace().count() as u64;
-    count_within(id, p, input, ("minWords", "maxWords", "wordCount"), words)
-}
-
-/// A sentence is text holding a letter or digit, ended by `.`, `!` or `?` (any run of them)
-/// or by the end of the text: "Hi. Bye" is two sentences, "..." none.
-pub(super) fn sentence_count(id: &str, p: &Params, input: &Input) -> Result<CheckResult, String> {
-    let sentences = input.text.split(['.', '!', '?']).filter(|s| s.chars().any(char::is_alphanumeric)).count();
-    count_within(id, p, input, ("minSentences", "maxSentences", "sentenceCount"), sentences as u64)
-}
-
-/// Characters are Unicode scalar values.
-pub(super) fn character_count(id: &str, p: &Params, input: &Input) -> Result<CheckResult, String> {
-    let characters = input.text.chars().count() as u64;
-    count_within(id, p, input, ("minCharacters", "maxCharacters", "characterCount"), characters)
+) -> CheckResult {
+    let count = match counted {
+        Counted::Words => input.text.split_whitespace().count(),
+        Counted::Sentences => {
+            input.text.split(['.', '!', '?']).filter(|s| s.chars().any(char::is_alphanumeric)).count()
+        }
+        Counted::Characters => input.text.chars().count(),
+    } as u64;
+    let (min_key, max_key, what) = counted.keys();
+    let within = min.is_none_or(|m| count >= m) && max.is_none_or(|m| count <= m);
+    let data = json!({what: count, min_key: min, max_key: max, "not": not, "textExcerpt": excerpt(input.text)});
+    CheckResult::new(id, within != not, data)
 }
 
 /// The JSON values the text holds: the whole text, else each fenced code block (```json or a
@@ -189,9 +87,7 @@ pub(super) fn fenced_blocks(text: &str) -> Vec<(&str, &str)> {
 
 /// The text's JSON (see `json_candidates`; the first value found) validated against
 /// `schema`; text without JSON does not match. `not` inverts.
-pub(super) fn json_schema(id: &str, p: &Params, input: &Input) -> Result<CheckResult, String> {
-    let schema = p.get("schema").filter(|s| s.is_object()).ok_or("parameter `schema` must be an object")?;
-    let not = flag(p, "not")?;
+pub(super) fn json_schema(id: &str, schema: &Value, not: bool, input: &Input) -> Result<CheckResult, String> {
     let candidates = json_candidates(input.text);
     let (matched, errors) = match candidates.first() {
         Some(value) => {
@@ -206,9 +102,7 @@ pub(super) fn json_schema(id: &str, p: &Params, input: &Input) -> Result<CheckRe
 
 /// `keys` looked for among the top-level keys of the text's JSON objects, under `operator`:
 /// the first object that satisfies it decides, else the one holding the most keys reports.
-pub(super) fn json_keys(id: &str, p: &Params, input: &Input) -> Result<CheckResult, String> {
-    let keys = strings(p, "keys")?;
-    let operator = Operator::read(p)?;
+pub(super) fn json_keys(id: &str, keys: &[String], operator: Operator, input: &Input) -> CheckResult {
     let objects: Vec<Map<String, Value>> = json_candidates(input.text)
         .into_iter()
         .filter_map(|v| match v {
@@ -218,7 +112,7 @@ pub(super) fn json_keys(id: &str, p: &Params, input: &Input) -> Result<CheckResu
         .collect();
     let mut best: Option<(bool, Vec<&str>)> = None;
     for object in &objects {
-        let present: Vec<&str> = keys.iter().copied().filter(|k| object.contains_key(*k)).collect();
+        let present: Vec<&str> = keys.iter().map(String::as_str).filter(|k| object.contains_key(*k)).collect();
         let holds = operator.holds(present.len(), keys.len());
         if best.as_ref().is_none_or(|(_, b)| holds || present.len() > b.len()) {
             best = Some((holds, present));
@@ -229,19 +123,19 @@ pub(super) fn json_keys(id: &str, p: &Params, input: &Input) -> Result<CheckResu
     }
     let json_found = best.is_some();
     let (verdict, present) = best.unwrap_or((false, Vec::new()));
-    let missing: Vec<&str> = keys.iter().copied().filter(|k| !present.contains(k)).collect();
+    let missing: Vec<&str> = keys.iter().map(String::as_str).filter(|k| !present.contains(k)).collect();
     let data = json!({"operator": operator.name(), "jsonFound": json_found, "presentKeys": present,
         "missingKeys": missing, "textExcerpt": excerpt(input.text)});
-    Ok(CheckResult::new(id, verdict, data))
+    CheckResult::new(id, verdict, data)
 }
 
 /// Every `http://` or `https://` URL in the text is well formed (no network: the URL is
 /// only parsed). Text without URLs passes.
-pub(super) fn valid_urls(id: &str, input: &Input) -> Result<CheckResult, String> {
+pub(super) fn valid_urls(id: &str, input: &Input) -> CheckResult {
     let urls = urls_in(input.text);
     let (valid, invalid): (Vec<&str>, Vec<&str>) = urls.iter().partition(|u| well_formed_url(u));
     let data = json!({"validUrls": valid, "invalidUrls": invalid});
-    Ok(CheckResult::new(id, invalid.is_empty(), data))
+    CheckResult::new(id, invalid.is_empty(), data)
 }
 
 /// The URLs in prose: from each `http://` or `https://` (any case) to the next whitespace or
@@ -394,8 +288,7 @@ const LANGUAGES: &[(&str, &str)] = &[
 /// A fenced code block tagged with the language `format` (a name such as "Python" or a tag
 /// such as "py", any case). Only tagged fences count: guessing a language from bare text
 /// would be both slow and wrong too often to deny on.
-pub(super) fn contains_code(id: &str, p: &Params, input: &Input) -> Result<CheckResult, String> {
-    let format = required_string(p, "format")?;
+pub(super) fn contains_code(id: &str, format: &str, input: &Input) -> CheckResult {
     let name_of = |tag: &str| {
         let lower = tag.to_ascii_lowercase();
         LANGUAGES.iter().find(|(t, _)| *t == lower).map_or(lower.clone(), |(_, name)| name.to_string())
@@ -405,25 +298,21 @@ pub(super) fn contains_code(id: &str, p: &Params, input: &Input) -> Result<Check
         fenced_blocks(input.text).into_iter().filter(|(tag, _)| !tag.is_empty()).map(|(tag, _)| name_of(tag)).collect();
     let verdict = found.iter().any(|f| f.eq_ignore_ascii_case(&wanted));
     let data = json!({"searchedFormat": format, "foundFormats": found, "textExcerpt": excerpt(input.text)});
-    Ok(CheckResult::new(id, verdict, data))
+    CheckResult::new(id, verdict, data)
 }
 
 /// The request's model is one of `models`; `not` inverts.
-pub(super) fn model_whitelist(id: &str, p: &Params, input: &Input) -> Result<CheckResult, String> {
-    let models = strings(p, "models")?;
-    let not = flag(p, "not")?;
-    let listed = models.contains(&input.model);
+pub(super) fn model_whitelist(id: &str, models: &[String], not: bool, input: &Input) -> CheckResult {
+    let listed = models.iter().any(|m| m == input.model);
     let data = json!({"requestedModel": input.model, "allowedModels": models, "not": not});
-    Ok(CheckResult::new(id, listed != not, data))
+    CheckResult::new(id, listed != not, data)
 }
 
 /// `metadataKeys` among the keys of `x-gateway-metadata`, under `operator`.
-pub(super) fn required_metadata_keys(id: &str, p: &Params, input: &Input) -> Result<CheckResult, String> {
-    let keys = strings(p, "metadataKeys")?;
-    let operator = Operator::read(p)?;
+pub(super) fn required_metadata_keys(id: &str, keys: &[String], operator: Operator, input: &Input) -> CheckResult {
     let has = |k: &&str| input.metadata.is_some_and(|m| m.contains_key(*k));
-    let (found, missing): (Vec<&str>, Vec<&str>) = keys.iter().copied().partition(has);
+    let (found, missing): (Vec<&str>, Vec<&str>) = keys.iter().map(String::as_str).partition(has);
     let verdict = operator.holds(found.len(), keys.len());
     let data = json!({"operator": operator.name(), "found_metadata_keys": found, "missing_metadata_keys": missing});
-    Ok(CheckResult::new(id, verdict, data))
+    CheckResult::new(id, verdict, data)
 }

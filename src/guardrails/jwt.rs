@@ -2,6 +2,7 @@
 //! clock. Signatures are checked by the RustCrypto crates (`rsa`, `p256`, `p384`); this file
 //! only picks the key and checks the claims. No `aud` or `iss` check, as the spec says.
 
+use super::params::Rules;
 use crate::json_check::shorten;
 use base64::alphabet::URL_SAFE;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
@@ -11,8 +12,6 @@ use rsa::{BigUint, RsaPublicKey};
 use serde_json::{Map, Value};
 use sha2::{Sha256, Sha384, Sha512};
 
-/// The algorithms `algorithms` may name (and the default allow-list).
-pub(super) const ALGORITHMS: &[&str] = &["RS256", "RS384", "RS512", "PS256", "ES256", "ES384"];
 /// A token whose `kid` the cached JWKS lacks refetches it at most this often (seconds).
 pub(super) const REFETCH_AFTER_S: u64 = 30;
 /// Weaker RSA keys are refused.
@@ -25,15 +24,6 @@ const B64: GeneralPurpose = GeneralPurpose::new(
     &URL_SAFE,
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
-
-/// What the check's parameters allow.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Rules {
-    pub(crate) algorithms: Vec<String>,
-    pub(crate) clock_tolerance_s: u64,
-    /// How old (`now - iat`) a token may be; a token without `iat` then fails.
-    pub(crate) max_token_age_s: Option<u64>,
-}
 
 /// Why a token was not accepted.
 #[derive(Debug, Clone, PartialEq)]
@@ -200,21 +190,4 @@ fn claims_ok(claims: &Map<String, Value>, rules: &Rules, now_s: u64) -> Result<(
         }
     }
     Ok(())
-}
-
-/// A duration like `45s`, `30m`, `1h`, `2d` or `1w` (or a bare number of seconds), in seconds.
-pub(super) fn duration_s(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let unit_s = match unit.trim() {
-        "" | "s" | "sec" | "secs" | "second" | "seconds" => 1,
-        "m" | "min" | "mins" | "minute" | "minutes" => 60,
-        "h" | "hr" | "hrs" | "hour" | "hours" => 3600,
-        "d" | "day" | "days" => 86_400,
-        "w" | "week" | "weeks" => 604_800,
-        _ => return Err(format!("`{text}` is not a duration like 30m, 1h or 2d")),
-    };
-    let n: u64 = digits.parse().map_err(|_| format!("`{text}` is not a duration like 30m, 1h or 2d"))?;
-    n.checked_mul(unit_s).ok_or_else(|| format!("`{text}` is too long a duration"))
 }

@@ -24,17 +24,19 @@ pub(crate) mod jwt;
 mod schema;
 pub(crate) mod verdict;
 
+// What a config or stored guardrail says, and the checks' parameters: the shared crate's.
+pub(crate) use gateway_schema::guardrails::{params, spec};
+
 #[cfg(test)]
 mod tests;
 
-use crate::config::Check;
 use crate::json_check::shorten;
 use calls::{CallSpec, Continuation};
+use params::CheckParams;
+pub(crate) use params::CHECK_IDS;
 use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};
-
-/// The parameters of one check, as configured.
-pub(crate) type Params = Map<String, Value>;
+use spec::Check;
 
 /// Which side of the provider call a check runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,62 +123,41 @@ pub(crate) enum Evaluation {
     Needs(CallSpec, Continuation),
 }
 
-/// The check ids this gateway runs (`evaluate` knows each of them).
-pub(crate) const CHECK_IDS: &[&str] = &[
-    "default.regexMatch",
-    "default.contains",
-    "default.wordCount",
-    "default.sentenceCount",
-    "default.characterCount",
-    "default.jsonSchema",
-    "default.jsonKeys",
-    "default.validUrls",
-    "default.containsCode",
-    "default.modelWhitelist",
-    "default.requiredMetadataKeys",
-    "default.webhook",
-    "default.log",
-    "default.jwt",
-];
-
-/// Checks a stored check's parameters for type and form, without running it: `default.jwt`'s
-/// and `default.webhook`'s headers are read by the very code that runs them (nothing is
-/// fetched); the other checks read their parameters while they run and are only known by id
-/// here. `Err` says what is wrong.
-pub(crate) fn check_parameters(id: &str, params: &Params) -> Result<(), String> {
-    if !CHECK_IDS.contains(&id) {
-        return Err(format!("unknown check `{}`; known checks: {}", shorten(id), CHECK_IDS.join(", ")));
-    }
-    match id {
-        "default.jwt" => calls::jwt_params(params).map(drop),
-        "default.webhook" => calls::configured_headers(params).map(drop),
-        _ => Ok(()),
-    }
-}
-
-/// Evaluates check `id` with its parameters against what it sees.
+/// Evaluates a check, its parameters read when its config or stored guardrail was, against
+/// what it sees.
 pub(crate) fn evaluate(check: &Check, input: &Input, env: &Env) -> Evaluation {
-    let (id, params) = (check.id.as_str(), &check.parameters);
+    let id = check.id.as_str();
     let done = |r: Result<CheckResult, String>| {
         Evaluation::Done(r.unwrap_or_else(|error| CheckResult::failed(id, error, Value::Null)))
     };
-    match id {
-        "default.regexMatch" => done(checks::regex_match(id, params, input)),
-        "default.contains" => done(checks::contains(id, params, input)),
-        "default.wordCount" => done(checks::word_count(id, params, input)),
-        "default.sentenceCount" => done(checks::sentence_count(id, params, input)),
-        "default.characterCount" => done(checks::character_count(id, params, input)),
-        "default.jsonSchema" => done(checks::json_schema(id, params, input)),
-        "default.jsonKeys" => done(checks::json_keys(id, params, input)),
-        "default.validUrls" => done(checks::valid_urls(id, input)),
-        "default.containsCode" => done(checks::contains_code(id, params, input)),
-        "default.modelWhitelist" => done(checks::model_whitelist(id, params, input)),
-        "default.requiredMetadataKeys" => done(checks::required_metadata_keys(id, params, input)),
-        "default.webhook" => calls::webhook(id, params, input),
-        "default.log" => calls::log(id, params, input),
-        "default.jwt" => calls::jwt(id, params, input, env),
-        _ => Evaluation::Done(CheckResult::failed(id, format!("unknown check `{}`", shorten(id)), Value::Null)),
+    match &check.params {
+        CheckParams::RegexMatch { pattern, not } => Evaluation::Done(checks::regex_match(id, pattern, *not, input)),
+        CheckParams::Contains { words, operator } => Evaluation::Done(checks::contains(id, words, *operator, input)),
+        CheckParams::Count { counted, min, max, not } => {
+            Evaluation::Done(checks::count_within(id, *counted, (*min, *max, *not), input))
+        }
+        CheckParams::JsonSchema { schema, not } => done(checks::json_schema(id, schema, *not, input)),
+        CheckParams::JsonKeys { keys, operator } => Evaluation::Done(checks::json_keys(id, keys, *operator, input)),
+        CheckParams::ContainsCode { format } => Evaluation::Done(checks::contains_code(id, format, input)),
+        CheckParams::ModelWhitelist { models, not } => {
+            Evaluation::Done(checks::model_whitelist(id, models, *not, input))
+        }
+        CheckParams::RequiredMetadataKeys { keys, operator } => {
+            Evaluation::Done(checks::required_metadata_keys(id, keys, *operator, input))
+        }
+        CheckParams::AsGiven => match id {
+            "default.validUrls" => Evaluation::Done(checks::valid_urls(id, input)),
+            "default.webhook" => calls::webhook(id, &check.parameters, input),
+            "default.log" => calls::log(id, &check.parameters, input),
+            "default.jwt" => calls::jwt(id, &check.parameters, input, env),
+            _ => Evaluation::Done(unknown(id)),
+        },
+        CheckParams::Unknown => Evaluation::Done(unknown(id)),
     }
+}
+
+fn unknown(id: &str) -> CheckResult {
+    CheckResult::failed(id, format!("unknown check `{}`", shorten(id)), Value::Null)
 }
 
 /// The text before-request checks see: the last message's text parts (a string content, or

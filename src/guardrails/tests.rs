@@ -1,8 +1,9 @@
 use super::calls::{CallSpec, Continuation, JwksUpdate, Reply};
-use super::jwt::{Failure as JwtFailure, Rules as JwtRules};
+use super::jwt::Failure as JwtFailure;
+use super::params::{Params, Rules as JwtRules};
+use super::spec::{Feedback, Guardrail, Hook, HookOutcome, InlineGuardrail};
 use super::verdict::*;
 use super::*;
-use crate::config::{Feedback, Guardrail, Hook, HookOutcome, InlineGuardrail};
 use crate::unit_tests::test;
 use serde_json::json;
 
@@ -17,7 +18,7 @@ fn params(v: Value) -> Params {
 }
 
 fn check(id: &str, p: Value) -> Check {
-    Check { id: id.to_string(), parameters: params(p) }
+    Check::new(id.to_string(), params(p)).unwrap()
 }
 
 fn before<'a>(text: &'a str, request: &'a Value) -> Input<'a> {
@@ -34,7 +35,16 @@ fn done(e: Evaluation) -> CheckResult {
 /// Runs a check that decides alone on `text` before the request.
 fn run(id: &str, p: Value, text: &str) -> CheckResult {
     let request = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]});
-    done(evaluate(&check(id, p), &before(text, &request), &Env { now_s: NOW, jwks: &no_jwks }))
+    done(evaluated(id, p, &before(text, &request), &Env { now_s: NOW, jwks: &no_jwks }))
+}
+
+/// What a check does with what it sees; parameters its config would refuse (`Check::new`, when
+/// the config is read) come back as that refusal, as a failed check.
+fn evaluated(id: &str, p: Value, input: &Input, env: &Env) -> Evaluation {
+    match Check::new(id.to_string(), params(p)) {
+        Ok(check) => evaluate(&check, input, env),
+        Err(refused) => Evaluation::Done(CheckResult::failed(id, refused, Value::Null)),
+    }
 }
 
 fn verdict(id: &str, p: Value, text: &str) -> bool {
@@ -283,7 +293,7 @@ fn required_metadata_keys() {
     let metadata = params(json!({"_user": "u1", "team": "a"}));
     let with = |p: Value, metadata: Option<&Params>| {
         let input = Input { metadata, ..before("", &request) };
-        done(evaluate(&check("default.requiredMetadataKeys", p), &input, &Env { now_s: NOW, jwks: &no_jwks }))
+        done(evaluated("default.requiredMetadataKeys", p, &input, &Env { now_s: NOW, jwks: &no_jwks }))
     };
     let p = |op: &str| json!({"metadataKeys": ["_user", "env"], "operator": op});
     assert!(with(p("any"), Some(&metadata)).verdict);
@@ -323,7 +333,7 @@ fn webhook_posts_request_and_response() {
     let response = json!({"choices": []});
     let env = Env { now_s: NOW, jwks: &no_jwks };
     let p = json!({"webhookURL": "http://127.0.0.1:9000/hook?k=v#frag", "headers": {"X-Team": "a"}, "timeout": 500});
-    let (call, _) = needs(evaluate(&check("default.webhook", p.clone()), &after(&request, &response), &env));
+    let (call, _) = needs(evaluated("default.webhook", p.clone(), &after(&request, &response), &env));
     assert_eq!(call.method, "POST");
     assert_eq!(call.upstream.authority, "127.0.0.1:9000");
     assert!(!call.upstream.tls);
@@ -337,7 +347,7 @@ fn webhook_posts_request_and_response() {
     assert_eq!(body, json!({"request": request, "response": response}));
     // Before the request there is no response; headers may come as a JSON string; 3 s default.
     let p = json!({"webhookURL": "https://hooks.example.com", "headers": "{\"a\": \"b\"}"});
-    let (call, _) = needs(evaluate(&check("default.webhook", p), &before("x", &request), &env));
+    let (call, _) = needs(evaluated("default.webhook", p, &before("x", &request), &env));
     assert_eq!(call.path, "/");
     assert_eq!(call.timeout_ms, 3000);
     assert_eq!(serde_json::from_slice::<Value>(&call.body).unwrap(), json!({"request": request}));
@@ -349,7 +359,7 @@ fn webhook_parameter_errors() {
     let request = json!({});
     let env = Env { now_s: NOW, jwks: &no_jwks };
     let error = |p: Value| {
-        let r = done(evaluate(&check("default.webhook", p), &before("x", &request), &env));
+        let r = done(evaluated("default.webhook", p, &before("x", &request), &env));
         assert!(!r.verdict);
         r.error.unwrap()
     };
@@ -373,7 +383,7 @@ fn webhook_answers() {
     let env = Env { now_s: NOW, jwks: &no_jwks };
     let answer = |status: u16, body: &str| {
         let p = json!({"webhookURL": "http://hooks.local/v"});
-        let (_, then) = needs(evaluate(&check("default.webhook", p), &before("x", &request), &env));
+        let (_, then) = needs(evaluated("default.webhook", p, &before("x", &request), &env));
         let finished = then.finish(Reply { status, body: body.as_bytes() }, NOW);
         assert_eq!(finished.jwks, None);
         finished.result
@@ -395,7 +405,7 @@ fn log_passes_at_once_and_sends() {
     let response = json!({"id": "r"});
     let env = Env { now_s: NOW, jwks: &no_jwks };
     let p = json!({"logURL": "https://logs.example.com/in"});
-    match evaluate(&check("default.log", p), &after(&request, &response), &env) {
+    match evaluated("default.log", p, &after(&request, &response), &env) {
         Evaluation::DoneAndSend(r, call) => {
             assert!(r.verdict);
             assert_eq!(call.path, "/in");
@@ -406,7 +416,7 @@ fn log_passes_at_once_and_sends() {
         }
         other => panic!("{other:?}"),
     }
-    let r = done(evaluate(&check("default.log", json!({})), &after(&request, &response), &env));
+    let r = done(evaluated("default.log", json!({}), &after(&request, &response), &env));
     assert!(r.error.unwrap().contains("logURL"));
 }
 
@@ -523,7 +533,7 @@ mod jwt_tests {
             assert_eq!(uri, URI);
             cache.clone()
         };
-        evaluate(&check("default.jwt", p), &input, &Env { now_s: NOW, jwks: &lookup })
+        evaluated("default.jwt", p, &input, &Env { now_s: NOW, jwks: &lookup })
     }
 
     fn cached(json: Vec<u8>, age_s: u64) -> Option<CachedJwks> {
@@ -532,7 +542,7 @@ mod jwt_tests {
 
     fn rules() -> JwtRules {
         JwtRules {
-            algorithms: jwt::ALGORITHMS.iter().map(|a| a.to_string()).collect(),
+            algorithms: params::ALGORITHMS.iter().map(|a| a.to_string()).collect(),
             clock_tolerance_s: 5,
             max_token_age_s: None,
         }
@@ -625,18 +635,6 @@ mod jwt_tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(jwt::duration_s("45s"), Ok(45));
-        assert_eq!(jwt::duration_s("30m"), Ok(1800));
-        assert_eq!(jwt::duration_s("1h"), Ok(3600));
-        assert_eq!(jwt::duration_s("2d"), Ok(172_800));
-        assert_eq!(jwt::duration_s("90"), Ok(90));
-        assert!(jwt::duration_s("1y").is_err());
-        assert!(jwt::duration_s("h").is_err());
-        assert!(jwt::duration_s("99999999999999999999d").is_err());
-    }
-
-    #[test]
     fn the_check_uses_a_fresh_cache() {
         let key = es256("k", "a");
         let p = json!({"jwksUri": URI});
@@ -663,12 +661,12 @@ mod jwt_tests {
     fn a_missing_header_fails_and_parameters_are_checked() {
         let request = json!({});
         let env = Env { now_s: NOW, jwks: &no_jwks };
-        let r = done(evaluate(&check("default.jwt", json!({"jwksUri": URI})), &before("x", &request), &env));
+        let r = done(evaluated("default.jwt", json!({"jwksUri": URI}), &before("x", &request), &env));
         assert!(!r.verdict && r.error.is_none());
         assert!(r.data["explanation"].as_str().unwrap().contains("authorization"));
         let headers = vec![("x-token".to_string(), b"t".to_vec())];
         let input = Input { headers: &headers, ..before("x", &request) };
-        let r = done(evaluate(&check("default.jwt", json!({"jwksUri": URI, "headerKey": "X-Token"})), &input, &env));
+        let r = done(evaluated("default.jwt", json!({"jwksUri": URI, "headerKey": "X-Token"}), &input, &env));
         assert!(r.data["explanation"].as_str().unwrap().contains("not three"), "{r:?}");
         for (p, wanted) in [
             (json!({}), "jwksUri"),
@@ -721,7 +719,8 @@ fn feedback(value: f64) -> Option<HookOutcome> {
 }
 
 fn inline(checks: Value) -> InlineGuardrail {
-    InlineGuardrail { checks: params(checks), ..Default::default() }
+    let checks = params(checks).into_iter().map(|(id, p)| check(&id, p)).collect();
+    InlineGuardrail { checks, ..Default::default() }
 }
 
 #[test]
@@ -890,34 +889,12 @@ fn every_listed_check_id_is_one_evaluate_runs() {
     let request = json!({"messages": [{"role": "user", "content": "hi"}]});
     let env = Env { now_s: NOW, jwks: &no_jwks };
     for id in CHECK_IDS {
-        let evaluation = evaluate(&check(id, json!({})), &before("hi", &request), &env);
+        let evaluation = evaluated(id, json!({}), &before("hi", &request), &env);
         if let Evaluation::Done(result) = evaluation {
             let error = result.error.unwrap_or_default();
             assert!(!error.starts_with("unknown check"), "{id}: {error}");
         }
     }
-    let unknown = done(evaluate(&check("default.nope", json!({})), &before("hi", &request), &env));
+    let unknown = done(evaluated("default.nope", json!({}), &before("hi", &request), &env));
     assert!(unknown.error.unwrap_or_default().starts_with("unknown check"));
-}
-
-#[test]
-fn stored_check_parameters_are_checked_for_form_only() {
-    let jwt = |p: Value| check_parameters("default.jwt", &params(p));
-    assert_eq!(
-        jwt(json!({"jwksUri": "http://idp.local/jwks.json", "maxTokenAge": "30m", "algorithms": ["RS256"]})),
-        Ok(())
-    );
-    assert_eq!(jwt(json!({"jwksUri": "https://idp.example/jwks", "maxTokenAge": "1h", "cacheMaxAge": 60})), Ok(()));
-    assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "algorithms": ["HS256"]}))
-        .unwrap_err()
-        .contains("algorithms"));
-    assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "maxTokenAge": "soon"}))
-        .unwrap_err()
-        .contains("maxTokenAge"));
-    assert!(jwt(json!({})).unwrap_err().contains("jwksUri"));
-    assert!(jwt(json!({"jwksUri": "https://idp.example/jwks", "clockTolerance": "5"}))
-        .unwrap_err()
-        .contains("clockTolerance"));
-    assert_eq!(check_parameters("default.contains", &params(json!({"words": ["a"]}))), Ok(()));
-    assert!(check_parameters("default.nope", &Params::new()).unwrap_err().contains("unknown check"));
 }

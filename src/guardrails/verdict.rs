@@ -3,8 +3,8 @@
 //! (`hook_results`, the 446 answer).
 
 use super::calls::{CallSpec, Continuation, JwksUpdate, Reply};
+use super::spec::{Check, Feedback, Guardrail, Hook, HookOutcome, InlineGuardrail};
 use super::{evaluate, CheckResult, Env, Evaluation, Input, Stage};
-use crate::config::{Check, Feedback, Guardrail, Hook, HookOutcome, InlineGuardrail};
 use crate::errors::error_json;
 use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};
@@ -45,14 +45,7 @@ impl Item {
         let on_fail_deny = guardrail.on_fail.as_ref().and_then(|o| o.deny);
         Item {
             id: guardrail.id.clone().unwrap_or(fallback_id),
-            checks: guardrail
-                .checks
-                .iter()
-                .map(|(id, params)| Check {
-                    id: id.clone(),
-                    parameters: params.as_object().cloned().unwrap_or_default(),
-                })
-                .collect(),
+            checks: guardrail.checks.clone(),
             deny: guardrail.deny.unwrap_or(false) || on_fail_deny.unwrap_or(false),
             is_async: guardrail.is_async.unwrap_or(false),
             on_fail: guardrail.on_fail.clone(),

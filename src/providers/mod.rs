@@ -673,6 +673,12 @@ mod tests {
     }
 
     #[test]
+    fn the_registry_ships_the_providers_a_stored_credential_may_name() {
+        let names: Vec<&str> = PROVIDERS.iter().map(|p| p.name).collect();
+        assert_eq!(names, crate::credential::PROVIDER_NAMES);
+    }
+
+    #[test]
     fn the_path_comes_from_the_body_and_the_signature_covers_the_final_body() {
         let body = json!({"model": "m-1", "messages": [{"role": "user", "content": "Hi"}]});
         let outbound = Outbound {

@@ -7,15 +7,18 @@ pub(crate) mod breaker;
 pub(crate) mod plan;
 pub(crate) mod retry;
 
+use crate::cache::settings::CacheConfig;
 use crate::catalog::{Catalog, Kind};
 use crate::cloud::CloudFields;
-use crate::config::{nested_too_deep, parse_config, CacheConfig, CircuitBreakerConfig, Config, Guardrail, RetryConfig};
+use crate::config::{nested_too_deep, parse_config, CircuitBreakerConfig, Config, RetryConfig};
+use crate::credential::Credential;
 use crate::errors::GatewayError;
+use crate::guardrails::spec::Guardrail;
 use crate::memo::{self, Memo};
 use crate::ports::Host;
 use crate::providers::{self, Backend, ProviderSpec, TargetFields};
 use crate::request::headers::GatewayHeaders;
-use crate::settings::{Credential, Settings};
+use crate::settings::Settings;
 use crate::upstream::Upstream;
 use serde_json::{Map, Value};
 use std::cell::RefCell;
@@ -530,7 +533,7 @@ mod tests {
         for config in [
             r#"{"provider":"openai","api_key":"k","prompt_id":"p1"}"#,
             r#"{"provider":"openai","api_key":"k","input_guardrails":["pii"]}"#,
-            r#"{"strategy":{"mode":"fallback"},"targets":[{"provider":"openai","api_key":"k","before_request_hooks":[{"id":"h","checks":[{"id":"default.contains","parameters":{"words":["x"]}}]}]}]}"#,
+            r#"{"strategy":{"mode":"fallback"},"targets":[{"provider":"openai","api_key":"k","before_request_hooks":[{"id":"h","checks":[{"id":"default.contains","parameters":{"words":["x"],"operator":"any"}}]}]}]}"#,
         ] {
             let err = select(&[("x-gateway-config", config)]).err().unwrap();
             assert_eq!((err.status, err.code), (501, Some("not_implemented")), "{config}");
@@ -538,7 +541,7 @@ mod tests {
         // The top-level config's inline guardrails and hooks run.
         assert!(select(&[(
             "x-gateway-config",
-            r#"{"provider":"openai","api_key":"k","input_guardrails":[{"default.contains":{"words":["x"]}}],"before_request_hooks":[{"id":"h","checks":[{"id":"default.contains","parameters":{"words":["x"]}}]}]}"#
+            r#"{"provider":"openai","api_key":"k","input_guardrails":[{"default.contains":{"words":["x"],"operator":"any"}}],"before_request_hooks":[{"id":"h","checks":[{"id":"default.contains","parameters":{"words":["x"],"operator":"any"}}]}]}"#
         )])
         .is_ok());
         assert!(select(&[(

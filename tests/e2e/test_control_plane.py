@@ -127,6 +127,20 @@ def test_a_stored_value_sent_as_a_header_refuses_control_characters(cp, openai_m
                  contains="control characters", trace=False)
 
 
+def test_a_stored_guardrail_whose_check_cannot_run_is_refused_as_the_filter_refuses_it(cp):
+    """Every check's parameters are read when the guardrail is stored, patterns compiled: a
+    `regexMatch` rule that does not compile is a 400 naming the check's parameters."""
+    name = new_slug("bad-rule")
+    bad_rule = {"checks": [{"id": "default.regexMatch", "parameters": {"rule": "(unclosed"}}]}
+    assert_error(put(cp, f"/v1/guardrails/{name}", bad_rule), 400, param="checks[0].parameters",
+                 code="invalid_config", contains="parameter `rule` is not a valid pattern", trace=False)
+    no_operator = {"checks": [{"id": "default.regexMatch", "parameters": {"rule": "ok"}},
+                              {"id": "default.contains", "parameters": {"words": ["a"]}}]}
+    assert_error(put(cp, f"/v1/guardrails/{name}", no_operator), 400, param="checks[1].parameters",
+                 contains="operator", trace=False)
+    assert_error(cp.get(f"/v1/guardrails/{name}"), 404, trace=False)
+
+
 def test_a_config_nested_deeper_than_the_parser_reads_is_named_as_the_filter_names_it(cp):
     cfg = {"provider": "openai", "api_key": "sk-deep"}
     for _ in range(64):

@@ -16,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from helpers import CHAT, chat_body, config, provider_config
+from helpers import CHAT, assert_error, chat_body, config, provider_config
 from mocks import OpenAIMock, Reply
 
 
@@ -134,6 +134,21 @@ def test_a_denying_input_guardrail_answers_446_and_the_provider_is_never_called(
     assert openai_mock.requests == []
     line = gateway.wait_for_log_line('hooks="in:input_guardrails[0]=false"')
     assert "status=446" in line
+
+
+def test_a_check_parameter_that_cannot_run_is_a_400_naming_it_and_the_provider_is_never_called(gateway,
+                                                                                           openai_mock):
+    """Read with the config: a `regexMatch` rule that does not compile refuses the config, named by
+    its JSON path, instead of failing as a check on every request."""
+    bad_rule = {"default.regexMatch": {"rule": "(unclosed"}, "deny": True}
+    r = gateway.chat(guarded(openai_mock, input_guardrails=[bad_rule]), chat_body("hi"))
+    assert_error(r, 400, type="invalid_request_error", param="input_guardrails[0].default.regexMatch",
+                 code="invalid_config", contains="parameter `rule` is not a valid pattern")
+    hook = {"id": "count", "checks": [{"id": "default.wordCount", "parameters": {"maxWords": "ten"}}]}
+    r = gateway.chat(guarded(openai_mock, before_request_hooks=[hook]), chat_body("hi"))
+    assert_error(r, 400, param="before_request_hooks[0].checks[0].parameters", code="invalid_config",
+                 contains="maxWords")
+    assert openai_mock.requests == []
 
 
 def test_a_failing_check_without_deny_answers_246_with_hook_results(gateway, openai_mock):

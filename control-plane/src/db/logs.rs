@@ -2,11 +2,58 @@
 //! fixed clauses with numbered placeholders; every value is bound.
 
 use super::{now_s, Db, DbResult};
-use crate::logs::{LogQuery, NewFeedback, NewRecord};
 use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use sqlx::{Any, Row};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A record of a batch, ready to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRecord {
+    pub id: String,
+    pub workspace: String,
+    /// The filter's `record_id`: a record sent again under it is stored once per workspace.
+    pub record_key: Option<String>,
+    pub trace_id: String,
+    pub span_id: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub status: Option<i64>,
+    pub timestamp_ms: i64,
+    /// The record's JSON text as sent.
+    pub json: String,
+    /// (key, value) of its metadata, both in `index_key` form.
+    pub metadata: Vec<(String, String)>,
+}
+
+/// The filters and page of `GET /v1/logs`; text values in `index_key` form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogQuery {
+    pub trace_id: Option<String>,
+    pub span_id: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub status: Option<i64>,
+    /// Inclusive bounds on `timestamp_ms`.
+    pub from_ms: Option<i64>,
+    pub to_ms: Option<i64>,
+    pub metadata: Vec<(String, String)>,
+    pub limit: usize,
+    /// The id of the previous page's last record.
+    pub after: Option<String>,
+}
+
+/// Feedback to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewFeedback {
+    /// As given (the answer echoes it).
+    pub trace_id: String,
+    /// JSON number texts.
+    pub value: String,
+    pub weight: String,
+    /// JSON object text.
+    pub metadata: Option<String>,
+}
 
 /// A stored record as `GET /v1/logs` answers it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,8 +3,8 @@
 //! control plane `immediate` is a 501.
 
 use super::*;
-use crate::shared::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
 use crate::unit_tests::test;
+use crate::wire_names::{control_plane_fetch_marker, CONTROL_PLANE_FETCH_HEADER};
 
 const CP_SETTINGS: &str = r#"{"api_keys": ["gw-key"],
     "control_plane": {"cluster": "gateway_control_plane", "authority": "127.0.0.1:8790", "token": "cp-secret",

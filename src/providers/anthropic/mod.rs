@@ -1,7 +1,8 @@
 //! Anthropic Messages API: OpenAI chat requests become `/v1/messages` requests; Anthropic
 //! messages, streams and errors come back in OpenAI's shapes. The conversions live apart
 //! (`request`, `response`, `stream`) so other transports of Anthropic's models can reuse them;
-//! Vertex AI's `rawPredict` takes the same translator with [`Transport::Vertex`].
+//! a service hosting Anthropic's models (Vertex AI's `rawPredict`, in `google`) takes the same
+//! translator with its own [`Transport::Hosted`].
 
 mod request;
 mod response;
@@ -13,7 +14,6 @@ pub(crate) use request::convert_request;
 pub(crate) use response::convert_response;
 pub(crate) use stream::{EventConverter, SseStream};
 
-use super::google::{self, VertexLocation};
 use super::openai::normalize_error;
 use super::{
     bind_keyed, chat_only, context_or_default, Binding, KeyHeader, Outbound, Provider, ResponseContext, TargetFields,
@@ -33,16 +33,23 @@ impl Provider for Anthropic {
 }
 
 /// Where the Messages body goes.
-#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Transport {
     /// Anthropic's own API: `/messages`, the version in a header.
     Direct,
-    /// Vertex AI's `rawPredict`/`streamRawPredict`: the model in the path, the version in the body.
-    Vertex(VertexLocation),
+    /// Another service serving Anthropic's models.
+    Hosted(Box<dyn HostedMessages>),
 }
 
-/// Vertex's Anthropic API version, sent in the body.
-const VERTEX_VERSION: &str = "vertex-2023-10-16";
+/// A service serving Anthropic's Messages API its own way: its path, the changes it needs in
+/// the body, its name and the shape of its errors.
+pub(crate) trait HostedMessages {
+    /// The provider's name in errors.
+    fn provider(&self) -> &'static str;
+    /// The request's path, after changing the body as the service wants it.
+    fn path(&self, body: &mut Value) -> Result<String, GatewayError>;
+    /// The service's own error as an OpenAI error.
+    fn error(&self, status: u16, body: &[u8]) -> Vec<u8>;
+}
 
 /// One chat completion through the Messages API.
 pub(crate) struct Messages {
@@ -59,9 +66,9 @@ impl Messages {
     }
 
     fn provider(&self) -> &'static str {
-        match self.transport {
+        match &self.transport {
             Transport::Direct => "anthropic",
-            Transport::Vertex(_) => "vertex-ai",
+            Transport::Hosted(hosted) => hosted.provider(),
         }
     }
 
@@ -76,21 +83,6 @@ impl Messages {
     }
 }
 
-/// Vertex wants the model in the path and the version in the body: the body loses `model`
-/// and gains `anthropic_version`; returns the path.
-fn vertex_body(location: &VertexLocation, body: &mut Value) -> Result<String, GatewayError> {
-    let model = match body.as_object_mut().and_then(|body| body.remove("model")) {
-        Some(Value::String(model)) => model,
-        _ => return Err(GatewayError::invalid_param("model", "'model' must be a string")),
-    };
-    let streams = body.get("stream") == Some(&Value::Bool(true));
-    if let Value::Object(body) = body {
-        body.insert("anthropic_version".into(), VERTEX_VERSION.into());
-    }
-    let method = if streams { "streamRawPredict" } else { "rawPredict" };
-    location.model_path("anthropic", &model, method)
-}
-
 impl Translator for Messages {
     fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
         let (body, ctx) = chat_only(self.provider(), outbound)?;
@@ -100,7 +92,7 @@ impl Translator for Messages {
         let (path, headers) = match &self.transport {
             // The version header goes even without a key (a local server behind custom_host).
             Transport::Direct => ("/messages".to_string(), vec![("anthropic-version", API_VERSION.to_string())]),
-            Transport::Vertex(location) => (vertex_body(location, &mut body)?, Vec::new()),
+            Transport::Hosted(hosted) => (hosted.path(&mut body)?, Vec::new()),
         };
         Ok(UpstreamRequest { path, query: None, headers, body: Some(body.to_string().into_bytes()) })
     }
@@ -126,12 +118,12 @@ impl Translator for Messages {
     }
 
     // Anthropic's `{"type":"error","error":{"type","message"}}` has the `error.type` and
-    // `error.message` of OpenAI's shape, so the generic reshaping covers it; Vertex answers
-    // its own errors in Google's shape.
+    // `error.message` of OpenAI's shape, so the generic reshaping covers it; a hosting service
+    // answers its own errors in its own shape.
     fn error(&self, status: u16, _headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
-        match self.transport {
+        match &self.transport {
             Transport::Direct => normalize_error(status, body),
-            Transport::Vertex(_) => google::error(status, body),
+            Transport::Hosted(hosted) => hosted.error(status, body),
         }
     }
 

@@ -21,7 +21,7 @@ pub(crate) use request::convert_request;
 pub(crate) use response::convert_response;
 pub(crate) use stream::GeminiEvents;
 
-use super::anthropic::{Messages, Transport};
+use super::anthropic::{HostedMessages, Messages, Transport};
 use super::openai::normalize_error;
 use super::{
     chat_only, context_or_default, error_kind_for_status, path_segment, Outbound, ResponseContext, Translator,
@@ -140,6 +140,37 @@ pub(crate) fn is_anthropic_model(model: &str) -> bool {
     model.starts_with("claude-")
 }
 
+/// Vertex's Anthropic API version, sent in the body.
+const VERTEX_ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
+
+/// Anthropic's Messages API on Vertex AI (`rawPredict`/`streamRawPredict`): the model in the
+/// path, the version in the body, errors in Google's shape.
+struct VertexMessages(VertexLocation);
+
+impl HostedMessages for VertexMessages {
+    fn provider(&self) -> &'static str {
+        "vertex-ai"
+    }
+
+    /// The body loses `model` and gains `anthropic_version`.
+    fn path(&self, body: &mut Value) -> Result<String, GatewayError> {
+        let model = match body.as_object_mut().and_then(|body| body.remove("model")) {
+            Some(Value::String(model)) => model,
+            _ => return Err(GatewayError::invalid_param("model", "'model' must be a string")),
+        };
+        let streams = body.get("stream") == Some(&Value::Bool(true));
+        if let Value::Object(body) = body {
+            body.insert("anthropic_version".into(), VERTEX_ANTHROPIC_VERSION.into());
+        }
+        let method = if streams { "streamRawPredict" } else { "rawPredict" };
+        self.0.model_path("anthropic", &model, method)
+    }
+
+    fn error(&self, status: u16, body: &[u8]) -> Vec<u8> {
+        error(status, body)
+    }
+}
+
 impl Translator for Vertex {
     fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
         let location = match self {
@@ -149,7 +180,7 @@ impl Translator for Vertex {
         };
         let model = outbound.body.as_deref().and_then(|b| b.get("model")).and_then(Value::as_str).unwrap_or_default();
         *self = if is_anthropic_model(model) {
-            Vertex::Anthropic(Messages::new(Transport::Vertex(location)))
+            Vertex::Anthropic(Messages::new(Transport::Hosted(Box::new(VertexMessages(location)))))
         } else {
             Vertex::Gemini(GeminiTranslator::new(GeminiTransport::Vertex(location)))
         };

@@ -13,7 +13,7 @@ use serde_json::Value;
 const ECHO_MAX: usize = 64;
 
 /// `s` cut to `ECHO_MAX` characters, for echoing client text in an error.
-pub(crate) fn shorten(s: &str) -> String {
+pub fn shorten(s: &str) -> String {
     match s.char_indices().nth(ECHO_MAX) {
         Some((end, _)) => format!("{}...", s.get(..end).unwrap_or_default()),
         None => s.to_string(),
@@ -21,7 +21,7 @@ pub(crate) fn shorten(s: &str) -> String {
 }
 
 /// The JSON type of `v` as error messages name it ("got a string").
-pub(crate) fn kind_of(v: &Value) -> &'static str {
+pub fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -33,7 +33,7 @@ pub(crate) fn kind_of(v: &Value) -> &'static str {
 }
 
 /// Path of property `key` inside the value at `parent` ("" is the root).
-pub(crate) fn join(parent: &str, key: &str) -> String {
+pub fn join(parent: &str, key: &str) -> String {
     if parent.is_empty() {
         key.to_string()
     } else {
@@ -42,12 +42,12 @@ pub(crate) fn join(parent: &str, key: &str) -> String {
 }
 
 /// Path of item `i` of the array at `path`.
-pub(crate) fn index(path: &str, i: usize) -> String {
+pub fn index(path: &str, i: usize) -> String {
     format!("{path}[{i}]")
 }
 
 /// Runs `check` on each item with its path (`messages[3]`), stopping at the first error.
-pub(crate) fn each_item<T, E>(
+pub fn each_item<T, E>(
     items: &[Value],
     path: &str,
     mut check: impl FnMut(&Value, &str) -> Result<T, E>,
@@ -57,7 +57,7 @@ pub(crate) fn each_item<T, E>(
 
 /// The entry of `allowed` whose `name` is `s`. Otherwise the allowed names, each between
 /// `quote`s and joined by ", ", for the caller's "must be one of" message.
-pub(crate) fn one_of<T: Copy>(s: &str, allowed: &[T], name: fn(T) -> &'static str, quote: &str) -> Result<T, String> {
+pub fn one_of<T: Copy>(s: &str, allowed: &[T], name: fn(T) -> &'static str, quote: &str) -> Result<T, String> {
     allowed.iter().copied().find(|t| name(*t) == s).ok_or_else(|| {
         let names: Vec<String> = allowed.iter().map(|t| format!("{quote}{}{quote}", name(*t))).collect();
         names.join(", ")
@@ -66,11 +66,11 @@ pub(crate) fn one_of<T: Copy>(s: &str, allowed: &[T], name: fn(T) -> &'static st
 
 /// The most arrays and objects serde_json nests: it refuses text nested deeper ("recursion
 /// limit exceeded"), which is a limit of the parser, not a fault of the JSON.
-pub(crate) const MAX_JSON_DEPTH: usize = 127;
+pub const MAX_JSON_DEPTH: usize = 127;
 
 /// One step of the way to a value: a property or an array item.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Step {
+pub enum Step {
     Key(String),
     Index(usize),
 }
@@ -97,7 +97,7 @@ impl Open {
 
 /// What a scan of JSON text meets: a byte outside strings, or a whole string (its byte range,
 /// quotes included).
-pub(crate) enum Lexeme {
+pub enum Lexeme {
     Byte(u8),
     String { start: usize, end: usize },
 }
@@ -105,7 +105,7 @@ pub(crate) enum Lexeme {
 /// The lexemes of `text`, in one pass over its bytes that never parses or recurses: the
 /// checks that must hold before a body is parsed read its structure through this. Invalid
 /// JSON gives lexemes that are meaningless but harmless.
-pub(crate) fn lexemes(text: &[u8]) -> impl Iterator<Item = Lexeme> + '_ {
+pub fn lexemes(text: &[u8]) -> impl Iterator<Item = Lexeme> + '_ {
     let mut string_start = None;
     let mut escaped = false;
     text.iter().enumerate().filter_map(move |(at, &byte)| {
@@ -132,7 +132,7 @@ pub(crate) fn lexemes(text: &[u8]) -> impl Iterator<Item = Lexeme> + '_ {
 /// serde_json counts: the outermost is 1), or `None` when nothing is. One pass over
 /// [`lexemes`], so it costs nothing like a parse and cannot recurse; invalid JSON gives a way
 /// that is meaningless but harmless.
-pub(crate) fn beyond_depth(text: &[u8], max_depth: usize) -> Option<Vec<Step>> {
+pub fn beyond_depth(text: &[u8], max_depth: usize) -> Option<Vec<Step>> {
     let mut open: Vec<Open> = Vec::new();
     for lexeme in lexemes(text) {
         match lexeme {

@@ -8,7 +8,8 @@
 //! and ASCII-only case folding; README.md, Conditional routing, lists what a user sees.
 
 use crate::memo::{self, Memo};
-use regex_lite::{Regex, RegexBuilder};
+pub use regex_lite::Regex;
+use regex_lite::RegexBuilder;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -40,7 +41,7 @@ fn compile(pattern: &str) -> Result<Regex, String> {
 }
 
 /// `pattern` compiled, from this worker's memo when it compiled it lately.
-pub(crate) fn cached(pattern: &str) -> Result<Rc<Regex>, String> {
+pub fn cached(pattern: &str) -> Result<Rc<Regex>, String> {
     memo::cached(&MEMO, pattern, || compile(pattern))
 }
 

@@ -1,5 +1,8 @@
 use super::*;
+use crate::cache::CacheMode;
 use crate::cloud::{AzureDeploymentType, CloudFields, Deployment};
+use crate::guardrails::params::CheckParams;
+use crate::guardrails::spec::{Check, Feedback, HookOutcome, InlineGuardrail};
 use crate::unit_tests::test;
 use serde_json::json;
 
@@ -325,11 +328,10 @@ fn feedback_shape() {
 fn guardrails_are_references_or_inline_objects() {
     let c = ok(with(json!({"input_guardrails": [
         "gr-jailbreak",
-        {"id": "g1", "deny": true, "async": false, "default.contains": {"words": ["x"]}, "vendor.pii": {}}
+        {"id": "g1", "deny": true, "async": false, "default.contains": {"words": ["x"], "operator": "any"}, "vendor.pii": {}}
     ]})));
-    let mut checks = Map::new();
-    checks.insert("default.contains".into(), json!({"words": ["x"]}));
-    checks.insert("vendor.pii".into(), json!({}));
+    let checks =
+        vec![check("default.contains", json!({"words": ["x"], "operator": "any"})), check("vendor.pii", json!({}))];
     let inline = InlineGuardrail {
         id: Some("g1".into()),
         deny: Some(true),
@@ -352,6 +354,17 @@ fn guardrails_are_references_or_inline_objects() {
         "must be an object",
     );
     rejected(with(json!({"input_guardrails": [{"deny": "yes"}]})), "input_guardrails[0].deny", "must be a boolean");
+    // A check's parameters are read with the config: a bad one is refused there, named.
+    rejected(
+        with(json!({"input_guardrails": [{"default.regexMatch": {"rule": "(a"}}]})),
+        "input_guardrails[0].default.regexMatch",
+        "parameter `rule` is not a valid pattern",
+    );
+    rejected(
+        with(json!({"output_guardrails": [{"default.contains": {"words": ["x"]}}]})),
+        "output_guardrails[0].default.contains",
+        "parameter `operator` must be one of",
+    );
     rejected(with(json!({"input_guardrails": [{"id": 1}]})), "input_guardrails[0].id", "must be a string");
 }
 
@@ -363,10 +376,7 @@ fn hook_checks_and_type_parse() {
     let expected = Hook {
         id: "h".into(),
         kind: Some("guardrail".into()),
-        checks: vec![Check {
-            id: "default.regexMatch".into(),
-            parameters: json!({"rule": "x"}).as_object().cloned().unwrap_or_default(),
-        }],
+        checks: vec![check("default.regexMatch", json!({"rule": "x"}))],
         on_fail: None,
         on_success: None,
         is_async: false,
@@ -382,6 +392,17 @@ fn hook_checks_and_type_parse() {
         "before_request_hooks[0].type",
         "string",
     );
+    rejected(
+        with(json!({"before_request_hooks": [hook_with(json!({"checks": [
+            {"id": "default.wordCount", "parameters": {"minWords": -1}}
+        ]}))]})),
+        "before_request_hooks[0].checks[0].parameters",
+        "parameter `minWords` must be a non-negative integer",
+    );
+    // An id the gateway does not run is no error here: the check fails when it runs.
+    let unknown =
+        json!({"before_request_hooks": [hook_with(json!({"checks": [{"id": "vendor.x", "parameters": {}}]}))]});
+    assert_eq!(ok(with(unknown)).before_request_hooks[0].checks[0].params, CheckParams::Unknown);
 }
 
 // ---- "at least one of" (spec 2.1) ----
@@ -728,6 +749,10 @@ fn errors_render_as_openai_errors() {
 
 // ---- a realistic config ----
 
+fn check(id: &str, parameters: Value) -> Check {
+    Check::new(id.to_string(), map(parameters)).unwrap()
+}
+
 fn map(v: Value) -> Map<String, Value> {
     v.as_object().cloned().unwrap_or_default()
 }
@@ -749,7 +774,7 @@ fn realistic_nested_config_parses_into_the_expected_struct() {
             "on_success": {"feedback": {"value": 1}}
         }],
         "after_request_hooks": [{"id": "toxicity", "async": true, "checks": [{"id": "vendor.moderate", "parameters": {}}]}],
-        "input_guardrails": ["gr-jailbreak", {"id": "inline-1", "deny": true, "default.contains": {"words": ["secret"]}}],
+        "input_guardrails": ["gr-jailbreak", {"id": "inline-1", "deny": true, "default.contains": {"words": ["secret"], "operator": "none"}}],
         "output_guardrails": [{"async": false, "on_fail": {"deny": true}, "default.wordCount": {"maxWords": 500}}],
         "targets": [
             {"name": "primary", "strategy": {"mode": "loadbalance"}, "targets": [
@@ -793,10 +818,7 @@ fn realistic_nested_config_parses_into_the_expected_struct() {
         before_request_hooks: vec![Hook {
             id: "pii-check".into(),
             kind: s("guardrail"),
-            checks: vec![Check {
-                id: "default.regexMatch".into(),
-                parameters: map(json!({"rule": "\\d{3}-\\d{2}-\\d{4}", "not": true})),
-            }],
+            checks: vec![check("default.regexMatch", json!({"rule": "\\d{3}-\\d{2}-\\d{4}", "not": true}))],
             on_fail: Some(HookOutcome {
                 feedback: Some(Feedback {
                     value: Some(-10.0),
@@ -814,7 +836,7 @@ fn realistic_nested_config_parses_into_the_expected_struct() {
         after_request_hooks: vec![Hook {
             id: "toxicity".into(),
             kind: None,
-            checks: vec![Check { id: "vendor.moderate".into(), parameters: Map::new() }],
+            checks: vec![check("vendor.moderate", json!({}))],
             on_fail: None,
             on_success: None,
             is_async: true,
@@ -824,14 +846,14 @@ fn realistic_nested_config_parses_into_the_expected_struct() {
             Guardrail::Inline(InlineGuardrail {
                 id: s("inline-1"),
                 deny: Some(true),
-                checks: map(json!({"default.contains": {"words": ["secret"]}})),
+                checks: vec![check("default.contains", json!({"words": ["secret"], "operator": "none"}))],
                 ..Default::default()
             }),
         ],
         output_guardrails: vec![Guardrail::Inline(InlineGuardrail {
             is_async: Some(false),
             on_fail: Some(HookOutcome { feedback: None, deny: Some(true) }),
-            checks: map(json!({"default.wordCount": {"maxWords": 500}})),
+            checks: vec![check("default.wordCount", json!({"maxWords": 500}))],
             ..Default::default()
         })],
         targets: vec![

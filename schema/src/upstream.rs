@@ -3,20 +3,20 @@
 
 /// Scheme, `host:port` and the base path a provider's endpoints hang off.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Upstream {
-    pub(crate) tls: bool,
+pub struct Upstream {
+    pub tls: bool,
     /// Lowercase host, IPv6 without brackets, for the allow-list.
-    pub(crate) host: String,
+    pub host: String,
     /// `host:port` as sent in `:authority` (IPv6 in brackets).
-    pub(crate) authority: String,
+    pub authority: String,
     /// Path prefix without a trailing slash, e.g. `/v1` or empty.
-    pub(crate) base_path: String,
+    pub base_path: String,
 }
 
 impl Upstream {
     /// Parses an absolute `http://` or `https://` base URL. The message of an error completes
     /// "custom host ...".
-    pub(crate) fn parse(url: &str) -> Result<Upstream, &'static str> {
+    pub fn parse(url: &str) -> Result<Upstream, &'static str> {
         // Whitespace and control characters could split the request line or a header.
         if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err("must not contain whitespace or control characters");

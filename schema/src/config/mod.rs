@@ -4,72 +4,69 @@
 //! error names the exact JSON path at fault (`targets[1].cb_config.cooldown_interval`), and
 //! so that no input, however hostile, can panic the worker.
 
-mod check;
-mod hooks;
 mod parts;
 #[cfg(test)]
 mod tests;
 
+use crate::cache::{cache_config, CacheConfig};
 use crate::cloud::{AzureDeploymentType, CloudFields};
-use crate::errors::GatewayError;
+use crate::guardrails::spec::{self, Guardrail, Hook, Stage};
 use crate::json_check::{beyond_depth, index, join, Step, MAX_JSON_DEPTH};
-use check::{boolean, header_text, integer, object, one_of, status_codes, string, Obj};
-use hooks::Stage;
+use crate::value_check::{self, boolean, header_text, integer, object, one_of, status_codes, string, ConfigError, Obj};
 use serde_json::{Map, Value};
-use std::fmt;
 
 /// A config or a target (targets are configs). Field names are the JSON property names.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct Config {
-    pub(crate) name: Option<String>,
-    pub(crate) strategy: Option<Strategy>,
-    pub(crate) targets: Vec<Config>,
-    pub(crate) provider: Option<String>,
-    pub(crate) api_key: Option<String>,
-    pub(crate) virtual_key: Option<String>,
-    pub(crate) custom_host: Option<String>,
-    pub(crate) weight: Option<f64>,
-    pub(crate) on_status_codes: Option<Vec<u16>>,
-    pub(crate) override_params: Option<Map<String, Value>>,
+pub struct Config {
+    pub name: Option<String>,
+    pub strategy: Option<Strategy>,
+    pub targets: Vec<Config>,
+    pub provider: Option<String>,
+    pub api_key: Option<String>,
+    pub virtual_key: Option<String>,
+    pub custom_host: Option<String>,
+    pub weight: Option<f64>,
+    pub on_status_codes: Option<Vec<u16>>,
+    pub override_params: Option<Map<String, Value>>,
     /// Milliseconds.
-    pub(crate) request_timeout: Option<u64>,
-    pub(crate) cache: Option<CacheConfig>,
-    pub(crate) retry: Option<RetryConfig>,
-    pub(crate) cb_config: Option<CircuitBreakerConfig>,
+    pub request_timeout: Option<u64>,
+    pub cache: Option<CacheConfig>,
+    pub retry: Option<RetryConfig>,
+    pub cb_config: Option<CircuitBreakerConfig>,
     /// Lowercased header names.
-    pub(crate) forward_headers: Option<Vec<String>>,
-    pub(crate) prompt_id: Option<String>,
-    pub(crate) strict_vendor_compliance: Option<bool>,
-    pub(crate) before_request_hooks: Vec<Hook>,
-    pub(crate) after_request_hooks: Vec<Hook>,
-    pub(crate) input_guardrails: Vec<Guardrail>,
-    pub(crate) output_guardrails: Vec<Guardrail>,
-    pub(crate) vendor_organization: Option<String>,
-    pub(crate) vendor_project: Option<String>,
+    pub forward_headers: Option<Vec<String>>,
+    pub prompt_id: Option<String>,
+    pub strict_vendor_compliance: Option<bool>,
+    pub before_request_hooks: Vec<Hook>,
+    pub after_request_hooks: Vec<Hook>,
+    pub input_guardrails: Vec<Guardrail>,
+    pub output_guardrails: Vec<Guardrail>,
+    pub vendor_organization: Option<String>,
+    pub vendor_project: Option<String>,
     /// Where a cloud provider's target lives and its credentials.
-    pub(crate) cloud: CloudFields,
+    pub cloud: CloudFields,
 }
 
 impl Config {
     /// Whether this node or any target below it satisfies `test`.
-    pub(crate) fn any_node(&self, test: &dyn Fn(&Config) -> bool) -> bool {
+    pub fn any_node(&self, test: &dyn Fn(&Config) -> bool) -> bool {
         test(self) || self.targets.iter().any(|t| t.any_node(test))
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Strategy {
-    pub(crate) mode: StrategyMode,
+pub struct Strategy {
+    pub mode: StrategyMode,
     /// Non-empty in mode conditional, empty otherwise.
-    pub(crate) conditions: Vec<Condition>,
+    pub conditions: Vec<Condition>,
     /// The `name` of a target; present exactly in mode conditional.
-    pub(crate) default: Option<String>,
+    pub default: Option<String>,
     /// Only in mode fallback.
-    pub(crate) on_status_codes: Option<Vec<u16>>,
+    pub on_status_codes: Option<Vec<u16>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StrategyMode {
+pub enum StrategyMode {
     Single,
     LoadBalance,
     Fallback,
@@ -79,7 +76,7 @@ pub(crate) enum StrategyMode {
 impl StrategyMode {
     const ALL: [StrategyMode; 4] = [Self::Single, Self::LoadBalance, Self::Fallback, Self::Conditional];
 
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Single => "single",
             Self::LoadBalance => "loadbalance",
@@ -90,150 +87,38 @@ impl StrategyMode {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Condition {
-    pub(crate) query: Map<String, Value>,
+pub struct Condition {
+    pub query: Map<String, Value>,
     /// The `name` of a target.
-    pub(crate) then: String,
+    pub then: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CacheConfig {
-    pub(crate) mode: CacheMode,
-    /// Seconds.
-    pub(crate) max_age: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CacheMode {
-    Simple,
-    Semantic,
-}
-
-impl CacheMode {
-    const ALL: [CacheMode; 2] = [Self::Simple, Self::Semantic];
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Simple => "simple",
-            Self::Semantic => "semantic",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RetryConfig {
+pub struct RetryConfig {
     /// 0 to 10.
-    pub(crate) attempts: u32,
-    pub(crate) on_status_codes: Option<Vec<u16>>,
-    pub(crate) use_retry_after_headers: bool,
+    pub attempts: u32,
+    pub on_status_codes: Option<Vec<u16>>,
+    pub use_retry_after_headers: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CircuitBreakerConfig {
+pub struct CircuitBreakerConfig {
     /// At least 1.
-    pub(crate) failure_threshold: u32,
+    pub failure_threshold: u32,
     /// Milliseconds, at least 30000.
-    pub(crate) cooldown_interval: u64,
-    pub(crate) failure_status_codes: Option<Vec<u16>>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Hook {
-    pub(crate) id: String,
-    /// JSON `type`.
-    pub(crate) kind: Option<String>,
-    pub(crate) checks: Vec<Check>,
-    pub(crate) on_fail: Option<HookOutcome>,
-    pub(crate) on_success: Option<HookOutcome>,
-    /// JSON `async`; only after-request hooks may set it.
-    pub(crate) is_async: bool,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Check {
-    pub(crate) id: String,
-    pub(crate) parameters: Map<String, Value>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct HookOutcome {
-    pub(crate) feedback: Option<Feedback>,
-    /// Only in before-request hooks and output guardrails.
-    pub(crate) deny: Option<bool>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct Feedback {
-    pub(crate) value: Option<f64>,
-    pub(crate) weight: Option<f64>,
-    pub(crate) metadata: Option<Map<String, Value>>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Guardrail {
-    /// The id or slug of a stored guardrail.
-    Reference(String),
-    Inline(InlineGuardrail),
-}
-
-#[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct InlineGuardrail {
-    pub(crate) id: Option<String>,
-    pub(crate) deny: Option<bool>,
-    /// JSON `async`.
-    pub(crate) is_async: Option<bool>,
-    pub(crate) on_fail: Option<HookOutcome>,
-    pub(crate) on_success: Option<HookOutcome>,
-    /// Every further property (check id to its parameters), each an object.
-    pub(crate) checks: Map<String, Value>,
-}
-
-/// Why a config was rejected, and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ConfigError {
-    /// JSON path of the value at fault, e.g. `targets[1].cb_config.cooldown_interval`;
-    /// empty for the root.
-    pub(crate) path: String,
-    pub(crate) message: String,
-}
-
-impl ConfigError {
-    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        ConfigError { path: path.into(), message: message.into() }
-    }
-
-    /// A 400 whose `param` is the path at fault (the root: the header every config comes by).
-    pub(crate) fn to_gateway_error(&self) -> GatewayError {
-        let param = if self.path.is_empty() { "x-gateway-config" } else { self.path.as_str() };
-        GatewayError::invalid_param(param, self.to_string()).with_code("invalid_config")
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            write!(f, "invalid config: {}", self.message)
-        } else {
-            write!(f, "invalid config at `{}`: {}", self.path, self.message)
-        }
-    }
-}
-
-/// Validates a stored guardrail (spec 4.3) into the inline guardrail the filter runs; `id`
-/// names it in `hook_results`.
-pub(crate) fn parse_stored_guardrail(value: &Value, id: &str) -> Result<InlineGuardrail, ConfigError> {
-    hooks::stored_guardrail(value, id)
+    pub cooldown_interval: u64,
+    pub failure_status_codes: Option<Vec<u16>>,
 }
 
 /// Validates a config (the parsed `x-gateway-config` header or a saved config).
-pub(crate) fn parse_config(value: &Value) -> Result<Config, ConfigError> {
+pub fn parse_config(value: &Value) -> Result<Config, ConfigError> {
     parse_node(value, "", 0)
 }
 
 /// Why a config text serde_json could not read is refused, when it nests deeper than the
 /// parser reads (`None`: it does not, so it is not valid JSON). Targets nested too deep get the
 /// error `parse_config` gives 9 to 63 levels; anything else nested too deep is named at the root.
-pub(crate) fn nested_too_deep(text: &[u8]) -> Option<ConfigError> {
+pub fn nested_too_deep(text: &[u8]) -> Option<ConfigError> {
     let way = beyond_depth(text, MAX_JSON_DEPTH)?;
     let mut path = String::new();
     // Each level of targets is two steps: the property `targets`, then the item.
@@ -302,16 +187,16 @@ fn parse_node(value: &Value, path: &str, depth: usize) -> Result<Config, ConfigE
         on_status_codes: obj.opt("on_status_codes", status_codes)?,
         override_params: obj.opt("override_params", object)?,
         request_timeout: obj.opt("request_timeout", |v, p| integer(v, p, 1, u64::MAX))?,
-        cache: obj.opt("cache", parts::cache)?,
+        cache: obj.opt("cache", cache_config)?,
         retry: obj.opt("retry", parts::retry)?,
         cb_config: obj.opt("cb_config", parts::circuit_breaker)?,
         forward_headers: obj.opt("forward_headers", parts::forward_headers)?,
         prompt_id: obj.opt("prompt_id", string)?,
         strict_vendor_compliance: obj.opt("strict_vendor_compliance", boolean)?,
-        before_request_hooks: obj.list("before_request_hooks", |v, p| hooks::hook(v, p, Stage::Request))?,
-        after_request_hooks: obj.list("after_request_hooks", |v, p| hooks::hook(v, p, Stage::Response))?,
-        input_guardrails: obj.list("input_guardrails", |v, p| hooks::guardrail(v, p, Stage::Request))?,
-        output_guardrails: obj.list("output_guardrails", |v, p| hooks::guardrail(v, p, Stage::Response))?,
+        before_request_hooks: obj.list("before_request_hooks", |v, p| spec::hook(v, p, Stage::Request))?,
+        after_request_hooks: obj.list("after_request_hooks", |v, p| spec::hook(v, p, Stage::Response))?,
+        input_guardrails: obj.list("input_guardrails", |v, p| spec::guardrail(v, p, Stage::Request))?,
+        output_guardrails: obj.list("output_guardrails", |v, p| spec::guardrail(v, p, Stage::Response))?,
         vendor_organization: obj.opt("vendor_organization", header_text)?,
         vendor_project: obj.opt("vendor_project", header_text)?,
         cloud: cloud_fields(&obj)?,
@@ -382,13 +267,14 @@ fn check_target_references(obj: &Obj, strategy: &Strategy, targets: &[Config]) -
             if !names.insert(name.as_str()) {
                 return Err(ConfigError::new(
                     join(&index(&targets_path, i), "name"),
-                    format!("duplicate target name `{}`", check::shorten(name)),
+                    format!("duplicate target name `{}`", value_check::shorten(name)),
                 ));
             }
         }
     }
-    let no_such_target =
-        |path: String, name: &str| ConfigError::new(path, format!("no target is named `{}`", check::shorten(name)));
+    let no_such_target = |path: String, name: &str| {
+        ConfigError::new(path, format!("no target is named `{}`", value_check::shorten(name)))
+    };
     let strategy_path = obj.path("strategy");
     let conditions_path = join(&strategy_path, "conditions");
     for (i, condition) in strategy.conditions.iter().enumerate() {

@@ -14,8 +14,8 @@
 //! strict mode whose error names the missing variable. Both are pure Rust.
 
 use crate::errors::GatewayError;
+use crate::errors::SharedError;
 use crate::json_check::{kind_of, shorten};
-use crate::shared::SharedError;
 use handlebars::{
     BlockContext, Context, Handlebars, Helper, HelperDef, HelperResult, JsonTruthy, Output, RenderContext, RenderError,
     RenderErrorReason, Renderable,

@@ -1,13 +1,78 @@
-//! Hooks (spec 2.6) and guardrails (spec 2.7).
+//! What a config's hooks (spec 2.6) and guardrails (spec 2.7) and a stored guardrail (spec 4.3)
+//! say, and how they are read: the config reads its lists of them here.
 
-use super::check::{boolean, expected, number, object, shorten, string, Obj};
-use super::{Check, ConfigError, Feedback, Guardrail, Hook, HookOutcome, InlineGuardrail};
+use super::params::{self, CheckParams};
 use crate::json_check::join;
+use crate::value_check::{boolean, expected, number, object, shorten, string, ConfigError, Obj};
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hook {
+    pub id: String,
+    /// JSON `type`.
+    pub kind: Option<String>,
+    pub checks: Vec<Check>,
+    pub on_fail: Option<HookOutcome>,
+    pub on_success: Option<HookOutcome>,
+    /// JSON `async`; only after-request hooks may set it.
+    pub is_async: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub id: String,
+    /// As given: the checks that call out read them as they run.
+    pub parameters: Map<String, Value>,
+    /// Read when the check was: what the check runs with.
+    pub params: CheckParams,
+}
+
+impl Check {
+    /// A check whose parameters are read now; `Err` says which one is wrong (an id this
+    /// gateway does not run is no error here: the check fails when it runs).
+    pub fn new(id: String, parameters: Map<String, Value>) -> Result<Check, String> {
+        let params = params::read(&id, &parameters)?;
+        Ok(Check { id, parameters, params })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HookOutcome {
+    pub feedback: Option<Feedback>,
+    /// Only in before-request hooks and output guardrails.
+    pub deny: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Feedback {
+    pub value: Option<f64>,
+    pub weight: Option<f64>,
+    pub metadata: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Guardrail {
+    /// The id or slug of a stored guardrail.
+    Reference(String),
+    Inline(InlineGuardrail),
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct InlineGuardrail {
+    pub id: Option<String>,
+    pub deny: Option<bool>,
+    /// JSON `async`.
+    pub is_async: Option<bool>,
+    pub on_fail: Option<HookOutcome>,
+    pub on_success: Option<HookOutcome>,
+    /// Every further property (a check id with its parameters, an object), in key order.
+    pub checks: Vec<Check>,
+}
 
 /// Which side of the upstream call a hook or guardrail list runs on.
 #[derive(Clone, Copy, PartialEq)]
-pub(super) enum Stage {
+pub enum Stage {
     /// `before_request_hooks`, `input_guardrails`.
     Request,
     /// `after_request_hooks`, `output_guardrails`.
@@ -20,7 +85,7 @@ const RESPONSE_HOOK_KEYS: &[&str] = &["id", "type", "checks", "on_fail", "on_suc
 /// Inline guardrail properties with a fixed meaning; every other property is a check.
 const GUARDRAIL_KEYS: &[&str] = &["id", "deny", "async", "on_fail", "on_success"];
 
-pub(super) fn hook(v: &Value, path: &str, stage: Stage) -> Result<Hook, ConfigError> {
+pub fn hook(v: &Value, path: &str, stage: Stage) -> Result<Hook, ConfigError> {
     let known = match stage {
         Stage::Request => HOOK_KEYS,
         Stage::Response => RESPONSE_HOOK_KEYS,
@@ -40,7 +105,8 @@ pub(super) fn hook(v: &Value, path: &str, stage: Stage) -> Result<Hook, ConfigEr
 
 fn check(v: &Value, path: &str) -> Result<Check, ConfigError> {
     let obj = Obj::new(v, path, &["id", "parameters"])?;
-    Ok(Check { id: obj.req("id", string)?, parameters: obj.req("parameters", object)? })
+    let (id, parameters) = (obj.req("id", string)?, obj.req("parameters", object)?);
+    Check::new(id, parameters).map_err(|message| ConfigError::new(obj.path("parameters"), message))
 }
 
 /// `on_fail` / `on_success`; `deny` tells whether the outcome may carry `deny`.
@@ -59,7 +125,7 @@ fn feedback(v: &Value, path: &str) -> Result<Feedback, ConfigError> {
     })
 }
 
-pub(super) fn guardrail(v: &Value, path: &str, stage: Stage) -> Result<Guardrail, ConfigError> {
+pub fn guardrail(v: &Value, path: &str, stage: Stage) -> Result<Guardrail, ConfigError> {
     if let Value::String(reference) = v {
         if reference.is_empty() {
             return Err(ConfigError::new(path, "must not be empty"));
@@ -70,10 +136,12 @@ pub(super) fn guardrail(v: &Value, path: &str, stage: Stage) -> Result<Guardrail
         return Err(expected(path, "a string or an object", v));
     }
     let obj = Obj::open(v, path)?;
-    let mut checks = Map::new();
+    let mut checks = Vec::new();
     for (key, value) in obj.map.iter().filter(|(k, _)| !GUARDRAIL_KEYS.contains(&k.as_str())) {
         // The key is client text, cut short where it is echoed in an error's path.
-        checks.insert(key.clone(), Value::Object(object(value, &join(path, &shorten(key)))?));
+        let at = join(path, &shorten(key));
+        let check = Check::new(key.clone(), object(value, &at)?).map_err(|message| ConfigError::new(at, message))?;
+        checks.push(check);
     }
     // Spec 2.7: only output guardrails' outcomes carry `deny`.
     let deny = stage == Stage::Response;
@@ -94,16 +162,16 @@ const ACTION_KEYS: &[&str] = &["deny", "async", "on_success", "on_fail"];
 
 /// A stored guardrail (spec 4.3: `{name, checks: [{id, parameters, name, is_enabled}],
 /// actions: {deny, async, on_success, on_fail}}`), read into the inline guardrail the filter
-/// runs: its enabled checks, each check id one the gateway ships and `default.jwt`'s
-/// parameters read by the code that runs it. `id` names it in `hook_results`.
-pub(super) fn stored_guardrail(v: &Value, id: &str) -> Result<InlineGuardrail, ConfigError> {
+/// runs: its enabled checks (in id order; of one id the last), each check id one the gateway
+/// ships and its parameters read. `id` names it in `hook_results`.
+pub fn parse_stored_guardrail(v: &Value, id: &str) -> Result<InlineGuardrail, ConfigError> {
     let obj = Obj::new(v, "", STORED_KEYS)?;
     obj.opt("name", string)?;
     let items = obj.req("checks", |v, p| v.as_array().cloned().ok_or_else(|| expected(p, "an array", v)))?;
     if items.is_empty() {
         return Err(ConfigError::new("checks", "must have at least one item"));
     }
-    let mut checks = Map::new();
+    let mut checks = BTreeMap::new();
     for (i, item) in items.iter().enumerate() {
         let path = crate::json_check::index("checks", i);
         let check = Obj::new(item, &path, STORED_CHECK_KEYS)?;
@@ -111,12 +179,12 @@ pub(super) fn stored_guardrail(v: &Value, id: &str) -> Result<InlineGuardrail, C
         let parameters = check.opt("parameters", object)?.unwrap_or_default();
         check.opt("name", string)?;
         let enabled = check.opt("is_enabled", boolean)?.unwrap_or(true);
-        if let Err(message) = crate::guardrails::check_parameters(&id, &parameters) {
+        let params = params::read_known(&id, &parameters).map_err(|message| {
             let at = if message.starts_with("unknown check") { check.path("id") } else { check.path("parameters") };
-            return Err(ConfigError::new(at, message));
-        }
+            ConfigError::new(at, message)
+        })?;
         if enabled {
-            checks.insert(id, Value::Object(parameters));
+            checks.insert(id.clone(), Check { id, parameters, params });
         }
     }
     let actions = match obj.map.get("actions") {
@@ -132,7 +200,7 @@ pub(super) fn stored_guardrail(v: &Value, id: &str) -> Result<InlineGuardrail, C
         is_async: actions.as_ref().map_or(Ok(None), |a| a.opt("async", boolean))?,
         on_fail: action("on_fail")?,
         on_success: action("on_success")?,
-        checks,
+        checks: checks.into_values().collect(),
     })
 }
 

@@ -8,32 +8,32 @@ use serde_json::{Map, Value};
 /// from a config node, the headers of spec 5.3 or a stored credential. Each provider checks
 /// the ones it needs when a target is built.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct CloudFields {
-    pub(crate) resource_name: Option<String>,
-    pub(crate) deployment_id: Option<String>,
-    pub(crate) api_version: Option<String>,
-    pub(crate) deployments: Vec<Deployment>,
+pub struct CloudFields {
+    pub resource_name: Option<String>,
+    pub deployment_id: Option<String>,
+    pub api_version: Option<String>,
+    pub deployments: Vec<Deployment>,
     /// `x-gateway-cloud-a-model-name` (a header; the config has no such field).
-    pub(crate) azure_model_name: Option<String>,
-    pub(crate) azure_region: Option<String>,
-    pub(crate) azure_deployment_name: Option<String>,
-    pub(crate) azure_deployment_type: Option<AzureDeploymentType>,
-    pub(crate) azure_endpoint_name: Option<String>,
-    pub(crate) azure_api_version: Option<String>,
-    pub(crate) gcp_project_id: Option<String>,
-    pub(crate) gcp_region: Option<String>,
-    pub(crate) gcp_service_account_json: Option<Map<String, Value>>,
+    pub azure_model_name: Option<String>,
+    pub azure_region: Option<String>,
+    pub azure_deployment_name: Option<String>,
+    pub azure_deployment_type: Option<AzureDeploymentType>,
+    pub azure_endpoint_name: Option<String>,
+    pub azure_api_version: Option<String>,
+    pub gcp_project_id: Option<String>,
+    pub gcp_region: Option<String>,
+    pub gcp_service_account_json: Option<Map<String, Value>>,
     /// `X-Cloud-B-LLM-Request-Type` (a header), passed to Vertex under its own name.
-    pub(crate) gcp_request_type: Option<String>,
-    pub(crate) aws_access_key_id: Option<String>,
-    pub(crate) aws_secret_access_key: Option<String>,
-    pub(crate) aws_region: Option<String>,
-    pub(crate) aws_session_token: Option<String>,
+    pub gcp_request_type: Option<String>,
+    pub aws_access_key_id: Option<String>,
+    pub aws_secret_access_key: Option<String>,
+    pub aws_region: Option<String>,
+    pub aws_session_token: Option<String>,
 }
 
 impl CloudFields {
     /// The config's property names of these fields.
-    pub(crate) const KEYS: &'static [&'static str] = &[
+    pub const KEYS: &'static [&'static str] = &[
         "resource_name",
         "deployment_id",
         "api_version",
@@ -54,7 +54,7 @@ impl CloudFields {
 
     /// Fields set here win; the others come from `fallback` (a config node over the headers,
     /// a stored credential over the headers).
-    pub(crate) fn or(self, fallback: &CloudFields) -> CloudFields {
+    pub fn or(self, fallback: &CloudFields) -> CloudFields {
         let pick = |own: Option<String>, other: &Option<String>| own.or_else(|| other.clone());
         CloudFields {
             resource_name: pick(self.resource_name, &fallback.resource_name),
@@ -82,23 +82,23 @@ impl CloudFields {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Deployment {
-    pub(crate) deployment_id: String,
-    pub(crate) alias: String,
-    pub(crate) api_version: String,
-    pub(crate) is_default: bool,
+pub struct Deployment {
+    pub deployment_id: String,
+    pub alias: String,
+    pub api_version: String,
+    pub is_default: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AzureDeploymentType {
+pub enum AzureDeploymentType {
     Serverless,
     Managed,
 }
 
 impl AzureDeploymentType {
-    pub(crate) const ALL: [AzureDeploymentType; 2] = [Self::Serverless, Self::Managed];
+    pub const ALL: [AzureDeploymentType; 2] = [Self::Serverless, Self::Managed];
 
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Serverless => "serverless",
             Self::Managed => "managed",

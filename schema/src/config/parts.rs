@@ -1,15 +1,13 @@
 //! The config's sub-objects (strategy, cache, retry, circuit breaker, deployments) and the
 //! properties whose strings have a shape (custom_host, forward_headers, weight).
 
-use super::check::{array_of, boolean, integer, number, object, one_of, status_codes, string, Obj};
-use super::{
-    CacheConfig, CacheMode, CircuitBreakerConfig, Condition, ConfigError, RetryConfig, Strategy, StrategyMode,
-};
+use super::{CircuitBreakerConfig, Condition, RetryConfig, Strategy, StrategyMode};
 use crate::cloud::Deployment;
 use crate::json_check::join;
 use crate::query;
-use crate::request::headers::is_header_name;
 use crate::upstream::Upstream;
+use crate::value_check::{array_of, boolean, integer, number, object, one_of, status_codes, string, ConfigError, Obj};
+use crate::wire_names::is_header_name;
 use serde_json::Value;
 
 /// Unbounded retries are a footgun (one request fanning out into a retry storm). The
@@ -59,14 +57,6 @@ fn condition(v: &Value, path: &str) -> Result<Condition, ConfigError> {
     // Errors of the query language name their place inside `query`.
     query::validate(&query).map_err(|e| ConfigError::new(join(&obj.path("query"), &e.path), e.message))?;
     Ok(Condition { query, then: obj.req("then", string)? })
-}
-
-pub(super) fn cache(v: &Value, path: &str) -> Result<CacheConfig, ConfigError> {
-    let obj = Obj::new(v, path, &["mode", "max_age"])?;
-    Ok(CacheConfig {
-        mode: obj.req("mode", |v, p| one_of(v, p, &CacheMode::ALL, CacheMode::as_str))?,
-        max_age: obj.opt("max_age", |v, p| integer(v, p, 1, u64::MAX))?,
-    })
 }
 
 pub(super) fn retry(v: &Value, path: &str) -> Result<RetryConfig, ConfigError> {

@@ -33,7 +33,7 @@
 //! never panics. Both are the same walk (see `eval`), so they cannot disagree on what is valid:
 //! a query that does not validate matches nothing.
 
-pub(crate) mod regex;
+pub mod regex;
 use crate::json_check::{index, join, kind_of, shorten};
 use serde_json::{Map, Number, Value};
 use std::cmp::Ordering;
@@ -44,10 +44,10 @@ const MAX_DEPTH: usize = 16;
 
 /// Why a query is invalid, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct QueryError {
+pub struct QueryError {
     /// Relative to the query object, e.g. `$and[1].params.model.$regex`.
-    pub(crate) path: String,
-    pub(crate) message: String,
+    pub path: String,
+    pub message: String,
 }
 
 impl QueryError {
@@ -64,13 +64,13 @@ impl QueryError {
 }
 
 /// Checks a query: operators, operand types, regular expressions and nesting depth.
-pub(crate) fn validate(query: &Map<String, Value>) -> Result<(), QueryError> {
+pub fn validate(query: &Map<String, Value>) -> Result<(), QueryError> {
     // Every check comes before the field is read, so any input reaches all of them.
     eval(query, &Value::Null, 0).map(|_| ())
 }
 
 /// Whether `input` matches `query`. An invalid query matches nothing.
-pub(crate) fn matches(query: &Map<String, Value>, input: &Value) -> bool {
+pub fn matches(query: &Map<String, Value>, input: &Value) -> bool {
     eval(query, input, 0).unwrap_or(false)
 }
 

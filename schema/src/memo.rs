@@ -7,20 +7,20 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::thread::LocalKey;
 
-pub(crate) struct Memo<T> {
+pub struct Memo<T> {
     entries: HashMap<String, Rc<T>>,
     capacity: usize,
 }
 
 impl<T> Memo<T> {
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize) -> Self {
         Memo { entries: HashMap::new(), capacity }
     }
 }
 
 /// The value `make` makes from `key`, from `memo` when it was made lately. Errors are not kept
 /// (bad text is the rare case). `make` runs while the memo is not borrowed.
-pub(crate) fn cached<T, E>(
+pub fn cached<T, E>(
     memo: &'static LocalKey<RefCell<Memo<T>>>,
     key: &str,
     make: impl FnOnce() -> Result<T, E>,

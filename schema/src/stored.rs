@@ -1,84 +1,33 @@
-//! What the control plane shares with the filter: the checks of what it stores (configs,
-//! providers, guardrails) and prompt rendering, so a stored item is checked by exactly the
-//! code that later runs it, with the same JSON-path errors.
+//! The checks of what the control plane stores (configs, providers, guardrails), by exactly the
+//! code with which the filter later reads them, with the same JSON-path errors.
 //!
 //! Errors are `SharedError`: an HTTP status and the OpenAI error body the filter would answer
 //! (`{"error": {"message", "type", "param", "code"}}`), `param` naming the field at fault.
 
-use crate::config::{self, parse_config, parse_stored_guardrail, ConfigError};
-use crate::errors::{error_json, GatewayError};
+use crate::config::{self, parse_config};
+use crate::credential::Credential;
+use crate::errors::SharedError;
+use crate::guardrails::spec::parse_stored_guardrail;
 use crate::json_check::{beyond_depth, MAX_JSON_DEPTH};
-use crate::settings::Credential;
-use base64::Engine;
+use crate::value_check::ConfigError;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-use std::fmt;
 
-pub use crate::prompts::{apply_to_chat, render};
-
-/// A refusal: the status and the OpenAI-shaped JSON body to answer with.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SharedError {
-    pub status: u16,
-    pub body: Vec<u8>,
+/// A 400 naming the field at fault by its JSON path (`checks[0].id`; the root: `body`).
+fn invalid_config(e: &ConfigError) -> SharedError {
+    let param = if e.path.is_empty() { "body" } else { e.path.as_str() };
+    let message = e.to_string();
+    SharedError::new(400, "invalid_request_error", &message, Some(param), Some("invalid_config"))
 }
-
-impl SharedError {
-    /// An error in the OpenAI shape; `kind` is its `type` (e.g. `invalid_request_error`).
-    pub fn new(status: u16, kind: &str, message: &str, param: Option<&str>, code: Option<&str>) -> SharedError {
-        SharedError { status, body: error_json(message, kind, param, code) }
-    }
-
-    pub(crate) fn from_gateway(e: &GatewayError) -> SharedError {
-        SharedError { status: e.status, body: e.to_json() }
-    }
-
-    /// A 400 naming the field at fault by its JSON path (`checks[0].id`; the root: `body`).
-    fn from_config(e: &ConfigError) -> SharedError {
-        let param = if e.path.is_empty() { "body" } else { e.path.as_str() };
-        let message = e.to_string();
-        SharedError::new(400, "invalid_request_error", &message, Some(param), Some("invalid_config"))
-    }
-
-    /// The error's `message`.
-    pub fn message(&self) -> String {
-        self.field("message").unwrap_or_default()
-    }
-
-    /// The error's `param`: the field at fault.
-    pub fn param(&self) -> Option<String> {
-        self.field("param")
-    }
-
-    fn field(&self, name: &str) -> Option<String> {
-        let body: Value = serde_json::from_slice(&self.body).ok()?;
-        body.get("error")?.get(name)?.as_str().map(str::to_string)
-    }
-}
-
-impl fmt::Debug for SharedError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SharedError({}, {})", self.status, String::from_utf8_lossy(&self.body))
-    }
-}
-
-impl fmt::Display for SharedError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.status, self.message())
-    }
-}
-
-impl std::error::Error for SharedError {}
 
 /// A config object (spec 2.1) as `x-gateway-config` would carry it: the filter's parser.
 pub fn check_config(value: &Value) -> Result<(), SharedError> {
-    parse_config(value).map(drop).map_err(|e| SharedError::from_config(&e))
+    parse_config(value).map(drop).map_err(|e| invalid_config(&e))
 }
 
 /// A stored provider (`provider`, `api_key`, `custom_host`, cloud fields, vendor ids): the
 /// parser of the filter's stored credentials.
 pub fn check_provider(value: &Value) -> Result<(), SharedError> {
-    Credential::parse(value).map(drop).map_err(|e| SharedError::from_config(&e))
+    Credential::parse(value).map(drop).map_err(|e| invalid_config(&e))
 }
 
 /// Why a JSON body that serde_json could not read is refused when it nests deeper than the
@@ -92,26 +41,13 @@ pub fn nested_too_deep(body: &[u8]) -> Option<SharedError> {
 /// As `nested_too_deep`, for a config or stored provider: targets nested too deep are named
 /// as `check_config` names 9 to 63 levels.
 pub fn config_nested_too_deep(body: &[u8]) -> Option<SharedError> {
-    config::nested_too_deep(body).map(|e| SharedError::from_config(&e))
+    config::nested_too_deep(body).map(|e| invalid_config(&e))
 }
 
 /// A stored guardrail (spec 4.3): `name`, `checks` (at least one; ids the filter runs;
 /// `default.jwt` parameters checked for form, nothing fetched) and `actions`.
 pub fn check_guardrail(value: &Value) -> Result<(), SharedError> {
-    parse_stored_guardrail(value, "").map(drop).map_err(|e| SharedError::from_config(&e))
-}
-
-/// Marks the control plane's own requests through the gateway that the provider must answer
-/// rather than the control plane (the provider's part of a merged batch list): without it the
-/// filter would relay them back. It never reaches a provider, even when forwarded by name.
-pub const CONTROL_PLANE_FETCH_HEADER: &str = "x-gateway-control-plane-fetch";
-
-/// The value of `CONTROL_PLANE_FETCH_HEADER`: derived from the control plane's token (only a
-/// holder of the token can make it, and the token itself never travels on the gateway's
-/// listener).
-pub fn control_plane_fetch_marker(token: &str) -> String {
-    let digest = Sha256::new().chain_update(b"model-gateway control-plane fetch\n").chain_update(token).finalize();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
+    parse_stored_guardrail(value, "").map(drop).map_err(|e| invalid_config(&e))
 }
 
 #[cfg(test)]
@@ -191,7 +127,14 @@ mod tests {
         let with = |checks: Value| json!({"name": "g", "checks": checks});
         assert_eq!(param(check_guardrail(&with(json!([])))), "checks");
         assert_eq!(param(check_guardrail(&json!({"name": "g"}))), "checks");
-        assert_eq!(param(check_guardrail(&with(json!([{"id": "default.contains"}, {"id": "x.y"}])))), "checks[1].id");
+        let contains = json!({"id": "default.contains", "parameters": {"words": ["a"], "operator": "any"}});
+        assert_eq!(param(check_guardrail(&with(json!([contains, {"id": "x.y"}])))), "checks[1].id");
+        // Every check's parameters are read as the filter reads them, patterns compiled.
+        let rule = json!([{"id": "default.regexMatch", "parameters": {"rule": "(a"}}]);
+        let e = check_guardrail(&with(rule)).unwrap_err();
+        assert_eq!((e.status, e.param().as_deref()), (400, Some("checks[0].parameters")));
+        assert!(e.message().contains("parameter `rule` is not a valid pattern"), "{}", e.message());
+        assert_eq!(param(check_guardrail(&with(json!([{"id": "default.contains"}])))), "checks[0].parameters");
         let hs = json!([{"id": "default.jwt", "parameters": {"jwksUri": "https://a/j", "algorithms": ["HS256"]}}]);
         assert_eq!(param(check_guardrail(&with(hs))), "checks[0].parameters");
         let age = json!([{"id": "default.jwt", "parameters": {"jwksUri": "https://a/j", "maxTokenAge": "later"}}]);
