@@ -3,7 +3,7 @@
 
 use crate::db::logs::{LogQuery, NewFeedback, NewRecord, StoredFeedback, StoredRecord};
 use crate::errors::{ApiError, ApiResult};
-use crate::validate::{is_name, is_uuid, json_object, only_known_fields, MAX_WORKSPACE};
+use crate::validate::{is_name, is_uuid, json_object, only_known_fields, only_known_keys, MAX_WORKSPACE};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -65,9 +65,7 @@ pub fn batch(body: &[u8]) -> ApiResult<Vec<NewRecord>> {
         json_object(body)?;
         return Err(ApiError::invalid("body", "the body must be a JSON object"));
     };
-    if let Some(key) = envelope.keys().find(|k| *k != "records") {
-        return Err(ApiError::invalid(key, &format!("unknown field `{key}`")));
-    }
+    only_known_keys(envelope.keys().map(|k| k.as_ref()), |k| k == "records")?;
     let records = match envelope.get("records") {
         Some(records) => serde_json::from_str::<Vec<&RawValue>>(records.get())
             .map_err(|_| ApiError::invalid("records", "records must be an array"))?,
@@ -135,10 +133,10 @@ fn new_record(i: usize, record: &RawValue) -> ApiResult<NewRecord> {
         Some(ms) if ms >= 0 => ms,
         _ => return Err(ApiError::invalid(&at("timestamp_ms"), "timestamp_ms must be an integer (Unix milliseconds)")),
     };
-    let record_key = match fields.record_id.map(|id| (id, serde_json::from_str::<String>(id.get()))) {
+    // Absent or `null` (an `Option` reads `null` as `None`): a record of an older filter.
+    let record_key = match fields.record_id.map(|id| column::<String>(Some(id))) {
         None => None,
-        Some((_, Ok(id))) if is_name(&id, MAX_RECORD_ID) => Some(id),
-        Some((id, _)) if id.get() == "null" => None,
+        Some(Some(id)) if is_name(&id, MAX_RECORD_ID) => Some(id),
         Some(_) => {
             return Err(ApiError::invalid(
                 &at("record_id"),
@@ -412,6 +410,9 @@ mod tests {
         assert_eq!(bad("record_id", json!("x".repeat(65))), "records[0].record_id");
         assert_eq!(bad("record_id", json!(7)), "records[0].record_id");
         assert_eq!(r.record_key, None, "older filters send no record_id");
+        let mut null_id = ok.as_object().cloned().unwrap();
+        null_id.insert("record_id".into(), Value::Null);
+        assert_eq!(batch(&body(json!({"records": [null_id]}))).unwrap()[0].record_key, None, "null is no record_id");
         let mut with_id = ok.as_object().cloned().unwrap();
         with_id.insert("record_id".into(), json!("0123456789abcdef0123456789abcdef"));
         let records = batch(&body(json!({"records": [with_id]}))).unwrap();

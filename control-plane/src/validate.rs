@@ -64,7 +64,13 @@ pub fn json_object(body: &[u8]) -> ApiResult<Map<String, Value>> {
 
 /// A 400 naming the first field of `body` that `known` does not accept.
 pub fn only_known_fields(body: &Map<String, Value>, known: impl Fn(&str) -> bool) -> ApiResult<()> {
-    match body.keys().find(|k| !known(k)) {
+    only_known_keys(body.keys().map(String::as_str), known)
+}
+
+/// A 400 naming the first of `keys` that `known` does not accept (an object read without a
+/// `Map`, e.g. a record batch read in place).
+pub fn only_known_keys<'a>(keys: impl IntoIterator<Item = &'a str>, known: impl Fn(&str) -> bool) -> ApiResult<()> {
+    match keys.into_iter().find(|k| !known(k)) {
         Some(key) => Err(ApiError::invalid(key, &format!("unknown field `{key}`"))),
         None => Ok(()),
     }

@@ -471,6 +471,21 @@ fn openai_compatible_chat_goes_upstream_and_back_untouched() {
 // ---------------------------------------------------------------------------------------------
 // 3. Anthropic: translated both ways
 
+/// A chat request to an OpenAI-compatible provider on a custom host, with a gateway key.
+fn openai_chat() -> RawHeaders {
+    request(
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("x-gateway-api-key", "gw-key"),
+            ("x-gateway-provider", "openai"),
+            ("x-gateway-custom-host", "http://127.0.0.1:9000/v1"),
+            ("authorization", "Bearer sk-local"),
+            ("content-type", "application/json"),
+        ],
+    )
+}
+
 fn anthropic_chat() -> RawHeaders {
     request(
         "POST",
@@ -489,18 +504,8 @@ const ANTHROPIC_MESSAGE: &[u8] = br#"{"id":"msg_01","type":"message","role":"ass
 #[test]
 fn a_routed_answer_reads_its_head_from_the_host_once() {
     let mut gw = Gateway::new(SETTINGS);
-    let openai = request(
-        "POST",
-        "/v1/chat/completions",
-        &[
-            ("x-gateway-api-key", "gw-key"),
-            ("x-gateway-provider", "openai"),
-            ("x-gateway-custom-host", "http://127.0.0.1:9000/v1"),
-            ("authorization", "Bearer sk-local"),
-        ],
-    );
     // Passing untouched (its usage read as it flows), translated whole, translated as a stream.
-    gw.post(1, openai, CHAT);
+    gw.post(1, openai_chat(), CHAT);
     gw.response_headers(1, 200, &[("content-type", "application/json")], "via_upstream");
     gw.response_body(1, COMPLETION, true);
     let body = br#"{"model":"claude-x","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;

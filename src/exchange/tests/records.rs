@@ -12,23 +12,9 @@ const CP: &str = r#"{"api_keys": ["gw-key"],
 /// The root context's id in these stories.
 const ROOT: u32 = 0;
 
-fn chat() -> RawHeaders {
-    request(
-        "POST",
-        "/v1/chat/completions",
-        &[
-            ("x-gateway-api-key", "gw-key"),
-            ("x-gateway-provider", "openai"),
-            ("x-gateway-custom-host", "http://127.0.0.1:9000/v1"),
-            ("authorization", "Bearer sk-local"),
-            ("content-type", "application/json"),
-        ],
-    )
-}
-
 /// Request `id` is served straight through (its answer never waits for anything), then ends.
 fn served(gw: &mut Gateway, id: u32, trace: &str) -> Record {
-    let mut headers = chat();
+    let mut headers = openai_chat();
     headers.push(("x-gateway-trace-id".to_string(), trace.as_bytes().to_vec()));
     let calls = gw.io.sent.len();
     assert_eq!(gw.post(id, headers, CHAT), Output::proceed(), "the request goes on at once");
@@ -258,7 +244,7 @@ fn control_plane_reads_are_counted_by_result_and_warm_hits_are_not() {
             .collect()
     };
     let with_config = |config: &str| {
-        let mut headers = chat();
+        let mut headers = openai_chat();
         headers.push(("x-gateway-config".to_string(), config.as_bytes().to_vec()));
         headers
     };
@@ -323,7 +309,7 @@ fn bodies_are_cut_to_max_body_bytes_and_a_local_answer_is_what_the_client_receiv
     assert_eq!((&shipped["request_body_truncated"], &shipped["response_body_truncated"]), (&json!(true), &json!(true)));
 
     let mut gw = Gateway::new(&with_records(r#"{"bodies": true}"#));
-    let (_, status, _, body) = reply(&gw.post(1, chat(), b"{not json"));
+    let (_, status, _, body) = reply(&gw.post(1, openai_chat(), b"{not json"));
     assert_eq!(status, 400);
     gw.finished(1).unwrap();
     let [shipped] = first_batch(&mut gw).try_into().unwrap();
