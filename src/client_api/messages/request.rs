@@ -10,15 +10,9 @@
 //! for a field the client was allowed to send. Errors name the field at fault, as Anthropic's
 //! own checks would.
 
+use crate::client_api::Translated;
 use crate::errors::GatewayError;
 use serde_json::{json, Map, Value};
-
-/// The chat request and the JSON paths of what it could not carry.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Translated {
-    pub(crate) body: Map<String, Value>,
-    pub(crate) dropped: Vec<String>,
-}
 
 /// Top-level fields carried by a rule of their own below.
 const CARRIED: [&str; 12] = [
