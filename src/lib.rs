@@ -9,6 +9,7 @@
 
 mod cache;
 mod catalog;
+mod client_api;
 // The metrics, the shipped config's stats_tags and the README's metrics table, tied.
 #[cfg(test)]
 mod envoy_stats_tags;
