@@ -19,7 +19,9 @@ fn main() {
 /// `$OUT_DIR/fixtures.rs`: `REQUESTS` (case name, text) of `fixtures/requests/*.json` and
 /// `SNAPSHOTS` ("case/provider", text) of `fixtures/snapshots/*/*.json`, sorted by name.
 fn list_fixtures() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/providers/fixtures");
+    // Read when the script runs (`env!` would keep the directory it was compiled in).
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
+    let root = Path::new(&manifest_dir).join("src/providers/fixtures");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed={}", root.display());
     let requests = json_files(&root.join("requests"));

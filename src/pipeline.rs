@@ -4,6 +4,7 @@
 use crate::cache::settings::CacheMode;
 use crate::cache::{self, Lookup, Origin, Tenant};
 use crate::catalog::{self, Catalog, Kind, Ref, DEFAULT_WORKSPACE};
+use crate::client_api::{self, ClientApi};
 use crate::config::{parse_config, Config, StrategyMode};
 use crate::errors::GatewayError;
 use crate::guardrails::spec::{parse_stored_guardrail, Guardrail};
@@ -15,7 +16,9 @@ use crate::providers::{self, Backend, Destination, Outbound, Prepared, ProviderS
 use crate::request::chat;
 use crate::request::endpoint::Endpoint;
 use crate::request::endpoint::{classify, BodyMode, Route};
-use crate::request::headers::{self, decode_value, is_gateway_header, is_secret_header, GatewayHeaders};
+use crate::request::headers::{
+    self, decode_value, is_gateway_header, is_secret_header, GatewayHeaders, PROVIDER_KEY_HEADER,
+};
 use crate::request::limits::{check_json_size, MAX_JSON_VALUES};
 use crate::request::resources;
 use crate::routing::attempts::Attempts;
@@ -66,6 +69,8 @@ impl HeaderEdits {
 pub(crate) struct ResponsePlan {
     pub(crate) provider: &'static ProviderSpec,
     pub(crate) translator: Box<dyn Translator>,
+    /// The client's API, whose shape the gateway's own errors take.
+    pub(crate) api: ClientApi,
 }
 
 /// The upstream request of one attempt.
@@ -116,6 +121,9 @@ pub(crate) struct Call {
     /// The client's JSON body, parsed when the gateway needs to read or change it.
     body: Option<Value>,
     pub(crate) attempts: Attempts,
+    /// The id of the response a Responses request creates, when a translating target answers
+    /// it (the gateway names it; a native target names its own).
+    response_id: Option<String>,
 }
 
 /// What a routed request's attempt is, for the request record.
@@ -239,7 +247,9 @@ fn start_pass(
     };
     catalog.workspace.clone_from(&workspace);
     // Only the headers the gateway reads are decoded (the others go upstream as they came).
-    let read = |name: &str| name == "authorization" || name == "vendor-beta" || is_gateway_header(name);
+    let read = |name: &str| {
+        name == "authorization" || name == PROVIDER_KEY_HEADER || name == "vendor-beta" || is_gateway_header(name)
+    };
     let decoded = raw
         .iter()
         .filter(|(name, _)| read(name))
@@ -300,7 +310,7 @@ fn start_pass(
         return Ok(Started::Relay(relay));
     }
     let attempts = Attempts::start(plan, host)?;
-    Ok(Started::Ready(Call { intake, body: None, attempts }))
+    Ok(Started::Ready(Call { intake, body: None, attempts, response_id: None }))
 }
 
 /// A resource request the control plane serves once its provider is known (the batch list,
@@ -447,7 +457,9 @@ fn route(
 ) -> Result<Call, GatewayError> {
     let plan = plan_of(settings, &intake, body.as_ref(), host, catalog)?;
     let attempts = Attempts::start(plan, host)?;
-    Ok(Call { intake, body, attempts })
+    let response_id =
+        (intake.endpoint == Endpoint::Responses).then(|| format!("resp_{:016x}{:016x}", host.random(), host.random()));
+    Ok(Call { intake, body, attempts, response_id })
 }
 
 /// The request's plan of attempts (which needs a selected provider).
@@ -523,7 +535,7 @@ impl Call {
         token: Option<&str>,
         now_ms: &dyn Fn() -> u64,
     ) -> Result<Forward, GatewayError> {
-        let Call { intake, body, attempts } = self;
+        let Call { intake, body, attempts, response_id } = self;
         let target = match attempts.plan.attempts.get(index) {
             Some(attempt) => &attempt.target,
             None => return Err(GatewayError::new(500, "api_error", "no such attempt")),
@@ -550,20 +562,33 @@ impl Call {
             request => request,
         };
         let strict = target.options.strict_vendor_compliance;
-        if let (Endpoint::ChatCompletions, Some(request)) = (intake.endpoint, &request) {
+        let api = intake.endpoint.client_api();
+        let translator = target.backend.translator();
+        let model = request.as_ref().and_then(|r| r.get("model")).and_then(Value::as_str).unwrap_or_default();
+        // A target that speaks the client's API gets the request as it came; any other gets
+        // it as a chat request, and its answers come back in the client's shape.
+        let (endpoint, path, request, shape) = if api == ClientApi::Chat || translator.speaks(api, model) {
+            (intake.endpoint, intake.path.as_str(), request, None)
+        } else {
+            let (request, shape) = as_chat(intake, target.provider.name, request, response_id.as_deref(), now_ms)?;
+            (Endpoint::ChatCompletions, "/chat/completions", Some(Cow::Owned(request)), Some(shape))
+        };
+        if let (Endpoint::ChatCompletions, Some(request)) = (endpoint, &request) {
             check_chat(request, strict)?;
         }
         let outbound = Outbound {
-            endpoint: intake.endpoint,
-            path: &intake.path,
+            endpoint,
+            path,
             body: request,
-            // A rendered prompt is not the client's body: it is always sent as rewritten.
-            overridden: !overrides.is_empty() || asks_usage || intake.prompt.is_some(),
+            // A rendered prompt or a translated request is not the client's body: it is
+            // always sent as rewritten.
+            overridden: !overrides.is_empty() || asks_usage || intake.prompt.is_some() || shape.is_some(),
             strict_vendor_compliance: strict,
             now_ms,
             organization: target.vendor_organization.as_deref(),
             project: target.vendor_project.as_deref(),
             beta: intake.gateway.vendor_beta.as_deref(),
+            headers: raw,
         };
         let destination = Destination {
             backend: target.backend.as_ref(),
@@ -572,11 +597,19 @@ impl Call {
             query: intake.query.as_deref(),
             token,
         };
-        let prepared = providers::prepare(destination, outbound)?;
-        let headers = upstream_headers(settings, raw, target, &prepared);
-        let translator =
-            if asks_usage { Box::new(UsageStripped::new(prepared.translator)) } else { prepared.translator };
-        let response = ResponsePlan { provider: target.provider, translator };
+        let prepared = providers::prepare(destination, translator, outbound)?;
+        let mut headers = upstream_headers(settings, raw, target, &prepared);
+        let translator: Box<dyn Translator> = match shape {
+            // The client's own API headers mean nothing to a provider that got chat.
+            Some(shape) => {
+                let anthropic = raw.iter().filter(|(name, _)| name.starts_with("anthropic-"));
+                headers.remove.extend(anthropic.map(|(name, _)| name.clone()));
+                Box::new(client_api::Reply::new(prepared.translator, shape))
+            }
+            None if asks_usage => Box::new(UsageStripped::new(prepared.translator)),
+            None => prepared.translator,
+        };
+        let response = ResponsePlan { provider: target.provider, translator, api };
         Ok(Forward { headers, body: prepared.request.body, response })
     }
 
@@ -600,7 +633,11 @@ impl Call {
             stream: field("stream").and_then(Value::as_bool) == Some(true),
             reports_usage: matches!(
                 self.intake.endpoint,
-                Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Embeddings
+                Endpoint::ChatCompletions
+                    | Endpoint::Completions
+                    | Endpoint::Embeddings
+                    | Endpoint::Messages
+                    | Endpoint::Responses
             ),
         }
     }
@@ -648,7 +685,7 @@ fn upstream_headers(settings: &Settings, raw: &RawHeaders, target: &Target, prep
         // gateway secrets never leave; accept-encoding goes so responses arrive uncompressed
         // and can be translated; a client's Envoy control headers (timeouts, retries) never
         // reach the router, which gets only the ones the gateway sets.
-        let private = is_gateway_header(name) || name == "authorization";
+        let private = is_gateway_header(name) || name == "authorization" || name == PROVIDER_KEY_HEADER;
         let envoy_control = name.starts_with("x-envoy-");
         if is_secret_header(name) || (private && !forwarded(name)) || name == "accept-encoding" || envoy_control {
             edits.remove.push(name.clone());
@@ -684,6 +721,50 @@ fn overridden(request: Cow<Value>, overrides: &Map<String, Value>) -> Value {
         }
     }
     value
+}
+
+/// A client API's request (`body`, after `override_params`) as a chat request for a target
+/// that does not speak the API, with what its answers need of it. Endpoints with no chat
+/// counterpart are a 400 for such a target (never a made-up answer).
+fn as_chat(
+    intake: &Intake,
+    provider: &str,
+    body: Option<Cow<Value>>,
+    response_id: Option<&str>,
+    now_ms: &dyn Fn() -> u64,
+) -> Result<(Value, client_api::Shape), GatewayError> {
+    let unsupported = |what: &str| {
+        GatewayError::new(400, "invalid_request_error", format!("provider '{provider}' {what}"))
+            .with_code("unsupported_endpoint")
+    };
+    let request = match (intake.endpoint, body.as_deref()) {
+        (Endpoint::Messages | Endpoint::Responses, Some(Value::Object(request))) => request,
+        (Endpoint::MessagesCountTokens, _) => return Err(unsupported("cannot count tokens")),
+        (Endpoint::StoredResponse, _) => {
+            return Err(unsupported("does not keep responses (the gateway keeps them with its control plane)"))
+        }
+        _ => return Err(unsupported(&format!("does not support /v1{}", intake.path))),
+    };
+    let api = intake.endpoint.client_api();
+    let translated = api.to_chat(request)?;
+    if !translated.dropped.is_empty() {
+        log::info!(
+            "provider '{provider}' does not take these {} request fields; dropped: {}",
+            api.name(),
+            translated.dropped.join(", ")
+        );
+    }
+    let shape = match api {
+        ClientApi::Responses => client_api::Shape::Responses {
+            id: response_id.unwrap_or_default().to_string(),
+            created_at: now_ms() / 1000,
+            request: request.clone(),
+        },
+        _ => client_api::Shape::Messages {
+            model: request.get("model").and_then(Value::as_str).unwrap_or_default().to_string(),
+        },
+    };
+    Ok((Value::Object(translated.body), shape))
 }
 
 /// The request with `stream_options.include_usage` set (other stream options kept).

@@ -1,10 +1,59 @@
-//! The client APIs besides OpenAI's chat completions, for the providers that do not speak
-//! them: each converts its requests to chat and chat's answers, streams and errors back.
+//! The client APIs besides OpenAI's chat completions (Anthropic's Messages, OpenAI's
+//! Responses). A target that speaks the client's API natively gets the request as it came;
+//! for any other the request becomes a chat request here, goes to the provider's translator as
+//! any chat request does, and [`Reply`] brings the chat answer, stream and errors back in the
+//! client's shapes.
 
 pub(crate) mod messages;
 pub(crate) mod responses;
 
+use crate::errors::GatewayError;
+use crate::providers::{Outbound, Translator, UpstreamRequest, Usage};
+use messages::stream::MessagesStream;
+use responses::answer::Echo;
+use responses::stream::ResponsesStream;
 use serde_json::{Map, Value};
+
+/// The API a client speaks, by the endpoint it called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum ClientApi {
+    /// OpenAI's chat completions and the other OpenAI endpoints.
+    #[default]
+    Chat,
+    /// Anthropic's Messages API (`/v1/messages`).
+    Messages,
+    /// OpenAI's Responses API (`/v1/responses`).
+    Responses,
+}
+
+impl ClientApi {
+    /// The client API's name in logs and request records.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ClientApi::Chat => "chat",
+            ClientApi::Messages => "messages",
+            ClientApi::Responses => "responses",
+        }
+    }
+
+    /// The gateway's own error (OpenAI's shape) in this API's shape, same status.
+    pub(crate) fn error_body(self, status: u16, openai: Vec<u8>) -> Vec<u8> {
+        match self {
+            ClientApi::Messages => messages::error_from_openai(status, &openai),
+            // The Responses API's errors are OpenAI's.
+            ClientApi::Chat | ClientApi::Responses => openai,
+        }
+    }
+
+    /// The client's request as a chat request, for a target that does not speak this API.
+    pub(crate) fn to_chat(self, body: &Map<String, Value>) -> Result<Translated, GatewayError> {
+        match self {
+            ClientApi::Chat => Ok(Translated { body: body.clone(), dropped: Vec::new() }),
+            ClientApi::Messages => messages::request::to_chat(body),
+            ClientApi::Responses => responses::request::to_chat(body),
+        }
+    }
+}
 
 /// A client API's request as a chat request, and the JSON paths of what chat could not carry
 /// (for the log line that says what a translating target dropped).
@@ -12,4 +61,139 @@ use serde_json::{Map, Value};
 pub(crate) struct Translated {
     pub(crate) body: Map<String, Value>,
     pub(crate) dropped: Vec<String>,
+}
+
+/// What a translated answer needs of the client's request.
+pub(crate) enum Shape {
+    /// A `message`, named with the client's model until the provider names its own.
+    Messages { model: String },
+    /// A `response` with the gateway's id, echoing the client's request.
+    Responses { id: String, created_at: u64, request: Map<String, Value> },
+}
+
+/// The answers of a provider that got a translated request, in the client's API: the
+/// provider's translator brings them to chat's shape first (an OpenAI-compatible provider's
+/// pass as they are), then they become the client's.
+pub(crate) struct Reply {
+    inner: Box<dyn Translator>,
+    shape: Shape,
+    stream: Option<ClientStream>,
+    usage: Option<Usage>,
+}
+
+enum ClientStream {
+    Messages(Box<MessagesStream>),
+    Responses(Box<ResponsesStream>),
+}
+
+impl ClientStream {
+    fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        match self {
+            ClientStream::Messages(stream) => stream.push(chunk, out),
+            ClientStream::Responses(stream) => stream.push(chunk, out),
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        match self {
+            ClientStream::Messages(stream) => stream.finish(out),
+            ClientStream::Responses(stream) => stream.finish(out),
+        }
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        match self {
+            ClientStream::Messages(stream) => stream.usage(),
+            ClientStream::Responses(stream) => stream.usage(),
+        }
+    }
+}
+
+impl Reply {
+    pub(crate) fn new(inner: Box<dyn Translator>, shape: Shape) -> Reply {
+        Reply { inner, shape, stream: None, usage: None }
+    }
+
+    fn api(&self) -> ClientApi {
+        match self.shape {
+            Shape::Messages { .. } => ClientApi::Messages,
+            Shape::Responses { .. } => ClientApi::Responses,
+        }
+    }
+
+    /// The client's stream converter, made at the first chunk.
+    fn client_stream(&mut self) -> &mut ClientStream {
+        let shape = &self.shape;
+        self.stream.get_or_insert_with(|| match shape {
+            Shape::Messages { model } => ClientStream::Messages(Box::new(MessagesStream::new(model))),
+            Shape::Responses { id, created_at, request } => {
+                let echo = Echo { id, created_at: *created_at, request };
+                ClientStream::Responses(Box::new(ResponsesStream::new(&echo)))
+            }
+        })
+    }
+
+    /// Chat stream bytes of the provider's chunk (translated by the provider's translator
+    /// when it translates).
+    fn chat_stream(&mut self, chunk: &[u8], end: bool) -> Vec<u8> {
+        if !self.inner.translates_responses() {
+            return chunk.to_vec();
+        }
+        let mut chat = Vec::with_capacity(chunk.len() + 256);
+        self.inner.stream(chunk, &mut chat);
+        if end {
+            self.inner.stream_end(&mut chat);
+        }
+        chat
+    }
+}
+
+impl Translator for Reply {
+    fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
+        self.inner.request(outbound)
+    }
+
+    fn translates_responses(&self) -> bool {
+        true
+    }
+
+    fn response(&mut self, body: &[u8]) -> Result<Vec<u8>, GatewayError> {
+        let chat = match self.inner.translates_responses() {
+            true => self.inner.response(body)?,
+            false => body.to_vec(),
+        };
+        let chat: Value = serde_json::from_slice(&chat).map_err(|_| {
+            GatewayError::new(502, "api_error", "the provider's answer is not valid JSON")
+                .with_code("invalid_provider_response")
+        })?;
+        self.usage = self.inner.usage().or_else(|| chat.get("usage").and_then(Usage::of_openai));
+        let answer = match &self.shape {
+            Shape::Messages { model } => messages::answer::from_chat(&chat, model),
+            Shape::Responses { id, created_at, request } => {
+                responses::answer::from_chat(&chat, &Echo { id, created_at: *created_at, request })
+            }
+        };
+        Ok(answer.to_string().into_bytes())
+    }
+
+    fn stream(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        let chat = self.chat_stream(chunk, false);
+        self.client_stream().push(&chat, out);
+    }
+
+    fn stream_end(&mut self, out: &mut Vec<u8>) {
+        let chat = self.chat_stream(&[], true);
+        let stream = self.client_stream();
+        stream.push(&chat, out);
+        stream.finish(out);
+        self.usage = self.inner.usage().or_else(|| self.stream.as_ref().and_then(ClientStream::usage));
+    }
+
+    fn error(&self, status: u16, headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
+        self.api().error_body(status, self.inner.error(status, headers, body))
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
 }

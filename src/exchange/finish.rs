@@ -60,7 +60,7 @@ impl Exchange {
                 };
                 (finished, content_type, headers)
             }
-            Whole::Gateway(error) => (gateway_error(&error), Some(JSON.to_string()), Vec::new()),
+            Whole::Gateway(error) => (gateway_error(&error, plan.api), Some(JSON.to_string()), Vec::new()),
         };
         // 2. The record (the status the client's response headers carry until now, too).
         let success = (200..300).contains(&finished.status);

@@ -49,11 +49,13 @@ mod worker;
 
 use crate::cache::store;
 use crate::cache::STATUS_HEADER;
+use crate::client_api::ClientApi;
 use crate::errors::GatewayError;
 use crate::pipeline::{
     Call, ResponsePlan, CLUSTER_HEADER, PROVIDER_HEADER, RETRIES_HEADER, TARGET_HEADER, TRACE_HEADER,
 };
 use crate::ports::{Host, SharedStore};
+use crate::request::endpoint::{classify, Route};
 use crate::request::headers::{self, TraceFields};
 use crate::routing::breaker;
 use crate::settings::Settings;
@@ -294,6 +296,8 @@ struct Exchange {
     usage: Option<UsageScan>,
     /// The control-plane entries this request read.
     reads: Reads,
+    /// The client's API, whose shape the gateway's own errors take.
+    api: ClientApi,
     /// The provider's answer is held in Envoy until its body ends.
     awaiting_end: bool,
 }
@@ -306,15 +310,13 @@ impl Exchange {
         // Bodies only ever go to the control plane.
         let bodies = (settings.records.bodies && settings.control_plane.is_some())
             .then(|| Box::new(Bodies::new(settings.records.max_body_bytes)));
-        let record = Record {
-            trace_id,
-            trace,
-            bodies,
-            method: text(":method").unwrap_or_default(),
-            path: text(":path").unwrap_or_default(),
-            start_ms: host.now_ms(),
-            ..Record::default()
+        let method = text(":method").unwrap_or_default();
+        let path = text(":path").unwrap_or_default();
+        let api = match classify(&method, &path) {
+            Ok(Route::Api { endpoint, .. }) => endpoint.client_api(),
+            _ => ClientApi::Chat,
         };
+        let record = Record { trace_id, trace, bodies, method, path, start_ms: host.now_ms(), ..Record::default() };
         Exchange {
             settings,
             record,
@@ -326,6 +328,7 @@ impl Exchange {
             reports_usage: false,
             usage: None,
             reads: Reads::default(),
+            api,
             awaiting_end: false,
         }
     }
@@ -410,8 +413,9 @@ impl Exchange {
         self.answer(env, error.status, error.to_json())
     }
 
-    /// Answers with a JSON body of the gateway's.
+    /// Answers with a JSON body of the gateway's (an error in the shape of the client's API).
     fn answer(&mut self, env: &mut Env, status: u16, body: Vec<u8>) -> Action {
+        let body = if status >= 400 { self.api.error_body(status, body) } else { body };
         self.record.status = status;
         let mut headers = json_headers();
         headers.extend(self.gateway_headers());

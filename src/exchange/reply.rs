@@ -1,6 +1,7 @@
 //! How a provider's answer reaches the client: the response mode, finishing a buffered or
 //! recovered answer, the gateway's own error answers, and what a failure was.
 
+use crate::client_api::ClientApi;
 use crate::errors::GatewayError;
 use crate::pipeline::ResponsePlan;
 use crate::routing::plan::Failure;
@@ -98,7 +99,7 @@ pub(crate) fn finish(
         ResponseMode::Translated => match translator.response(&body) {
             Ok(body) => Finished { status, json: true, body, error_code: None },
             // A success the gateway cannot read is no success for the client.
-            Err(error) => gateway_error(&error),
+            Err(error) => gateway_error(&error, plan.api),
         },
         ResponseMode::Stream => {
             let mut out = Vec::with_capacity(body.len());
@@ -107,7 +108,7 @@ pub(crate) fn finish(
             Finished { status, json: false, body: out, error_code: None }
         }
         ResponseMode::Passthrough => Finished { status, json: false, body, error_code: None },
-        ResponseMode::Unreadable(why) => gateway_error(&unreadable_error(plan.provider.name, why)),
+        ResponseMode::Unreadable(why) => gateway_error(&unreadable_error(plan.provider.name, why), plan.api),
     }
 }
 
@@ -123,8 +124,10 @@ pub(crate) fn unreadable_error(provider: &str, why: Unreadable) -> GatewayError 
     GatewayError::new(502, "api_error", message).with_code("invalid_provider_response")
 }
 
-pub(crate) fn gateway_error(error: &GatewayError) -> Finished {
-    Finished { status: error.status, json: true, body: error.to_json(), error_code: error.code }
+/// The gateway's own error, in the shape of the client's API.
+pub(crate) fn gateway_error(error: &GatewayError, api: ClientApi) -> Finished {
+    let body = api.error_body(error.status, error.to_json());
+    Finished { status: error.status, json: true, body, error_code: error.code }
 }
 
 pub(crate) fn timeout_error() -> GatewayError {

@@ -25,7 +25,8 @@ impl UsageScan {
         scan.usage
     }
 
-    /// The latest usage object seen so far.
+    /// The usage seen so far: each count the largest any usage object gave (an Anthropic
+    /// stream tells its input tokens first, its output tokens last).
     pub(crate) fn usage(&self) -> Option<Usage> {
         self.usage
     }
@@ -48,7 +49,7 @@ impl UsageScan {
             match value_after(bytes.get(after..).unwrap_or_default()) {
                 Parsed::Value(value, used) => {
                     if let Some(usage) = Usage::of_openai(&value) {
-                        self.usage = Some(usage);
+                        self.usage = Some(self.usage.map_or(usage, |seen| seen.merged(usage)));
                     }
                     at = after + used;
                 }
@@ -137,6 +138,15 @@ mod tests {
             assert_eq!(scan.usage(), usage(7, 2), "chunks of {size} bytes");
             assert!(scan.pending.len() <= KEY.len(), "nothing of the stream is kept");
         }
+    }
+
+    #[test]
+    fn an_anthropic_stream_gives_input_then_output_tokens() {
+        let stream = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n",
+        );
+        assert_eq!(UsageScan::of(stream.as_bytes()), usage(25, 15));
     }
 
     #[test]

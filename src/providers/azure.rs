@@ -8,6 +8,7 @@ use super::{
     host_label, missing_key, path_segment, Backend, Binding, Outbound, Provider, Signable, TargetFields, Translator,
     UpstreamRequest, Usage,
 };
+use crate::client_api::ClientApi;
 use crate::cloud::{AzureDeploymentType, CloudFields, Deployment};
 use crate::errors::GatewayError;
 use crate::request::endpoint::Endpoint;
@@ -81,6 +82,9 @@ impl Provider for AzureAi {
 
 /// Where in the target a request goes: the path and query below the base URL, and headers.
 trait Place {
+    /// Whether the endpoint serves OpenAI's Responses API.
+    fn speaks_responses(&self) -> bool;
+
     fn locate(
         &self,
         endpoint: Endpoint,
@@ -97,7 +101,7 @@ struct AzureBackend<P> {
 
 impl<P: Place + Clone + 'static> Backend for AzureBackend<P> {
     fn translator(&self) -> Box<dyn Translator> {
-        Box::new(AzureTranslator { place: self.place.clone() })
+        Box::new(AzureTranslator { place: self.place.clone(), openai: Passthrough::COMPATIBLE })
     }
 
     fn authorize(&self, _: &Signable, _: &dyn Fn() -> u64) -> Result<Vec<(&'static str, String)>, GatewayError> {
@@ -108,39 +112,45 @@ impl<P: Place + Clone + 'static> Backend for AzureBackend<P> {
 /// OpenAI's translation (answers, streams and errors are OpenAI-shaped) at Azure's place.
 struct AzureTranslator<P> {
     place: P,
+    /// Azure serves OpenAI's API: its answers pass as OpenAI's do.
+    openai: Passthrough,
 }
 
 impl<P: Place> Translator for AzureTranslator<P> {
     fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
         let endpoint = outbound.endpoint;
         let model = outbound.body.as_ref().and_then(|b| b.get("model")).and_then(Value::as_str).map(str::to_string);
-        let mut request = Passthrough.request(outbound)?;
+        let mut request = self.openai.request(outbound)?;
         self.place.locate(endpoint, model.as_deref(), &mut request)?;
         Ok(request)
     }
 
     fn translates_responses(&self) -> bool {
-        Passthrough.translates_responses()
+        self.openai.translates_responses()
     }
 
     fn response(&mut self, body: &[u8]) -> Result<Vec<u8>, GatewayError> {
-        Passthrough.response(body)
+        self.openai.response(body)
     }
 
     fn stream(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        Passthrough.stream(chunk, out)
+        self.openai.stream(chunk, out)
     }
 
     fn stream_end(&mut self, out: &mut Vec<u8>) {
-        Passthrough.stream_end(out)
+        self.openai.stream_end(out)
     }
 
     fn error(&self, status: u16, headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
-        Passthrough.error(status, headers, body)
+        self.openai.error(status, headers, body)
     }
 
     fn usage(&self) -> Option<Usage> {
-        Passthrough.usage()
+        self.openai.usage()
+    }
+
+    fn speaks(&self, api: ClientApi, _model: &str) -> bool {
+        api == ClientApi::Responses && self.place.speaks_responses()
     }
 }
 
@@ -198,6 +208,10 @@ impl Deployments {
 }
 
 impl Place for Deployments {
+    fn speaks_responses(&self) -> bool {
+        true
+    }
+
     fn locate(
         &self,
         endpoint: Endpoint,
@@ -205,9 +219,9 @@ impl Place for Deployments {
         request: &mut UpstreamRequest,
     ) -> Result<(), GatewayError> {
         let (deployment, api_version) = self.choose(model)?;
-        // Inference endpoints live under their deployment; files, batches and the other
-        // resources under the resource itself.
-        if endpoint != Endpoint::Resource {
+        // Inference endpoints live under their deployment; files, batches, responses (the
+        // deployment is their `model`) and the other resources under the resource itself.
+        if !matches!(endpoint, Endpoint::Resource | Endpoint::Responses | Endpoint::StoredResponse) {
             request.path = format!("/deployments/{deployment}{}", request.path);
         }
         request.query = Some(format!("api-version={}", crate::percent::encode(api_version)));
@@ -223,6 +237,10 @@ struct Foundry {
 }
 
 impl Place for Foundry {
+    fn speaks_responses(&self) -> bool {
+        false
+    }
+
     fn locate(&self, _: Endpoint, _: Option<&str>, request: &mut UpstreamRequest) -> Result<(), GatewayError> {
         request.query = self.api_version.as_deref().map(|v| format!("api-version={}", crate::percent::encode(v)));
         if let Some(deployment) = &self.deployment {
@@ -255,6 +273,7 @@ mod tests {
             organization: None,
             project: None,
             beta: None,
+            headers: &[],
         }
     }
 

@@ -200,6 +200,7 @@ fn prepare_case(
         organization: client.vendor_organization.as_deref(),
         project: client.vendor_project.as_deref(),
         beta: client.vendor_beta.as_deref(),
+        headers: &[],
     };
     let cloud = match &target.config {
         Some(config) => match crate::config::parse_config(config) {

@@ -14,6 +14,7 @@ mod fixtures;
 pub(crate) mod google;
 pub(crate) mod openai;
 
+use crate::client_api::ClientApi;
 use crate::cloud::CloudFields;
 use crate::errors::GatewayError;
 use crate::request::chat;
@@ -63,6 +64,9 @@ pub(crate) struct Outbound<'a> {
     pub(crate) organization: Option<&'a str>,
     pub(crate) project: Option<&'a str>,
     pub(crate) beta: Option<&'a str>,
+    /// The client's request headers (a native target reads its API's own, e.g.
+    /// `anthropic-version`).
+    pub(crate) headers: &'a [(String, Vec<u8>)],
 }
 
 /// The upstream request a translator made.
@@ -87,6 +91,14 @@ pub(crate) struct Usage {
 }
 
 impl Usage {
+    /// Each count the larger of the two (usage told in parts, or again as the answer grew).
+    pub(crate) fn merged(self, other: Usage) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens.max(other.prompt_tokens),
+            completion_tokens: self.completion_tokens.max(other.completion_tokens),
+        }
+    }
+
     /// The token counts of an OpenAI-shaped usage object: `prompt_tokens`/`completion_tokens`
     /// (chat, completions, embeddings) or `input_tokens`/`output_tokens`.
     pub(crate) fn of_openai(value: &Value) -> Option<Usage> {
@@ -285,6 +297,12 @@ pub(crate) trait Translator {
 
     /// The answer's token counts, once a translated answer told them.
     fn usage(&self) -> Option<Usage>;
+
+    /// Whether the provider speaks client API `api` itself for `model` (then the request goes
+    /// as the client sent it; otherwise it arrives as a chat request).
+    fn speaks(&self, _api: ClientApi, _model: &str) -> bool {
+        false
+    }
 }
 
 /// A value that goes into the path as one segment. Model ids, projects and regions are made
@@ -345,9 +363,13 @@ pub(crate) struct Destination<'a> {
     pub(crate) token: Option<&'a str>,
 }
 
-pub(crate) fn prepare(to: Destination, outbound: Outbound) -> Result<Prepared, GatewayError> {
+/// Prepares `outbound` for `to` with `translator` (one of `to.backend`'s).
+pub(crate) fn prepare(
+    to: Destination,
+    mut translator: Box<dyn Translator>,
+    outbound: Outbound,
+) -> Result<Prepared, GatewayError> {
     let now_ms = outbound.now_ms;
-    let mut translator = to.backend.translator();
     let mut request = translator.request(outbound)?;
     let path = upstream_path(&to.upstream.base_path, &request, to.query);
     let signable = Signable {
@@ -405,7 +427,7 @@ pub(crate) fn bind_and_prepare(
     let base_url = custom_host.or(binding.base_url.as_deref()).or(spec.base_url).unwrap_or("http://127.0.0.1:1");
     let upstream = Upstream::parse(base_url).map_err(|e| GatewayError::invalid_param("custom_host", e))?;
     let to = Destination { backend: binding.backend.as_ref(), upstream: &upstream, method, query: None, token: None };
-    prepare(to, outbound)
+    prepare(to, binding.backend.translator(), outbound)
 }
 
 /// A provider the gateway knows by name.
@@ -588,6 +610,7 @@ pub(crate) mod testing {
             organization: None,
             project: None,
             beta: None,
+            headers: &[],
         }
     }
 }
@@ -691,6 +714,7 @@ mod tests {
             organization: None,
             project: None,
             beta: None,
+            headers: &[],
         };
         let cloud = CloudFields {
             aws_region: Some("eu-1".into()),
@@ -702,7 +726,7 @@ mod tests {
         let upstream = Upstream::parse(&to.base_url.unwrap()).unwrap();
         let destination =
             Destination { backend: to.backend.as_ref(), upstream: &upstream, method: "POST", query: None, token: None };
-        let prepared = prepare(destination, outbound).unwrap();
+        let prepared = prepare(destination, to.backend.translator(), outbound).unwrap();
         assert_eq!(prepared.path, "/model/m-1/invoke?v=2");
         let sent = prepared.request.body.clone().unwrap();
         assert_eq!(sent, br#"{"input":[{"content":"Hi","role":"user"}]}"#);

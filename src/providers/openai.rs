@@ -5,6 +5,7 @@ use super::{
     bind_keyed, error_kind_for_status, Binding, KeyHeader, Outbound, Provider, TargetFields, Translator,
     UpstreamRequest, Usage,
 };
+use crate::client_api::ClientApi;
 use crate::errors::{error_json, GatewayError};
 use crate::stream::sse::{write_data, SseParser};
 use crate::stream::Event;
@@ -14,7 +15,12 @@ pub(crate) struct OpenAi;
 
 impl Provider for OpenAi {
     fn bind(&self, name: &str, fields: TargetFields) -> Result<Binding, GatewayError> {
-        bind_keyed(name, fields, KeyHeader::Bearer, || Box::new(Passthrough))
+        // Only OpenAI's own API is sure to speak Responses; other servers get chat.
+        let translator: fn() -> Box<dyn Translator> = match name {
+            "openai" => || Box::new(Passthrough::OPENAI),
+            _ => || Box::new(Passthrough::COMPATIBLE),
+        };
+        bind_keyed(name, fields, KeyHeader::Bearer, translator)
     }
 
     fn answers_as_openai(&self) -> bool {
@@ -102,7 +108,16 @@ impl Translator for UsageStripped {
 
 /// OpenAI's own API: the request goes as it came (re-serialised only when `override_params`
 /// changed it), answers and streams pass untouched.
-pub(crate) struct Passthrough;
+pub(crate) struct Passthrough {
+    /// Speaks OpenAI's Responses API too.
+    responses: bool,
+}
+
+impl Passthrough {
+    pub(crate) const OPENAI: Passthrough = Passthrough { responses: true };
+    /// A server of OpenAI's chat API (and the other endpoints it serves).
+    pub(crate) const COMPATIBLE: Passthrough = Passthrough { responses: false };
+}
 
 impl Translator for Passthrough {
     fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
@@ -140,6 +155,10 @@ impl Translator for Passthrough {
     /// Answers pass untouched, so the gateway does not read their usage.
     fn usage(&self) -> Option<Usage> {
         None
+    }
+
+    fn speaks(&self, api: ClientApi, _model: &str) -> bool {
+        api == ClientApi::Responses && self.responses
     }
 }
 
@@ -200,7 +219,7 @@ mod tests {
             "data: [DONE]\n\n"
         );
         for size in [1, 7, stream.len()] {
-            let mut translator = UsageStripped::new(Box::new(Passthrough));
+            let mut translator = UsageStripped::new(Box::new(Passthrough::OPENAI));
             let mut out = Vec::new();
             for chunk in stream.as_bytes().chunks(size) {
                 translator.stream(chunk, &mut out);
@@ -278,8 +297,10 @@ mod tests {
             organization: Some("org"),
             project: None,
             beta: Some("assistants=v2"),
+            headers: &[],
         };
-        let request = Passthrough.request(outbound).unwrap();
+        let mut openai = Passthrough::OPENAI;
+        let request = openai.request(outbound).unwrap();
         assert_eq!(
             request.headers,
             vec![("openai-organization", "org".to_string()), ("openai-beta", "assistants=v2".to_string())]

@@ -1,5 +1,6 @@
 //! Which OpenAI endpoint a request calls, and how its body is handled.
 
+use crate::client_api::ClientApi;
 use crate::errors::GatewayError;
 use crate::request::resources;
 
@@ -16,8 +17,26 @@ pub(crate) enum Endpoint {
     AudioTranscriptions,
     AudioTranslations,
     Moderations,
+    /// Anthropic's Messages API.
+    Messages,
+    MessagesCountTokens,
+    /// OpenAI's Responses API: `POST /v1/responses` creates a response; a stored one is read,
+    /// deleted, cancelled or its input listed by id (`StoredResponse`).
+    Responses,
+    StoredResponse,
     /// Batches, files, fine-tuning jobs, assistants, threads, models: passed through.
     Resource,
+}
+
+impl Endpoint {
+    /// The API the client speaks on this endpoint.
+    pub(crate) fn client_api(self) -> ClientApi {
+        match self {
+            Endpoint::Messages | Endpoint::MessagesCountTokens => ClientApi::Messages,
+            Endpoint::Responses | Endpoint::StoredResponse => ClientApi::Responses,
+            _ => ClientApi::Chat,
+        }
+    }
 }
 
 /// How the filter treats the request body.
@@ -56,7 +75,13 @@ const INFERENCE: &[(&str, Endpoint, BodyMode)] = &[
     ("/audio/transcriptions", Endpoint::AudioTranscriptions, BodyMode::Passthrough),
     ("/audio/translations", Endpoint::AudioTranslations, BodyMode::Passthrough),
     ("/moderations", Endpoint::Moderations, BodyMode::Json),
+    ("/messages", Endpoint::Messages, BodyMode::Json),
+    ("/messages/count_tokens", Endpoint::MessagesCountTokens, BodyMode::Json),
+    ("/responses", Endpoint::Responses, BodyMode::Json),
 ];
+
+/// A stored response's operations: what follows `/responses/{id}`, and its method.
+const STORED_RESPONSE: &[(&str, &str)] = &[("", "GET"), ("", "DELETE"), ("/cancel", "POST"), ("/input_items", "GET")];
 
 /// Resource collections passed through to the provider with any method.
 const RESOURCES: &[&str] =
@@ -93,6 +118,30 @@ pub(crate) fn classify(method: &str, full_path: &str) -> Result<Route, GatewayEr
             return Err(post_only());
         }
         return Ok(Route::Api { endpoint: *endpoint, body: *body, path: rest.to_string(), query, prompt: None });
+    }
+    if let Some(after) = rest.strip_prefix("/responses/") {
+        let (id, operation) = match after.split_once('/') {
+            Some((id, operation)) => (id, format!("/{operation}")),
+            None => (after, String::new()),
+        };
+        let methods: Vec<&str> = STORED_RESPONSE.iter().filter(|(op, _)| *op == operation).map(|(_, m)| *m).collect();
+        // Response ids are letters, digits, `_` and `-` (`resp_...`): nothing else reaches a path.
+        let valid_id = !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid_id || methods.is_empty() {
+            return Err(not_found());
+        }
+        if !methods.contains(&method) {
+            let message = format!("{method} is not allowed on /v1{rest}; use {}", methods.join(" or "));
+            return Err(GatewayError::new(405, "invalid_request_error", message).with_code("method_not_allowed"));
+        }
+        let path = rest.to_string();
+        return Ok(Route::Api {
+            endpoint: Endpoint::StoredResponse,
+            body: BodyMode::Passthrough,
+            path,
+            query,
+            prompt: None,
+        });
     }
     let is_resource = RESOURCES.iter().any(|r| rest == *r || rest.strip_prefix(r).is_some_and(|t| t.starts_with('/')));
     if is_resource {
@@ -158,5 +207,36 @@ mod tests {
         assert_eq!(classify("POST", "/v1").unwrap_err().status, 404);
         assert_eq!(classify("GET", "/v1/chat/completions").unwrap_err().status, 405);
         assert_eq!(classify("GET", "/health").unwrap(), Route::Health);
+    }
+
+    #[test]
+    fn client_api_endpoints() {
+        let endpoint = |method, path| match classify(method, path) {
+            Ok(Route::Api { endpoint, body, .. }) => Ok((endpoint, body)),
+            Ok(Route::Health) => panic!("an API route"),
+            Err(e) => Err(e.status),
+        };
+        // Claude Code sends `?beta=true`.
+        assert_eq!(endpoint("POST", "/v1/messages?beta=true"), Ok((Endpoint::Messages, BodyMode::Json)));
+        assert_eq!(endpoint("POST", "/v1/messages/count_tokens"), Ok((Endpoint::MessagesCountTokens, BodyMode::Json)));
+        assert_eq!(endpoint("GET", "/v1/messages"), Err(405));
+        assert_eq!(endpoint("POST", "/v1/responses"), Ok((Endpoint::Responses, BodyMode::Json)));
+        for (method, path) in [
+            ("GET", "/v1/responses/resp_1"),
+            ("DELETE", "/v1/responses/resp_1"),
+            ("POST", "/v1/responses/resp_1/cancel"),
+            ("GET", "/v1/responses/resp_1/input_items?limit=2"),
+        ] {
+            assert_eq!(endpoint(method, path), Ok((Endpoint::StoredResponse, BodyMode::Passthrough)), "{path}");
+        }
+        assert_eq!(endpoint("POST", "/v1/responses/resp_1"), Err(405));
+        assert_eq!(endpoint("GET", "/v1/responses/resp_1/cancel"), Err(405));
+        assert_eq!(endpoint("GET", "/v1/responses/resp_1/other"), Err(404));
+        assert_eq!(endpoint("GET", "/v1/responses/"), Err(404));
+        assert_eq!(endpoint("GET", "/v1/responses/.."), Err(404));
+        assert_eq!(endpoint("GET", "/v1/responses/a%2Fb"), Err(404));
+        assert_eq!(Endpoint::Messages.client_api(), ClientApi::Messages);
+        assert_eq!(Endpoint::StoredResponse.client_api(), ClientApi::Responses);
+        assert_eq!(Endpoint::ChatCompletions.client_api(), ClientApi::Chat);
     }
 }

@@ -97,7 +97,7 @@ pub(crate) fn check_plain_body(raw: &[(String, Vec<u8>)]) -> Result<(), GatewayE
 pub(crate) fn decode_value(name: &str, value: &[u8]) -> Result<String, GatewayError> {
     match std::str::from_utf8(value) {
         Ok(text) => Ok(text.to_string()),
-        Err(_) if is_gateway_header(name) || name == "authorization" => {
+        Err(_) if is_gateway_header(name) || name == "authorization" || name == PROVIDER_KEY_HEADER => {
             let canonical = lookup(name).map_or(name, |(_, canonical)| canonical);
             Err(GatewayError::invalid_header(canonical, "must be valid UTF-8 text"))
         }
@@ -199,11 +199,17 @@ fn lookup(name: &str) -> Option<(Field, &'static str)> {
     by_name.get(name).copied()
 }
 
+/// Anthropic's clients send the provider key in this header (the OpenAI side in
+/// `Authorization: Bearer`); either is the client's provider credential.
+pub(crate) const PROVIDER_KEY_HEADER: &str = "x-api-key";
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct GatewayHeaders {
     pub(crate) provider: Option<String>,
     /// The token of `Authorization: Bearer <token>`.
     pub(crate) bearer: Option<String>,
+    /// `x-api-key`, the provider key as Anthropic's clients send it.
+    pub(crate) x_api_key: Option<String>,
     pub(crate) virtual_key: Option<String>,
     pub(crate) config: Option<String>,
     pub(crate) custom_host: Option<String>,
@@ -224,6 +230,8 @@ impl GatewayHeaders {
         for (name, value) in headers {
             if name == "authorization" {
                 parsed.bearer = bearer_token(value);
+            } else if name == PROVIDER_KEY_HEADER {
+                parsed.x_api_key = Some(value.trim().to_string()).filter(|key| !key.is_empty());
             } else if name == "vendor-beta" {
                 parsed.vendor_beta = Some(value.to_string());
             } else if let Some((field, canonical)) = lookup(name) {
@@ -231,6 +239,11 @@ impl GatewayHeaders {
             }
         }
         Ok(parsed)
+    }
+
+    /// The provider credential the client sent: `Authorization: Bearer`, else `x-api-key`.
+    pub(crate) fn provider_key(&self) -> Option<&String> {
+        self.bearer.as_ref().or(self.x_api_key.as_ref())
     }
 
     fn set(&mut self, field: Field, header: &str, value: &str) -> Result<(), GatewayError> {
@@ -404,6 +417,11 @@ mod tests {
         assert_eq!(parse(&[("authorization", "bearer tok")]).unwrap().bearer.as_deref(), Some("tok"));
         assert_eq!(parse(&[("authorization", "Basic abc")]).unwrap().bearer, None);
         assert_eq!(parse(&[("authorization", "Bearer ")]).unwrap().bearer, None);
+        // Anthropic's clients send the key in x-api-key; a Bearer wins when both come.
+        assert_eq!(parse(&[("x-api-key", "sk-ant")]).unwrap().provider_key().map(String::as_str), Some("sk-ant"));
+        let both = parse(&[("x-api-key", "sk-ant"), ("authorization", "Bearer tok")]).unwrap();
+        assert_eq!(both.provider_key().map(String::as_str), Some("tok"));
+        assert_eq!(parse(&[("x-api-key", " ")]).unwrap().provider_key(), None);
     }
 
     #[test]

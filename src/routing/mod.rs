@@ -194,7 +194,7 @@ pub(crate) fn leaf_target(
             None => Choice {
                 provider: provider.clone(),
                 // Credentials in the config win over the client's Authorization header.
-                api_key: node.api_key.clone().or_else(|| headers.bearer.clone()),
+                api_key: node.api_key.clone().or_else(|| headers.provider_key().cloned()),
                 custom_host: node.custom_host.clone(),
                 vendor_organization: None,
                 vendor_project: None,
@@ -304,7 +304,7 @@ fn choice_from_headers(
             Some(slug) => choice_from_credential(settings, slug, headers, catalog, host),
             None => Ok(Choice {
                 provider: provider.clone(),
-                api_key: headers.bearer.clone(),
+                api_key: headers.provider_key().cloned(),
                 custom_host: headers.custom_host.clone(),
                 vendor_organization: None,
                 vendor_project: None,

@@ -8,6 +8,7 @@
 
 use super::answer::{stop_reason, usage};
 use super::error_type;
+use crate::providers::Usage;
 use crate::stream::sse::SseParser;
 use serde_json::{json, Value};
 
@@ -79,8 +80,14 @@ impl MessagesStream {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// The token counts the chat stream reported, once it did.
+    pub(crate) fn usage(&self) -> Option<Usage> {
+        self.usage.as_ref().and_then(Usage::of_openai)
     }
 
     fn on_data(&mut self, data: &str, out: &mut Vec<u8>) {

@@ -76,8 +76,8 @@ pub(crate) fn usage(usage: Option<&Value>) -> Value {
 /// (what a later request gives back, so the provider gets its signed thinking again).
 pub(crate) fn reasoning_item(id: String, thinking: &str, signature: &str) -> Value {
     let mut item = json!({"type": "reasoning", "id": id, "summary": [{"type": "summary_text", "text": thinking}]});
-    if !signature.is_empty() {
-        item["encrypted_content"] = signature.into();
+    if let (Some(fields), false) = (item.as_object_mut(), signature.is_empty()) {
+        fields.insert("encrypted_content".into(), signature.into());
     }
     item
 }

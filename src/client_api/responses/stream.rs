@@ -8,6 +8,7 @@
 //! `response.completed`).
 
 use super::answer::{call_item, message_item, reasoning_item, status, text_part, usage, Echo};
+use crate::providers::Usage;
 use crate::stream::sse::SseParser;
 use serde_json::{json, Map, Value};
 
@@ -116,8 +117,14 @@ impl ResponsesStream {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// The token counts the chat stream reported, once it did.
+    pub(crate) fn usage(&self) -> Option<Usage> {
+        self.usage.as_ref().and_then(Usage::of_openai)
     }
 
     /// The response as it stands, e.g. to store once the stream is done.
@@ -329,7 +336,9 @@ impl ResponsesStream {
     fn fail(&mut self, message: &str, out: &mut Vec<u8>) {
         self.start(out);
         let mut response = self.response("failed");
-        response["error"] = json!({"code": "server_error", "message": message});
+        if let Some(fields) = response.as_object_mut() {
+            fields.insert("error".into(), json!({"code": "server_error", "message": message}));
+        }
         self.write(out, "response.failed", json!({"response": response}));
         self.done = true;
     }

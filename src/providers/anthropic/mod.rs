@@ -19,8 +19,13 @@ use super::{
     bind_keyed, chat_only, context_or_default, Binding, KeyHeader, Outbound, Provider, ResponseContext, TargetFields,
     Translator, UpstreamRequest, Usage,
 };
+use crate::client_api::messages::error_from_openai;
+use crate::client_api::ClientApi;
 use crate::errors::GatewayError;
+use crate::request::endpoint::Endpoint;
+use crate::request::headers;
 use serde_json::Value;
+use std::borrow::Cow;
 
 pub(crate) struct Anthropic;
 
@@ -58,11 +63,54 @@ pub(crate) struct Messages {
     ctx: Option<ResponseContext>,
     stream: Option<SseStream>,
     usage: Option<Usage>,
+    /// The client spoke Messages itself: its request goes as it came, answers come back as
+    /// they are.
+    native: bool,
 }
 
 impl Messages {
     pub(crate) fn new(transport: Transport) -> Self {
-        Messages { transport, ctx: None, stream: None, usage: None }
+        Messages { transport, ctx: None, stream: None, usage: None, native: false }
+    }
+
+    /// A Messages request as the client sent it: only `model` (by `override_params`) and what
+    /// the transport needs change. The client's `anthropic-version` and `anthropic-beta` go
+    /// with it (the version defaults as on the chat path).
+    fn native_request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
+        self.native = true;
+        let count = outbound.endpoint == Endpoint::MessagesCountTokens;
+        match &self.transport {
+            Transport::Direct => {
+                let version = headers::find(outbound.headers, "anthropic-version")
+                    .map_or_else(|| API_VERSION.to_string(), |v| String::from_utf8_lossy(v).into_owned());
+                let body = match outbound.body {
+                    Some(body) if outbound.overridden => Some(body.to_string().into_bytes()),
+                    _ => None,
+                };
+                let path = if count { "/messages/count_tokens" } else { "/messages" };
+                Ok(UpstreamRequest {
+                    path: path.into(),
+                    query: None,
+                    headers: vec![("anthropic-version", version)],
+                    body,
+                })
+            }
+            Transport::Hosted(hosted) => {
+                let Some(mut body) = outbound.body.filter(|_| !count).map(Cow::into_owned) else {
+                    let message = format!("provider '{}' cannot count tokens", hosted.provider());
+                    return Err(
+                        GatewayError::new(400, "invalid_request_error", message).with_code("unsupported_endpoint")
+                    );
+                };
+                let path = hosted.path(&mut body)?;
+                Ok(UpstreamRequest {
+                    path,
+                    query: None,
+                    headers: Vec::new(),
+                    body: Some(body.to_string().into_bytes()),
+                })
+            }
+        }
     }
 
     fn provider(&self) -> &'static str {
@@ -85,6 +133,9 @@ impl Messages {
 
 impl Translator for Messages {
     fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
+        if outbound.endpoint.client_api() == ClientApi::Messages {
+            return self.native_request(outbound);
+        }
         let (body, ctx) = chat_only(self.provider(), outbound)?;
         self.ctx = Some(ctx);
         // `thinking` under strict_vendor_compliance is rejected by the pipeline before this call.
@@ -98,7 +149,7 @@ impl Translator for Messages {
     }
 
     fn translates_responses(&self) -> bool {
-        true
+        !self.native
     }
 
     fn response(&mut self, body: &[u8]) -> Result<Vec<u8>, GatewayError> {
@@ -122,13 +173,20 @@ impl Translator for Messages {
     // answers its own errors in its own shape.
     fn error(&self, status: u16, _headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
         match &self.transport {
+            // A Messages client reads Anthropic's errors as they are.
+            Transport::Direct if self.native => body.to_vec(),
             Transport::Direct => normalize_error(status, body),
+            Transport::Hosted(hosted) if self.native => error_from_openai(status, &hosted.error(status, body)),
             Transport::Hosted(hosted) => hosted.error(status, body),
         }
     }
 
     fn usage(&self) -> Option<Usage> {
         self.usage
+    }
+
+    fn speaks(&self, api: ClientApi, _model: &str) -> bool {
+        api == ClientApi::Messages
     }
 }
 

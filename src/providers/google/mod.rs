@@ -27,6 +27,7 @@ use super::{
     chat_only, context_or_default, error_kind_for_status, path_segment, Outbound, ResponseContext, Translator,
     UpstreamRequest, Usage,
 };
+use crate::client_api::ClientApi;
 use crate::errors::{error_json, GatewayError};
 use crate::stream::sse::SseStream;
 use serde_json::Value;
@@ -191,7 +192,7 @@ impl Translator for Vertex {
     }
 
     fn translates_responses(&self) -> bool {
-        true
+        self.chosen().is_none_or(Translator::translates_responses)
     }
 
     fn response(&mut self, body: &[u8]) -> Result<Vec<u8>, GatewayError> {
@@ -222,6 +223,11 @@ impl Translator for Vertex {
 
     fn usage(&self) -> Option<Usage> {
         self.chosen().and_then(Translator::usage)
+    }
+
+    /// Anthropic's models on Vertex speak Messages (through `rawPredict`).
+    fn speaks(&self, api: ClientApi, model: &str) -> bool {
+        api == ClientApi::Messages && is_anthropic_model(model)
     }
 }
 
