@@ -1313,8 +1313,9 @@ class AnthropicMock(MockProvider):
                "mcp_servers", "context_management"}
     _block_types = {"text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking",
                     "search_result", "server_tool_use", "web_search_tool_result"}
-    # The API versions Anthropic serves (`anthropic-version`); any other is a 400.
-    versions = frozenset({"2023-06-01", "2023-01-01"})
+    # The API versions Anthropic serves (`anthropic-version`, the pinned SDK's among them); any
+    # other is a 400.
+    versions = frozenset({"2023-06-01", "2023-01-01", "2026-10-21"})
 
     @staticmethod
     def error(status: int, type: str, message: str, **reply_fields: Any) -> Reply:  # noqa: A002

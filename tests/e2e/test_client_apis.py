@@ -1,0 +1,256 @@
+"""The client APIs besides chat: Anthropic's Messages (`/v1/messages`) and OpenAI's Responses
+(`/v1/responses`), through the gateway with the official SDKs, to a target that speaks the
+client's API (native: the request goes as sent) and to one that does not (translated)."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import openai
+import pytest
+
+from helpers import (ANTHROPIC_SLUG_KEY, CLIENT_TOKEN, KEY, assert_clean_upstream, config, custom_host,
+                     provider_config, served_by, slug)
+from mocks import AnthropicMock, Reply, ToolCall
+
+CLAUDE = "claude-test-1"
+GPT = "gpt-mock"
+READ_TOOL = {"name": "read_file", "description": "Read a file",
+             "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
+
+
+def anthropic_sdk(gateway, headers: dict, api_key: str = "sk-ant-client", key: str | None = KEY,
+                  **kw) -> anthropic.Anthropic:
+    """The Anthropic SDK pointed at the gateway (its key in `x-api-key`), the gateway's headers
+    sent as Claude Code sends them (`ANTHROPIC_CUSTOM_HEADERS`)."""
+    default_headers = {**({"x-gateway-api-key": key} if key else {}), **headers}
+    return anthropic.Anthropic(base_url=gateway.origin, api_key=api_key, max_retries=0, timeout=30.0,
+                               default_headers=default_headers, **kw)
+
+
+def sdk_version(client: anthropic.Anthropic) -> str:
+    return client.default_headers["anthropic-version"]
+
+
+def native(anthropic_mock) -> dict:
+    """Anthropic itself (a custom host of that type): the client's x-api-key is the credential."""
+    return {"x-gateway-provider": "anthropic", "x-gateway-custom-host": anthropic_mock.base_url}
+
+
+def translating(openai_mock) -> dict:
+    """OpenAI's chat API: Messages requests are translated."""
+    return {"x-gateway-provider": "openai", "x-gateway-custom-host": openai_mock.base_url}
+
+
+# --------------------------------------------------------------------------- Messages, native
+
+
+def test_messages_native_goes_upstream_as_sent(gateway, anthropic_mock):
+    client = anthropic_sdk(gateway, native(anthropic_mock))
+    thinking = "The user wants the file."
+    signature = AnthropicMock.sign_thinking(thinking)
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "Read a.txt", "cache_control": {"type": "ephemeral"}}]},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": thinking, "signature": signature},
+            {"type": "tool_use", "id": "toolu_01abc", "name": "read_file", "input": {"path": "a.txt"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01abc", "content": "hello"}]},
+    ]
+    anthropic_mock.script(text="The file says hello.")
+    message = client.messages.create(
+        model=CLAUDE, max_tokens=2048, messages=messages, tools=[READ_TOOL], extra_body={"top_k": 5},
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        extra_headers={"anthropic-beta": "interleaved-thinking-2025-05-14"},
+        extra_query={"beta": "true"})
+    assert message.content[0].text == "The file says hello."
+    assert (message.stop_reason, message.usage.input_tokens, message.usage.output_tokens) == ("end_turn", 11, 7)
+    rec = anthropic_mock.last
+    # Nothing lost: thinking and its signature, cache_control, tool ids, top_k, the beta header.
+    sent = rec.json
+    assert sent["messages"] == messages and sent["top_k"] == 5 and sent["thinking"]["budget_tokens"] == 1024
+    assert sent["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert rec.header("anthropic-beta") == "interleaved-thinking-2025-05-14"
+    # The client's API version goes as it sent it.
+    assert rec.header("anthropic-version") == sdk_version(client)
+    assert rec.header("x-api-key") == "sk-ant-client"
+    assert rec.path == "/v1/messages" and rec.qs("beta") == "true"
+    assert_clean_upstream(rec, KEY)
+
+
+def test_messages_native_stream_comes_back_as_sent(gateway, anthropic_mock):
+    client = anthropic_sdk(gateway, slug("anthropic-mock"), api_key="unused")
+    anthropic_mock.script(text="Hello there friend", thinking="Let me think.",
+                          tool_calls=[ToolCall("read_file", {"path": "b.txt"}, id="toolu_02")])
+    with client.messages.stream(model=CLAUDE, max_tokens=2048, messages=[{"role": "user", "content": "Hi"}],
+                                thinking={"type": "enabled", "budget_tokens": 1024}, tools=[READ_TOOL]) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "Hello there friend"
+    kinds = [block.type for block in final.content]
+    assert kinds == ["thinking", "text", "tool_use"]
+    assert final.content[0].signature == AnthropicMock.sign_thinking("Let me think.")
+    assert (final.content[2].id, final.content[2].input) == ("toolu_02", {"path": "b.txt"})
+    assert final.stop_reason == "tool_use"
+    # The managed credential went upstream, not the SDK's key.
+    assert anthropic_mock.last.header("x-api-key") == ANTHROPIC_SLUG_KEY
+
+
+def test_messages_native_errors_are_anthropics(gateway, anthropic_mock):
+    client = anthropic_sdk(gateway, native(anthropic_mock))
+    anthropic_mock.script(AnthropicMock.error(529, "overloaded_error", "Overloaded"))
+    with pytest.raises(anthropic.InternalServerError) as raised:
+        client.messages.create(model=CLAUDE, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert raised.value.status_code == 529
+    assert raised.value.body["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+    served_by(raised.value.response, "anthropic")
+
+
+# --------------------------------------------------------------------------- Messages, translated
+
+
+def test_messages_translated_to_chat_and_back(gateway, openai_mock):
+    client = anthropic_sdk(gateway, translating(openai_mock), api_key=CLIENT_TOKEN)
+    openai_mock.script(tool_calls=[ToolCall("read_file", {"path": "a.txt"}, id="call_77")])
+    message = client.messages.create(
+        model=GPT, max_tokens=300, system="Be brief.", tools=[READ_TOOL],
+        messages=[{"role": "user", "content": [{"type": "text", "text": "Read a.txt",
+                                                "cache_control": {"type": "ephemeral"}}]}],
+        extra_headers={"anthropic-beta": "prompt-caching-2024-07-31"})
+    assert message.type == "message" and message.stop_reason == "tool_use"
+    tool = [b for b in message.content if b.type == "tool_use"][0]
+    assert (tool.id, tool.name, tool.input) == ("call_77", "read_file", {"path": "a.txt"})
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (11, 7)
+    rec = openai_mock.last
+    assert rec.path == "/v1/chat/completions"
+    assert rec.header("authorization") == f"Bearer {CLIENT_TOKEN}"
+    assert rec.json["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert rec.json["tools"][0]["function"]["name"] == "read_file"
+    # Anthropic's own headers and the client's x-api-key stay at the gateway.
+    assert rec.header("anthropic-beta") is None and rec.header("anthropic-version") is None
+    assert rec.header("x-api-key") is None
+    served_by(client.messages.with_raw_response.create(
+        model=GPT, max_tokens=10, messages=[{"role": "user", "content": "Hi"}]).http_response, "openai")
+
+    # The tool's result goes back with the same id.
+    openai_mock.script(text="It says hello.")
+    message = client.messages.create(model=GPT, max_tokens=300, tools=[READ_TOOL], messages=[
+        {"role": "user", "content": "Read a.txt"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "call_77", "name": "read_file",
+                                           "input": {"path": "a.txt"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_77", "content": "hello"}]},
+    ])
+    assert message.content[0].text == "It says hello."
+    sent = openai_mock.last.json["messages"]
+    assert sent[1]["tool_calls"][0]["id"] == "call_77" and sent[2] == {
+        "role": "tool", "tool_call_id": "call_77", "content": "hello"}
+
+
+def test_messages_translated_stream_is_anthropics_event_sequence(gateway, openai_mock):
+    client = anthropic_sdk(gateway, translating(openai_mock), api_key=CLIENT_TOKEN)
+    openai_mock.script(text="one two three")
+    with client.messages.stream(model=GPT, max_tokens=50, messages=[{"role": "user", "content": "Count"}]) as s:
+        events = [event.type for event in s]
+        final = s.get_final_message()
+    assert final.content[0].text == "one two three"
+    assert final.stop_reason == "end_turn" and final.usage.output_tokens == 7
+    raw = [e for e in events if e not in ("text",)]
+    assert raw[0] == "message_start" and raw[-1] == "message_stop"
+    assert raw[1] == "content_block_start" and "content_block_delta" in raw and "message_delta" in raw
+    # The gateway asked the provider for usage so the stream can report it.
+    assert openai_mock.last.json["stream_options"] == {"include_usage": True}
+
+
+def test_messages_translated_errors_take_anthropics_shape(gateway, openai_mock):
+    client = anthropic_sdk(gateway, translating(openai_mock), api_key=CLIENT_TOKEN)
+    openai_mock.script(status=429)
+    with pytest.raises(anthropic.RateLimitError) as raised:
+        client.messages.create(model=GPT, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert raised.value.body["type"] == "error" and raised.value.body["error"]["type"] == "rate_limit_error"
+    assert raised.value.response.headers.get("x-gateway-trace-id")
+    # The gateway's own errors too: a missing field, a missing gateway key.
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        client.messages.create(model=GPT, max_tokens=0, messages=[{"role": "user", "content": "Hi"}])
+    assert "max_tokens" in raised.value.body["error"]["message"]
+    no_key = anthropic_sdk(gateway, translating(openai_mock), api_key=CLIENT_TOKEN, key=None)
+    with pytest.raises(anthropic.AuthenticationError) as raised:
+        no_key.messages.create(model=GPT, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert raised.value.body["error"]["type"] == "authentication_error"
+    assert "x-gateway-api-key" in raised.value.body["error"]["message"]
+
+
+def test_count_tokens_needs_a_provider_that_counts(gateway, openai_mock):
+    client = anthropic_sdk(gateway, translating(openai_mock), api_key=CLIENT_TOKEN)
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        client.messages.count_tokens(model=GPT, messages=[{"role": "user", "content": "Hi"}])
+    assert "cannot count tokens" in raised.value.body["error"]["message"]
+    assert len(openai_mock.requests) == 0
+
+
+def test_one_fallback_list_mixes_native_and_translated_targets(gateway, anthropic_mock, openai_mock):
+    cfg = {"strategy": {"mode": "fallback"}, "targets": [
+        provider_config(anthropic_mock, provider="anthropic"),
+        provider_config(openai_mock, provider="openai", override_params={"model": GPT}),
+    ]}
+    anthropic_mock.script(AnthropicMock.error(529, "overloaded_error", "Overloaded"))
+    openai_mock.script(text="From the fallback.")
+    client = anthropic_sdk(gateway, config(cfg), api_key="unused")
+    raw = client.messages.with_raw_response.create(model=CLAUDE, max_tokens=20,
+                                                   messages=[{"role": "user", "content": "Hi"}])
+    message = raw.parse()
+    assert message.content[0].text == "From the fallback."
+    served_by(raw.http_response, "openai")
+    assert raw.http_response.headers["x-gateway-target"] == "targets[1]"
+    assert anthropic_mock.last.json["model"] == CLAUDE and openai_mock.last.json["model"] == GPT
+
+
+# --------------------------------------------------------------------------- Responses, translated
+
+
+def test_responses_translated_to_chat_and_back(gateway, anthropic_mock):
+    client = gateway.sdk(slug("anthropic-mock"))
+    anthropic_mock.script(tool_calls=[ToolCall("read_file", {"path": "a.txt"}, id="toolu_9")])
+    tools = [{"type": "function", "name": "read_file", "parameters": READ_TOOL["input_schema"]},
+             {"type": "web_search"}]
+    response = client.responses.create(model=CLAUDE, instructions="Be brief.", input="Read a.txt", tools=tools,
+                                       max_output_tokens=200)
+    assert response.object == "response" and response.status == "completed"
+    call = [item for item in response.output if item.type == "function_call"][0]
+    assert (call.call_id, call.name, json.loads(call.arguments)) == ("toolu_9", "read_file", {"path": "a.txt"})
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (11, 7)
+    sent = anthropic_mock.last.json
+    assert sent["system"] == "Be brief." and sent["max_tokens"] == 200
+    # The hosted tool Anthropic cannot run here was dropped; the function tool kept its name.
+    assert [t["name"] for t in sent["tools"]] == ["read_file"]
+
+    anthropic_mock.script(text="It says hello.")
+    response = client.responses.create(model=CLAUDE, tools=tools[:1], input=[
+        {"role": "user", "content": "Read a.txt"},
+        {"type": "function_call", "call_id": "toolu_9", "name": "read_file", "arguments": "{\"path\": \"a.txt\"}"},
+        {"type": "function_call_output", "call_id": "toolu_9", "output": "hello"},
+    ])
+    assert response.output_text == "It says hello."
+    turns = anthropic_mock.last.json["messages"]
+    assert turns[1]["content"][0]["id"] == "toolu_9" and turns[2]["content"][0]["tool_use_id"] == "toolu_9"
+
+
+def test_responses_translated_stream_is_the_numbered_event_sequence(gateway, anthropic_mock):
+    client = gateway.sdk(slug("anthropic-mock"))
+    anthropic_mock.script(text="alpha beta gamma")
+    events = list(client.responses.create(model=CLAUDE, input="Say it", stream=True))
+    types = [event.type for event in events]
+    assert types[:2] == ["response.created", "response.in_progress"] and types[-1] == "response.completed"
+    assert "response.output_text.delta" in types and "response.output_item.done" in types
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
+    assert text == "alpha beta gamma"
+    assert events[-1].response.usage.output_tokens == 7
+
+
+def test_stored_responses_need_a_provider_that_keeps_them(gateway, anthropic_mock):
+    client = gateway.sdk(slug("anthropic-mock"))
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.retrieve("resp_abc")
+    assert "does not keep responses" in raised.value.message
+    assert len(anthropic_mock.requests) == 0
