@@ -746,6 +746,15 @@ fn as_chat(
         _ => return Err(unsupported(&format!("does not support /v1{}", intake.path))),
     };
     let api = intake.endpoint.client_api();
+    if let Some(previous) = request.get("previous_response_id").and_then(Value::as_str) {
+        // The conversation so far lives with whoever answered it; a translating target has none.
+        let message = format!(
+            "previous_response_id: provider '{provider}' does not keep responses, so response '{}' cannot be \
+             continued there; send the conversation in `input` instead",
+            previous.chars().take(64).collect::<String>()
+        );
+        return Err(GatewayError::invalid_param("previous_response_id", message).with_code("unsupported_parameter"));
+    }
     let translated = api.to_chat(request)?;
     if !translated.dropped.is_empty() {
         log::info!(

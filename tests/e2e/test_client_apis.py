@@ -254,3 +254,12 @@ def test_stored_responses_need_a_provider_that_keeps_them(gateway, anthropic_moc
         client.responses.retrieve("resp_abc")
     assert "does not keep responses" in raised.value.message
     assert len(anthropic_mock.requests) == 0
+
+
+def test_previous_response_id_needs_a_provider_that_keeps_responses(gateway, anthropic_mock):
+    client = gateway.sdk(slug("anthropic-mock"))
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model=CLAUDE, input="And then?", previous_response_id="resp_earlier")
+    assert raised.value.body["param"] == "previous_response_id"
+    assert "resp_earlier" in raised.value.message and "input" in raised.value.message
+    assert len(anthropic_mock.requests) == 0
