@@ -9,10 +9,11 @@ pub(crate) mod responses;
 
 use crate::errors::GatewayError;
 use crate::providers::{Outbound, Translator, UpstreamRequest, Usage};
+use crate::stream::sse::SseParser;
 use messages::stream::MessagesStream;
 use responses::answer::Echo;
 use responses::stream::ResponsesStream;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 /// The API a client speaks, by the endpoint it called.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -43,6 +44,35 @@ impl ClientApi {
             // The Responses API's errors are OpenAI's.
             ClientApi::Chat | ClientApi::Responses => openai,
         }
+    }
+
+    /// A whole stream in this API as the answer it streamed (for the output checks): a Messages
+    /// stream's text as a `message`, a Responses stream's last `response`. None for chat (its
+    /// assembler is the cache's) or a stream that did not complete.
+    pub(crate) fn stream_answer(self, stream: &[u8]) -> Option<Value> {
+        let mut parser = SseParser::new();
+        let mut events = parser.push(stream);
+        events.extend(parser.finish());
+        let mut text = String::new();
+        for event in events {
+            let data: Value = serde_json::from_str(&event.data).ok()?;
+            let kind = data.get("type").and_then(Value::as_str).unwrap_or_default();
+            match (self, kind) {
+                (ClientApi::Messages, "content_block_delta") => {
+                    let delta = data.get("delta");
+                    text.push_str(delta.and_then(|d| d.get("text")).and_then(Value::as_str).unwrap_or_default());
+                }
+                (ClientApi::Messages, "message_stop") => {
+                    return Some(json!({"type": "message", "content": [{"type": "text", "text": text}]}))
+                }
+                (ClientApi::Responses, "response.completed" | "response.incomplete") => {
+                    return data.get("response").cloned()
+                }
+                (_, "error" | "response.failed") => return None,
+                _ => {}
+            }
+        }
+        None
     }
 
     /// The client's request as a chat request, for a target that does not speak this API.
@@ -195,5 +225,34 @@ impl Translator for Reply {
 
     fn usage(&self) -> Option<Usage> {
         self.usage
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit_tests::test;
+
+    #[test]
+    fn a_whole_stream_as_its_answer() {
+        let messages = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"hm\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hel\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"lo\"}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let answer = ClientApi::Messages.stream_answer(messages.as_bytes()).unwrap();
+        assert_eq!(answer["content"][0]["text"], "Hello");
+        // Cut before message_stop: no answer.
+        let cut = messages.get(..messages.len() - 60).unwrap();
+        assert_eq!(ClientApi::Messages.stream_answer(cut.as_bytes()), None);
+        let responses = concat!(
+            "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"status\":\"in_progress\"}}\n\n",
+            "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":1,\"response\":{\"status\":\"completed\",\"output\":[]}}\n\n",
+        );
+        let answer = ClientApi::Responses.stream_answer(responses.as_bytes()).unwrap();
+        assert_eq!(answer["status"], "completed");
+        assert_eq!(ClientApi::Chat.stream_answer(b"data: [DONE]\n\n"), None);
     }
 }

@@ -8,6 +8,7 @@ use super::waiters::{Fetch, Waiter};
 use super::worker::Task;
 use super::{Dispatch, Env, RawHeaders};
 use crate::cache::completion::{self, StreamAssembler};
+use crate::client_api::ClientApi;
 use crate::errors::GatewayError;
 use crate::guardrails::calls::{CallSpec, Continuation, JwksUpdate, Reply};
 use crate::guardrails::inject::{BeforeDone, Edit, ObjectSplice};
@@ -189,8 +190,12 @@ impl Guard {
     }
 
     /// Whether an output check may deny, so a stream must be held until it is decided.
+    /// A stream is held whole when an output check may deny it, or when it is in a client API
+    /// besides chat (whose streams are checked whole: no assembler follows them as they flow).
     pub(super) fn holds_streams(&self) -> bool {
+        let client_api = self.endpoint.client_api() != ClientApi::Chat;
         self.after_items.iter().any(|item| item.deny)
+            || (client_api && !(self.after_items.is_empty() && self.async_items.is_empty()))
     }
 
     pub(super) fn outcome(&self) -> Outcome {
@@ -309,6 +314,10 @@ impl Guard {
     }
 
     fn answer_json(&self, answer: &Answer) -> Value {
+        let api = self.endpoint.client_api();
+        if answer.is_stream() && api != ClientApi::Chat {
+            return api.stream_answer(&answer.body).unwrap_or(Value::Null);
+        }
         let bytes = if answer.is_stream() {
             let mut assembler = StreamAssembler::new(self.endpoint, MAX_ASSEMBLED_BYTES);
             assembler.push(&answer.body);

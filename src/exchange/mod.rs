@@ -296,8 +296,6 @@ struct Exchange {
     usage: Option<UsageScan>,
     /// The control-plane entries this request read.
     reads: Reads,
-    /// The client's API, whose shape the gateway's own errors take.
-    api: ClientApi,
     /// The provider's answer is held in Envoy until its body ends.
     awaiting_end: bool,
 }
@@ -312,11 +310,12 @@ impl Exchange {
             .then(|| Box::new(Bodies::new(settings.records.max_body_bytes)));
         let method = text(":method").unwrap_or_default();
         let path = text(":path").unwrap_or_default();
-        let api = match classify(&method, &path) {
+        let client_api = match classify(&method, &path) {
             Ok(Route::Api { endpoint, .. }) => endpoint.client_api(),
             _ => ClientApi::Chat,
         };
-        let record = Record { trace_id, trace, bodies, method, path, start_ms: host.now_ms(), ..Record::default() };
+        let record =
+            Record { trace_id, trace, bodies, method, path, client_api, start_ms: host.now_ms(), ..Record::default() };
         Exchange {
             settings,
             record,
@@ -328,7 +327,6 @@ impl Exchange {
             reports_usage: false,
             usage: None,
             reads: Reads::default(),
-            api,
             awaiting_end: false,
         }
     }
@@ -415,7 +413,7 @@ impl Exchange {
 
     /// Answers with a JSON body of the gateway's (an error in the shape of the client's API).
     fn answer(&mut self, env: &mut Env, status: u16, body: Vec<u8>) -> Action {
-        let body = if status >= 400 { self.api.error_body(status, body) } else { body };
+        let body = if status >= 400 { self.record.client_api.error_body(status, body) } else { body };
         self.record.status = status;
         let mut headers = json_headers();
         headers.extend(self.gateway_headers());

@@ -3,6 +3,7 @@
 //! JSON object (`to_json`).
 
 use super::bodies::Bodies;
+use crate::client_api::ClientApi;
 use crate::guardrails::spec::Feedback;
 use crate::guardrails::verdict::{feedback_object, ItemResult};
 use crate::providers::Usage;
@@ -18,6 +19,8 @@ pub(crate) struct Record {
     pub(crate) trace: TraceFields,
     pub(crate) method: String,
     pub(crate) path: String,
+    /// The API the client spoke.
+    pub(crate) client_api: ClientApi,
     /// The provider that answered; empty when none was chosen.
     pub(crate) provider: &'static str,
     /// Where the answering target sits in the config (empty for the root).
@@ -137,6 +140,7 @@ impl Record {
             metadata: self.metadata.as_ref(),
             method: &self.method,
             path: self.path.split('?').next().unwrap_or_default(),
+            client_api: (self.client_api != ClientApi::Chat).then(|| self.client_api.name()),
             provider: text(self.provider),
             model: text(&self.model),
             target: reached.then_some(self.target.as_str()),
@@ -268,6 +272,9 @@ struct AccessLine<'a> {
     metadata: Option<&'a Map<String, Value>>,
     method: &'a str,
     path: &'a str,
+    /// Named for the client APIs besides chat (`messages`, `responses`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_api: Option<&'static str>,
     provider: Option<&'a str>,
     model: Option<&'a str>,
     target: Option<&'a str>,

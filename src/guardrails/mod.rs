@@ -161,27 +161,34 @@ fn unknown(id: &str) -> CheckResult {
 }
 
 /// The text before-request checks see: the last message's text parts (a string content, or
-/// the `text` of its parts, joined by newlines); for the completions and embeddings bodies,
-/// `prompt` or `input`.
+/// the `text` of its parts, joined by newlines; Messages requests alike); for a Responses
+/// request the last input message's; for the completions and embeddings bodies, `prompt` or
+/// `input`.
 pub(crate) fn request_text(body: &Value) -> String {
     if let Some(messages) = body.get("messages").and_then(Value::as_array) {
         return messages.last().and_then(|m| m.get("content")).map(content_text).unwrap_or_default();
     }
-    body.get("prompt").or_else(|| body.get("input")).map(content_text).unwrap_or_default()
+    let input = body.get("prompt").or_else(|| body.get("input"));
+    if let Some(items) = input.and_then(Value::as_array).filter(|items| items.iter().any(|i| i.get("role").is_some())) {
+        let last_message = items.iter().rev().find(|item| item.get("role").is_some());
+        return last_message.and_then(|m| m.get("content")).map(content_text).unwrap_or_default();
+    }
+    input.map(content_text).unwrap_or_default()
 }
 
 /// The text after-request checks see: the first choice's message content (or `text`, for
-/// completions).
+/// completions); a Messages answer's text blocks; a Responses answer's output messages.
 pub(crate) fn response_text(body: &Value) -> String {
-    let Some(choice) = body.get("choices").and_then(|c| c.get(0)) else {
-        return String::new();
-    };
-    choice
-        .get("message")
-        .and_then(|m| m.get("content"))
-        .or_else(|| choice.get("text"))
-        .map(content_text)
-        .unwrap_or_default()
+    if let Some(choice) = body.get("choices").and_then(|c| c.get(0)) {
+        let content = choice.get("message").and_then(|m| m.get("content")).or_else(|| choice.get("text"));
+        return content.map(content_text).unwrap_or_default();
+    }
+    if let Some(output) = body.get("output").and_then(Value::as_array) {
+        let messages = output.iter().filter(|item| item.get("type").and_then(Value::as_str) == Some("message"));
+        let texts: Vec<String> = messages.filter_map(|m| m.get("content")).map(content_text).collect();
+        return texts.join("\n");
+    }
+    body.get("content").map(content_text).unwrap_or_default()
 }
 
 /// A string, or the text of an array of parts (`{"type": "text", "text": ...}` or strings).

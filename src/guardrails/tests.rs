@@ -73,6 +73,20 @@ fn texts_checks_see() {
     assert_eq!(response_text(&json!({"choices": [{"text": "done"}]})), "done");
     assert_eq!(response_text(&json!({"choices": [{"message": {"content": null}}]})), "");
     assert_eq!(response_text(&json!({"error": {}})), "");
+    // The client APIs besides chat: a Responses request's last input message, a Messages
+    // answer's text blocks, a Responses answer's output messages.
+    let items = json!({"input": [{"role": "user", "content": "old"},
+        {"type": "function_call_output", "call_id": "c", "output": "x"},
+        {"role": "user", "content": [{"type": "input_text", "text": "new"}]},
+        {"type": "reasoning", "summary": []}]});
+    assert_eq!(request_text(&items), "new");
+    let message = json!({"type": "message", "content": [{"type": "thinking", "thinking": "t"},
+        {"type": "text", "text": "said"}, {"type": "tool_use", "id": "t", "name": "n", "input": {}}]});
+    assert_eq!(response_text(&message), "said");
+    let response = json!({"object": "response", "output": [{"type": "reasoning", "summary": []},
+        {"type": "message", "content": [{"type": "output_text", "text": "out"}]},
+        {"type": "function_call", "arguments": "{}"}]});
+    assert_eq!(response_text(&response), "out");
 }
 
 #[test]

@@ -263,3 +263,48 @@ def test_previous_response_id_needs_a_provider_that_keeps_responses(gateway, ant
     assert raised.value.body["param"] == "previous_response_id"
     assert "resp_earlier" in raised.value.message and "input" in raised.value.message
     assert len(anthropic_mock.requests) == 0
+
+
+# --------------------------------------------------------------------------- both: gateway features
+
+
+def blocks(word: str) -> dict:
+    return {"default.contains": {"words": [word], "operator": "none"}, "deny": True}
+
+
+def test_input_guardrails_read_a_messages_request(gateway, anthropic_mock):
+    cfg = provider_config(anthropic_mock, provider="anthropic", input_guardrails=[blocks("forbidden")])
+    client = anthropic_sdk(gateway, config(cfg), api_key="unused")
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        client.messages.create(model=CLAUDE, max_tokens=10,
+                               messages=[{"role": "user", "content": [{"type": "text", "text": "a forbidden word"}]}])
+    assert raised.value.status_code == 446
+    assert raised.value.body["type"] == "error" and raised.value.body["error"]["message"]
+    assert len(anthropic_mock.requests) == 0
+    anthropic_mock.script(text="fine")
+    ok = client.messages.create(model=CLAUDE, max_tokens=10, messages=[{"role": "user", "content": "allowed"}])
+    assert ok.content[0].text == "fine"
+
+
+def test_output_guardrails_hold_a_translated_responses_stream(gateway, anthropic_mock):
+    cfg = provider_config(anthropic_mock, provider="anthropic", output_guardrails=[blocks("secret")])
+    client = gateway.sdk(config(cfg))
+    anthropic_mock.script(text="the secret plan")
+    with pytest.raises(openai.APIStatusError) as raised:
+        list(client.responses.create(model=CLAUDE, input="Tell me", stream=True))
+    assert raised.value.status_code == 446
+    anthropic_mock.script(text="a harmless plan")
+    events = list(client.responses.create(model=CLAUDE, input="Tell me", stream=True))
+    assert events[-1].type == "response.completed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "a harmless plan"
+
+
+def test_the_access_log_names_the_client_api(gateway, openai_mock):
+    client = anthropic_sdk(gateway, {**translating(openai_mock), "x-gateway-trace-id": "client-api-log-1"},
+                           api_key=CLIENT_TOKEN)
+    openai_mock.script(text="logged")
+    client.messages.create(model=GPT, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    line = gateway.wait_for_log_line('"trace_id":"client-api-log-1"')
+    record = json.loads(line[line.index("{"):])
+    assert (record["client_api"], record["path"], record["provider"]) == ("messages", "/v1/messages", "openai")
+    assert (record["prompt_tokens"], record["completion_tokens"]) == (11, 7)
