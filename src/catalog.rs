@@ -38,6 +38,8 @@ pub(crate) enum Kind {
     Provider,
     Guardrail,
     Prompt,
+    /// A response the gateway keeps (the Responses API's `store`, on a translating target).
+    Response,
 }
 
 impl Kind {
@@ -49,6 +51,7 @@ impl Kind {
             Kind::Provider => "providers",
             Kind::Guardrail => "guardrails",
             Kind::Prompt => "prompts",
+            Kind::Response => "responses",
         }
     }
 
@@ -59,6 +62,7 @@ impl Kind {
             Kind::Provider => "stored provider",
             Kind::Guardrail => "guardrail",
             Kind::Prompt => "prompt",
+            Kind::Response => "stored response",
         }
     }
 }
@@ -204,6 +208,7 @@ pub(crate) fn not_found(kind: Kind, id: &str) -> GatewayError {
         }
         Kind::Guardrail => ("guardrail_not_found", format!("guardrail '{}' not found in this workspace", shorten(id))),
         Kind::Prompt => ("prompt_not_found", format!("prompt '{}' not found in this workspace", shorten(id))),
+        Kind::Response => ("response_not_found", format!("Previous response with id '{}' not found.", shorten(id))),
     };
     let kind_name = if kind == Kind::Key { "authentication_error" } else { "invalid_request_error" };
     let status = if kind == Kind::Key { 401 } else { 404 };

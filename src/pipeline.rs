@@ -33,6 +33,10 @@ use std::borrow::Cow;
 use std::rc::Rc;
 use subtle::ConstantTimeEq;
 
+/// The ids of the responses a translating target answered, which the gateway itself names and
+/// keeps (with its control plane).
+pub(crate) const KEPT_RESPONSE_PREFIX: &str = "resp_gw_";
+
 /// Envoy routes on this header to the cluster that reaches the provider.
 pub(crate) const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
 /// Names the provider that served the request, on every provider response.
@@ -298,6 +302,19 @@ fn start_pass(
             }
         }
     }
+    if endpoint == Endpoint::StoredResponse {
+        if let Some(path) = kept_response_path(&path, query.as_deref()) {
+            if !catalog.enabled() {
+                return Err(GatewayError::new(
+                    404,
+                    "invalid_request_error",
+                    "No response found: the gateway keeps responses only with its control plane",
+                )
+                .with_code("response_not_found"));
+            }
+            return Ok(Started::Relay(Relay { path, workspace }));
+        }
+    }
     let json_post = body == BodyMode::Json && method == "POST";
     let method = method.into_owned();
     let intake = Intake { endpoint, method, path, query, gateway, config, tenant, workspace, guardrails, prompt };
@@ -311,6 +328,16 @@ fn start_pass(
     }
     let attempts = Attempts::start(plan, host)?;
     Ok(Started::Ready(Call { intake, body: None, attempts, response_id: None }))
+}
+
+/// Where the control plane serves an operation on a response the gateway keeps (`path` is
+/// `/responses/{id}...` after `/v1`); None for a provider's own response.
+fn kept_response_path(path: &str, query: Option<&str>) -> Option<String> {
+    path.strip_prefix("/responses/").filter(|rest| rest.starts_with(KEPT_RESPONSE_PREFIX))?;
+    Some(match query {
+        Some(query) => format!("/internal/v1{path}?{query}"),
+        None => format!("/internal/v1{path}"),
+    })
 }
 
 /// A resource request the control plane serves once its provider is known (the batch list,
@@ -420,7 +447,34 @@ fn finish_pass(
         };
         body = rendered.map_err(|e| prompt_error(id, &e))?;
     }
+    if intake.endpoint == Endpoint::Responses {
+        continue_kept(&mut body, catalog, host)?;
+    }
     route(settings, intake, Some(Value::Object(body)), host, catalog).map(Started::Ready)
+}
+
+/// A Responses request whose `previous_response_id` names a response the gateway keeps: the
+/// kept conversation goes before its input (whichever target answers it next).
+fn continue_kept(body: &mut Map<String, Value>, catalog: &mut Catalog, host: &dyn Host) -> Result<(), GatewayError> {
+    let previous = body.get("previous_response_id").and_then(Value::as_str);
+    let Some(previous) = previous.filter(|id| id.starts_with(KEPT_RESPONSE_PREFIX)).map(str::to_string) else {
+        return Ok(());
+    };
+    if !catalog.enabled() {
+        return Err(GatewayError::invalid_param(
+            "previous_response_id",
+            "previous_response_id: the gateway keeps responses only with its control plane, which is not configured",
+        )
+        .with_code("unsupported_parameter"));
+    }
+    let earlier = catalog.item(Kind::Response, &previous, host)?.ok_or_else(|| {
+        let mut error = catalog::not_found(Kind::Response, &previous);
+        error.status = 400;
+        error.param = Some("previous_response_id".into());
+        error
+    })?;
+    crate::client_api::responses::request::continued(body, &earlier);
+    Ok(())
 }
 
 /// A prompt that cannot be rendered with the request (a missing variable, a bad field).
@@ -457,8 +511,8 @@ fn route(
 ) -> Result<Call, GatewayError> {
     let plan = plan_of(settings, &intake, body.as_ref(), host, catalog)?;
     let attempts = Attempts::start(plan, host)?;
-    let response_id =
-        (intake.endpoint == Endpoint::Responses).then(|| format!("resp_{:016x}{:016x}", host.random(), host.random()));
+    let response_id = (intake.endpoint == Endpoint::Responses)
+        .then(|| format!("{KEPT_RESPONSE_PREFIX}{:016x}{:016x}", host.random(), host.random()));
     Ok(Call { intake, body, attempts, response_id })
 }
 
@@ -741,7 +795,10 @@ fn as_chat(
         (Endpoint::Messages | Endpoint::Responses, Some(Value::Object(request))) => request,
         (Endpoint::MessagesCountTokens, _) => return Err(unsupported("cannot count tokens")),
         (Endpoint::StoredResponse, _) => {
-            return Err(unsupported("does not keep responses (the gateway keeps them with its control plane)"))
+            return Err(unsupported(&format!(
+                "does not keep responses: the gateway serves only the ones it kept itself (ids \
+                 {KEPT_RESPONSE_PREFIX}...)"
+            )))
         }
         _ => return Err(unsupported(&format!("does not support /v1{}", intake.path))),
     };
@@ -1076,6 +1133,26 @@ mod tests {
         assert!(lookup.stream && lookup.include_usage && !lookup.refresh);
         assert_eq!(lookup.conversation.as_deref(), Some("user: hi"));
         assert_eq!(lookup.key, cache_key(cached, CHAT));
+    }
+
+    #[test]
+    fn kept_responses_need_the_control_plane() {
+        let h = request("POST", "/v1/responses", OPENAI_LOCAL);
+        let body = br#"{"model":"m","input":"more","previous_response_id":"resp_gw_0123"}"#;
+        let error = forwarded(&h, body).err().unwrap();
+        assert_eq!((error.status, error.param.as_deref()), (400, Some("previous_response_id")));
+        assert!(error.message.contains("control plane"), "{}", error.message);
+        // A provider's own id goes to the provider that speaks Responses (it keeps its own).
+        let body = br#"{"model":"m","input":"more","previous_response_id":"resp_abc"}"#;
+        assert!(forwarded(&h, body).is_ok());
+        let missing = started(&request("GET", "/v1/responses/resp_gw_0123", OPENAI_LOCAL)).err().unwrap();
+        assert_eq!(missing.status, 404);
+        assert!(matches!(started(&request("GET", "/v1/responses/resp_abc", OPENAI_LOCAL)), Ok(Started::Ready(_))));
+        assert_eq!(
+            kept_response_path("/responses/resp_gw_1/input_items", Some("limit=2")).as_deref(),
+            Some("/internal/v1/responses/resp_gw_1/input_items?limit=2")
+        );
+        assert_eq!(kept_response_path("/responses/resp_1", None), None);
     }
 
     #[test]

@@ -138,8 +138,17 @@ fn endpoint_name(endpoint: Endpoint) -> &'static str {
 }
 
 /// Endpoints whose answers are cached: their answer depends only on the request body.
+/// (The Messages and Responses APIs' JSON answers are cached; their streams are neither stored
+/// nor replayed: only OpenAI's streams are assembled.)
 pub(crate) fn is_cached_endpoint(endpoint: Endpoint) -> bool {
-    matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Embeddings)
+    matches!(
+        endpoint,
+        Endpoint::ChatCompletions
+            | Endpoint::Completions
+            | Endpoint::Embeddings
+            | Endpoint::Messages
+            | Endpoint::Responses
+    )
 }
 
 /// How the cache served a request (the value of [`STATUS_HEADER`]).

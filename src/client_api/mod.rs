@@ -109,6 +109,8 @@ pub(crate) struct Reply {
     shape: Shape,
     stream: Option<ClientStream>,
     usage: Option<Usage>,
+    /// The response a Responses answer completed with.
+    finished: Option<Value>,
 }
 
 enum ClientStream {
@@ -141,7 +143,7 @@ impl ClientStream {
 
 impl Reply {
     pub(crate) fn new(inner: Box<dyn Translator>, shape: Shape) -> Reply {
-        Reply { inner, shape, stream: None, usage: None }
+        Reply { inner, shape, stream: None, usage: None, finished: None }
     }
 
     fn api(&self) -> ClientApi {
@@ -200,7 +202,9 @@ impl Translator for Reply {
         let answer = match &self.shape {
             Shape::Messages { model } => messages::answer::from_chat(&chat, model),
             Shape::Responses { id, created_at, request } => {
-                responses::answer::from_chat(&chat, &Echo { id, created_at: *created_at, request })
+                let response = responses::answer::from_chat(&chat, &Echo { id, created_at: *created_at, request });
+                self.finished = Some(response.clone());
+                response
             }
         };
         Ok(answer.to_string().into_bytes())
@@ -217,6 +221,9 @@ impl Translator for Reply {
         stream.push(&chat, out);
         stream.finish(out);
         self.usage = self.inner.usage().or_else(|| self.stream.as_ref().and_then(ClientStream::usage));
+        if let Some(ClientStream::Responses(stream)) = &self.stream {
+            self.finished = stream.finished();
+        }
     }
 
     fn error(&self, status: u16, headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
@@ -225,6 +232,19 @@ impl Translator for Reply {
 
     fn usage(&self) -> Option<Usage> {
         self.usage
+    }
+
+    /// A Responses answer is kept unless the client said `store: false`: the response and
+    /// the whole conversation it answered (so `previous_response_id` can continue it).
+    fn kept(&self) -> Option<(String, Value)> {
+        let Shape::Responses { id, request, .. } = &self.shape else {
+            return None;
+        };
+        if request.get("store") == Some(&Value::Bool(false)) {
+            return None;
+        }
+        let response = self.finished.clone()?;
+        Some((id.clone(), json!({"response": response, "input": responses::request::input_items(request)})))
     }
 }
 

@@ -7,7 +7,7 @@
 
 use super::waiters::{Fetch, Waiter};
 use super::{metrics, unroute, CallAnswer, Dispatch, Env, Io, RawHeaders};
-use crate::catalog::{self, Catalog, Entry, Ref, Resolve, MAX_LOOKUPS};
+use crate::catalog::{self, Catalog, Entry, Kind, Ref, Resolve, MAX_LOOKUPS};
 use crate::errors::GatewayError;
 use crate::pipeline::{self, Pending, Started};
 use crate::ports::Host;
@@ -174,10 +174,17 @@ fn get(cp: &ControlPlaneSettings, path: String) -> Dispatch {
     Dispatch { cluster: cp.cluster.clone(), headers, body: Vec::new(), timeout_ms: cp.timeout_ms }
 }
 
-/// The call that reads `r`.
+/// The call that reads `r`. A kept response may still be on its way to the control plane (it
+/// is written as its answer reaches the client): the control plane waits for it a while.
 pub(super) fn call(cp: &ControlPlaneSettings, r: &Ref) -> Dispatch {
-    get(cp, r.path())
+    match r.kind {
+        Kind::Response => get(cp, format!("{}?wait_ms={}", r.path(), (cp.timeout_ms / 2).min(MAX_RESPONSE_WAIT_MS))),
+        _ => get(cp, r.path()),
+    }
 }
+
+/// How long the control plane waits for a kept response that is not there yet.
+const MAX_RESPONSE_WAIT_MS: u64 = 1000;
 
 /// The control plane's health check (never cached).
 pub(super) fn health_call(cp: &ControlPlaneSettings) -> Dispatch {
@@ -214,6 +221,8 @@ pub(super) fn settle(
     };
     let now_ms = host.now_ms();
     match from_answer {
+        // A response not kept yet may be kept a moment later: its absence is not remembered.
+        Ok(None) if r.kind == Kind::Response => Ok(None),
         Ok(entry) => {
             catalog::remember(host.store(), r, &entry, now_ms, cp.fresh_ms, cp.grace_ms);
             Ok(entry)

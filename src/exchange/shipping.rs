@@ -6,8 +6,10 @@
 //! again after a backoff; a batch it refused (4xx) and whatever does not fit is dropped and
 //! counted. Nothing here touches a request's answer: records are queued after it was sent.
 
-use super::Dispatch;
+use super::worker::Task;
+use super::{Dispatch, Env};
 use crate::settings::ControlPlaneSettings;
+use serde_json::Value;
 use std::collections::VecDeque;
 
 /// At most `records.max_queued` records wait per worker, and at most this many bytes of them.
@@ -182,9 +184,34 @@ fn body(batch: &[Queued], bytes: usize) -> Vec<u8> {
 
 /// The call that carries a batch.
 pub(super) fn call(cp: &ControlPlaneSettings, body: Vec<u8>) -> Dispatch {
+    write(cp, "POST", PATH.to_string(), body)
+}
+
+/// The call that keeps response `id` (and the conversation it answered) for `workspace`.
+pub(super) fn keep_response(cp: &ControlPlaneSettings, workspace: &str, id: &str, kept: &Value) -> Dispatch {
+    let path = format!("/internal/v1/workspaces/{workspace}/responses/{id}");
+    write(cp, "PUT", path, kept.to_string().into_bytes())
+}
+
+/// Sends what a translated Responses answer keeps (`kept`, from its translator) to the control
+/// plane as the answer reaches the client; without a control plane nothing is kept.
+pub(super) fn keep(env: &mut Env, workspace: &str, kept: Option<(String, Value)>) {
+    let (Some(cp), Some((id, kept))) = (&env.settings.control_plane, kept) else {
+        return;
+    };
+    match env.io.dispatch(env.id, &keep_response(cp, workspace, &id, &kept)) {
+        Some(token) => {
+            env.tasks.calls.insert(token, (env.id, Task::Kept(id)));
+        }
+        None => log::warn!("response {id} was not kept: the control plane could not be called"),
+    }
+}
+
+/// A JSON write to the control plane.
+fn write(cp: &ControlPlaneSettings, method: &str, path: String, body: Vec<u8>) -> Dispatch {
     let headers = vec![
-        (":method".to_string(), "POST".to_string()),
-        (":path".to_string(), PATH.to_string()),
+        (":method".to_string(), method.to_string()),
+        (":path".to_string(), path),
         (":authority".to_string(), cp.authority.clone()),
         ("authorization".to_string(), format!("Bearer {}", cp.token)),
         ("content-type".to_string(), "application/json".to_string()),

@@ -36,6 +36,8 @@ pub(super) enum Task {
     Health,
     /// A batch of request records to the control plane (the root context's call).
     Records,
+    /// A kept response (its id) written to the control plane.
+    Kept(String),
 }
 
 /// Dispatched calls in flight (token → request and purpose) and waiting calls.
@@ -199,6 +201,12 @@ impl Worker {
                 let dropped = self.tasks.records.answered(answer.status, now_ms, self.settings.records.max_queued);
                 count_dropped(io, dropped);
                 rearm(&self.tasks, io);
+                Output::proceed()
+            }
+            Task::Kept(id) => {
+                if !(200..300).contains(&answer.status) {
+                    log::warn!("response {id} was not kept: the control plane answered {}", answer.status);
+                }
                 Output::proceed()
             }
             task => self.on(owner, io, |exchange, env| {

@@ -298,6 +298,12 @@ pub(crate) trait Translator {
     /// The answer's token counts, once a translated answer told them.
     fn usage(&self) -> Option<Usage>;
 
+    /// A response the gateway keeps for the client (the Responses API's `store`), once the
+    /// answer completed: its id and what the control plane stores.
+    fn kept(&self) -> Option<(String, Value)> {
+        None
+    }
+
     /// Whether the provider speaks client API `api` itself for `model` (then the request goes
     /// as the client sent it; otherwise it arrives as a chat request).
     fn speaks(&self, _api: ClientApi, _model: &str) -> bool {

@@ -5,14 +5,15 @@ client's API (native: the request goes as sent) and to one that does not (transl
 from __future__ import annotations
 
 import json
+import uuid
 
 import anthropic
 import openai
 import pytest
 
-from helpers import (ANTHROPIC_SLUG_KEY, CLIENT_TOKEN, KEY, assert_clean_upstream, config, custom_host,
-                     provider_config, served_by, slug)
-from mocks import AnthropicMock, Reply, ToolCall
+from helpers import (ANTHROPIC_SLUG_KEY, CLIENT_TOKEN, KEY, assert_clean_upstream, config, provider_config, served_by,
+                     slug, workspace_key)
+from mocks import AnthropicMock, ToolCall
 
 CLAUDE = "claude-test-1"
 GPT = "gpt-mock"
@@ -308,3 +309,70 @@ def test_the_access_log_names_the_client_api(gateway, openai_mock):
     record = json.loads(line[line.index("{"):])
     assert (record["client_api"], record["path"], record["provider"]) == ("messages", "/v1/messages", "openai")
     assert (record["prompt_tokens"], record["completion_tokens"]) == (11, 7)
+
+
+# --------------------------------------------------------------------------- Responses kept by the gateway
+
+
+def test_a_kept_response_continues_reads_lists_and_deletes(gateway, anthropic_mock):
+    client = gateway.sdk(slug("anthropic-mock"))
+    anthropic_mock.script(text="Paris.")
+    first = client.responses.create(model=CLAUDE, input="Capital of France?", instructions="Be brief.")
+    assert first.id.startswith("resp_gw_")
+    anthropic_mock.script(text="About two million.")
+    second = client.responses.create(model=CLAUDE, input="And its population?", previous_response_id=first.id)
+    assert second.output_text == "About two million."
+    # The provider got the whole conversation (the earlier instructions are not carried, as OpenAI does).
+    sent = anthropic_mock.last.json
+    assert [(m["role"], m["content"] if isinstance(m["content"], str) else m["content"][0]["text"])
+            for m in sent["messages"]] == [
+        ("user", "Capital of France?"), ("assistant", "Paris."), ("user", "And its population?")]
+    assert "system" not in sent
+
+    assert client.responses.retrieve(second.id).output_text == "About two million."
+    items = client.responses.input_items.list(second.id, order="asc")
+    texts = [item.content[0].text if not isinstance(item.content, str) else item.content for item in items.data]
+    assert texts == ["Capital of France?", "Paris.", "And its population?"]
+    # Another workspace sees none of it.
+    other = gateway.sdk(slug("anthropic-mock"), key=workspace_key(gateway))
+    with pytest.raises(openai.NotFoundError):
+        other.responses.retrieve(second.id)
+    with pytest.raises(openai.BadRequestError) as raised:
+        other.responses.create(model=CLAUDE, input="more", previous_response_id=second.id)
+    assert raised.value.body["param"] == "previous_response_id"
+    client.responses.delete(second.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(second.id)
+
+
+def test_a_streamed_response_is_kept_and_store_false_is_not(gateway, anthropic_mock):
+    client = gateway.sdk(slug("anthropic-mock"))
+    anthropic_mock.script(text="streamed answer")
+    events = list(client.responses.create(model=CLAUDE, input="Stream it", stream=True))
+    kept_id = events[-1].response.id
+    anthropic_mock.script(text="next")
+    client.responses.create(model=CLAUDE, input="Go on", previous_response_id=kept_id)
+    assert [m["role"] for m in anthropic_mock.last.json["messages"]] == ["user", "assistant", "user"]
+    anthropic_mock.script(text="not kept")
+    unkept = client.responses.create(model=CLAUDE, input="Forget it", store=False)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unkept.id)
+
+
+def test_the_cache_serves_each_client_api_its_own_answers(gateway, anthropic_mock):
+    cfg = provider_config(anthropic_mock, provider="anthropic", cache={"mode": "simple"})
+    headers = {**config(cfg), "x-gateway-cache-namespace": f"client-apis-{uuid.uuid4().hex}"}
+    client = anthropic_sdk(gateway, headers, api_key="unused")
+    body = {"model": CLAUDE, "max_tokens": 20, "messages": [{"role": "user", "content": "Cache me"}]}
+    anthropic_mock.script(text="cached words")
+    first = client.messages.with_raw_response.create(**body)
+    again = client.messages.with_raw_response.create(**body)
+    assert first.http_response.headers["x-gateway-cache-status"] == "MISS"
+    assert again.http_response.headers["x-gateway-cache-status"] == "HIT"
+    assert again.parse().content[0].text == "cached words" and len(anthropic_mock.requests) == 1
+    # The same conversation through the Responses API is another entry.
+    anthropic_mock.script(text="a response")
+    response = gateway.sdk(headers).responses.with_raw_response.create(model=CLAUDE, input="Cache me",
+                                                                      max_output_tokens=20)
+    assert response.headers["x-gateway-cache-status"] == "MISS"
+    assert response.parse().output_text == "a response" and len(anthropic_mock.requests) == 2

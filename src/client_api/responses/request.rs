@@ -32,6 +32,27 @@ const CARRIED: [&str; 11] = [
     "text",
 ];
 
+/// The request's `input` as items: a string is one user message.
+pub(crate) fn input_items(request: &Map<String, Value>) -> Vec<Value> {
+    match request.get("input") {
+        Some(Value::Array(items)) => items.clone(),
+        Some(Value::String(text)) => vec![json!({"type": "message", "role": "user", "content": text})],
+        _ => Vec::new(),
+    }
+}
+
+/// A request that continues a kept response: the conversation so far (`earlier`: the kept
+/// input items then the kept response's output items) put before the request's own input, and
+/// `previous_response_id` removed (no provider knows the gateway's ids).
+pub(crate) fn continued(request: &mut Map<String, Value>, earlier: &Value) {
+    let mut items: Vec<Value> = earlier.get("input").and_then(Value::as_array).cloned().unwrap_or_default();
+    let output = earlier.pointer("/response/output").and_then(Value::as_array);
+    items.extend(output.into_iter().flatten().cloned());
+    items.extend(input_items(request));
+    request.insert("input".into(), Value::Array(items));
+    request.remove("previous_response_id");
+}
+
 pub(crate) fn to_chat(body: &Map<String, Value>) -> Result<Translated, GatewayError> {
     let mut out = Translated { body: Map::new(), dropped: Vec::new() };
     let model = body.get("model").and_then(Value::as_str).filter(|m| !m.is_empty());
@@ -328,6 +349,21 @@ mod tests {
 
     fn translate(body: Value) -> Result<Translated, GatewayError> {
         to_chat(body.as_object().unwrap())
+    }
+
+    #[test]
+    fn a_kept_conversation_goes_before_the_input() {
+        let earlier = json!({"input": [{"type": "message", "role": "user", "content": "Capital of France?"}],
+            "response": {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Paris."}]}]}});
+        let mut request = json!({"model": "m", "input": "And its population?", "previous_response_id": "resp_gw_1"});
+        let request = request.as_object_mut().unwrap();
+        continued(request, &earlier);
+        assert_eq!(request.get("previous_response_id"), None);
+        let roles: Vec<&str> =
+            request["input"].as_array().unwrap().iter().map(|i| i["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["user", "assistant", "user"]);
+        assert_eq!(input_items(request).len(), 3);
+        assert_eq!(input_items(&Map::new()), Vec::<Value>::new());
     }
 
     #[test]

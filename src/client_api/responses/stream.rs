@@ -74,6 +74,7 @@ pub(crate) struct ResponsesStream {
     finish_reason: Option<String>,
     usage: Option<Value>,
     done: bool,
+    failed: bool,
 }
 
 impl ResponsesStream {
@@ -91,6 +92,7 @@ impl ResponsesStream {
             finish_reason: None,
             usage: None,
             done: false,
+            failed: false,
         }
     }
 
@@ -120,6 +122,12 @@ impl ResponsesStream {
     #[cfg(test)]
     pub(crate) fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// The response the stream completed (or ended incomplete) with; None while it runs or
+    /// when it failed.
+    pub(crate) fn finished(&self) -> Option<Value> {
+        (self.done && !self.failed).then(|| self.response(status(self.finish_reason.as_deref())))
     }
 
     /// The token counts the chat stream reported, once it did.
@@ -335,6 +343,7 @@ impl ResponsesStream {
 
     fn fail(&mut self, message: &str, out: &mut Vec<u8>) {
         self.start(out);
+        self.failed = true;
         let mut response = self.response("failed");
         if let Some(fields) = response.as_object_mut() {
             fields.insert("error".into(), json!({"code": "server_error", "message": message}));
