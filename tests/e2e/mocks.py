@@ -1708,8 +1708,9 @@ class AnthropicMock(MockProvider):
     max_cache_breakpoints = 4
     _block_types = {"text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking",
                     "search_result", "server_tool_use", "web_search_tool_result"}
-    # The API versions Anthropic serves (`anthropic-version`); any other is a 400.
-    versions = frozenset({"2023-06-01", "2023-01-01"})
+    # The API versions Anthropic serves (`anthropic-version`); any other is a 400. Claude Code
+    # sends 2023-06-01, the anthropic SDK 2.14 2026-10-21.
+    versions = frozenset({"2023-06-01", "2023-01-01", "2026-10-21"})
 
     @staticmethod
     def error(status: int, type: str, message: str, **reply_fields: Any) -> Reply:  # noqa: A002
@@ -1914,7 +1915,8 @@ class AnthropicMock(MockProvider):
     def handle(self, h, req):
         if req.path not in ("/v1/messages", "/v1/messages/count_tokens") or req.method != "POST":
             return self._err(h, 404, "not_found_error", f"Not found: {req.method} {req.path}")
-        if not req.header("x-api-key"):
+        # The key in `x-api-key` (Claude Code) or as a Bearer token (the anthropic SDK since 2.x).
+        if not req.header("x-api-key") and not (req.header("authorization") or "").startswith("Bearer "):
             return self._err(h, 401, "authentication_error", "x-api-key header is required")
         version = req.header("anthropic-version")
         if not version:
