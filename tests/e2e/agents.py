@@ -120,7 +120,8 @@ def _toml(value: str) -> str:
 def codex_config(base_url: str, headers: dict[str, str] | None = None, model: str = CODEX_MODEL) -> str:
     """A CODEX_HOME/config.toml naming ``base_url`` as a provider of the Responses API, its key in
     the environment variable CODEX_GATEWAY_KEY, ``headers`` sent with every request; no retries
-    (each request a test scripts is sent once), no plugin sync (it would reach out to the network)."""
+    (each request a test scripts is sent once), no plugin sync or analytics (they would reach out to
+    the network)."""
     header_table = ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in (headers or {}).items())
     return "\n".join([
         f"model = {_toml(model)}",
@@ -137,6 +138,9 @@ def codex_config(base_url: str, headers: dict[str, str] | None = None, model: st
         "",
         "[features]",
         "plugins = false",
+        "",
+        "[analytics]",
+        "enabled = false",
         "",
     ])
 
