@@ -181,8 +181,17 @@ install_agents() {
     apt_install nodejs npm
   fi
   log "installing Claude Code $CLAUDE_CODE_VERSION and Codex $CODEX_VERSION into .tools/agents (about 1 min)"
-  install_step npm-agents npm install --prefix "$AGENTS" --save-exact --engine-strict=false --include=optional --no-audit --no-fund \
-    "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION"
+  # Their manifest, from the pins. Claude Code's install script puts its native binary in place of
+  # bin/claude.exe: the one install script allowed.
+  mkdir -p "$AGENTS"
+  cat >"$AGENTS/package.json" <<JSON
+{
+  "private": true,
+  "dependencies": {"@anthropic-ai/claude-code": "$CLAUDE_CODE_VERSION", "@openai/codex": "$CODEX_VERSION"},
+  "allowScripts": {"@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION": true}
+}
+JSON
+  install_step npm-agents npm install --prefix "$AGENTS" --engine-strict=false --include=optional --no-audit --no-fund
   install_step claude-code-version "$AGENTS/node_modules/.bin/claude" --version
   install_step codex-version "$AGENTS/node_modules/.bin/codex" --version
 }
