@@ -159,7 +159,8 @@ install_test_deps() {
   local stamp="$VENV/.test-requirements"
   if ! cmp -s tests/requirements.txt "$stamp"; then
     log "installing the end-to-end tests' Python packages into .venv"
-    install_step pip-test-deps "$VENV/bin/pip" install --disable-pip-version-check -r tests/requirements.txt
+    # `python -m pip`: a copied .venv's bin/pip still names the original's python in its first line.
+    install_step pip-test-deps "$VENV/bin/python" -m pip install --disable-pip-version-check -r tests/requirements.txt
     cp tests/requirements.txt "$stamp"
   fi
 }
