@@ -1432,9 +1432,10 @@ class OpenAIMock(MockProvider):
         for i, value in enumerate(body.get("include") or []):
             if value not in cls._response_includes:
                 return cls._supported(value, f"include[{i}]", cls._response_includes)
-        fmt = ((body.get("text") or {}).get("format") or {"type": "text"})
-        if fmt.get("type") not in ("text", "json_schema", "json_object"):
-            return cls._supported(fmt.get("type"), "text.format.type", ("text", "json_schema", "json_object"))
+        fmt = (body.get("text") or {}).get("format") or {"type": "text"}
+        if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_schema", "json_object"):
+            return cls._supported(fmt.get("type") if isinstance(fmt, dict) else fmt, "text.format.type",
+                                  ("text", "json_schema", "json_object"))
         if fmt["type"] == "json_schema" and not (isinstance(fmt.get("name"), str) and isinstance(fmt.get("schema"), dict)):
             return ("Missing required parameter: 'text.format.name'.", "text.format.name",
                     "missing_required_parameter")

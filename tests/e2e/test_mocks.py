@@ -477,8 +477,28 @@ def test_responses_sdk_stream_and_an_incomplete_answer(openai_mock):
     assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
 
 
+def test_responses_gated_stream_holds_the_rest_until_the_gate(openai_mock):
+    gate = threading.Event()
+    reply = openai_mock.script(Reply(text="first second", gate=gate))
+    body = {"model": "gpt-mock", "input": "x", "stream": True}
+    with httpx.stream("POST", f"{openai_mock.base_url}/responses", json=body, headers=OPENAI_AUTH,
+                      timeout=httpx.Timeout(5, read=1)) as r:
+        data = (json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: "))
+        types = []
+        while not types or types[-1] != "response.output_text.delta":
+            types.append(next(data)["type"])
+        with pytest.raises(httpx.ReadTimeout):  # nothing more until the gate opens
+            next(data)
+    assert types == ["response.created", "response.in_progress", "response.output_item.added",
+                     "response.content_part.added", "response.output_text.delta"]
+    assert not reply.served.is_set()
+    gate.set()
+    assert reply.served.wait(5)
+
+
 @pytest.mark.parametrize("extra, param, code", [
     ({"foo": 1}, "foo", "unknown_parameter"),
+    ({"text": {"format": "json"}}, "text.format.type", "invalid_value"),
     ({"model": None}, "model", "missing_required_parameter"),
     ({"input": {"role": "user"}}, "input", "invalid_type"),
     ({"input": [{"type": "shout", "text": "x"}]}, "input[0].type", "invalid_value"),
