@@ -4,10 +4,12 @@ Real HTTP/1.1 servers on 127.0.0.1 (ephemeral ports, keep-alive, Content-Length 
 plain answers, chunked transfer encoding for streams), each running in daemon threads
 inside the pytest process:
 
-* ``OpenAIMock`` speaks OpenAI's wire format (chat completions, completions, embeddings,
-  images, audio transcriptions, batches, assistants, threads, fine-tuning, models).
-* ``AnthropicMock`` speaks Anthropic's Messages API (``POST /v1/messages``), validates
-  requests like the real API does and streams the real SSE event sequence.
+* ``OpenAIMock`` speaks OpenAI's wire format (chat completions, the Responses API with its
+  stored responses, completions, embeddings, images, audio transcriptions, batches, assistants,
+  threads, fine-tuning, models).
+* ``AnthropicMock`` speaks Anthropic's Messages API (``POST /v1/messages``, and
+  ``/v1/messages/count_tokens``), validates requests like the real API does and streams the
+  real SSE event sequence.
 
 Every request is recorded (``mock.requests``, ``mock.last``) with method, path, query,
 lowercased headers, raw body bytes, parsed JSON and, for multipart bodies, the parts.
@@ -1690,7 +1692,8 @@ class AzureOpenAIMock(OpenAIMock):
 
 
 class AnthropicMock(MockProvider):
-    """Speaks Anthropic's Messages API (``POST /v1/messages``) and validates like it."""
+    """Speaks Anthropic's Messages API (``POST /v1/messages``, ``/v1/messages/count_tokens``) and
+    validates like it."""
 
     name = "anthropic"
     default_text = "Hello from the Anthropic mock."
