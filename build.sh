@@ -9,6 +9,7 @@
 #   ./build.sh config   print the Envoy config `run` would use (envoy/render.py)
 #   ./build.sh bench    the benchmark (bench/README.md)
 #   ./build.sh size     the module's code size by crate and its largest functions (bench/README.md)
+#   ./build.sh agents   install the coding agents the end-to-end tests run (Claude Code, Codex)
 #   ./build.sh fixtures write the translation fixtures' snapshots again after an intended change
 #                       (src/providers/fixtures/README.md); review their diff
 set -euo pipefail
@@ -158,9 +159,42 @@ install_test_deps() {
   local stamp="$VENV/.test-requirements"
   if ! cmp -s tests/requirements.txt "$stamp"; then
     log "installing the end-to-end tests' Python packages into .venv"
-    install_step pip-test-deps "$VENV/bin/pip" install --disable-pip-version-check -r tests/requirements.txt
+    # `python -m pip`: a copied .venv's bin/pip still names the original's python in its first line.
+    install_step pip-test-deps "$VENV/bin/python" -m pip install --disable-pip-version-check -r tests/requirements.txt
     cp tests/requirements.txt "$stamp"
   fi
+}
+
+# The coding agents the end-to-end tests run (tests/e2e/agents.py), at pinned versions, in
+# .tools/agents. Each npm package brings its native binary in an optional dependency for this
+# platform, so once installed they run with no network. Claude Code's binary is native: its
+# package's Node.js engine (22) is only its installer's, which runs on Node.js 20 too.
+CLAUDE_CODE_VERSION="2.1.332"
+CODEX_VERSION="0.171.0"
+AGENTS="$TOOLS/agents"
+install_agents() {
+  if "$AGENTS/node_modules/.bin/claude" --version 2>/dev/null | grep -qF "$CLAUDE_CODE_VERSION (Claude Code)" \
+     && "$AGENTS/node_modules/.bin/codex" --version 2>/dev/null | grep -qxF "codex-cli $CODEX_VERSION"; then
+    return
+  fi
+  if ! command -v npm >/dev/null; then
+    log "installing Node.js and npm (they install the coding agents)"
+    apt_install nodejs npm
+  fi
+  log "installing Claude Code $CLAUDE_CODE_VERSION and Codex $CODEX_VERSION into .tools/agents (about 1 min)"
+  # Their manifest, from the pins. Claude Code's install script puts its native binary in place of
+  # bin/claude.exe: the one install script allowed.
+  mkdir -p "$AGENTS"
+  cat >"$AGENTS/package.json" <<JSON
+{
+  "private": true,
+  "dependencies": {"@anthropic-ai/claude-code": "$CLAUDE_CODE_VERSION", "@openai/codex": "$CODEX_VERSION"},
+  "allowScripts": {"@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION": true}
+}
+JSON
+  install_step npm-agents npm install --prefix "$AGENTS" --engine-strict=false --include=optional --no-audit --no-fund
+  install_step claude-code-version "$AGENTS/node_modules/.bin/claude" --version
+  install_step codex-version "$AGENTS/node_modules/.bin/codex" --version
 }
 
 # PostgreSQL, for the control plane's end-to-end tests against it (the suite starts its own
@@ -271,6 +305,7 @@ lint() {
 test_all() {
   build
   install_test_deps
+  install_agents
   install_postgres
   lint
   log "unit tests"
@@ -300,7 +335,8 @@ case "$COMMAND" in
   lint) build; lint ;;
   bench) shift; build; build_minimal_filter; exec "$VENV/bin/python" bench/bench.py "$@" ;;
   size) shift; size_breakdown "$@" ;;
+  agents) install_agents ;;
   fixtures) UPDATE_SNAPSHOTS=1 cargo test --quiet -p model-gateway --lib providers::fixtures
             git status --short -- src/providers/fixtures/snapshots ;;
-  *) echo "usage: $0 [build|run|test|lint|config|bench|size|fixtures]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|run|test|lint|config|bench|size|agents|fixtures]" >&2; exit 2 ;;
 esac

@@ -299,3 +299,5 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes over about 10 s (a real-time wait such as the 30 s "
                                        "circuit-breaker cooldown, or a load); runs in the default suite, "
                                        "deselect with -m 'not slow'")
+    config.addinivalue_line("markers", "agents: runs a coding agent (Claude Code or Codex, which build.sh agents "
+                                       "installs); runs in the default suite, deselect with -m 'not agents'")

@@ -4,10 +4,12 @@ Real HTTP/1.1 servers on 127.0.0.1 (ephemeral ports, keep-alive, Content-Length 
 plain answers, chunked transfer encoding for streams), each running in daemon threads
 inside the pytest process:
 
-* ``OpenAIMock`` speaks OpenAI's wire format (chat completions, completions, embeddings,
-  images, audio transcriptions, batches, assistants, threads, fine-tuning, models).
-* ``AnthropicMock`` speaks Anthropic's Messages API (``POST /v1/messages``), validates
-  requests like the real API does and streams the real SSE event sequence.
+* ``OpenAIMock`` speaks OpenAI's wire format (chat completions, the Responses API with its
+  stored responses, completions, embeddings, images, audio transcriptions, batches, assistants,
+  threads, fine-tuning, models).
+* ``AnthropicMock`` speaks Anthropic's Messages API (``POST /v1/messages``, and
+  ``/v1/messages/count_tokens``), validates requests like the real API does and streams the
+  real SSE event sequence.
 
 Every request is recorded (``mock.requests``, ``mock.last``) with method, path, query,
 lowercased headers, raw body bytes, parsed JSON and, for multipart bodies, the parts.
@@ -643,11 +645,16 @@ class OpenAIMock(MockProvider):
         ("POST", r"/v1/uploads/(?P<id>[^/]+)/parts", "_upload_part"),
         ("POST", r"/v1/uploads/(?P<id>[^/]+)/complete", "_upload_complete"),
         ("POST", r"/v1/uploads/(?P<id>[^/]+)/cancel", "_upload_cancel"),
+        ("POST", r"/v1/responses", "_responses_create"),
+        ("GET", r"/v1/responses/(?P<id>[^/]+)", "_response_get"),
+        ("DELETE", r"/v1/responses/(?P<id>[^/]+)", "_response_delete"),
+        ("POST", r"/v1/responses/(?P<id>[^/]+)/cancel", "_response_cancel"),
+        ("GET", r"/v1/responses/(?P<id>[^/]+)/input_items", "_response_input_items"),
         ("GET", r"/v1/models", "_models"),
     ]
     # POSTs that carry no JSON body (an action on an id) or a multipart one.
     _not_json = ("_transcriptions", "_files_create", "_batch_cancel", "_ft_cancel", "_run_cancel", "_upload_part",
-                 "_upload_cancel")
+                 "_upload_cancel", "_response_cancel")
 
     def handle(self, h, req):
         for method, pattern, fn in self._routes:
@@ -785,6 +792,8 @@ class OpenAIMock(MockProvider):
         self._file_objects: dict[str, dict] = {}
         # upload id -> (the upload object, part id -> bytes)
         self._uploads: dict[str, tuple[dict, dict[str, bytes]]] = {}
+        # response id -> {"response", "input_items", "queued" (a background response not yet asked for)}
+        self._responses: dict[str, dict] = {}
 
     def reset(self):
         super().reset()
@@ -793,6 +802,7 @@ class OpenAIMock(MockProvider):
             self._files.clear()
             self._file_objects.clear()
             self._uploads.clear()
+            self._responses.clear()
 
     def put_file(self, file_id: str, content: bytes | str) -> None:
         """Serve ``content`` at ``GET /v1/files/{file_id}/content`` (until the next reset);
@@ -1248,6 +1258,387 @@ class OpenAIMock(MockProvider):
             return self._err(h, 404, f"No upload {id}.")
         self._serve(h, req, lambda reply: h.send_json(200, {**known[0], "status": "cancelled"}, reply.headers))
 
+    # ---- responses (the Responses API). A response is kept (unless `store: false`) with its
+    # input until the next reset: `previous_response_id`, GET, DELETE, cancel and input_items
+    # find it; each answer is generated from the scripted `Reply` like chat's
+    _response_fields = frozenset({
+        "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens",
+        "max_tool_calls", "temperature", "top_p", "top_logprobs", "stream", "stream_options", "store",
+        "previous_response_id", "conversation", "metadata", "text", "reasoning", "include", "truncation", "user",
+        "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "service_tier", "background", "prompt",
+        "client_metadata", "context_management"})
+    # Item types of `input`: the ones checked field by field, then the hosted tools' and others' items
+    _input_item_fields = {
+        "message": ({"role", "content"}, {"type", "id", "status", "phase"}),
+        "function_call": ({"call_id", "name", "arguments"}, {"type", "id", "status", "namespace"}),
+        "function_call_output": ({"call_id", "output"}, {"type", "id", "status"}),
+        "reasoning": ({"summary"}, {"type", "id", "content", "encrypted_content", "status"}),
+        "custom_tool_call": ({"call_id", "name", "input"}, {"type", "id", "status", "namespace"}),
+        "custom_tool_call_output": ({"call_id", "output"}, {"type", "id", "status"}),
+    }
+    _other_item_types = frozenset({
+        "item_reference", "web_search_call", "file_search_call", "computer_call", "computer_call_output",
+        "code_interpreter_call", "image_generation_call", "local_shell_call", "local_shell_call_output",
+        "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_list_tools",
+        "mcp_approval_request", "mcp_approval_response", "mcp_call", "compaction", "tool_search_call",
+        "tool_search_output"})
+    _input_part_types = ("input_text", "input_image", "input_file")
+    _output_part_types = ("output_text", "refusal")
+    _response_tool_types = (
+        "function", "custom", "namespace", "web_search", "web_search_2025_08_26", "web_search_preview",
+        "web_search_preview_2025_03_11", "file_search", "code_interpreter", "image_generation", "mcp",
+        "local_shell", "shell", "apply_patch", "computer_use_preview", "tool_search")
+    _response_includes = (
+        "code_interpreter_call.outputs", "computer_call_output.output.image_url", "file_search_call.results",
+        "message.input_image.image_url", "message.output_text.logprobs", "reasoning.encrypted_content",
+        "web_search_call.action.sources", "web_search_call.results")
+
+    @staticmethod
+    def _supported(value: Any, name: str, allowed: Iterable[str]) -> tuple[str, str, str]:
+        listed = ", ".join(f"'{v}'" for v in allowed)
+        return f"Invalid value: {json.dumps(value)}. Supported values are: {listed}.", name, "invalid_value"
+
+    @staticmethod
+    def seal_reasoning(summary: str) -> str:
+        """A reasoning item's `encrypted_content`: OpenAI's is opaque and checked when sent back;
+        the mock's carries the summary it was made for under a keyed hash."""
+        payload = base64.urlsafe_b64encode(summary.encode()).decode()
+        return f"gAAAAB{payload}.{hashlib.sha256(b'openai-mock-reasoning-key' + summary.encode()).hexdigest()[:32]}"
+
+    @classmethod
+    def reasoning_sealed(cls, sealed: str) -> bool:
+        head, _, mac = sealed.partition(".")
+        try:
+            summary = base64.urlsafe_b64decode(head.removeprefix("gAAAAB").encode()).decode()
+        except (ValueError, UnicodeDecodeError):
+            return False
+        return cls.seal_reasoning(summary) == sealed
+
+    @classmethod
+    def _item_problem(cls, i: int, item: Any) -> tuple[str, str, str | None] | None:
+        at = f"input[{i}]"
+        if not isinstance(item, dict):
+            return f"Invalid type for '{at}': expected an input item, but got {type(item).__name__} instead.", at, \
+                "invalid_type"
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind in cls._other_item_types:
+            return None
+        if kind not in cls._input_item_fields:
+            return cls._supported(kind, f"{at}.type", [*cls._input_item_fields, *sorted(cls._other_item_types)])
+        required, optional = cls._input_item_fields[kind]
+        for key in item:
+            if key not in required | optional:
+                return f"Unknown parameter: '{at}.{key}'.", f"{at}.{key}", "unknown_parameter"
+        for key in sorted(required - set(item)):
+            return f"Missing required parameter: '{at}.{key}'.", f"{at}.{key}", "missing_required_parameter"
+        if kind == "message":
+            roles = ("assistant", "system", "developer", "user")
+            if item["role"] not in roles:
+                return cls._supported(item["role"], f"{at}.role", roles)
+            content = item["content"]
+            if isinstance(content, str):
+                return None
+            if not isinstance(content, list):
+                return (f"Invalid type for '{at}.content': expected one of a string or array of input items, but "
+                        f"got {type(content).__name__} instead.", f"{at}.content", "invalid_type")
+            parts = cls._output_part_types if item["role"] == "assistant" else cls._input_part_types
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind not in parts:
+                    return cls._supported(kind, f"{at}.content[{j}].type", parts)
+                if kind in ("input_text", "output_text") and not isinstance(part.get("text"), str):
+                    return (f"Missing required parameter: '{at}.content[{j}].text'.", f"{at}.content[{j}].text",
+                            "missing_required_parameter")
+        elif kind in ("function_call", "custom_tool_call"):
+            field_ = "arguments" if kind == "function_call" else "input"
+            for key in ("call_id", "name", field_):
+                if not isinstance(item[key], str):
+                    return (f"Invalid type for '{at}.{key}': expected a string, but got "
+                            f"{type(item[key]).__name__} instead.", f"{at}.{key}", "invalid_type")
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            if not isinstance(item["output"], (str, list)):
+                return (f"Invalid type for '{at}.output': expected one of a string or array of input items, but "
+                        f"got {type(item['output']).__name__} instead.", f"{at}.output", "invalid_type")
+        elif kind == "reasoning":
+            if not isinstance(item["summary"], list):
+                return (f"Invalid type for '{at}.summary': expected an array of summary parts, but got "
+                        f"{type(item['summary']).__name__} instead.", f"{at}.summary", "invalid_type")
+            sealed = item.get("encrypted_content")
+            if sealed is not None and not (isinstance(sealed, str) and cls.reasoning_sealed(sealed)):
+                return (f"The encrypted content for item {item.get('id')} could not be verified.", None,
+                        "invalid_encrypted_content")
+        return None
+
+    @classmethod
+    def _tool_problem(cls, at: str, tool: Any) -> tuple[str, str, str | None] | None:
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind not in cls._response_tool_types:
+            return cls._supported(kind, f"{at}.type", cls._response_tool_types)
+        if kind in ("function", "custom", "namespace") and not isinstance(tool.get("name"), str):
+            # a chat completions tool ({"type": "function", "function": {...}}) is refused here
+            return f"Missing required parameter: '{at}.name'.", f"{at}.name", "missing_required_parameter"
+        if kind == "namespace":
+            if not isinstance(tool.get("tools"), list):
+                return f"Missing required parameter: '{at}.tools'.", f"{at}.tools", "missing_required_parameter"
+            for k, inner in enumerate(tool["tools"]):
+                problem = cls._tool_problem(f"{at}.tools[{k}]", inner)
+                if problem:
+                    return problem
+        return None
+
+    @classmethod
+    def response_problem(cls, body: dict) -> tuple[str, str | None, str | None] | None:
+        """OpenAI's 400 for a Responses request (message, param, code), else None."""
+        for key in body:
+            if key not in cls._response_fields:
+                return f"Unknown parameter: '{key}'.", key, "unknown_parameter"
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            return "Missing required parameter: 'model'.", "model", "missing_required_parameter"
+        inp = body.get("input")
+        if inp is not None and not isinstance(inp, (str, list)):
+            return ("Invalid type for 'input': expected one of a string or array of input items, but got "
+                    f"{type(inp).__name__} instead.", "input", "invalid_type")
+        for i, item in enumerate(inp if isinstance(inp, list) else []):
+            problem = cls._item_problem(i, item)
+            if problem:
+                return problem
+        tools = body.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            return "Invalid type for 'tools': expected an array, but got an object instead.", "tools", "invalid_type"
+        for i, tool in enumerate(tools or []):
+            problem = cls._tool_problem(f"tools[{i}]", tool)
+            if problem:
+                return problem
+        choice = body.get("tool_choice")
+        if isinstance(choice, str) and choice not in ("none", "auto", "required"):
+            return cls._supported(choice, "tool_choice", ("none", "auto", "required"))
+        if isinstance(choice, dict) and choice.get("type") == "function" and not isinstance(choice.get("name"), str):
+            return "Missing required parameter: 'tool_choice.name'.", "tool_choice.name", "missing_required_parameter"
+        temp = body.get("temperature")
+        if temp is not None and (not isinstance(temp, (int, float)) or not 0 <= temp <= 2):
+            return (f"Invalid 'temperature': decimal above maximum value. Expected a value <= 2, but got {temp} "
+                    "instead.", "temperature", "decimal_above_max_value")
+        top_p = body.get("top_p")
+        if top_p is not None and (not isinstance(top_p, (int, float)) or not 0 <= top_p <= 1):
+            return (f"Invalid 'top_p': decimal above maximum value. Expected a value <= 1, but got {top_p} "
+                    "instead.", "top_p", "decimal_above_max_value")
+        mot = body.get("max_output_tokens")
+        if mot is not None and (not isinstance(mot, int) or isinstance(mot, bool) or mot < 16):
+            return (f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got "
+                    f"{mot} instead.", "max_output_tokens", "integer_below_min_value")
+        for key, kind in (("text", dict), ("reasoning", dict), ("include", list), ("metadata", dict),
+                          ("stream", bool), ("store", bool), ("background", bool), ("parallel_tool_calls", bool)):
+            if body.get(key) is not None and not isinstance(body[key], kind):
+                return (f"Invalid type for '{key}': expected {'an object' if kind is dict else f'a {kind.__name__}'}"
+                        f", but got {type(body[key]).__name__} instead.", key, "invalid_type")
+        for i, value in enumerate(body.get("include") or []):
+            if value not in cls._response_includes:
+                return cls._supported(value, f"include[{i}]", cls._response_includes)
+        fmt = (body.get("text") or {}).get("format") or {"type": "text"}
+        if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_schema", "json_object"):
+            return cls._supported(fmt.get("type") if isinstance(fmt, dict) else fmt, "text.format.type",
+                                  ("text", "json_schema", "json_object"))
+        if fmt["type"] == "json_schema" and not (isinstance(fmt.get("name"), str) and isinstance(fmt.get("schema"), dict)):
+            return ("Missing required parameter: 'text.format.name'.", "text.format.name",
+                    "missing_required_parameter")
+        effort = (body.get("reasoning") or {}).get("effort")
+        if effort is not None and effort not in ("none", "minimal", "low", "medium", "high", "xhigh"):
+            return cls._supported(effort, "reasoning.effort", ("none", "minimal", "low", "medium", "high", "xhigh"))
+        return None
+
+    def _stored(self, response_id: str) -> dict | None:
+        with self._lock:
+            return self._responses.get(response_id)
+
+    def _history(self, response_id: str | None) -> list[dict]:
+        """The items of a stored response's conversation: each earlier input and output, in order."""
+        items: list[dict] = []
+        while response_id:
+            stored = self._stored(response_id)
+            if stored is None:
+                break
+            items[:0] = stored["input_items"] + stored["response"]["output"]
+            response_id = stored["response"]["previous_response_id"]
+        return items
+
+    @staticmethod
+    def _input_items(inp: Any) -> list[dict]:
+        """The request's input as the items OpenAI keeps (every one with an id)."""
+        if inp is None:
+            return []
+        items = [{"role": "user", "content": inp}] if isinstance(inp, str) else inp
+        out = []
+        for item in items:
+            item = dict(item)
+            kind = item.setdefault("type", "message")
+            if kind == "message":
+                if isinstance(item["content"], str):
+                    part = "output_text" if item["role"] == "assistant" else "input_text"
+                    item["content"] = [{"type": part, "text": item["content"]}]
+                item.setdefault("status", "completed")
+            prefix = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs",
+                      "custom_tool_call": "ctc", "custom_tool_call_output": "ctco"}.get(kind, "item")
+            item.setdefault("id", f"{prefix}_mock{_hex(24)}")
+            out.append(item)
+        return out
+
+    def _responses_create(self, h, req):
+        body = req.json
+        problem = self.response_problem(body)
+        if problem:
+            return self._err(h, 400, problem[0], param=problem[1], code=problem[2])
+        previous = body.get("previous_response_id")
+        if previous is not None and self._stored(previous) is None:
+            return self._err(h, 400, f"Previous response with id '{previous}' not found.",
+                             param="previous_response_id", code="previous_response_not_found")
+        items = self._input_items(body.get("input"))
+        called = {i["call_id"] for i in self._history(previous) + items
+                  if i.get("type") in ("function_call", "custom_tool_call")}
+        for item in items:
+            if item["type"] in ("function_call_output", "custom_tool_call_output") and item["call_id"] not in called:
+                return self._err(h, 400, f"No tool call found for function call output with call_id "
+                                         f"{item['call_id']}.", param="input")
+        self._serve(h, req, lambda reply: self._respond(h, reply, body, items))
+
+    def response_object(self, body: dict, status: str, output: list[dict], usage: dict | None) -> dict:
+        """A `response` object for ``body`` (its settings echoed as OpenAI does)."""
+        return {
+            "id": f"resp_mock{_hex(24)}", "object": "response", "created_at": _now(), "status": status,
+            "background": bool(body.get("background")), "error": None, "incomplete_details": None,
+            "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
+            "max_tool_calls": body.get("max_tool_calls"), "model": body["model"], "output": output,
+            "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "previous_response_id": body.get("previous_response_id"),
+            "prompt_cache_key": body.get("prompt_cache_key"),
+            "reasoning": {"effort": None, "summary": None, **(body.get("reasoning") or {})},
+            "safety_identifier": body.get("safety_identifier"), "service_tier": "default",
+            "store": body.get("store", True), "temperature": body.get("temperature", 1.0),
+            "text": {"format": {"type": "text"}, "verbosity": "medium", **(body.get("text") or {})},
+            "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools") or [],
+            "top_logprobs": body.get("top_logprobs", 0), "top_p": body.get("top_p", 1.0),
+            "truncation": body.get("truncation", "disabled"), "usage": usage, "user": body.get("user"),
+            "metadata": body.get("metadata") or {},
+        }
+
+    def _respond(self, h, reply: Reply, body: dict, items: list[dict]):
+        """The answer to a Responses request from ``reply``: reasoning (``thinking``), a message
+        (the text) and function calls, as a `response` object or its event stream."""
+        p, c = reply.usage
+        usage = {"input_tokens": p, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": c,
+                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": p + c}
+        output: list[dict] = []
+        if reply.thinking is not None:
+            reasoning = {"id": f"rs_mock{_hex(24)}", "type": "reasoning",
+                         "summary": [{"type": "summary_text", "text": reply.thinking}]}
+            if "reasoning.encrypted_content" in (body.get("include") or []):
+                reasoning["encrypted_content"] = self.seal_reasoning(reply.thinking)
+            output.append(reasoning)
+        text = reply.resolved_text(self.default_text)
+        if text:
+            output.append({"id": f"msg_mock{_hex(24)}", "type": "message", "status": "completed", "role": "assistant",
+                           "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]})
+        for tc in reply.tool_calls:
+            output.append({"id": f"fc_mock{_hex(24)}", "type": "function_call", "status": "completed",
+                           "arguments": json.dumps(tc.arguments), "call_id": tc.id or f"call_mock{_hex(16)}",
+                           "name": tc.name})
+        response = self.response_object(body, "completed", output, usage)
+        if reply.stop_reason in ("max_output_tokens", "content_filter"):
+            response.update(status="incomplete", incomplete_details={"reason": reply.stop_reason})
+        background = bool(body.get("background")) and not body.get("stream")
+        if body.get("store", True):
+            with self._lock:
+                self._responses[response["id"]] = {"response": response, "input_items": items,
+                                                   "queued": background}
+        if background:
+            return h.send_json(200, {**response, "status": "queued", "output": [], "usage": None}, reply.headers)
+        if not body.get("stream"):
+            return h.send_json(200, response, reply.headers)
+
+        events: list[bytes] = []
+        obfuscate = (body.get("stream_options") or {}).get("include_obfuscation", True)
+
+        def event(kind: str, **fields: Any) -> int:
+            if obfuscate and kind.endswith(".delta"):
+                fields["obfuscation"] = _hex(8)
+            events.append(_sse({"type": kind, "sequence_number": len(events), **fields}, kind))
+            return len(events)
+
+        started = {**response, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+        event("response.created", response=started)
+        event("response.in_progress", response=started)
+        first = content_end = None
+        for index, item in enumerate(output):
+            at = {"item_id": item["id"], "output_index": index}
+            if item["type"] == "reasoning":
+                event("response.output_item.added", output_index=index, item={**item, "summary": []})
+                part = {"type": "summary_text", "text": reply.thinking}
+                event("response.reasoning_summary_part.added", **at, summary_index=0, part={**part, "text": ""})
+                for piece in _split(reply.thinking, 3):
+                    event("response.reasoning_summary_text.delta", **at, summary_index=0, delta=piece)
+                event("response.reasoning_summary_text.done", **at, summary_index=0, text=reply.thinking)
+                event("response.reasoning_summary_part.done", **at, summary_index=0, part=part)
+            elif item["type"] == "message":
+                event("response.output_item.added", output_index=index,
+                      item={**item, "status": "in_progress", "content": []})
+                part = item["content"][0]
+                event("response.content_part.added", **at, content_index=0, part={**part, "text": ""})
+                for piece in reply.pieces(self.default_text):
+                    n = event("response.output_text.delta", **at, content_index=0, delta=piece, logprobs=[])
+                    first = first or n
+                content_end = len(events)
+                event("response.output_text.done", **at, content_index=0, text=part["text"], logprobs=[])
+                event("response.content_part.done", **at, content_index=0, part=part)
+            else:
+                event("response.output_item.added", output_index=index,
+                      item={**item, "status": "in_progress", "arguments": ""})
+                for piece in _split(item["arguments"], 3):
+                    n = event("response.function_call_arguments.delta", **at, delta=piece)
+                    first = first or n
+                event("response.function_call_arguments.done", **at, name=item["name"], arguments=item["arguments"])
+            event("response.output_item.done", output_index=index, item=item)
+        event("response.incomplete" if response["status"] == "incomplete" else "response.completed",
+              response=response)
+        self._stream(h, reply, events, first=first or len(events), content_end=content_end)
+
+    def _response_get(self, h, req, id):  # noqa: A002
+        stored = self._stored(id)
+        if stored is None:
+            return self._err(h, 404, f"Response with id '{id}' not found.")
+        with self._lock:
+            stored["queued"] = False  # a background response has finished by the time it is asked for
+        self._serve(h, req, lambda reply: h.send_json(200, stored["response"], reply.headers))
+
+    def _response_delete(self, h, req, id):  # noqa: A002
+        with self._lock:
+            stored = self._responses.pop(id, None)
+        if stored is None:
+            return self._err(h, 404, f"Response with id '{id}' not found.")
+        self._serve(h, req, lambda reply: h.send_json(200, self.deleted(id, "response"), reply.headers))
+
+    def _response_cancel(self, h, req, id):  # noqa: A002
+        stored = self._stored(id)
+        if stored is None:
+            return self._err(h, 404, f"Response with id '{id}' not found.")
+        if not stored["response"]["background"]:
+            return self._err(h, 400, "Only responses created with background=true can be cancelled.")
+        with self._lock:
+            if stored["queued"]:
+                stored["queued"] = False
+                stored["response"] = {**stored["response"], "status": "cancelled", "output": [], "usage": None}
+            cancelled = stored["response"]["status"] == "cancelled"
+        if not cancelled:
+            return self._err(h, 400, "Cannot cancel a completed response.")
+        self._serve(h, req, lambda reply: h.send_json(200, stored["response"], reply.headers))
+
+    def _response_input_items(self, h, req, id):  # noqa: A002
+        stored = self._stored(id)
+        if stored is None:
+            return self._err(h, 404, f"Response with id '{id}' not found.")
+        items = list(stored["input_items"])
+        if (req.qs("order") or "desc") == "desc":
+            items.reverse()
+        self._serve(h, req, lambda reply: h.send_json(200, self._page(items, req), reply.headers))
+
     # ---- models
     def _models(self, h, req):
         data = [{"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "mock"}
@@ -1301,7 +1692,8 @@ class AzureOpenAIMock(OpenAIMock):
 
 
 class AnthropicMock(MockProvider):
-    """Speaks Anthropic's Messages API (``POST /v1/messages``) and validates like it."""
+    """Speaks Anthropic's Messages API (``POST /v1/messages``, ``/v1/messages/count_tokens``) and
+    validates like it."""
 
     name = "anthropic"
     default_text = "Hello from the Anthropic mock."
@@ -1310,11 +1702,18 @@ class AnthropicMock(MockProvider):
                      500: "api_error", 529: "overloaded_error"}
     _fields = {"model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p",
                "top_k", "tools", "tool_choice", "metadata", "thinking", "service_tier", "container",
-               "mcp_servers", "context_management"}
+               "mcp_servers", "context_management", "output_config"}
+    # What `POST /v1/messages/count_tokens` takes: the conversation, never the generation's settings.
+    _count_fields = {"model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers",
+                     "context_management", "output_config"}
+    # The beta (`anthropic-beta`) under which Claude Code sends `system` turns among the messages,
+    # each turn with its own `output_config`; without it both are refused.
+    per_turn_beta = "per-turn-control-2026-07-01"
+    max_cache_breakpoints = 4
     _block_types = {"text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking",
                     "search_result", "server_tool_use", "web_search_tool_result"}
-    # The API versions Anthropic serves (`anthropic-version`, the pinned SDK's among them); any
-    # other is a 400.
+    # The API versions Anthropic serves (`anthropic-version`); any other is a 400. Claude Code
+    # sends 2023-06-01, the anthropic SDK 2.14 2026-10-21.
     versions = frozenset({"2023-06-01", "2023-01-01", "2026-10-21"})
 
     @staticmethod
@@ -1336,6 +1735,16 @@ class AnthropicMock(MockProvider):
         signature of thinking sent back; the mock does the same with a keyed hash."""
         return "EqMB" + hashlib.sha256(b"anthropic-mock-thinking-key\0" + thinking.encode()).hexdigest()[:40]
 
+    @staticmethod
+    def _blocks(message: dict, block_type: str) -> list[tuple[int, dict]]:
+        content = message["content"]
+        return [(j, b) for j, b in enumerate(content if isinstance(content, list) else []) if b["type"] == block_type]
+
+    @staticmethod
+    def _turns(msgs: list[dict]) -> list[tuple[int, dict]]:
+        """The user and assistant turns with their indices (`system` turns stand between them)."""
+        return [(i, m) for i, m in enumerate(msgs) if m["role"] != "system"]
+
     @classmethod
     def thinking_problem(cls, body: dict) -> str | None:
         """Anthropic's rules for thinking sent back: a thinking block must carry the signature
@@ -1343,50 +1752,94 @@ class AnthropicMock(MockProvider):
         last tool_result answers must start with a thinking block."""
         msgs = body["messages"]
         for i, m in enumerate(msgs):
-            for j, block in enumerate(m["content"] if isinstance(m["content"], list) else []):
-                if block["type"] == "thinking" and block.get("signature") != cls.sign_thinking(
-                        str(block.get("thinking"))):
+            for j, block in cls._blocks(m, "thinking"):
+                if block.get("signature") != cls.sign_thinking(str(block.get("thinking"))):
                     return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
-        if (body.get("thinking") or {}).get("type") != "enabled" or len(msgs) < 2:
+        turns = cls._turns(msgs)
+        if (body.get("thinking") or {}).get("type") != "enabled" or len(turns) < 2:
             return None
-        last, turn = msgs[-1], msgs[-2]
-        answers_tools = isinstance(last["content"], list) and any(b["type"] == "tool_result" for b in last["content"])
-        if not answers_tools or turn["role"] != "assistant" or not isinstance(turn["content"], list):
+        (_, last), (index, turn) = turns[-1], turns[-2]
+        if not cls._blocks(last, "tool_result") or turn["role"] != "assistant" or not isinstance(turn["content"], list):
             return None
         first = turn["content"][0]["type"] if turn["content"] else None
         if first not in ("thinking", "redacted_thinking"):
-            return (f"messages.{len(msgs) - 2}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+            return (f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
                     f"`{first}`. When `thinking` is enabled, a final `assistant` message must start with a thinking "
                     "block (preceeding the lastmost set of `tool_use` and `tool_result` blocks).")
         return None
 
     @classmethod
-    def validate(cls, body: Any) -> str | None:
-        """Return the Anthropic-style error message for an invalid request, else None."""
+    def tool_ids_problem(cls, msgs: list[dict]) -> str | None:
+        """Anthropic's rule for tool ids: each tool_use of an assistant turn is answered by a
+        tool_result with its id in the next turn, and each tool_result answers a tool_use of the
+        turn before it (so a conversation whose ids were lost or renamed is refused)."""
+        turns = cls._turns(msgs)
+        for k, (i, m) in enumerate(turns):
+            if m["role"] == "assistant" and k + 1 < len(turns):
+                answered = {b.get("tool_use_id") for _, b in cls._blocks(turns[k + 1][1], "tool_result")}
+                missing = [b["id"] for _, b in cls._blocks(m, "tool_use") if b["id"] not in answered]
+                if missing:
+                    return (f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
+                            f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding "
+                            "`tool_result` block in the next message.")
+            if m["role"] == "user":
+                before = turns[k - 1][1] if k > 0 and turns[k - 1][1]["role"] == "assistant" else None
+                used = {b["id"] for _, b in cls._blocks(before, "tool_use")} if before else set()
+                for j, b in cls._blocks(m, "tool_result"):
+                    if b["tool_use_id"] not in used:
+                        return (f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                                f"{b['tool_use_id']}. Each `tool_result` block must have a corresponding `tool_use` "
+                                "block in the previous message.")
+        return None
+
+    @classmethod
+    def cache_breakpoints(cls, body: dict) -> int:
+        """The blocks marked with `cache_control` (system, messages and their tool results, tools)."""
+        blocks = [b for b in body.get("system") or [] if isinstance(b, dict)] + list(body.get("tools") or [])
+        for m in body["messages"]:
+            for block in m["content"] if isinstance(m["content"], list) else []:
+                blocks.append(block)
+                if block["type"] == "tool_result" and isinstance(block.get("content"), list):
+                    blocks += [b for b in block["content"] if isinstance(b, dict)]
+        return sum(1 for b in blocks if isinstance(b, dict) and "cache_control" in b)
+
+    @staticmethod
+    def count_tokens(body: dict) -> int:
+        """The mock's token count of a request (what `count_tokens` answers): a pure function of
+        its system, messages and tools, so a test can compute the number it expects."""
+        text = json.dumps([body.get("system"), body["messages"], body.get("tools")], ensure_ascii=False)
+        return max(1, len(text) // 4)
+
+    @classmethod
+    def validate(cls, body: Any, betas: frozenset[str] = frozenset(), counting: bool = False) -> str | None:
+        """Return the Anthropic-style error message for an invalid request, else None. ``betas``:
+        the request's `anthropic-beta` features; ``counting``: a `count_tokens` request."""
         if not isinstance(body, dict):
             return "Request body must be a JSON object"
         for k in body:
-            if k not in cls._fields:
+            if k not in (cls._count_fields if counting else cls._fields):
                 return f"{k}: Extra inputs are not permitted"
         if not isinstance(body.get("model"), str) or not body["model"]:
             return "model: Field required"
         mt = body.get("max_tokens")
-        if mt is None:
+        if mt is None and not counting:
             return "max_tokens: Field required"
-        if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
+        if not counting and (not isinstance(mt, int) or isinstance(mt, bool) or mt < 1):
             return "max_tokens: Input should be a valid integer greater than or equal to 1"
         msgs = body.get("messages")
         if not isinstance(msgs, list):
             return "messages: Field required"
         if not msgs:
             return "messages: at least one message is required"
+        per_turn = cls.per_turn_beta in betas
+        roles = ("user", "assistant", "system") if per_turn else ("user", "assistant")
         for i, m in enumerate(msgs):
             if not isinstance(m, dict):
                 return f"messages.{i}: Input should be a valid dictionary"
-            if m.get("role") not in ("user", "assistant"):
+            if m.get("role") not in roles:
                 return (f"messages.{i}.role: Input should be 'user' or 'assistant' "
                         f"(got {m.get('role')!r}; use the top-level system parameter for system prompts)")
-            extra = set(m) - {"role", "content"}
+            extra = set(m) - {"role", "content"} - ({"output_config"} if per_turn else set())
             if extra:
                 return f"messages.{i}.{sorted(extra)[0]}: Extra inputs are not permitted"
             content = m.get("content")
@@ -1398,6 +1851,8 @@ class AnthropicMock(MockProvider):
                 if not isinstance(block, dict) or block.get("type") not in cls._block_types:
                     return f"messages.{i}.content.{j}: Input tag does not match any of the expected tags"
                 t = block["type"]
+                if m["role"] == "system" and t != "text":
+                    return f"messages.{i}.content.{j}.type: a system message holds text blocks only"
                 if t == "text" and not isinstance(block.get("text"), str):
                     return f"messages.{i}.content.{j}.text: Field required"
                 if t == "image":
@@ -1440,23 +1895,32 @@ class AnthropicMock(MockProvider):
                 return "tool_choice.name: Field required"
         th = body.get("thinking")
         if th is not None:
-            if not isinstance(th, dict) or th.get("type") not in ("enabled", "disabled"):
-                return "thinking.type: Input should be 'enabled' or 'disabled'"
+            if not isinstance(th, dict) or th.get("type") not in ("enabled", "disabled", "adaptive"):
+                return "thinking.type: Input should be 'enabled', 'disabled' or 'adaptive'"
+            if th.get("display") not in (None, "summarized", "omitted") or (th["type"] == "disabled" and "display" in th):
+                return f"thinking.{th['type']}.display: Input should be 'summarized' or 'omitted'"
             if th["type"] == "enabled":
                 budget = th.get("budget_tokens")
                 if not isinstance(budget, int) or budget < 1024:
                     return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
-                if budget >= mt:
+                if mt is not None and budget >= mt:
                     return "`max_tokens` must be greater than `thinking.budget_tokens`"
+            elif "budget_tokens" in th:
+                return f"thinking.{th['type']}.budget_tokens: Extra inputs are not permitted"
         md = body.get("metadata")
         if md is not None and (not isinstance(md, dict) or set(md) - {"user_id"}):
             return "metadata: only user_id is permitted"
-        return cls.thinking_problem(body)
+        breakpoints = cls.cache_breakpoints(body)
+        if breakpoints > cls.max_cache_breakpoints:
+            return (f"A maximum of {cls.max_cache_breakpoints} blocks with cache_control may be provided. "
+                    f"Found {breakpoints}.")
+        return cls.tool_ids_problem(msgs) or cls.thinking_problem(body)
 
     def handle(self, h, req):
-        if req.path != "/v1/messages" or req.method != "POST":
+        if req.path not in ("/v1/messages", "/v1/messages/count_tokens") or req.method != "POST":
             return self._err(h, 404, "not_found_error", f"Not found: {req.method} {req.path}")
-        if not req.header("x-api-key"):
+        # The key in `x-api-key` (Claude Code) or as a Bearer token (the anthropic SDK since 2.x).
+        if not req.header("x-api-key") and not (req.header("authorization") or "").startswith("Bearer "):
             return self._err(h, 401, "authentication_error", "x-api-key header is required")
         version = req.header("anthropic-version")
         if not version:
@@ -1466,10 +1930,15 @@ class AnthropicMock(MockProvider):
         if req.json is None:
             return self._err(h, 400, "invalid_request_error", "There was an issue with your request body: "
                                                               "invalid JSON")
-        problem = self.validate(req.json)
+        betas = frozenset(b.strip() for b in (req.header("anthropic-beta") or "").split(",") if b.strip())
+        counting = req.path == "/v1/messages/count_tokens"
+        problem = self.validate(req.json, betas, counting)
         if problem:
             return self._err(h, 400, "invalid_request_error", problem)
         body = req.json
+        if counting:
+            return self._serve(h, req, lambda reply: h.send_json(
+                200, {"input_tokens": self.count_tokens(body)}, {"request-id": f"req_mock{_hex()}", **reply.headers}))
         self._serve(h, req, lambda reply: self.answer(h, reply, body["model"], bool(body.get("stream"))))
 
     def answer(self, h: _Handler, reply: Reply, model: str, stream: bool):

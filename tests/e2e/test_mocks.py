@@ -8,6 +8,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import anthropic
 import httpx2 as httpx
 import openai
 import pytest
@@ -398,3 +399,309 @@ def test_https_mock_self_signed(tmp_path):
         ctx = ssl.create_default_context(cafile=str(cert))
         r = httpx.get(f"{mock.base_url}/models", headers=OPENAI_AUTH, timeout=5, verify=ctx)
         assert r.status_code == 200 and len(mock.requests) == 1
+
+
+# --------------------------------------------------------------------------- OpenAI mock: the Responses API
+
+
+def responses_post(mock, body, **kw):
+    return httpx.post(f"{mock.base_url}/responses", json=body, headers=OPENAI_AUTH, timeout=10, **kw)
+
+
+def stream_responses(mock, body) -> list[dict]:
+    """The events of a streamed response, each checked: its `event:` line names its `type`."""
+    with httpx.stream("POST", f"{mock.base_url}/responses", json={**body, "stream": True}, headers=OPENAI_AUTH,
+                      timeout=10) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        res = read_stream(r)
+    assert not res.done  # the Responses API sends no [DONE]
+    assert [name for name, _ in res.events] == [c["type"] for c in res.chunks]
+    return res.chunks
+
+
+def test_responses_create_answers_a_response_object(openai_mock):
+    client = direct_openai(openai_mock)
+    out = client.responses.create(model="gpt-mock", input="hi", instructions="Be brief.", metadata={"k": "v"})
+    assert out.output_text == OpenAIMock.default_text
+    assert (out.object, out.status, out.model, out.instructions, out.metadata) == (
+        "response", "completed", "gpt-mock", "Be brief.", {"k": "v"})
+    assert (out.usage.input_tokens, out.usage.output_tokens, out.usage.total_tokens) == (11, 7, 18)
+    [message] = out.output
+    assert (message.type, message.role, message.status) == ("message", "assistant", "completed")
+    assert openai_mock.last.json["input"] == "hi"
+
+
+def test_responses_stream_is_openais_event_sequence(openai_mock):
+    openai_mock.script(Reply(thinking="Use f.", text="It is", tool_calls=[ToolCall("f", {"a": 1}, id="call_1")],
+                             usage=(5, 3)))
+    events = stream_responses(openai_mock, {"model": "gpt-mock", "input": "hi",
+                                            "include": ["reasoning.encrypted_content"]})
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    types = [e["type"] for e in events]
+    assert types == [
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.reasoning_summary_part.added",
+        *["response.reasoning_summary_text.delta"] * 3, "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done", "response.output_item.done",
+        "response.output_item.added", "response.content_part.added",
+        *["response.output_text.delta"] * 2, "response.output_text.done", "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added", *["response.function_call_arguments.delta"] * 3,
+        "response.function_call_arguments.done", "response.output_item.done",
+        "response.completed"]
+    assert events[0]["response"]["status"] == "in_progress" and events[0]["response"]["output"] == []
+    assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "It is"
+    assert all(e["obfuscation"] for e in events if e["type"].endswith(".delta"))
+    args = "".join(e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta")
+    assert json.loads(args) == {"a": 1}
+    final = events[-1]["response"]
+    assert final["status"] == "completed" and final["usage"]["total_tokens"] == 8
+    reasoning, message, call = final["output"]
+    assert reasoning["encrypted_content"] == OpenAIMock.seal_reasoning("Use f.")
+    assert message["content"][0]["text"] == "It is"
+    assert (call["type"], call["call_id"], call["name"]) == ("function_call", "call_1", "f")
+    # each output_item.done carries the item as the final response has it
+    assert [e["item"] for e in events if e["type"] == "response.output_item.done"] == final["output"]
+
+
+def test_responses_sdk_stream_and_an_incomplete_answer(openai_mock):
+    openai_mock.script(Reply(text="all of it"))
+    with direct_openai(openai_mock).responses.stream(model="gpt-mock", input="hi") as stream:
+        deltas = [event.delta for event in stream if event.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert deltas == ["all ", "of ", "it"] and final.output_text == "all of it"
+    openai_mock.script(Reply(text="cut short", stop_reason="max_output_tokens"))
+    events = stream_responses(openai_mock, {"model": "gpt-mock", "input": "hi", "max_output_tokens": 16})
+    assert events[-1]["type"] == "response.incomplete"
+    assert events[-1]["response"]["status"] == "incomplete"
+    assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_responses_gated_stream_holds_the_rest_until_the_gate(openai_mock):
+    gate = threading.Event()
+    reply = openai_mock.script(Reply(text="first second", gate=gate))
+    body = {"model": "gpt-mock", "input": "x", "stream": True}
+    with httpx.stream("POST", f"{openai_mock.base_url}/responses", json=body, headers=OPENAI_AUTH,
+                      timeout=httpx.Timeout(5, read=1)) as r:
+        data = (json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: "))
+        types = []
+        while not types or types[-1] != "response.output_text.delta":
+            types.append(next(data)["type"])
+        with pytest.raises(httpx.ReadTimeout):  # nothing more until the gate opens
+            next(data)
+    assert types == ["response.created", "response.in_progress", "response.output_item.added",
+                     "response.content_part.added", "response.output_text.delta"]
+    assert not reply.served.is_set()
+    gate.set()
+    assert reply.served.wait(5)
+
+
+@pytest.mark.parametrize("extra, param, code", [
+    ({"foo": 1}, "foo", "unknown_parameter"),
+    ({"text": {"format": "json"}}, "text.format.type", "invalid_value"),
+    ({"model": None}, "model", "missing_required_parameter"),
+    ({"input": {"role": "user"}}, "input", "invalid_type"),
+    ({"input": [{"type": "shout", "text": "x"}]}, "input[0].type", "invalid_value"),
+    ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role", "invalid_value"),
+    ({"input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]}, "input[0].content[0].type",
+     "invalid_value"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}, "input[0].arguments",
+     "missing_required_parameter"),
+    ({"input": [{"role": "user", "content": "x", "name": "bob"}]}, "input[0].name", "unknown_parameter"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools[0].name",
+     "missing_required_parameter"),
+    ({"tools": [{"type": "browser"}]}, "tools[0].type", "invalid_value"),
+    ({"max_output_tokens": 5}, "max_output_tokens", "integer_below_min_value"),
+    ({"temperature": 3}, "temperature", "decimal_above_max_value"),
+    ({"include": ["everything"]}, "include[0]", "invalid_value"),
+    ({"reasoning": {"effort": "extreme"}}, "reasoning.effort", "invalid_value"),
+])
+def test_responses_validates_like_openai(openai_mock, extra, param, code):
+    r = responses_post(openai_mock, {"model": "gpt-mock", "input": "hi", **extra})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert (err["type"], err["param"], err["code"]) == ("invalid_request_error", param, code)
+    assert openai_mock.requests_to("/v1/responses")  # recorded all the same
+
+
+def test_responses_accept_what_codex_sends(openai_mock):
+    # The request shape of Codex 0.171 (tools of every type it sends, store off, encrypted reasoning).
+    body = {
+        "model": "gpt-5.5", "stream": False, "store": False, "include": ["reasoning.encrypted_content"],
+        "tool_choice": "auto", "parallel_tool_calls": True, "reasoning": {"effort": "medium"},
+        "text": {"verbosity": "low"}, "prompt_cache_key": "session-1", "client_metadata": {"turn": "1"},
+        "input": [{"type": "message", "id": "msg_1", "role": "developer",
+                   "content": [{"type": "input_text", "text": "You are Codex."}]},
+                  {"type": "message", "id": "msg_2", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+        "tools": [{"type": "function", "name": "exec_command", "strict": False, "description": "run",
+                   "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
+                  {"type": "custom", "name": "apply_patch", "description": "patch",
+                   "format": {"type": "grammar", "syntax": "lark", "definition": "start: \"x\""}},
+                  {"type": "namespace", "name": "multi_agent_v1", "description": "agents",
+                   "tools": [{"type": "function", "name": "close_agent", "strict": False, "parameters": {}}]},
+                  {"type": "tool_search", "execution": "client"},
+                  {"type": "web_search", "external_web_access": False, "search_content_types": ["text", "image"]}],
+    }
+    r = responses_post(openai_mock, body)
+    assert r.status_code == 200, r.text
+    assert r.json()["store"] is False and r.json()["tools"] == body["tools"]
+
+
+def test_responses_tool_outputs_must_answer_a_call(openai_mock):
+    call = {"type": "function_call", "call_id": "call_9", "name": "f", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "call_9", "output": "42"}
+    r = responses_post(openai_mock, {"model": "gpt-mock", "input": [output]})
+    assert r.status_code == 400
+    assert r.json()["error"] == {"message": "No tool call found for function call output with call_id call_9.",
+                                 "type": "invalid_request_error", "param": "input", "code": None}
+    r = responses_post(openai_mock, {"model": "gpt-mock", "input": [{"role": "user", "content": "x"}, call, output]})
+    assert r.status_code == 200, r.text
+    # the call may be in the previous response instead
+    openai_mock.script(Reply(tool_calls=[ToolCall("f", {}, id="call_10")]))
+    first = responses_post(openai_mock, {"model": "gpt-mock", "input": "x"}).json()
+    r = responses_post(openai_mock, {"model": "gpt-mock", "previous_response_id": first["id"],
+                                     "input": [{**output, "call_id": "call_10"}]})
+    assert r.status_code == 200 and r.json()["previous_response_id"] == first["id"]
+
+
+def test_responses_reasoning_sent_back_must_be_as_issued(openai_mock):
+    openai_mock.script(Reply(thinking="Think first.", text="ok"))
+    first = responses_post(openai_mock, {"model": "gpt-mock", "input": "x", "store": False,
+                                         "include": ["reasoning.encrypted_content"]}).json()
+    reasoning = first["output"][0]
+    history = [{"role": "user", "content": "x"}, reasoning, {"role": "user", "content": "again"}]
+    assert responses_post(openai_mock, {"model": "gpt-mock", "input": history, "store": False}).status_code == 200
+    tampered = {**reasoning, "encrypted_content": OpenAIMock.seal_reasoning("Think first.")[:-2] + "00"}
+    r = responses_post(openai_mock, {"model": "gpt-mock", "input": [history[0], tampered, history[2]]})
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "invalid_encrypted_content" and reasoning["id"] in r.json()["error"]["message"]
+
+
+def test_responses_are_stored_for_retrieve_input_items_delete(openai_mock):
+    client = direct_openai(openai_mock)
+    created = client.responses.create(model="gpt-mock", input=[{"role": "user", "content": "one"},
+                                                              {"role": "user", "content": "two"}])
+    assert client.responses.retrieve(created.id).model_dump() == created.model_dump()
+    items = client.responses.input_items.list(created.id)
+    assert [i.content[0].text for i in items.data] == ["two", "one"]  # newest first, as OpenAI lists them
+    assert all(i.id.startswith("msg_") and i.type == "message" for i in items.data)
+    items = client.responses.input_items.list(created.id, order="asc", limit=1)
+    assert [i.content[0].text for i in items.data] == ["one"] and items.has_more
+    follow = client.responses.create(model="gpt-mock", input="three", previous_response_id=created.id)
+    assert follow.previous_response_id == created.id
+    client.responses.delete(created.id)
+    with pytest.raises(openai.NotFoundError, match=f"Response with id '{created.id}' not found"):
+        client.responses.retrieve(created.id)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="gpt-mock", input="four", previous_response_id=created.id)
+    assert err.value.code == "previous_response_not_found" and err.value.param == "previous_response_id"
+
+
+def test_responses_not_stored_are_not_found(openai_mock):
+    client = direct_openai(openai_mock)
+    unstored = client.responses.create(model="gpt-mock", input="x", store=False)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unstored.id)
+    with pytest.raises(openai.BadRequestError, match="Previous response with id"):
+        client.responses.create(model="gpt-mock", input="y", previous_response_id=unstored.id)
+
+
+def test_responses_cancel_only_a_background_response(openai_mock):
+    client = direct_openai(openai_mock)
+    background = client.responses.create(model="gpt-mock", input="x", background=True)
+    assert background.status == "queued" and background.output == []
+    assert client.responses.cancel(background.id).status == "cancelled"
+    assert client.responses.retrieve(background.id).status == "cancelled"
+    finished = client.responses.create(model="gpt-mock", input="x", background=True)
+    assert client.responses.retrieve(finished.id).status == "completed"  # done by the time it is asked for
+    with pytest.raises(openai.BadRequestError, match="Cannot cancel a completed response"):
+        client.responses.cancel(finished.id)
+    foreground = client.responses.create(model="gpt-mock", input="x")
+    with pytest.raises(openai.BadRequestError, match="background=true"):
+        client.responses.cancel(foreground.id)
+
+
+def test_responses_scripted_error_and_model_keying(openai_mock):
+    client = direct_openai(openai_mock)
+    openai_mock.script(OpenAIMock.error(429, "Rate limit reached", type="requests", code="rate_limit_exceeded"),
+                       path="/v1/responses", model="limited")
+    openai_mock.script(Reply(text="from the script"), path="/v1/responses")
+    with pytest.raises(openai.RateLimitError):
+        client.responses.create(model="limited", input="x")
+    assert client.responses.create(model="other", input="x").output_text == "from the script"
+
+
+# --------------------------------------------------------------------------- Anthropic mock: agents' conversations
+
+
+def test_anthropic_tool_results_must_answer_the_turn_before(anthropic_mock):
+    use = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "42"}]}
+    ask = {"role": "user", "content": "weather?"}
+    assert anthropic_post(anthropic_mock, msg_body(messages=[ask, use, result])).status_code == 200
+    # the id lost or renamed on the way: Anthropic's 400 either way
+    renamed = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "42"}]}
+    r = anthropic_post(anthropic_mock, msg_body(messages=[ask, use, renamed]))
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith("messages.1: `tool_use` ids were found without `tool_result`")
+    r = anthropic_post(anthropic_mock, msg_body(messages=[ask, renamed]))
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith(
+        "messages.1.content.0: unexpected `tool_use_id` found in `tool_result` blocks: call_1.")
+
+
+def test_anthropic_takes_claude_codes_conversations_under_their_betas(anthropic_mock):
+    # Claude Code 2.1's shape: `system` turns with their own output_config among the messages,
+    # adaptive thinking, cache_control on up to four blocks, tool results after a system turn.
+    system_turn = {"role": "system", "content": [{"type": "text", "text": "env", "cache_control": {"type": "ephemeral"}}],
+                   "output_config": {"effort": "medium"}}
+    use = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}]}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x",
+                                           "cache_control": {"type": "ephemeral"}}]}
+    body = msg_body(messages=[{"role": "user", "content": "hi"}, system_turn, use, result],
+                    system=[{"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
+                            {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}}],
+                    thinking={"type": "adaptive", "display": "omitted"}, output_config={"effort": "medium"},
+                    context_management={"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]})
+    beta = {**ANTHROPIC_HEADERS, "anthropic-beta": f"claude-code-20250219,{AnthropicMock.per_turn_beta}"}
+    r = anthropic_post(anthropic_mock, body, headers=beta)
+    assert r.status_code == 200, r.text
+    r = anthropic_post(anthropic_mock, body)  # the beta header lost
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("messages.1.role")
+    body["tools"] = [{"name": "Read", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}]
+    r = anthropic_post(anthropic_mock, body, headers=beta)
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "A maximum of 4 blocks with cache_control may be provided. Found 5."
+
+
+def test_anthropic_count_tokens(anthropic_mock):
+    body = {"model": "claude-test-1", "system": "Be brief.", "messages": [{"role": "user", "content": "hi there"}]}
+    r = httpx.post(f"{anthropic_mock.base_url}/messages/count_tokens", json=body, headers=ANTHROPIC_HEADERS,
+                   timeout=10)
+    assert r.status_code == 200 and r.json() == {"input_tokens": AnthropicMock.count_tokens(body)}
+    assert AnthropicMock.count_tokens(body) != AnthropicMock.count_tokens({**body, "system": "Be long."  * 20})
+    r = httpx.post(f"{anthropic_mock.base_url}/messages/count_tokens", json={**body, "max_tokens": 10},
+                   headers=ANTHROPIC_HEADERS, timeout=10)
+    assert r.status_code == 400 and r.json()["error"]["message"] == "max_tokens: Extra inputs are not permitted"
+    anthropic_mock.script(AnthropicMock.error(429, "rate_limit_error", "slow down"), path="/v1/messages/count_tokens")
+    r = httpx.post(f"{anthropic_mock.base_url}/messages/count_tokens", json=body, headers=ANTHROPIC_HEADERS,
+                   timeout=10)
+    assert r.status_code == 429
+
+
+def test_anthropic_sdk_against_the_mock(anthropic_mock):
+    client = anthropic.Anthropic(base_url=anthropic_mock.origin, api_key="sk-ant-direct", max_retries=0)
+    anthropic_mock.script(Reply(text="Hi there", thinking="greet", tool_calls=[ToolCall("f", {"a": 1}, id="toolu_9")]))
+    with client.messages.stream(model="claude-test-1", max_tokens=2048, messages=[{"role": "user", "content": "hi"}],
+                                thinking={"type": "enabled", "budget_tokens": 1024}) as stream:
+        text = "".join(stream.text_stream)
+        message = stream.get_final_message()
+    assert text == "Hi there" and [b.type for b in message.content] == ["thinking", "text", "tool_use"]
+    assert message.content[0].signature == AnthropicMock.sign_thinking("greet")
+    count = client.messages.count_tokens(model="claude-test-1", messages=[{"role": "user", "content": "hi"}])
+    assert count.input_tokens == AnthropicMock.count_tokens({"messages": [{"role": "user", "content": "hi"}]})
+    anthropic_mock.script(AnthropicMock.error(529, "overloaded_error", "Overloaded"))
+    with pytest.raises(anthropic.InternalServerError) as err:
+        client.messages.create(model="claude-test-1", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert err.value.status_code == 529
