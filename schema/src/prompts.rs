@@ -142,8 +142,8 @@ fn render_error(e: TemplateError) -> GatewayError {
         TemplateError::TooMuchWork => GatewayError::invalid_param(
             "variables",
             format!(
-                "the prompt could not be rendered: its sections repeat past {MAX_RENDER_WORK} steps \
-                 (a tag rendered or a byte written each)"
+                "the prompt could not be rendered: its sections over these variables take more than \
+                 {MAX_RENDER_WORK} steps (one per tag, list item and byte written)"
             ),
         )
         .with_code("render_failed"),
@@ -278,6 +278,26 @@ mod tests {
     fn bad_template_names_the_string() {
         let (status, e) = error(render(&json!({"string": "{{#if}}"}), &map(json!({"variables": {}}))).unwrap_err());
         assert_eq!((status, e["param"].as_str()), (400, Some("string")));
+    }
+
+    #[test]
+    fn template_errors_are_400s_saying_what_is_wrong() {
+        let fails = |template: &str, variables: Value| {
+            let request = map(json!({"variables": variables}));
+            let (status, e) = error(render(&json!({"string": template}), &request).unwrap_err());
+            (status, e["param"].as_str().map(str::to_string), e["code"].clone(), e["message"].clone())
+        };
+        let (status, param, code, message) = fails("Hi {{#items}}{{.}}", json!({"items": []}));
+        assert_eq!((status, param.as_deref(), code), (400, Some("string"), json!("invalid_template")));
+        assert_eq!(message, "the prompt template is not valid Mustache: `{{#items}}`: is never closed");
+        let (_, _, _, message) = fails("{{#a}}{{/b}}", json!({"a": 1}));
+        assert_eq!(message, "the prompt template is not valid Mustache: `{{/b}}`: closes `{{#a}}`");
+        let (status, param, code, message) = fails("{{user.name}}", json!({"user": {}}));
+        assert_eq!((status, param.as_deref(), code), (400, Some("variables.user.name"), json!("missing_variable")));
+        assert_eq!(message, "the prompt template uses variable `user.name`, which `variables` lacks");
+        let copies = "{{#@root.a}}".repeat(3) + "{{@root.kb}}" + &"{{/@root.a}}".repeat(3);
+        let (status, param, code, _) = fails(&copies, json!({"a": vec![0; 100], "kb": "k".repeat(1024)}));
+        assert_eq!((status, param.as_deref(), code), (400, Some("variables"), json!("render_failed")));
     }
 
     #[test]
