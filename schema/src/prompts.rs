@@ -2,25 +2,22 @@
 //! completion request, by the control plane (`POST /prompts/{id}/render`) and by the filter
 //! (config `prompt_id`). Pure: no I/O.
 //!
-//! Templates are Mustache: variables (`{{name}}`, `{{{name}}}`, dotted names, `{{.}}`),
-//! sections (`{{#name}}...{{/name}}`: once per list item, once with an object as context,
-//! once for a truthy value) and inverted sections (`{{^name}}...{{/name}}`). They are
-//! rendered by `handlebars`, whose `{{#each}}`, `{{#if}}`, `{{#with}}` work too: Mustache
-//! sections are rewritten into two helpers of ours (`Section`) before handlebars parses them.
-//! One difference from Mustache: inside a section a name is looked up in the section's
-//! context only (no fallback to enclosing contexts); `{{@root.name}}` reaches the variables. `mustache2`, the maintained Mustache crate, was evaluated first: it has no
-//! way to turn HTML escaping off for `{{name}}` and no missing-variable error (its
-//! `strict-resolver` concerns partials), both required here; handlebars has `no_escape` and a
-//! strict mode whose error names the missing variable. Both are pure Rust.
+//! Templates are Mustache (`template`): variables (`{{name}}`, `{{{name}}}`, dotted names,
+//! `{{.}}`), sections (`{{#name}}...{{/name}}`: once per list item, once with an object as
+//! context, once for a truthy value) and inverted sections (`{{^name}}...{{/name}}`), with
+//! handlebars' `{{#each}}`, `{{#if}}`, `{{#unless}}`, `{{#with}}` and `{{else}}` too. Values are
+//! inserted as given (no HTML escaping); a variable the template uses and `variables` lacks is
+//! a 400 naming it. One difference from Mustache: inside a section a name is looked up in the
+//! section's context only (no fallback to enclosing contexts); `{{@root.name}}` reaches the
+//! variables.
+
+mod template;
 
 use crate::errors::GatewayError;
 use crate::errors::SharedError;
 use crate::json_check::{kind_of, shorten};
-use handlebars::{
-    BlockContext, Context, Handlebars, Helper, HelperDef, HelperResult, JsonTruthy, Output, RenderContext, RenderError,
-    RenderErrorReason, Renderable,
-};
 use serde_json::{Map, Value};
+use template::{Template, TemplateError, MAX_RENDER_WORK};
 
 /// Version fields copied into the rendered request as they are.
 const TOOL_FIELDS: [&str; 3] = ["tools", "functions", "tool_choice"];
@@ -39,8 +36,8 @@ pub fn render(version: &Value, request: &Map<String, Value>) -> Result<Map<Strin
 /// and `variables` is removed.
 pub fn apply_to_chat(version: &Value, mut body: Map<String, Value>) -> Result<Map<String, Value>, SharedError> {
     let variables = match body.remove("variables") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(variables)) => variables,
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(variables @ Value::Object(_)) => variables,
         Some(other) => return Err(SharedError::from_gateway(&must_be_object("variables", &other))),
     };
     let own = match body.remove("messages") {
@@ -68,7 +65,7 @@ fn render_request(version: &Value, request: &Map<String, Value>) -> Result<Map<S
         ));
     }
     let variables = match request.get("variables") {
-        Some(Value::Object(variables)) => variables,
+        Some(variables @ Value::Object(_)) => variables,
         Some(other) => return Err(must_be_object("variables", other)),
         None => return Err(GatewayError::invalid_param("variables", "variables is required")),
     };
@@ -101,12 +98,12 @@ fn version_fields(version: &Value) -> Map<String, Value> {
 
 /// The version's `string` as chat messages: a JSON array of messages keeps each message and
 /// role, rendering each text content; any other text is one user message.
-fn messages(version: &Value, variables: &Map<String, Value>) -> Result<Vec<Value>, GatewayError> {
+fn messages(version: &Value, variables: &Value) -> Result<Vec<Value>, GatewayError> {
     let template = version.get("string").and_then(Value::as_str).unwrap_or_default();
     let raw = version.get("is_raw_template").and_then(Value::as_u64) == Some(1);
-    let engine = Engine::new(variables);
+    let render = |text: &str| Template::parse(text).and_then(|t| t.render(variables)).map_err(render_error);
     let Some(mut messages) = chat_messages(template) else {
-        let content = if raw { template.to_string() } else { engine.render(template)? };
+        let content = if raw { template.to_string() } else { render(template)? };
         return Ok(vec![serde_json::json!({"role": "user", "content": content})]);
     };
     if raw {
@@ -114,11 +111,11 @@ fn messages(version: &Value, variables: &Map<String, Value>) -> Result<Vec<Value
     }
     for message in &mut messages {
         match message.get_mut("content") {
-            Some(Value::String(text)) => *text = engine.render(text)?,
+            Some(Value::String(text)) => *text = render(text)?,
             Some(Value::Array(parts)) => {
                 for part in parts.iter_mut().filter(|p| p.get("type").and_then(Value::as_str) == Some("text")) {
                     if let Some(Value::String(text)) = part.get_mut("text") {
-                        *text = engine.render(text)?;
+                        *text = render(text)?;
                     }
                 }
             }
@@ -126,6 +123,31 @@ fn messages(version: &Value, variables: &Map<String, Value>) -> Result<Vec<Value
         }
     }
     Ok(messages)
+}
+
+fn render_error(e: TemplateError) -> GatewayError {
+    match e {
+        TemplateError::Missing(name) => {
+            let name = shorten(&name);
+            GatewayError::invalid_param(
+                format!("variables.{name}"),
+                format!("the prompt template uses variable `{name}`, which `variables` lacks"),
+            )
+            .with_code("missing_variable")
+        }
+        TemplateError::Invalid(why) => {
+            GatewayError::invalid_param("string", format!("the prompt template is not valid Mustache: {why}"))
+                .with_code("invalid_template")
+        }
+        TemplateError::TooMuchWork => GatewayError::invalid_param(
+            "variables",
+            format!(
+                "the prompt could not be rendered: its sections over these variables take more than \
+                 {MAX_RENDER_WORK} steps (one per tag, list item and byte written)"
+            ),
+        )
+        .with_code("render_failed"),
+    }
 }
 
 /// `text` as a JSON array of chat messages (objects with a string `role`), if it is one.
@@ -136,162 +158,6 @@ fn chat_messages(text: &str) -> Option<Vec<Value>> {
     let messages: Vec<Value> = serde_json::from_str(text).ok()?;
     let is_message = |m: &Value| m.get("role").is_some_and(Value::is_string);
     (!messages.is_empty() && messages.iter().all(is_message)).then_some(messages)
-}
-
-/// Mustache rendering: values inserted as given (no HTML escaping), a missing variable an error.
-struct Engine<'a> {
-    registry: Handlebars<'static>,
-    variables: &'a Map<String, Value>,
-}
-
-impl<'a> Engine<'a> {
-    fn new(variables: &'a Map<String, Value>) -> Self {
-        let mut registry = Handlebars::new();
-        registry.set_strict_mode(true);
-        registry.register_escape_fn(handlebars::no_escape);
-        registry.register_helper(SECTION, Box::new(Section { inverted: false }));
-        registry.register_helper(INVERTED, Box::new(Section { inverted: true }));
-        Engine { registry, variables }
-    }
-
-    fn render(&self, template: &str) -> Result<String, GatewayError> {
-        // Mustache's implicit iterator `{{.}}` is handlebars' `{{this}}`.
-        let template = template.replace("{{{.}}}", "{{{this}}}").replace("{{.}}", "{{this}}");
-        let template = mustache_sections(&template);
-        self.registry.render_template(&template, self.variables).map_err(|e| match e.reason() {
-            RenderErrorReason::MissingVariable(Some(name)) => {
-                let name = shorten(name);
-                GatewayError::invalid_param(
-                    format!("variables.{name}"),
-                    format!("the prompt template uses variable `{name}`, which `variables` lacks"),
-                )
-                .with_code("missing_variable")
-            }
-            RenderErrorReason::TemplateError(_) => {
-                GatewayError::invalid_param("string", format!("the prompt template is not valid Mustache: {e}"))
-                    .with_code("invalid_template")
-            }
-            _ => GatewayError::invalid_param("variables", format!("the prompt could not be rendered: {e}"))
-                .with_code("render_failed"),
-        })
-    }
-}
-
-/// The helpers Mustache sections become (names no template would use as a variable).
-const SECTION: &str = "mustache-section";
-const INVERTED: &str = "mustache-inverted";
-/// Handlebars' own block helpers: `{{#each items}}` and the like stay as they are.
-const BLOCK_HELPERS: [&str; 6] = ["each", "if", "unless", "with", "lookup", "raw"];
-
-/// `{{#name}}` / `{{^name}}` ... `{{/name}}` rewritten as `{{#mustache-section name}}` /
-/// `{{#mustache-inverted name}}` ... `{{/mustache-...}}`; every other tag is left alone.
-fn mustache_sections(template: &str) -> String {
-    let mut out = String::with_capacity(template.len() + 32);
-    // The open blocks: each one's name and what closes it.
-    let mut open: Vec<(String, Option<&str>)> = Vec::new();
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        let (before, tag) = rest.split_at(start);
-        out.push_str(before);
-        let Some(end) = tag.find("}}") else {
-            rest = tag;
-            break;
-        };
-        let (whole, after) = tag.split_at(end + 2);
-        rest = after;
-        let inner = whole.get(2..whole.len() - 2).unwrap_or_default();
-        let sigil = inner.chars().next();
-        let body = inner.get(1..).unwrap_or_default().trim();
-        let name = body.split_whitespace().next().unwrap_or_default();
-        let bare = !body.is_empty() && name == body && !BLOCK_HELPERS.contains(&name) && !whole.starts_with("{{{");
-        match sigil {
-            Some(sigil @ ('#' | '^')) if bare => {
-                let helper = if sigil == '#' { SECTION } else { INVERTED };
-                out.push_str(&format!("{{{{#{helper} {name}}}}}"));
-                open.push((name.to_string(), Some(helper)));
-            }
-            Some('#') => {
-                open.push((name.to_string(), None));
-                out.push_str(whole);
-            }
-            Some('/') => match open.pop() {
-                Some((opened, Some(helper))) if opened == body => out.push_str(&format!("{{{{/{helper}}}}}")),
-                _ => out.push_str(whole),
-            },
-            _ => out.push_str(whole),
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// A Mustache section (or, `inverted`, an inverted section) over the value of its parameter.
-/// A missing variable is an error, as everywhere in a template.
-struct Section {
-    inverted: bool,
-}
-
-impl HelperDef for Section {
-    fn call<'reg: 'rc, 'rc>(
-        &self,
-        h: &Helper<'rc>,
-        r: &'reg Handlebars<'reg>,
-        ctx: &'rc Context,
-        rc: &mut RenderContext<'reg, 'rc>,
-        out: &mut dyn Output,
-    ) -> HelperResult {
-        let Some(param) = h.param(0) else {
-            return Ok(());
-        };
-        if param.is_value_missing() {
-            return Err(RenderError::strict_error(param.relative_path()));
-        }
-        let value = param.value();
-        let shown = match value {
-            Value::Array(items) => !items.is_empty(),
-            Value::Object(_) => true,
-            other => other.is_truthy(false),
-        };
-        let Some(template) = h.template() else {
-            return Ok(());
-        };
-        if self.inverted {
-            return if shown { Ok(()) } else { template.render(r, ctx, rc, out) };
-        }
-        match value {
-            _ if !shown => Ok(()),
-            Value::Array(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    rc.push_block(block(param.context_path(), Some(i), item));
-                    let rendered = template.render(r, ctx, rc, out);
-                    rc.pop_block();
-                    rendered?;
-                }
-                Ok(())
-            }
-            Value::Object(_) => {
-                rc.push_block(block(param.context_path(), None, value));
-                let rendered = template.render(r, ctx, rc, out);
-                rc.pop_block();
-                rendered
-            }
-            _ => template.render(r, ctx, rc, out),
-        }
-    }
-}
-
-/// A block whose context is the value at `path` (item `index` of it), or `value` itself.
-fn block<'rc>(path: Option<&Vec<String>>, index: Option<usize>, value: &Value) -> BlockContext<'rc> {
-    let mut block = BlockContext::new();
-    match path {
-        Some(path) => {
-            let base = block.base_path_mut();
-            base.clone_from(path);
-            base.extend(index.map(|i| i.to_string()));
-        }
-        None => block.set_base_value(value.clone()),
-    }
-    block
 }
 
 #[cfg(test)]
@@ -412,6 +278,26 @@ mod tests {
     fn bad_template_names_the_string() {
         let (status, e) = error(render(&json!({"string": "{{#if}}"}), &map(json!({"variables": {}}))).unwrap_err());
         assert_eq!((status, e["param"].as_str()), (400, Some("string")));
+    }
+
+    #[test]
+    fn template_errors_are_400s_saying_what_is_wrong() {
+        let fails = |template: &str, variables: Value| {
+            let request = map(json!({"variables": variables}));
+            let (status, e) = error(render(&json!({"string": template}), &request).unwrap_err());
+            (status, e["param"].as_str().map(str::to_string), e["code"].clone(), e["message"].clone())
+        };
+        let (status, param, code, message) = fails("Hi {{#items}}{{.}}", json!({"items": []}));
+        assert_eq!((status, param.as_deref(), code), (400, Some("string"), json!("invalid_template")));
+        assert_eq!(message, "the prompt template is not valid Mustache: `{{#items}}`: is never closed");
+        let (_, _, _, message) = fails("{{#a}}{{/b}}", json!({"a": 1}));
+        assert_eq!(message, "the prompt template is not valid Mustache: `{{/b}}`: closes `{{#a}}`");
+        let (status, param, code, message) = fails("{{user.name}}", json!({"user": {}}));
+        assert_eq!((status, param.as_deref(), code), (400, Some("variables.user.name"), json!("missing_variable")));
+        assert_eq!(message, "the prompt template uses variable `user.name`, which `variables` lacks");
+        let copies = "{{#@root.a}}".repeat(3) + "{{@root.kb}}" + &"{{/@root.a}}".repeat(3);
+        let (status, param, code, _) = fails(&copies, json!({"a": vec![0; 100], "kb": "k".repeat(1024)}));
+        assert_eq!((status, param.as_deref(), code), (400, Some("variables"), json!("render_failed")));
     }
 
     #[test]
