@@ -10,6 +10,7 @@ use crate::files;
 use crate::items::{self, mask_secrets};
 use crate::lists;
 use crate::logs;
+use crate::responses;
 use crate::validate::{self, json_object, path_target, put_target};
 use crate::AppState;
 use axum::body::{Body, Bytes};
@@ -49,6 +50,11 @@ pub fn router(state: AppState) -> Router {
         .route("/internal/v1/files/{id}", get(files::file).delete(files::delete))
         .route("/internal/v1/files/{id}/content", get(files::content))
         .route("/internal/v1/workspaces/{workspace}/{kind}/{id}", get(internal_item))
+        // The static segment wins over `{kind}` above.
+        .route("/internal/v1/workspaces/{workspace}/responses/{id}", put(responses::put).get(responses::get))
+        .route("/internal/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
+        .route("/internal/v1/responses/{id}/input_items", get(responses::input_items))
+        .route("/internal/v1/responses/{id}/cancel", post(responses::cancel))
         .fallback(|| async { ApiError::new(404, "invalid_request_error", "no such endpoint", None, Some("not_found")) })
         .with_state(state)
 }

@@ -1,6 +1,7 @@
 //! All database access: workspaces, API keys, items (prompts, guardrails, configs, providers)
-//! and their versions; request logs and feedback in `logs`. sqlx's Any driver over SQLite or
-//! PostgreSQL; `$n` placeholders and portable SQL only, so both run the same statements.
+//! and their versions; request logs and feedback in `logs`; kept responses in `responses`.
+//! sqlx's Any driver over SQLite or PostgreSQL; `$n` placeholders and portable SQL only, so both
+//! run the same statements.
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
@@ -10,6 +11,7 @@ use tokio::sync::Mutex;
 
 pub mod batches;
 pub mod logs;
+pub mod responses;
 
 pub type DbResult<T> = Result<T, sqlx::Error>;
 

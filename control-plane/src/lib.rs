@@ -1,8 +1,8 @@
 //! The model gateway's control plane (issue 13): prompts, guardrails, saved configs, stored
 //! providers and API keys in SQLite or PostgreSQL, behind the gateway's `/v1` paths, and the
 //! internal endpoints the filter reads them from; and the request logs the filter ships, with
-//! their feedback (issue 15). What it stores is checked by the code the
-//! filter reads it with (the shared crate, `gateway_schema`).
+//! their feedback (issue 15); the Responses API answers the gateway keeps (issue 25). What it
+//! stores is checked by the code the filter reads it with (the shared crate, `gateway_schema`).
 
 pub mod api;
 pub mod auth;
@@ -15,6 +15,7 @@ pub mod gateway;
 pub mod items;
 pub mod lists;
 pub mod logs;
+pub mod responses;
 pub mod retention;
 pub mod validate;
 
@@ -74,6 +75,8 @@ pub struct Inner {
     pub internal_token: String,
     /// Gateway-managed batches: settings, HTTP client, the batches running here.
     pub batches: batches::Runner,
+    /// Woken by each response kept here: the reads waiting for one look again.
+    pub response_kept: tokio::sync::Notify,
 }
 
 impl std::ops::Deref for AppState {
@@ -102,6 +105,7 @@ impl AppState {
             admin_key_hashes: settings.admin_keys.iter().map(|k| key_hash(k)).collect(),
             internal_token: settings.internal_token.clone(),
             batches: batches::Runner::new(batch, batches::runner_id(&settings.state_dir)?)?,
+            response_kept: tokio::sync::Notify::new(),
         })))
     }
 }

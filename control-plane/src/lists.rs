@@ -171,7 +171,8 @@ fn provider_query(query: Option<&str>, limit: Option<usize>, keep_after: bool) -
     pairs.join("&")
 }
 
-fn list_json(data: Vec<Value>, has_more: bool) -> Response {
+/// OpenAI's list: `data`, `first_id` and `last_id` (null when empty), `has_more`.
+pub(crate) fn list_json(data: Vec<Value>, has_more: bool) -> Response {
     let id = |item: Option<&Value>| item.and_then(|b| b.get("id")).cloned().unwrap_or(Value::Null);
     let (first_id, last_id) = (id(data.first()), id(data.last()));
     Json(json!({"object": "list", "data": data, "first_id": first_id, "last_id": last_id, "has_more": has_more}))
