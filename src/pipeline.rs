@@ -627,6 +627,9 @@ impl Call {
             let (request, shape) = as_chat(intake, target.provider.name, request, response_id.as_deref(), now_ms)?;
             (Endpoint::ChatCompletions, "/chat/completions", Some(Cow::Owned(request)), Some(shape))
         };
+        // A translated client API carries thinking itself: the provider's translator gives it
+        // back (in `content_blocks`) for the client's shape.
+        let strict = strict && shape.is_none();
         if let (Endpoint::ChatCompletions, Some(request)) = (endpoint, &request) {
             check_chat(request, strict)?;
         }

@@ -32,6 +32,8 @@ pub const MAX_ID: usize = 128;
 /// The largest body of a PUT (a response and the whole conversation before it): a request of
 /// up to Envoy's 20 MiB limit, its answer, and what earlier turns added.
 pub const MAX_KEPT_BYTES: usize = 32 * 1024 * 1024;
+/// How long a client's operation waits for the response it names to be written.
+const RELAYED_WAIT: Duration = Duration::from_millis(1000);
 /// The longest a read may wait for a response being written (`wait_ms`).
 pub const MAX_WAIT_MS: u64 = 2000;
 /// A waiting read looks again this often even unwoken: another control plane sharing the
@@ -217,8 +219,10 @@ fn relayed<'a>(s: &AppState, h: &HeaderMap, id: &'a str) -> ApiResult<(String, &
     Ok((workspace(h)?, response_id(id, "response_id")?))
 }
 
+/// The kept response a client names, waited for a while: the filter writes it as its answer
+/// reaches the client, who may ask for it again before the write has landed.
 async fn find(s: &AppState, workspace: &str, id: &str) -> ApiResult<KeptResponse> {
-    s.db.kept_response(workspace, id).await?.ok_or_else(|| not_found(id))
+    wait_for(s, workspace, id, RELAYED_WAIT).await?.ok_or_else(|| not_found(id))
 }
 
 /// `GET /internal/v1/responses/{id}`: the response object, as kept.

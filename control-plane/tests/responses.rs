@@ -257,6 +257,21 @@ async fn a_read_waits_for_a_response_written_meanwhile() {
     assert!(took < Duration::from_millis(1500), "found when written, not at the end of the wait: {took:?}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clients_read_waits_for_the_response_it_names() {
+    let Run { c, a, .. } = start().await;
+    let id = new_id();
+    let reader = {
+        let (app, ws, path) = (c.app.clone(), a.clone(), format!("/internal/v1/responses/{id}"));
+        tokio::spawn(async move { relay(&app, "GET", &path, Some(&ws)).await })
+    };
+    // The client asked again before the filter's write landed.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    put(&c, &a, &id, &response(&id, "just kept"), &input(1)).await;
+    let (status, read) = reader.await.unwrap();
+    assert_eq!((status, read), (StatusCode::OK, response(&id, "just kept")));
+}
+
 #[tokio::test]
 async fn a_read_waits_no_longer_than_wait_ms() {
     let Run { c, a, .. } = start().await;

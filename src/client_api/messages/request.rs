@@ -128,6 +128,15 @@ fn turn_messages(
 ) -> Result<(), GatewayError> {
     let at = format!("messages[{i}]");
     let role = turn.get("role").and_then(Value::as_str);
+    if role == Some("system") {
+        // A system turn within the conversation (Claude Code's per-turn control): chat takes
+        // system messages anywhere; its per-turn settings have no chat counterpart.
+        let content = turn.get("content").unwrap_or(&Value::Null);
+        messages.push(json!({"role": "system", "content": system_text(content, dropped)?}));
+        let settings = turn.as_object().into_iter().flatten().filter(|(key, _)| *key != "role" && *key != "content");
+        dropped.extend(settings.map(|(key, _)| format!("{at}.{key}")));
+        return Ok(());
+    }
     let blocks = match turn.get("content") {
         Some(Value::String(text)) => {
             let role = role_of(role, &at)?;
@@ -151,7 +160,9 @@ fn turn_messages(
 fn role_of<'a>(role: Option<&'a str>, at: &str) -> Result<&'a str, GatewayError> {
     match role {
         Some(role @ ("user" | "assistant")) => Ok(role),
-        _ => Err(GatewayError::invalid_param(format!("{at}.role"), "role must be \"user\" or \"assistant\"")),
+        _ => {
+            Err(GatewayError::invalid_param(format!("{at}.role"), "role must be \"user\", \"assistant\" or \"system\""))
+        }
     }
 }
 
@@ -414,6 +425,20 @@ mod tests {
     }
 
     #[test]
+    fn a_system_turn_within_the_conversation_stays_in_place() {
+        let out = translate(json!({"model": "m", "max_tokens": 9, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "Be brief now."}], "output_config": {"effort": "low"}},
+            {"role": "assistant", "content": "ok"}]}))
+        .unwrap();
+        let roles: Vec<&str> =
+            out.body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["user", "system", "assistant"]);
+        assert_eq!(out.body["messages"][1]["content"], json!([{"type": "text", "text": "Be brief now."}]));
+        assert_eq!(out.dropped, ["messages[1].output_config"]);
+    }
+
+    #[test]
     fn bad_requests_name_the_field() {
         let param = |body: Value| translate(body).unwrap_err().param.unwrap();
         assert_eq!(param(json!({"max_tokens": 1, "messages": []})), "model");
@@ -421,7 +446,7 @@ mod tests {
         assert_eq!(param(json!({"model": "m", "max_tokens": 0, "messages": []})), "max_tokens");
         assert_eq!(param(json!({"model": "m", "max_tokens": 1})), "messages");
         assert_eq!(
-            param(json!({"model": "m", "max_tokens": 1, "messages": [{"role": "system", "content": "x"}]})),
+            param(json!({"model": "m", "max_tokens": 1, "messages": [{"role": "tool", "content": "x"}]})),
             "messages[0].role"
         );
         assert_eq!(

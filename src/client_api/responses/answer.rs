@@ -72,12 +72,13 @@ pub(crate) fn usage(usage: Option<&Value>) -> Value {
     })
 }
 
-/// A reasoning item: the thinking as its summary, the signature as its `encrypted_content`
-/// (what a later request gives back, so the provider gets its signed thinking again).
+/// A reasoning item: the thinking as its summary, thinking and signature sealed in its
+/// `encrypted_content` (what a later request gives back, so the provider gets its signed
+/// thinking again).
 pub(crate) fn reasoning_item(id: String, thinking: &str, signature: &str) -> Value {
     let mut item = json!({"type": "reasoning", "id": id, "summary": [{"type": "summary_text", "text": thinking}]});
     if let (Some(fields), false) = (item.as_object_mut(), signature.is_empty()) {
-        fields.insert("encrypted_content".into(), signature.into());
+        fields.insert("encrypted_content".into(), super::seal(thinking, signature).into());
     }
     item
 }
@@ -156,7 +157,7 @@ mod tests {
         assert_eq!(
             response["output"],
             json!([
-                {"type": "reasoning", "id": "rs_abc_0", "summary": [{"type": "summary_text", "text": "Use ls."}], "encrypted_content": "sig"},
+                {"type": "reasoning", "id": "rs_abc_0", "summary": [{"type": "summary_text", "text": "Use ls."}], "encrypted_content": crate::client_api::responses::seal("Use ls.", "sig")},
                 {"type": "message", "id": "msg_abc_1", "status": "completed", "role": "assistant",
                  "content": [{"type": "output_text", "text": "Running ls.", "annotations": [], "logprobs": []}]},
                 {"type": "function_call", "id": "fc_abc_2", "status": "completed", "call_id": "call_1", "name": "shell", "arguments": "{\"command\":[\"ls\"]}"}

@@ -6,3 +6,41 @@
 pub(crate) mod answer;
 pub(crate) mod request;
 pub(crate) mod stream;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::{json, Value};
+
+/// What marks a reasoning item's `encrypted_content` as the gateway's.
+const SEAL: &str = "gw1.";
+
+/// A translated provider's thinking as a reasoning item's `encrypted_content`: the thinking and
+/// its signature together, since clients send back `encrypted_content` as they got it and may
+/// drop the summary (Codex does), while the provider checks the signature against the text.
+pub(crate) fn seal(thinking: &str, signature: &str) -> String {
+    let sealed = json!({"thinking": thinking, "signature": signature}).to_string();
+    format!("{SEAL}{}", URL_SAFE_NO_PAD.encode(sealed))
+}
+
+/// The thinking and signature of a sealed `encrypted_content`; None for anyone else's (another
+/// provider's encrypted reasoning means nothing to the provider the request goes to).
+pub(crate) fn unseal(encrypted: &str) -> Option<(String, String)> {
+    let bytes = URL_SAFE_NO_PAD.decode(encrypted.strip_prefix(SEAL)?).ok()?;
+    let sealed: Value = serde_json::from_slice(&bytes).ok()?;
+    let text = |name: &str| sealed.get(name).and_then(Value::as_str).map(str::to_string);
+    Some((text("thinking")?, text("signature")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit_tests::test;
+
+    #[test]
+    fn sealed_thinking_comes_back_whole() {
+        let sealed = seal("Use ls.", "sig-1");
+        assert_eq!(unseal(&sealed), Some(("Use ls.".to_string(), "sig-1".to_string())));
+        assert_eq!(unseal("gAAAAB-openai-encrypted"), None);
+        assert_eq!(unseal("gw1.!!"), None);
+    }
+}

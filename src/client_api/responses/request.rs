@@ -152,10 +152,15 @@ impl Turns {
                 Ok(())
             }
             Some("reasoning") => {
-                let summary = item.get("summary").and_then(Value::as_array).into_iter().flatten();
-                let text: Vec<&str> = summary.filter_map(|s| s.get("text").and_then(Value::as_str)).collect();
-                let signature = item.get("encrypted_content").and_then(Value::as_str).unwrap_or_default();
-                self.reasoning.push(json!({"type": "thinking", "thinking": text.join("\n\n"), "signature": signature}));
+                // Only the gateway's sealed thinking goes back (signed, as the provider gave it);
+                // another provider's encrypted reasoning is of no use to this one.
+                let sealed = item.get("encrypted_content").and_then(Value::as_str).and_then(super::unseal);
+                match sealed {
+                    Some((thinking, signature)) => {
+                        self.reasoning.push(json!({"type": "thinking", "thinking": thinking, "signature": signature}))
+                    }
+                    None => dropped.push(at),
+                }
                 Ok(())
             }
             Some(_) => {
@@ -380,7 +385,7 @@ mod tests {
                 {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Sandbox: none."}]},
                 {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "List files"},
                                                                {"type": "input_image", "image_url": "data:image/png;base64,iVBO", "detail": "low"}]},
-                {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Use ls."}], "encrypted_content": "sig-1"},
+                {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Use ls."}], "encrypted_content": crate::client_api::responses::seal("Use ls.", "sig-1")},
                 {"type": "function_call", "call_id": "call_1", "name": "shell", "arguments": "{\"command\":[\"ls\"]}"},
                 {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"},
                 {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "One file."}]},

@@ -463,7 +463,7 @@ mod tests {
         assert_eq!(got[0]["response"]["status"], "in_progress");
         assert_eq!(
             got[7]["item"],
-            json!({"type": "reasoning", "id": "rs_9_0", "summary": [{"type": "summary_text", "text": "Use ls."}], "encrypted_content": "sig"})
+            json!({"type": "reasoning", "id": "rs_9_0", "summary": [{"type": "summary_text", "text": "Use ls."}], "encrypted_content": crate::client_api::responses::seal("Use ls.", "sig")})
         );
         assert_eq!(got[12]["text"], "Running ls.");
         assert_eq!(
