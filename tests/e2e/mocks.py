@@ -1301,7 +1301,8 @@ class AzureOpenAIMock(OpenAIMock):
 
 
 class AnthropicMock(MockProvider):
-    """Speaks Anthropic's Messages API (``POST /v1/messages``) and validates like it."""
+    """Speaks Anthropic's Messages API (``POST /v1/messages``, ``/v1/messages/count_tokens``) and
+    validates like it."""
 
     name = "anthropic"
     default_text = "Hello from the Anthropic mock."
@@ -1453,8 +1454,17 @@ class AnthropicMock(MockProvider):
             return "metadata: only user_id is permitted"
         return cls.thinking_problem(body)
 
+    @classmethod
+    def validate_count(cls, body: Any) -> str | None:
+        """Anthropic's message for an invalid ``count_tokens`` request (a Messages request
+        without ``max_tokens``), else None."""
+        if isinstance(body, dict) and "max_tokens" in body:
+            return "max_tokens: Extra inputs are not permitted"
+        return cls.validate({**body, "max_tokens": 1 << 20} if isinstance(body, dict) else body)
+
     def handle(self, h, req):
-        if req.path != "/v1/messages" or req.method != "POST":
+        counting = req.path == "/v1/messages/count_tokens"
+        if (req.path != "/v1/messages" and not counting) or req.method != "POST":
             return self._err(h, 404, "not_found_error", f"Not found: {req.method} {req.path}")
         if not req.header("x-api-key"):
             return self._err(h, 401, "authentication_error", "x-api-key header is required")
@@ -1466,10 +1476,12 @@ class AnthropicMock(MockProvider):
         if req.json is None:
             return self._err(h, 400, "invalid_request_error", "There was an issue with your request body: "
                                                               "invalid JSON")
-        problem = self.validate(req.json)
+        problem = (self.validate_count if counting else self.validate)(req.json)
         if problem:
             return self._err(h, 400, "invalid_request_error", problem)
         body = req.json
+        if counting:  # the count is the scripted reply's input tokens
+            return self._serve(h, req, lambda reply: h.send_json(200, {"input_tokens": reply.usage[0]}))
         self._serve(h, req, lambda reply: self.answer(h, reply, body["model"], bool(body.get("stream"))))
 
     def answer(self, h: _Handler, reply: Reply, model: str, stream: bool):
