@@ -148,6 +148,18 @@ def test_bedrock_counts_the_invoke_body(gateway, bedrock_mock):
                        "max_tokens": 2049}
 
 
+def test_override_params_apply_to_the_invoke_request(gateway, bedrock_mock):
+    cfg = bedrock_config(bedrock_mock, override_params={"model": MODEL, "temperature": 0.5})
+    client = anthropic_sdk(gateway, config(cfg), api_key=SDK_DUMMY_KEY)
+    bedrock_mock.script(Reply(text="Overridden"), model=MODEL)
+    message = client.messages.create(model="claude-by-another-name", max_tokens=20,
+                                     messages=[{"role": "user", "content": "Hi"}])
+    assert message.content[0].text == "Overridden"
+    rec = bedrock_mock.last
+    assert rec.path == f"{ENCODED}/invoke"
+    assert rec.json["temperature"] == 0.5 and "model" not in rec.json
+
+
 def test_other_bedrock_models_are_translated_through_converse(gateway, bedrock_mock):
     client = bedrock(gateway, bedrock_mock)
     nova = "amazon.nova-lite-v1:0"
@@ -212,3 +224,4 @@ def test_anthropic_counts_the_request_as_sent(gateway, anthropic_mock):
     assert rec.json == {"model": CLAUDE, "messages": tool_turns(), "tools": [READ_TOOL]}
     assert rec.header("anthropic-beta") == "token-counting-2024-11-01"
     assert rec.header("x-api-key") == "sk-ant-client"
+

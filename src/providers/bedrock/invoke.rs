@@ -7,7 +7,7 @@
 //! server-sent events Anthropic's API sends; errors take Anthropic's shape.
 
 use super::eventstream::{Decoder, Frame};
-use super::{error, model_path};
+use super::{error, exception_message, invalid_stream, model_path};
 use crate::client_api::messages::{error_body, error_from_openai, stream::write_event};
 use crate::errors::GatewayError;
 use crate::providers::{str_field, Outbound, Translator, UpstreamRequest, Usage};
@@ -144,7 +144,7 @@ impl Chunks {
             self.on_frame(frame, out);
         }
         if let Err(error) = decoded {
-            self.fail(BAD_STREAM, &format!("provider 'bedrock' sent an invalid event stream: {error}"), out);
+            self.fail(BAD_STREAM, &invalid_stream(&error), out);
         }
     }
 
@@ -157,9 +157,7 @@ impl Chunks {
         match self.decoder.finish() {
             Ok(()) if self.stopped => {}
             Ok(()) => self.fail(BAD_STREAM, &cut_short("bedrock"), out),
-            Err(error) => {
-                self.fail(BAD_STREAM, &format!("provider 'bedrock' sent an invalid event stream: {error}"), out)
-            }
+            Err(error) => self.fail(BAD_STREAM, &invalid_stream(&error), out),
         }
     }
 
@@ -169,10 +167,9 @@ impl Chunks {
         }
         match frame.message_type() {
             Some("exception") => {
-                let payload: Option<Value> = serde_json::from_slice(&frame.payload).ok();
-                let message = ["message", "Message"].iter().find_map(|field| str_field(payload.as_ref(), field));
+                let message = exception_message(frame);
                 let status = exception_status(frame.exception_type().unwrap_or_default());
-                self.fail(status, message.unwrap_or("provider stream error"), out);
+                self.fail(status, message.as_deref().unwrap_or("provider stream error"), out);
             }
             Some("error") => {
                 let message = frame.header(":error-message").unwrap_or("provider stream error");

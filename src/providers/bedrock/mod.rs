@@ -264,6 +264,18 @@ fn error(status: u16, headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
     normalize_error_of_kind(status, body, kind)
 }
 
+/// Why the provider's stream cannot be read, for the client.
+fn invalid_stream(error: &eventstream::DecodeError) -> String {
+    format!("provider 'bedrock' sent an invalid event stream: {error}")
+}
+
+/// What a stream's `exception` frame says (`{"message": ...}`; some AWS errors spell it
+/// `Message`).
+fn exception_message(frame: &eventstream::Frame) -> Option<String> {
+    let payload: Value = serde_json::from_slice(&frame.payload).ok()?;
+    ["message", "Message"].iter().find_map(|field| super::str_field(Some(&payload), field)).map(str::to_string)
+}
+
 /// An id for the answer: the request's time and body hashed (Converse sends none).
 fn chat_id(now_ms: u64, body: &[u8]) -> String {
     let mut hasher = Hasher::new();
