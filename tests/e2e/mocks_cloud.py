@@ -11,9 +11,11 @@ with ``Reply`` / ``ToolCall``, holds, gates and steps):
   ``AnthropicMock.answer``), authorised by a token the ``GoogleTokenMock`` issued or one the test
   registered; and the Gemini API (``/v1beta/models/{model}:generateContent``, key in
   ``x-goog-api-key``). Bodies are validated like Google does (errors as ``INVALID_ARGUMENT``).
-* ``BedrockMock``: Bedrock's ``converse`` / ``converse-stream``. Each request's SigV4 signature
-  is recomputed with botocore from the request as received (raw path, query, signed headers,
-  body) and compared, as AWS does; bodies are validated like Converse; streams are
+* ``BedrockMock``: Bedrock's ``converse`` / ``converse-stream``, and for Anthropic's models
+  ``invoke`` / ``invoke-with-response-stream`` (Anthropic's Messages body as Bedrock takes it)
+  and ``count-tokens``. Each request's SigV4 signature is recomputed with botocore from the
+  request as received (raw path, query, signed headers, body) and compared, as AWS does; bodies
+  are validated like Converse or like Claude on Bedrock; streams are
   ``application/vnd.amazon.eventstream`` binary frames.
 
 ``CloudReply`` adds what only these mocks do: an error in the middle of a stream
@@ -511,7 +513,9 @@ class VertexMock(MockProvider):
     * ``.../publishers/anthropic/models/{m}:rawPredict`` and ``:streamRawPredict``: Anthropic's
       Messages body with ``anthropic_version: "vertex-2023-10-16"`` and no ``model`` (else 400
       ``invalid_request_error``), answered by ``AnthropicMock.answer`` (a stream when the body
-      says ``"stream": true``).
+      says ``"stream": true``); ``.../models/count-tokens:rawPredict``: Anthropic's count_tokens
+      body with its ``model`` and ``anthropic_version``, answered ``{"input_tokens": <the
+      scripted reply's input tokens>}``.
 
     Gemini API (key in ``x-goog-api-key`` or ``?key=``, one of ``api_keys``):
     ``POST /v1beta/models/{m}:generateContent`` / ``:streamGenerateContent?alt=sse`` (also ``/v1``).
@@ -628,20 +632,25 @@ class VertexMock(MockProvider):
     # ---- Anthropic on Vertex
     def _raw_predict(self, h, req, m):
         body = req.json
+        # Token counts go to the model `count-tokens`, with the counted model in the body.
+        counting = m["model"] == "count-tokens"
         problem = None
         if not isinstance(body, dict):
             problem = "Request body must be a JSON object"
-        elif "model" in body:
+        elif "model" in body and not counting:
             problem = "model: Extra inputs are not permitted"
         elif body.get("anthropic_version") != "vertex-2023-10-16":
             problem = ("anthropic_version: Field required" if "anthropic_version" not in body
                        else "anthropic_version: Input should be 'vertex-2023-10-16'")
         else:
             inner = {k: v for k, v in body.items() if k != "anthropic_version"}
-            problem = AnthropicMock.validate({**inner, "model": m["model"]})
+            problem = (AnthropicMock.validate(inner, counting=True) if counting
+                       else AnthropicMock.validate({**inner, "model": m["model"]}))
         if problem:
             return h.send_json(400, {"type": "error", "error": {"type": "invalid_request_error",
                                                                  "message": problem}})
+        if counting:  # the count is the scripted reply's input tokens
+            return self._serve(h, req, lambda reply: h.send_json(200, {"input_tokens": reply.usage[0]}))
         # Anthropic's answers, produced by the Anthropic mock's code on this server
         self._serve(h, req, lambda reply: AnthropicMock.answer(self, h, reply, m["model"], bool(body.get("stream"))))
 
@@ -931,9 +940,76 @@ def validate_converse(body: Any) -> None:
         raise v("The toolConfig field must be defined when using toolUse and toolResult content blocks.")
 
 
+BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"
+
+
+def validate_invoke(body: Any, model: str) -> None:
+    """Raise ``_Problem`` (a ValidationException) for an ``InvokeModel`` body Claude on Bedrock
+    refuses (``CountTokens`` checks its body the same way): Bedrock's own fields first
+    (``anthropic_version`` required, ``anthropic_beta`` a list, no ``model`` or ``stream``), then
+    Anthropic's rules for the rest."""
+    malformed = lambda what: _Problem(400, "ValidationException",  # noqa: E731
+                                      f"Malformed input request: #: {what}, please reformat your input and try "
+                                      "again.")
+    if not isinstance(body, dict):
+        raise malformed(f"expected type: JSONObject, found: {type(body).__name__}")
+    for key in ("model", "stream"):
+        if key in body:
+            raise malformed(f"extraneous key [{key}] is not permitted")
+    if "anthropic_version" not in body:
+        raise malformed("required key [anthropic_version] not found")
+    if body["anthropic_version"] != BEDROCK_ANTHROPIC_VERSION:
+        raise _Problem(400, "ValidationException", "Invalid API version")
+    betas = body.get("anthropic_beta", [])
+    if not isinstance(betas, list) or not all(isinstance(b, str) and b for b in betas):
+        raise malformed("anthropic_beta: expected type: JSONArray of strings")
+    rest = {k: v for k, v in body.items() if k not in ("anthropic_version", "anthropic_beta")}
+    problem = AnthropicMock.validate({**rest, "model": model})
+    if problem:
+        raise _Problem(400, "ValidationException", problem)
+
+
+def _invoke_chunk(sse_event: bytes) -> bytes:
+    """One Anthropic SSE event (as ``AnthropicMock.answer`` writes them) as the ``chunk`` frame
+    Bedrock sends: ``{"bytes": <base64 of the event's JSON>}``; ``message_stop`` carries Bedrock's
+    invocation metrics as Bedrock adds them."""
+    data = next(line[6:] for line in sse_event.decode().split("\n") if line.startswith("data: "))
+    event = json.loads(data)
+    if event.get("type") == "message_stop":
+        event["amazon-bedrock-invocationMetrics"] = {"inputTokenCount": 0, "outputTokenCount": 0,
+                                                     "invocationLatency": random.randint(100, 900),
+                                                     "firstByteLatency": random.randint(50, 99)}
+    encoded = base64.b64encode(json.dumps(event, separators=(",", ":")).encode()).decode()
+    return _event("chunk", {"bytes": encoded})
+
+
+class _InvokeAnswers:
+    """The Bedrock mock as ``AnthropicMock.answer`` sees it: the same answers (JSON as it is), a
+    stream's events re-framed as ``InvokeModelWithResponseStream`` chunks, with the
+    ``CloudReply`` faults (an ``exception`` frame, ``write_size``)."""
+
+    def __init__(self, mock: "BedrockMock"):
+        self.mock = mock
+        self.default_text = mock.default_text
+
+    def _stream(self, h, reply: Reply, events: list[bytes], first: int, **_: Any):
+        exc = getattr(reply, "exception", None)
+        _stream_events(self.mock, h, reply, [_invoke_chunk(e) for e in events], first=first, content_end=None,
+                       content_type="application/vnd.amazon.eventstream",
+                       fault=_exception_frame(*exc) if exc else None,
+                       headers={"x-amzn-RequestId": str(uuid.uuid4()),
+                                "X-Amzn-Bedrock-Content-Type": "application/json", **reply.headers})
+
+
 class BedrockMock(MockProvider):
     """Bedrock Runtime's Converse API: ``POST /model/{modelId}/converse`` and
-    ``/model/{modelId}/converse-stream``.
+    ``/model/{modelId}/converse-stream``; for Anthropic's models, ``/invoke`` and
+    ``/invoke-with-response-stream`` (Anthropic's Messages body with ``anthropic_version:
+    "bedrock-2023-05-31"``, the betas in ``anthropic_beta``, no ``model`` or ``stream``: see
+    ``validate_invoke``), answered by ``AnthropicMock.answer`` (a stream as ``chunk`` frames whose
+    ``bytes`` are Anthropic's events, base64), and ``/count-tokens`` (``{"input": {"invokeModel":
+    {"body": <base64 of an InvokeModel body>}}}``, answered ``{"inputTokens": <the scripted reply's
+    input tokens>}``).
 
     ``credentials``: ``{access_key: secret}`` or ``{access_key: (secret, session_token)}``.
     A request signed with SigV4 (``Authorization: AWS4-HMAC-SHA256 Credential=..., SignedHeaders=
@@ -958,7 +1034,8 @@ class BedrockMock(MockProvider):
 
     name = "bedrock"
     default_text = "Hello from the Bedrock mock."
-    _path = re.compile(r"/model/(?P<model>[^/]+)/(?P<op>converse|converse-stream)")
+    _path = re.compile(r"/model/(?P<model>[^/]+)/(?P<op>converse|converse-stream|invoke|invoke-with-response-stream"
+                       r"|count-tokens)")
     max_clock_skew = 300
 
     def __init__(self, credentials: dict | None = None, *, region: str | None = "us-east-1", api_keys=(),
@@ -1109,14 +1186,37 @@ class BedrockMock(MockProvider):
             return self._send_problem(h, p)
         with self._lock:
             self.signatures.append("ok")
+        op, model = m["op"], unquote(m["model"])
         try:
             if req.json is None:
                 raise _Problem(400, "SerializationException", "Unexpected end of JSON input")
-            validate_converse(req.json)
+            if op.startswith("converse"):
+                validate_converse(req.json)
+            elif op == "count-tokens":
+                validate_invoke(self._counted_body(req.json), model)
+            else:
+                validate_invoke(req.json, model)
         except _Problem as p:
             return self._send_problem(h, p)
-        stream = m["op"] == "converse-stream"
+        if op == "count-tokens":
+            return self._serve(h, req, lambda reply: h.send_json(200, {"inputTokens": reply.usage[0]}))
+        if op.startswith("invoke"):
+            stream = op == "invoke-with-response-stream"
+            return self._serve(h, req, lambda reply: AnthropicMock.answer(_InvokeAnswers(self), h, reply, model, stream))
+        stream = op == "converse-stream"
         self._serve(h, req, lambda reply: self._converse(h, reply, stream))
+
+    @staticmethod
+    def _counted_body(body: Any) -> Any:
+        """The ``InvokeModel`` body of a ``CountTokens`` request: a blob, base64 in AWS's JSON."""
+        given = body.get("input") if isinstance(body, dict) else None
+        invoke = given.get("invokeModel") if isinstance(given, dict) else None
+        if not isinstance(invoke, dict) or not isinstance(invoke.get("body"), str):
+            raise _null("input.invokeModel.body")
+        try:
+            return json.loads(base64.b64decode(invoke["body"], validate=True))
+        except (ValueError, TypeError):
+            raise _Problem(400, "SerializationException", "Invalid Base64 in input.invokeModel.body") from None
 
     def _converse(self, h, reply: Reply, stream: bool):
         text = reply.resolved_text(self.default_text)

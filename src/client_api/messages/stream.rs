@@ -225,10 +225,16 @@ impl MessagesStream {
 }
 
 fn write(out: &mut Vec<u8>, event: &str, data: Value) {
+    write_event(out, event, data.to_string().as_bytes());
+}
+
+/// One server-sent event as Anthropic writes them: `event: <type>`, then `data: <JSON>` (one
+/// line: `data` holds no line break).
+pub(crate) fn write_event(out: &mut Vec<u8>, event: &str, data: &[u8]) {
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(event.as_bytes());
     out.extend_from_slice(b"\ndata: ");
-    out.extend_from_slice(data.to_string().as_bytes());
+    out.extend_from_slice(data);
     out.extend_from_slice(b"\n\n");
 }
 

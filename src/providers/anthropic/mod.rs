@@ -52,6 +52,9 @@ pub(crate) trait HostedMessages {
     fn provider(&self) -> &'static str;
     /// The request's path, after changing the body as the service wants it.
     fn path(&self, body: &mut Value) -> Result<String, GatewayError>;
+    /// The path of a token count (`/v1/messages/count_tokens`), after changing the body as the
+    /// service wants it; its answer is Anthropic's.
+    fn count_path(&self, body: &mut Value) -> Result<String, GatewayError>;
     /// The service's own error as an OpenAI error.
     fn error(&self, status: u16, body: &[u8]) -> Vec<u8>;
 }
@@ -96,13 +99,10 @@ impl Messages {
                 })
             }
             Transport::Hosted(hosted) => {
-                let Some(mut body) = outbound.body.filter(|_| !count).map(Cow::into_owned) else {
-                    let message = format!("provider '{}' cannot count tokens", hosted.provider());
-                    return Err(
-                        GatewayError::new(400, "invalid_request_error", message).with_code("unsupported_endpoint")
-                    );
+                let Some(mut body) = outbound.body.map(Cow::into_owned) else {
+                    return Err(GatewayError::new(400, "invalid_request_error", "request body must be a JSON object"));
                 };
-                let path = hosted.path(&mut body)?;
+                let path = if count { hosted.count_path(&mut body)? } else { hosted.path(&mut body)? };
                 Ok(UpstreamRequest {
                     path,
                     query: None,

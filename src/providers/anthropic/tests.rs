@@ -914,3 +914,15 @@ fn nonsense_never_panics() {
     }
     let _ = normalize_error(0, b"{\"error\":{\"message\":5,\"type\":[]}}");
 }
+
+#[test]
+fn a_token_count_goes_to_anthropic_as_the_client_sent_it() {
+    let mut translator = Messages::new(Transport::Direct);
+    let body = json!({"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hi"}]});
+    let sent = translator.request(outbound(Endpoint::MessagesCountTokens, "/messages/count_tokens", Some(body)));
+    let sent = sent.unwrap();
+    assert_eq!(sent.path, "/messages/count_tokens");
+    assert_eq!(sent.body, None, "the client's bytes");
+    assert_eq!(sent.headers, vec![("anthropic-version", API_VERSION.to_string())]);
+    assert!(!translator.translates_responses());
+}

@@ -1,9 +1,12 @@
 //! AWS Bedrock (cloud C) through the Converse API: OpenAI chat requests become
 //! `/model/{id}/converse` (or `/converse-stream`) requests; answers, event streams and errors
 //! come back in OpenAI's shapes. [`Bedrock`] binds a target's access keys and region;
-//! [`sigv4::sign`] makes the auth headers of the final request, [`Converse`] translates.
+//! [`sigv4::sign`] makes the auth headers of the final request, [`Converse`] translates. A
+//! Messages client asking for Claude is served by Anthropic's own API on Bedrock instead
+//! ([`invoke::Invoke`]), with nothing lost.
 
 pub(crate) mod eventstream;
+mod invoke;
 mod request;
 mod response;
 pub(crate) mod sigv4;
@@ -20,9 +23,12 @@ use super::{
     chat_only, context_or_default, host_label, u64_field, Backend, Binding, Outbound, Provider, ResponseContext,
     Signable, TargetFields, Translator, UpstreamRequest, Usage,
 };
+use crate::client_api::ClientApi;
 use crate::cloud::CloudFields;
 use crate::errors::GatewayError;
 use crate::hash::Hasher;
+use crate::percent;
+use invoke::Invoke;
 use serde_json::Value;
 use sigv4::AwsCredentials;
 use std::rc::Rc;
@@ -86,7 +92,7 @@ struct SigV4 {
 
 impl Backend for SigV4 {
     fn translator(&self) -> Box<dyn Translator> {
-        Box::new(Converse::new())
+        Box::new(BedrockApi::Converse(Converse::new()))
     }
 
     fn authorize(
@@ -152,22 +158,122 @@ impl Translator for Converse {
         self.usage = Some(events.usage());
     }
 
-    /// Bedrock answers `{"message": ...}` with its error type in the `x-amzn-ErrorType`
-    /// header (`ValidationException:http://internal.amazon.com/...`: the name before `:`).
     fn error(&self, status: u16, headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
-        let kind = headers
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case("x-amzn-errortype"))
-            .and_then(|(_, value)| std::str::from_utf8(value).ok())
-            .and_then(|value| value.split(':').next())
-            .map(str::trim)
-            .filter(|kind| !kind.is_empty());
-        normalize_error_of_kind(status, body, kind)
+        error(status, headers, body)
     }
 
     fn usage(&self) -> Option<Usage> {
         self.usage
     }
+}
+
+/// Bedrock's translator of one request: Anthropic's Messages API through `InvokeModel` for a
+/// Messages client asking for Claude, Converse for everything else.
+enum BedrockApi {
+    Converse(Converse),
+    Invoke(Invoke),
+}
+
+impl BedrockApi {
+    fn chosen(&self) -> &dyn Translator {
+        match self {
+            BedrockApi::Converse(t) => t,
+            BedrockApi::Invoke(t) => t,
+        }
+    }
+
+    fn chosen_mut(&mut self) -> &mut dyn Translator {
+        match self {
+            BedrockApi::Converse(t) => t,
+            BedrockApi::Invoke(t) => t,
+        }
+    }
+}
+
+impl Translator for BedrockApi {
+    fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
+        let model = outbound.body.as_deref().and_then(|b| b.get("model")).and_then(Value::as_str).unwrap_or_default();
+        if self.speaks(outbound.endpoint.client_api(), model) {
+            *self = BedrockApi::Invoke(Invoke::default());
+        }
+        self.chosen_mut().request(outbound)
+    }
+
+    fn translates_responses(&self) -> bool {
+        self.chosen().translates_responses()
+    }
+
+    fn response(&mut self, body: &[u8]) -> Result<Vec<u8>, GatewayError> {
+        self.chosen_mut().response(body)
+    }
+
+    fn stream(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        self.chosen_mut().stream(chunk, out);
+    }
+
+    fn stream_end(&mut self, out: &mut Vec<u8>) {
+        self.chosen_mut().stream_end(out);
+    }
+
+    fn error(&self, status: u16, headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
+        self.chosen().error(status, headers, body)
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        self.chosen().usage()
+    }
+
+    /// Anthropic's models on Bedrock speak Messages (through `InvokeModel`).
+    fn speaks(&self, api: ClientApi, model: &str) -> bool {
+        api == ClientApi::Messages && is_anthropic_model(model)
+    }
+}
+
+/// Whether Bedrock serves `model` with Anthropic's Messages API: Anthropic's model ids
+/// (`anthropic.claude-...`), alone, behind an inference profile's geography (`us.`,
+/// `global.`, `us-gov.`, ...) or at the end of an ARN. An application inference profile's
+/// ARN names no model: it goes through Converse.
+fn is_anthropic_model(model: &str) -> bool {
+    let id = model.rsplit('/').next().unwrap_or(model);
+    let geography = |prefix: &str| prefix.bytes().all(|b| b.is_ascii_lowercase() || b == b'-');
+    id.starts_with("anthropic.")
+        || id.split_once('.').is_some_and(|(prefix, rest)| geography(prefix) && rest.starts_with("anthropic."))
+}
+
+/// The path of `action` on the request's model: `/model/{id}/{action}`, the model id
+/// percent-encoded (`:` as `%3A`, `/` as `%2F`).
+fn model_path(model: Option<&Value>, action: &str) -> Result<String, GatewayError> {
+    let model = model
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| GatewayError::invalid_param("model", "'model' (the Bedrock model id) is required"))?;
+    Ok(format!("/model/{}/{action}", percent::encode(model)))
+}
+
+/// Bedrock's error in OpenAI's shape: Bedrock answers `{"message": ...}` with its error type in
+/// the `x-amzn-ErrorType` header (`ValidationException:http://internal.amazon.com/...`: the
+/// name before `:`).
+fn error(status: u16, headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
+    let kind = headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("x-amzn-errortype"))
+        .and_then(|(_, value)| std::str::from_utf8(value).ok())
+        .and_then(|value| value.split(':').next())
+        .map(str::trim)
+        .filter(|kind| !kind.is_empty());
+    normalize_error_of_kind(status, body, kind)
+}
+
+/// Why the provider's stream cannot be read, for the client.
+fn invalid_stream(error: &eventstream::DecodeError) -> String {
+    format!("provider 'bedrock' sent an invalid event stream: {error}")
+}
+
+/// What a stream's `exception` frame says (`{"message": ...}`; some AWS errors spell it
+/// `Message`).
+fn exception_message(frame: &eventstream::Frame) -> Option<String> {
+    let payload: Value = serde_json::from_slice(&frame.payload).ok()?;
+    ["message", "Message"].iter().find_map(|field| super::str_field(Some(&payload), field)).map(str::to_string)
 }
 
 /// An id for the answer: the request's time and body hashed (Converse sends none).

@@ -1,7 +1,7 @@
 //! OpenAI chat completion requests as Bedrock Converse requests.
 
+use super::model_path;
 use crate::errors::GatewayError;
-use crate::percent;
 use crate::providers::chat_input::{
     content_error, function_tools, part_param, read_tool_call, reasoning, reject_unsupported, role_error,
     stop_sequences, tool_call_id, tool_calls, tool_choice, Reasoning, ToolChoice,
@@ -21,8 +21,7 @@ const CONVERSE_FIELDS: &[&str] = &[
     "requestMetadata",
 ];
 
-/// The Converse body and the upstream path (`/model/{id}/converse` or `/converse-stream`,
-/// the model id percent-encoded: `:` as `%3A`, `/` as `%2F`).
+/// The Converse body and the upstream path (`/model/{id}/converse` or `/converse-stream`).
 pub(crate) fn convert_request(body: Value) -> Result<(Value, String), GatewayError> {
     let Value::Object(mut req) = body else {
         return Err(GatewayError::new(400, "invalid_request_error", "request body must be a JSON object"));
@@ -30,13 +29,8 @@ pub(crate) fn convert_request(body: Value) -> Result<(Value, String), GatewayErr
     // OpenAI reads null as "use the default"; Converse rejects nulls.
     req.retain(|_, v| !v.is_null());
     reject_unsupported(&req, PROVIDER)?;
-    let model = req
-        .get("model")
-        .and_then(Value::as_str)
-        .filter(|m| !m.is_empty())
-        .ok_or_else(|| GatewayError::invalid_param("model", "'model' (the Bedrock model id) is required"))?;
     let action = if req.get("stream") == Some(&Value::Bool(true)) { "converse-stream" } else { "converse" };
-    let path = format!("/model/{}/{action}", percent::encode(model));
+    let path = model_path(req.get("model"), action)?;
 
     let mut out = Map::new();
     let (system, messages) = convert_messages(req.get("messages"))?;

@@ -2,7 +2,7 @@
 //! frames are decoded as they arrive, each event becomes the chunks it stands for.
 
 use super::eventstream::{Decoder, Frame};
-use super::{finish_reason, tokens};
+use super::{exception_message, finish_reason, invalid_stream, tokens};
 use crate::providers::chunks::ChunkWriter;
 use crate::providers::{str_field, ResponseContext, Usage};
 use crate::stream::{self, sse::write_data};
@@ -45,7 +45,7 @@ impl EventStream {
             self.on_frame(frame, out);
         }
         if let Err(error) = decoded {
-            self.fail(&format!("provider 'bedrock' sent an invalid event stream: {error}"), "api_error", out);
+            self.fail(&invalid_stream(&error), "api_error", out);
         }
     }
 
@@ -58,9 +58,7 @@ impl EventStream {
         match self.decoder.finish() {
             Ok(()) if self.stopped => self.end(out),
             Ok(()) => self.fail(&stream::cut_short("bedrock"), "api_error", out),
-            Err(error) => {
-                self.fail(&format!("provider 'bedrock' sent an invalid event stream: {error}"), "api_error", out)
-            }
+            Err(error) => self.fail(&invalid_stream(&error), "api_error", out),
         }
     }
 
@@ -75,9 +73,9 @@ impl EventStream {
         let payload: Option<Value> = serde_json::from_slice(&frame.payload).ok();
         match frame.message_type() {
             Some("exception") => {
-                let message = ["message", "Message"].iter().find_map(|field| str_field(payload.as_ref(), field));
+                let message = exception_message(frame);
                 let kind = frame.exception_type().unwrap_or("api_error");
-                self.fail(message.unwrap_or("provider stream error"), kind, out);
+                self.fail(message.as_deref().unwrap_or("provider stream error"), kind, out);
             }
             Some("error") => {
                 let message = frame.header(":error-message").unwrap_or("provider stream error");

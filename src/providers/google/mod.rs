@@ -167,6 +167,15 @@ impl HostedMessages for VertexMessages {
         self.0.model_path("anthropic", &model, method)
     }
 
+    /// Vertex counts with a model of its own, `count-tokens`; the body keeps its `model` and
+    /// gains `anthropic_version`.
+    fn count_path(&self, body: &mut Value) -> Result<String, GatewayError> {
+        if let Value::Object(body) = body {
+            body.entry("anthropic_version").or_insert_with(|| VERTEX_ANTHROPIC_VERSION.into());
+        }
+        self.0.model_path("anthropic", "count-tokens", "rawPredict")
+    }
+
     fn error(&self, status: u16, body: &[u8]) -> Vec<u8> {
         error(status, body)
     }

@@ -501,3 +501,21 @@ fn vertex_translator_streams_through_the_chosen_translator() {
     .unwrap();
     assert_eq!(error["error"]["code"], "NOT_FOUND");
 }
+
+#[test]
+fn claude_on_vertex_counts_tokens_with_its_count_tokens_model() {
+    let mut claude = vertex_translator(location());
+    let body = json!({"model": "claude-opus-4-1@20250805", "messages": [{"role": "user", "content": "Hi"}],
+        "thinking": {"type": "enabled", "budget_tokens": 1024}});
+    let sent = claude.request(outbound(Endpoint::MessagesCountTokens, "/messages/count_tokens", Some(body.clone())));
+    let sent = sent.unwrap();
+    assert_eq!(
+        sent.path,
+        "/v1/projects/my-project/locations/europe-west4/publishers/anthropic/models/count-tokens:rawPredict"
+    );
+    let mut expected = body;
+    expected["anthropic_version"] = json!("vertex-2023-10-16");
+    assert_eq!(serde_json::from_slice::<Value>(&sent.body.unwrap()).unwrap(), expected, "the model kept");
+    // Anthropic's count comes back as it is.
+    assert!(!claude.translates_responses());
+}
