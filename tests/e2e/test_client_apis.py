@@ -305,7 +305,7 @@ def test_the_access_log_names_the_client_api(gateway, openai_mock):
                            api_key=CLIENT_TOKEN)
     openai_mock.script(text="logged")
     client.messages.create(model=GPT, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
-    line = gateway.wait_for_log_line('"trace_id":"client-api-log-1"')
+    line = gateway.wait_for_log_line('"trace_id":"client-api-log-1"', timeout=20)  # Envoy flushes its access log
     record = json.loads(line[line.index("{"):])
     assert (record["client_api"], record["path"], record["provider"]) == ("messages", "/v1/messages", "openai")
     assert (record["prompt_tokens"], record["completion_tokens"]) == (11, 7)
