@@ -4,7 +4,7 @@
 use crate::cache::settings::CacheMode;
 use crate::cache::{self, Lookup, Origin, Tenant};
 use crate::catalog::{self, Catalog, Kind, Ref, DEFAULT_WORKSPACE};
-use crate::client_api::{self, ClientApi};
+use crate::client_api;
 use crate::config::{parse_config, Config, StrategyMode};
 use crate::errors::GatewayError;
 use crate::guardrails::spec::{parse_stored_guardrail, Guardrail};
@@ -14,8 +14,7 @@ use crate::ports::Host;
 use crate::providers::openai::UsageStripped;
 use crate::providers::{self, Backend, Destination, Outbound, Prepared, ProviderSpec, Translator};
 use crate::request::chat;
-use crate::request::endpoint::Endpoint;
-use crate::request::endpoint::{classify, BodyMode, Route};
+use crate::request::endpoint::{classify, BodyMode, ClientApi, Endpoint, Route};
 use crate::request::headers::{
     self, decode_value, is_gateway_header, is_secret_header, GatewayHeaders, PROVIDER_KEY_HEADER,
 };
@@ -815,7 +814,7 @@ fn as_chat(
         );
         return Err(GatewayError::invalid_param("previous_response_id", message).with_code("unsupported_parameter"));
     }
-    let translated = api.to_chat(request)?;
+    let translated = client_api::to_chat(api, request)?;
     if !translated.dropped.is_empty() {
         log::info!(
             "provider '{provider}' does not take these {} request fields; dropped: {}",

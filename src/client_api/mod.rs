@@ -8,80 +8,59 @@ pub(crate) mod messages;
 pub(crate) mod responses;
 
 use crate::errors::GatewayError;
+use crate::providers::anthropic::error_from_openai;
 use crate::providers::{Outbound, Translator, UpstreamRequest, Usage};
+use crate::request::endpoint::ClientApi;
 use crate::stream::sse::SseParser;
 use messages::stream::MessagesStream;
 use responses::answer::Echo;
 use responses::stream::ResponsesStream;
 use serde_json::{json, Map, Value};
 
-/// The API a client speaks, by the endpoint it called.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum ClientApi {
-    /// OpenAI's chat completions and the other OpenAI endpoints.
-    #[default]
-    Chat,
-    /// Anthropic's Messages API (`/v1/messages`).
-    Messages,
-    /// OpenAI's Responses API (`/v1/responses`).
-    Responses,
+/// The gateway's own error (OpenAI's shape) in `api`'s shape, same status.
+pub(crate) fn error_body(api: ClientApi, status: u16, openai: Vec<u8>) -> Vec<u8> {
+    match api {
+        ClientApi::Messages => error_from_openai(status, &openai),
+        // The Responses API's errors are OpenAI's.
+        ClientApi::Chat | ClientApi::Responses => openai,
+    }
 }
 
-impl ClientApi {
-    /// The client API's name in logs and request records.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            ClientApi::Chat => "chat",
-            ClientApi::Messages => "messages",
-            ClientApi::Responses => "responses",
-        }
-    }
-
-    /// The gateway's own error (OpenAI's shape) in this API's shape, same status.
-    pub(crate) fn error_body(self, status: u16, openai: Vec<u8>) -> Vec<u8> {
-        match self {
-            ClientApi::Messages => messages::error_from_openai(status, &openai),
-            // The Responses API's errors are OpenAI's.
-            ClientApi::Chat | ClientApi::Responses => openai,
-        }
-    }
-
-    /// A whole stream in this API as the answer it streamed (for the output checks): a Messages
-    /// stream's text as a `message`, a Responses stream's last `response`. None for chat (its
-    /// assembler is the cache's) or a stream that did not complete.
-    pub(crate) fn stream_answer(self, stream: &[u8]) -> Option<Value> {
-        let mut parser = SseParser::new();
-        let mut events = parser.push(stream);
-        events.extend(parser.finish());
-        let mut text = String::new();
-        for event in events {
-            let data: Value = serde_json::from_str(&event.data).ok()?;
-            let kind = data.get("type").and_then(Value::as_str).unwrap_or_default();
-            match (self, kind) {
-                (ClientApi::Messages, "content_block_delta") => {
-                    let delta = data.get("delta");
-                    text.push_str(delta.and_then(|d| d.get("text")).and_then(Value::as_str).unwrap_or_default());
-                }
-                (ClientApi::Messages, "message_stop") => {
-                    return Some(json!({"type": "message", "content": [{"type": "text", "text": text}]}))
-                }
-                (ClientApi::Responses, "response.completed" | "response.incomplete") => {
-                    return data.get("response").cloned()
-                }
-                (_, "error" | "response.failed") => return None,
-                _ => {}
+/// A whole stream in `api` as the answer it streamed (for the output checks): a Messages
+/// stream's text as a `message`, a Responses stream's last `response`. None for chat (its
+/// assembler is the cache's) or a stream that did not complete.
+pub(crate) fn stream_answer(api: ClientApi, stream: &[u8]) -> Option<Value> {
+    let mut parser = SseParser::new();
+    let mut events = parser.push(stream);
+    events.extend(parser.finish());
+    let mut text = String::new();
+    for event in events {
+        let data: Value = serde_json::from_str(&event.data).ok()?;
+        let kind = data.get("type").and_then(Value::as_str).unwrap_or_default();
+        match (api, kind) {
+            (ClientApi::Messages, "content_block_delta") => {
+                let delta = data.get("delta");
+                text.push_str(delta.and_then(|d| d.get("text")).and_then(Value::as_str).unwrap_or_default());
             }
+            (ClientApi::Messages, "message_stop") => {
+                return Some(json!({"type": "message", "content": [{"type": "text", "text": text}]}))
+            }
+            (ClientApi::Responses, "response.completed" | "response.incomplete") => {
+                return data.get("response").cloned()
+            }
+            (_, "error" | "response.failed") => return None,
+            _ => {}
         }
-        None
     }
+    None
+}
 
-    /// The client's request as a chat request, for a target that does not speak this API.
-    pub(crate) fn to_chat(self, body: &Map<String, Value>) -> Result<Translated, GatewayError> {
-        match self {
-            ClientApi::Chat => Ok(Translated { body: body.clone(), dropped: Vec::new() }),
-            ClientApi::Messages => messages::request::to_chat(body),
-            ClientApi::Responses => responses::request::to_chat(body),
-        }
+/// The client's request in `api` as a chat request, for a target that does not speak `api`.
+pub(crate) fn to_chat(api: ClientApi, body: &Map<String, Value>) -> Result<Translated, GatewayError> {
+    match api {
+        ClientApi::Chat => Ok(Translated { body: body.clone(), dropped: Vec::new() }),
+        ClientApi::Messages => messages::request::to_chat(body),
+        ClientApi::Responses => responses::request::to_chat(body),
     }
 }
 
@@ -227,7 +206,7 @@ impl Translator for Reply {
     }
 
     fn error(&self, status: u16, headers: &[(String, Vec<u8>)], body: &[u8]) -> Vec<u8> {
-        self.api().error_body(status, self.inner.error(status, headers, body))
+        error_body(self.api(), status, self.inner.error(status, headers, body))
     }
 
     fn usage(&self) -> Option<Usage> {
@@ -262,17 +241,17 @@ mod tests {
             "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"lo\"}}\n\n",
             "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
         );
-        let answer = ClientApi::Messages.stream_answer(messages.as_bytes()).unwrap();
+        let answer = stream_answer(ClientApi::Messages, messages.as_bytes()).unwrap();
         assert_eq!(answer["content"][0]["text"], "Hello");
         // Cut before message_stop: no answer.
         let cut = messages.get(..messages.len() - 60).unwrap();
-        assert_eq!(ClientApi::Messages.stream_answer(cut.as_bytes()), None);
+        assert_eq!(stream_answer(ClientApi::Messages, cut.as_bytes()), None);
         let responses = concat!(
             "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"status\":\"in_progress\"}}\n\n",
             "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":1,\"response\":{\"status\":\"completed\",\"output\":[]}}\n\n",
         );
-        let answer = ClientApi::Responses.stream_answer(responses.as_bytes()).unwrap();
+        let answer = stream_answer(ClientApi::Responses, responses.as_bytes()).unwrap();
         assert_eq!(answer["status"], "completed");
-        assert_eq!(ClientApi::Chat.stream_answer(b"data: [DONE]\n\n"), None);
+        assert_eq!(stream_answer(ClientApi::Chat, b"data: [DONE]\n\n"), None);
     }
 }

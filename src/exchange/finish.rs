@@ -7,8 +7,8 @@
 use super::guard::{Answer, Progress};
 use super::head::Head;
 use super::reply::{finish, gateway_error, provider_headers, ResponseMode};
-use super::shipping;
 use super::usage::UsageScan;
+use super::worker;
 use super::{Action, After, Env, Exchange, GatewayError, Phase};
 use crate::pipeline::ResponsePlan;
 use crate::stream;
@@ -50,7 +50,7 @@ impl Exchange {
             Whole::Provider { mode, head, body } => {
                 let finished = finish(plan, mode, head.status, &head.headers, body);
                 self.record.usage = plan.translator.usage();
-                shipping::keep(env, &self.record.workspace, plan.translator.kept());
+                worker::keep(env, &self.record.workspace, plan.translator.kept());
                 // An answer that passes untouched tells its usage itself.
                 if mode == ResponseMode::Passthrough && self.reports_usage && (200..300).contains(&head.status) {
                     self.record.usage = UsageScan::of(&finished.body);

@@ -8,7 +8,7 @@ use super::waiters::{Fetch, Waiter};
 use super::worker::Task;
 use super::{Dispatch, Env, RawHeaders};
 use crate::cache::completion::{self, StreamAssembler};
-use crate::client_api::ClientApi;
+use crate::client_api;
 use crate::errors::GatewayError;
 use crate::guardrails::calls::{CallSpec, Continuation, JwksUpdate, Reply};
 use crate::guardrails::inject::{BeforeDone, Edit, ObjectSplice};
@@ -16,7 +16,7 @@ use crate::guardrails::verdict::{self, Item, ItemResult, Outcome, Slot, StageRun
 use crate::guardrails::{request_text, response_text, CachedJwks, Env as CheckEnv, Input, Stage};
 use crate::pipeline::Call;
 use crate::ports::SharedStore;
-use crate::request::endpoint::Endpoint;
+use crate::request::endpoint::{ClientApi, Endpoint};
 use crate::routing::not_implemented;
 use hashbrown::HashMap;
 use serde_json::{Map, Value};
@@ -316,7 +316,7 @@ impl Guard {
     fn answer_json(&self, answer: &Answer) -> Value {
         let api = self.endpoint.client_api();
         if answer.is_stream() && api != ClientApi::Chat {
-            return api.stream_answer(&answer.body).unwrap_or(Value::Null);
+            return client_api::stream_answer(api, &answer.body).unwrap_or(Value::Null);
         }
         let bytes = if answer.is_stream() {
             let mut assembler = StreamAssembler::new(self.endpoint, MAX_ASSEMBLED_BYTES);

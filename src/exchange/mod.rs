@@ -49,13 +49,13 @@ mod worker;
 
 use crate::cache::store;
 use crate::cache::STATUS_HEADER;
-use crate::client_api::ClientApi;
+use crate::client_api;
 use crate::errors::GatewayError;
 use crate::pipeline::{
     Call, ResponsePlan, CLUSTER_HEADER, PROVIDER_HEADER, RETRIES_HEADER, TARGET_HEADER, TRACE_HEADER,
 };
 use crate::ports::{Host, SharedStore};
-use crate::request::endpoint::{classify, Route};
+use crate::request::endpoint::{classify, ClientApi, Route};
 use crate::request::headers::{self, TraceFields};
 use crate::routing::breaker;
 use crate::settings::Settings;
@@ -413,7 +413,7 @@ impl Exchange {
 
     /// Answers with a JSON body of the gateway's (an error in the shape of the client's API).
     fn answer(&mut self, env: &mut Env, status: u16, body: Vec<u8>) -> Action {
-        let body = if status >= 400 { self.record.client_api.error_body(status, body) } else { body };
+        let body = if status >= 400 { client_api::error_body(self.record.client_api, status, body) } else { body };
         self.record.status = status;
         let mut headers = json_headers();
         headers.extend(self.gateway_headers());

@@ -3,10 +3,10 @@
 //! JSON object (`to_json`).
 
 use super::bodies::Bodies;
-use crate::client_api::ClientApi;
 use crate::guardrails::spec::Feedback;
 use crate::guardrails::verdict::{feedback_object, ItemResult};
 use crate::providers::Usage;
+use crate::request::endpoint::ClientApi;
 use crate::request::headers::TraceFields;
 use crate::routing::attempts::Move;
 use serde::Serialize;

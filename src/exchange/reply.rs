@@ -1,9 +1,10 @@
 //! How a provider's answer reaches the client: the response mode, finishing a buffered or
 //! recovered answer, the gateway's own error answers, and what a failure was.
 
-use crate::client_api::ClientApi;
+use crate::client_api;
 use crate::errors::GatewayError;
 use crate::pipeline::ResponsePlan;
+use crate::request::endpoint::ClientApi;
 use crate::routing::plan::Failure;
 
 /// How the response of a forwarded attempt is handled.
@@ -126,7 +127,7 @@ pub(crate) fn unreadable_error(provider: &str, why: Unreadable) -> GatewayError 
 
 /// The gateway's own error, in the shape of the client's API.
 pub(crate) fn gateway_error(error: &GatewayError, api: ClientApi) -> Finished {
-    let body = api.error_body(error.status, error.to_json());
+    let body = client_api::error_body(api, error.status, error.to_json());
     Finished { status: error.status, json: true, body, error_code: error.code }
 }
 

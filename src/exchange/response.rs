@@ -8,8 +8,8 @@ use super::finish::{Delivery, Whole};
 use super::head::Head;
 use super::recovery::count_circuits;
 use super::reply::{self, response_mode, ResponseMode};
-use super::shipping;
 use super::usage::UsageScan;
+use super::worker;
 use super::{Action, Env, Exchange, Phase};
 use crate::guardrails::{self, verdict};
 use crate::routing::attempts::Next;
@@ -228,7 +228,7 @@ impl Exchange {
                 if end_of_stream {
                     routed.plan.translator.stream_end(&mut out);
                     self.record.usage = routed.plan.translator.usage();
-                    shipping::keep(env, &self.record.workspace, routed.plan.translator.kept());
+                    worker::keep(env, &self.record.workspace, routed.plan.translator.kept());
                 }
                 self.capture(env, &out, end_of_stream);
                 if let Some(edit) = self.watched(env, &out, end_of_stream) {

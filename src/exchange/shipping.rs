@@ -6,8 +6,7 @@
 //! again after a backoff; a batch it refused (4xx) and whatever does not fit is dropped and
 //! counted. Nothing here touches a request's answer: records are queued after it was sent.
 
-use super::worker::Task;
-use super::{Dispatch, Env};
+use super::Dispatch;
 use crate::settings::ControlPlaneSettings;
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -191,20 +190,6 @@ pub(super) fn call(cp: &ControlPlaneSettings, body: Vec<u8>) -> Dispatch {
 pub(super) fn keep_response(cp: &ControlPlaneSettings, workspace: &str, id: &str, kept: &Value) -> Dispatch {
     let path = format!("/internal/v1/workspaces/{workspace}/responses/{id}");
     write(cp, "PUT", path, kept.to_string().into_bytes())
-}
-
-/// Sends what a translated Responses answer keeps (`kept`, from its translator) to the control
-/// plane as the answer reaches the client; without a control plane nothing is kept.
-pub(super) fn keep(env: &mut Env, workspace: &str, kept: Option<(String, Value)>) {
-    let (Some(cp), Some((id, kept))) = (&env.settings.control_plane, kept) else {
-        return;
-    };
-    match env.io.dispatch(env.id, &keep_response(cp, workspace, &id, &kept)) {
-        Some(token) => {
-            env.tasks.calls.insert(token, (env.id, Task::Kept(id)));
-        }
-        None => log::warn!("response {id} was not kept: the control plane could not be called"),
-    }
 }
 
 /// A JSON write to the control plane.

@@ -13,6 +13,7 @@ use crate::routing::attempts::Next;
 use crate::settings::Settings;
 use hashbrown::HashMap;
 use metrics::ModelLabels;
+use serde_json::Value;
 use std::rc::Rc;
 
 /// A dispatched call's wait before it starts.
@@ -380,4 +381,18 @@ pub(super) fn rearm(tasks: &Tasks, io: &mut dyn Io) {
     let now = io.host().now_ms();
     let earliest = tasks.timers.iter().map(|t| t.due_ms).chain(tasks.records.due_ms()).min();
     io.tick_every(earliest.map_or(0, |due| due.saturating_sub(now).max(1)));
+}
+
+/// Sends what a translated Responses answer keeps (`kept`, from its translator) to the control
+/// plane as the answer reaches the client; without a control plane nothing is kept.
+pub(super) fn keep(env: &mut Env, workspace: &str, kept: Option<(String, Value)>) {
+    let (Some(cp), Some((id, kept))) = (&env.settings.control_plane, kept) else {
+        return;
+    };
+    match env.io.dispatch(env.id, &shipping::keep_response(cp, workspace, &id, &kept)) {
+        Some(token) => {
+            env.tasks.calls.insert(token, (env.id, Task::Kept(id)));
+        }
+        None => log::warn!("response {id} was not kept: the control plane could not be called"),
+    }
 }

@@ -8,9 +8,9 @@ use super::{
     host_label, missing_key, path_segment, Backend, Binding, Outbound, Provider, Signable, TargetFields, Translator,
     UpstreamRequest, Usage,
 };
-use crate::client_api::ClientApi;
 use crate::cloud::{AzureDeploymentType, CloudFields, Deployment};
 use crate::errors::GatewayError;
+use crate::request::endpoint::ClientApi;
 use crate::request::endpoint::Endpoint;
 use serde_json::Value;
 use std::rc::Rc;

@@ -14,10 +14,10 @@ mod fixtures;
 pub(crate) mod google;
 pub(crate) mod openai;
 
-use crate::client_api::ClientApi;
 use crate::cloud::CloudFields;
 use crate::errors::GatewayError;
 use crate::request::chat;
+use crate::request::endpoint::ClientApi;
 use crate::request::endpoint::Endpoint;
 use crate::upstream::Upstream;
 use serde_json::{json, Value};

@@ -5,8 +5,8 @@ use super::{
     bind_keyed, error_kind_for_status, Binding, KeyHeader, Outbound, Provider, TargetFields, Translator,
     UpstreamRequest, Usage,
 };
-use crate::client_api::ClientApi;
 use crate::errors::{error_json, GatewayError};
+use crate::request::endpoint::ClientApi;
 use crate::stream::sse::{write_data, SseParser};
 use crate::stream::Event;
 use serde_json::Value;

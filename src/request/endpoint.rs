@@ -1,6 +1,5 @@
 //! Which OpenAI endpoint a request calls, and how its body is handled.
 
-use crate::client_api::ClientApi;
 use crate::errors::GatewayError;
 use crate::request::resources;
 
@@ -35,6 +34,29 @@ impl Endpoint {
             Endpoint::Messages | Endpoint::MessagesCountTokens => ClientApi::Messages,
             Endpoint::Responses | Endpoint::StoredResponse => ClientApi::Responses,
             _ => ClientApi::Chat,
+        }
+    }
+}
+
+/// The API a client speaks, by the endpoint it called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum ClientApi {
+    /// OpenAI's chat completions and the other OpenAI endpoints.
+    #[default]
+    Chat,
+    /// Anthropic's Messages API (`/v1/messages`).
+    Messages,
+    /// OpenAI's Responses API (`/v1/responses`).
+    Responses,
+}
+
+impl ClientApi {
+    /// The client API's name in logs and request records.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ClientApi::Chat => "chat",
+            ClientApi::Messages => "messages",
+            ClientApi::Responses => "responses",
         }
     }
 }

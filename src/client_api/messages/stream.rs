@@ -7,7 +7,7 @@
 //! no `message_stop`, so no client takes it for a complete answer.
 
 use super::answer::{stop_reason, usage};
-use super::error_type;
+use crate::providers::anthropic::{error_type, write_event};
 use crate::providers::Usage;
 use crate::stream::sse::SseParser;
 use serde_json::{json, Value};
@@ -226,16 +226,6 @@ impl MessagesStream {
 
 fn write(out: &mut Vec<u8>, event: &str, data: Value) {
     write_event(out, event, data.to_string().as_bytes());
-}
-
-/// One server-sent event as Anthropic writes them: `event: <type>`, then `data: <JSON>` (one
-/// line: `data` holds no line break).
-pub(crate) fn write_event(out: &mut Vec<u8>, event: &str, data: &[u8]) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(event.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\n\n");
 }
 
 fn write_delta(out: &mut Vec<u8>, index: u64, delta: Value) {

@@ -9,19 +9,20 @@ mod response;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod wire;
 
 pub(crate) use request::convert_request;
 pub(crate) use response::convert_response;
 pub(crate) use stream::{EventConverter, SseStream};
+pub(crate) use wire::{error_body, error_from_openai, error_type, write_event};
 
 use super::openai::normalize_error;
 use super::{
     bind_keyed, chat_only, context_or_default, Binding, KeyHeader, Outbound, Provider, ResponseContext, TargetFields,
     Translator, UpstreamRequest, Usage,
 };
-use crate::client_api::messages::error_from_openai;
-use crate::client_api::ClientApi;
 use crate::errors::GatewayError;
+use crate::request::endpoint::ClientApi;
 use crate::request::endpoint::Endpoint;
 use crate::request::headers;
 use serde_json::Value;

@@ -8,8 +8,8 @@
 
 use super::eventstream::{Decoder, Frame};
 use super::{error, exception_message, invalid_stream, model_path};
-use crate::client_api::messages::{error_body, error_from_openai, stream::write_event};
 use crate::errors::GatewayError;
+use crate::providers::anthropic::{error_body, error_from_openai, write_event};
 use crate::providers::{str_field, Outbound, Translator, UpstreamRequest, Usage};
 use crate::request::endpoint::Endpoint;
 use crate::request::headers;
@@ -237,8 +237,8 @@ mod tests {
     use super::super::eventstream::{encode_frame, event_frame};
     use super::super::BedrockApi;
     use super::*;
-    use crate::client_api::ClientApi;
     use crate::providers::testing::outbound;
+    use crate::request::endpoint::ClientApi;
     use crate::unit_tests::test;
 
     const MODEL: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";

@@ -23,11 +23,11 @@ use super::{
     chat_only, context_or_default, host_label, u64_field, Backend, Binding, Outbound, Provider, ResponseContext,
     Signable, TargetFields, Translator, UpstreamRequest, Usage,
 };
-use crate::client_api::ClientApi;
 use crate::cloud::CloudFields;
 use crate::errors::GatewayError;
 use crate::hash::Hasher;
 use crate::percent;
+use crate::request::endpoint::ClientApi;
 use invoke::Invoke;
 use serde_json::Value;
 use sigv4::AwsCredentials;

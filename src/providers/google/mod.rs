@@ -27,8 +27,8 @@ use super::{
     chat_only, context_or_default, error_kind_for_status, path_segment, Outbound, ResponseContext, Translator,
     UpstreamRequest, Usage,
 };
-use crate::client_api::ClientApi;
 use crate::errors::{error_json, GatewayError};
+use crate::request::endpoint::ClientApi;
 use crate::stream::sse::SseStream;
 use serde_json::Value;
 
