@@ -359,6 +359,9 @@ def main():
         for proc in procs:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
+        # Each run's logs and control-plane database take up to gigabytes: a machine that runs
+        # benchmarks often would fill its disk.
+        shutil.rmtree(workdir, ignore_errors=True)
     repeated = f", median of {args.repeat} runs taken in turn" if args.repeat > 1 else ""
     print(f"wrk (2 threads), {args.duration}s per run{repeated}, Envoy --concurrency {args.concurrency}, "
           f"{os.cpu_count()} cores, non-streaming chat completion\n")
