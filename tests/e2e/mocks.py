@@ -1681,8 +1681,12 @@ class AzureOpenAIMock(OpenAIMock):
         if req.header("authorization"):
             return h.send_json(400, {"error": {"code": "BadRequest", "message": "two credentials sent"}})
         assistants = m["rest"].startswith(("/assistants", "/threads"))
-        if assistants and not req.qs("api-version").endswith("-preview"):
-            # Assistants exist only in Azure's preview API versions.
+        responses = m["rest"].startswith("/responses")
+        if (assistants or responses) and not req.qs("api-version").endswith("-preview"):
+            # Assistants and responses exist only in Azure's preview API versions.
+            return h.send_json(404, {"error": {"code": "404", "message": "Resource not found"}})
+        if responses and m["deployment"] is not None:
+            # Responses live under the resource; the deployment is the body's `model`.
             return h.send_json(404, {"error": {"code": "404", "message": "Resource not found"}})
         # Azure wants no `OpenAI-Beta` for assistants; the OpenAI mock behind does.
         headers = {**req.headers, "authorization": f"Bearer {self.key}"}

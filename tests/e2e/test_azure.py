@@ -296,3 +296,21 @@ def test_a_resource_request_falls_back_from_openai_to_azures_place(gateway, open
     rec = azure_mock.last
     assert (rec.path, rec.raw_query, rec.body) == ("/openai/batches", "api-version=2024-06-01&tag=a%20b", body)
     assert rec.header("api-key") == AZURE_KEY and "authorization" not in rec.headers
+
+
+def test_responses_are_native_on_azure_openai(gateway, azure_mock):
+    # Azure serves the Responses API under the resource (the deployment is the `model`), in a
+    # preview API version: the request goes as the client sent it.
+    cfg = {"provider": "azure-openai", "api_key": AZURE_KEY, "custom_host": azure_mock.base_url,
+           "deployment_id": "gpt4o-prod", "api_version": "2025-03-01-preview"}
+    client = gateway.sdk(config(cfg), api_key=SDK_DUMMY_KEY)
+    azure_mock.script(text="From Azure.", path="/v1/responses")
+    response = client.responses.create(model="gpt4o-prod", input="Hi", store=True, top_logprobs=2)
+    assert response.output_text == "From Azure." and not response.id.startswith("resp_gw_")
+    rec = azure_mock.last
+    assert (rec.path, rec.qs("api-version")) == ("/openai/responses", "2025-03-01-preview")
+    assert rec.json == {"model": "gpt4o-prod", "input": "Hi", "store": True, "top_logprobs": 2}
+    assert rec.header("api-key") == AZURE_KEY and "authorization" not in rec.headers
+    # The stored response is Azure's: reading it goes there too.
+    assert client.responses.retrieve(response.id).id == response.id
+    assert azure_mock.last.path == f"/openai/responses/{response.id}"

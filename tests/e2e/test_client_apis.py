@@ -376,3 +376,13 @@ def test_the_cache_serves_each_client_api_its_own_answers(gateway, anthropic_moc
                                                                       max_output_tokens=20)
     assert response.headers["x-gateway-cache-status"] == "MISS"
     assert response.parse().output_text == "a response" and len(anthropic_mock.requests) == 2
+
+
+def test_envoys_own_answers_on_messages_paths_take_anthropics_shape(gateway, anthropic_mock):
+    # A body over the gateway's limit is answered by Envoy itself, past the filter.
+    body = {"model": CLAUDE, "max_tokens": 10, "messages": [{"role": "user", "content": "x" * (21 * 1024 * 1024)}]}
+    r = gateway.post("/v1/messages", body, headers=native(anthropic_mock), timeout=60)
+    assert r.status_code == 413
+    assert r.json() == {"type": "error", "error": {
+        "type": "request_too_large", "message": "request body is larger than the gateway's 20 MiB limit"}}
+    assert len(anthropic_mock.requests) == 0
