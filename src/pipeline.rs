@@ -650,7 +650,8 @@ impl Call {
             backend: target.backend.as_ref(),
             upstream: &target.upstream,
             method: &intake.method,
-            query: intake.query.as_deref(),
+            // The client's query belongs to its own API (Claude Code's `?beta=true`).
+            query: intake.query.as_deref().filter(|_| shape.is_none()),
             token,
         };
         let prepared = providers::prepare(destination, translator, outbound)?;
@@ -1135,6 +1136,16 @@ mod tests {
         assert!(lookup.stream && lookup.include_usage && !lookup.refresh);
         assert_eq!(lookup.conversation.as_deref(), Some("user: hi"));
         assert_eq!(lookup.key, cache_key(cached, CHAT));
+    }
+
+    #[test]
+    fn a_translated_request_leaves_the_clients_query_behind() {
+        let messages = br#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+        let h = request("POST", "/v1/messages?beta=true", OPENAI_LOCAL);
+        let forward = forwarded(&h, messages).ok().unwrap();
+        assert!(forward.headers.set.contains(&(":path".to_string(), "/v1/chat/completions".to_string())));
+        let sent: Value = serde_json::from_slice(&forward.body.unwrap()).unwrap();
+        assert_eq!(sent["messages"], json!([{"role": "user", "content": "hi"}]));
     }
 
     #[test]
