@@ -192,7 +192,10 @@ install_agents() {
   "allowScripts": {"@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION": true}
 }
 JSON
-  install_step npm-agents npm install --prefix "$AGENTS" --engine-strict=false --include=optional --no-audit --no-fund
+  # Node trusts only its own CA bundle unless told to use the system's (OpenSSL's) store, which is
+  # where a machine's own certificate authorities are (a TLS-inspecting proxy's among them).
+  install_step npm-agents env NODE_OPTIONS="${NODE_OPTIONS:+$NODE_OPTIONS }--use-openssl-ca" \
+    npm install --prefix "$AGENTS" --engine-strict=false --include=optional --no-audit --no-fund
   install_step claude-code-version "$AGENTS/node_modules/.bin/claude" --version
   install_step codex-version "$AGENTS/node_modules/.bin/codex" --version
 }
