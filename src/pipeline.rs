@@ -623,8 +623,15 @@ impl Call {
         let (endpoint, path, request, shape) = if api == ClientApi::Chat || translator.speaks(api, model) {
             (intake.endpoint, intake.path.as_str(), request, None)
         } else {
-            let (request, shape) = as_chat(intake, target.provider.name, request, response_id.as_deref(), now_ms)?;
-            (Endpoint::ChatCompletions, "/chat/completions", Some(Cow::Owned(request)), Some(shape))
+            let counts = translator.counts_tokens(model);
+            let (request, shape) =
+                as_chat(intake, target.provider.name, request, response_id.as_deref(), counts, now_ms)?;
+            // A count stays a count: the provider's translator counts the chat request.
+            let (endpoint, path) = match shape {
+                client_api::Shape::Count => (Endpoint::MessagesCountTokens, "/messages/count_tokens"),
+                _ => (Endpoint::ChatCompletions, "/chat/completions"),
+            };
+            (endpoint, path, Some(Cow::Owned(request)), Some(shape))
         };
         // A translated client API carries thinking itself: the provider's translator gives it
         // back (in `content_blocks`) for the client's shape.
@@ -788,6 +795,7 @@ fn as_chat(
     provider: &str,
     body: Option<Cow<Value>>,
     response_id: Option<&str>,
+    counts_tokens: bool,
     now_ms: &dyn Fn() -> u64,
 ) -> Result<(Value, client_api::Shape), GatewayError> {
     let unsupported = |what: &str| {
@@ -796,6 +804,13 @@ fn as_chat(
     };
     let request = match (intake.endpoint, body.as_deref()) {
         (Endpoint::Messages | Endpoint::Responses, Some(Value::Object(request))) => request,
+        (Endpoint::MessagesCountTokens, Some(Value::Object(request))) if counts_tokens => {
+            // A count has no `max_tokens`; chat's conversion wants one, which counting ignores.
+            let mut request = request.clone();
+            request.entry("max_tokens").or_insert(1.into());
+            let translated = client_api::to_chat(ClientApi::Messages, &request)?;
+            return Ok((Value::Object(translated.body), client_api::Shape::Count));
+        }
         (Endpoint::MessagesCountTokens, _) => return Err(unsupported("cannot count tokens")),
         (Endpoint::StoredResponse, _) => {
             return Err(unsupported(&format!(
@@ -1146,6 +1161,30 @@ mod tests {
         assert!(forward.headers.set.contains(&(":path".to_string(), "/v1/chat/completions".to_string())));
         let sent: Value = serde_json::from_slice(&forward.body.unwrap()).unwrap();
         assert_eq!(sent["messages"], json!([{"role": "user", "content": "hi"}]));
+    }
+
+    #[test]
+    fn a_count_goes_to_a_provider_that_counts_and_only_there() {
+        let count = br#"{"model":"gemini-2.5-flash","system":"Be brief.","messages":[{"role":"user","content":"hi"}]}"#;
+        let google = [
+            ("x-gateway-api-key", "gw-key"),
+            ("x-gateway-provider", "google"),
+            ("x-gateway-custom-host", "http://127.0.0.1:9000"),
+            ("x-api-key", "gm-key"),
+        ];
+        let forward = forwarded(&request("POST", "/v1/messages/count_tokens", &google), count).ok().unwrap();
+        let path = forward.headers.set.iter().find(|(n, _)| n == ":path").map(|(_, v)| v.as_str());
+        assert_eq!(path, Some("/v1beta/models/gemini-2.5-flash:countTokens"));
+        let sent: Value = serde_json::from_slice(&forward.body.unwrap()).unwrap();
+        assert_eq!(sent["generateContentRequest"]["model"], "models/gemini-2.5-flash");
+        assert!(sent["generateContentRequest"]["contents"].is_array());
+        let mut translator = forward.response.translator;
+        let answer = translator.response(br#"{"totalTokens": 12}"#).unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&answer).unwrap(), json!({"input_tokens": 12}));
+        // A provider that cannot count is told so, before any call.
+        let error = forwarded(&request("POST", "/v1/messages/count_tokens", OPENAI_LOCAL), count).err().unwrap();
+        assert_eq!(error.status, 400);
+        assert!(error.message.contains("cannot count tokens"), "{}", error.message);
     }
 
     #[test]

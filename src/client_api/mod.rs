@@ -78,6 +78,8 @@ pub(crate) enum Shape {
     Messages { model: String },
     /// A `response` with the gateway's id, echoing the client's request.
     Responses { id: String, created_at: u64, request: Map<String, Value> },
+    /// A Messages `count_tokens` answer, which the counting translator writes itself.
+    Count,
 }
 
 /// The answers of a provider that got a translated request, in the client's API: the
@@ -127,7 +129,7 @@ impl Reply {
 
     fn api(&self) -> ClientApi {
         match self.shape {
-            Shape::Messages { .. } => ClientApi::Messages,
+            Shape::Messages { .. } | Shape::Count => ClientApi::Messages,
             Shape::Responses { .. } => ClientApi::Responses,
         }
     }
@@ -137,6 +139,8 @@ impl Reply {
         let shape = &self.shape;
         self.stream.get_or_insert_with(|| match shape {
             Shape::Messages { model } => ClientStream::Messages(Box::new(MessagesStream::new(model))),
+            // (A count never streams: its stream would be an empty message.)
+            Shape::Count => ClientStream::Messages(Box::new(MessagesStream::new(""))),
             Shape::Responses { id, created_at, request } => {
                 let echo = Echo { id, created_at: *created_at, request };
                 ClientStream::Responses(Box::new(ResponsesStream::new(&echo)))
@@ -179,6 +183,8 @@ impl Translator for Reply {
         })?;
         self.usage = self.inner.usage().or_else(|| chat.get("usage").and_then(Usage::of_openai));
         let answer = match &self.shape {
+            // The counting translator wrote the client's answer itself.
+            Shape::Count => chat,
             Shape::Messages { model } => messages::answer::from_chat(&chat, model),
             Shape::Responses { id, created_at, request } => {
                 let response = responses::answer::from_chat(&chat, &Echo { id, created_at: *created_at, request });

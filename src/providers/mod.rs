@@ -304,6 +304,13 @@ pub(crate) trait Translator {
         None
     }
 
+    /// Whether the provider counts a chat request's tokens for `model` (a Messages
+    /// `count_tokens` request, as chat, at `Endpoint::MessagesCountTokens`), answering
+    /// `{"input_tokens": n}`.
+    fn counts_tokens(&self, _model: &str) -> bool {
+        false
+    }
+
     /// Whether the provider speaks client API `api` itself for `model` (then the request goes
     /// as the client sent it; otherwise it arrives as a chat request).
     fn speaks(&self, _api: ClientApi, _model: &str) -> bool {

@@ -530,7 +530,7 @@ class VertexMock(MockProvider):
     _vertex_path = re.compile(r"/(?P<version>v1|v1beta1)/projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)"
                               r"/publishers/(?P<publisher>[^/]+)/models/(?P<model>[^/:]+):(?P<method>\w+)")
     _gemini_path = re.compile(r"/(?P<version>v1|v1beta)/models/(?P<model>[^/:]+):(?P<method>\w+)")
-    _methods = {"google": ("generateContent", "streamGenerateContent"),
+    _methods = {"google": ("generateContent", "streamGenerateContent", "countTokens"),
                 "anthropic": ("rawPredict", "streamRawPredict")}
 
     def __init__(self, token_mock: GoogleTokenMock | None = None, *, tokens=(), api_keys=(),
@@ -622,12 +622,34 @@ class VertexMock(MockProvider):
             return self._err(h, 400, "Invalid JSON payload received. Unexpected token.")
         if publisher == "anthropic":
             return self._raw_predict(h, req, m)
+        if m["method"] == "countTokens":
+            return self._count_tokens(h, req, m, api)
         problem = validate_generate_content(req.json) or thought_signature_problem(req.json, m["model"])
         if problem:
             return self._err(h, 400, problem)
         stream = m["method"] == "streamGenerateContent"
         sse = stream and req.qs("alt") == "sse"
         self._serve(h, req, lambda reply: self._generate(h, reply, m["model"], api, stream, sse))
+
+    # ---- countTokens
+    def _count_tokens(self, h, req, m, api: str):
+        """``countTokens``: the Gemini API takes the request to count as ``generateContentRequest``
+        (with its ``models/...`` name) or bare ``contents``; Vertex takes the request's fields at
+        the top level. The count is the scripted reply's input tokens."""
+        body = req.json
+        if api == "gemini":
+            if not isinstance(body, dict) or set(body) - {"contents", "generateContentRequest"}:
+                return self._err(h, 400, "Invalid JSON payload received. Unknown name in CountTokensRequest.")
+            inner = body.get("generateContentRequest")
+            if inner is not None:
+                if not isinstance(inner, dict) or inner.get("model") != f"models/{m['model']}":
+                    return self._err(h, 400, "generateContentRequest.model must name the model counted, "
+                                             f"models/{m['model']}")
+                body = {k: v for k, v in inner.items() if k != "model"}
+        problem = validate_generate_content(body)
+        if problem:
+            return self._err(h, 400, problem)
+        self._serve(h, req, lambda reply: h.send_json(200, {"totalTokens": reply.usage[0]}))
 
     # ---- Anthropic on Vertex
     def _raw_predict(self, h, req, m):

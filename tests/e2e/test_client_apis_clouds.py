@@ -224,3 +224,31 @@ def test_anthropic_counts_the_request_as_sent(gateway, anthropic_mock):
     assert rec.header("anthropic-beta") == "token-counting-2024-11-01"
     assert rec.header("x-api-key") == "sk-ant-client"
 
+
+
+def test_gemini_counts_a_messages_request(gateway, vertex_mock):
+    # The Gemini API counts with `countTokens`: the Messages request goes as the generateContent
+    # request it would make (system and tools included), the count comes back in Anthropic's shape.
+    from helpers import GEMINI_API_KEY, VERTEX_CLIENT_TOKEN
+    gemini = {"x-gateway-provider": "google", "x-gateway-custom-host": vertex_mock.base_url}
+    client = anthropic_sdk(gateway, gemini, api_key=GEMINI_API_KEY)
+    vertex_mock.script(Reply(usage=(42, 0)), model="gemini-2.5-flash")
+    count = client.messages.count_tokens(model="gemini-2.5-flash", system="Be brief.", tools=[READ_TOOL],
+                                         messages=[{"role": "user", "content": "Count me"}])
+    assert count.input_tokens == 42
+    rec = vertex_mock.last
+    assert rec.path == "/v1beta/models/gemini-2.5-flash:countTokens"
+    counted = rec.json["generateContentRequest"]
+    assert counted["model"] == "models/gemini-2.5-flash"
+    assert counted["systemInstruction"]["parts"][0]["text"] == "Be brief."
+    assert counted["tools"][0]["functionDeclarations"][0]["name"] == "read_file"
+    assert rec.header("x-goog-api-key") == GEMINI_API_KEY
+    # Gemini on Vertex counts the same way, its fields at the top level.
+    vertex = {"x-gateway-provider": "vertex-ai", "x-gateway-custom-host": vertex_mock.base_url,
+              "x-gateway-cloud-b-project-id": "proj-c", "x-gateway-cloud-b-region": "us-central1"}
+    client = anthropic_sdk(gateway, vertex, api_key=VERTEX_CLIENT_TOKEN)
+    vertex_mock.script(Reply(usage=(7, 0)), model="gemini-2.5-flash")
+    assert client.messages.count_tokens(model="gemini-2.5-flash",
+                                        messages=[{"role": "user", "content": "Hi"}]).input_tokens == 7
+    assert vertex_mock.last.path.endswith("/publishers/google/models/gemini-2.5-flash:countTokens")
+    assert vertex_mock.last.json["contents"][0]["parts"][0]["text"] == "Hi"

@@ -28,7 +28,7 @@ use super::{
     UpstreamRequest, Usage,
 };
 use crate::errors::{error_json, GatewayError};
-use crate::request::endpoint::ClientApi;
+use crate::request::endpoint::{ClientApi, Endpoint};
 use crate::stream::sse::SseStream;
 use serde_json::Value;
 
@@ -66,8 +66,7 @@ impl GeminiTransport {
         }
     }
 
-    fn path(&self, model: &str, streams: bool) -> Result<String, GatewayError> {
-        let method = if streams { "streamGenerateContent" } else { "generateContent" };
+    fn path(&self, model: &str, method: &str) -> Result<String, GatewayError> {
         match self {
             // The Gemini API names models `models/{id}` too; either form is accepted.
             GeminiTransport::GeminiApi => {
@@ -86,11 +85,13 @@ pub(crate) struct GeminiTranslator {
     ctx: Option<ResponseContext>,
     stream: Option<SseStream<GeminiEvents>>,
     usage: Option<Usage>,
+    /// The request counts tokens (`countTokens`) instead of generating.
+    counting: bool,
 }
 
 impl GeminiTranslator {
     pub(crate) fn new(transport: GeminiTransport) -> Self {
-        GeminiTranslator { transport, ctx: None, stream: None, usage: None }
+        GeminiTranslator { transport, ctx: None, stream: None, usage: None, counting: false }
     }
 
     fn ctx(&self) -> ResponseContext {
@@ -234,18 +235,53 @@ impl Translator for Vertex {
         self.chosen().and_then(Translator::usage)
     }
 
+    /// Gemini's models count tokens (`countTokens`); Anthropic's count natively.
+    fn counts_tokens(&self, model: &str) -> bool {
+        !is_anthropic_model(model)
+    }
+
     /// Anthropic's models on Vertex speak Messages (through `rawPredict`).
     fn speaks(&self, api: ClientApi, model: &str) -> bool {
         api == ClientApi::Messages && is_anthropic_model(model)
     }
 }
 
+impl GeminiTranslator {
+    /// `countTokens` for a chat request (a Messages `count_tokens`, converted): the request it
+    /// would generate from, counted. The Gemini API takes it as `generateContentRequest`, Vertex
+    /// as it is.
+    fn count_request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
+        let provider = self.transport.provider();
+        let body = outbound.body.ok_or_else(|| GatewayError::invalid_param("body", "a JSON body is required"))?;
+        let model = body.get("model").and_then(Value::as_str).unwrap_or_default();
+        let path = self.transport.path(model, "countTokens")?;
+        let request = convert_request(&body, provider)?;
+        let sent = match &self.transport {
+            GeminiTransport::GeminiApi => {
+                let mut request = request;
+                if let Value::Object(fields) = &mut request {
+                    let model = model.strip_prefix("models/").unwrap_or(model);
+                    fields.insert("model".into(), format!("models/{model}").into());
+                }
+                serde_json::json!({"generateContentRequest": request})
+            }
+            GeminiTransport::Vertex(_) => request,
+        };
+        self.counting = true;
+        Ok(UpstreamRequest { path, query: None, headers: Vec::new(), body: Some(sent.to_string().into_bytes()) })
+    }
+}
+
 impl Translator for GeminiTranslator {
     fn request(&mut self, outbound: Outbound) -> Result<UpstreamRequest, GatewayError> {
+        if outbound.endpoint == Endpoint::MessagesCountTokens {
+            return self.count_request(outbound);
+        }
         let provider = self.transport.provider();
         let (body, ctx) = chat_only(provider, outbound)?;
         let streams = body.get("stream") == Some(&Value::Bool(true));
-        let path = self.transport.path(&ctx.model, streams)?;
+        let method = if streams { "streamGenerateContent" } else { "generateContent" };
+        let path = self.transport.path(&ctx.model, method)?;
         self.ctx = Some(ctx);
         let sent = convert_request(&body, provider)?;
         Ok(UpstreamRequest {
@@ -261,6 +297,15 @@ impl Translator for GeminiTranslator {
     }
 
     fn response(&mut self, body: &[u8]) -> Result<Vec<u8>, GatewayError> {
+        if self.counting {
+            // `{"totalTokens": n}` as Anthropic's count answer.
+            let counted: Value = serde_json::from_slice(body).unwrap_or_default();
+            let tokens = counted.get("totalTokens").and_then(Value::as_u64).ok_or_else(|| {
+                GatewayError::new(502, "api_error", "the provider's token count has no totalTokens")
+                    .with_code("invalid_provider_response")
+            })?;
+            return Ok(serde_json::json!({"input_tokens": tokens}).to_string().into_bytes());
+        }
         let (answer, usage) = convert_response(body, &self.ctx(), self.transport.provider())?;
         self.usage = Some(usage);
         Ok(answer)
@@ -282,6 +327,10 @@ impl Translator for GeminiTranslator {
 
     fn usage(&self) -> Option<Usage> {
         self.usage
+    }
+
+    fn counts_tokens(&self, _model: &str) -> bool {
+        true
     }
 }
 
