@@ -12,9 +12,9 @@ use crate::providers::anthropic::error_from_openai;
 use crate::providers::{Outbound, Translator, UpstreamRequest, Usage};
 use crate::request::endpoint::ClientApi;
 use crate::stream::sse::SseParser;
-use messages::stream::MessagesStream;
+use messages::stream::MessagesEvents;
 use responses::answer::Echo;
-use responses::stream::ResponsesStream;
+use responses::stream::ResponsesEvents;
 use serde_json::{json, Map, Value};
 
 /// The gateway's own error (OpenAI's shape) in `api`'s shape, same status.
@@ -64,6 +64,80 @@ pub(crate) fn to_chat(api: ClientApi, body: &Map<String, Value>) -> Result<Trans
     }
 }
 
+/// What a client API makes of a translated chat stream's chunks, and the error event that ends
+/// the client's stream.
+pub(crate) trait ChatEvents {
+    /// One chat chunk (a JSON value that is no error).
+    fn on_chunk(&mut self, chunk: &Value, out: &mut Vec<u8>);
+    /// `[DONE]`: the chat stream is complete.
+    fn end(&mut self, out: &mut Vec<u8>);
+    /// Ends the client's stream with an error event; nothing follows it.
+    fn fail(&mut self, message: &str, out: &mut Vec<u8>);
+    fn is_done(&self) -> bool;
+}
+
+/// A chat stream (a translated provider's, as its translator wrote it) in a client API: the
+/// framing, the bound on event size and the end are the same for every client API; the chunks
+/// may end anywhere, even inside a UTF-8 sequence. A stream that ends before its events say it
+/// is complete ends with an error event, so no client takes it for a complete answer.
+pub(crate) struct ChatStream<E> {
+    parser: SseParser,
+    events: E,
+}
+
+impl<E: ChatEvents> ChatStream<E> {
+    pub(crate) fn new(events: E) -> Self {
+        ChatStream { parser: SseParser::new(), events }
+    }
+
+    pub(crate) fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        if self.events.is_done() {
+            return;
+        }
+        for event in self.parser.push(chunk) {
+            self.on_data(&event.data, out);
+        }
+        if self.parser.overflowed() {
+            self.events.fail("the provider's stream sent an event too large to read", out);
+        }
+    }
+
+    /// The chat stream ended.
+    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
+        for event in self.parser.finish() {
+            self.on_data(&event.data, out);
+        }
+        if !self.events.is_done() {
+            self.events.fail("the provider ended the stream before it was complete", out);
+        }
+    }
+
+    pub(crate) fn events(&self) -> &E {
+        &self.events
+    }
+
+    /// One chat event: `[DONE]`, an error chunk (which ends the client's stream with it) or a
+    /// chunk.
+    fn on_data(&mut self, data: &str, out: &mut Vec<u8>) {
+        if self.events.is_done() {
+            return;
+        }
+        if data == "[DONE]" {
+            return self.events.end(out);
+        }
+        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+            return self.events.fail("the provider's stream sent a chunk that is not JSON", out);
+        };
+        match chunk.get("error") {
+            Some(error) => {
+                let message = error.get("message").and_then(Value::as_str).unwrap_or("provider stream error");
+                self.events.fail(message, out);
+            }
+            None => self.events.on_chunk(&chunk, out),
+        }
+    }
+}
+
 /// A client API's request as a chat request, and the JSON paths of what chat could not carry
 /// (for the log line that says what a translating target dropped).
 #[derive(Debug, Clone, PartialEq)]
@@ -95,8 +169,8 @@ pub(crate) struct Reply {
 }
 
 enum ClientStream {
-    Messages(Box<MessagesStream>),
-    Responses(Box<ResponsesStream>),
+    Messages(Box<ChatStream<MessagesEvents>>),
+    Responses(Box<ChatStream<ResponsesEvents>>),
 }
 
 impl ClientStream {
@@ -116,8 +190,8 @@ impl ClientStream {
 
     fn usage(&self) -> Option<Usage> {
         match self {
-            ClientStream::Messages(stream) => stream.usage(),
-            ClientStream::Responses(stream) => stream.usage(),
+            ClientStream::Messages(stream) => stream.events().usage(),
+            ClientStream::Responses(stream) => stream.events().usage(),
         }
     }
 }
@@ -138,12 +212,12 @@ impl Reply {
     fn client_stream(&mut self) -> &mut ClientStream {
         let shape = &self.shape;
         self.stream.get_or_insert_with(|| match shape {
-            Shape::Messages { model } => ClientStream::Messages(Box::new(MessagesStream::new(model))),
+            Shape::Messages { model } => ClientStream::Messages(Box::new(ChatStream::new(MessagesEvents::new(model)))),
             // (A count never streams: its stream would be an empty message.)
-            Shape::Count => ClientStream::Messages(Box::new(MessagesStream::new(""))),
+            Shape::Count => ClientStream::Messages(Box::new(ChatStream::new(MessagesEvents::new("")))),
             Shape::Responses { id, created_at, request } => {
                 let echo = Echo { id, created_at: *created_at, request };
-                ClientStream::Responses(Box::new(ResponsesStream::new(&echo)))
+                ClientStream::Responses(Box::new(ChatStream::new(ResponsesEvents::new(&echo))))
             }
         })
     }
@@ -207,7 +281,7 @@ impl Translator for Reply {
         stream.finish(out);
         self.usage = self.inner.usage().or_else(|| self.stream.as_ref().and_then(ClientStream::usage));
         if let Some(ClientStream::Responses(stream)) = &self.stream {
-            self.finished = stream.finished();
+            self.finished = stream.events().finished();
         }
     }
 

@@ -7,9 +7,9 @@
 //! no `message_stop`, so no client takes it for a complete answer.
 
 use super::answer::{stop_reason, usage};
+use crate::client_api::ChatEvents;
 use crate::providers::anthropic::{error_type, write_event};
 use crate::providers::Usage;
-use crate::stream::sse::SseParser;
 use serde_json::{json, Value};
 
 /// The content block being written, by what feeds it.
@@ -26,8 +26,8 @@ enum Block {
     },
 }
 
-pub(crate) struct MessagesStream {
-    parser: SseParser,
+/// Chat chunks' events as Messages events (fed by a `client_api::ChatStream`).
+pub(crate) struct MessagesEvents {
     /// The client's model, until a chunk names the provider's.
     model: String,
     started: bool,
@@ -42,10 +42,9 @@ pub(crate) struct MessagesStream {
     done: bool,
 }
 
-impl MessagesStream {
+impl MessagesEvents {
     pub(crate) fn new(model: &str) -> Self {
-        MessagesStream {
-            parser: SseParser::new(),
+        MessagesEvents {
             model: model.to_string(),
             started: false,
             open: None,
@@ -57,57 +56,16 @@ impl MessagesStream {
         }
     }
 
-    /// Consumes a piece of the chat stream (it may end anywhere, even inside a UTF-8 sequence).
-    pub(crate) fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        if self.done {
-            return;
-        }
-        for event in self.parser.push(chunk) {
-            self.on_data(&event.data, out);
-        }
-        if self.parser.overflowed() {
-            self.fail("the provider's stream sent an event too large to read", 502, out);
-        }
-    }
-
-    /// The chat stream ended.
-    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
-        for event in self.parser.finish() {
-            self.on_data(&event.data, out);
-        }
-        if !self.done {
-            self.fail("the provider ended the stream before it was complete", 502, out);
-        }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn is_done(&self) -> bool {
-        self.done
-    }
-
     /// The token counts the chat stream reported, once it did.
     pub(crate) fn usage(&self) -> Option<Usage> {
         self.usage.as_ref().and_then(Usage::of_openai)
     }
 
-    fn on_data(&mut self, data: &str, out: &mut Vec<u8>) {
-        if self.done {
-            return;
-        }
-        if data == "[DONE]" {
-            return self.end(out);
-        }
-        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-            return self.fail("the provider's stream sent a chunk that is not JSON", 502, out);
-        };
-        if let Some(error) = chunk.get("error") {
-            let message = error.get("message").and_then(Value::as_str).unwrap_or("provider stream error");
-            return self.fail(message, 502, out);
-        }
+    fn on_chunk(&mut self, chunk: &Value, out: &mut Vec<u8>) {
         if let Some(model) = chunk.get("model").and_then(Value::as_str).filter(|m| !m.is_empty()) {
             self.model = model.to_string();
         }
-        self.start(&chunk, out);
+        self.start(chunk, out);
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(usage.clone());
         }
@@ -216,11 +174,25 @@ impl MessagesStream {
         write(out, "message_stop", json!({"type": "message_stop"}));
         self.done = true;
     }
+}
 
-    fn fail(&mut self, message: &str, status: u16, out: &mut Vec<u8>) {
-        let error = json!({"type": "error", "error": {"type": error_type(status), "message": message}});
+impl ChatEvents for MessagesEvents {
+    fn on_chunk(&mut self, chunk: &Value, out: &mut Vec<u8>) {
+        self.on_chunk(chunk, out);
+    }
+
+    fn end(&mut self, out: &mut Vec<u8>) {
+        self.end(out);
+    }
+
+    fn fail(&mut self, message: &str, out: &mut Vec<u8>) {
+        let error = json!({"type": "error", "error": {"type": error_type(502), "message": message}});
         write(out, "error", error);
         self.done = true;
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
     }
 }
 
@@ -235,6 +207,7 @@ fn write_delta(out: &mut Vec<u8>, index: u64, delta: Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client_api::ChatStream;
     use crate::unit_tests::test;
 
     /// (event, data) of a Messages stream.
@@ -271,7 +244,7 @@ mod tests {
     fn chunks_become_messages_events_in_any_pieces() {
         let sse = chat_stream();
         let mut whole = Vec::new();
-        let mut stream = MessagesStream::new("asked");
+        let mut stream = ChatStream::new(MessagesEvents::new("asked"));
         stream.push(&sse, &mut whole);
         stream.finish(&mut whole);
         let got = events(&whole);
@@ -311,7 +284,7 @@ mod tests {
         );
         for size in 1..=3 {
             let mut pieces = Vec::new();
-            let mut stream = MessagesStream::new("asked");
+            let mut stream = ChatStream::new(MessagesEvents::new("asked"));
             for piece in sse.chunks(size) {
                 stream.push(piece, &mut pieces);
             }
@@ -325,7 +298,7 @@ mod tests {
         let sse = chat_stream();
         let cut = &sse[..sse.len() - b"data: [DONE]\n\n".len()];
         let mut out = Vec::new();
-        let mut stream = MessagesStream::new("m");
+        let mut stream = ChatStream::new(MessagesEvents::new("m"));
         stream.push(cut, &mut out);
         stream.finish(&mut out);
         let got = events(&out);
@@ -333,7 +306,7 @@ mod tests {
         assert!(got.iter().all(|(name, _)| name != "message_stop"));
 
         let mut out = Vec::new();
-        let mut stream = MessagesStream::new("m");
+        let mut stream = ChatStream::new(MessagesEvents::new("m"));
         stream.push(b"data: {\"error\": {\"message\": \"overloaded\", \"type\": \"api_error\"}}\n\n", &mut out);
         stream.push(b"data: [DONE]\n\n", &mut out);
         stream.finish(&mut out);
@@ -346,11 +319,11 @@ mod tests {
     #[test]
     fn an_empty_answer_is_still_a_whole_message() {
         let mut out = Vec::new();
-        let mut stream = MessagesStream::new("m");
+        let mut stream = ChatStream::new(MessagesEvents::new("m"));
         stream.push(b"data: [DONE]\n\n", &mut out);
         stream.finish(&mut out);
         let names: Vec<String> = events(&out).into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["message_start", "message_delta", "message_stop"]);
-        assert!(stream.is_done());
+        assert!(stream.events().is_done());
     }
 }

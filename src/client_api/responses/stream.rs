@@ -8,8 +8,8 @@
 //! `response.completed`).
 
 use super::answer::{call_item, message_item, reasoning_item, status, text_part, usage, Echo};
+use crate::client_api::ChatEvents;
 use crate::providers::Usage;
-use crate::stream::sse::SseParser;
 use serde_json::{json, Map, Value};
 
 /// An output item being written or written.
@@ -59,8 +59,8 @@ enum Feed {
     Call(u64),
 }
 
-pub(crate) struct ResponsesStream {
-    parser: SseParser,
+/// Chat chunks' events as the Responses event sequence (fed by a `client_api::ChatStream`).
+pub(crate) struct ResponsesEvents {
     id: String,
     created_at: u64,
     request: Map<String, Value>,
@@ -77,10 +77,9 @@ pub(crate) struct ResponsesStream {
     failed: bool,
 }
 
-impl ResponsesStream {
+impl ResponsesEvents {
     pub(crate) fn new(echo: &Echo) -> Self {
-        ResponsesStream {
-            parser: SseParser::new(),
+        ResponsesEvents {
             id: echo.id.to_string(),
             created_at: echo.created_at,
             request: echo.request.clone(),
@@ -94,34 +93,6 @@ impl ResponsesStream {
             done: false,
             failed: false,
         }
-    }
-
-    /// Consumes a piece of the chat stream (it may end anywhere).
-    pub(crate) fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        if self.done {
-            return;
-        }
-        for event in self.parser.push(chunk) {
-            self.on_data(&event.data, out);
-        }
-        if self.parser.overflowed() {
-            self.fail("the provider's stream sent an event too large to read", out);
-        }
-    }
-
-    /// The chat stream ended.
-    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
-        for event in self.parser.finish() {
-            self.on_data(&event.data, out);
-        }
-        if !self.done {
-            self.fail("the provider ended the stream before it was complete", out);
-        }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn is_done(&self) -> bool {
-        self.done
     }
 
     /// The response the stream completed (or ended incomplete) with; None while it runs or
@@ -144,20 +115,7 @@ impl ResponsesStream {
         echo.response(status, self.model.as_deref(), output, usage)
     }
 
-    fn on_data(&mut self, data: &str, out: &mut Vec<u8>) {
-        if self.done {
-            return;
-        }
-        if data == "[DONE]" {
-            return self.end(out);
-        }
-        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-            return self.fail("the provider's stream sent a chunk that is not JSON", out);
-        };
-        if let Some(error) = chunk.get("error") {
-            let message = error.get("message").and_then(Value::as_str).unwrap_or("provider stream error");
-            return self.fail(message, out);
-        }
+    fn on_chunk(&mut self, chunk: &Value, out: &mut Vec<u8>) {
         if let Some(model) = chunk.get("model").and_then(Value::as_str).filter(|m| !m.is_empty()) {
             self.model = Some(model.to_string());
         }
@@ -341,17 +299,6 @@ impl ResponsesStream {
         self.done = true;
     }
 
-    fn fail(&mut self, message: &str, out: &mut Vec<u8>) {
-        self.start(out);
-        self.failed = true;
-        let mut response = self.response("failed");
-        if let Some(fields) = response.as_object_mut() {
-            fields.insert("error".into(), json!({"code": "server_error", "message": message}));
-        }
-        self.write(out, "response.failed", json!({"response": response}));
-        self.done = true;
-    }
-
     /// One event: its `type` and `sequence_number` go first in its data.
     fn write(&mut self, out: &mut Vec<u8>, event: &str, fields: Value) {
         let mut data = Map::new();
@@ -377,9 +324,35 @@ fn feeds(item: &Item) -> Feed {
     }
 }
 
+impl ChatEvents for ResponsesEvents {
+    fn on_chunk(&mut self, chunk: &Value, out: &mut Vec<u8>) {
+        self.on_chunk(chunk, out);
+    }
+
+    fn end(&mut self, out: &mut Vec<u8>) {
+        self.end(out);
+    }
+
+    fn fail(&mut self, message: &str, out: &mut Vec<u8>) {
+        self.start(out);
+        self.failed = true;
+        let mut response = self.response("failed");
+        if let Some(fields) = response.as_object_mut() {
+            fields.insert("error".into(), json!({"code": "server_error", "message": message}));
+        }
+        self.write(out, "response.failed", json!({"response": response}));
+        self.done = true;
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client_api::ChatStream;
     use crate::unit_tests::test;
 
     fn events(out: &[u8]) -> Vec<Value> {
@@ -418,13 +391,13 @@ mod tests {
     fn run(sse: &[u8], piece: usize) -> Vec<u8> {
         let request = json!({"model": "m", "input": "list files", "tools": []});
         let echo = Echo { id: "resp_9", created_at: 3, request: request.as_object().unwrap() };
-        let mut stream = ResponsesStream::new(&echo);
+        let mut stream = ChatStream::new(ResponsesEvents::new(&echo));
         let mut out = Vec::new();
         for chunk in sse.chunks(piece) {
             stream.push(chunk, &mut out);
         }
         stream.finish(&mut out);
-        assert!(stream.is_done());
+        assert!(stream.events().is_done());
         out
     }
 
