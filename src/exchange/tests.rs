@@ -419,18 +419,8 @@ fn a_held_request_ending_in_trailers_is_refused() {
 #[test]
 fn openai_compatible_chat_goes_upstream_and_back_untouched() {
     let mut gw = Gateway::new(SETTINGS);
-    let headers = request(
-        "POST",
-        "/v1/chat/completions",
-        &[
-            ("x-gateway-api-key", "gw-key"),
-            ("x-gateway-provider", "openai"),
-            ("x-gateway-custom-host", "http://127.0.0.1:9000/v1"),
-            ("authorization", "Bearer sk-local"),
-            ("x-gateway-trace-id", "story-1"),
-            ("content-type", "application/json"),
-        ],
-    );
+    let mut headers = openai_chat();
+    headers.push(("x-gateway-trace-id".to_string(), b"story-1".to_vec()));
     // Held until the body is in, and meanwhile routed nowhere: no cluster header, no write.
     assert_eq!(gw.request_headers(1, headers, true).action, Action::Pause);
     assert_eq!(gw.upstream_header(1, CLUSTER_HEADER), None);
