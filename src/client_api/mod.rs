@@ -76,6 +76,34 @@ pub(crate) trait ChatEvents {
     fn is_done(&self) -> bool;
 }
 
+/// What a chat stream's chunks said of the whole answer so far: the provider's model, the usage
+/// and why the (first) choice finished.
+#[derive(Default)]
+pub(crate) struct Told {
+    pub(crate) model: Option<String>,
+    pub(crate) usage: Option<Value>,
+    pub(crate) finish_reason: Option<String>,
+}
+
+impl Told {
+    pub(crate) fn read(&mut self, chunk: &Value) {
+        if let Some(model) = chunk.get("model").and_then(Value::as_str).filter(|m| !m.is_empty()) {
+            self.model = Some(model.to_string());
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(usage.clone());
+        }
+        if let Some(reason) = chunk.pointer("/choices/0/finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_string());
+        }
+    }
+
+    /// The token counts the chat stream reported, once it did.
+    pub(crate) fn usage(&self) -> Option<Usage> {
+        self.usage.as_ref().and_then(Usage::of_openai)
+    }
+}
+
 /// A chat stream (a translated provider's, as its translator wrote it) in a client API: the
 /// framing, the bound on event size and the end are the same for every client API; the chunks
 /// may end anywhere, even inside a UTF-8 sequence. A stream that ends before its events say it
@@ -164,8 +192,9 @@ pub(crate) struct Reply {
     shape: Shape,
     stream: Option<ClientStream>,
     usage: Option<Usage>,
-    /// The response a Responses answer completed with.
-    finished: Option<Value>,
+    /// What the gateway keeps of a completed Responses answer (its id, and the response with
+    /// the conversation it answered), unless the client said `store: false`.
+    kept: Option<(String, Value)>,
 }
 
 enum ClientStream {
@@ -190,15 +219,35 @@ impl ClientStream {
 
     fn usage(&self) -> Option<Usage> {
         match self {
-            ClientStream::Messages(stream) => stream.events().usage(),
-            ClientStream::Responses(stream) => stream.events().usage(),
+            ClientStream::Messages(stream) => stream.events().told.usage(),
+            ClientStream::Responses(stream) => stream.events().told.usage(),
         }
     }
 }
 
 impl Reply {
     pub(crate) fn new(inner: Box<dyn Translator>, shape: Shape) -> Reply {
-        Reply { inner, shape, stream: None, usage: None, finished: None }
+        Reply { inner, shape, stream: None, usage: None, kept: None }
+    }
+
+    /// What a Responses request keeps of its answer: the response id and the request, unless
+    /// the client said `store: false`.
+    fn keeps(&self) -> Option<(&str, &Map<String, Value>)> {
+        match &self.shape {
+            Shape::Responses { id, request, .. } if request.get("store") != Some(&Value::Bool(false)) => {
+                Some((id, request))
+            }
+            _ => None,
+        }
+    }
+
+    /// Keeps `response` with the conversation it answered (so `previous_response_id` can
+    /// continue it).
+    fn keep(&mut self, response: Value) {
+        if let Some((id, request)) = self.keeps() {
+            let kept = json!({"response": response, "input": responses::request::input_items(request)});
+            self.kept = Some((id.to_string(), kept));
+        }
     }
 
     fn api(&self) -> ClientApi {
@@ -261,11 +310,12 @@ impl Translator for Reply {
             Shape::Count => chat,
             Shape::Messages { model } => messages::answer::from_chat(&chat, model),
             Shape::Responses { id, created_at, request } => {
-                let response = responses::answer::from_chat(&chat, &Echo { id, created_at: *created_at, request });
-                self.finished = Some(response.clone());
-                response
+                responses::answer::from_chat(&chat, &Echo { id, created_at: *created_at, request })
             }
         };
+        if self.keeps().is_some() {
+            self.keep(answer.clone());
+        }
         Ok(answer.to_string().into_bytes())
     }
 
@@ -280,8 +330,12 @@ impl Translator for Reply {
         stream.push(&chat, out);
         stream.finish(out);
         self.usage = self.inner.usage().or_else(|| self.stream.as_ref().and_then(ClientStream::usage));
-        if let Some(ClientStream::Responses(stream)) = &self.stream {
-            self.finished = stream.events().finished();
+        let finished = match (&self.stream, self.keeps()) {
+            (Some(ClientStream::Responses(stream)), Some(_)) => stream.events().finished(),
+            _ => None,
+        };
+        if let Some(response) = finished {
+            self.keep(response);
         }
     }
 
@@ -293,17 +347,8 @@ impl Translator for Reply {
         self.usage
     }
 
-    /// A Responses answer is kept unless the client said `store: false`: the response and
-    /// the whole conversation it answered (so `previous_response_id` can continue it).
-    fn kept(&self) -> Option<(String, Value)> {
-        let Shape::Responses { id, request, .. } = &self.shape else {
-            return None;
-        };
-        if request.get("store") == Some(&Value::Bool(false)) {
-            return None;
-        }
-        let response = self.finished.clone()?;
-        Some((id.clone(), json!({"response": response, "input": responses::request::input_items(request)})))
+    fn kept(&mut self) -> Option<(String, Value)> {
+        self.kept.take()
     }
 }
 

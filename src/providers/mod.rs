@@ -299,8 +299,8 @@ pub(crate) trait Translator {
     fn usage(&self) -> Option<Usage>;
 
     /// A response the gateway keeps for the client (the Responses API's `store`), once the
-    /// answer completed: its id and what the control plane stores.
-    fn kept(&self) -> Option<(String, Value)> {
+    /// answer completed: its id and what the control plane stores (given once).
+    fn kept(&mut self) -> Option<(String, Value)> {
         None
     }
 

@@ -7,9 +7,8 @@
 //! no `message_stop`, so no client takes it for a complete answer.
 
 use super::answer::{stop_reason, usage};
-use crate::client_api::ChatEvents;
+use crate::client_api::{ChatEvents, Told};
 use crate::providers::anthropic::{error_type, write_event};
-use crate::providers::Usage;
 use serde_json::{json, Value};
 
 /// The content block being written, by what feeds it.
@@ -28,7 +27,7 @@ enum Block {
 
 /// Chat chunks' events as Messages events (fed by a `client_api::ChatStream`).
 pub(crate) struct MessagesEvents {
-    /// The client's model, until a chunk names the provider's.
+    /// The client's model, which the message names unless a chunk names the provider's.
     model: String,
     started: bool,
     /// The open block and its index.
@@ -37,8 +36,7 @@ pub(crate) struct MessagesEvents {
     blocks: u64,
     /// Tool calls already given a block: (chat index, block index).
     tools: Vec<(u64, u64)>,
-    finish_reason: Option<String>,
-    usage: Option<Value>,
+    pub(crate) told: Told,
     done: bool,
 }
 
@@ -50,33 +48,16 @@ impl MessagesEvents {
             open: None,
             blocks: 0,
             tools: Vec::new(),
-            finish_reason: None,
-            usage: None,
+            told: Told::default(),
             done: false,
         }
     }
 
-    /// The token counts the chat stream reported, once it did.
-    pub(crate) fn usage(&self) -> Option<Usage> {
-        self.usage.as_ref().and_then(Usage::of_openai)
-    }
-
     fn on_chunk(&mut self, chunk: &Value, out: &mut Vec<u8>) {
-        if let Some(model) = chunk.get("model").and_then(Value::as_str).filter(|m| !m.is_empty()) {
-            self.model = model.to_string();
-        }
+        self.told.read(chunk);
         self.start(chunk, out);
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(usage.clone());
-        }
-        let Some(choice) = chunk.pointer("/choices/0") else {
-            return;
-        };
-        if let Some(delta) = choice.get("delta") {
+        if let Some(delta) = chunk.pointer("/choices/0/delta") {
             self.on_delta(delta, out);
-        }
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.finish_reason = Some(reason.to_string());
         }
     }
 
@@ -87,7 +68,7 @@ impl MessagesEvents {
         self.started = true;
         let message = json!({
             "id": chunk.get("id").and_then(Value::as_str).unwrap_or_default(),
-            "type": "message", "role": "assistant", "model": self.model, "content": [],
+            "type": "message", "role": "assistant", "model": self.told.model.as_ref().unwrap_or(&self.model), "content": [],
             "stop_reason": null, "stop_sequence": null,
             "usage": {"input_tokens": 0, "output_tokens": 0},
         });
@@ -168,8 +149,8 @@ impl MessagesEvents {
     fn end(&mut self, out: &mut Vec<u8>) {
         self.start(&Value::Null, out);
         self.close(out);
-        let delta = json!({"stop_reason": stop_reason(self.finish_reason.as_deref()), "stop_sequence": null});
-        let usage = usage(self.usage.as_ref());
+        let delta = json!({"stop_reason": stop_reason(self.told.finish_reason.as_deref()), "stop_sequence": null});
+        let usage = usage(self.told.usage.as_ref());
         write(out, "message_delta", json!({"type": "message_delta", "delta": delta, "usage": usage}));
         write(out, "message_stop", json!({"type": "message_stop"}));
         self.done = true;

@@ -8,8 +8,7 @@
 //! `response.completed`).
 
 use super::answer::{call_item, message_item, reasoning_item, status, text_part, usage, Echo};
-use crate::client_api::ChatEvents;
-use crate::providers::Usage;
+use crate::client_api::{ChatEvents, Told};
 use serde_json::{json, Map, Value};
 
 /// An output item being written or written.
@@ -64,15 +63,12 @@ pub(crate) struct ResponsesEvents {
     id: String,
     created_at: u64,
     request: Map<String, Value>,
-    /// The provider's model once a chunk names it.
-    model: Option<String>,
     sequence: u64,
     started: bool,
     items: Vec<Item>,
     /// The index of the item being written.
     open: Option<usize>,
-    finish_reason: Option<String>,
-    usage: Option<Value>,
+    pub(crate) told: Told,
     done: bool,
     failed: bool,
 }
@@ -83,13 +79,11 @@ impl ResponsesEvents {
             id: echo.id.to_string(),
             created_at: echo.created_at,
             request: echo.request.clone(),
-            model: None,
             sequence: 0,
             started: false,
             items: Vec::new(),
             open: None,
-            finish_reason: None,
-            usage: None,
+            told: Told::default(),
             done: false,
             failed: false,
         }
@@ -98,12 +92,7 @@ impl ResponsesEvents {
     /// The response the stream completed (or ended incomplete) with; None while it runs or
     /// when it failed.
     pub(crate) fn finished(&self) -> Option<Value> {
-        (self.done && !self.failed).then(|| self.response(status(self.finish_reason.as_deref())))
-    }
-
-    /// The token counts the chat stream reported, once it did.
-    pub(crate) fn usage(&self) -> Option<Usage> {
-        self.usage.as_ref().and_then(Usage::of_openai)
+        (self.done && !self.failed).then(|| self.response(status(self.told.finish_reason.as_deref())))
     }
 
     /// The response as it stands, e.g. to store once the stream is done.
@@ -111,26 +100,15 @@ impl ResponsesEvents {
         let echo = Echo { id: &self.id, created_at: self.created_at, request: &self.request };
         let item_status = if status == "in_progress" { "in_progress" } else { "completed" };
         let output = self.items.iter().map(|item| item.json(item_status)).collect();
-        let usage = if status == "in_progress" { Value::Null } else { usage(self.usage.as_ref()) };
-        echo.response(status, self.model.as_deref(), output, usage)
+        let usage = if status == "in_progress" { Value::Null } else { usage(self.told.usage.as_ref()) };
+        echo.response(status, self.told.model.as_deref(), output, usage)
     }
 
     fn on_chunk(&mut self, chunk: &Value, out: &mut Vec<u8>) {
-        if let Some(model) = chunk.get("model").and_then(Value::as_str).filter(|m| !m.is_empty()) {
-            self.model = Some(model.to_string());
-        }
+        self.told.read(chunk);
         self.start(out);
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(usage.clone());
-        }
-        let Some(choice) = chunk.pointer("/choices/0") else {
-            return;
-        };
-        if let Some(delta) = choice.get("delta") {
+        if let Some(delta) = chunk.pointer("/choices/0/delta") {
             self.on_delta(delta, out);
-        }
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.finish_reason = Some(reason.to_string());
         }
     }
 
@@ -292,7 +270,7 @@ impl ResponsesEvents {
     fn end(&mut self, out: &mut Vec<u8>) {
         self.start(out);
         self.close(out);
-        let status = status(self.finish_reason.as_deref());
+        let status = status(self.told.finish_reason.as_deref());
         let response = self.response(status);
         let event = if status == "incomplete" { "response.incomplete" } else { "response.completed" };
         self.write(out, event, json!({"response": response}));
