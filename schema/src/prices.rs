@@ -193,7 +193,7 @@ pub fn check(price: &Price) -> Result<(), (&'static str, String)> {
     ];
     for (field, amount) in amounts {
         if let Some(amount) = amount {
-            if !amount.is_finite() || amount < 0.0 || amount > MAX_PER_MILLION {
+            if !(0.0..=MAX_PER_MILLION).contains(&amount) {
                 return Err((field, format!("{field} must be a number from 0 to {MAX_PER_MILLION} (US dollars)")));
             }
         }
