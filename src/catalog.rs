@@ -40,7 +40,12 @@ pub(crate) enum Kind {
     Prompt,
     /// A response the gateway keeps (the Responses API's `store`, on a translating target).
     Response,
+    /// A workspace's limits and prices (one entry per workspace, id [`POLICY_ID`]).
+    Policy,
 }
+
+/// The id of a workspace's policy entry.
+pub(crate) const POLICY_ID: &str = "policy";
 
 impl Kind {
     /// The path segment of the internal endpoint.
@@ -52,6 +57,7 @@ impl Kind {
             Kind::Guardrail => "guardrails",
             Kind::Prompt => "prompts",
             Kind::Response => "responses",
+            Kind::Policy => "policy",
         }
     }
 
@@ -63,6 +69,7 @@ impl Kind {
             Kind::Guardrail => "guardrail",
             Kind::Prompt => "prompt",
             Kind::Response => "stored response",
+            Kind::Policy => "limits and prices",
         }
     }
 }
@@ -91,6 +98,7 @@ impl Ref {
     pub(crate) fn path(&self) -> String {
         match self.kind {
             Kind::Key => format!("/internal/v1/keys/{}", self.id),
+            Kind::Policy => format!("/internal/v1/workspaces/{}/policy", self.workspace),
             kind => format!("/internal/v1/workspaces/{}/{}/{}", self.workspace, kind.segment(), self.id),
         }
     }
@@ -190,11 +198,31 @@ impl<'a> Catalog<'a> {
         self.item(kind, id, host)?.ok_or_else(|| not_found(kind, id))
     }
 
-    /// The workspace of gateway key `key`; `None` when the control plane does not know it.
-    pub(crate) fn key_workspace(&mut self, key: &[u8], host: &dyn Host) -> Result<Option<String>, GatewayError> {
+    /// The workspace of gateway key `key` and the key's id; `None` when the control plane does
+    /// not know the key.
+    pub(crate) fn key_owner(&mut self, key: &[u8], host: &dyn Host) -> Result<Option<KeyOwner>, GatewayError> {
         let entry = self.get(Ref::key(key), host)?;
-        Ok(entry.and_then(|value| value.get("workspace").and_then(Value::as_str).map(str::to_string)))
+        Ok(entry.and_then(|value| {
+            let text = |name: &str| value.get(name).and_then(Value::as_str).map(str::to_string);
+            Some(KeyOwner { workspace: text("workspace")?, key_id: text("id") })
+        }))
     }
+
+    /// The caller's workspace's limits and prices.
+    pub(crate) fn policy(&mut self, host: &dyn Host) -> Result<Entry, GatewayError> {
+        if !valid_workspace(&self.workspace) {
+            return Ok(None);
+        }
+        let r = Ref { kind: Kind::Policy, workspace: self.workspace.clone(), id: POLICY_ID.to_string() };
+        self.get(r, host)
+    }
+}
+
+/// Whose a gateway key is: its workspace, and its id (a key of the plugin configuration has
+/// none).
+pub(crate) struct KeyOwner {
+    pub(crate) workspace: String,
+    pub(crate) key_id: Option<String>,
 }
 
 /// The 404 of an unknown item, in the OpenAI error shape. A stored provider's name may be a
@@ -209,6 +237,7 @@ pub(crate) fn not_found(kind: Kind, id: &str) -> GatewayError {
         Kind::Guardrail => ("guardrail_not_found", format!("guardrail '{}' not found in this workspace", shorten(id))),
         Kind::Prompt => ("prompt_not_found", format!("prompt '{}' not found in this workspace", shorten(id))),
         Kind::Response => ("response_not_found", format!("Previous response with id '{}' not found.", shorten(id))),
+        Kind::Policy => ("policy_not_found", "the workspace's limits were not found".to_string()),
     };
     let kind_name = if kind == Kind::Key { "authentication_error" } else { "invalid_request_error" };
     let status = if kind == Kind::Key { 401 } else { 404 };
@@ -251,6 +280,9 @@ pub(crate) fn from_answer(r: &Ref, status: u16, body: &[u8]) -> Result<Entry, St
             }
             value
         }
+        // The policy is the answer itself.
+        Kind::Policy if value.is_object() => value,
+        Kind::Policy => return Err("its answer is not an object".to_string()),
         _ => match value {
             Value::Object(mut fields) => fields.remove("value").ok_or("its answer has no value")?,
             _ => return Err("its answer is not an object".to_string()),

@@ -49,6 +49,7 @@ fn stat_names() -> Vec<String> {
         time_to_first_token_ms: Some(7),
         moves: vec![("openai", Move::Retry), ("openai", Move::Fallback)],
         cache_stored: Some(300),
+        cost_micro_usd: Some(9),
         guardrails: vec![(HookStage::Before, ItemResult::new(&item, checks.into()))],
         ..Record::default()
     };
@@ -56,6 +57,7 @@ fn stat_names() -> Vec<String> {
     let mut names: Vec<String> =
         metrics::of_request(&record, &settings, &mut ModelLabels::default()).into_iter().map(|m| m.name).collect();
     names.push(metrics::lookup("found"));
+    names.push(metrics::limit_refusal(gateway_schema::limits::LimitKind::Budget));
     for bare in [metrics::CIRCUITS_OPENED, metrics::CIRCUITS_OPEN, metrics::RECORDS_DROPPED] {
         names.push(bare.to_string());
     }

@@ -24,6 +24,7 @@ mod request;
 mod routing;
 mod settings;
 mod stream;
+mod usage_limits;
 
 // What the control plane reads too lives in the shared crate; the filter names it as its own.
 use gateway_schema::{cloud, config, credential, errors, json_check, memo, prompts, query, upstream, wire_names};

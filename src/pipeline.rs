@@ -3,7 +3,7 @@
 
 use crate::cache::settings::CacheMode;
 use crate::cache::{self, Lookup, Origin, Tenant};
-use crate::catalog::{self, Catalog, Kind, Ref, DEFAULT_WORKSPACE};
+use crate::catalog::{self, Catalog, Entry, Kind, Ref, DEFAULT_WORKSPACE};
 use crate::client_api;
 use crate::config::{parse_config, Config, StrategyMode};
 use crate::errors::GatewayError;
@@ -24,6 +24,7 @@ use crate::routing::attempts::Attempts;
 use crate::routing::plan::{make_plan, Plan};
 use crate::routing::{config_header, saved_config_unavailable, ConfigHeader, Target};
 use crate::settings::Settings;
+use crate::usage_limits;
 use crate::wire_names::{
     control_plane_fetch_marker, CLIENT_AUTHORIZATION_HEADER, CONTROL_PLANE_FETCH_HEADER, WORKSPACE_HEADER,
 };
@@ -98,6 +99,10 @@ pub(crate) struct Intake {
     tenant: Tenant,
     /// The caller's workspace (`default` for the plugin configuration's keys).
     workspace: String,
+    /// The id of the caller's gateway key (none for the plugin configuration's keys).
+    key_id: Option<String>,
+    /// The workspace's limits and prices, with a control plane.
+    policy: Entry,
     /// The top-level config's stored guardrails, by the reference the config gave.
     guardrails: Vec<(String, Item)>,
     /// The stored prompt the chat request is rendered from.
@@ -225,10 +230,11 @@ fn start_pass(
         return Ok(Started::Health);
     };
     // The key comes first: a caller without one learns nothing else about the request.
-    let workspace = match headers::api_key(raw) {
-        Some(key) if settings.authenticate(key) => DEFAULT_WORKSPACE.to_string(),
+    let (workspace, key_id) = match headers::api_key(raw) {
+        Some(key) if settings.authenticate(key) => (DEFAULT_WORKSPACE.to_string(), None),
         Some(key) if catalog.enabled() => {
-            catalog.key_workspace(key, host)?.ok_or_else(|| catalog::not_found(Kind::Key, ""))?
+            let owner = catalog.key_owner(key, host)?.ok_or_else(|| catalog::not_found(Kind::Key, ""))?;
+            (owner.workspace, owner.key_id)
         }
         Some(_) => {
             return Err(GatewayError::new(401, "authentication_error", "invalid x-gateway-api-key")
@@ -249,6 +255,8 @@ fn start_pass(
         _ => cache::tenant_of(workspace.as_bytes()),
     };
     catalog.workspace.clone_from(&workspace);
+    // Limits and prices apply to every request of the workspace.
+    let policy = if catalog.enabled() { catalog.policy(host)? } else { None };
     // Only the headers the gateway reads are decoded (the others go upstream as they came).
     let read = |name: &str| {
         name == "authorization" || name == PROVIDER_KEY_HEADER || name == "vendor-beta" || is_gateway_header(name)
@@ -316,7 +324,20 @@ fn start_pass(
     }
     let json_post = body == BodyMode::Json && method == "POST";
     let method = method.into_owned();
-    let intake = Intake { endpoint, method, path, query, gateway, config, tenant, workspace, guardrails, prompt };
+    let intake = Intake {
+        endpoint,
+        method,
+        path,
+        query,
+        gateway,
+        config,
+        tenant,
+        workspace,
+        key_id,
+        policy,
+        guardrails,
+        prompt,
+    };
     if json_post {
         headers::check_plain_body(raw)?;
         return Ok(Started::NeedsBody(Pending { intake }));
@@ -689,11 +710,9 @@ impl Call {
     pub(crate) fn facts(&self, index: usize) -> Facts {
         let target = self.attempts.plan.attempts.get(index).map(|a| &a.target);
         let field = |name: &str| self.body.as_ref().and_then(|b| b.get(name));
-        let forced = target.and_then(|t| t.options.override_params.get("model"));
-        let model = forced.or_else(|| field("model")).and_then(Value::as_str).unwrap_or_default();
         Facts {
             provider: target.map_or("", |t| t.provider.name),
-            model: model.to_string(),
+            model: self.model_of(index).to_string(),
             stream: field("stream").and_then(Value::as_bool) == Some(true),
             reports_usage: matches!(
                 self.intake.endpoint,
@@ -707,6 +726,34 @@ impl Call {
     }
 
     /// The client's `x-gateway-metadata`.
+    /// The model attempt `index` asks for (`override_params` win over the client's model).
+    fn model_of(&self, index: usize) -> &str {
+        let target = self.attempts.plan.attempts.get(index).map(|a| &a.target);
+        let forced = target.and_then(|t| t.options.override_params.get("model"));
+        let client = || self.body.as_ref().and_then(|b| b.get("model"));
+        forced.or_else(client).and_then(Value::as_str).unwrap_or_default()
+    }
+
+    /// The workspace's limits and prices, with a control plane.
+    pub(crate) fn policy(&self) -> Option<&Rc<Value>> {
+        self.intake.policy.as_ref()
+    }
+
+    /// The request as limits see it: whose it is, the models its attempts ask for, its body.
+    pub(crate) fn limits_ask(&self) -> usage_limits::Ask<'_> {
+        usage_limits::Ask {
+            workspace: &self.intake.workspace,
+            key_id: self.intake.key_id.as_deref(),
+            models: (0..self.attempts.plan.attempts.len()).map(|index| self.model_of(index)).collect(),
+            body: self.body.as_ref(),
+        }
+    }
+
+    /// The id of the caller's gateway key (none for the plugin configuration's keys).
+    pub(crate) fn key_id(&self) -> Option<&str> {
+        self.intake.key_id.as_deref()
+    }
+
     pub(crate) fn metadata(&self) -> Option<&Map<String, Value>> {
         self.intake.gateway.metadata.as_ref()
     }

@@ -36,6 +36,16 @@ pub(crate) const RECORDS_DROPPED: &str = "gen_ai_gateway_records_dropped_total";
 /// Calls that read the control plane, by `result`: `found`, `absent` (404) or `failed`.
 pub(crate) const CONTROL_PLANE_LOOKUPS: &str = "gen_ai_gateway_control_plane_lookups_total";
 
+/// What answers cost, in micro-USD (Envoy counters are integers), by provider and model.
+pub(crate) const COST: &str = "gen_ai_gateway_cost_micro_usd_total";
+/// Requests refused by a limit, by `kind` (`requests`, `tokens`, `budget`).
+pub(crate) const LIMIT_REFUSALS: &str = "gen_ai_gateway_limit_refusals_total";
+
+/// The stat of a refusal by a limit of `kind`.
+pub(crate) fn limit_refusal(kind: gateway_schema::limits::LimitKind) -> String {
+    name(LIMIT_REFUSALS, &[("kind", kind.as_str())])
+}
+
 /// The stat of a control-plane read's `result`.
 pub(crate) fn lookup(result: &'static str) -> String {
     name(CONTROL_PLANE_LOOKUPS, &[("result", result)])
@@ -173,6 +183,9 @@ pub(crate) fn of_request(record: &Record, settings: &MetricsSettings, models: &m
     out.push(histogram(name(DURATION, &by_model), record.duration_ms));
     if let Some(ttft) = record.time_to_first_token_ms {
         out.push(histogram(name(TIME_TO_FIRST_TOKEN, &by_model), ttft));
+    }
+    if let Some(cost) = record.cost_micro_usd.filter(|cost| *cost > 0) {
+        out.push(counter(name(COST, &by_model), cost));
     }
     if let Some(usage) = record.usage {
         for (kind, count) in [("input", usage.prompt_tokens), ("output", usage.completion_tokens)] {

@@ -32,6 +32,7 @@ mod finish;
 mod gate;
 mod guard;
 mod head;
+mod limits;
 mod lookups;
 pub(crate) mod metrics;
 pub(crate) mod record;
@@ -263,6 +264,8 @@ enum Phase {
     AwaitingToken(Box<request::Held>),
     /// Routed and held until the input checks' calls answered.
     AwaitingChecks(Box<request::Held>),
+    /// Routed and held until a limit's allowance is granted.
+    AwaitingAllowance(Box<request::Held>),
     Forwarded(Box<Routed>),
     /// The first attempt failed; later ones run as dispatched calls.
     Recovering(Box<Recovery>),
@@ -298,6 +301,10 @@ struct Exchange {
     reads: Reads,
     /// The provider's answer is held in Envoy until its body ends.
     awaiting_end: bool,
+    /// The workspace's limits and prices (with a control plane).
+    policy: Option<Rc<crate::usage_limits::Policy>>,
+    /// What the request reserved of the limits that apply to it.
+    limits: Option<Box<limits::Limited>>,
 }
 
 impl Exchange {
@@ -328,6 +335,8 @@ impl Exchange {
             usage: None,
             reads: Reads::default(),
             awaiting_end: false,
+            policy: None,
+            limits: None,
         }
     }
 
@@ -392,6 +401,9 @@ impl Exchange {
         }
         if let Some(status) = self.cache.status_header() {
             add(STATUS_HEADER, status);
+        }
+        for (name, value) in self.limit_headers() {
+            add(name, value);
         }
     }
 

@@ -55,6 +55,11 @@ pub(crate) struct Record {
     pub(crate) cache_stored: Option<u64>,
     /// The caller's workspace (with a control plane; empty otherwise).
     pub(crate) workspace: String,
+    /// The id of the caller's gateway key (none for the plugin configuration's keys).
+    pub(crate) api_key_id: Option<String>,
+    /// What the answer cost, in micro-USD: its usage at the model's price (none without
+    /// either).
+    pub(crate) cost_micro_usd: Option<u64>,
     /// The request and response bodies, for the shipped record only (`records.bodies`).
     pub(crate) bodies: Option<Box<Bodies>>,
 }
@@ -152,10 +157,12 @@ impl Record {
             stream: self.stream,
             prompt_tokens: self.usage.map(|u| u.prompt_tokens),
             completion_tokens: self.usage.map(|u| u.completion_tokens),
+            cost_usd: self.cost_micro_usd.map(crate::usage_limits::usd),
             duration_ms: self.duration_ms,
             time_to_first_token_ms: self.time_to_first_token_ms,
             error_code: self.error_code,
             workspace: text(&self.workspace),
+            api_key_id: self.api_key_id.as_deref(),
             guardrails: Guardrails(&self.guardrails),
         };
         serde_json::to_vec(&line).unwrap_or_default()
@@ -286,11 +293,16 @@ struct AccessLine<'a> {
     stream: bool,
     prompt_tokens: Option<u64>,
     completion_tokens: Option<u64>,
+    /// US dollars: the usage at the model's price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost_usd: Option<f64>,
     duration_ms: u64,
     time_to_first_token_ms: Option<u64>,
     error_code: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     workspace: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    api_key_id: Option<&'a str>,
     /// Present when hooks or guardrails ran.
     #[serde(skip_serializing_if = "Guardrails::is_empty")]
     guardrails: Guardrails<'a>,

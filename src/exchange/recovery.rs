@@ -7,7 +7,7 @@ use super::finish::{Delivery, Whole};
 use super::head::Head;
 use super::reply::response_mode;
 use super::request::{token_for, Token};
-use super::worker::{rearm, Task, Timer};
+use super::worker::{rearm, Task, Timer, Wake};
 use super::{metrics, reply, Action, CallAnswer, Dispatch, Env, Exchange, Phase, RawHeaders, Routed};
 use crate::errors::GatewayError;
 use crate::pipeline::{Call, Forward, ResponsePlan};
@@ -88,7 +88,7 @@ impl Exchange {
                 Next::GiveUp => return self.answer_recovered(env),
                 Next::Call { index, delay_ms } if delay_ms > 0 => {
                     let due_ms = env.io.host().now_ms().saturating_add(delay_ms);
-                    env.tasks.timers.push(Timer { due_ms, owner: env.id, attempt: index });
+                    env.tasks.timers.push(Timer { due_ms, owner: env.id, wake: Wake::Attempt(index) });
                     return rearm(env.tasks, env.io);
                 }
                 Next::Call { index, .. } => match self.dispatch_attempt(env, index, None) {

@@ -5,6 +5,7 @@
 
 use super::caching::{CacheState, Hit};
 use super::guard::{self, Answer, Guard, Progress};
+use super::limits::{self, Allowance};
 use super::lookups::{Read, Stalled};
 use super::waiters::{Fetch, Waiter};
 use super::worker::Task;
@@ -177,6 +178,39 @@ impl Exchange {
         // Routed: from here on every answer, a denial or a cache hit too, counts for the
         // provider and model the request is meant for.
         self.note(&call, call.attempts.current);
+        self.record.api_key_id = call.key_id().map(str::to_string);
+        self.policy = limits::policy_of(&call);
+        match self.reserve(env, &call) {
+            Allowance::Admitted => self.check(env, call, raw, body),
+            Allowance::Waiting => {
+                self.phase = Phase::AwaitingAllowance(Box::new(Held { call, raw, body }));
+                Action::Pause
+            }
+            Allowance::Refused(error) => self.answer_error(env, &error),
+        }
+    }
+
+    /// A request held for a limit's allowance: admitted (it goes on), refused, or still
+    /// waiting.
+    pub(super) fn allowed(&mut self, env: &mut Env, allowance: Allowance) {
+        if matches!(allowance, Allowance::Waiting) || !matches!(self.phase, Phase::AwaitingAllowance(_)) {
+            return;
+        }
+        let Phase::AwaitingAllowance(held) = std::mem::replace(&mut self.phase, Phase::Headers) else {
+            return;
+        };
+        let Held { call, raw, body } = *held;
+        let action = match allowance {
+            Allowance::Refused(error) => self.answer_error(env, &error),
+            _ => self.check(env, call, raw, body),
+        };
+        if action == Action::Continue {
+            env.after.push(After::ResumeRequest(env.id));
+        }
+    }
+
+    /// Runs the input checks, then forwards.
+    fn check(&mut self, env: &mut Env, call: Call, raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Action {
         let mut guard = match Guard::new(&call, &raw) {
             Ok(Some(guard)) => guard,
             Ok(None) => return self.forward(env, call, raw, body),

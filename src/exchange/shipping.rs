@@ -193,7 +193,7 @@ pub(super) fn keep_response(cp: &ControlPlaneSettings, workspace: &str, id: &str
 }
 
 /// A JSON write to the control plane.
-fn write(cp: &ControlPlaneSettings, method: &str, path: String, body: Vec<u8>) -> Dispatch {
+pub(super) fn write(cp: &ControlPlaneSettings, method: &str, path: String, body: Vec<u8>) -> Dispatch {
     let headers = vec![
         (":method".to_string(), method.to_string()),
         (":path".to_string(), path),

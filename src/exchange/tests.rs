@@ -227,6 +227,17 @@ impl Gateway {
         let settings = Settings::parse(settings.as_bytes()).unwrap();
         let io = FakeIo::new();
         prepare_store(&io.host, &settings);
+        // The stories' workspaces have no limits and no prices of their own, read long ago and
+        // fresh for ever (the limits' own stories read theirs).
+        let empty = Some(Rc::new(json!({"limits": [], "prices": {}})));
+        for workspace in ["default", "team", "team-a", "team-b"] {
+            let r = crate::catalog::Ref {
+                kind: crate::catalog::Kind::Policy,
+                workspace: workspace.into(),
+                id: "policy".into(),
+            };
+            crate::catalog::remember(&io.host, &r, &empty, 0, u64::MAX / 2, u64::MAX / 2);
+        }
         Gateway { worker: Worker::new(Rc::new(settings)), io }
     }
 
@@ -1242,12 +1253,15 @@ fn a_stream_counts_its_time_to_first_token_and_the_usage_it_carries() {
     gw.response_body(1, b"data: [DONE]\n\n", true);
     let record = gw.finished(1).unwrap();
     assert_eq!((record.stream, record.time_to_first_token_ms, record.duration_ms), (true, Some(17), 117));
+    assert_eq!(record.cost_micro_usd, Some(18));
     assert_eq!(
         gw.metrics(),
         [
             "gen_ai_gateway_requests_total.provider.openai.status_class.2xx.cache_status.disabled.model.gpt-4.1 1",
             "gen_ai_server_request_duration.provider.openai.model.gpt-4.1 117",
             "gen_ai_server_time_to_first_token.provider.openai.model.gpt-4.1 17",
+            // gpt-4.1's list prices: $2 and $8 per million tokens, so 5 × 2 + 1 × 8 micro-USD.
+            "gen_ai_gateway_cost_micro_usd_total.provider.openai.model.gpt-4.1 18",
             "gen_ai_client_token_usage_total.provider.openai.gen_ai_token_type.input.model.gpt-4.1 5",
             "gen_ai_client_token_usage_total.provider.openai.gen_ai_token_type.output.model.gpt-4.1 1",
         ]

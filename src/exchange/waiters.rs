@@ -5,6 +5,7 @@
 //! call on its way instead of starting another).
 
 use crate::catalog::Ref;
+use crate::usage_limits::LedgerKey;
 use hashbrown::HashMap;
 
 /// What one call fetches for every request of the worker waiting for it.
@@ -16,6 +17,8 @@ pub(super) enum Fetch {
     Jwks(String),
     /// A control-plane entry.
     Lookup(Ref),
+    /// A grant of a limit's allowance.
+    Allowance(LedgerKey),
 }
 
 /// A request waiting for a fetch.

@@ -7,20 +7,30 @@
 use super::gate::Gate;
 use super::record::{self, Record};
 use super::waiters::{Fetch, Waiter, Waiters};
-use super::{lookups, metrics, reply, shipping, tokens};
+use super::{limits, lookups, metrics, reply, shipping, tokens};
 use super::{Action, Bodies, CallAnswer, Env, Exchange, Io, Output};
 use crate::routing::attempts::Next;
 use crate::settings::Settings;
+use crate::usage_limits::leases::{Ask, Leases, Report};
 use hashbrown::HashMap;
 use metrics::ModelLabels;
 use serde_json::Value;
 use std::rc::Rc;
 
-/// A dispatched call's wait before it starts.
+/// A request's wait for the root context's timer.
 pub(super) struct Timer {
     pub(super) due_ms: u64,
     pub(super) owner: u32,
-    pub(super) attempt: usize,
+    pub(super) wake: Wake,
+}
+
+/// What a request waits for the timer to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wake {
+    /// Start this recovery attempt (its delay is over).
+    Attempt(usize),
+    /// Ask for a limit's allowance again (other replicas' leases may have ended).
+    Allowance,
 }
 
 /// What a dispatched call was for.
@@ -39,6 +49,8 @@ pub(super) enum Task {
     Records,
     /// A kept response (its id) written to the control plane.
     Kept(String),
+    /// The timer's renewals and reports of the limits' leases (the root context's call).
+    Leases(Box<(Vec<Report>, Vec<Ask>)>),
 }
 
 /// Dispatched calls in flight (token → request and purpose) and waiting calls.
@@ -54,6 +66,8 @@ pub(super) struct Tasks {
     aliases: u32,
     /// Request records on their way to the control plane.
     records: shipping::Shipper,
+    /// The worker's leases of the limits' allowance.
+    pub(super) leases: Leases,
 }
 
 impl Tasks {
@@ -204,6 +218,12 @@ impl Worker {
                 rearm(&self.tasks, io);
                 Output::proceed()
             }
+            Task::Leases(sent) => {
+                let now_ms = io.host().now_ms();
+                limits::renewed(&mut self.tasks, *sent, &answer, now_ms);
+                rearm(&self.tasks, io);
+                Output::proceed()
+            }
             Task::Kept(id) => {
                 if !(200..300).contains(&answer.status) {
                     log::warn!("response {id} was not kept: the control plane answered {}", answer.status);
@@ -256,6 +276,28 @@ impl Worker {
                     after.extend(output.after);
                 }
             }
+            Fetch::Allowance(key) => {
+                let grant = limits::grants(&answer).and_then(|grants| grants.into_iter().next());
+                if let Some(grant) = &grant {
+                    let now_ms = io.host().now_ms();
+                    self.tasks.leases.granted(key, grant, now_ms);
+                } else {
+                    log::warn!(
+                        "the control plane granted no allowance of limit '{}': it answered {}",
+                        key.limit,
+                        answer.status
+                    );
+                }
+                for waiter in self.tasks.waiters.answered(&fetch) {
+                    let output = self.on(waiter.id, io, |exchange, env| {
+                        let allowance = exchange.allowance_arrived(env, grant.as_ref());
+                        exchange.allowed(env, allowance);
+                        Action::Continue
+                    });
+                    after.extend(output.after);
+                }
+                rearm(&self.tasks, io);
+            }
             Fetch::Lookup(r) => {
                 let settled = lookups::settle(&self.settings, r, &answer, io);
                 for waiter in self.tasks.waiters.answered(&fetch) {
@@ -282,12 +324,21 @@ impl Worker {
         let mut after = Vec::new();
         for timer in due {
             let output = self.on(timer.owner, io, |exchange, env| {
-                exchange.step(env, Next::Call { index: timer.attempt, delay_ms: 0 });
+                match timer.wake {
+                    Wake::Attempt(index) => exchange.step(env, Next::Call { index, delay_ms: 0 }),
+                    Wake::Allowance => {
+                        let allowance = exchange.reserve_again(env);
+                        exchange.allowed(env, allowance);
+                    }
+                }
                 Action::Continue
             });
             after.extend(output.after);
         }
         self.ship(now, io);
+        if let Some(cp) = &self.settings.control_plane {
+            limits::renew(&mut self.tasks, self.root, cp, io);
+        }
         rearm(&self.tasks, io);
         Output { action: Action::Continue, after }
     }
@@ -322,16 +373,22 @@ impl Worker {
         self.tasks.waiters.forget(id);
         // A gate's request is the main instance's to record.
         self.gates.remove(&id);
-        let exchange = self.exchanges.remove(&id)?;
+        let mut exchange = self.exchanges.remove(&id)?;
         let settings = Rc::clone(&exchange.settings);
         // Envoy answered a held answer itself when its provider broke off: the record says so.
         let broke_off = exchange.awaiting_end && reply::broke_off(&io.response_details(id));
+        let (policy, exchange_limits) = (exchange.policy.clone(), exchange.limits.take());
         let mut record = exchange.into_record();
         if broke_off {
             record.status = 502;
             record.error_code = Some(reply::BROKE_OFF_CODE);
         }
         record.end(io.host().now_ms());
+        limits::settle(exchange_limits.as_deref(), policy.as_deref(), &mut record, &mut self.tasks);
+        if exchange_limits.is_some() {
+            // A lease whose reservations all settled is reported at once.
+            rearm(&self.tasks, io);
+        }
         for metric in metrics::of_request(&record, &settings.metrics, &mut self.models) {
             io.metric(metric.kind, &metric.name, metric.value);
         }
@@ -379,7 +436,8 @@ fn count_dropped(io: &mut dyn Io, dropped: u64) {
 /// nothing waits.
 pub(super) fn rearm(tasks: &Tasks, io: &mut dyn Io) {
     let now = io.host().now_ms();
-    let earliest = tasks.timers.iter().map(|t| t.due_ms).chain(tasks.records.due_ms()).min();
+    let leases = tasks.leases.next_due_ms(now);
+    let earliest = tasks.timers.iter().map(|t| t.due_ms).chain(tasks.records.due_ms()).chain(leases).min();
     io.tick_every(earliest.map_or(0, |due| due.saturating_sub(now).max(1)));
 }
 

@@ -1,0 +1,261 @@
+//! Limits in the exchange: a routed request reserves its worst case of every limit that applies
+//! before anything else runs (a refused request reaches no check and no provider), waits for a
+//! grant when its worker's lease has no room, and settles its reservations with its usage
+//! when it ends. The worker's timer renews leases in use and reports the ones that are done.
+
+use super::waiters::{Fetch, Waiter};
+use super::worker::{rearm, Task, Tasks, Timer, Wake};
+use super::{metrics, shipping, CallAnswer, Env, Exchange, Io, Record};
+use crate::errors::GatewayError;
+use crate::pipeline::Call;
+use crate::settings::ControlPlaneSettings;
+use crate::usage_limits::leases::{Ask, Grant, Hold, Report};
+use crate::usage_limits::{self, Demand, LedgerKey, Policy};
+use gateway_schema::limits::LimitKind;
+use serde_json::{json, Value};
+use std::rc::Rc;
+
+/// A request waits for at most this many grants (each ask serves every request waiting) ...
+const MAX_WAITS: u32 = 16;
+/// ... and, while other replicas' leases may still free allowance, at most this long.
+const MAX_WAIT_MS: u64 = 10_000;
+
+/// The control plane's endpoint for grants and reports.
+pub(super) const PATH: &str = "/internal/v1/leases";
+
+/// What a request under limits holds.
+pub(super) struct Limited {
+    demands: Vec<Demand>,
+    /// One per demand, in order, as they were reserved.
+    holds: Vec<Hold>,
+    waits: u32,
+    since_ms: u64,
+    /// The `x-ratelimit-*` headers of its answer (and `retry-after` when refused).
+    headers: Vec<(String, String)>,
+}
+
+/// Where reserving left a request.
+pub(super) enum Allowance {
+    /// Every limit that applies holds its reservation (or none applies).
+    Admitted,
+    /// Waiting for a grant (or for the time to ask again).
+    Waiting,
+    Refused(GatewayError),
+}
+
+impl Exchange {
+    /// Reserves the request's worst case of every limit that applies to it.
+    pub(super) fn reserve(&mut self, env: &mut Env, call: &Call) -> Allowance {
+        let Some(policy) = self.policy.as_ref().filter(|p| p.has_limits()) else {
+            return Allowance::Admitted;
+        };
+        let demands = match usage_limits::demands(policy, &call.limits_ask()) {
+            Ok(demands) if demands.is_empty() => return Allowance::Admitted,
+            Ok(demands) => demands,
+            Err(error) => return Allowance::Refused(error),
+        };
+        let since_ms = env.io.host().now_ms();
+        self.limits = Some(Box::new(Limited { demands, holds: Vec::new(), waits: 0, since_ms, headers: Vec::new() }));
+        self.reserve_again(env)
+    }
+
+    /// A grant this request waited for arrived (or the time to ask again came): reserves
+    /// again, or refuses with the grant's word.
+    pub(super) fn allowance_arrived(&mut self, env: &mut Env, grant: Option<&Grant>) -> Allowance {
+        let Some(limited) = self.limits.as_deref_mut() else {
+            return Allowance::Admitted;
+        };
+        let Some(demand) = limited.demands.get(limited.holds.len()).cloned() else {
+            return Allowance::Admitted;
+        };
+        let now_ms = env.io.host().now_ms();
+        match grant {
+            None => return refuse(env, limited, &demand, usage_limits::unavailable(&demand), None),
+            Some(grant) if grant.gone => {
+                // The limit was deleted since the request read its policy: it applies no more.
+                limited.demands.retain(|d| d.key.limit != demand.key.limit);
+            }
+            Some(grant) if grant.granted == 0 => {
+                let waited = now_ms.saturating_sub(limited.since_ms);
+                match grant.retry_ms {
+                    Some(retry_ms) if limited.waits < MAX_WAITS && waited + retry_ms <= MAX_WAIT_MS => {
+                        limited.waits += 1;
+                        env.tasks.timers.push(Timer {
+                            due_ms: now_ms + retry_ms,
+                            owner: env.id,
+                            wake: Wake::Allowance,
+                        });
+                        rearm(env.tasks, env.io);
+                        return Allowance::Waiting;
+                    }
+                    _ => {
+                        let retry_after = grant.reset_s.max(1);
+                        let error = usage_limits::refusal(&demand, retry_after);
+                        return refuse(env, limited, &demand, error, Some(retry_after));
+                    }
+                }
+            }
+            Some(_) => {}
+        }
+        self.reserve_again(env)
+    }
+
+    /// Reserves what is left to reserve (after a grant, or when the time to ask again came).
+    pub(super) fn reserve_again(&mut self, env: &mut Env) -> Allowance {
+        let Some(limited) = self.limits.as_deref_mut() else {
+            return Allowance::Admitted;
+        };
+        let now_ms = env.io.host().now_ms();
+        while let Some(demand) = limited.demands.get(limited.holds.len()) {
+            match env.tasks.leases.reserve(demand, now_ms) {
+                Some(hold) => limited.holds.push(hold),
+                None if limited.waits >= MAX_WAITS => {
+                    let demand = demand.clone();
+                    return refuse(env, limited, &demand, usage_limits::refusal(&demand, 1), Some(1));
+                }
+                None => {
+                    limited.waits += 1;
+                    return ask(env, limited, demand.clone());
+                }
+            }
+        }
+        limited.headers = standing_headers(env.tasks, &limited.demands, now_ms, None);
+        Allowance::Admitted
+    }
+
+    /// The `x-ratelimit-*` (and `retry-after`) headers of a request under limits.
+    pub(super) fn limit_headers(&self) -> &[(String, String)] {
+        self.limits.as_deref().map_or(&[], |limited| limited.headers.as_slice())
+    }
+}
+
+/// Asks the control plane for `demand`'s allowance (one ask serves every request of the worker
+/// waiting for the same ledger).
+fn ask(env: &mut Env, limited: &mut Limited, demand: Demand) -> Allowance {
+    let Some(cp) = &env.settings.control_plane else {
+        return refuse(env, limited, &demand, usage_limits::unavailable(&demand), None);
+    };
+    let fetch = Fetch::Allowance(demand.key.clone());
+    if env.tasks.waiters.join(&fetch, || Waiter::request(env.id)) {
+        return Allowance::Waiting;
+    }
+    let ask = env.tasks.leases.ask(&demand);
+    match env.io.dispatch(env.id, &call(cp, &[ask], &[])) {
+        Some(token) => {
+            env.tasks.started(token, Waiter::request(env.id), fetch);
+            Allowance::Waiting
+        }
+        None => refuse(env, limited, &demand, usage_limits::unavailable(&demand), None),
+    }
+}
+
+/// Refuses the request: what it reserved of other limits is freed, and its answer says how
+/// the limits stand.
+fn refuse(
+    env: &mut Env,
+    limited: &mut Limited,
+    demand: &Demand,
+    error: GatewayError,
+    retry_after: Option<u64>,
+) -> Allowance {
+    for hold in limited.holds.drain(..) {
+        env.tasks.leases.settle(&hold, 0);
+    }
+    let now_ms = env.io.host().now_ms();
+    limited.headers = standing_headers(env.tasks, &limited.demands, now_ms, retry_after);
+    if error.status == 429 {
+        env.io.metric(metrics::Kind::Counter, &metrics::limit_refusal(demand.key.kind), 1);
+    }
+    Allowance::Refused(error)
+}
+
+/// OpenAI's `x-ratelimit-*` headers: of each kind, the limit with the least left.
+fn standing_headers(tasks: &Tasks, demands: &[Demand], now_ms: u64, retry_after: Option<u64>) -> Vec<(String, String)> {
+    let mut headers = Vec::new();
+    for (kind, suffix) in [(LimitKind::Requests, "requests"), (LimitKind::Tokens, "tokens")] {
+        let standings =
+            demands.iter().filter(|d| d.key.kind == kind).filter_map(|d| tasks.leases.standing(&d.key, now_ms));
+        if let Some(least) = standings.min_by_key(|s| s.remaining) {
+            headers.push((format!("x-ratelimit-limit-{suffix}"), least.bound.to_string()));
+            headers.push((format!("x-ratelimit-remaining-{suffix}"), least.remaining.to_string()));
+            headers.push((format!("x-ratelimit-reset-{suffix}"), format!("{}s", least.reset_s)));
+        }
+    }
+    if let Some(seconds) = retry_after {
+        headers.push(("retry-after".to_string(), seconds.to_string()));
+    }
+    headers
+}
+
+/// The call that asks for `asks` and reports `reports`.
+pub(super) fn call(cp: &ControlPlaneSettings, asks: &[Ask], reports: &[Report]) -> super::Dispatch {
+    let body = json!({"grants": asks, "reports": reports}).to_string().into_bytes();
+    shipping::write(cp, "POST", PATH.to_string(), body)
+}
+
+/// The grants in the control plane's answer, in the order asked; None when it gave none.
+pub(super) fn grants(answer: &CallAnswer) -> Option<Vec<Grant>> {
+    if answer.status != 200 {
+        return None;
+    }
+    let value: Value = serde_json::from_slice(&answer.body).ok()?;
+    Some(value.get("grants")?.as_array()?.iter().map(Grant::from_json).collect())
+}
+
+/// A request ended: each reservation becomes what it used (its record says what the provider
+/// reported and what that cost), and the request's cost is written in its record.
+pub(super) fn settle(limited: Option<&Limited>, policy: Option<&Policy>, record: &mut Record, tasks: &mut Tasks) {
+    let usage = record.usage;
+    if let Some(usage) = usage {
+        record.cost_micro_usd = usage_limits::cost(policy, &record.model, usage.prompt_tokens, usage.completion_tokens);
+    }
+    let Some(limited) = limited else {
+        return;
+    };
+    // An answer without usage: nothing was used when the provider failed or was never
+    // reached; else the reservation stands whole.
+    let failed = record.status >= 400 || record.status == 0;
+    for hold in &limited.holds {
+        let actual = match (hold.key.kind, usage) {
+            (LimitKind::Requests, _) => 1,
+            (LimitKind::Tokens, Some(usage)) => usage.prompt_tokens.saturating_add(usage.completion_tokens),
+            (LimitKind::Budget, Some(_)) => record.cost_micro_usd.unwrap_or(hold.amount),
+            (_, None) if failed => 0,
+            (_, None) => hold.amount,
+        };
+        tasks.leases.settle(hold, actual);
+    }
+}
+
+/// The timer's work on the leases: one call renews the ledgers in use and reports the leases
+/// that are done. The task it returns carries both, for when the call is not answered.
+pub(super) fn renew(tasks: &mut Tasks, root: u32, cp: &ControlPlaneSettings, io: &mut dyn Io) {
+    let now_ms = io.host().now_ms();
+    let (reports, asks) = tasks.leases.due(now_ms);
+    if reports.is_empty() && asks.is_empty() {
+        return;
+    }
+    match io.dispatch(root, &call(cp, &asks, &reports)) {
+        Some(token) => {
+            tasks.calls.insert(token, (root, Task::Leases(Box::new((reports, asks)))));
+        }
+        None => tasks.leases.call_failed(reports, &asks),
+    }
+}
+
+/// The timer's lease call answered: the renewals are installed.
+pub(super) fn renewed(tasks: &mut Tasks, sent: (Vec<Report>, Vec<Ask>), answer: &CallAnswer, now_ms: u64) {
+    let (reports, asks) = sent;
+    let Some(grants) = grants(answer) else {
+        log::warn!("the control plane did not take the limits' leases: it answered {}", answer.status);
+        return tasks.leases.call_failed(reports, &asks);
+    };
+    for (ask, grant) in asks.iter().zip(&grants) {
+        tasks.leases.granted(&LedgerKey { limit: ask.limit.clone(), kind: ask.kind }, grant, now_ms);
+    }
+}
+
+/// The parsed policy of a request's workspace.
+pub(super) fn policy_of(call: &Call) -> Option<Rc<Policy>> {
+    call.policy().map(|value| Rc::new(Policy::parse(value)))
+}

@@ -1,0 +1,307 @@
+//! A worker's leases of the allowance the control plane grants, one ledger per limit and kind.
+//!
+//! A request reserves its worst case from the ledger's active lease without any call; when the
+//! lease has no room, the request waits for a grant (one call serves every request waiting).
+//! The worker's timer renews a lease in use before it runs out, and reports each lease that is
+//! no longer reserved from once every reservation on it settled: the control plane then counts
+//! what was used instead of what was granted, and the rest is free for every replica again.
+//!
+//! The leases live in the worker (each Envoy worker is a replica of its own to the control
+//! plane): a request never touches shared data for its limits, and no two workers can spend
+//! the same allowance.
+
+use super::{Demand, LedgerKey};
+use gateway_schema::limits::LimitKind;
+use hashbrown::HashMap;
+use serde::Serialize;
+use serde_json::Value;
+
+/// A lease still reserved from after this long is reported with its reservations counted as
+/// used (their requests never ended, or ended unseen).
+pub(crate) const DRAIN_MS: u64 = 15 * 60 * 1000;
+/// A lease in use is renewed this long before it ends, so requests need not wait for one.
+pub(crate) const RENEW_AHEAD_MS: u64 = 1500;
+/// Reports the control plane did not take are sent again this much later.
+const RETRY_MS: u64 = 1000;
+/// A ledger is renewed ahead only while requests used it this recently ...
+const RENEW_WHILE_USED_MS: u64 = 10_000;
+/// ... and forgotten once nothing used it for this long and nothing of it is left to report.
+const FORGET_AFTER_MS: u64 = 120_000;
+
+/// What the control plane said of one ledger with a grant.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Grant {
+    /// The lease's id; None when nothing was granted.
+    pub(crate) lease: Option<String>,
+    pub(crate) granted: u64,
+    pub(crate) ttl_ms: u64,
+    pub(crate) bound: u64,
+    /// What is left for every replica after this grant.
+    pub(crate) remaining: u64,
+    /// Seconds until the allowance grows again (the window moves on, the period ends).
+    pub(crate) reset_s: u64,
+    /// Nothing was granted, but leases other replicas hold end within this many ms: asking
+    /// again then may find their unused allowance.
+    pub(crate) retry_ms: Option<u64>,
+    /// The limit is gone (deleted, or no longer bounds this kind).
+    pub(crate) gone: bool,
+}
+
+impl Grant {
+    /// The control plane's answer for one ledger (`{"lease", "granted", "ttl_ms", ...}`).
+    pub(crate) fn from_json(value: &Value) -> Grant {
+        let number = |name: &str| value.get(name).and_then(Value::as_u64);
+        Grant {
+            lease: value.get("lease").and_then(Value::as_str).map(str::to_string),
+            granted: number("granted").unwrap_or_default(),
+            ttl_ms: number("ttl_ms").unwrap_or_default(),
+            bound: number("bound").unwrap_or_default(),
+            remaining: number("remaining").unwrap_or_default(),
+            reset_s: number("reset_s").unwrap_or_default(),
+            retry_ms: number("retry_ms"),
+            gone: value.get("gone").and_then(Value::as_bool) == Some(true),
+        }
+    }
+}
+
+/// An ask for allowance, as the control plane takes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Ask {
+    pub(crate) limit: String,
+    pub(crate) kind: LimitKind,
+    /// At least this much, or nothing.
+    pub(crate) need: u64,
+    /// As much as this, if the allowance allows.
+    pub(crate) want: u64,
+}
+
+/// A lease no longer reserved from, and what it used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Report {
+    pub(crate) lease: String,
+    pub(crate) used: u64,
+}
+
+/// A reservation a request holds until its answer ends.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Hold {
+    pub(crate) key: LedgerKey,
+    lease: String,
+    pub(crate) amount: u64,
+}
+
+/// Where a ledger stands, for the client's `x-ratelimit-*` headers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Standing {
+    pub(crate) bound: u64,
+    pub(crate) remaining: u64,
+    pub(crate) reset_s: u64,
+}
+
+struct Lease {
+    id: String,
+    granted: u64,
+    /// Reserved and settled so far.
+    used: u64,
+    /// Reservations not settled yet (tokens and budgets; a request counts when admitted).
+    outstanding: u32,
+    until_ms: u64,
+    /// When requests stopped reserving from it.
+    ended_ms: u64,
+}
+
+impl Lease {
+    fn room(&self) -> u64 {
+        self.granted.saturating_sub(self.used)
+    }
+}
+
+#[derive(Default)]
+struct Ledger {
+    active: Option<Lease>,
+    draining: Vec<Lease>,
+    bound: u64,
+    /// What the control plane had left with its last grant, besides what this worker holds.
+    remaining: u64,
+    reset_at_ms: u64,
+    used_ms: u64,
+    /// What the last lease used: the next asks for twice as much.
+    last_used: u64,
+    /// The timer asked to renew the lease; not asked again until answered.
+    renewing: bool,
+}
+
+impl Ledger {
+    /// The active lease ends at its time: no more reservations from it.
+    fn retire_expired(&mut self, now_ms: u64) {
+        if self.active.as_ref().is_some_and(|lease| lease.until_ms <= now_ms) {
+            self.retire(now_ms);
+        }
+    }
+
+    fn retire(&mut self, now_ms: u64) {
+        if let Some(mut lease) = self.active.take() {
+            lease.ended_ms = now_ms;
+            self.last_used = lease.used;
+            self.draining.push(lease);
+        }
+    }
+
+    fn lease_mut(&mut self, id: &str) -> Option<&mut Lease> {
+        self.active.iter_mut().chain(self.draining.iter_mut()).find(|lease| lease.id == id)
+    }
+
+    /// Whether the timer renews the active lease ahead: requests used it lately and no renewal
+    /// is on its way.
+    fn renews(&self, now_ms: u64) -> bool {
+        !self.renewing && now_ms.saturating_sub(self.used_ms) <= RENEW_WHILE_USED_MS
+    }
+
+    fn want(&self, need: u64) -> u64 {
+        let in_use = self.active.as_ref().map_or(self.last_used, |lease| lease.used.max(self.last_used));
+        need.max(in_use.saturating_mul(2))
+    }
+}
+
+/// Every ledger a worker's requests reserve from.
+#[derive(Default)]
+pub(crate) struct Leases {
+    ledgers: HashMap<LedgerKey, Ledger>,
+    /// Reports the control plane did not take yet: sent again with the next call.
+    unsent: Vec<Report>,
+}
+
+impl Leases {
+    /// Reserves `demand` from its ledger's active lease; None when no lease has room for it.
+    pub(crate) fn reserve(&mut self, demand: &Demand, now_ms: u64) -> Option<Hold> {
+        let ledger = self.ledgers.entry(demand.key.clone()).or_default();
+        ledger.used_ms = now_ms;
+        ledger.retire_expired(now_ms);
+        let lease = ledger.active.as_mut().filter(|lease| lease.room() >= demand.amount)?;
+        lease.used = lease.used.saturating_add(demand.amount);
+        if demand.key.kind != LimitKind::Requests {
+            lease.outstanding = lease.outstanding.saturating_add(1);
+        }
+        Some(Hold { key: demand.key.clone(), lease: lease.id.clone(), amount: demand.amount })
+    }
+
+    /// The ask for `demand` when no lease has room: at least the demand, and twice what the
+    /// ledger used lately (smaller grants come back as the allowance runs out).
+    pub(crate) fn ask(&self, demand: &Demand) -> Ask {
+        let want = self.ledgers.get(&demand.key).map_or(demand.amount, |ledger| ledger.want(demand.amount));
+        Ask { limit: demand.key.limit.clone(), kind: demand.key.kind, need: demand.amount, want }
+    }
+
+    /// The request's answer ended having used `actual` (requests: 1 when it was admitted, 0
+    /// when it never was): the hold becomes that.
+    pub(crate) fn settle(&mut self, hold: &Hold, actual: u64) {
+        let Some(lease) = self.ledgers.get_mut(&hold.key).and_then(|ledger| ledger.lease_mut(&hold.lease)) else {
+            // Reported already (drained too long): the control plane counted the hold whole.
+            return;
+        };
+        lease.used = lease.used.saturating_sub(hold.amount).saturating_add(actual);
+        if hold.key.kind != LimitKind::Requests {
+            lease.outstanding = lease.outstanding.saturating_sub(1);
+        }
+    }
+
+    /// What the control plane granted for `key`: a new active lease (the one before is reported
+    /// once settled).
+    pub(crate) fn granted(&mut self, key: &LedgerKey, grant: &Grant, now_ms: u64) {
+        if let Some(ledger) = self.ledgers.get_mut(key) {
+            ledger.renewing = false;
+        }
+        if grant.gone {
+            // Nothing to renew; what is left is reported.
+            if let Some(ledger) = self.ledgers.get_mut(key) {
+                ledger.retire(now_ms);
+            }
+            return;
+        }
+        let ledger = self.ledgers.entry(key.clone()).or_default();
+        ledger.bound = grant.bound;
+        ledger.remaining = grant.remaining;
+        ledger.reset_at_ms = now_ms.saturating_add(grant.reset_s.saturating_mul(1000));
+        if let (Some(id), true) = (&grant.lease, grant.granted > 0) {
+            ledger.retire(now_ms);
+            ledger.active = Some(Lease {
+                id: id.clone(),
+                granted: grant.granted,
+                used: 0,
+                outstanding: 0,
+                until_ms: now_ms.saturating_add(grant.ttl_ms),
+                ended_ms: 0,
+            });
+        }
+    }
+
+    /// Where `key`'s ledger stands now.
+    pub(crate) fn standing(&self, key: &LedgerKey, now_ms: u64) -> Option<Standing> {
+        let ledger = self.ledgers.get(key)?;
+        let room = ledger.active.as_ref().filter(|lease| lease.until_ms > now_ms).map_or(0, Lease::room);
+        Some(Standing {
+            bound: ledger.bound,
+            remaining: ledger.remaining.saturating_add(room).min(ledger.bound),
+            reset_s: ledger.reset_at_ms.saturating_sub(now_ms).div_ceil(1000),
+        })
+    }
+
+    /// The timer's work at `now_ms`: reports of the leases that are done, and asks that renew
+    /// the ledgers in use before their lease runs out.
+    pub(crate) fn due(&mut self, now_ms: u64) -> (Vec<Report>, Vec<Ask>) {
+        let mut reports = std::mem::take(&mut self.unsent);
+        let mut asks = Vec::new();
+        self.ledgers.retain(|key, ledger| {
+            ledger.retire_expired(now_ms);
+            ledger.draining.retain(|lease| {
+                let done = lease.outstanding == 0 || now_ms.saturating_sub(lease.ended_ms) >= DRAIN_MS;
+                if done {
+                    reports.push(Report { lease: lease.id.clone(), used: lease.used });
+                }
+                !done
+            });
+            let ending = ledger.active.as_ref().is_some_and(|lease| lease.until_ms <= now_ms + RENEW_AHEAD_MS);
+            if ledger.renews(now_ms) && ending {
+                ledger.renewing = true;
+                let need = if key.kind == LimitKind::Requests { 1 } else { ledger.last_used.max(1) };
+                asks.push(Ask { limit: key.limit.clone(), kind: key.kind, need, want: ledger.want(need) });
+            }
+            let forgotten = now_ms.saturating_sub(ledger.used_ms) > FORGET_AFTER_MS;
+            !(forgotten && ledger.active.is_none() && ledger.draining.is_empty())
+        });
+        (reports, asks)
+    }
+
+    /// The timer's call was not answered: its reports go with the next one, its renewals may
+    /// be asked again.
+    pub(crate) fn call_failed(&mut self, reports: Vec<Report>, asks: &[Ask]) {
+        self.unsent.extend(reports);
+        for ask in asks {
+            let key = LedgerKey { limit: ask.limit.clone(), kind: ask.kind };
+            if let Some(ledger) = self.ledgers.get_mut(&key) {
+                ledger.renewing = false;
+            }
+        }
+    }
+
+    /// When the timer should next run: a lease to renew ahead, one that ends, one whose
+    /// reservations settled.
+    pub(crate) fn next_due_ms(&self, now_ms: u64) -> Option<u64> {
+        let retry = (!self.unsent.is_empty()).then_some(now_ms.saturating_add(RETRY_MS));
+        let ledgers = self.ledgers.values().flat_map(|ledger| {
+            let renew = ledger.active.as_ref().map(|lease| match ledger.renews(now_ms) {
+                true => lease.until_ms.saturating_sub(RENEW_AHEAD_MS),
+                false => lease.until_ms,
+            });
+            let drained = ledger.draining.iter().map(|lease| match lease.outstanding {
+                0 => now_ms,
+                _ => lease.ended_ms.saturating_add(DRAIN_MS),
+            });
+            renew.into_iter().chain(drained)
+        });
+        ledgers.chain(retry).min()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,115 @@
+use super::*;
+use crate::unit_tests::test;
+use gateway_schema::limits::Period;
+
+fn demand(kind: LimitKind, amount: u64) -> Demand {
+    Demand { key: LedgerKey { limit: "team".into(), kind }, amount, bound: 100, period: Period::Month }
+}
+
+fn grant(id: &str, granted: u64) -> Grant {
+    Grant { lease: Some(id.into()), granted, ttl_ms: 5000, bound: 100, remaining: 50, reset_s: 30, ..Grant::default() }
+}
+
+#[test]
+fn a_request_reserves_from_the_lease_and_asks_when_it_has_no_room() {
+    let mut leases = Leases::default();
+    let one = demand(LimitKind::Requests, 1);
+    assert_eq!(leases.reserve(&one, 0), None, "no lease yet");
+    assert_eq!(leases.ask(&one), Ask { limit: "team".into(), kind: LimitKind::Requests, need: 1, want: 1 });
+    leases.granted(&one.key, &grant("l1", 2), 0);
+    assert!(leases.reserve(&one, 10).is_some());
+    assert!(leases.reserve(&one, 20).is_some());
+    assert_eq!(leases.reserve(&one, 30), None, "two granted, two used");
+    // The next ask wants twice what the lease used.
+    assert_eq!(leases.ask(&one).want, 4);
+    let standing = leases.standing(&one.key, 30).unwrap();
+    assert_eq!((standing.bound, standing.remaining, standing.reset_s), (100, 50, 30));
+}
+
+#[test]
+fn settled_usage_below_the_reservation_frees_the_difference() {
+    let mut leases = Leases::default();
+    let worst = demand(LimitKind::Tokens, 600);
+    leases.granted(&worst.key, &grant("l1", 1000), 0);
+    let hold = leases.reserve(&worst, 0).unwrap();
+    assert_eq!(leases.reserve(&worst, 0), None, "400 left: the next worst case does not fit");
+    leases.settle(&hold, 150);
+    assert!(leases.reserve(&worst, 0).is_some(), "850 left after settling 150");
+}
+
+#[test]
+fn a_lease_is_reported_once_it_ended_and_every_reservation_settled() {
+    let mut leases = Leases::default();
+    let worst = demand(LimitKind::Budget, 300);
+    leases.granted(&worst.key, &grant("l1", 1000), 0);
+    let hold = leases.reserve(&worst, 100).unwrap();
+    assert_eq!(leases.due(1000), (vec![], vec![]), "active, not ending");
+    // It ends (no renewal: a renewal is asked only ahead of the end, see below).
+    let (reports, _) = leases.due(5000);
+    assert_eq!(reports, vec![], "a reservation is still open");
+    leases.settle(&hold, 120);
+    assert_eq!(leases.next_due_ms(5100), Some(5100), "settled: due at once");
+    let (reports, _) = leases.due(5100);
+    assert_eq!(reports, vec![Report { lease: "l1".into(), used: 120 }]);
+    assert_eq!(leases.due(5200).0, vec![], "reported once");
+}
+
+#[test]
+fn a_lease_held_too_long_is_reported_with_its_open_reservations_counted() {
+    let mut leases = Leases::default();
+    let worst = demand(LimitKind::Tokens, 300);
+    leases.granted(&worst.key, &grant("l1", 1000), 0);
+    leases.reserve(&worst, 0).unwrap();
+    leases.due(5000);
+    assert_eq!(leases.next_due_ms(5000), Some(5000 + DRAIN_MS));
+    assert_eq!(leases.due(5000 + DRAIN_MS).0, vec![Report { lease: "l1".into(), used: 300 }]);
+}
+
+#[test]
+fn a_lease_in_use_is_renewed_ahead_once_and_an_idle_one_is_not() {
+    let mut leases = Leases::default();
+    let one = demand(LimitKind::Requests, 1);
+    leases.granted(&one.key, &grant("l1", 10), 0);
+    leases.reserve(&one, 100).unwrap();
+    assert_eq!(leases.next_due_ms(100), Some(5000 - RENEW_AHEAD_MS));
+    let (reports, asks) = leases.due(5000 - RENEW_AHEAD_MS);
+    assert_eq!(reports, vec![]);
+    assert_eq!(asks, vec![Ask { limit: "team".into(), kind: LimitKind::Requests, need: 1, want: 2 }]);
+    // Asked: not again while the renewal is on its way, and the timer does not spin.
+    assert_eq!(leases.due(5000 - RENEW_AHEAD_MS + 10).1, vec![]);
+    assert_eq!(leases.next_due_ms(5000 - RENEW_AHEAD_MS + 10), Some(5000));
+    // The renewal arrives: the old lease is reported with what it used.
+    leases.granted(&one.key, &grant("l2", 10), 4000);
+    assert_eq!(leases.due(4000).0, vec![Report { lease: "l1".into(), used: 1 }]);
+
+    let mut idle = Leases::default();
+    idle.granted(&one.key, &grant("l1", 10), 0);
+    idle.reserve(&one, 0).unwrap();
+    let late = RENEW_WHILE_USED_MS + 1;
+    idle.granted(&one.key, &grant("l2", 10), late - 4000);
+    assert_eq!(idle.due(late).1, vec![], "unused for longer than RENEW_WHILE_USED_MS");
+}
+
+#[test]
+fn reports_the_control_plane_did_not_take_go_again() {
+    let mut leases = Leases::default();
+    let one = demand(LimitKind::Requests, 1);
+    leases.granted(&one.key, &grant("l1", 10), 0);
+    leases.reserve(&one, 0).unwrap();
+    let (reports, asks) = leases.due(6000);
+    assert_eq!(reports.len(), 1);
+    leases.call_failed(reports.clone(), &asks);
+    assert_eq!(leases.next_due_ms(6000), Some(6000 + RETRY_MS));
+    assert_eq!(leases.due(7000).0, reports);
+}
+
+#[test]
+fn a_gone_limit_keeps_nothing_to_renew() {
+    let mut leases = Leases::default();
+    let one = demand(LimitKind::Requests, 1);
+    leases.granted(&one.key, &grant("l1", 10), 0);
+    leases.reserve(&one, 0).unwrap();
+    leases.granted(&one.key, &Grant { gone: true, ..Grant::default() }, 100);
+    assert_eq!(leases.reserve(&one, 100), None);
+    assert_eq!(leases.due(100), (vec![Report { lease: "l1".into(), used: 1 }], vec![]));
+}

@@ -1,0 +1,263 @@
+//! Rate limits, token limits and budgets at the gateway, and what each request costs.
+//!
+//! The control plane owns every limit's ledger (in its database, shared by replicas); a worker
+//! holds leases of the allowance it granted ([`leases`]) and spends them locally, so a request
+//! under a limit makes no call in steady state. Before a request is sent it reserves, of each
+//! limit that applies, its worst case: one request; its input-token estimate plus its output
+//! bound in tokens; that many tokens at the model's price in micro-USD. When the answer ends the
+//! reservation is settled with the usage the provider reported.
+
+pub(crate) mod leases;
+
+use crate::errors::GatewayError;
+use gateway_schema::limits::{Limit, LimitKind, Period};
+use gateway_schema::prices::{self, Catalog, Price, Tokens};
+use hashbrown::HashMap;
+use serde_json::Value;
+
+thread_local! {
+    /// The shipped price catalog, read once per worker.
+    static CATALOG: Catalog = Catalog::shipped();
+}
+
+/// A workspace's limits and prices, read from its policy entry.
+#[derive(Debug, Default)]
+pub(crate) struct Policy {
+    limits: Vec<Limit>,
+    prices: HashMap<String, Price>,
+}
+
+impl Policy {
+    /// The policy in the control plane's entry; a limit or price it cannot read is left out
+    /// (the control plane checked them as they were stored).
+    pub(crate) fn parse(value: &Value) -> Policy {
+        let limits = match value.get("limits") {
+            Some(Value::Array(items)) => items.iter().filter_map(|l| serde_json::from_value(l.clone()).ok()).collect(),
+            _ => Vec::new(),
+        };
+        Policy { limits, prices: prices::parse_workspace_prices(value.get("prices")) }
+    }
+
+    /// The price of `model`: the workspace's own, else the catalog's.
+    pub(crate) fn price(&self, model: &str) -> Option<Price> {
+        price_of(Some(self), model)
+    }
+
+    pub(crate) fn has_limits(&self) -> bool {
+        !self.limits.is_empty()
+    }
+}
+
+/// The price of `model`: the workspace's own (with a policy), else the catalog's.
+pub(crate) fn price_of(policy: Option<&Policy>, model: &str) -> Option<Price> {
+    if let Some(price) = policy.and_then(|p| p.prices.get(model)) {
+        return Some(*price);
+    }
+    CATALOG.with(|catalog| catalog.price(model).map(|(price, _)| price))
+}
+
+/// One limit's ledger of one kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct LedgerKey {
+    pub(crate) limit: String,
+    pub(crate) kind: LimitKind,
+}
+
+/// What a request must hold of one ledger before it is sent.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Demand {
+    pub(crate) key: LedgerKey,
+    /// Requests (1), tokens, or micro-USD.
+    pub(crate) amount: u64,
+    pub(crate) bound: u64,
+    pub(crate) period: Period,
+}
+
+/// A request as limits see it.
+pub(crate) struct Ask<'a> {
+    pub(crate) workspace: &'a str,
+    pub(crate) key_id: Option<&'a str>,
+    /// The model of each attempt the plan may make, after `override_params`: the first scopes
+    /// the limits; a budget reserves at the dearest.
+    pub(crate) models: Vec<&'a str>,
+    /// The client's body, when the gateway read it.
+    pub(crate) body: Option<&'a Value>,
+}
+
+/// Tokens reserved for each image a request gives by URL (its bytes say nothing of its size):
+/// more than any listed provider counts for one image.
+pub(crate) const TOKENS_PER_IMAGE_URL: u64 = 3000;
+
+/// What the request must reserve of each limit of `policy` that applies to it.
+pub(crate) fn demands(policy: &Policy, ask: &Ask) -> Result<Vec<Demand>, GatewayError> {
+    let scope_model = ask.models.first().copied().unwrap_or_default();
+    let mut demands = Vec::new();
+    let mut tokens = None;
+    for limit in policy.limits.iter().filter(|l| l.applies(ask.workspace, ask.key_id, scope_model)) {
+        for kind in limit.kinds() {
+            let amount = match kind {
+                LimitKind::Requests => 1,
+                LimitKind::Tokens => {
+                    let worst = worst_tokens(policy, ask, limit, &mut tokens)?;
+                    worst.input.saturating_add(worst.output)
+                }
+                LimitKind::Budget => {
+                    let worst = worst_tokens(policy, ask, limit, &mut tokens)?;
+                    worst_cost(policy, ask, limit, worst)?
+                }
+            };
+            let bound = limit.bound(kind).unwrap_or_default();
+            let key = LedgerKey { limit: limit.id.clone(), kind };
+            demands.push(Demand { key, amount, bound, period: limit.budget_period });
+        }
+    }
+    Ok(demands)
+}
+
+/// The most tokens the request can use: its input estimate and its output bound (computed
+/// once per request).
+fn worst_tokens(policy: &Policy, ask: &Ask, limit: &Limit, known: &mut Option<Tokens>) -> Result<Tokens, GatewayError> {
+    if let Some(tokens) = known {
+        return Ok(*tokens);
+    }
+    let input = ask.body.map_or(0, input_estimate);
+    let output = match ask.body.and_then(output_bound) {
+        Some(bound) => bound,
+        None if ask.body.is_some_and(answers_no_output) => 0,
+        None => {
+            // The model's default output limit, the largest among the attempts'.
+            let defaults = ask.models.iter().map(|m| policy.price(m).and_then(|p| p.max_output_tokens));
+            defaults.collect::<Option<Vec<_>>>().and_then(|d| d.into_iter().max()).ok_or_else(|| {
+                GatewayError::invalid_param(
+                    "max_tokens",
+                    format!(
+                        "limit '{}' needs the request's output bound: set max_tokens (the model's default output limit is not known)",
+                        limit.id
+                    ),
+                )
+                .with_code("max_tokens_required")
+            })?
+        }
+    };
+    let tokens = Tokens { input, cached_input: 0, output };
+    *known = Some(tokens);
+    Ok(tokens)
+}
+
+/// The dearest attempt's cost of `tokens`, in micro-USD; a model without a price is refused.
+fn worst_cost(policy: &Policy, ask: &Ask, limit: &Limit, tokens: Tokens) -> Result<u64, GatewayError> {
+    let mut worst = 0;
+    for model in &ask.models {
+        let price = policy.price(model).ok_or_else(|| {
+            GatewayError::invalid_param(
+                "model",
+                format!(
+                    "limit '{}' has a budget and model '{model}' has no price: set one with PUT /v1/prices/{model}",
+                    limit.id
+                ),
+            )
+            .with_code("price_not_set")
+        })?;
+        worst = worst.max(price.worst_case_micro_usd(tokens));
+    }
+    Ok(worst)
+}
+
+/// The request's output bound, from whichever field its API names it by.
+fn output_bound(body: &Value) -> Option<u64> {
+    ["max_completion_tokens", "max_tokens", "max_output_tokens"].iter().find_map(|f| body.get(*f)?.as_u64())
+}
+
+/// An embeddings request: no output tokens.
+fn answers_no_output(body: &Value) -> bool {
+    body.get("input").is_some()
+        && body.get("messages").is_none()
+        && body.get("instructions").is_none()
+        && body.get("prompt").is_none()
+}
+
+/// An upper bound of the request's input tokens: the bytes of its JSON body (every token of
+/// the listed providers' tokenizers covers at least one byte of text, and the JSON around the
+/// text counts too), plus [`TOKENS_PER_IMAGE_URL`] for each image given by URL.
+pub(crate) fn input_estimate(body: &Value) -> u64 {
+    let bytes = serde_json::to_vec(body).map_or(0, |b| b.len() as u64);
+    bytes.saturating_add(TOKENS_PER_IMAGE_URL.saturating_mul(image_urls(body)))
+}
+
+/// Images given by URL anywhere in the body (OpenAI's `image_url`, the Responses API's
+/// `input_image`, Anthropic's `url` source).
+fn image_urls(value: &Value) -> u64 {
+    match value {
+        Value::Object(fields) => {
+            let own = match fields.get("type").and_then(Value::as_str) {
+                Some("image_url" | "input_image") => 1,
+                Some("url") if fields.contains_key("url") => 1,
+                _ => 0,
+            };
+            own + fields.values().map(image_urls).sum::<u64>()
+        }
+        Value::Array(items) => items.iter().map(image_urls).sum(),
+        _ => 0,
+    }
+}
+
+/// The cost of `usage` of `model`, in micro-USD; None when the model has no price.
+pub(crate) fn cost(policy: Option<&Policy>, model: &str, input: u64, output: u64) -> Option<u64> {
+    let price = price_of(policy, model)?;
+    Some(price.cost_micro_usd(Tokens { input, cached_input: 0, output }))
+}
+
+/// The 429 of a limit the request does not fit, in OpenAI's shape.
+pub(crate) fn refusal(demand: &Demand, retry_after_s: u64) -> GatewayError {
+    let id = &demand.key.limit;
+    let wait = format!("Try again in {retry_after_s}s.");
+    match demand.key.kind {
+        LimitKind::Requests => GatewayError::new(
+            429,
+            "requests",
+            format!("Rate limit reached for limit '{id}': {} requests per minute. {wait}", demand.bound),
+        )
+        .with_code("rate_limit_exceeded"),
+        LimitKind::Tokens => GatewayError::new(
+            429,
+            "tokens",
+            format!(
+                "Rate limit reached for limit '{id}': {} tokens per minute; this request may use up to {} tokens. {wait}",
+                demand.bound, demand.amount
+            ),
+        )
+        .with_code("rate_limit_exceeded"),
+        LimitKind::Budget => GatewayError::new(
+            429,
+            "insufficient_quota",
+            format!(
+                "The budget of limit '{id}' ({} USD per {}) cannot cover this request, which may cost up to {} USD. {wait}",
+                usd(demand.bound),
+                demand.period.as_str(),
+                usd(demand.amount)
+            ),
+        )
+        .with_code("budget_exceeded"),
+    }
+}
+
+/// The 503 of a limit whose allowance the control plane could not grant.
+pub(crate) fn unavailable(demand: &Demand) -> GatewayError {
+    GatewayError::new(
+        503,
+        "api_error",
+        format!(
+            "the allowance of limit '{}' could not be had from the control plane: the request is refused rather than let past the limit",
+            demand.key.limit
+        ),
+    )
+    .with_code("limits_unavailable")
+}
+
+/// Micro-USD as US dollars.
+pub(crate) fn usd(micro: u64) -> f64 {
+    micro as f64 / 1e6
+}
+
+#[cfg(test)]
+mod tests;
