@@ -11,6 +11,7 @@ use std::collections::HashMap as StdHashMap;
 mod batches;
 mod control_plane;
 mod guardrails;
+mod limits;
 mod records;
 
 // ---------------------------------------------------------------------------------------------
