@@ -26,6 +26,11 @@ pub(super) const PATH: &str = "/internal/v1/leases";
 /// What a request under limits holds.
 pub(super) struct Limited {
     demands: Vec<Demand>,
+    /// The request's input-token estimate (with a token or budget limit).
+    input_estimate: u64,
+    /// Bytes of the answer that reached the client: an upper bound of its output tokens when
+    /// the provider reported no usage (a stream the client left).
+    pub(super) answered_bytes: u64,
     /// One per demand, in order, as they were reserved.
     holds: Vec<Hold>,
     waits: u32,
@@ -49,13 +54,21 @@ impl Exchange {
         let Some(policy) = self.policy.as_ref().filter(|p| p.has_limits()) else {
             return Allowance::Admitted;
         };
-        let demands = match usage_limits::demands(policy, &call.limits_ask()) {
-            Ok(demands) if demands.is_empty() => return Allowance::Admitted,
-            Ok(demands) => demands,
+        let (demands, input_estimate) = match usage_limits::demands(policy, &call.limits_ask()) {
+            Ok((demands, _)) if demands.is_empty() => return Allowance::Admitted,
+            Ok(found) => found,
             Err(error) => return Allowance::Refused(error),
         };
         let since_ms = env.io.host().now_ms();
-        self.limits = Some(Box::new(Limited { demands, holds: Vec::new(), waits: 0, since_ms, headers: Vec::new() }));
+        self.limits = Some(Box::new(Limited {
+            demands,
+            input_estimate,
+            answered_bytes: 0,
+            holds: Vec::new(),
+            waits: 0,
+            since_ms,
+            headers: Vec::new(),
+        }));
         self.reserve_again(env)
     }
 
@@ -213,15 +226,19 @@ pub(super) fn settle(limited: Option<&Limited>, policy: Option<&Policy>, record:
         return;
     };
     // An answer without usage: nothing was used when the provider failed or was never
-    // reached; else the reservation stands whole.
+    // reached; else (a stream the client left) at most its input estimate and one token per
+    // byte that reached the client, and never more than the reservation.
     let failed = record.status >= 400 || record.status == 0;
+    let (input, output) = (limited.input_estimate, limited.answered_bytes);
     for hold in &limited.holds {
         let actual = match (hold.key.kind, usage) {
             (LimitKind::Requests, _) => 1,
             (LimitKind::Tokens, Some(usage)) => usage.prompt_tokens.saturating_add(usage.completion_tokens),
             (LimitKind::Budget, Some(_)) => record.cost_micro_usd.unwrap_or(hold.amount),
             (_, None) if failed => 0,
-            (_, None) => hold.amount,
+            (LimitKind::Tokens, None) => input.saturating_add(output).min(hold.amount),
+            (LimitKind::Budget, None) => usage_limits::most_cost(policy, &record.model, input, output)
+                .map_or(hold.amount, |c| c.min(hold.amount)),
         };
         tasks.leases.settle(hold, actual);
     }

@@ -209,6 +209,9 @@ impl Exchange {
         if size > 0 && self.record.stream && self.record.first_byte_ms.is_none() {
             self.record.first_byte_ms = Some(env.io.host().now_ms());
         }
+        if let Some(limited) = &mut self.limits {
+            limited.answered_bytes = limited.answered_bytes.saturating_add(size as u64);
+        }
         let whole = self.hold
             || matches!(self.mode, ResponseMode::Error(_) | ResponseMode::Translated | ResponseMode::Unreadable(_));
         if whole {

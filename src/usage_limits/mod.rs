@@ -88,8 +88,9 @@ pub(crate) struct Ask<'a> {
 /// more than any listed provider counts for one image.
 pub(crate) const TOKENS_PER_IMAGE_URL: u64 = 3000;
 
-/// What the request must reserve of each limit of `policy` that applies to it.
-pub(crate) fn demands(policy: &Policy, ask: &Ask) -> Result<Vec<Demand>, GatewayError> {
+/// What the request must reserve of each limit of `policy` that applies to it, and its
+/// input-token estimate (0 when no limit needed it).
+pub(crate) fn demands(policy: &Policy, ask: &Ask) -> Result<(Vec<Demand>, u64), GatewayError> {
     let scope_model = ask.models.first().copied().unwrap_or_default();
     let mut demands = Vec::new();
     let mut tokens = None;
@@ -111,7 +112,7 @@ pub(crate) fn demands(policy: &Policy, ask: &Ask) -> Result<Vec<Demand>, Gateway
             demands.push(Demand { key, amount, bound, period: limit.budget_period });
         }
     }
-    Ok(demands)
+    Ok((demands, tokens.map_or(0, |t| t.input)))
 }
 
 /// The most tokens the request can use: its input estimate and its output bound (computed
@@ -205,6 +206,12 @@ fn image_urls(value: &Value) -> u64 {
 pub(crate) fn cost(policy: Option<&Policy>, model: &str, input: u64, output: u64) -> Option<u64> {
     let price = price_of(policy, model)?;
     Some(price.cost_micro_usd(Tokens { input, cached_input: 0, output }))
+}
+
+/// The most `input` and `output` tokens of `model` can cost, in micro-USD (rounded up).
+pub(crate) fn most_cost(policy: Option<&Policy>, model: &str, input: u64, output: u64) -> Option<u64> {
+    let price = price_of(policy, model)?;
+    Some(price.worst_case_micro_usd(Tokens { input, cached_input: 0, output }))
 }
 
 /// The 429 of a limit the request does not fit, in OpenAI's shape.

@@ -10,6 +10,10 @@ fn ask<'a>(models: Vec<&'a str>, body: &'a Value) -> Ask<'a> {
     Ask { workspace: "team", key_id: Some("key_1"), models, body: Some(body) }
 }
 
+fn demands(policy: &Policy, ask: &Ask) -> Result<Vec<Demand>, GatewayError> {
+    super::demands(policy, ask).map(|(demands, _)| demands)
+}
+
 fn amounts(demands: &[Demand]) -> Vec<(&str, LimitKind, u64)> {
     demands.iter().map(|d| (d.key.limit.as_str(), d.key.kind, d.amount)).collect()
 }

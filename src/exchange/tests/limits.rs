@@ -179,3 +179,31 @@ fn a_control_plane_that_grants_nothing_is_a_503_never_a_pass() {
     assert_eq!((status, body["error"]["code"].as_str()), (503, Some("limits_unavailable")));
     assert_eq!(gw.upstream_header(1, ":authority").as_deref(), Some("gateway.local"));
 }
+
+#[test]
+fn a_stream_the_client_left_is_charged_at_most_its_input_and_what_reached_the_client() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let policy = json!({"limits": [{"id": "rpm", "workspace": "limited", "tokens_per_minute": 100000}], "prices": {}});
+    let body = r#"{"model":"m","max_tokens":1000,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let (headers, bytes) = chat(body);
+    gw.post(1, headers, &bytes);
+    let (token, _) =
+        last_call(&gw, "/internal/v1/keys/fca388cde4bdb3d2378087b069302e60f05aa76e56da3eddc327dedaabc85dc9");
+    gw.answer(token, 200, &[], br#"{"workspace": "limited", "id": "key_1"}"#);
+    let (token, _) = last_call(&gw, "/internal/v1/workspaces/limited/policy");
+    gw.answer(token, 200, &[], policy.to_string().as_bytes());
+    let (token, asked) = last_call(&gw, "/internal/v1/leases");
+    assert_eq!(asked["grants"][0]["need"], body.len() + 1000);
+    let answer = json!({"grants": [{"limit": "rpm", "kind": "tokens", "lease": "t1", "granted": 5000,
+        "ttl_ms": 5000, "bound": 100000, "remaining": 90000, "reset_s": 60}]});
+    gw.answer(token, 200, &[], answer.to_string().as_bytes());
+    gw.response_headers(1, 200, &[("content-type", "text/event-stream")], "via_upstream");
+    let chunk = b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+    gw.response_body(1, chunk, false);
+    // The client leaves: no usage ever came.
+    gw.finished(1);
+    gw.advance_clock(5000);
+    gw.tick();
+    let (_, sent) = last_call(&gw, "/internal/v1/leases");
+    assert_eq!(sent["reports"], json!([{"lease": "t1", "used": body.len() + chunk.len()}]));
+}

@@ -1,0 +1,287 @@
+"""Rate limits, token limits and budgets that hold across replicas, and each request's cost
+(issue 26): the control plane's API, what a client sees of a limit, and strictness under
+concurrent load with two replicas (each an Envoy with its control plane) sharing one
+PostgreSQL; the rest runs on SQLite."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import httpx2 as httpx
+from helpers import KEY, chat_body, custom_host
+from mocks import Reply
+
+# The filter reads a workspace's limits fresh for 5 s; a change is in force within 10 s.
+VISIBLE_WITHIN = 10.0
+
+
+@pytest.fixture(scope="module")
+def single(start_gateway):
+    """A gateway with its control plane on SQLite."""
+    with start_gateway("limits-sqlite", None) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def replicas(start_gateway, postgres):
+    """Two gateways, each an Envoy with its control plane, sharing one PostgreSQL database
+    and master key."""
+    env = {
+        "GATEWAY_DATABASE_URL": postgres.database(f"limits_{uuid.uuid4().hex[:8]}"),
+        "GATEWAY_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
+    }
+    with start_gateway("limits-replica-a", None, env) as a, start_gateway("limits-replica-b", None, env) as b:
+        yield a, b
+
+
+def ok(resp: httpx.Response) -> dict:
+    assert resp.status_code in (200, 201), f"{resp.status_code}: {resp.text[:500]}"
+    return resp.json()
+
+
+def new_key(gw) -> dict:
+    """A gateway key of a new workspace: its id, key and workspace."""
+    return ok(gw.post("/v1/api-keys", {"workspace": f"team-{uuid.uuid4().hex[:8]}"}))
+
+
+def put_limit(gw, body: dict, limit_id: str | None = None) -> dict:
+    limit_id = limit_id or f"limit-{uuid.uuid4().hex[:8]}"
+    limit = ok(gw.request("PUT", f"/v1/limits/{limit_id}", json=body))
+    assert limit["id"] == limit_id
+    return limit
+
+
+def put_price(gw, key: str, model: str, **price) -> dict:
+    return ok(gw.request("PUT", f"/v1/prices/{model}", key=key, json=price))
+
+
+def unique_model() -> str:
+    return f"gpt-mock-{uuid.uuid4().hex[:6]}"
+
+
+def chat(gw, key: str, mock, model: str, **extra) -> httpx.Response:
+    return gw.chat(custom_host(mock), chat_body(model=model, **extra), key=key)
+
+
+def eventually(check, within: float = VISIBLE_WITHIN):
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.25)
+
+
+def received(mock, model: str) -> int:
+    return sum(1 for r in list(mock.requests) if (r.json or {}).get("model") == model)
+
+
+# --------------------------------------------------------------------------- the control plane's API
+
+
+def test_a_limit_is_stored_read_listed_and_deleted(single):
+    team = new_key(single)
+    limit = put_limit(single, {"api_key_id": team["id"], "model": "gpt-4o", "requests_per_minute": 5,
+                               "budget_usd": 12.5, "budget_period": "day"})
+    assert limit["requests_per_minute"] == 5 and limit["budget_period"] == "day"
+    read = ok(single.get(f"/v1/limits/{limit['id']}"))
+    assert read["usage"]["requests"] == 0 and read["usage"]["spent_usd"] == 0
+    assert read["usage"]["period_start"] % 86400 == 0
+    # The team's key reads its own workspace's limits.
+    listed = ok(single.get("/v1/limits", key=team["key"]))
+    assert [item["id"] for item in listed["data"]] == [limit["id"]]
+    assert single.request("DELETE", f"/v1/limits/{limit['id']}").status_code in (200, 204)
+    assert single.get(f"/v1/limits/{limit['id']}").status_code == 404
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"workspace": "a", "api_key_id": "b", "requests_per_minute": 1}, "api_key_id"),
+    ({"requests_per_minute": 1}, "workspace"),
+    ({"workspace": "a", "requests_per_minute": 0}, "requests_per_minute"),
+    ({"workspace": "a", "budget_usd": -1}, "budget_usd"),
+    ({"workspace": "a", "budget_usd": 1, "budget_period": "week"}, "budget_period"),
+    ({"workspace": "a", "tokens_per_minute": 1, "per": "hour"}, "per"),
+])
+def test_a_bad_limit_is_a_400_naming_its_field(single, body, field):
+    resp = single.request("PUT", "/v1/limits/bad", json=body)
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == field
+
+
+def test_prices_come_from_the_catalog_until_the_workspace_sets_its_own(single):
+    team = new_key(single)
+    catalog = ok(single.get("/v1/prices/gpt-4o-mini-2024-07-18", key=team["key"]))
+    assert (catalog["input_per_million"], catalog["output_per_million"], catalog["source"]) == (0.15, 0.6, "catalog")
+    assert catalog["date"]
+    put_price(single, team["key"], "gpt-4o-mini-2024-07-18", input_per_million=1, output_per_million=2)
+    own = ok(single.get("/v1/prices/gpt-4o-mini-2024-07-18", key=team["key"]))
+    assert (own["input_per_million"], own["source"]) == (1, "workspace")
+    # Another workspace still sees the catalog's.
+    assert ok(single.get("/v1/prices/gpt-4o-mini-2024-07-18"))["source"] == "catalog"
+    assert single.get("/v1/prices/no-such-model", key=team["key"]).status_code == 404
+    bad = single.request("PUT", "/v1/prices/m", key=team["key"], json={"input_per_million": 1})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "output_per_million"
+
+
+# --------------------------------------------------------------------------- what a client sees
+
+
+def test_every_answer_under_a_limit_says_how_it_stands_and_its_cost_is_logged(single, openai_mock):
+    team = new_key(single)
+    model = unique_model()
+    put_price(single, team["key"], model, input_per_million=2, output_per_million=10)
+    put_limit(single, {"api_key_id": team["id"], "requests_per_minute": 100})
+    openai_mock.script(Reply(usage=(11, 7)), model=model, times=None)
+    resp = chat(single, team["key"], openai_mock, model, max_tokens=20)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["x-ratelimit-limit-requests"] == "100"
+    assert 0 <= int(resp.headers["x-ratelimit-remaining-requests"]) <= 99
+    assert resp.headers["x-ratelimit-reset-requests"].endswith("s")
+    trace = resp.headers["x-gateway-trace-id"]
+    # 11 × 2 + 7 × 10 micro-USD.
+    def logged():
+        records = ok(single.get(f"/v1/logs?trace_id={trace}", key=team["key"]))["data"]
+        assert records and records[0]["cost_usd"] == pytest.approx(92e-6), records
+        assert records[0]["api_key_id"] == team["id"]
+    eventually(logged)
+    def usage():
+        rows = ok(single.get("/v1/usage?group_by=model&group_by=api_key", key=team["key"]))["data"]
+        assert rows == [{"model": model, "api_key": team["id"], "requests": 1, "input_tokens": 11,
+                         "output_tokens": 7, "cost_usd": pytest.approx(92e-6)}], rows
+    eventually(usage)
+    stats = single.stats()
+    cost = [v for k, v in stats.items() if "gen_ai_gateway_cost_micro_usd_total" in k and k.endswith(model)]
+    assert cost == ["92"], cost
+
+
+def test_a_budget_on_a_model_without_a_price_is_a_400_that_says_which_price_to_set(single, openai_mock):
+    team = new_key(single)
+    put_limit(single, {"workspace": team["workspace"], "budget_usd": 5})
+    model = unique_model()
+    resp = chat(single, team["key"], openai_mock, model, max_tokens=5)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "price_not_set" and f"PUT /v1/prices/{model}" in error["message"]
+    assert received(openai_mock, model) == 0
+
+
+def test_settled_usage_below_the_reservation_frees_the_difference(single, openai_mock):
+    team = new_key(single)
+    model = unique_model()
+    # Output alone is priced: a worst case is max_tokens × $1000 per million = 50,000 micro-USD.
+    put_price(single, team["key"], model, input_per_million=0, output_per_million=1000)
+    limit = put_limit(single, {"workspace": team["workspace"], "budget_usd": 0.1})  # two worst cases
+    openai_mock.script(Reply(usage=(11, 5)), model=model, times=None)
+    for _ in range(10):
+        resp = chat(single, team["key"], openai_mock, model, max_tokens=50)
+        assert resp.status_code == 200, resp.text
+    def spent():
+        assert ok(single.get(f"/v1/limits/{limit['id']}"))["usage"]["spent_usd"] == pytest.approx(0.05)
+    eventually(spent)
+
+
+def test_a_stream_is_charged_its_reported_usage_and_a_cancelled_one_what_it_got(single, openai_mock):
+    team = new_key(single)
+    model = unique_model()
+    put_price(single, team["key"], model, input_per_million=0, output_per_million=1000)
+    limit = put_limit(single, {"workspace": team["workspace"], "budget_usd": 10})
+    openai_mock.script(Reply(usage=(11, 7)), model=model)
+    with single.stream("POST", "/v1/chat/completions", key=team["key"], headers=custom_host(openai_mock),
+                       json=chat_body(model=model, stream=True, max_tokens=1000,
+                                      stream_options={"include_usage": True})) as resp:
+        assert resp.status_code == 200
+        body = resp.read()
+    assert b"[DONE]" in body
+    def spent(expected):
+        assert ok(single.get(f"/v1/limits/{limit['id']}"))["usage"]["spent_usd"] == pytest.approx(expected)
+    eventually(lambda: spent(7 * 1000 / 1e6))
+
+    # A stream the client leaves after its first event: charged for what was streamed, far
+    # below its worst case (1000 tokens at $1000 per million: 1 USD).
+    openai_mock.script(Reply(chunk_delay=0.2, text="word " * 50), model=model)
+    with single.stream("POST", "/v1/chat/completions", key=team["key"], headers=custom_host(openai_mock),
+                       json=chat_body(model=model, stream=True, max_tokens=1000)) as resp:
+        assert resp.status_code == 200
+        next(resp.iter_raw())
+    def charged():
+        usage = ok(single.get(f"/v1/limits/{limit['id']}"))["usage"]["spent_usd"]
+        assert 0.007 < usage < 0.007 + 0.5, usage
+    eventually(charged, within=20)
+
+
+# --------------------------------------------------------------------------- strict across replicas
+
+
+def test_a_burst_of_three_times_a_limit_over_both_replicas_admits_exactly_the_limit(replicas, openai_mock):
+    a, b = replicas
+    team = new_key(a)
+    model = unique_model()
+    put_limit(a, {"api_key_id": team["id"], "requests_per_minute": 10})
+
+    def one(i: int) -> httpx.Response:
+        return chat((a, b)[i % 2], team["key"], openai_mock, model)
+
+    with ThreadPoolExecutor(30) as pool:
+        answers = list(pool.map(one, range(30)))
+    statuses = sorted(r.status_code for r in answers)
+    assert statuses == [200] * 10 + [429] * 20, statuses
+    for refused in (r for r in answers if r.status_code == 429):
+        error = refused.json()["error"]
+        assert error["code"] == "rate_limit_exceeded", error
+        assert int(refused.headers["retry-after"]) >= 1
+        assert refused.headers["x-ratelimit-limit-requests"] == "10"
+    assert received(openai_mock, model) == 10, "refused requests never reach the provider"
+
+
+def test_a_budget_of_five_worst_cases_admits_five_of_twenty_concurrent_requests(replicas, openai_mock):
+    a, b = replicas
+    team = new_key(a)
+    model = unique_model()
+    put_price(a, team["key"], model, input_per_million=0, output_per_million=1000)
+    # A worst case: 50 output tokens at $1000 per million = 0.05 USD; each answer uses all 50.
+    limit = put_limit(a, {"workspace": team["workspace"], "budget_usd": 0.25, "budget_period": "total"})
+    openai_mock.script(Reply(usage=(11, 50)), model=model, times=None)
+
+    def one(i: int) -> httpx.Response:
+        return chat((a, b)[i % 2], team["key"], openai_mock, model, max_tokens=50)
+
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(one, range(20)))
+    statuses = sorted(r.status_code for r in answers)
+    assert statuses == [200] * 5 + [429] * 15, statuses
+    refused = next(r for r in answers if r.status_code == 429).json()["error"]
+    assert (refused["type"], refused["code"]) == ("insufficient_quota", "budget_exceeded")
+    assert received(openai_mock, model) == 5
+    def spent():
+        assert ok(b.get(f"/v1/limits/{limit['id']}"))["usage"]["spent_usd"] == pytest.approx(0.25)
+    eventually(spent)
+
+
+def test_a_replica_whose_control_plane_is_stopped_refuses_rather_than_overspends(start_gateway, openai_mock):
+    with start_gateway("limits-cp-down", None) as gw:
+        team = new_key(gw)
+        model = unique_model()
+        put_limit(gw, {"api_key_id": team["id"], "requests_per_minute": 1000})
+        assert chat(gw, team["key"], openai_mock, model).status_code == 200
+        os.kill(gw.control_plane_pid(), signal.SIGKILL)
+        killed = time.monotonic()
+        # What the worker's lease still holds may be spent until it ends (5 s); then every
+        # request is refused at once, none hangs.
+        while time.monotonic() - killed < 8:
+            started = time.monotonic()
+            resp = chat(gw, team["key"], openai_mock, model)
+            assert time.monotonic() - started < 5, "no hang"
+            if time.monotonic() - killed > 6.5:
+                assert resp.status_code == 503, resp.text
+                assert resp.json()["error"]["code"] == "limits_unavailable"
+            time.sleep(0.2)
