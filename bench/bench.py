@@ -146,19 +146,20 @@ def wait_ready(port, headers, body):
     sys.exit(f"bench: port {port} never answered 200")
 
 
-def store(port, path, body, timeout=60):
-    """PUTs ``body`` to the control plane through the gateway's listener (waiting for it to start)."""
+def store(port, path, body, timeout=60, method="PUT", key=API_KEY):
+    """PUTs (or ``method``s) ``body`` to the control plane through the gateway's listener (waiting for it
+    to start); its JSON answer."""
     deadline = time.time() + timeout
     while True:
         request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                         method="PUT", headers={"x-gateway-api-key": API_KEY,
-                                                                "content-type": "application/json"})
+                                         method=method, headers={"x-gateway-api-key": key,
+                                                                 "content-type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=5):
-                return
+            with urllib.request.urlopen(request, timeout=5) as resp:
+                return json.loads(resp.read() or b"null")
         except OSError as e:  # HTTPError included: the control plane may still be starting
             if time.time() > deadline:
-                sys.exit(f"bench: PUT {path} failed: {e}")
+                sys.exit(f"bench: {method} {path} failed: {e}")
             time.sleep(0.2)
 
 
@@ -316,11 +317,24 @@ def main():
     # The same target stored in the control plane, named by a saved config.
     saved_headers = {"x-gateway-api-key": API_KEY, "content-type": "application/json",
                      "x-gateway-config": "bench-config"}
+    # The provider-header request with a key of the control plane's, in a workspace without limits
+    # and in one with a rate limit and a budget in force (too large to refuse anything): the
+    # difference is what the limits cost a request.
     try:
         wait_ready(bare_port, {"content-type": "application/json"}, REQUEST)
         store(gateway_port, "/v1/providers/bench-provider", target)
         store(gateway_port, "/v1/configs/bench-config", {"provider": "@bench-provider"})
         wait_ready(gateway_port, saved_headers, REQUEST)
+        keyed_key = store(gateway_port, "/v1/api-keys", {"workspace": "bench-keyed"}, method="POST")["key"]
+        limited_key = store(gateway_port, "/v1/api-keys", {"workspace": "bench-limited"}, method="POST")["key"]
+        store(gateway_port, "/v1/prices/bench-model", {"input_per_million": 1, "output_per_million": 2,
+                                                       "max_output_tokens": 4096}, key=limited_key)
+        store(gateway_port, "/v1/limits/bench-limits", {"workspace": "bench-limited", "requests_per_minute": 10**9,
+                                                        "budget_usd": 10**9, "budget_period": "total"})
+        keyed_headers = {**gateway_headers, "x-gateway-api-key": keyed_key}
+        limited_headers = {**gateway_headers, "x-gateway-api-key": limited_key}
+        wait_ready(gateway_port, keyed_headers, REQUEST)
+        wait_ready(gateway_port, limited_headers, REQUEST)
         wait_ready(gateway_port, gateway_headers, REQUEST)
         wait_ready(minimal_port, gateway_headers, REQUEST)
         if compare_port:
@@ -339,7 +353,8 @@ def main():
                         ("gateway", gateway_port, gateway_headers),
                         ("uncached", gateway_port, uncached_headers), ("saved", gateway_port, saved_headers),
                         ("fallback", gateway_port, fallback_headers), ("cache_hit", gateway_port, cache_hit_headers),
-                        ("guardrail", gateway_port, guardrail_headers))
+                        ("guardrail", gateway_port, guardrail_headers), ("keyed", gateway_port, keyed_headers),
+                        ("limited", gateway_port, limited_headers))
             if compare_port:
                 variants += (("compare", compare_port, gateway_headers),
                              ("compare_uncached", compare_port, uncached_headers),
@@ -370,6 +385,8 @@ def main():
              "cache_hit": "Envoy + filter, one-target config, cache hit",
              "guardrail": "Envoy + filter, one-target config, input regexMatch guardrail",
              "saved": "Envoy + filter, saved config naming an @slug",
+             "keyed": "Envoy + filter, a control-plane key (provider headers)",
+             "limited": "Envoy + filter, a control-plane key under a rate limit and a budget",
              "compare": f"Envoy + {args.compare_wasm} (provider headers)",
              "compare_uncached": f"Envoy + {args.compare_wasm}, one-target config (uncached)",
              "compare_guardrail": f"Envoy + {args.compare_wasm}, one-target config, input regexMatch guardrail"}
@@ -433,6 +450,15 @@ def main():
         for connections, runs in rows:
             plain, saved = (runs[key]["cpu_us"] for key in ("uncached", "saved"))
             print(f"| {connections} | {plain:.0f} | {saved:.0f} | {saved - plain:+.0f} |")
+
+    if measured.issuperset(("keyed", "limited")):
+        print("\nA rate limit and a budget in force (the same request with a control-plane key of a workspace"
+              " without limits, and of one with both), CPU per request:\n")
+        print("| connections | without limits µs | with a rate limit and a budget µs | the limits' cost µs |")
+        print("|---|---|---|---|")
+        for connections, runs in rows:
+            plain, limited = (runs[key]["cpu_us"] for key in ("keyed", "limited"))
+            print(f"| {connections} | {plain:.0f} | {limited:.0f} | {limited - plain:+.0f} |")
 
     if measured.issuperset(("minimal", "gateway", "compare")):
         print(f"\nThe same request through {args.compare_wasm}, CPU per request side by side:\n")
