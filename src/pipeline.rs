@@ -746,6 +746,13 @@ impl Call {
             key_id: self.intake.key_id.as_deref(),
             models: (0..self.attempts.plan.attempts.len()).map(|index| self.model_of(index)).collect(),
             body: self.body.as_ref(),
+            tokens: match self.intake.endpoint {
+                Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Messages | Endpoint::Responses => {
+                    usage_limits::TokenUse::InputAndOutput
+                }
+                Endpoint::Embeddings => usage_limits::TokenUse::Input,
+                _ => usage_limits::TokenUse::None,
+            },
         }
     }
 

@@ -82,6 +82,20 @@ pub(crate) struct Ask<'a> {
     pub(crate) models: Vec<&'a str>,
     /// The client's body, when the gateway read it.
     pub(crate) body: Option<&'a Value>,
+    /// What tokens the endpoint's answers count.
+    pub(crate) tokens: TokenUse,
+}
+
+/// What tokens an endpoint's answers count: token limits and budgets bound only endpoints
+/// that count some (rate limits bound every request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenUse {
+    /// Images, audio, moderations, token counts, resources: no token usage.
+    None,
+    /// Embeddings: input only.
+    Input,
+    /// Chat, completions, Messages, Responses.
+    InputAndOutput,
 }
 
 /// Tokens reserved for each image a request gives by URL (its bytes say nothing of its size):
@@ -96,6 +110,9 @@ pub(crate) fn demands(policy: &Policy, ask: &Ask) -> Result<(Vec<Demand>, u64), 
     let mut tokens = None;
     for limit in policy.limits.iter().filter(|l| l.applies(ask.workspace, ask.key_id, scope_model)) {
         for kind in limit.kinds() {
+            if kind != LimitKind::Requests && ask.tokens == TokenUse::None {
+                continue;
+            }
             let amount = match kind {
                 LimitKind::Requests => 1,
                 LimitKind::Tokens => {
@@ -123,8 +140,8 @@ fn worst_tokens(policy: &Policy, ask: &Ask, limit: &Limit, known: &mut Option<To
     }
     let input = ask.body.map_or(0, input_estimate);
     let output = match ask.body.and_then(output_bound) {
+        _ if ask.tokens == TokenUse::Input => 0,
         Some(bound) => bound,
-        None if ask.body.is_some_and(answers_no_output) => 0,
         None => {
             // The model's default output limit, the largest among the attempts'.
             let defaults = ask.models.iter().map(|m| policy.price(m).and_then(|p| p.max_output_tokens));
@@ -167,14 +184,6 @@ fn worst_cost(policy: &Policy, ask: &Ask, limit: &Limit, tokens: Tokens) -> Resu
 /// The request's output bound, from whichever field its API names it by.
 fn output_bound(body: &Value) -> Option<u64> {
     ["max_completion_tokens", "max_tokens", "max_output_tokens"].iter().find_map(|f| body.get(*f)?.as_u64())
-}
-
-/// An embeddings request: no output tokens.
-fn answers_no_output(body: &Value) -> bool {
-    body.get("input").is_some()
-        && body.get("messages").is_none()
-        && body.get("instructions").is_none()
-        && body.get("prompt").is_none()
 }
 
 /// An upper bound of the request's input tokens: the bytes of its JSON body (every token of

@@ -7,7 +7,7 @@ fn policy(limits: Value, prices: Value) -> Policy {
 }
 
 fn ask<'a>(models: Vec<&'a str>, body: &'a Value) -> Ask<'a> {
-    Ask { workspace: "team", key_id: Some("key_1"), models, body: Some(body) }
+    Ask { workspace: "team", key_id: Some("key_1"), models, body: Some(body), tokens: TokenUse::InputAndOutput }
 }
 
 fn demands(policy: &Policy, ask: &Ask) -> Result<Vec<Demand>, GatewayError> {
@@ -76,9 +76,12 @@ fn without_max_tokens_the_models_output_limit_is_reserved_or_the_request_must_na
     let unknown = json!({"model": "my-model", "messages": []});
     let error = demands(&policy, &ask(vec!["my-model"], &unknown)).unwrap_err();
     assert_eq!((error.status, error.code), (400, Some("max_tokens_required")));
-    // Embeddings have no output.
+    // Embeddings have no output; an image generation no tokens at all.
     let embeddings = json!({"model": "my-model", "input": "hello"});
-    assert_eq!(demands(&policy, &ask(vec!["my-model"], &embeddings)).unwrap()[0].amount, input_estimate(&embeddings));
+    let input_only = Ask { tokens: TokenUse::Input, ..ask(vec!["my-model"], &embeddings) };
+    assert_eq!(demands(&policy, &input_only).unwrap()[0].amount, input_estimate(&embeddings));
+    let none = Ask { tokens: TokenUse::None, ..ask(vec!["my-model"], &unknown) };
+    assert_eq!(demands(&policy, &none).unwrap(), vec![]);
 }
 
 #[test]
