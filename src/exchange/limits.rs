@@ -31,6 +31,8 @@ pub(super) struct Limited {
     /// Bytes of the answer that reached the client: an upper bound of its output tokens when
     /// the provider reported no usage (a stream the client left).
     pub(super) answered_bytes: u64,
+    /// Answered from the cache: no provider was called, no token used.
+    pub(super) from_cache: bool,
     /// One per demand, in order, as they were reserved.
     holds: Vec<Hold>,
     waits: u32,
@@ -64,6 +66,7 @@ impl Exchange {
             demands,
             input_estimate,
             answered_bytes: 0,
+            from_cache: false,
             holds: Vec::new(),
             waits: 0,
             since_ms,
@@ -233,6 +236,7 @@ pub(super) fn settle(limited: Option<&Limited>, policy: Option<&Policy>, record:
     for hold in &limited.holds {
         let actual = match (hold.key.kind, usage) {
             (LimitKind::Requests, _) => 1,
+            _ if limited.from_cache => 0,
             (LimitKind::Tokens, Some(usage)) => usage.prompt_tokens.saturating_add(usage.completion_tokens),
             (LimitKind::Budget, Some(_)) => record.cost_micro_usd.unwrap_or(hold.amount),
             (_, None) if failed => 0,

@@ -372,6 +372,9 @@ impl Exchange {
         self.record.status = 200;
         self.record.provider = crate::providers::find(&hit.provider).map_or("", |spec| spec.name);
         self.cache = CacheState::Served(hit.status);
+        if let Some(limited) = &mut self.limits {
+            limited.from_cache = true;
+        }
         self.first_byte(env);
         // No attempt answered: the gateway headers name no target and no retries.
         self.phase = Phase::Answered;
