@@ -244,6 +244,10 @@ pub(crate) fn remove_map_value(map: Map, name: &str) -> Result<(), HostError> {
 
 /// Up to `size` bytes of a buffer from `start`; a buffer the host does not have is empty.
 pub(crate) fn get_buffer(buffer: Buffer, start: usize, size: usize) -> Result<Vec<u8>, HostError> {
+    // Nothing to read (a body's last, empty callback): no host call.
+    if size == 0 {
+        return Ok(Vec::new());
+    }
     let mut data: *mut u8 = null_mut();
     let mut returned: usize = 0;
     // SAFETY: the out-pointers are valid for writes; on success the host hands over `data`.
