@@ -192,15 +192,17 @@ fn body_value(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
 }
 
-/// The case's request made ready for `provider` as the pipeline makes it: the upstream
-/// request, and the plan its answer goes back through. An error is the gateway's answer, in
-/// the client's API.
-fn prepare_case(
-    case: &Case,
-    provider: &str,
-    target: &Target,
-    check: &mut Check,
-) -> Option<Result<(super::UpstreamRequest, String, ResponsePlan), Finished>> {
+/// A case's request made ready for one provider: the upstream request, its `:path`, and the
+/// plan the answer goes back through.
+struct Sent {
+    request: super::UpstreamRequest,
+    path: String,
+    plan: ResponsePlan,
+}
+
+/// The case's request made ready for `provider` as the pipeline makes it. An error is the
+/// gateway's answer, in the client's API.
+fn prepare_case(case: &Case, provider: &str, target: &Target, check: &mut Check) -> Option<Result<Sent, Finished>> {
     let Some(spec) = find(provider) else {
         check.fail("targets", format!("unknown provider '{provider}'"));
         return None;
@@ -285,14 +287,20 @@ fn prepare_case(
         Some(shape) => Box::new(Reply::new(prepared.translator, shape)),
         None => prepared.translator,
     };
-    Some(Ok((prepared.request, prepared.path, ResponsePlan { provider: spec, translator, api })))
+    let plan = ResponsePlan { provider: spec, translator, api };
+    Some(Ok(Sent { request: prepared.request, path: prepared.path, plan }))
 }
 
 /// The snapshot of `case` sent to `provider`.
 fn snapshot(case: &Case, provider: &str, target: &Target, check: &mut Check) -> Option<Snapshot> {
-    let (request, sent_path, plan) = match prepare_case(case, provider, target, check)? {
+    let Sent { request, path: sent_path, plan } = match prepare_case(case, provider, target, check)? {
         Ok(prepared) => prepared,
-        Err(refused) => return Some(Snapshot { request_error: Some(Answer::of(refused)), ..Snapshot::default() }),
+        Err(refused) => {
+            if case.answers.contains_key(provider) {
+                check.fail("answers", format!("an answer from '{provider}', which the request never reaches"));
+            }
+            return Some(Snapshot { request_error: Some(Answer::of(refused)), ..Snapshot::default() });
+        }
     };
     let upstream_request = UpstreamRequest {
         path: request.path.clone(),
@@ -376,8 +384,8 @@ fn client_answer(
     // However the stream is cut, the client gets the same.
     let whole = pieces.concat();
     for (how, pieces) in [("whole", vec![whole.clone()]), ("in pieces of 1 to 3 bytes", small_pieces(&whole))] {
-        if let Some(Ok((_, _, mut again))) = prepare_case(case, provider, target, check) {
-            if streamed(&mut again, mode, &pieces) != first {
+        if let Some(Ok(mut again)) = prepare_case(case, provider, target, check) {
+            if streamed(&mut again.plan, mode, &pieces) != first {
                 check.fail("answers", format!("the client gets another stream when it arrives {how}"));
             }
         }

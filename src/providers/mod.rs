@@ -100,12 +100,17 @@ impl Usage {
     }
 
     /// The token counts of an OpenAI-shaped usage object: `prompt_tokens`/`completion_tokens`
-    /// (chat, completions, embeddings) or `input_tokens`/`output_tokens`.
+    /// (chat, completions, embeddings) or `input_tokens`/`output_tokens` (Responses, and
+    /// Anthropic's Messages, whose cache reads and writes count apart from `input_tokens`: they
+    /// are prompt tokens too, as on the chat path).
     pub(crate) fn of_openai(value: &Value) -> Option<Usage> {
         let object = value.as_object()?;
-        let count = |names: [&str; 2]| names.iter().find_map(|name| object.get(*name).and_then(Value::as_u64));
-        let prompt = count(["prompt_tokens", "input_tokens"]);
-        let completion = count(["completion_tokens", "output_tokens"]);
+        let count = |names: &[&str]| names.iter().find_map(|name| object.get(*name).and_then(Value::as_u64));
+        let cached = ["cache_read_input_tokens", "cache_creation_input_tokens"]
+            .iter()
+            .fold(0u64, |sum, name| sum.saturating_add(count(&[name]).unwrap_or(0)));
+        let prompt = count(&["prompt_tokens", "input_tokens"]).map(|tokens| tokens.saturating_add(cached));
+        let completion = count(&["completion_tokens", "output_tokens"]);
         if prompt.is_none() && completion.is_none() {
             return None;
         }
