@@ -444,8 +444,9 @@ pub(crate) fn bind_target(
     Ok((binding.backend, upstream))
 }
 
-/// What routing and the pipeline do for one target's chat-shaped request, for translator
-/// tests: [`bind_target`], then one request prepared.
+/// What routing and the pipeline do for one target, for translator tests: [`bind_target`], then
+/// one request prepared as the translator takes it (the fixtures also take the pipeline's
+/// client-API step, `pipeline::in_target_api`).
 #[cfg(test)]
 pub(crate) fn bind_and_prepare(
     name: &str,
