@@ -635,39 +635,25 @@ impl Call {
             Some(request) if asks_usage => Some(Cow::Owned(with_usage(request))),
             request => request,
         };
-        let strict = target.options.strict_vendor_compliance;
         let api = intake.endpoint.client_api();
         let translator = target.backend.translator();
-        let model = request.as_ref().and_then(|r| r.get("model")).and_then(Value::as_str).unwrap_or_default();
-        // A target that speaks the client's API gets the request as it came; any other gets
-        // it as a chat request, and its answers come back in the client's shape.
-        let (endpoint, path, request, shape) = if api == ClientApi::Chat || translator.speaks(api, model) {
-            (intake.endpoint, intake.path.as_str(), request, None)
-        } else {
-            let counts = translator.counts_tokens(model);
-            let (request, shape) =
-                as_chat(intake, target.provider.name, request, response_id.as_deref(), counts, now_ms)?;
-            // A count stays a count: the provider's translator counts the chat request.
-            let (endpoint, path) = match shape {
-                client_api::Shape::Count => (Endpoint::MessagesCountTokens, "/messages/count_tokens"),
-                _ => (Endpoint::ChatCompletions, "/chat/completions"),
-            };
-            (endpoint, path, Some(Cow::Owned(request)), Some(shape))
-        };
-        // A translated client API carries thinking itself: the provider's translator gives it
-        // back (in `content_blocks`) for the client's shape.
-        let strict = strict && shape.is_none();
-        if let (Endpoint::ChatCompletions, Some(request)) = (endpoint, &request) {
-            check_chat(request, strict)?;
-        }
-        let outbound = Outbound {
-            endpoint,
-            path,
+        let asked = TargetRequest {
+            endpoint: intake.endpoint,
+            path: &intake.path,
+            query: intake.query.as_deref(),
             body: request,
+            strict_vendor_compliance: target.options.strict_vendor_compliance,
+        };
+        let (sent, shape) =
+            in_target_api(asked, target.provider.name, translator.as_ref(), response_id.as_deref(), now_ms)?;
+        let outbound = Outbound {
+            endpoint: sent.endpoint,
+            path: sent.path,
+            body: sent.body,
             // A rendered prompt or a translated request is not the client's body: it is
             // always sent as rewritten.
             overridden: !overrides.is_empty() || asks_usage || intake.prompt.is_some() || shape.is_some(),
-            strict_vendor_compliance: strict,
+            strict_vendor_compliance: sent.strict_vendor_compliance,
             now_ms,
             organization: target.vendor_organization.as_deref(),
             project: target.vendor_project.as_deref(),
@@ -678,8 +664,7 @@ impl Call {
             backend: target.backend.as_ref(),
             upstream: &target.upstream,
             method: &intake.method,
-            // The client's query belongs to its own API (Claude Code's `?beta=true`).
-            query: intake.query.as_deref().filter(|_| shape.is_none()),
+            query: sent.query,
             token,
         };
         let prepared = providers::prepare(destination, translator, outbound)?;
@@ -841,13 +826,65 @@ fn overridden(request: Cow<Value>, overrides: &Map<String, Value>) -> Value {
     value
 }
 
-/// A client API's request (`body`, after `override_params`) as a chat request for a target
+/// A request as the client asked it of one target (the body after `override_params`), or as
+/// that target gets it.
+pub(crate) struct TargetRequest<'a> {
+    pub(crate) endpoint: Endpoint,
+    /// After `/v1`, e.g. `/messages`.
+    pub(crate) path: &'a str,
+    /// The client's query string.
+    pub(crate) query: Option<&'a str>,
+    pub(crate) body: Option<Cow<'a, Value>>,
+    pub(crate) strict_vendor_compliance: bool,
+}
+
+/// `asked` as the target whose translator is `translator` gets it. A target that speaks the
+/// client's API gets it as it came; any other gets it as a chat request (without the client's
+/// query, which belongs to the client's API: Claude Code's `?beta=true`), with the shape its
+/// answers go back to the client in (through `client_api::Reply`). A chat request is checked
+/// as the gateway checks chat.
+pub(crate) fn in_target_api<'a>(
+    asked: TargetRequest<'a>,
+    provider: &str,
+    translator: &dyn Translator,
+    response_id: Option<&str>,
+    now_ms: &dyn Fn() -> u64,
+) -> Result<(TargetRequest<'a>, Option<client_api::Shape>), GatewayError> {
+    let api = asked.endpoint.client_api();
+    let model = asked.body.as_deref().and_then(|r| r.get("model")).and_then(Value::as_str).unwrap_or_default();
+    let (sent, shape) = if api == ClientApi::Chat || translator.speaks(api, model) {
+        (asked, None)
+    } else {
+        let counts = translator.counts_tokens(model);
+        let (request, shape) = as_chat(&asked, provider, response_id, counts, now_ms)?;
+        // A count stays a count: the provider's translator counts the chat request.
+        let (endpoint, path) = match shape {
+            client_api::Shape::Count => (Endpoint::MessagesCountTokens, "/messages/count_tokens"),
+            _ => (Endpoint::ChatCompletions, "/chat/completions"),
+        };
+        // A translated client API carries thinking itself: the provider's translator gives it
+        // back (in `content_blocks`) for the client's shape.
+        let sent = TargetRequest {
+            endpoint,
+            path,
+            query: None,
+            body: Some(Cow::Owned(request)),
+            strict_vendor_compliance: false,
+        };
+        (sent, Some(shape))
+    };
+    if let (Endpoint::ChatCompletions, Some(request)) = (sent.endpoint, &sent.body) {
+        check_chat(request, sent.strict_vendor_compliance)?;
+    }
+    Ok((sent, shape))
+}
+
+/// A client API's request (`asked`, after `override_params`) as a chat request for a target
 /// that does not speak the API, with what its answers need of it. Endpoints with no chat
 /// counterpart are a 400 for such a target (never a made-up answer).
 fn as_chat(
-    intake: &Intake,
+    asked: &TargetRequest,
     provider: &str,
-    body: Option<Cow<Value>>,
     response_id: Option<&str>,
     counts_tokens: bool,
     now_ms: &dyn Fn() -> u64,
@@ -856,7 +893,7 @@ fn as_chat(
         GatewayError::new(400, "invalid_request_error", format!("provider '{provider}' {what}"))
             .with_code("unsupported_endpoint")
     };
-    let request = match (intake.endpoint, body.as_deref()) {
+    let request = match (asked.endpoint, asked.body.as_deref()) {
         (Endpoint::Messages | Endpoint::Responses, Some(Value::Object(request))) => request,
         (Endpoint::MessagesCountTokens, Some(Value::Object(request))) if counts_tokens => {
             // A count has no `max_tokens`; chat's conversion wants one, which counting ignores.
@@ -872,9 +909,9 @@ fn as_chat(
                  {KEPT_RESPONSE_PREFIX}...)"
             )))
         }
-        _ => return Err(unsupported(&format!("does not support /v1{}", intake.path))),
+        _ => return Err(unsupported(&format!("does not support /v1{}", asked.path))),
     };
-    let api = intake.endpoint.client_api();
+    let api = asked.endpoint.client_api();
     if let Some(previous) = request.get("previous_response_id").and_then(Value::as_str) {
         // The conversation so far lives with whoever answered it; a translating target has none.
         let message = format!(

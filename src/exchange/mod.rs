@@ -37,14 +37,14 @@ mod lookups;
 pub(crate) mod metrics;
 pub(crate) mod record;
 mod recovery;
-mod reply;
+pub(crate) mod reply;
 mod request;
 mod response;
 mod shipping;
 #[cfg(test)]
 mod tests;
 mod tokens;
-mod usage;
+pub(crate) mod usage;
 mod waiters;
 mod worker;
 

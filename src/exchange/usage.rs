@@ -147,6 +147,9 @@ mod tests {
             "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n",
         );
         assert_eq!(UsageScan::of(stream.as_bytes()), usage(25, 15));
+        // Cache reads and writes are prompt tokens, as on the chat path.
+        let cached = br#"{"type":"message","usage":{"input_tokens":12,"cache_creation_input_tokens":100,"cache_read_input_tokens":1830,"output_tokens":11}}"#;
+        assert_eq!(UsageScan::of(cached), usage(1942, 11));
     }
 
     #[test]

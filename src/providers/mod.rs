@@ -100,12 +100,17 @@ impl Usage {
     }
 
     /// The token counts of an OpenAI-shaped usage object: `prompt_tokens`/`completion_tokens`
-    /// (chat, completions, embeddings) or `input_tokens`/`output_tokens`.
+    /// (chat, completions, embeddings) or `input_tokens`/`output_tokens` (Responses, and
+    /// Anthropic's Messages, whose cache reads and writes count apart from `input_tokens`: they
+    /// are prompt tokens too, as on the chat path).
     pub(crate) fn of_openai(value: &Value) -> Option<Usage> {
         let object = value.as_object()?;
-        let count = |names: [&str; 2]| names.iter().find_map(|name| object.get(*name).and_then(Value::as_u64));
-        let prompt = count(["prompt_tokens", "input_tokens"]);
-        let completion = count(["completion_tokens", "output_tokens"]);
+        let count = |names: &[&str]| names.iter().find_map(|name| object.get(*name).and_then(Value::as_u64));
+        let cached = ["cache_read_input_tokens", "cache_creation_input_tokens"]
+            .iter()
+            .fold(0u64, |sum, name| sum.saturating_add(count(&[name]).unwrap_or(0)));
+        let prompt = count(&["prompt_tokens", "input_tokens"]).map(|tokens| tokens.saturating_add(cached));
+        let completion = count(&["completion_tokens", "output_tokens"]);
         if prompt.is_none() && completion.is_none() {
             return None;
         }
@@ -424,9 +429,24 @@ fn parameter_name(pair: &str) -> Vec<u8> {
     name
 }
 
-/// What routing and the pipeline do for one target, for translator tests and fixtures: binds
-/// the named provider to the fields and prepares one request (the built-in base URL unless a
-/// custom host is given).
+/// What routing does for one target, for translator tests and fixtures: the named provider
+/// bound to the fields, and its upstream (the built-in base URL unless a custom host is given).
+#[cfg(test)]
+pub(crate) fn bind_target(
+    name: &str,
+    fields: TargetFields,
+    custom_host: Option<&str>,
+) -> Result<(Rc<dyn Backend>, Upstream), GatewayError> {
+    let spec = find(name).ok_or_else(|| GatewayError::invalid_param("provider", "unknown provider"))?;
+    let binding = spec.kind.bind(name, TargetFields { built_in: spec.base_url, ..fields })?;
+    let base_url = custom_host.or(binding.base_url.as_deref()).or(spec.base_url).unwrap_or("http://127.0.0.1:1");
+    let upstream = Upstream::parse(base_url).map_err(|e| GatewayError::invalid_param("custom_host", e))?;
+    Ok((binding.backend, upstream))
+}
+
+/// What routing and the pipeline do for one target, for translator tests: [`bind_target`], then
+/// one request prepared as the translator takes it (the fixtures also take the pipeline's
+/// client-API step, `pipeline::in_target_api`).
 #[cfg(test)]
 pub(crate) fn bind_and_prepare(
     name: &str,
@@ -435,12 +455,9 @@ pub(crate) fn bind_and_prepare(
     method: &str,
     outbound: Outbound,
 ) -> Result<Prepared, GatewayError> {
-    let spec = find(name).ok_or_else(|| GatewayError::invalid_param("provider", "unknown provider"))?;
-    let binding = spec.kind.bind(name, TargetFields { built_in: spec.base_url, ..fields })?;
-    let base_url = custom_host.or(binding.base_url.as_deref()).or(spec.base_url).unwrap_or("http://127.0.0.1:1");
-    let upstream = Upstream::parse(base_url).map_err(|e| GatewayError::invalid_param("custom_host", e))?;
-    let to = Destination { backend: binding.backend.as_ref(), upstream: &upstream, method, query: None, token: None };
-    prepare(to, binding.backend.translator(), outbound)
+    let (backend, upstream) = bind_target(name, fields, custom_host)?;
+    let to = Destination { backend: backend.as_ref(), upstream: &upstream, method, query: None, token: None };
+    prepare(to, backend.translator(), outbound)
 }
 
 /// A provider the gateway knows by name.

@@ -55,8 +55,13 @@ impl MessagesEvents {
 
     fn on_chunk(&mut self, chunk: &Value, out: &mut Vec<u8>) {
         self.told.read(chunk);
+        // The message starts with the first chunk of its choice, which names it: Azure's first
+        // chunk (prompt filter results) has no choices and an empty id.
+        let Some(choice) = chunk.pointer("/choices/0") else {
+            return;
+        };
         self.start(chunk, out);
-        if let Some(delta) = chunk.pointer("/choices/0/delta") {
+        if let Some(delta) = choice.get("delta") {
             self.on_delta(delta, out);
         }
     }
@@ -295,6 +300,20 @@ mod tests {
             events(&out),
             [("error".to_string(), json!({"type": "error", "error": {"type": "api_error", "message": "overloaded"}}))]
         );
+    }
+
+    #[test]
+    fn the_message_starts_with_the_first_chunk_of_its_choice() {
+        // Azure's first chunk: prompt filter results, no choices, no id.
+        let filter = json!({"choices": [], "created": 0, "id": "", "model": "", "prompt_filter_results": []});
+        let mut out = Vec::new();
+        let mut stream = ChatStream::new(MessagesEvents::new("asked"));
+        stream.push(format!("data: {filter}\n\n").as_bytes(), &mut out);
+        assert!(out.is_empty());
+        stream.push(&chat_stream(), &mut out);
+        stream.finish(&mut out);
+        let got = events(&out);
+        assert_eq!((&got[0].1["message"]["id"], &got[0].1["message"]["model"]), (&json!("c1"), &json!("gpt-4o")));
     }
 
     #[test]

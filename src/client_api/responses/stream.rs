@@ -41,6 +41,17 @@ impl Item {
         }
     }
 
+    /// The item as `response.output_item.added` announces it: a message without content and a
+    /// reasoning item without summary, whose parts come in events of their own (OpenAI's SDK
+    /// appends each announced part to the item).
+    fn added(&self) -> Value {
+        match self {
+            Item::Reasoning { id, .. } => json!({"type": "reasoning", "id": id, "summary": []}),
+            Item::Message { id, .. } => message_item(id.clone(), "in_progress", Vec::new()),
+            Item::Call { .. } => self.json("in_progress"),
+        }
+    }
+
     fn json(&self, status: &str) -> Value {
         match self {
             Item::Reasoning { id, text, signature, .. } => reasoning_item(id.clone(), text, signature),
@@ -206,7 +217,7 @@ impl ResponsesEvents {
                 arguments: String::new(),
             },
         };
-        let (id, added) = (item.id().to_string(), item.json("in_progress"));
+        let (id, added) = (item.id().to_string(), item.added());
         self.items.push(item);
         self.open = Some(index);
         self.write(out, "response.output_item.added", json!({"output_index": index, "item": added}));
@@ -254,10 +265,10 @@ impl ResponsesEvents {
                     json!({"item_id": id, "output_index": index, "summary_index": 0, "part": {"type": "summary_text", "text": text}}),
                 ),
             ],
-            Item::Call { arguments, .. } => {
+            Item::Call { name, arguments, .. } => {
                 vec![(
                     "response.function_call_arguments.done",
-                    json!({"item_id": id, "output_index": index, "arguments": arguments}),
+                    json!({"item_id": id, "output_index": index, "name": name, "arguments": arguments}),
                 )]
             }
         };
@@ -412,6 +423,12 @@ mod tests {
             ]
         );
         assert_eq!(got[0]["response"]["status"], "in_progress");
+        // Announced empty: their parts come in events of their own.
+        assert_eq!(got[2]["item"], json!({"type": "reasoning", "id": "rs_9_0", "summary": []}));
+        assert_eq!(
+            got[8]["item"],
+            json!({"type": "message", "id": "msg_9_1", "status": "in_progress", "role": "assistant", "content": []})
+        );
         assert_eq!(
             got[7]["item"],
             json!({"type": "reasoning", "id": "rs_9_0", "summary": [{"type": "summary_text", "text": "Use ls."}], "encrypted_content": crate::client_api::responses::seal("Use ls.", "sig")})
@@ -421,7 +438,7 @@ mod tests {
             got[15]["item"],
             json!({"type": "function_call", "id": "fc_9_2", "status": "in_progress", "call_id": "call_1", "name": "shell", "arguments": ""})
         );
-        assert_eq!(got[18]["arguments"], "{\"c\":1}");
+        assert_eq!((&got[18]["name"], &got[18]["arguments"]), (&json!("shell"), &json!("{\"c\":1}")));
         let response = &got[20]["response"];
         assert_eq!(
             (&response["status"], &response["model"], &response["id"]),
