@@ -219,6 +219,37 @@ def test_a_stream_is_charged_its_reported_usage_and_a_cancelled_one_what_it_got(
     eventually(charged, within=20)
 
 
+def test_every_endpoint_that_counts_tokens_is_limited_and_costed(single, openai_mock, anthropic_mock):
+    """Chat, completions, embeddings, Messages (native on Anthropic) and Responses (native on
+    OpenAI): each answer under the key's token limit says how the limit stands, and its usage,
+    read from its own answer shape, is in the usage report at the workspace's prices."""
+    team = new_key(single)
+    model = unique_model()
+    put_price(single, team["key"], model, input_per_million=1, output_per_million=1, max_output_tokens=100)
+    put_limit(single, {"api_key_id": team["id"], "tokens_per_minute": 1_000_000, "budget_usd": 1})
+    openai = custom_host(openai_mock)
+    anthropic = {"x-gateway-provider": "anthropic", "x-gateway-custom-host": anthropic_mock.base_url,
+                 "x-api-key": "sk-ant", "anthropic-version": "2023-06-01"}
+    calls = [
+        ("/v1/chat/completions", openai, chat_body(model=model, max_tokens=10)),
+        ("/v1/completions", openai, {"model": model, "prompt": "Say hello.", "max_tokens": 10}),
+        ("/v1/embeddings", openai, {"model": model, "input": "hello"}),
+        ("/v1/messages", anthropic, {"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/responses", openai, {"model": model, "input": "hi", "max_output_tokens": 10}),
+    ]
+    for path, headers, body in calls:
+        resp = single.post(path, body, key=team["key"], headers=headers)
+        assert resp.status_code == 200, f"{path}: {resp.text}"
+        assert resp.headers["x-ratelimit-limit-tokens"] == "1000000", path
+    def report():
+        rows = ok(single.get("/v1/usage?group_by=model", key=team["key"]))["data"]
+        assert len(rows) == 1 and rows[0]["requests"] == len(calls), rows
+        # Each mock reports (11, 7) tokens (embeddings: its input only); $1 per million tokens.
+        assert rows[0]["cost_usd"] == pytest.approx((rows[0]["input_tokens"] + rows[0]["output_tokens"]) / 1e6)
+        assert rows[0]["input_tokens"] >= 4 * 11 and rows[0]["output_tokens"] == 4 * 7, rows
+    eventually(report)
+
+
 # --------------------------------------------------------------------------- strict across replicas
 
 
