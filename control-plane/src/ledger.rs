@@ -3,11 +3,12 @@
 //! `db::limits` reads the grants and writes new ones inside the limit's write lock; nothing here
 //! reads a clock.
 //!
-//! Window kinds (requests, tokens): a grant counts from `granted_at` until `counts_until`: its
-//! `used` until 60 s after its report, else its `amount` until 60 s after its lease plus the
-//! drain time ended (its replica may still be settling what it admitted, or may have died).
-//! Every request admitted within any 60 s was admitted under grants all still counted at the
-//! last of those grants' time, so the window never admits more than the bound.
+//! Window kinds (requests, tokens): a grant counts until `counts_until`: its `used` until 60 s
+//! after its report, else its `amount` until 60 s after its lease plus the drain time ended (its
+//! replica may still be settling what it admitted, or may have died). Every request admitted
+//! within any 60 s was admitted under grants all still counted at the last of those grants'
+//! time, so the window never admits more than the bound. A grant made later than the time asked
+//! about (another control plane's clock ahead of this one's) counts too: counting more is safe.
 //! Budgets: every grant of the period counts, `used` once reported, else `amount` (a replica
 //! that never reports may have spent it all).
 
@@ -26,7 +27,6 @@ pub struct Grant {
     pub amount: i64,
     /// What its replica reported having used (`None` until it reports).
     pub used: Option<i64>,
-    pub granted_at_ms: i64,
     /// When it stops counting (see `unreported_end_ms`, `reported_end_ms`, `budget_period`).
     pub counts_until_ms: i64,
 }
@@ -39,7 +39,7 @@ impl Grant {
 
     /// Whether it counts in the window at `now_ms`.
     fn in_window(&self, now_ms: i64) -> bool {
-        self.granted_at_ms <= now_ms && now_ms < self.counts_until_ms
+        now_ms < self.counts_until_ms
     }
 }
 
@@ -110,8 +110,7 @@ pub fn decide(
         return Decision { granted, remaining, ttl_ms: TTL_MS.min(until_end), reset_s, counts_until_ms: end_ms };
     }
     let active_until = now_ms.saturating_add(TTL_MS);
-    let new =
-        Grant { amount: granted, used: None, granted_at_ms: now_ms, counts_until_ms: unreported_end_ms(active_until) };
+    let new = Grant { amount: granted, used: None, counts_until_ms: unreported_end_ms(active_until) };
     let to_free = if granted == 0 { need.saturating_sub(available).max(1) } else { 1 };
     let reset_s = ceil_seconds(until_freed(grants.iter().chain([&new]), to_free, now_ms));
     Decision { granted, remaining, ttl_ms: TTL_MS, reset_s, counts_until_ms: new.counts_until_ms }
@@ -153,7 +152,7 @@ mod tests {
 
     fn window(amount: i64, used: Option<i64>, granted_at_ms: i64, reported_at_ms: Option<i64>) -> Grant {
         let counts_until_ms = reported_at_ms.map_or(unreported_end_ms(granted_at_ms + TTL_MS), reported_end_ms);
-        Grant { amount, used, granted_at_ms, counts_until_ms }
+        Grant { amount, used, counts_until_ms }
     }
 
     fn requests(grants: &[Grant], need: i64, want: i64, now: i64) -> Decision {
@@ -186,7 +185,8 @@ mod tests {
         let grant = window(10, None, NOW, None);
         let end = NOW + TTL_MS + DRAIN_MS + WINDOW_MS;
         assert_eq!(grant.counts_until_ms, end);
-        for (at, held) in [(NOW - 1, 0), (NOW, 10), (NOW + TTL_MS + DRAIN_MS, 10), (end - 1, 10), (end, 0)] {
+        // Made after the time asked about (another control plane's clock is ahead): counted.
+        for (at, held) in [(NOW - 1, 10), (NOW, 10), (NOW + TTL_MS + DRAIN_MS, 10), (end - 1, 10), (end, 0)] {
             assert_eq!(occupied(LimitKind::Requests, &[grant], at), held, "at {at}");
         }
         let refused = requests(&[grant], 1, 1, NOW + 1000);
@@ -237,9 +237,8 @@ mod tests {
         };
         let (start, end) = budget_period(Period::Day, NOW);
         assert_eq!((start, end), (1_795_651_200, 1_795_737_600_000));
-        let spent =
-            Grant { amount: 400_000, used: Some(100_000), granted_at_ms: NOW - DRAIN_MS * 9, counts_until_ms: end };
-        let lost = Grant { amount: 300_000, used: None, granted_at_ms: NOW - DRAIN_MS * 8, counts_until_ms: end };
+        let spent = Grant { amount: 400_000, used: Some(100_000), counts_until_ms: end };
+        let lost = Grant { amount: 300_000, used: None, counts_until_ms: end };
         assert_eq!(occupied(LimitKind::Budget, &[spent, lost], NOW), 400_000, "a lost grant stays counted");
         let d = budget(&[spent, lost], Period::Day, 600_000, NOW);
         assert_eq!((d.granted, d.remaining, d.ttl_ms), (600_000, 0, TTL_MS));

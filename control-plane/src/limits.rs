@@ -330,7 +330,7 @@ pub async fn policy(State(s): State<AppState>, h: HeaderMap, Path(workspace): Pa
 pub async fn leases(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> ApiResult<Json<Value>> {
     auth::internal(&s, &h)?;
     let (asks, reports) = lease_call(&json_object(&body)?)?;
-    let answers = s.db.lease(&asks, &reports, now_ms()).await?;
+    let answers = s.db.lease(&asks, &reports, now_ms).await?;
     Ok(Json(json!({"grants": answers.iter().map(answer_json).collect::<Vec<_>>()})))
 }
 

@@ -86,7 +86,7 @@ async fn counted(
         LimitKind::Requests | LimitKind::Tokens => ("counts_until_ms > $3", now_ms),
     };
     let sql = format!(
-        "SELECT amount, used, granted_at_ms, counts_until_ms FROM limit_grants \
+        "SELECT amount, used, counts_until_ms FROM limit_grants \
          WHERE limit_id = $1 AND kind = $2 AND {filter}"
     );
     let rows = sqlx::query(&sql).bind(limit_id).bind(kind.as_str()).bind(value).fetch_all(conn).await?;
@@ -95,7 +95,6 @@ async fn counted(
             Ok(Grant {
                 amount: r.try_get("amount")?,
                 used: r.try_get("used")?,
-                granted_at_ms: r.try_get("granted_at_ms")?,
                 counts_until_ms: r.try_get("counts_until_ms")?,
             })
         })
@@ -166,10 +165,12 @@ impl Db {
         Ok(Occupancy { requests, tokens, spent_micro_usd, period_start })
     }
 
-    /// A lease call at `now_ms`, in one transaction: the write lock of every limit asked for (in
-    /// id order, so that two calls never wait for each other), then the reports (each applied
-    /// once: a report of a reported or unknown lease changes nothing), then each ask in order.
-    pub async fn lease(&self, asks: &[Ask], reports: &[Report], now_ms: i64) -> DbResult<Vec<Answer>> {
+    /// A lease call in one transaction: the write lock of every limit asked for (in id order, so
+    /// that two calls never wait for each other in a circle), then the reports (each applied
+    /// once: a report of a reported or unknown lease changes nothing), then each ask in order;
+    /// all at the time `clock` tells once the locks are held (a time read before could be older
+    /// than the grants made while this call waited for them).
+    pub async fn lease(&self, asks: &[Ask], reports: &[Report], clock: impl Fn() -> i64) -> DbResult<Vec<Answer>> {
         let mut tx = self.pool.begin().await?;
         let mut ids: Vec<&str> = asks.iter().map(|a| a.limit.as_str()).collect();
         ids.sort_unstable();
@@ -184,6 +185,7 @@ impl Db {
                 limits.insert(id, spec(&row)?);
             }
         }
+        let now_ms = clock();
         let mut reports: Vec<&Report> = reports.iter().collect();
         reports.sort_unstable_by(|a, b| a.lease.cmp(&b.lease));
         for report in reports {
