@@ -307,9 +307,7 @@ async fn list_logs(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     let caller = auth::caller(&s, &h).await?;
-    let Query(pairs) =
-        query.map_err(|e| ApiError::invalid("query", &format!("the query string cannot be read: {e}")))?;
-    let q = logs::log_query(&pairs)?;
+    let q = logs::log_query(&validate::query_pairs(query)?)?;
     let after = match q.after.as_deref() {
         Some(id) => {
             let time = s.db.record_time(&caller.workspace, id).await?;

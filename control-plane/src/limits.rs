@@ -10,7 +10,7 @@ use crate::db::{now_ms, now_s};
 use crate::errors::{ApiError, ApiResult};
 use crate::lists::list_json;
 use crate::logs::seconds;
-use crate::validate::{is_name, json_object, MAX_WORKSPACE};
+use crate::validate::{is_name, json_object, query_pairs, MAX_WORKSPACE};
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -37,30 +37,30 @@ fn field_error((field, message): (String, String)) -> ApiError {
     ApiError::invalid(if field.is_empty() { "body" } else { &field }, &message)
 }
 
-/// The query string's pairs, or a 400 naming the query.
-fn query_pairs(query: Result<Query<Vec<(String, String)>>, QueryRejection>) -> ApiResult<Vec<(String, String)>> {
-    let Query(pairs) =
-        query.map_err(|e| ApiError::invalid("query", &format!("the query string cannot be read: {e}")))?;
-    Ok(pairs)
-}
-
 fn unknown_parameter(name: &str, known: &str) -> ApiError {
     ApiError::invalid(name, &format!("unknown parameter `{name}` (parameters: {known})"))
+}
+
+/// A workspace name given as `workspace`, else a 400 naming it.
+fn workspace_name(name: &str) -> ApiResult<String> {
+    if is_name(name, MAX_WORKSPACE) {
+        Ok(name.to_string())
+    } else {
+        Err(ApiError::invalid(
+            "workspace",
+            &format!("workspace must be 1 to {MAX_WORKSPACE} characters from [A-Za-z0-9._-]"),
+        ))
+    }
 }
 
 /// The workspace a call acts on: the caller's, or (`?workspace=`) another one for an admin key.
 fn acting_workspace(caller: &Caller, requested: Option<&str>) -> ApiResult<String> {
     let Some(name) = requested else { return Ok(caller.workspace.clone()) };
-    if !is_name(name, MAX_WORKSPACE) {
-        return Err(ApiError::invalid(
-            "workspace",
-            &format!("workspace must be 1 to {MAX_WORKSPACE} characters from [A-Za-z0-9._-]"),
-        ));
-    }
+    let name = workspace_name(name)?;
     if name != caller.workspace {
         caller.require_admin()?;
     }
-    Ok(name.to_string())
+    Ok(name)
 }
 
 /// `?workspace=` and nothing else.
@@ -117,13 +117,7 @@ pub async fn put_limit(
     }
     let limit = parse_limit(&id, &Value::Object(json_object(&body)?)).map_err(field_error)?;
     let workspace = match &limit.scope {
-        Scope::Workspace(name) if is_name(name, MAX_WORKSPACE) => name.clone(),
-        Scope::Workspace(_) => {
-            return Err(ApiError::invalid(
-                "workspace",
-                &format!("workspace must be 1 to {MAX_WORKSPACE} characters from [A-Za-z0-9._-]"),
-            ))
-        }
+        Scope::Workspace(name) => workspace_name(name)?,
         Scope::ApiKeyId(key) => s.db.key_workspace(key).await?.ok_or_else(|| {
             ApiError::invalid("api_key_id", "api_key_id names no API key (give an id from POST /v1/api-keys)")
         })?,
