@@ -8,6 +8,7 @@ use crate::db::Kind;
 use crate::errors::{ApiError, ApiResult};
 use crate::files;
 use crate::items::{self, mask_secrets};
+use crate::limits;
 use crate::lists;
 use crate::logs;
 use crate::responses;
@@ -35,10 +36,17 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/providers/{id}", put(put_provider).get(get_provider))
         .route("/v1/api-keys", post(create_key).get(list_keys))
         .route("/v1/api-keys/{id}", delete(delete_key))
+        .route("/v1/limits", get(limits::list_limits))
+        .route("/v1/limits/{id}", put(limits::put_limit).get(limits::get_limit).delete(limits::delete_limit))
+        // Model names may hold `/`: the rest of the path, percent-decoded.
+        .route("/v1/prices/{*model}", put(limits::put_price).get(limits::get_price))
+        .route("/v1/usage", get(limits::usage))
         .route("/v1/logs", get(list_logs))
         .route("/v1/feedback", post(post_feedback))
         .route("/internal/v1/records", post(ingest_records))
         .route("/internal/v1/keys/{hash}", get(internal_key))
+        .route("/internal/v1/workspaces/{workspace}/policy", get(limits::policy))
+        .route("/internal/v1/leases", post(limits::leases))
         .route("/internal/v1/batches", post(batches::create).get(lists::list::<batches::ManagedBatches>))
         .route("/internal/v1/batches/{id}", get(batches::get))
         .route("/internal/v1/batches/{id}/cancel", post(batches::cancel))
@@ -254,14 +262,11 @@ async fn delete_key(State(s): State<AppState>, h: HeaderMap, Path(id): Path<Stri
 async fn internal_key(State(s): State<AppState>, h: HeaderMap, Path(hash): Path<String>) -> ApiResult<Json<Value>> {
     auth::internal(&s, &h)?;
     let hash = hash.to_ascii_lowercase();
-    let caller = match auth::static_key(&s, &hash) {
-        Some(caller) => caller,
-        None => {
-            let (workspace, admin) = s.db.key_by_hash(&hash).await?.ok_or_else(|| ApiError::not_found("api key"))?;
-            Caller { workspace, admin }
-        }
-    };
-    Ok(Json(json!({"workspace": caller.workspace, "admin": caller.admin})))
+    if let Some(caller) = auth::static_key(&s, &hash) {
+        return Ok(Json(json!({"workspace": caller.workspace, "admin": caller.admin})));
+    }
+    let stored = s.db.key_by_hash(&hash).await?.ok_or_else(|| ApiError::not_found("api key"))?;
+    Ok(Json(json!({"id": stored.id, "workspace": stored.workspace, "admin": stored.admin})))
 }
 
 async fn internal_item(
@@ -302,9 +307,7 @@ async fn list_logs(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     let caller = auth::caller(&s, &h).await?;
-    let Query(pairs) =
-        query.map_err(|e| ApiError::invalid("query", &format!("the query string cannot be read: {e}")))?;
-    let q = logs::log_query(&pairs)?;
+    let q = logs::log_query(&validate::query_pairs(query)?)?;
     let after = match q.after.as_deref() {
         Some(id) => {
             let time = s.db.record_time(&caller.workspace, id).await?;

@@ -36,7 +36,7 @@ pub async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<Caller> 
         return Ok(caller);
     }
     match state.db.key_by_hash(&key_hash(key)).await? {
-        Some((workspace, admin)) => Ok(Caller { workspace, admin }),
+        Some(stored) => Ok(Caller { workspace: stored.workspace, admin: stored.admin }),
         None => Err(ApiError::unauthorized("unknown API key")),
     }
 }

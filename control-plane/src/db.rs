@@ -1,5 +1,6 @@
 //! All database access: workspaces, API keys, items (prompts, guardrails, configs, providers)
-//! and their versions; request logs and feedback in `logs`; kept responses in `responses`.
+//! and their versions; request logs and feedback in `logs`; kept responses in `responses`;
+//! limits, prices and the limits' ledger in `limits`.
 //! sqlx's Any driver over SQLite or PostgreSQL; `$n` placeholders and portable SQL only, so both
 //! run the same statements.
 
@@ -10,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
 
 pub mod batches;
+pub mod limits;
 pub mod logs;
 pub mod responses;
 
@@ -81,6 +83,18 @@ pub struct KeyRow {
 
 pub fn now_s() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A stored API key as its hash finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredKey {
+    pub id: String,
+    pub workspace: String,
+    pub admin: bool,
 }
 
 impl Db {
@@ -156,13 +170,27 @@ impl Db {
         Ok(created_at)
     }
 
-    /// The workspace and admin flag of a stored key, by its hash.
-    pub async fn key_by_hash(&self, hash: &str) -> DbResult<Option<(String, bool)>> {
-        let row = sqlx::query("SELECT workspace, admin FROM api_keys WHERE key_hash = $1")
+    /// A stored key by its hash.
+    pub async fn key_by_hash(&self, hash: &str) -> DbResult<Option<StoredKey>> {
+        let row = sqlx::query("SELECT id, workspace, admin FROM api_keys WHERE key_hash = $1")
             .bind(hash)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|r| Ok((r.try_get::<String, _>("workspace")?, r.try_get::<i64, _>("admin")? != 0))).transpose()
+        row.map(|r| {
+            Ok(StoredKey {
+                id: r.try_get("id")?,
+                workspace: r.try_get("workspace")?,
+                admin: r.try_get::<i64, _>("admin")? != 0,
+            })
+        })
+        .transpose()
+    }
+
+    /// The workspace of the stored key `id`.
+    pub async fn key_workspace(&self, id: &str) -> DbResult<Option<String>> {
+        let row =
+            sqlx::query("SELECT workspace FROM api_keys WHERE id = $1").bind(id).fetch_optional(&self.pool).await?;
+        row.map(|r| r.try_get("workspace")).transpose()
     }
 
     pub async fn list_keys(&self) -> DbResult<Vec<KeyRow>> {

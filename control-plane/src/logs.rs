@@ -54,8 +54,10 @@ pub fn metadata_text(value: &Value) -> String {
 /// 64 KiB each; every record an object with a string `workspace` (a valid workspace name), a
 /// string `trace_id` and an integer `timestamp_ms` (Unix ms, not negative); `record_id`, when
 /// given, a string of 1 to 64 characters from [A-Za-z0-9._-] (older filters send none). The other filter
-/// columns (`span_id`, `provider`, `model`: strings; `status`: an integer) are taken when they
-/// have that type and left empty otherwise; the record itself is kept whole, as sent.
+/// columns (`span_id`, `provider`, `model`, `api_key_id`: strings; `status`: an integer;
+/// `prompt_tokens`, `completion_tokens`: integers, not negative; `cost_usd`: a number, not
+/// negative, kept in micro-USD) are taken when they have that type and left empty otherwise;
+/// the record itself is kept whole, as sent.
 ///
 /// Records are read where they lie in the body (their text borrowed, only the columns decoded):
 /// a tree of every record's values, then their text written again, was a fifth of the ingest.
@@ -98,6 +100,14 @@ struct Columns<'a> {
     status: Option<&'a RawValue>,
     #[serde(borrow)]
     metadata: Option<&'a RawValue>,
+    #[serde(borrow)]
+    prompt_tokens: Option<&'a RawValue>,
+    #[serde(borrow)]
+    completion_tokens: Option<&'a RawValue>,
+    #[serde(borrow)]
+    cost_usd: Option<&'a RawValue>,
+    #[serde(borrow)]
+    api_key_id: Option<&'a RawValue>,
 }
 
 /// A column's value when it has type `T` (absent, `null` or another type: `None`).
@@ -158,10 +168,21 @@ fn new_record(i: usize, record: &RawValue) -> ApiResult<NewRecord> {
         provider: text(fields.provider),
         model: text(fields.model),
         status: column(fields.status),
+        input_tokens: column::<u64>(fields.prompt_tokens).and_then(|n| i64::try_from(n).ok()),
+        output_tokens: column::<u64>(fields.completion_tokens).and_then(|n| i64::try_from(n).ok()),
+        cost_micro_usd: column::<f64>(fields.cost_usd).and_then(micro_usd),
+        api_key_id: text(fields.api_key_id),
         timestamp_ms,
         json: json.to_string(),
         metadata,
     })
+}
+
+/// A record's `cost_usd` in micro-USD (rounded), when it is a cost at all (finite, not negative).
+fn micro_usd(usd: f64) -> Option<i64> {
+    let micro = (usd * 1e6).round();
+    // Below 2^63 µUSD (i64::MAX as f64 rounds up to 2^63, itself out of range).
+    (micro >= 0.0 && micro < i64::MAX as f64).then_some(micro as i64)
 }
 
 /// Seconds beyond this (year 2^43 ms or so) are refused rather than overflowing.
@@ -249,7 +270,7 @@ pub fn log_query(pairs: &[(String, String)]) -> ApiResult<LogQuery> {
 }
 
 /// Unix seconds, not negative.
-fn seconds(name: &str, value: &str) -> ApiResult<i64> {
+pub(crate) fn seconds(name: &str, value: &str) -> ApiResult<i64> {
     value
         .parse::<i64>()
         .ok()
@@ -418,6 +439,28 @@ mod tests {
         let records = batch(&body(json!({"records": [with_id]}))).unwrap();
         assert_eq!(records[0].record_key.as_deref(), Some("0123456789abcdef0123456789abcdef"));
         assert_eq!(bad("big", json!("x".repeat(MAX_RECORD_BYTES))), "records[0]");
+    }
+
+    #[test]
+    fn usage_columns_are_taken_when_they_have_their_type() {
+        let base = json!({"workspace": "w", "trace_id": "t", "timestamp_ms": 1});
+        let columns = |extra: Value| {
+            let mut r = base.as_object().cloned().unwrap();
+            r.extend(extra.as_object().cloned().unwrap());
+            let r = batch(&body(json!({"records": [r]}))).unwrap().remove(0);
+            (r.input_tokens, r.output_tokens, r.cost_micro_usd, r.api_key_id)
+        };
+        assert_eq!(
+            columns(json!({"prompt_tokens": 12, "completion_tokens": 3, "cost_usd": 0.0012345, "api_key_id": "k1"})),
+            (Some(12), Some(3), Some(1235), Some("k1".into()))
+        );
+        assert_eq!(columns(json!({})), (None, None, None, None), "a record of an older filter");
+        assert_eq!(
+            columns(json!({"prompt_tokens": -1, "completion_tokens": 1.5, "cost_usd": -0.1, "api_key_id": 7})),
+            (None, None, None, None)
+        );
+        assert_eq!(columns(json!({"prompt_tokens": null, "cost_usd": 1e300})), (None, None, None, None));
+        assert_eq!(columns(json!({"cost_usd": 0})).2, Some(0));
     }
 
     #[test]

@@ -26,9 +26,7 @@ async fn run() -> Result<(), String> {
     // Unfinished managed batches resume now, and those of a control plane that stopped once
     // their lease expired.
     tokio::spawn(gateway_control_plane::batches::sweep(state.clone()));
-    if let Some(days) = retention_days {
-        tokio::spawn(gateway_control_plane::retention::sweep(state.clone(), days));
-    }
+    tokio::spawn(gateway_control_plane::retention::sweep(state.clone(), retention_days));
     eprintln!("control plane listening on {addr}");
     axum::serve(listener, api::router(state.clone()))
         .with_graceful_shutdown(shutdown())

@@ -1,8 +1,9 @@
-//! Request-log retention: with `GATEWAY_LOG_RETENTION_DAYS` set, a periodic sweep deletes
+//! Retention: a periodic sweep deletes the limits' grants that count nowhere any more (their
+//! window or budget period is over), and, with `GATEWAY_LOG_RETENTION_DAYS` set, request
 //! records older than that many days (by `timestamp_ms`), with their metadata rows, and
-//! feedback given before then. Unset, everything is kept.
+//! feedback given before then. Unset, every record is kept.
 
-use crate::db::{now_s, Db, DbResult};
+use crate::db::{now_ms, Db, DbResult};
 use crate::AppState;
 use std::time::Duration;
 
@@ -32,13 +33,18 @@ pub async fn sweep_once(db: &Db, days: i64, now_ms: i64) -> DbResult<u64> {
     db.delete_logs_before(now_ms.saturating_sub(days.saturating_mul(DAY_MS))).await
 }
 
-/// Runs the sweep now and every hour.
-pub async fn sweep(s: AppState, days: i64) {
+/// Runs the sweep now and every hour: spent grants, and records older than `days` when given.
+pub async fn sweep(s: AppState, days: Option<i64>) {
     loop {
-        match sweep_once(&s.db, days, now_s().saturating_mul(1000)).await {
-            Ok(0) => {}
-            Ok(n) => eprintln!("control plane: deleted {n} request records older than {days} days"),
-            Err(e) => eprintln!("control plane: deleting old request records: {e}"),
+        if let Err(e) = s.db.delete_spent_grants(now_ms()).await {
+            eprintln!("control plane: deleting spent limit grants: {e}");
+        }
+        if let Some(days) = days {
+            match sweep_once(&s.db, days, now_ms()).await {
+                Ok(0) => {}
+                Ok(n) => eprintln!("control plane: deleted {n} request records older than {days} days"),
+                Err(e) => eprintln!("control plane: deleting old request records: {e}"),
+            }
         }
         tokio::time::sleep(PERIOD).await;
     }

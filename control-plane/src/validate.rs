@@ -3,6 +3,8 @@
 //! guardrails and prompt rendering are checked by the filter's code (the shared crate, `gateway_schema`).
 
 use crate::errors::{ApiError, ApiResult};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::Query;
 use serde_json::{Map, Value};
 
 /// An item named in a path: its UUID, or its slug.
@@ -60,6 +62,13 @@ pub fn json_object(body: &[u8]) -> ApiResult<Map<String, Value>> {
             None => ApiError::invalid("body", &format!("the body is not valid JSON: {e}")),
         }),
     }
+}
+
+/// The query string's pairs (decoded), or a 400 naming the query.
+pub fn query_pairs(query: Result<Query<Vec<(String, String)>>, QueryRejection>) -> ApiResult<Vec<(String, String)>> {
+    let Query(pairs) =
+        query.map_err(|e| ApiError::invalid("query", &format!("the query string cannot be read: {e}")))?;
+    Ok(pairs)
 }
 
 /// A 400 naming the first field of `body` that `known` does not accept.

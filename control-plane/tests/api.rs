@@ -190,7 +190,8 @@ async fn every_endpoint_end_to_end() {
     c.err(401, "GET", &format!("/internal/v1/keys/{}", key_hash(&team_key)), None, None).await;
     c.err(401, "GET", &format!("/internal/v1/keys/{}", key_hash(&team_key)), Some("wrong"), None).await;
     let k = c.ok("GET", &format!("/internal/v1/keys/{}", key_hash(&team_key)), TOKEN, None).await;
-    assert_eq!(k, json!({"workspace": team, "admin": false}));
+    assert_eq!(k, json!({"id": team_key_id, "workspace": team, "admin": false}));
+    // A static key has no id.
     let k = c.ok("GET", &format!("/internal/v1/keys/{}", key_hash("admin-key-2")), TOKEN, None).await;
     assert_eq!(k, json!({"workspace": "default", "admin": true}));
     c.err(404, "GET", &format!("/internal/v1/keys/{}", key_hash("nope")), Some(TOKEN), None).await;

@@ -1,11 +1,10 @@
 //! Request records, their metadata and feedback (migrations 0002 and 0004). Filters are built from
 //! fixed clauses with numbered placeholders; every value is bound.
 
-use super::{now_s, Db, DbResult};
+use super::{now_ms, now_s, Db, DbResult};
 use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use sqlx::{Any, Row};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A record of a batch, ready to store.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +18,13 @@ pub struct NewRecord {
     pub provider: Option<String>,
     pub model: Option<String>,
     pub status: Option<i64>,
+    /// `prompt_tokens` and `completion_tokens` as the filter counted them.
+    pub input_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
+    /// `cost_usd`, in micro-USD.
+    pub cost_micro_usd: Option<i64>,
+    /// The id of the stored key the request was made with (in `index_key` form).
+    pub api_key_id: Option<String>,
     pub timestamp_ms: i64,
     /// The record's JSON text as sent.
     pub json: String,
@@ -73,6 +79,46 @@ pub struct StoredFeedback {
     pub weight: String,
     pub metadata: Option<String>,
     pub created_at_ms: i64,
+}
+
+/// What `GET /v1/usage` groups records by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageKey {
+    Model,
+    Provider,
+    ApiKey,
+    Workspace,
+}
+
+impl UsageKey {
+    pub const ALL: [UsageKey; 4] = [UsageKey::Model, UsageKey::Provider, UsageKey::ApiKey, UsageKey::Workspace];
+
+    /// Its `group_by` value, and its field in a row.
+    pub fn name(self) -> &'static str {
+        match self {
+            UsageKey::Model => "model",
+            UsageKey::Provider => "provider",
+            UsageKey::ApiKey => "api_key",
+            UsageKey::Workspace => "workspace",
+        }
+    }
+
+    fn column(self) -> &'static str {
+        match self {
+            UsageKey::ApiKey => "api_key_id",
+            other => other.name(),
+        }
+    }
+}
+
+/// One group of `GET /v1/usage`: its keys' values (as the grouping named them) and its sums.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageRow {
+    pub keys: Vec<Option<String>>,
+    pub requests: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_micro_usd: i64,
 }
 
 /// A value bound to a placeholder of a built query.
@@ -134,10 +180,6 @@ impl Built {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 impl Db {
     /// Stores a batch in one transaction, a few statements for the whole batch (one per row
     /// made each batch cost the control plane about as much CPU as the proxy spent on its
@@ -151,7 +193,7 @@ impl Db {
             let mut built = Built::new(
                 self,
                 "INSERT INTO log_records (id, workspace, record_key, trace_id, span_id, provider, model, status, \
-                 timestamp_ms, record, received_at) VALUES ",
+                 input_tokens, output_tokens, cost_micro_usd, api_key_id, timestamp_ms, record, received_at) VALUES ",
             );
             for (i, r) in chunk.iter().enumerate() {
                 let row = vec![
@@ -163,12 +205,20 @@ impl Db {
                     Arg::OptText(r.provider.clone()),
                     Arg::OptText(r.model.clone()),
                     Arg::OptInt(r.status),
+                    Arg::OptInt(r.input_tokens),
+                    Arg::OptInt(r.output_tokens),
+                    Arg::OptInt(r.cost_micro_usd),
+                    Arg::OptText(r.api_key_id.clone()),
                     Arg::Int(r.timestamp_ms),
                     Arg::Text(r.json.clone()),
                     Arg::Int(received_at),
                 ];
                 built.push(
-                    if i == 0 { "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" },
+                    if i == 0 {
+                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    } else {
+                        ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    },
                     row,
                 );
             }
@@ -272,6 +322,48 @@ impl Db {
                 })
             })
             .collect()
+    }
+
+    /// The workspace's records with `from_ms <= timestamp_ms < until_ms`, added up per value of
+    /// the `group` columns (one row of them all without any), sorted by those values (no value
+    /// first).
+    pub async fn usage(
+        &self,
+        workspace: &str,
+        from_ms: i64,
+        until_ms: i64,
+        group: &[UsageKey],
+    ) -> DbResult<Vec<UsageRow>> {
+        let columns: Vec<&str> = group.iter().map(|key| key.column()).collect();
+        let mut sql = String::from("SELECT ");
+        for column in &columns {
+            sql.push_str(&format!("{column}, "));
+        }
+        // PostgreSQL's SUM of BIGINTs is a NUMERIC: cast back.
+        sql.push_str(
+            "COUNT(*) AS requests, CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT) AS input_tokens, \
+             CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT) AS output_tokens, \
+             CAST(COALESCE(SUM(cost_micro_usd), 0) AS BIGINT) AS cost_micro_usd FROM log_records \
+             WHERE workspace = $1 AND timestamp_ms >= $2 AND timestamp_ms < $3",
+        );
+        if !columns.is_empty() {
+            sql.push_str(&format!(" GROUP BY {}", columns.join(", ")));
+        }
+        let rows = sqlx::query(&sql).bind(workspace).bind(from_ms).bind(until_ms).fetch_all(&self.pool).await?;
+        let mut usage = rows
+            .iter()
+            .map(|r| {
+                Ok(UsageRow {
+                    keys: columns.iter().map(|c| r.try_get::<Option<String>, _>(*c)).collect::<DbResult<_>>()?,
+                    requests: r.try_get("requests")?,
+                    input_tokens: r.try_get("input_tokens")?,
+                    output_tokens: r.try_get("output_tokens")?,
+                    cost_micro_usd: r.try_get("cost_micro_usd")?,
+                })
+            })
+            .collect::<DbResult<Vec<_>>>()?;
+        usage.sort_unstable_by(|a, b| a.keys.cmp(&b.keys));
+        Ok(usage)
     }
 
     /// Feedback of the workspace on any of `trace_keys`, oldest first.
