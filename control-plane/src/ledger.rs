@@ -4,8 +4,9 @@
 //! reads a clock.
 //!
 //! Window kinds (requests, tokens): a grant counts until `counts_until`: its `used` until 60 s
-//! after its report, else its `amount` until 60 s after its lease plus the drain time ended (its
-//! replica may still be settling what it admitted, or may have died). Every request admitted
+//! after its report, else its `amount` until 60 s after its lease ended, for tokens plus the drain
+//! time (its replica may still be settling what it admitted, or may have died; a request counts
+//! whole when it is admitted, so a requests lease has nothing left to settle). Every request admitted
 //! within any 60 s was admitted under grants all still counted at the last of those grants'
 //! time, so the window never admits more than the bound. A grant made later than the time asked
 //! about (another control plane's clock ahead of this one's) counts too: counting more is safe.
@@ -20,6 +21,9 @@ pub const WINDOW_MS: i64 = WINDOW_SECONDS as i64 * 1000;
 pub const DRAIN_MS: i64 = 15 * 60 * 1000;
 /// How long a lease lasts (a budget's ends with its period at the latest).
 pub const TTL_MS: i64 = 5000;
+/// A replica reports a lease as it ends; an ask refused while other leases may still come back
+/// is told to ask again this long after the earliest of them ends.
+pub const REPORT_GRACE_MS: i64 = 500;
 
 /// A grant as the accounting reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +33,8 @@ pub struct Grant {
     pub used: Option<i64>,
     /// When it stops counting (see `unreported_end_ms`, `reported_end_ms`, `budget_period`).
     pub counts_until_ms: i64,
+    /// When its lease ends.
+    pub active_until_ms: i64,
 }
 
 impl Grant {
@@ -43,10 +49,11 @@ impl Grant {
     }
 }
 
-/// When an unreported window grant stops counting: a window after its lease and the drain
-/// time ended.
-pub fn unreported_end_ms(active_until_ms: i64) -> i64 {
-    active_until_ms.saturating_add(DRAIN_MS).saturating_add(WINDOW_MS)
+/// When an unreported window grant stops counting: a window after its lease ended (tokens:
+/// and the drain time, while its reservations may still settle).
+pub fn unreported_end_ms(kind: LimitKind, active_until_ms: i64) -> i64 {
+    let drain = if kind == LimitKind::Requests { 0 } else { DRAIN_MS };
+    active_until_ms.saturating_add(drain).saturating_add(WINDOW_MS)
 }
 
 /// When a reported window grant stops counting: a window after its report.
@@ -82,6 +89,9 @@ pub struct Decision {
     pub reset_s: i64,
     /// When the new grant stops counting.
     pub counts_until_ms: i64,
+    /// Refused, but leases not reported yet would make `need` fit if they came back unused:
+    /// the ms until the earliest of them ends, and its report with it.
+    pub retry_ms: Option<i64>,
 }
 
 /// One ask of a lease call: at least `need`, ideally `want`, of `bound` (whose ledger holds
@@ -103,17 +113,31 @@ pub fn decide(
     let available = bound.saturating_sub(occupied(kind, grants, now_ms)).max(0);
     let granted = if available < need { 0 } else { grant_size(available, need, want) };
     let remaining = available - granted;
+    let retry_ms = if granted == 0 { retry_ms(grants, available, need, now_ms) } else { None };
     if kind == LimitKind::Budget {
         let (_, end_ms) = budget_period(period, now_ms);
         let until_end = end_ms.saturating_sub(now_ms);
         let reset_s = if end_ms == i64::MAX { 0 } else { ceil_seconds(until_end) };
-        return Decision { granted, remaining, ttl_ms: TTL_MS.min(until_end), reset_s, counts_until_ms: end_ms };
+        let ttl_ms = TTL_MS.min(until_end);
+        return Decision { granted, remaining, ttl_ms, reset_s, counts_until_ms: end_ms, retry_ms };
     }
-    let active_until = now_ms.saturating_add(TTL_MS);
-    let new = Grant { amount: granted, used: None, counts_until_ms: unreported_end_ms(active_until) };
+    let active_until_ms = now_ms.saturating_add(TTL_MS);
+    let counts_until_ms = unreported_end_ms(kind, active_until_ms);
+    let new = Grant { amount: granted, used: None, counts_until_ms, active_until_ms };
     let to_free = if granted == 0 { need.saturating_sub(available).max(1) } else { 1 };
     let reset_s = ceil_seconds(until_freed(grants.iter().chain([&new]), to_free, now_ms));
-    Decision { granted, remaining, ttl_ms: TTL_MS, reset_s, counts_until_ms: new.counts_until_ms }
+    Decision { granted, remaining, ttl_ms: TTL_MS, reset_s, counts_until_ms, retry_ms }
+}
+
+/// For a refused ask: when the leases still out (ending, or ended a moment ago and about to be
+/// reported) would make `need` fit if they came back unused, the ms until the earliest of them
+/// ends and is reported. None when even all of them could not make it fit.
+fn retry_ms(grants: &[Grant], available: i64, need: i64, now_ms: i64) -> Option<i64> {
+    let out = grants.iter().filter(|g| g.used.is_none() && g.active_until_ms.saturating_add(REPORT_GRACE_MS) > now_ms);
+    let (returnable, earliest) = out
+        .fold((0i64, i64::MAX), |(sum, earliest), g| (sum.saturating_add(g.amount), earliest.min(g.active_until_ms)));
+    (earliest != i64::MAX && available.saturating_add(returnable) >= need)
+        .then(|| earliest.saturating_sub(now_ms).max(0).saturating_add(REPORT_GRACE_MS))
 }
 
 /// `min(available, max(need, min(want, ⌈available / 4⌉)))`.
@@ -151,8 +175,10 @@ mod tests {
     const NOW: i64 = 1_795_709_600_000; // 2026-11-26T16:13:20Z
 
     fn window(amount: i64, used: Option<i64>, granted_at_ms: i64, reported_at_ms: Option<i64>) -> Grant {
-        let counts_until_ms = reported_at_ms.map_or(unreported_end_ms(granted_at_ms + TTL_MS), reported_end_ms);
-        Grant { amount, used, counts_until_ms }
+        let active_until_ms = granted_at_ms + TTL_MS;
+        let counts_until_ms =
+            reported_at_ms.map_or(unreported_end_ms(LimitKind::Tokens, active_until_ms), reported_end_ms);
+        Grant { amount, used, counts_until_ms, active_until_ms }
     }
 
     fn requests(grants: &[Grant], need: i64, want: i64, now: i64) -> Decision {
@@ -193,6 +219,23 @@ mod tests {
         assert_eq!((refused.granted, refused.remaining), (0, 0));
         assert_eq!(refused.reset_s, (end - NOW - 1000) / 1000);
         assert_eq!(requests(&[grant], 1, 1, end).granted, 1);
+        // A requests lease has nothing to settle: it counts a window after it ended.
+        assert_eq!(unreported_end_ms(LimitKind::Requests, NOW), NOW + WINDOW_MS);
+    }
+
+    #[test]
+    fn a_refused_ask_asks_again_when_leases_still_out_could_make_it_fit() {
+        let out = window(4, None, NOW, None); // its lease ends at NOW + 5 s
+        let spent = window(6, Some(6), NOW - 10_000, Some(NOW - 5000));
+        let refused = requests(&[out, spent], 1, 1, NOW + 1000);
+        assert_eq!((refused.granted, refused.retry_ms), (0, Some(4000 + REPORT_GRACE_MS)));
+        // Ended a moment ago, not reported yet: its report is about to come.
+        assert_eq!(requests(&[out, spent], 1, 1, NOW + TTL_MS + 100).retry_ms, Some(REPORT_GRACE_MS));
+        // Ended long ago, never reported (its replica died): nothing to wait for.
+        assert_eq!(requests(&[out, spent], 1, 1, NOW + TTL_MS + REPORT_GRACE_MS).retry_ms, None);
+        // Even all of it back would not fit: refused at once.
+        assert_eq!(requests(&[out, spent], 5, 5, NOW + 1000).retry_ms, None);
+        assert_eq!(requests(&[spent], 1, 1, NOW).retry_ms, None, "granted: nothing to retry");
     }
 
     #[test]
@@ -225,9 +268,9 @@ mod tests {
         assert_eq!(requests(&grants, 4, 4, NOW + 2000).reset_s, 88);
         assert_eq!(requests(&grants, 9, 9, NOW + 2000).reset_s, (TTL_MS + DRAIN_MS + WINDOW_MS) / 1000);
         assert_eq!(requests(&grants, 11, 11, NOW + 2000).reset_s, (TTL_MS + DRAIN_MS + WINDOW_MS) / 1000, "never fits");
-        // Nothing counted: a grant's reset is its own end.
+        // Nothing counted: a grant's reset is its own end (a requests lease: no drain).
         let fresh = requests(&[], 1, 1, NOW);
-        assert_eq!((fresh.granted, fresh.ttl_ms, fresh.reset_s), (1, TTL_MS, (TTL_MS + DRAIN_MS + WINDOW_MS) / 1000));
+        assert_eq!((fresh.granted, fresh.ttl_ms, fresh.reset_s), (1, TTL_MS, (TTL_MS + WINDOW_MS) / 1000));
     }
 
     #[test]
@@ -237,8 +280,8 @@ mod tests {
         };
         let (start, end) = budget_period(Period::Day, NOW);
         assert_eq!((start, end), (1_795_651_200, 1_795_737_600_000));
-        let spent = Grant { amount: 400_000, used: Some(100_000), counts_until_ms: end };
-        let lost = Grant { amount: 300_000, used: None, counts_until_ms: end };
+        let spent = Grant { amount: 400_000, used: Some(100_000), counts_until_ms: end, active_until_ms: NOW - 9000 };
+        let lost = Grant { amount: 300_000, used: None, counts_until_ms: end, active_until_ms: NOW - 9000 };
         assert_eq!(occupied(LimitKind::Budget, &[spent, lost], NOW), 400_000, "a lost grant stays counted");
         let d = budget(&[spent, lost], Period::Day, 600_000, NOW);
         assert_eq!((d.granted, d.remaining, d.ttl_ms), (600_000, 0, TTL_MS));

@@ -319,7 +319,7 @@ pub async fn policy(State(s): State<AppState>, h: HeaderMap, Path(workspace): Pa
 
 /// `POST /internal/v1/leases`: `{"grants": [{"limit", "kind", "need", "want"}], "reports":
 /// [{"lease", "used"}]}` → `{"grants": [{"limit", "kind", "lease", "granted", "ttl_ms", "bound",
-/// "remaining", "reset_s"}]}` in the order asked (`"gone": true` for a limit that is no more, or
+/// "remaining", "reset_s", "retry_ms"?}]}` in the order asked (`"gone": true` for a limit that is no more, or
 /// no longer bounds that kind). Reports are applied first.
 pub async fn leases(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> ApiResult<Json<Value>> {
     auth::internal(&s, &h)?;
@@ -331,9 +331,15 @@ pub async fn leases(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> Api
 fn answer_json(answer: &Answer) -> Value {
     let (limit, kind) = (&answer.ask.limit, answer.ask.kind.as_str());
     match &answer.granted {
-        Some(g) => json!({"limit": limit, "kind": kind, "lease": g.lease, "granted": g.decision.granted,
-            "ttl_ms": g.decision.ttl_ms, "bound": g.bound, "remaining": g.decision.remaining,
-            "reset_s": g.decision.reset_s}),
+        Some(g) => {
+            let mut answer = json!({"limit": limit, "kind": kind, "lease": g.lease, "granted": g.decision.granted,
+                "ttl_ms": g.decision.ttl_ms, "bound": g.bound, "remaining": g.decision.remaining,
+                "reset_s": g.decision.reset_s});
+            if let (Some(retry_ms), Some(fields)) = (g.decision.retry_ms, answer.as_object_mut()) {
+                fields.insert("retry_ms".into(), retry_ms.into());
+            }
+            answer
+        }
         None => json!({"limit": limit, "kind": kind, "lease": null, "granted": 0, "ttl_ms": 0, "bound": 0,
             "remaining": 0, "reset_s": 0, "gone": true}),
     }

@@ -12,7 +12,7 @@ mod common;
 use axum::http::StatusCode;
 use common::{Client, TOKEN};
 use gateway_control_plane::db::limits::{Answer, Ask, Report};
-use gateway_control_plane::ledger::{DRAIN_MS, TTL_MS, WINDOW_MS};
+use gateway_control_plane::ledger::{TTL_MS, WINDOW_MS};
 use gateway_control_plane::{api, AppState, Settings};
 use gateway_schema::limits::{LimitKind, Period};
 use serde_json::{json, Value};
@@ -22,7 +22,8 @@ const ADMIN: &str = "admin-key-1";
 const T: i64 = 1_795_709_600_000;
 const DAY_END: i64 = 1_795_737_600_000;
 /// How long an unreported window grant counts after it was made.
-const UNREPORTED_MS: i64 = TTL_MS + DRAIN_MS + WINDOW_MS;
+/// How long an unreported requests grant counts: its lease, then a window (it has nothing to settle).
+const UNREPORTED_MS: i64 = TTL_MS + WINDOW_MS;
 
 struct Run {
     c: Client,
@@ -451,7 +452,7 @@ async fn a_request_window_frees_unused_allowance_at_the_report_and_used_allowanc
 
     let (granted, all, remaining, reset_s, ttl_ms) = lease_at(&state, requests(10, 10), &[], T).await;
     assert_eq!((granted, remaining, reset_s, ttl_ms), (10, 0, UNREPORTED_MS / 1000, TTL_MS));
-    // Unreported, the grant holds the window until its lease, the drain time and a window ended.
+    // Unreported, the grant holds the window until its lease and a window ended.
     let (granted, lease, remaining, reset_s, _) = lease_at(&state, requests(1, 1), &[], T + 1000).await;
     assert_eq!((granted, lease, remaining, reset_s), (0, None, 0, UNREPORTED_MS / 1000 - 1));
     // Reported (4 used) at T + 6 s: the 6 unused are free at once, a quarter of them granted.
@@ -629,7 +630,7 @@ async fn the_sweep_deletes_grants_that_count_nowhere() {
     sweep(t0 + 1000 + WINDOW_MS).await.unwrap();
     assert_eq!(left(rpm.clone()).await, 1);
     sweep(t0 + 1000 + UNREPORTED_MS).await.unwrap();
-    assert_eq!(left(rpm.clone()).await, 0, "the unreported one after its lease, the drain and a window");
+    assert_eq!(left(rpm.clone()).await, 0, "the unreported one after its lease and a window");
     assert_eq!(left(daily.clone()).await, 1, "a budget's grant counts for its period");
     sweep(day_end).await.unwrap();
     assert_eq!(left(daily.clone()).await, 0);

@@ -86,7 +86,7 @@ async fn counted(
         LimitKind::Requests | LimitKind::Tokens => ("counts_until_ms > $3", now_ms),
     };
     let sql = format!(
-        "SELECT amount, used, counts_until_ms FROM limit_grants \
+        "SELECT amount, used, counts_until_ms, active_until_ms FROM limit_grants \
          WHERE limit_id = $1 AND kind = $2 AND {filter}"
     );
     let rows = sqlx::query(&sql).bind(limit_id).bind(kind.as_str()).bind(value).fetch_all(conn).await?;
@@ -96,6 +96,7 @@ async fn counted(
                 amount: r.try_get("amount")?,
                 used: r.try_get("used")?,
                 counts_until_ms: r.try_get("counts_until_ms")?,
+                active_until_ms: r.try_get("active_until_ms")?,
             })
         })
         .collect()
