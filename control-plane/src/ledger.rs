@@ -76,6 +76,16 @@ pub fn occupied(kind: LimitKind, grants: &[Grant], now_ms: i64) -> i64 {
     counted.fold(0, |sum, g| sum.saturating_add(g.held()))
 }
 
+/// What `grants` hold at `now_ms` (as `occupied` counts them), split into what their replicas
+/// reported having used and what leases not reported yet hold whole.
+pub fn reported_and_reserved(kind: LimitKind, grants: &[Grant], now_ms: i64) -> (i64, i64) {
+    let counted = grants.iter().filter(|g| kind == LimitKind::Budget || g.in_window(now_ms));
+    counted.fold((0, 0), |(reported, reserved), g| match g.used {
+        Some(used) => (reported.saturating_add(used), reserved),
+        None => (reported, reserved.saturating_add(g.amount)),
+    })
+}
+
 /// The answer to one ask of a lease call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {

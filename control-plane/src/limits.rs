@@ -91,7 +91,9 @@ fn limit_json(stored: &StoredLimit, usage: Option<Occupancy>) -> ApiResult<Value
         out.insert(
             "usage".into(),
             json!({"requests": usage.requests, "tokens": usage.tokens,
-                "spent_usd": usd(usage.spent_micro_usd), "period_start": usage.period_start}),
+                "spent_usd": usd(usage.spent_micro_usd), "period_start": usage.period_start,
+                "reserved": {"requests": usage.reserved[0], "tokens": usage.reserved[1],
+                             "usd": usd(usage.reserved[2])}}),
         );
     }
     Ok(Value::Object(out))

@@ -109,7 +109,8 @@ async fn limits_are_created_read_listed_replaced_and_deleted_by_admin_keys() {
     assert_eq!(
         read["usage"],
         json!({"requests": 0, "tokens": 0, "spent_usd": 0.0,
-        "period_start": Period::Month.start(gateway_control_plane::db::now_s() as u64)})
+        "period_start": Period::Month.start(gateway_control_plane::db::now_s() as u64),
+        "reserved": {"requests": 0, "tokens": 0, "usd": 0.0}})
     );
     assert_eq!(read["requests_per_minute"], 60);
     c.ok("GET", &format!("/v1/limits/{keyed}"), &ka, None).await;
@@ -420,9 +421,10 @@ async fn the_lease_call_answers_each_ask_in_order() {
     );
     assert_eq!(refused[0]["bound"], 10);
 
-    // The usage of a limit: what its window holds now.
+    // The usage of a limit: what its window holds now, reported or held by leases not
+    // reported yet (here: 7 held).
     let read = c.ok("GET", &format!("/v1/limits/{rpm}"), ADMIN, None).await;
-    assert_eq!((&read["usage"]["requests"], &read["usage"]["tokens"]), (&json!(7), &json!(0)));
+    assert_eq!((&read["usage"]["requests"], &read["usage"]["reserved"]["requests"]), (&json!(0), &json!(7)));
 
     // Only the filter calls it, with a well-formed body.
     c.err(401, "POST", "/internal/v1/leases", None, Some(json!({}))).await;
@@ -463,7 +465,7 @@ async fn a_request_window_frees_unused_allowance_at_the_report_and_used_allowanc
     let (granted, _, remaining, reset_s, _) = lease_at(&state, requests(5, 5), &[report(&all, 0)], T + 7000).await;
     assert_eq!((granted, remaining, reset_s), (0, 4, 59));
     let usage = state.db.occupancy(&state.db.limit(&rpm).await.unwrap().unwrap().limit, T + 7000).await.unwrap();
-    assert_eq!(usage.requests, 6);
+    assert_eq!((usage.requests, usage.reserved[0]), (4, 2), "4 reported, 2 in a lease not reported yet");
     // A window after the report its 4 are free; the unreported 2 still count.
     let (granted, rest, remaining, _, _) = lease_at(&state, requests(8, 8), &[], T + 66_000).await;
     assert_eq!((granted, remaining), (8, 0));
@@ -511,7 +513,8 @@ async fn budgets_count_their_period_and_free_unspent_reservations_at_once() {
     let (granted, _, remaining, _, _) = lease_at(&state, budget(100_001, 100_001), &[], later).await;
     assert_eq!((granted, remaining), (0, 100_000));
     let usage = state.db.occupancy(&state.db.limit(&daily).await.unwrap().unwrap().limit, later).await.unwrap();
-    assert_eq!((usage.spent_micro_usd, usage.period_start), (900_000, DAY_END / 1000 - 86_400));
+    assert_eq!((usage.spent_micro_usd, usage.period_start), (100_000, DAY_END / 1000 - 86_400));
+    assert_eq!(usage.reserved[2], 800_000, "the dead replica's lease is held for the period");
     // A lease ends with its period at the latest.
     let (granted, _, _, reset_s, ttl_ms) = lease_at(&state, budget(1, 1), &[], DAY_END - 1500).await;
     assert_eq!((granted, reset_s, ttl_ms), (1, 2, 1500));
@@ -564,8 +567,10 @@ async fn concurrent_lease_calls_on_two_control_planes_never_grant_past_the_bound
     assert_eq!(spends.iter().sum::<i64>(), 500_000);
 
     let read = c.ok("GET", &format!("/v1/limits/{budget}"), ADMIN, None).await;
-    assert_eq!((&read["usage"]["spent_usd"], &read["usage"]["period_start"]), (&json!(0.5), &json!(0)));
-    assert_eq!(c.ok("GET", &format!("/v1/limits/{rpm}"), ADMIN, None).await["usage"]["requests"], 10);
+    // Nothing reported yet: all of it is held by the leases.
+    assert_eq!((&read["usage"]["reserved"]["usd"], &read["usage"]["period_start"]), (&json!(0.5), &json!(0)));
+    let rpm_read = c.ok("GET", &format!("/v1/limits/{rpm}"), ADMIN, None).await;
+    assert_eq!(rpm_read["usage"]["reserved"]["requests"], 10);
 }
 
 /// The other limits' bounds, in a burst of mixed calls: grants from several limits in one call

@@ -69,25 +69,6 @@ pub enum PriceSource {
     Workspace,
 }
 
-#[derive(Deserialize)]
-struct CatalogFile {
-    sources: HashMap<String, SourceInfo>,
-    models: HashMap<String, CatalogEntry>,
-}
-
-#[derive(Deserialize)]
-struct SourceInfo {
-    date: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CatalogEntry {
-    source: String,
-    #[serde(flatten)]
-    price: Price,
-}
-
 /// The shipped catalog, parsed once by whoever holds it.
 pub struct Catalog {
     /// Model name → (price, its date).
@@ -101,13 +82,23 @@ impl Catalog {
         Catalog::parse(CATALOG_JSON).unwrap_or(Catalog { models: HashMap::new() })
     }
 
+    /// Each model's entry is a price (read as a workspace's is) and the `source` whose date it
+    /// has.
     fn parse(text: &str) -> Result<Catalog, String> {
-        let file: CatalogFile = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let mut models = HashMap::with_capacity(file.models.len());
-        for (name, entry) in file.models {
-            let date = file.sources.get(&entry.source).ok_or(format!("{name}: unknown source {}", entry.source))?;
-            check(&entry.price).map_err(|(field, message)| format!("{name}.{field}: {message}"))?;
-            models.insert(name, (entry.price, date.date.clone()));
+        let file: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let (Some(sources), Some(entries)) = (file.get("sources"), file.get("models").and_then(Value::as_object))
+        else {
+            return Err("the catalog needs sources and models".to_string());
+        };
+        let mut models = HashMap::with_capacity(entries.len());
+        for (name, entry) in entries {
+            let mut fields = entry.as_object().cloned().ok_or(format!("{name}: not an object"))?;
+            let source = fields.remove("source").and_then(|s| s.as_str().map(str::to_string));
+            let date = source.as_deref().and_then(|s| sources.get(s)?.get("date")?.as_str());
+            let date = date.ok_or(format!("{name}: no source with a date"))?;
+            let price =
+                parse_price(&Value::Object(fields)).map_err(|(field, message)| format!("{name}.{field}: {message}"))?;
+            models.insert(name.clone(), (price, date.to_string()));
         }
         Ok(Catalog { models })
     }

@@ -155,13 +155,18 @@ fn ask(env: &mut Env, limited: &mut Limited, demand: Demand) -> Allowance {
     if env.tasks.waiters.join(&fetch, || Waiter::request(env.id)) {
         return Allowance::Waiting;
     }
-    let ask = env.tasks.leases.ask(&demand);
-    match env.io.dispatch(env.id, &call(cp, &[ask], &[])) {
+    let now_ms = env.io.host().now_ms();
+    let (ask, reports) = env.tasks.leases.ask(&demand, now_ms);
+    match env.io.dispatch(env.id, &call(cp, std::slice::from_ref(&ask), &reports)) {
         Some(token) => {
             env.tasks.started(token, Waiter::request(env.id), fetch);
+            env.tasks.asked.insert(token, reports);
             Allowance::Waiting
         }
-        None => refuse(env, limited, &demand, usage_limits::unavailable(&demand), None),
+        None => {
+            env.tasks.leases.call_failed(reports, &[]);
+            refuse(env, limited, &demand, usage_limits::unavailable(&demand), None)
+        }
     }
 }
 

@@ -68,6 +68,8 @@ pub(super) struct Tasks {
     records: shipping::Shipper,
     /// The worker's leases of the limits' allowance.
     pub(super) leases: Leases,
+    /// The reports an ask for allowance carries, by its call's token (sent again if it fails).
+    pub(super) asked: HashMap<u32, Vec<Report>>,
 }
 
 impl Tasks {
@@ -209,7 +211,14 @@ impl Worker {
             return Output::proceed();
         };
         match task {
-            Task::Fetch(fetch) => self.fetched(fetch, answer, io),
+            Task::Fetch(fetch) => {
+                if let Some(reports) = self.tasks.asked.remove(&token) {
+                    if limits::grants(&answer).is_none() {
+                        self.tasks.leases.call_failed(reports, &[]);
+                    }
+                }
+                self.fetched(fetch, answer, io)
+            }
             Task::Records if !self.tasks.records.carries(token) => Output::proceed(),
             Task::Records => {
                 let now_ms = io.host().now_ms();

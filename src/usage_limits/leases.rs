@@ -186,10 +186,31 @@ impl Leases {
     }
 
     /// The ask for `demand` when no lease has room: at least the demand, and twice what the
-    /// ledger used lately (smaller grants come back as the allowance runs out).
-    pub(crate) fn ask(&self, demand: &Demand) -> Ask {
-        let want = self.ledgers.get(&demand.key).map_or(demand.amount, |ledger| ledger.want(demand.amount));
-        Ask { limit: demand.key.limit.clone(), kind: demand.key.kind, need: demand.amount, want }
+    /// ledger used lately (smaller grants come back as the allowance runs out). The ledger's
+    /// lease without room is given back with it: the reports of its leases whose reservations
+    /// all settled go in the same call, so what they did not use counts for this ask already.
+    pub(crate) fn ask(&mut self, demand: &Demand, now_ms: u64) -> (Ask, Vec<Report>) {
+        let Some(ledger) = self.ledgers.get_mut(&demand.key) else {
+            let ask = Ask {
+                limit: demand.key.limit.clone(),
+                kind: demand.key.kind,
+                need: demand.amount,
+                want: demand.amount,
+            };
+            return (ask, Vec::new());
+        };
+        let want = ledger.want(demand.amount);
+        ledger.retire(now_ms);
+        let mut reports = Vec::new();
+        ledger.draining.retain(|lease| {
+            let settled = lease.outstanding == 0;
+            if settled {
+                reports.push(Report { lease: lease.id.clone(), used: lease.used });
+            }
+            !settled
+        });
+        let ask = Ask { limit: demand.key.limit.clone(), kind: demand.key.kind, need: demand.amount, want };
+        (ask, reports)
     }
 
     /// The request's answer ended having used `actual` (requests: 1 when it was admitted, 0

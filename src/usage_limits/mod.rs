@@ -10,7 +10,7 @@
 pub(crate) mod leases;
 
 use crate::errors::GatewayError;
-use gateway_schema::limits::{Limit, LimitKind, Period};
+use gateway_schema::limits::{parse_limit, Limit, LimitKind, Period};
 use gateway_schema::prices::{self, Catalog, Price, Tokens};
 use hashbrown::HashMap;
 use serde_json::Value;
@@ -32,7 +32,7 @@ impl Policy {
     /// (the control plane checked them as they were stored).
     pub(crate) fn parse(value: &Value) -> Policy {
         let limits = match value.get("limits") {
-            Some(Value::Array(items)) => items.iter().filter_map(|l| serde_json::from_value(l.clone()).ok()).collect(),
+            Some(Value::Array(items)) => items.iter().filter_map(parse_stored_limit).collect(),
             _ => Vec::new(),
         };
         Policy { limits, prices: prices::parse_workspace_prices(value.get("prices")) }
@@ -46,6 +46,17 @@ impl Policy {
     pub(crate) fn has_limits(&self) -> bool {
         !self.limits.is_empty()
     }
+}
+
+/// A limit as the control plane hands it over: its fields, read as `PUT /v1/limits/{id}`
+/// reads them, and its `id` (the control plane writes `budget_period` even without a budget).
+fn parse_stored_limit(value: &Value) -> Option<Limit> {
+    let mut fields = value.as_object()?.clone();
+    let id = fields.remove("id")?.as_str()?.to_string();
+    if !fields.contains_key("budget_usd") {
+        fields.remove("budget_period");
+    }
+    parse_limit(&id, &Value::Object(fields)).ok()
 }
 
 /// The price of `model`: the workspace's own (with a policy), else the catalog's.

@@ -22,8 +22,9 @@ fn amounts(demands: &[Demand]) -> Vec<(&str, LimitKind, u64)> {
 fn each_limit_that_applies_asks_its_worst_case() {
     let policy = policy(
         json!([
-            {"id": "team", "workspace": "team", "requests_per_minute": 10, "budget_usd": 5},
-            {"id": "key", "api_key_id": "key_1", "tokens_per_minute": 100000},
+            {"id": "team", "workspace": "team", "requests_per_minute": 10, "budget_usd": 5, "budget_period": "month"},
+            // As the control plane writes it: a budget period without a budget.
+            {"id": "key", "api_key_id": "key_1", "tokens_per_minute": 100000, "budget_period": "month"},
             {"id": "other-key", "api_key_id": "key_2", "requests_per_minute": 1},
             {"id": "other-model", "workspace": "team", "model": "gpt-4o", "requests_per_minute": 1}
         ]),

@@ -215,7 +215,7 @@ def test_a_stream_is_charged_its_reported_usage_and_a_cancelled_one_what_it_got(
         next(resp.iter_raw())
     def charged():
         usage = ok(single.get(f"/v1/limits/{limit['id']}"))["usage"]["spent_usd"]
-        assert 0.007 < usage < 0.007 + 0.5, usage
+        assert 0.007 < usage < 0.007 + 1.0, usage
     eventually(charged, within=20)
 
 
@@ -235,7 +235,7 @@ def test_every_endpoint_that_counts_tokens_is_limited_and_costed(single, openai_
         ("/v1/completions", openai, {"model": model, "prompt": "Say hello.", "max_tokens": 10}),
         ("/v1/embeddings", openai, {"model": model, "input": "hello"}),
         ("/v1/messages", anthropic, {"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}),
-        ("/v1/responses", openai, {"model": model, "input": "hi", "max_output_tokens": 10}),
+        ("/v1/responses", openai, {"model": model, "input": "hi", "max_output_tokens": 16}),
     ]
     for path, headers, body in calls:
         resp = single.post(path, body, key=team["key"], headers=headers)

@@ -53,9 +53,12 @@ pub struct Granted {
 /// What a limit's ledger holds now, for `GET /v1/limits/{id}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Occupancy {
+    /// What the replicas reported having used (of each kind: requests, tokens, micro-USD) ...
     pub requests: i64,
     pub tokens: i64,
     pub spent_micro_usd: i64,
+    /// ... and what leases not reported yet hold (their replicas may have spent any of it).
+    pub reserved: [i64; 3],
     pub period_start: i64,
 }
 
@@ -157,13 +160,16 @@ impl Db {
     pub async fn occupancy(&self, limit: &Limit, now_ms: i64) -> DbResult<Occupancy> {
         let mut conn = self.pool.acquire().await?;
         let (period_start, _) = ledger::budget_period(limit.budget_period, now_ms);
-        let mut held = [0; 3];
-        for (slot, kind) in held.iter_mut().zip(LimitKind::ALL) {
+        let (mut used, mut reserved) = ([0; 3], [0; 3]);
+        for (index, kind) in LimitKind::ALL.into_iter().enumerate() {
             let grants = counted(&mut conn, &limit.id, kind, period_start, now_ms).await?;
-            *slot = ledger::occupied(kind, &grants, now_ms);
+            let (reported, held) = ledger::reported_and_reserved(kind, &grants, now_ms);
+            if let (Some(used), Some(reserved)) = (used.get_mut(index), reserved.get_mut(index)) {
+                (*used, *reserved) = (reported, held);
+            }
         }
-        let [requests, tokens, spent_micro_usd] = held;
-        Ok(Occupancy { requests, tokens, spent_micro_usd, period_start })
+        let [requests, tokens, spent_micro_usd] = used;
+        Ok(Occupancy { requests, tokens, spent_micro_usd, reserved, period_start })
     }
 
     /// A lease call in one transaction: the write lock of every limit asked for (in id order, so

@@ -15,13 +15,15 @@ fn a_request_reserves_from_the_lease_and_asks_when_it_has_no_room() {
     let mut leases = Leases::default();
     let one = demand(LimitKind::Requests, 1);
     assert_eq!(leases.reserve(&one, 0), None, "no lease yet");
-    assert_eq!(leases.ask(&one), Ask { limit: "team".into(), kind: LimitKind::Requests, need: 1, want: 1 });
+    let cold = Ask { limit: "team".into(), kind: LimitKind::Requests, need: 1, want: 1 };
+    assert_eq!(leases.ask(&one, 0), (cold, vec![]));
     leases.granted(&one.key, &grant("l1", 2), 0);
     assert!(leases.reserve(&one, 10).is_some());
     assert!(leases.reserve(&one, 20).is_some());
     assert_eq!(leases.reserve(&one, 30), None, "two granted, two used");
-    // The next ask wants twice what the lease used.
-    assert_eq!(leases.ask(&one).want, 4);
+    // The next ask wants twice what the lease used, and gives the lease back with it.
+    let (ask, reports) = leases.ask(&one, 30);
+    assert_eq!((ask.want, reports), (4, vec![Report { lease: "l1".into(), used: 2 }]));
     let standing = leases.standing(&one.key, 30).unwrap();
     assert_eq!((standing.bound, standing.remaining, standing.reset_s), (100, 50, 30));
 }
@@ -112,4 +114,33 @@ fn a_gone_limit_keeps_nothing_to_renew() {
     leases.granted(&one.key, &Grant { gone: true, ..Grant::default() }, 100);
     assert_eq!(leases.reserve(&one, 100), None);
     assert_eq!(leases.due(100), (vec![Report { lease: "l1".into(), used: 1 }], vec![]));
+}
+
+#[test]
+fn an_ask_gives_back_the_leases_whose_reservations_settled_but_not_the_others() {
+    let mut leases = Leases::default();
+    let worst = demand(LimitKind::Budget, 600);
+    leases.granted(&worst.key, &grant("l1", 1000), 0);
+    let open = leases.reserve(&worst, 0).unwrap();
+    // 400 left: the next worst case asks, and l1 (a reservation still open) stays out.
+    assert_eq!(leases.reserve(&worst, 10), None);
+    let (_, reports) = leases.ask(&worst, 10);
+    assert_eq!(reports, vec![]);
+    leases.granted(&worst.key, &grant("l2", 1000), 20);
+    let done = leases.reserve(&worst, 30).unwrap();
+    leases.settle(&done, 50);
+    leases.settle(&open, 70);
+    let (_, reports) = leases.ask(&demand(LimitKind::Budget, 990), 40);
+    assert_eq!(reports, vec![Report { lease: "l1".into(), used: 70 }, Report { lease: "l2".into(), used: 50 }]);
+}
+
+#[test]
+fn reports_of_a_failed_ask_go_with_the_timers_next_call() {
+    let mut leases = Leases::default();
+    let one = demand(LimitKind::Requests, 1);
+    leases.granted(&one.key, &grant("l1", 1), 0);
+    leases.reserve(&one, 0).unwrap();
+    let (_, reports) = leases.ask(&one, 10);
+    leases.call_failed(reports.clone(), &[]);
+    assert_eq!(leases.due(20).0, reports);
 }
