@@ -304,6 +304,7 @@ fn tokens(usage: Option<&Value>) -> Usage {
         prompt_tokens: u64_field(usage, "inputTokens")
             .saturating_add(u64_field(usage, "cacheReadInputTokens"))
             .saturating_add(u64_field(usage, "cacheWriteInputTokens")),
+        cached_prompt_tokens: u64_field(usage, "cacheReadInputTokens"),
         completion_tokens: u64_field(usage, "outputTokens"),
     }
 }

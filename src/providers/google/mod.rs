@@ -372,12 +372,13 @@ pub(crate) fn finish_reason(reason: Option<&str>, called_functions: bool) -> &'s
     }
 }
 
-/// Gemini's `usageMetadata` as (prompt, completion) tokens; thinking counts as completion,
-/// as OpenAI counts reasoning tokens.
+/// Gemini's `usageMetadata` as token counts; thinking counts as completion, as OpenAI counts
+/// reasoning tokens. `promptTokenCount` includes the cached content's tokens.
 pub(crate) fn usage_of(metadata: Option<&Value>) -> Usage {
     let count = |field| super::u64_field(metadata, field);
     Usage {
         prompt_tokens: count("promptTokenCount"),
+        cached_prompt_tokens: count("cachedContentTokenCount"),
         completion_tokens: count("candidatesTokenCount").saturating_add(count("thoughtsTokenCount")),
     }
 }
