@@ -336,6 +336,14 @@ pub(crate) trait Translator {
     fn speaks(&self, _api: ClientApi, _model: &str) -> bool {
         false
     }
+
+    /// Whether a request in a client API this target speaks (see [`Translator::speaks`]) keeps
+    /// the client's query, which belongs to that API's own service (Claude Code's `?beta=true`
+    /// on Anthropic's). A cloud that serves the API through an operation of its own (Vertex's
+    /// `rawPredict`, Bedrock's `InvokeModel`) gets none.
+    fn takes_api_query(&self) -> bool {
+        true
+    }
 }
 
 /// A value that goes into the path as one segment. Model ids, projects and regions are made

@@ -227,6 +227,10 @@ impl Translator for BedrockApi {
     fn speaks(&self, api: ClientApi, model: &str) -> bool {
         api == ClientApi::Messages && is_anthropic_model(model)
     }
+
+    fn takes_api_query(&self) -> bool {
+        false
+    }
 }
 
 /// Whether Bedrock serves `model` with Anthropic's Messages API: Anthropic's model ids

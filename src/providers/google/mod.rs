@@ -244,6 +244,10 @@ impl Translator for Vertex {
     fn speaks(&self, api: ClientApi, model: &str) -> bool {
         api == ClientApi::Messages && is_anthropic_model(model)
     }
+
+    fn takes_api_query(&self) -> bool {
+        false
+    }
 }
 
 impl GeminiTranslator {
