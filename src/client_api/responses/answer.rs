@@ -1,5 +1,6 @@
 //! A `chat.completion` (the translated provider's answer) as a `response` object.
 
+use crate::client_api::client_call_id;
 use serde_json::{json, Map, Value};
 
 /// A response's identity and the request it repeats (OpenAI's response object echoes the
@@ -140,7 +141,7 @@ pub(crate) fn from_chat(chat: &Value, echo: &Echo) -> Value {
         output.push(call_item(
             id,
             item_status(status, n + 1 == calls.len()),
-            &field(Some(call), "id"),
+            &client_call_id(call),
             &field(function, "name"),
             &field(function, "arguments"),
         ));

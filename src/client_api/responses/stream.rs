@@ -8,7 +8,7 @@
 //! `response.completed`).
 
 use super::answer::{call_item, item_status, message_item, reasoning_item, status, text_part, usage, Echo};
-use crate::client_api::{ChatEvents, Told};
+use crate::client_api::{client_call_id, ChatEvents, Told};
 use serde_json::{json, Map, Value};
 
 /// An output item being written or written.
@@ -209,10 +209,10 @@ impl ResponsesEvents {
                 Item::Reasoning { id: echo.item_id("rs", index), source, text: String::new(), signature: String::new() }
             }
             Feed::Message => Item::Message { id: echo.item_id("msg", index), text: String::new() },
-            Feed::Call(call) => Item::Call {
+            Feed::Call(call_index) => Item::Call {
                 id: echo.item_id("fc", index),
-                call,
-                call_id: field("/id"),
+                call: call_index,
+                call_id: call.map(client_call_id).unwrap_or_default(),
                 name: field("/function/name"),
                 arguments: String::new(),
             },

@@ -400,11 +400,17 @@ pub(crate) fn tool_call(part: &Value, index: usize) -> Value {
         "type": "function",
         "function": {"name": super::str_field(call, "name").unwrap_or_default(), "arguments": arguments},
     });
-    if let (Some(signature), Value::Object(fields)) = (super::str_field(Some(part), "thoughtSignature"), &mut tool_call)
-    {
-        fields.insert("extra_content".into(), serde_json::json!({"google": {"thought_signature": signature}}));
+    if let Some(signature) = super::str_field(Some(part), "thoughtSignature") {
+        sign_tool_call(&mut tool_call, signature);
     }
     tool_call
+}
+
+/// Gives an OpenAI tool call its thought signature (see [`tool_call`]).
+pub(crate) fn sign_tool_call(tool_call: &mut Value, signature: &str) {
+    if let Value::Object(fields) = tool_call {
+        fields.insert("extra_content".into(), serde_json::json!({"google": {"thought_signature": signature}}));
+    }
 }
 
 /// The thought signature an OpenAI tool call carries back (see [`tool_call`]).
