@@ -839,10 +839,11 @@ pub(crate) struct TargetRequest<'a> {
 }
 
 /// `asked` as the target whose translator is `translator` gets it. A target that speaks the
-/// client's API gets it as it came; any other gets it as a chat request (without the client's
-/// query, which belongs to the client's API: Claude Code's `?beta=true`), with the shape its
-/// answers go back to the client in (through `client_api::Reply`). A chat request is checked
-/// as the gateway checks chat.
+/// client's API gets it as it came (the client's query only if its transport is that API's
+/// own service: `Translator::takes_api_query`); any other gets it as a chat request (without
+/// the client's query, which belongs to the client's API: Claude Code's `?beta=true`), with
+/// the shape its answers go back to the client in (through `client_api::Reply`). A chat
+/// request is checked as the gateway checks chat.
 pub(crate) fn in_target_api<'a>(
     asked: TargetRequest<'a>,
     provider: &str,
@@ -852,8 +853,11 @@ pub(crate) fn in_target_api<'a>(
 ) -> Result<(TargetRequest<'a>, Option<client_api::Shape>), GatewayError> {
     let api = asked.endpoint.client_api();
     let model = asked.body.as_deref().and_then(|r| r.get("model")).and_then(Value::as_str).unwrap_or_default();
-    let (sent, shape) = if api == ClientApi::Chat || translator.speaks(api, model) {
+    let (sent, shape) = if api == ClientApi::Chat {
         (asked, None)
+    } else if translator.speaks(api, model) {
+        let query = asked.query.filter(|_| translator.takes_api_query());
+        (TargetRequest { query, ..asked }, None)
     } else {
         let counts = translator.counts_tokens(model);
         let (request, shape) = as_chat(&asked, provider, response_id, counts, now_ms)?;

@@ -9,9 +9,12 @@ pub(crate) mod responses;
 
 use crate::errors::GatewayError;
 use crate::providers::anthropic::error_from_openai;
+use crate::providers::google::{sign_tool_call, thought_signature};
 use crate::providers::{Outbound, Translator, UpstreamRequest, Usage};
 use crate::request::endpoint::ClientApi;
 use crate::stream::sse::SseParser;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 use messages::stream::MessagesEvents;
 use responses::answer::Echo;
 use responses::stream::ResponsesEvents;
@@ -62,6 +65,59 @@ pub(crate) fn to_chat(api: ClientApi, body: &Map<String, Value>) -> Result<Trans
         ClientApi::Messages => messages::request::to_chat(body),
         ClientApi::Responses => responses::request::to_chat(body),
     }
+}
+
+/// `value` sealed in text a client gives back unchanged: `prefix`, then its JSON in URL-safe
+/// base64 (letters, digits, `-` and `_` only).
+pub(crate) fn seal(prefix: &str, value: &Value) -> String {
+    format!("{prefix}{}", URL_SAFE_NO_PAD.encode(value.to_string()))
+}
+
+/// What [`seal`] sealed with `prefix`; None for any other text.
+pub(crate) fn unseal(prefix: &str, sealed: &str) -> Option<Value> {
+    let bytes = URL_SAFE_NO_PAD.decode(sealed.strip_prefix(prefix)?).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// What marks a client's call id that carries a thought signature.
+const SIGNED_CALL: &str = "gwsig_";
+
+/// A chat tool call's id as the client's call id (a Messages `tool_use` id, a Responses
+/// `call_id`). Gemini's thinking models need each call's thought signature back with the call
+/// on the next turn; chat carries it in `extra_content.google.thought_signature` (as Gemini's
+/// own OpenAI-compatible API does), but Messages and Responses have no field for it that
+/// clients are sure to keep. Every client sends a call's id back as it got it (Claude Code and
+/// the SDKs in the `tool_use` block and as its result's `tool_use_id`; Codex as the
+/// `function_call`'s and its output's `call_id`: Codex does not send item ids back), so the
+/// signature travels sealed in the id, in the characters Anthropic allows in ids.
+pub(crate) fn client_call_id(call: &Value) -> String {
+    let id = call.get("id").and_then(Value::as_str).unwrap_or_default();
+    match thought_signature(call) {
+        Some(signature) => seal(SIGNED_CALL, &json!({"id": id, "thought_signature": signature})),
+        None => id.to_string(),
+    }
+}
+
+/// A client's call id as chat's (what [`client_call_id`] made of it), for a tool result.
+pub(crate) fn chat_call_id(id: &str) -> String {
+    signed_call(id).map_or_else(|| id.to_string(), |(id, _)| id)
+}
+
+/// A client's call as a chat tool call, with the thought signature its id carries.
+pub(crate) fn chat_tool_call(id: &str, name: &str, arguments: String) -> Value {
+    let (id, signature) = signed_call(id).map_or_else(|| (id.to_string(), None), |(id, s)| (id, Some(s)));
+    let mut call = json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}});
+    if let Some(signature) = signature {
+        sign_tool_call(&mut call, &signature);
+    }
+    call
+}
+
+/// The chat id and thought signature sealed in a client's call id.
+fn signed_call(id: &str) -> Option<(String, String)> {
+    let sealed = unseal(SIGNED_CALL, id)?;
+    let text = |name: &str| sealed.get(name).and_then(Value::as_str).map(str::to_string);
+    Some((text("id")?, text("thought_signature")?))
 }
 
 /// What a client API makes of a translated chat stream's chunks, and the error event that ends
@@ -356,6 +412,23 @@ impl Translator for Reply {
 mod tests {
     use super::*;
     use crate::unit_tests::test;
+
+    #[test]
+    fn a_thought_signature_travels_sealed_in_the_call_id() {
+        let function = json!({"name": "f", "arguments": "{}"});
+        let signed = json!({"id": "call_0", "type": "function", "function": function,
+                            "extra_content": {"google": {"thought_signature": "c2ln+/=="}}});
+        let id = client_call_id(&signed);
+        let anthropic_id = |id: &str| id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        assert!(id.starts_with("gwsig_") && anthropic_id(&id), "{id}");
+        assert_eq!(chat_call_id(&id), "call_0");
+        assert_eq!(chat_tool_call(&id, "f", "{}".into()), signed);
+        // Without a signature an id goes as it is, both ways; so does one that only looks sealed.
+        let plain = json!({"id": "toolu_1", "type": "function", "function": function});
+        assert_eq!(client_call_id(&plain), "toolu_1");
+        assert_eq!(chat_tool_call("toolu_1", "f", "{}".into()), plain);
+        assert_eq!(chat_call_id("gwsig_!!"), "gwsig_!!");
+    }
 
     #[test]
     fn a_whole_stream_as_its_answer() {

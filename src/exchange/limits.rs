@@ -228,7 +228,7 @@ pub(super) fn grants(answer: &CallAnswer) -> Option<Vec<Grant>> {
 pub(super) fn settle(limited: Option<&Limited>, policy: Option<&Policy>, record: &mut Record, tasks: &mut Tasks) {
     let usage = record.usage;
     if let Some(usage) = usage {
-        record.cost_micro_usd = usage_limits::cost(policy, &record.model, usage.prompt_tokens, usage.completion_tokens);
+        record.cost_micro_usd = usage_limits::cost(policy, &record.model, usage);
     }
     let Some(limited) = limited else {
         return;
@@ -246,8 +246,14 @@ pub(super) fn settle(limited: Option<&Limited>, policy: Option<&Policy>, record:
             (LimitKind::Budget, Some(_)) => record.cost_micro_usd.unwrap_or(hold.amount),
             (_, None) if failed => 0,
             (LimitKind::Tokens, None) => input.saturating_add(output).min(hold.amount),
-            (LimitKind::Budget, None) => usage_limits::most_cost(policy, &record.model, input, output)
-                .map_or(hold.amount, |c| c.min(hold.amount)),
+            (LimitKind::Budget, None) => {
+                let most = crate::providers::Usage {
+                    prompt_tokens: input,
+                    cached_prompt_tokens: 0,
+                    completion_tokens: output,
+                };
+                usage_limits::most_cost(policy, &record.model, most).map_or(hold.amount, |c| c.min(hold.amount))
+            }
         };
         tasks.leases.settle(hold, actual);
     }

@@ -1330,7 +1330,10 @@ fn a_stream_is_counted_and_the_client_gets_it_as_it_asked() {
     let client = String::from_utf8(gw.client_body(1)).unwrap();
     assert!(!client.contains("usage") && client.ends_with("data: [DONE]\n\n"), "{client}");
     assert!(client.contains(r#""content":"Hi""#), "{client}");
-    assert_eq!(gw.finished(1).unwrap().usage, Some(crate::providers::Usage { prompt_tokens: 5, completion_tokens: 1 }));
+    assert_eq!(
+        gw.finished(1).unwrap().usage,
+        Some(crate::providers::Usage { prompt_tokens: 5, cached_prompt_tokens: 0, completion_tokens: 1 })
+    );
     let metrics = gw.metrics();
     assert!(metrics
         .contains(&"gen_ai_client_token_usage_total.provider.openai.gen_ai_token_type.input.model.m 5".to_string()));

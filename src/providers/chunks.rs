@@ -1,7 +1,7 @@
 //! OpenAI `chat.completion.chunk`s of one streamed answer, for the translators that convert a
 //! provider's stream events.
 
-use super::{usage_json, ResponseContext};
+use super::{usage_json, ResponseContext, Usage};
 use crate::stream::sse::write_data;
 use serde_json::{json, Map, Value};
 
@@ -30,9 +30,9 @@ impl ChunkWriter {
     }
 
     /// With `stream_options.include_usage`, the last chunk: no choices, the usage.
-    pub(crate) fn usage(&self, prompt_tokens: u64, completion_tokens: u64, out: &mut Vec<u8>) {
+    pub(crate) fn usage(&self, usage: Usage, out: &mut Vec<u8>) {
         if self.ctx.include_usage {
-            let usage = usage_json(prompt_tokens, completion_tokens);
+            let usage = usage_json(usage);
             write_data(out, self.chunk(json!([]), usage).to_string().as_bytes());
         }
     }

@@ -171,7 +171,14 @@ impl Answer {
 #[derive(Serialize)]
 struct UsageCounts {
     prompt_tokens: u64,
+    /// Absent when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    cached_prompt_tokens: u64,
     completion_tokens: u64,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 /// What a case breaks beyond its snapshots (a request the gateway would refuse, a stream whose
@@ -312,9 +319,9 @@ fn snapshot(case: &Case, provider: &str, target: &Target, check: &mut Check) -> 
     if let Some(answer) = case.answers.get(provider) {
         if let Some(received) = client_answer(case, provider, target, answer, plan, check) {
             snapshot.client_response = Some(received.answer);
-            snapshot.usage = received
-                .usage
-                .map(|Usage { prompt_tokens, completion_tokens }| UsageCounts { prompt_tokens, completion_tokens });
+            snapshot.usage = received.usage.map(|Usage { prompt_tokens, cached_prompt_tokens, completion_tokens }| {
+                UsageCounts { prompt_tokens, cached_prompt_tokens, completion_tokens }
+            });
             snapshot.kept_as = received.kept_as;
         }
     }

@@ -86,7 +86,10 @@ pub(crate) struct UpstreamRequest {
 /// Token counts of an answer, when the translator saw them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Usage {
+    /// Every prompt token, cached ones included (as OpenAI counts them).
     pub(crate) prompt_tokens: u64,
+    /// Of `prompt_tokens`, those the provider read from its prompt cache (priced apart).
+    pub(crate) cached_prompt_tokens: u64,
     pub(crate) completion_tokens: u64,
 }
 
@@ -95,6 +98,7 @@ impl Usage {
     pub(crate) fn merged(self, other: Usage) -> Usage {
         Usage {
             prompt_tokens: self.prompt_tokens.max(other.prompt_tokens),
+            cached_prompt_tokens: self.cached_prompt_tokens.max(other.cached_prompt_tokens),
             completion_tokens: self.completion_tokens.max(other.completion_tokens),
         }
     }
@@ -102,19 +106,30 @@ impl Usage {
     /// The token counts of an OpenAI-shaped usage object: `prompt_tokens`/`completion_tokens`
     /// (chat, completions, embeddings) or `input_tokens`/`output_tokens` (Responses, and
     /// Anthropic's Messages, whose cache reads and writes count apart from `input_tokens`: they
-    /// are prompt tokens too, as on the chat path).
+    /// are prompt tokens too, as on the chat path). Cached tokens are chat's
+    /// `prompt_tokens_details.cached_tokens`, the Responses API's
+    /// `input_tokens_details.cached_tokens` or Anthropic's `cache_read_input_tokens`.
     pub(crate) fn of_openai(value: &Value) -> Option<Usage> {
         let object = value.as_object()?;
         let count = |names: &[&str]| names.iter().find_map(|name| object.get(*name).and_then(Value::as_u64));
-        let cached = ["cache_read_input_tokens", "cache_creation_input_tokens"]
+        let cache_reads_and_writes = ["cache_read_input_tokens", "cache_creation_input_tokens"]
             .iter()
             .fold(0u64, |sum, name| sum.saturating_add(count(&[name]).unwrap_or(0)));
-        let prompt = count(&["prompt_tokens", "input_tokens"]).map(|tokens| tokens.saturating_add(cached));
+        let prompt =
+            count(&["prompt_tokens", "input_tokens"]).map(|tokens| tokens.saturating_add(cache_reads_and_writes));
         let completion = count(&["completion_tokens", "output_tokens"]);
         if prompt.is_none() && completion.is_none() {
             return None;
         }
-        Some(Usage { prompt_tokens: prompt.unwrap_or(0), completion_tokens: completion.unwrap_or(0) })
+        let details = |name: &str| object.get(name)?.get("cached_tokens")?.as_u64();
+        let cached = details("prompt_tokens_details")
+            .or_else(|| details("input_tokens_details"))
+            .or_else(|| count(&["cache_read_input_tokens"]));
+        Some(Usage {
+            prompt_tokens: prompt.unwrap_or(0),
+            cached_prompt_tokens: cached.unwrap_or(0),
+            completion_tokens: completion.unwrap_or(0),
+        })
     }
 }
 
@@ -320,6 +335,14 @@ pub(crate) trait Translator {
     /// as the client sent it; otherwise it arrives as a chat request).
     fn speaks(&self, _api: ClientApi, _model: &str) -> bool {
         false
+    }
+
+    /// Whether a request in a client API this target speaks (see [`Translator::speaks`]) keeps
+    /// the client's query, which belongs to that API's own service (Claude Code's `?beta=true`
+    /// on Anthropic's). A cloud that serves the API through an operation of its own (Vertex's
+    /// `rawPredict`, Bedrock's `InvokeModel`) gets none.
+    fn takes_api_query(&self) -> bool {
+        true
     }
 }
 
@@ -535,13 +558,18 @@ pub(crate) fn u64_field(value: Option<&Value>, field: &str) -> u64 {
     value.and_then(|v| v.get(field)).and_then(Value::as_u64).unwrap_or(0)
 }
 
-/// OpenAI's `usage` object.
-pub(crate) fn usage_json(prompt_tokens: u64, completion_tokens: u64) -> Value {
-    json!({
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens.saturating_add(completion_tokens),
-    })
+/// OpenAI's `usage` object (with `prompt_tokens_details.cached_tokens` when the provider read
+/// some of the prompt from its cache).
+pub(crate) fn usage_json(usage: Usage) -> Value {
+    let mut json = json!({
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens.saturating_add(usage.completion_tokens),
+    });
+    if let (true, Value::Object(fields)) = (usage.cached_prompt_tokens > 0, &mut json) {
+        fields.insert("prompt_tokens_details".into(), json!({"cached_tokens": usage.cached_prompt_tokens}));
+    }
+    json
 }
 
 /// The chat body of a request to a provider that serves only chat completions, and what the
@@ -615,7 +643,7 @@ impl Reply {
             "created": ctx.created,
             "model": model,
             "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason}],
-            "usage": usage_json(usage.prompt_tokens, usage.completion_tokens),
+            "usage": usage_json(usage),
         });
         response.to_string().into_bytes()
     }

@@ -232,7 +232,10 @@ mod tests {
             assert_eq!(first, serde_json::json!({"id": "c", "choices": [{"delta": {"content": "Hi"}}]}));
             assert_eq!(events[1], "data: {\"id\":\"c\",\"choices\":[{\"delta\":{}}]}", "passed as it came");
             assert_eq!(events[2], "data: [DONE]");
-            assert_eq!(translator.usage(), Some(Usage { prompt_tokens: 5, completion_tokens: 2 }));
+            assert_eq!(
+                translator.usage(),
+                Some(Usage { prompt_tokens: 5, cached_prompt_tokens: 0, completion_tokens: 2 })
+            );
         }
     }
 

@@ -10,6 +10,7 @@
 pub(crate) mod leases;
 
 use crate::errors::GatewayError;
+use crate::providers::Usage;
 use gateway_schema::limits::{parse_limit, Limit, LimitKind, Period};
 use gateway_schema::prices::{self, Catalog, Price, Tokens};
 use hashbrown::HashMap;
@@ -222,16 +223,19 @@ fn image_urls(value: &Value) -> u64 {
     }
 }
 
-/// The cost of `usage` of `model`, in micro-USD; None when the model has no price.
-pub(crate) fn cost(policy: Option<&Policy>, model: &str, input: u64, output: u64) -> Option<u64> {
-    let price = price_of(policy, model)?;
-    Some(price.cost_micro_usd(Tokens { input, cached_input: 0, output }))
+/// The cost of `usage` of `model`, in micro-USD (cached prompt tokens at their own price);
+/// None when the model has no price.
+pub(crate) fn cost(policy: Option<&Policy>, model: &str, usage: Usage) -> Option<u64> {
+    Some(price_of(policy, model)?.cost_micro_usd(tokens(usage)))
 }
 
-/// The most `input` and `output` tokens of `model` can cost, in micro-USD (rounded up).
-pub(crate) fn most_cost(policy: Option<&Policy>, model: &str, input: u64, output: u64) -> Option<u64> {
-    let price = price_of(policy, model)?;
-    Some(price.worst_case_micro_usd(Tokens { input, cached_input: 0, output }))
+/// The most `usage` of `model` can cost, in micro-USD (rounded up).
+pub(crate) fn most_cost(policy: Option<&Policy>, model: &str, usage: Usage) -> Option<u64> {
+    Some(price_of(policy, model)?.worst_case_micro_usd(tokens(usage)))
+}
+
+fn tokens(usage: Usage) -> Tokens {
+    Tokens { input: usage.prompt_tokens, cached_input: usage.cached_prompt_tokens, output: usage.completion_tokens }
 }
 
 /// The 429 of a limit the request does not fit, in OpenAI's shape.

@@ -113,9 +113,20 @@ fn refusals_are_429s_in_openais_shape() {
 
 #[test]
 fn cost_is_the_usage_at_the_price_in_force() {
+    let usage = |prompt_tokens, cached_prompt_tokens, completion_tokens| Usage {
+        prompt_tokens,
+        cached_prompt_tokens,
+        completion_tokens,
+    };
     let own = policy(json!([]), json!({"gpt-4o": {"input_per_million": 1, "output_per_million": 2}}));
-    assert_eq!(cost(Some(&own), "gpt-4o", 1000, 100), Some(1200));
-    // The catalog's: $2.50 and $10 per million.
-    assert_eq!(cost(None, "gpt-4o-2024-08-06", 1000, 100), Some(3500));
-    assert_eq!(cost(None, "my-model", 1000, 100), None);
+    assert_eq!(cost(Some(&own), "gpt-4o", usage(1000, 0, 100)), Some(1200));
+    // Without a price of their own, cached prompt tokens cost the input price.
+    assert_eq!(cost(Some(&own), "gpt-4o", usage(1000, 800, 100)), Some(1200));
+    // The catalog's: $2.50 and $10 per million, cached input $1.25.
+    assert_eq!(cost(None, "gpt-4o-2024-08-06", usage(1000, 0, 100)), Some(3500));
+    assert_eq!(cost(None, "gpt-4o-2024-08-06", usage(1000, 800, 100)), Some(200 * 5 / 2 + 800 * 5 / 4 + 1000));
+    assert_eq!(cost(None, "my-model", usage(1000, 0, 100)), None);
+    // The most a usage can cost is rounded up: 1 token at $2.50 per million is 2.5 micro-USD.
+    assert_eq!(most_cost(None, "gpt-4o", usage(1, 0, 0)), Some(3));
+    assert_eq!(most_cost(None, "gpt-4o", usage(2, 1, 0)), Some(4));
 }

@@ -1,5 +1,6 @@
 //! A `chat.completion` (the translated provider's answer) as a Messages `message`.
 
+use crate::client_api::client_call_id;
 use serde_json::{json, Map, Value};
 
 /// Chat's `finish_reason` as Messages' `stop_reason`.
@@ -63,7 +64,7 @@ pub(crate) fn from_chat(chat: &Value, model: &str) -> Value {
         let field = |name: &str| function.and_then(|f| f.get(name)).and_then(Value::as_str).unwrap_or_default();
         content.push(json!({
             "type": "tool_use",
-            "id": call.get("id").and_then(Value::as_str).unwrap_or_default(),
+            "id": client_call_id(call),
             "name": field("name"),
             "input": tool_input(field("arguments")),
         }));

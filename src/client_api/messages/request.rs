@@ -10,7 +10,7 @@
 //! for a field the client was allowed to send. Errors name the field at fault, as Anthropic's
 //! own checks would.
 
-use crate::client_api::Translated;
+use crate::client_api::{chat_call_id, chat_tool_call, Translated};
 use crate::errors::GatewayError;
 use serde_json::{json, Map, Value};
 
@@ -222,7 +222,7 @@ fn tool_message(block: &Value, at: &str, dropped: &mut Vec<String>) -> Result<Va
     if block.get("is_error").is_some() {
         dropped.push(format!("{at}.is_error"));
     }
-    Ok(json!({"role": "tool", "tool_call_id": id, "content": content}))
+    Ok(json!({"role": "tool", "tool_call_id": chat_call_id(id), "content": content}))
 }
 
 fn assistant_turn(
@@ -246,7 +246,7 @@ fn assistant_turn(
                     })
                 };
                 let arguments = block.get("input").cloned().unwrap_or_else(|| json!({})).to_string();
-                calls.push(json!({"id": field("id")?, "type": "function", "function": {"name": field("name")?, "arguments": arguments}}));
+                calls.push(chat_tool_call(field("id")?, field("name")?, arguments));
             }
             "thinking" => reasoning.push(json!({
                 "type": "thinking",

@@ -7,7 +7,7 @@
 //! no `message_stop`, so no client takes it for a complete answer.
 
 use super::answer::{stop_reason, usage};
-use crate::client_api::{ChatEvents, Told};
+use crate::client_api::{client_call_id, ChatEvents, Told};
 use crate::providers::anthropic::{error_type, write_event};
 use serde_json::{json, Value};
 
@@ -133,7 +133,8 @@ impl MessagesEvents {
                 self.tools.push((call_index, index));
                 let field =
                     |pointer: &str| call.and_then(|c| c.pointer(pointer)).and_then(Value::as_str).unwrap_or_default();
-                json!({"type": "tool_use", "id": field("/id"), "name": field("/function/name"), "input": {}})
+                let id = call.map(client_call_id).unwrap_or_default();
+                json!({"type": "tool_use", "id": id, "name": field("/function/name"), "input": {}})
             }
         };
         write(

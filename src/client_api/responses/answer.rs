@@ -1,5 +1,6 @@
 //! A `chat.completion` (the translated provider's answer) as a `response` object.
 
+use crate::client_api::client_call_id;
 use serde_json::{json, Map, Value};
 
 /// A response's identity and the request it repeats (OpenAI's response object echoes the
@@ -55,6 +56,17 @@ impl Echo<'_> {
 pub(crate) fn status(finish_reason: Option<&str>) -> &'static str {
     match finish_reason {
         Some("length") => "incomplete",
+        _ => "completed",
+    }
+}
+
+/// The status of an output item in a response of `status` (`last`: the item written last).
+/// The item being written when the answer was cut at its token limit is incomplete, as OpenAI
+/// marks it; the others are done.
+pub(crate) fn item_status(status: &str, last: bool) -> &'static str {
+    match status {
+        "in_progress" => "in_progress",
+        "incomplete" if last => "incomplete",
         _ => "completed",
     }
 }
@@ -117,22 +129,24 @@ pub(crate) fn from_chat(chat: &Value, echo: &Echo) -> Value {
     if let Some(refusal) = message.and_then(|m| m.get("refusal")).and_then(Value::as_str) {
         parts.push(json!({"type": "refusal", "refusal": refusal}));
     }
+    let status = status(choice.and_then(|c| c.get("finish_reason")).and_then(Value::as_str));
+    let calls =
+        message.and_then(|m| m.get("tool_calls")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     if !parts.is_empty() {
-        output.push(message_item(echo.item_id("msg", output.len()), "completed", parts));
+        output.push(message_item(echo.item_id("msg", output.len()), item_status(status, calls.is_empty()), parts));
     }
-    for call in message.and_then(|m| m.get("tool_calls")).and_then(Value::as_array).into_iter().flatten() {
+    for (n, call) in calls.iter().enumerate() {
         let function = call.get("function");
         let id = echo.item_id("fc", output.len());
         output.push(call_item(
             id,
-            "completed",
-            &field(Some(call), "id"),
+            item_status(status, n + 1 == calls.len()),
+            &client_call_id(call),
             &field(function, "name"),
             &field(function, "arguments"),
         ));
     }
-    let finish = choice.and_then(|c| c.get("finish_reason")).and_then(Value::as_str);
-    echo.response(status(finish), chat.get("model").and_then(Value::as_str), output, usage(chat.get("usage")))
+    echo.response(status, chat.get("model").and_then(Value::as_str), output, usage(chat.get("usage")))
 }
 
 #[cfg(test)]
@@ -199,5 +213,14 @@ mod tests {
             (&response["status"], &response["incomplete_details"], &response["model"]),
             (&json!("incomplete"), &json!({"reason": "max_output_tokens"}), &json!("m"))
         );
+        // The message being written when the answer was cut is incomplete too.
+        assert_eq!(response["output"][0]["status"], "incomplete");
+        // Cut in a call: the text before it is complete, the call is not.
+        let call = json!({"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a"}});
+        let chat =
+            json!({"choices": [{"finish_reason": "length", "message": {"content": "Once", "tool_calls": [call]}}]});
+        let statuses: Vec<Value> =
+            from_chat(&chat, &echo)["output"].as_array().unwrap().iter().map(|i| i["status"].clone()).collect();
+        assert_eq!(statuses, [json!("completed"), json!("incomplete")]);
     }
 }

@@ -7,8 +7,6 @@ pub(crate) mod answer;
 pub(crate) mod request;
 pub(crate) mod stream;
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use serde_json::{json, Value};
 
 /// What marks a reasoning item's `encrypted_content` as the gateway's.
@@ -18,15 +16,13 @@ const SEAL: &str = "gw1.";
 /// its signature together, since clients send back `encrypted_content` as they got it and may
 /// drop the summary (Codex does), while the provider checks the signature against the text.
 pub(crate) fn seal(thinking: &str, signature: &str) -> String {
-    let sealed = json!({"thinking": thinking, "signature": signature}).to_string();
-    format!("{SEAL}{}", URL_SAFE_NO_PAD.encode(sealed))
+    super::seal(SEAL, &json!({"thinking": thinking, "signature": signature}))
 }
 
 /// The thinking and signature of a sealed `encrypted_content`; None for anyone else's (another
 /// provider's encrypted reasoning means nothing to the provider the request goes to).
 pub(crate) fn unseal(encrypted: &str) -> Option<(String, String)> {
-    let bytes = URL_SAFE_NO_PAD.decode(encrypted.strip_prefix(SEAL)?).ok()?;
-    let sealed: Value = serde_json::from_slice(&bytes).ok()?;
+    let sealed: Value = super::unseal(SEAL, encrypted)?;
     let text = |name: &str| sealed.get(name).and_then(Value::as_str).map(str::to_string);
     Some((text("thinking")?, text("signature")?))
 }

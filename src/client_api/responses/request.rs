@@ -10,7 +10,7 @@
 //! custom and namespace tools, `include`, `reasoning`, `truncation`, fields chat has no word
 //! for) is dropped and named in [`Translated::dropped`] for the caller's log line.
 
-use crate::client_api::Translated;
+use crate::client_api::{chat_call_id, chat_tool_call, Translated};
 use crate::errors::GatewayError;
 use serde_json::{json, Map, Value};
 
@@ -128,7 +128,7 @@ impl Turns {
             Some("function_call") => {
                 let field = |name: &str| string_field(item, &at, name);
                 let arguments = item.get("arguments").and_then(Value::as_str).unwrap_or("{}");
-                let call = json!({"id": field("call_id")?, "type": "function", "function": {"name": field("name")?, "arguments": arguments}});
+                let call = chat_tool_call(field("call_id")?, field("name")?, arguments.to_string());
                 self.with_assistant(|message| match message.entry("tool_calls").or_insert_with(|| json!([])) {
                     Value::Array(calls) => calls.push(call),
                     other => *other = json!([call]),
@@ -147,7 +147,7 @@ impl Turns {
                     }
                 };
                 self.messages.push(
-                    json!({"role": "tool", "tool_call_id": string_field(item, &at, "call_id")?, "content": output}),
+                    json!({"role": "tool", "tool_call_id": chat_call_id(string_field(item, &at, "call_id")?), "content": output}),
                 );
                 Ok(())
             }

@@ -7,8 +7,8 @@
 //! takes it for a complete answer (the `openai` SDK's final response needs
 //! `response.completed`).
 
-use super::answer::{call_item, message_item, reasoning_item, status, text_part, usage, Echo};
-use crate::client_api::{ChatEvents, Told};
+use super::answer::{call_item, item_status, message_item, reasoning_item, status, text_part, usage, Echo};
+use crate::client_api::{client_call_id, ChatEvents, Told};
 use serde_json::{json, Map, Value};
 
 /// An output item being written or written.
@@ -109,8 +109,8 @@ impl ResponsesEvents {
     /// The response as it stands, e.g. to store once the stream is done.
     pub(crate) fn response(&self, status: &str) -> Value {
         let echo = Echo { id: &self.id, created_at: self.created_at, request: &self.request };
-        let item_status = if status == "in_progress" { "in_progress" } else { "completed" };
-        let output = self.items.iter().map(|item| item.json(item_status)).collect();
+        let last = self.items.len().saturating_sub(1);
+        let output = self.items.iter().enumerate().map(|(i, item)| item.json(item_status(status, i == last))).collect();
         let usage = if status == "in_progress" { Value::Null } else { usage(self.told.usage.as_ref()) };
         echo.response(status, self.told.model.as_deref(), output, usage)
     }
@@ -198,7 +198,7 @@ impl ResponsesEvents {
                 return index;
             }
         }
-        self.close(out);
+        self.close("completed", out);
         let index = self.items.len();
         let echo = Echo { id: &self.id, created_at: self.created_at, request: &self.request };
         let field = |pointer: &str| {
@@ -209,10 +209,10 @@ impl ResponsesEvents {
                 Item::Reasoning { id: echo.item_id("rs", index), source, text: String::new(), signature: String::new() }
             }
             Feed::Message => Item::Message { id: echo.item_id("msg", index), text: String::new() },
-            Feed::Call(call) => Item::Call {
+            Feed::Call(call_index) => Item::Call {
                 id: echo.item_id("fc", index),
-                call,
-                call_id: field("/id"),
+                call: call_index,
+                call_id: call.map(client_call_id).unwrap_or_default(),
                 name: field("/function/name"),
                 arguments: String::new(),
             },
@@ -236,14 +236,15 @@ impl ResponsesEvents {
         index
     }
 
-    fn close(&mut self, out: &mut Vec<u8>) {
+    /// Closes the open item, done with `status`.
+    fn close(&mut self, status: &str, out: &mut Vec<u8>) {
         let Some(index) = self.open.take() else {
             return;
         };
         let Some(item) = self.items.get(index) else {
             return;
         };
-        let (id, done) = (item.id().to_string(), item.json("completed"));
+        let (id, done) = (item.id().to_string(), item.json(status));
         let closing: Vec<(&str, Value)> = match item {
             Item::Message { text, .. } => vec![
                 (
@@ -280,8 +281,9 @@ impl ResponsesEvents {
 
     fn end(&mut self, out: &mut Vec<u8>) {
         self.start(out);
-        self.close(out);
         let status = status(self.told.finish_reason.as_deref());
+        // The open item is the last one: the one an answer cut at its token limit was writing.
+        self.close(item_status(status, true), out);
         let response = self.response(status);
         let event = if status == "incomplete" { "response.incomplete" } else { "response.completed" };
         self.write(out, event, json!({"response": response}));
@@ -461,5 +463,21 @@ mod tests {
         let types: Vec<&str> = failed.iter().map(|e| e["type"].as_str().unwrap()).collect();
         assert_eq!(types, ["response.created", "response.in_progress", "response.failed"]);
         assert_eq!(failed[2]["response"]["error"]["message"], "boom");
+    }
+
+    #[test]
+    fn a_stream_cut_at_the_token_limit_is_incomplete_and_so_is_its_last_item() {
+        let chunks = [
+            json!({"id": "c1", "choices": [{"index": 0, "delta": {"content": "Once upon"}}]}),
+            json!({"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),
+        ];
+        let mut sse: Vec<u8> = chunks.iter().flat_map(|c| format!("data: {c}\n\n").into_bytes()).collect();
+        sse.extend_from_slice(b"data: [DONE]\n\n");
+        let got = events(&run(&sse, 2));
+        let done = got.iter().find(|e| e["type"] == "response.output_item.done").unwrap();
+        assert_eq!(done["item"]["status"], "incomplete");
+        let last = got.last().unwrap();
+        assert_eq!((&last["type"], &last["response"]["status"]), (&json!("response.incomplete"), &json!("incomplete")));
+        assert_eq!(last["response"]["output"][0]["status"], "incomplete");
     }
 }

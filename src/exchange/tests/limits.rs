@@ -131,6 +131,27 @@ fn a_budget_is_settled_at_the_reported_usage_and_the_lease_reported_once_it_ende
 }
 
 #[test]
+fn cached_prompt_tokens_are_charged_at_their_own_price() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let price = json!({"input_per_million": 1000, "cached_input_per_million": 100, "output_per_million": 1000});
+    let policy = json!({"limits": [{"id": "rpm", "workspace": "limited", "budget_usd": 1}], "prices": {"m": price}});
+    let (token, _) = first_request(&mut gw, policy);
+    let answer = json!({"grants": [{"limit": "rpm", "kind": "budget", "lease": "b1", "granted": 500000,
+        "ttl_ms": 5000, "bound": 1000000, "remaining": 500000, "reset_s": 86400}]});
+    gw.answer(token, 200, &[], answer.to_string().as_bytes());
+    gw.response_headers(1, 200, &[("content-type", "application/json")], "via_upstream");
+    let completion = br#"{"id":"chatcmpl-1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],
+        "usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":8}}}"#;
+    gw.response_body(1, completion, true);
+    // 1 prompt token and 4 output tokens at $1000 per million, the 8 cached ones at $100.
+    assert_eq!(gw.finished(1).unwrap().cost_micro_usd, Some(5_800));
+    gw.advance_clock(5000);
+    gw.tick();
+    let (_, sent) = last_call(&gw, "/internal/v1/leases");
+    assert_eq!(sent["reports"], json!([{"lease": "b1", "used": 5800}]));
+}
+
+#[test]
 fn a_refusal_by_one_limit_frees_what_the_others_reserved() {
     let mut gw = Gateway::new(CP_SETTINGS);
     let policy = json!({"limits": [

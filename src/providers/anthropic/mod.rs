@@ -194,7 +194,7 @@ impl Translator for Messages {
 // ---------------------------------------------------------------------------------------------
 // Shared by the conversions
 
-pub(super) use super::{str_field, u64_field};
+pub(super) use super::str_field;
 
 /// Anthropic's `stop_reason` as an OpenAI `finish_reason`.
 pub(super) fn finish_reason(stop_reason: Option<&str>) -> &'static str {
@@ -205,11 +205,4 @@ pub(super) fn finish_reason(stop_reason: Option<&str>) -> &'static str {
         // end_turn, stop_sequence, pause_turn, unknown or missing.
         _ => "stop",
     }
-}
-
-/// OpenAI counts cached prompt tokens as prompt tokens; Anthropic reports them apart.
-pub(super) fn prompt_tokens(usage: Option<&Value>) -> u64 {
-    u64_field(usage, "input_tokens")
-        .saturating_add(u64_field(usage, "cache_read_input_tokens"))
-        .saturating_add(u64_field(usage, "cache_creation_input_tokens"))
 }

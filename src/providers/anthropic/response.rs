@@ -1,6 +1,6 @@
 //! An Anthropic message as an OpenAI `chat.completion`.
 
-use super::{finish_reason, prompt_tokens, str_field, u64_field};
+use super::{finish_reason, str_field};
 use crate::errors::GatewayError;
 use crate::providers::{Reply, ResponseContext, Usage};
 use serde_json::{json, Value};
@@ -33,8 +33,8 @@ pub(crate) fn convert_response(body: &[u8], ctx: &ResponseContext) -> Result<(Ve
         }
     }
 
-    let usage = message.get("usage");
-    let tokens = Usage { prompt_tokens: prompt_tokens(usage), completion_tokens: u64_field(usage, "output_tokens") };
+    // Cache reads and writes are prompt tokens, as OpenAI counts them.
+    let tokens = message.get("usage").and_then(Usage::of_openai).unwrap_or_default();
     let id = str_field(Some(&message), "id").unwrap_or_default();
     let model = str_field(Some(&message), "model").unwrap_or(&ctx.model);
     let reason = finish_reason(str_field(Some(&message), "stop_reason"));

@@ -2,7 +2,7 @@
 //! events, so any transport that carries Anthropic's events can use it; [`SseStream`] is
 //! the one for server-sent events.
 
-use super::{finish_reason, prompt_tokens, str_field};
+use super::{finish_reason, str_field};
 use crate::providers::chunks::ChunkWriter;
 use crate::providers::{ResponseContext, Usage};
 use crate::stream::{Converter, Event};
@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 pub(crate) struct EventConverter {
     /// Its id and model come from `message_start`.
     chunks: ChunkWriter,
-    prompt_tokens: u64,
-    completion_tokens: u64,
+    /// Told in parts: the prompt's in `message_start`, the output's in `message_delta`.
+    usage: Usage,
     /// OpenAI tool call index of each Anthropic `tool_use` content block index.
     tool_blocks: HashMap<u64, usize>,
     /// The client stream is over (`[DONE]` or an error was sent).
@@ -25,8 +25,7 @@ impl EventConverter {
     pub(crate) fn new(ctx: ResponseContext) -> Self {
         EventConverter {
             chunks: ChunkWriter::new(ctx, String::new()),
-            prompt_tokens: 0,
-            completion_tokens: 0,
+            usage: Usage::default(),
             tool_blocks: HashMap::new(),
             done: false,
         }
@@ -46,14 +45,12 @@ impl EventConverter {
             "content_block_start" => self.on_block_start(&data, out),
             "content_block_delta" => self.on_block_delta(&data, out),
             "message_delta" => {
-                if let Some(tokens) = data.get("usage").and_then(|u| u.get("output_tokens")).and_then(Value::as_u64) {
-                    self.completion_tokens = tokens;
-                }
+                self.tell_usage(data.get("usage"));
                 let reason = finish_reason(str_field(data.get("delta"), "stop_reason"));
                 self.chunks.delta(json!({}), Some(reason), out);
             }
             "message_stop" => {
-                self.chunks.usage(self.prompt_tokens, self.completion_tokens, out);
+                self.chunks.usage(self.usage, out);
                 self.end(out);
             }
             "error" => {
@@ -73,7 +70,7 @@ impl EventConverter {
         if let Some(model) = str_field(message, "model") {
             self.chunks.model = model.to_string();
         }
-        self.prompt_tokens = prompt_tokens(message.and_then(|m| m.get("usage")));
+        self.tell_usage(message.and_then(|m| m.get("usage")));
         self.chunks.delta(json!({"role": "assistant", "content": ""}), None, out);
     }
 
@@ -133,7 +130,13 @@ impl EventConverter {
     }
 
     pub(crate) fn usage(&self) -> Usage {
-        Usage { prompt_tokens: self.prompt_tokens, completion_tokens: self.completion_tokens }
+        self.usage
+    }
+
+    fn tell_usage(&mut self, usage: Option<&Value>) {
+        if let Some(usage) = usage.and_then(Usage::of_openai) {
+            self.usage = self.usage.merged(usage);
+        }
     }
 }
 

@@ -82,7 +82,7 @@ fn the_translator_reports_usage_of_answers_and_streams() {
     translator.request(outbound(Endpoint::ChatCompletions, "/chat/completions", Some(body))).unwrap();
     assert_eq!(translator.usage(), None);
     translator.response(sample_message().to_string().as_bytes()).unwrap();
-    assert_eq!(translator.usage(), Some(Usage { prompt_tokens: 17, completion_tokens: 7 }));
+    assert_eq!(translator.usage(), Some(Usage { prompt_tokens: 17, cached_prompt_tokens: 5, completion_tokens: 7 }));
 }
 
 // --- request ----------------------------------------------------------------------------
@@ -535,7 +535,8 @@ fn response_with_tool_use_strict() {
                 "logprobs": null,
                 "finish_reason": "tool_calls",
             }],
-            "usage": {"prompt_tokens": 17, "completion_tokens": 7, "total_tokens": 24},
+            // Cache reads and writes are prompt tokens; the reads are cached ones.
+            "usage": {"prompt_tokens": 17, "completion_tokens": 7, "total_tokens": 24, "prompt_tokens_details": {"cached_tokens": 5}},
         })
     );
 }
@@ -675,7 +676,10 @@ fn stream_transcript_not_strict() {
     assert_eq!(payloads[9]["choices"][0]["delta"], json!({}));
     assert_eq!(payloads[9]["choices"][0]["finish_reason"], "tool_calls");
     assert_eq!(payloads[10]["choices"], json!([]));
-    assert_eq!(payloads[10]["usage"], json!({"prompt_tokens": 30, "completion_tokens": 42, "total_tokens": 72}));
+    assert_eq!(
+        payloads[10]["usage"],
+        json!({"prompt_tokens": 30, "completion_tokens": 42, "total_tokens": 72, "prompt_tokens_details": {"cached_tokens": 5}})
+    );
     assert_eq!(payloads[10]["id"], "msg_01");
     assert_eq!(payloads[11], "[DONE]");
     assert_eq!(payloads.len(), 12);

@@ -227,6 +227,10 @@ impl Translator for BedrockApi {
     fn speaks(&self, api: ClientApi, model: &str) -> bool {
         api == ClientApi::Messages && is_anthropic_model(model)
     }
+
+    fn takes_api_query(&self) -> bool {
+        false
+    }
 }
 
 /// Whether Bedrock serves `model` with Anthropic's Messages API: Anthropic's model ids
@@ -304,6 +308,7 @@ fn tokens(usage: Option<&Value>) -> Usage {
         prompt_tokens: u64_field(usage, "inputTokens")
             .saturating_add(u64_field(usage, "cacheReadInputTokens"))
             .saturating_add(u64_field(usage, "cacheWriteInputTokens")),
+        cached_prompt_tokens: u64_field(usage, "cacheReadInputTokens"),
         completion_tokens: u64_field(usage, "outputTokens"),
     }
 }

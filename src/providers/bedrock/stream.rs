@@ -102,7 +102,7 @@ impl EventStream {
             // The last event: it carries the usage.
             "metadata" => {
                 self.usage = tokens(data.get("usage"));
-                self.chunks.usage(self.usage.prompt_tokens, self.usage.completion_tokens, out);
+                self.chunks.usage(self.usage, out);
                 self.end(out);
             }
             // contentBlockStop and future events carry nothing for the client.

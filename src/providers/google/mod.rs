@@ -244,6 +244,10 @@ impl Translator for Vertex {
     fn speaks(&self, api: ClientApi, model: &str) -> bool {
         api == ClientApi::Messages && is_anthropic_model(model)
     }
+
+    fn takes_api_query(&self) -> bool {
+        false
+    }
 }
 
 impl GeminiTranslator {
@@ -372,12 +376,13 @@ pub(crate) fn finish_reason(reason: Option<&str>, called_functions: bool) -> &'s
     }
 }
 
-/// Gemini's `usageMetadata` as (prompt, completion) tokens; thinking counts as completion,
-/// as OpenAI counts reasoning tokens.
+/// Gemini's `usageMetadata` as token counts; thinking counts as completion, as OpenAI counts
+/// reasoning tokens. `promptTokenCount` includes the cached content's tokens.
 pub(crate) fn usage_of(metadata: Option<&Value>) -> Usage {
     let count = |field| super::u64_field(metadata, field);
     Usage {
         prompt_tokens: count("promptTokenCount"),
+        cached_prompt_tokens: count("cachedContentTokenCount"),
         completion_tokens: count("candidatesTokenCount").saturating_add(count("thoughtsTokenCount")),
     }
 }
@@ -395,11 +400,17 @@ pub(crate) fn tool_call(part: &Value, index: usize) -> Value {
         "type": "function",
         "function": {"name": super::str_field(call, "name").unwrap_or_default(), "arguments": arguments},
     });
-    if let (Some(signature), Value::Object(fields)) = (super::str_field(Some(part), "thoughtSignature"), &mut tool_call)
-    {
-        fields.insert("extra_content".into(), serde_json::json!({"google": {"thought_signature": signature}}));
+    if let Some(signature) = super::str_field(Some(part), "thoughtSignature") {
+        sign_tool_call(&mut tool_call, signature);
     }
     tool_call
+}
+
+/// Gives an OpenAI tool call its thought signature (see [`tool_call`]).
+pub(crate) fn sign_tool_call(tool_call: &mut Value, signature: &str) {
+    if let Value::Object(fields) = tool_call {
+        fields.insert("extra_content".into(), serde_json::json!({"google": {"thought_signature": signature}}));
+    }
 }
 
 /// The thought signature an OpenAI tool call carries back (see [`tool_call`]).

@@ -32,7 +32,7 @@ pub(crate) fn convert_response(
     }
     let metadata = answer.get("usageMetadata");
     let tokens = usage_of(metadata);
-    let mut usage = usage_json(tokens.prompt_tokens, tokens.completion_tokens);
+    let mut usage = usage_json(tokens);
     let thoughts = u64_field(metadata, "thoughtsTokenCount");
     if let (true, Value::Object(usage)) = (thoughts > 0, &mut usage) {
         usage.insert("completion_tokens_details".into(), json!({"reasoning_tokens": thoughts}));

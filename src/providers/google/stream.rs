@@ -132,7 +132,7 @@ impl Converter for GeminiEvents {
         if self.done || !complete {
             return;
         }
-        self.chunks.usage(self.usage.prompt_tokens, self.usage.completion_tokens, out);
+        self.chunks.usage(self.usage, out);
         self.end(out);
     }
 }
