@@ -6,7 +6,6 @@
 //! (micro-USD): costs are counted in whole micro-USD (Envoy counters and the limits' ledgers are
 //! integers), rounded up where the gateway reserves a worst case.
 
-use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -72,14 +71,15 @@ pub enum PriceSource {
 /// The shipped catalog, parsed once by whoever holds it.
 pub struct Catalog {
     /// Model name → (price, its date).
-    models: HashMap<String, (Price, String)>,
+    /// (model, price, date): a few dozen, searched in order.
+    models: Vec<(String, Price, String)>,
 }
 
 impl Catalog {
     /// The catalog shipped with the gateway. Its file is checked by this crate's tests, so an
     /// unreadable one is an empty catalog here rather than a panic.
     pub fn shipped() -> Catalog {
-        Catalog::parse(CATALOG_JSON).unwrap_or(Catalog { models: HashMap::new() })
+        Catalog::parse(CATALOG_JSON).unwrap_or(Catalog { models: Vec::new() })
     }
 
     /// Each model's entry is a price (read as a workspace's is) and the `source` whose date it
@@ -90,7 +90,7 @@ impl Catalog {
         else {
             return Err("the catalog needs sources and models".to_string());
         };
-        let mut models = HashMap::with_capacity(entries.len());
+        let mut models = Vec::with_capacity(entries.len());
         for (name, entry) in entries {
             let mut fields = entry.as_object().cloned().ok_or(format!("{name}: not an object"))?;
             let source = fields.remove("source").and_then(|s| s.as_str().map(str::to_string));
@@ -98,7 +98,7 @@ impl Catalog {
             let date = date.ok_or(format!("{name}: no source with a date"))?;
             let price =
                 parse_price(&Value::Object(fields)).map_err(|(field, message)| format!("{name}.{field}: {message}"))?;
-            models.insert(name.clone(), (price, date.to_string()));
+            models.push((name.clone(), price, date.to_string()));
         }
         Ok(Catalog { models })
     }
@@ -106,7 +106,7 @@ impl Catalog {
     /// The catalog's price of `model` and the date of that price.
     pub fn price(&self, model: &str) -> Option<(Price, &str)> {
         let name = self.entry_of(model)?;
-        self.models.get(name).map(|(price, date)| (*price, date.as_str()))
+        self.models.iter().find(|(known, ..)| known == name).map(|(_, price, date)| (*price, date.as_str()))
     }
 
     /// The catalog entry `model` is priced by: its exact name, or the longest entry that
@@ -114,14 +114,11 @@ impl Catalog {
     /// but `gpt-4o-audio-preview` is not priced at all rather than priced as `gpt-4o`).
     fn entry_of(&self, model: &str) -> Option<&str> {
         let model = strip_region_prefix(model);
-        if let Some((name, _)) = self.models.get_key_value(model) {
+        let names = || self.models.iter().map(|(name, ..)| name.as_str());
+        if let Some(name) = names().find(|name| *name == model) {
             return Some(name);
         }
-        self.models
-            .keys()
-            .filter(|name| model.strip_prefix(name.as_str()).is_some_and(is_version_suffix))
-            .max_by_key(|name| name.len())
-            .map(String::as_str)
+        names().filter(|name| model.strip_prefix(name).is_some_and(is_version_suffix)).max_by_key(|name| name.len())
     }
 }
 
@@ -238,12 +235,12 @@ pub fn parse_price(body: &Value) -> Result<Price, (String, String)> {
 const FIELDS: [&str; 4] = ["input_per_million", "output_per_million", "cached_input_per_million", "max_output_tokens"];
 
 /// A workspace's prices by model, as the control plane hands them to the filter.
-pub fn parse_workspace_prices(value: Option<&Value>) -> HashMap<String, Price> {
-    let Some(Value::Object(prices)) = value else { return HashMap::new() };
+pub fn parse_workspace_prices(value: Option<&Value>) -> Vec<(String, Price)> {
+    let Some(Value::Object(prices)) = value else { return Vec::new() };
     prices_of(prices)
 }
 
-fn prices_of(prices: &Map<String, Value>) -> HashMap<String, Price> {
+fn prices_of(prices: &Map<String, Value>) -> Vec<(String, Price)> {
     prices.iter().filter_map(|(model, v)| Some((model.clone(), parse_price(v).ok()?))).collect()
 }
 

@@ -4,24 +4,20 @@
 //! when it ends. The worker's timer renews leases in use and reports the ones that are done.
 
 use super::waiters::{Fetch, Waiter};
-use super::worker::{rearm, Task, Tasks, Timer, Wake};
-use super::{metrics, shipping, CallAnswer, Env, Exchange, Io, Record};
+use super::worker::{rearm, Tasks, Timer, Wake};
+use super::{metrics, shipping, Env, Exchange};
 use crate::errors::GatewayError;
 use crate::pipeline::Call;
-use crate::settings::ControlPlaneSettings;
-use crate::usage_limits::leases::{Ask, Grant, Hold, Report};
-use crate::usage_limits::{self, Demand, LedgerKey, Policy};
+use crate::providers::Usage;
+use crate::usage_limits::leases::{Grant, Hold, Leases};
+use crate::usage_limits::{self, Demand, Policy};
 use gateway_schema::limits::LimitKind;
-use serde_json::{json, Value};
 use std::rc::Rc;
 
 /// A request waits for at most this many grants (each ask serves every request waiting) ...
 const MAX_WAITS: u32 = 16;
 /// ... and, while other replicas' leases may still free allowance, at most this long.
 const MAX_WAIT_MS: u64 = 10_000;
-
-/// The control plane's endpoint for grants and reports.
-pub(super) const PATH: &str = "/internal/v1/leases";
 
 /// What a request under limits holds.
 pub(super) struct Limited {
@@ -139,6 +135,39 @@ impl Exchange {
         Allowance::Admitted
     }
 
+    /// The request ended: each reservation becomes what it used (what the provider reported,
+    /// at its cost), and the request's cost is written in its record.
+    pub(super) fn settle(&mut self, leases: &mut Leases) {
+        let (record, policy) = (&mut self.record, self.policy.as_deref());
+        let usage = record.usage;
+        if let Some(usage) = usage {
+            record.cost_micro_usd = usage_limits::cost(policy, &record.model, usage);
+        }
+        let Some(limited) = self.limits.as_deref() else {
+            return;
+        };
+        // An answer without usage: nothing was used when the provider failed or was never
+        // reached; else (a stream the client left) at most its input estimate and one token per
+        // byte that reached the client, and never more than the reservation.
+        let failed = record.status >= 400 || record.status == 0;
+        let (input, output) = (limited.input_estimate, limited.answered_bytes);
+        for hold in &limited.holds {
+            let actual = match (hold.key.kind, usage) {
+                (LimitKind::Requests, _) => 1,
+                _ if limited.from_cache => 0,
+                (LimitKind::Tokens, Some(usage)) => usage.prompt_tokens.saturating_add(usage.completion_tokens),
+                (LimitKind::Budget, Some(_)) => record.cost_micro_usd.unwrap_or(hold.amount),
+                (_, None) if failed => 0,
+                (LimitKind::Tokens, None) => input.saturating_add(output).min(hold.amount),
+                (LimitKind::Budget, None) => {
+                    let most = Usage { prompt_tokens: input, cached_prompt_tokens: 0, completion_tokens: output };
+                    usage_limits::most_cost(policy, &record.model, most).map_or(hold.amount, |c| c.min(hold.amount))
+                }
+            };
+            leases.settle(hold, actual);
+        }
+    }
+
     /// The `x-ratelimit-*` (and `retry-after`) headers of a request under limits.
     pub(super) fn limit_headers(&self) -> &[(String, String)] {
         self.limits.as_deref().map_or(&[], |limited| limited.headers.as_slice())
@@ -157,14 +186,14 @@ fn ask(env: &mut Env, limited: &mut Limited, demand: Demand) -> Allowance {
     }
     let now_ms = env.io.host().now_ms();
     let (ask, reports) = env.tasks.leases.ask(&demand, now_ms);
-    match env.io.dispatch(env.id, &call(cp, std::slice::from_ref(&ask), &reports)) {
+    match env.io.dispatch(env.id, &shipping::leases(cp, std::slice::from_ref(&ask), &reports)) {
         Some(token) => {
             env.tasks.started(token, Waiter::request(env.id), fetch);
             env.tasks.asked.insert(token, reports);
             Allowance::Waiting
         }
         None => {
-            env.tasks.leases.call_failed(reports, &[]);
+            env.tasks.leases.call_failed(reports, &[], now_ms);
             refuse(env, limited, &demand, usage_limits::unavailable(&demand), None)
         }
     }
@@ -206,85 +235,6 @@ fn standing_headers(tasks: &Tasks, demands: &[Demand], now_ms: u64, retry_after:
         headers.push(("retry-after".to_string(), seconds.to_string()));
     }
     headers
-}
-
-/// The call that asks for `asks` and reports `reports`.
-pub(super) fn call(cp: &ControlPlaneSettings, asks: &[Ask], reports: &[Report]) -> super::Dispatch {
-    let body = json!({"grants": asks, "reports": reports}).to_string().into_bytes();
-    shipping::write(cp, "POST", PATH.to_string(), body)
-}
-
-/// The grants in the control plane's answer, in the order asked; None when it gave none.
-pub(super) fn grants(answer: &CallAnswer) -> Option<Vec<Grant>> {
-    if answer.status != 200 {
-        return None;
-    }
-    let value: Value = serde_json::from_slice(&answer.body).ok()?;
-    Some(value.get("grants")?.as_array()?.iter().map(Grant::from_json).collect())
-}
-
-/// A request ended: each reservation becomes what it used (its record says what the provider
-/// reported and what that cost), and the request's cost is written in its record.
-pub(super) fn settle(limited: Option<&Limited>, policy: Option<&Policy>, record: &mut Record, tasks: &mut Tasks) {
-    let usage = record.usage;
-    if let Some(usage) = usage {
-        record.cost_micro_usd = usage_limits::cost(policy, &record.model, usage);
-    }
-    let Some(limited) = limited else {
-        return;
-    };
-    // An answer without usage: nothing was used when the provider failed or was never
-    // reached; else (a stream the client left) at most its input estimate and one token per
-    // byte that reached the client, and never more than the reservation.
-    let failed = record.status >= 400 || record.status == 0;
-    let (input, output) = (limited.input_estimate, limited.answered_bytes);
-    for hold in &limited.holds {
-        let actual = match (hold.key.kind, usage) {
-            (LimitKind::Requests, _) => 1,
-            _ if limited.from_cache => 0,
-            (LimitKind::Tokens, Some(usage)) => usage.prompt_tokens.saturating_add(usage.completion_tokens),
-            (LimitKind::Budget, Some(_)) => record.cost_micro_usd.unwrap_or(hold.amount),
-            (_, None) if failed => 0,
-            (LimitKind::Tokens, None) => input.saturating_add(output).min(hold.amount),
-            (LimitKind::Budget, None) => {
-                let most = crate::providers::Usage {
-                    prompt_tokens: input,
-                    cached_prompt_tokens: 0,
-                    completion_tokens: output,
-                };
-                usage_limits::most_cost(policy, &record.model, most).map_or(hold.amount, |c| c.min(hold.amount))
-            }
-        };
-        tasks.leases.settle(hold, actual);
-    }
-}
-
-/// The timer's work on the leases: one call renews the ledgers in use and reports the leases
-/// that are done. The task it returns carries both, for when the call is not answered.
-pub(super) fn renew(tasks: &mut Tasks, root: u32, cp: &ControlPlaneSettings, io: &mut dyn Io) {
-    let now_ms = io.host().now_ms();
-    let (reports, asks) = tasks.leases.due(now_ms);
-    if reports.is_empty() && asks.is_empty() {
-        return;
-    }
-    match io.dispatch(root, &call(cp, &asks, &reports)) {
-        Some(token) => {
-            tasks.calls.insert(token, (root, Task::Leases(Box::new((reports, asks)))));
-        }
-        None => tasks.leases.call_failed(reports, &asks),
-    }
-}
-
-/// The timer's lease call answered: the renewals are installed.
-pub(super) fn renewed(tasks: &mut Tasks, sent: (Vec<Report>, Vec<Ask>), answer: &CallAnswer, now_ms: u64) {
-    let (reports, asks) = sent;
-    let Some(grants) = grants(answer) else {
-        log::warn!("the control plane did not take the limits' leases: it answered {}", answer.status);
-        return tasks.leases.call_failed(reports, &asks);
-    };
-    for (ask, grant) in asks.iter().zip(&grants) {
-        tasks.leases.granted(&LedgerKey { limit: ask.limit.clone(), kind: ask.kind }, grant, now_ms);
-    }
 }
 
 /// The parsed policy of a request's workspace.

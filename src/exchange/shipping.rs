@@ -6,8 +6,9 @@
 //! again after a backoff; a batch it refused (4xx) and whatever does not fit is dropped and
 //! counted. Nothing here touches a request's answer: records are queued after it was sent.
 
-use super::Dispatch;
+use super::{CallAnswer, Dispatch};
 use crate::settings::ControlPlaneSettings;
+use crate::usage_limits::leases::{Ask, Grant, Report};
 use serde_json::Value;
 use std::collections::VecDeque;
 
@@ -190,6 +191,26 @@ pub(super) fn call(cp: &ControlPlaneSettings, body: Vec<u8>) -> Dispatch {
 pub(super) fn keep_response(cp: &ControlPlaneSettings, workspace: &str, id: &str, kept: &Value) -> Dispatch {
     let path = format!("/internal/v1/workspaces/{workspace}/responses/{id}");
     write(cp, "PUT", path, kept.to_string().into_bytes())
+}
+
+/// The call that asks the control plane for the limits' allowance (`asks`) and reports the
+/// leases that are done (`reports`).
+pub(super) fn leases(cp: &ControlPlaneSettings, asks: &[Ask], reports: &[Report]) -> Dispatch {
+    let body = serde_json::json!({"grants": asks, "reports": reports}).to_string().into_bytes();
+    write(cp, "POST", LEASES_PATH.to_string(), body)
+}
+
+/// The control plane's endpoint for grants and reports.
+pub(super) const LEASES_PATH: &str = "/internal/v1/leases";
+
+/// The grants in the control plane's answer to a lease call, in the order asked; None when it
+/// gave none.
+pub(super) fn grants(answer: &CallAnswer) -> Option<Vec<Grant>> {
+    if answer.status != 200 {
+        return None;
+    }
+    let value: Value = serde_json::from_slice(&answer.body).ok()?;
+    Some(value.get("grants")?.as_array()?.iter().map(Grant::from_json).collect())
 }
 
 /// A JSON write to the control plane.

@@ -7,11 +7,12 @@
 use super::gate::Gate;
 use super::record::{self, Record};
 use super::waiters::{Fetch, Waiter, Waiters};
-use super::{limits, lookups, metrics, reply, shipping, tokens};
+use super::{lookups, metrics, reply, shipping, tokens};
 use super::{Action, Bodies, CallAnswer, Env, Exchange, Io, Output};
 use crate::routing::attempts::Next;
 use crate::settings::Settings;
 use crate::usage_limits::leases::{Ask, Leases, Report};
+use crate::usage_limits::LedgerKey;
 use hashbrown::HashMap;
 use metrics::ModelLabels;
 use serde_json::Value;
@@ -213,8 +214,9 @@ impl Worker {
         match task {
             Task::Fetch(fetch) => {
                 if let Some(reports) = self.tasks.asked.remove(&token) {
-                    if limits::grants(&answer).is_none() {
-                        self.tasks.leases.call_failed(reports, &[]);
+                    if shipping::grants(&answer).is_none() {
+                        let now_ms = io.host().now_ms();
+                        self.tasks.leases.call_failed(reports, &[], now_ms);
                     }
                 }
                 self.fetched(fetch, answer, io)
@@ -229,7 +231,7 @@ impl Worker {
             }
             Task::Leases(sent) => {
                 let now_ms = io.host().now_ms();
-                limits::renewed(&mut self.tasks, *sent, &answer, now_ms);
+                self.renewed(*sent, &answer, now_ms);
                 rearm(&self.tasks, io);
                 Output::proceed()
             }
@@ -286,7 +288,7 @@ impl Worker {
                 }
             }
             Fetch::Allowance(key) => {
-                let grant = limits::grants(&answer).and_then(|grants| grants.into_iter().next());
+                let grant = shipping::grants(&answer).and_then(|grants| grants.into_iter().next());
                 if let Some(grant) = &grant {
                     let now_ms = io.host().now_ms();
                     self.tasks.leases.granted(key, grant, now_ms);
@@ -345,11 +347,40 @@ impl Worker {
             after.extend(output.after);
         }
         self.ship(now, io);
-        if let Some(cp) = &self.settings.control_plane {
-            limits::renew(&mut self.tasks, self.root, cp, io);
-        }
+        self.renew(io);
         rearm(&self.tasks, io);
         Output { action: Action::Continue, after }
+    }
+
+    /// The timer's work on the limits' leases: one call renews the ledgers in use and reports the
+    /// leases that are done (its task carries both, for when the call is not answered).
+    fn renew(&mut self, io: &mut dyn Io) {
+        let Some(cp) = &self.settings.control_plane else {
+            return;
+        };
+        let now_ms = io.host().now_ms();
+        let (reports, asks) = self.tasks.leases.due(now_ms);
+        if reports.is_empty() && asks.is_empty() {
+            return;
+        }
+        match io.dispatch(self.root, &shipping::leases(cp, &asks, &reports)) {
+            Some(token) => {
+                self.tasks.calls.insert(token, (self.root, Task::Leases(Box::new((reports, asks)))));
+            }
+            None => self.tasks.leases.call_failed(reports, &asks, now_ms),
+        }
+    }
+
+    /// The timer's lease call answered: the renewals are installed.
+    fn renewed(&mut self, sent: (Vec<Report>, Vec<Ask>), answer: &CallAnswer, now_ms: u64) {
+        let (reports, asks) = sent;
+        let Some(grants) = shipping::grants(answer) else {
+            log::warn!("the control plane did not take the limits' leases: it answered {}", answer.status);
+            return self.tasks.leases.call_failed(reports, &asks, now_ms);
+        };
+        for (ask, grant) in asks.iter().zip(&grants) {
+            self.tasks.leases.granted(&LedgerKey { limit: ask.limit.clone(), kind: ask.kind }, grant, now_ms);
+        }
     }
 
     /// Sends the next batch of records when one is due (from the root's timer).
@@ -386,15 +417,15 @@ impl Worker {
         let settings = Rc::clone(&exchange.settings);
         // Envoy answered a held answer itself when its provider broke off: the record says so.
         let broke_off = exchange.awaiting_end && reply::broke_off(&io.response_details(id));
-        let (policy, exchange_limits) = (exchange.policy.clone(), exchange.limits.take());
+        let limited = exchange.limits.is_some();
+        exchange.settle(&mut self.tasks.leases);
         let mut record = exchange.into_record();
         if broke_off {
             record.status = 502;
             record.error_code = Some(reply::BROKE_OFF_CODE);
         }
         record.end(io.host().now_ms());
-        limits::settle(exchange_limits.as_deref(), policy.as_deref(), &mut record, &mut self.tasks);
-        if exchange_limits.is_some() {
+        if limited {
             // A lease whose reservations all settled is reported at once.
             rearm(&self.tasks, io);
         }

@@ -12,7 +12,6 @@
 
 use super::{Demand, LedgerKey};
 use gateway_schema::limits::LimitKind;
-use hashbrown::HashMap;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -129,6 +128,8 @@ struct Ledger {
     last_used: u64,
     /// The timer asked to renew the lease; not asked again until answered.
     renewing: bool,
+    /// A renewal was refused or not answered: none is asked again before this.
+    renew_not_before_ms: u64,
 }
 
 impl Ledger {
@@ -157,6 +158,11 @@ impl Ledger {
         !self.renewing && now_ms.saturating_sub(self.used_ms) <= RENEW_WHILE_USED_MS
     }
 
+    /// When the timer renews the active lease ahead (it ends at `until_ms`).
+    fn renew_at(&self, until_ms: u64) -> u64 {
+        until_ms.saturating_sub(RENEW_AHEAD_MS).max(self.renew_not_before_ms)
+    }
+
     fn want(&self, need: u64) -> u64 {
         let in_use = self.active.as_ref().map_or(self.last_used, |lease| lease.used.max(self.last_used));
         need.max(in_use.saturating_mul(2))
@@ -166,15 +172,28 @@ impl Ledger {
 /// Every ledger a worker's requests reserve from.
 #[derive(Default)]
 pub(crate) struct Leases {
-    ledgers: HashMap<LedgerKey, Ledger>,
+    /// By limit and kind: a worker holds few.
+    ledgers: Vec<(LedgerKey, Ledger)>,
     /// Reports the control plane did not take yet: sent again with the next call.
     unsent: Vec<Report>,
 }
 
 impl Leases {
+    fn ledger_mut(&mut self, key: &LedgerKey) -> Option<&mut Ledger> {
+        self.ledgers.iter_mut().find(|(known, _)| known == key).map(|(_, ledger)| ledger)
+    }
+
+    /// `key`'s ledger, made when new (always `Some`).
+    fn ledger_or_new(&mut self, key: &LedgerKey) -> Option<&mut Ledger> {
+        if !self.ledgers.iter().any(|(known, _)| known == key) {
+            self.ledgers.push((key.clone(), Ledger::default()));
+        }
+        self.ledger_mut(key)
+    }
+
     /// Reserves `demand` from its ledger's active lease; None when no lease has room for it.
     pub(crate) fn reserve(&mut self, demand: &Demand, now_ms: u64) -> Option<Hold> {
-        let ledger = self.ledgers.entry(demand.key.clone()).or_default();
+        let ledger = self.ledger_or_new(&demand.key)?;
         ledger.used_ms = now_ms;
         ledger.retire_expired(now_ms);
         let lease = ledger.active.as_mut().filter(|lease| lease.room() >= demand.amount)?;
@@ -190,7 +209,7 @@ impl Leases {
     /// lease without room is given back with it: the reports of its leases whose reservations
     /// all settled go in the same call, so what they did not use counts for this ask already.
     pub(crate) fn ask(&mut self, demand: &Demand, now_ms: u64) -> (Ask, Vec<Report>) {
-        let Some(ledger) = self.ledgers.get_mut(&demand.key) else {
+        let Some(ledger) = self.ledger_mut(&demand.key) else {
             let ask = Ask {
                 limit: demand.key.limit.clone(),
                 kind: demand.key.kind,
@@ -216,7 +235,7 @@ impl Leases {
     /// The request's answer ended having used `actual` (requests: 1 when it was admitted, 0
     /// when it never was): the hold becomes that.
     pub(crate) fn settle(&mut self, hold: &Hold, actual: u64) {
-        let Some(lease) = self.ledgers.get_mut(&hold.key).and_then(|ledger| ledger.lease_mut(&hold.lease)) else {
+        let Some(lease) = self.ledger_mut(&hold.key).and_then(|ledger| ledger.lease_mut(&hold.lease)) else {
             // Reported already (drained too long): the control plane counted the hold whole.
             return;
         };
@@ -229,17 +248,23 @@ impl Leases {
     /// What the control plane granted for `key`: a new active lease (the one before is reported
     /// once settled).
     pub(crate) fn granted(&mut self, key: &LedgerKey, grant: &Grant, now_ms: u64) {
-        if let Some(ledger) = self.ledgers.get_mut(key) {
+        if let Some(ledger) = self.ledger_mut(key) {
             ledger.renewing = false;
+            if grant.granted == 0 {
+                // Refused (or gone): asking again at once would only be refused again.
+                ledger.renew_not_before_ms = now_ms.saturating_add(RETRY_MS);
+            }
         }
         if grant.gone {
             // Nothing to renew; what is left is reported.
-            if let Some(ledger) = self.ledgers.get_mut(key) {
+            if let Some(ledger) = self.ledger_mut(key) {
                 ledger.retire(now_ms);
             }
             return;
         }
-        let ledger = self.ledgers.entry(key.clone()).or_default();
+        let Some(ledger) = self.ledger_or_new(key) else {
+            return;
+        };
         ledger.bound = grant.bound;
         ledger.remaining = grant.remaining;
         ledger.reset_at_ms = now_ms.saturating_add(grant.reset_s.saturating_mul(1000));
@@ -258,7 +283,7 @@ impl Leases {
 
     /// Where `key`'s ledger stands now.
     pub(crate) fn standing(&self, key: &LedgerKey, now_ms: u64) -> Option<Standing> {
-        let ledger = self.ledgers.get(key)?;
+        let (_, ledger) = self.ledgers.iter().find(|(known, _)| known == key)?;
         let room = ledger.active.as_ref().filter(|lease| lease.until_ms > now_ms).map_or(0, Lease::room);
         Some(Standing {
             bound: ledger.bound,
@@ -272,7 +297,7 @@ impl Leases {
     pub(crate) fn due(&mut self, now_ms: u64) -> (Vec<Report>, Vec<Ask>) {
         let mut reports = std::mem::take(&mut self.unsent);
         let mut asks = Vec::new();
-        self.ledgers.retain(|key, ledger| {
+        self.ledgers.retain_mut(|(key, ledger)| {
             ledger.retire_expired(now_ms);
             ledger.draining.retain(|lease| {
                 let done = lease.outstanding == 0 || now_ms.saturating_sub(lease.ended_ms) >= DRAIN_MS;
@@ -281,7 +306,7 @@ impl Leases {
                 }
                 !done
             });
-            let ending = ledger.active.as_ref().is_some_and(|lease| lease.until_ms <= now_ms + RENEW_AHEAD_MS);
+            let ending = ledger.active.as_ref().is_some_and(|lease| ledger.renew_at(lease.until_ms) <= now_ms);
             if ledger.renews(now_ms) && ending {
                 ledger.renewing = true;
                 let need = if key.kind == LimitKind::Requests { 1 } else { ledger.last_used.max(1) };
@@ -295,12 +320,13 @@ impl Leases {
 
     /// The timer's call was not answered: its reports go with the next one, its renewals may
     /// be asked again.
-    pub(crate) fn call_failed(&mut self, reports: Vec<Report>, asks: &[Ask]) {
+    pub(crate) fn call_failed(&mut self, reports: Vec<Report>, asks: &[Ask], now_ms: u64) {
         self.unsent.extend(reports);
         for ask in asks {
             let key = LedgerKey { limit: ask.limit.clone(), kind: ask.kind };
-            if let Some(ledger) = self.ledgers.get_mut(&key) {
+            if let Some(ledger) = self.ledger_mut(&key) {
                 ledger.renewing = false;
+                ledger.renew_not_before_ms = now_ms.saturating_add(RETRY_MS);
             }
         }
     }
@@ -309,9 +335,9 @@ impl Leases {
     /// reservations settled.
     pub(crate) fn next_due_ms(&self, now_ms: u64) -> Option<u64> {
         let retry = (!self.unsent.is_empty()).then_some(now_ms.saturating_add(RETRY_MS));
-        let ledgers = self.ledgers.values().flat_map(|ledger| {
+        let ledgers = self.ledgers.iter().flat_map(|(_, ledger)| {
             let renew = ledger.active.as_ref().map(|lease| match ledger.renews(now_ms) {
-                true => lease.until_ms.saturating_sub(RENEW_AHEAD_MS),
+                true => ledger.renew_at(lease.until_ms).min(lease.until_ms),
                 false => lease.until_ms,
             });
             let drained = ledger.draining.iter().map(|lease| match lease.outstanding {

@@ -13,7 +13,6 @@ use crate::errors::GatewayError;
 use crate::providers::Usage;
 use gateway_schema::limits::{parse_limit, Limit, LimitKind, Period};
 use gateway_schema::prices::{self, Catalog, Price, Tokens};
-use hashbrown::HashMap;
 use serde_json::Value;
 
 thread_local! {
@@ -25,7 +24,8 @@ thread_local! {
 #[derive(Debug, Default)]
 pub(crate) struct Policy {
     limits: Vec<Limit>,
-    prices: HashMap<String, Price>,
+    /// By model: a workspace has few.
+    prices: Vec<(String, Price)>,
 }
 
 impl Policy {
@@ -62,7 +62,7 @@ fn parse_stored_limit(value: &Value) -> Option<Limit> {
 
 /// The price of `model`: the workspace's own (with a policy), else the catalog's.
 pub(crate) fn price_of(policy: Option<&Policy>, model: &str) -> Option<Price> {
-    if let Some(price) = policy.and_then(|p| p.prices.get(model)) {
+    if let Some((_, price)) = policy.and_then(|p| p.prices.iter().find(|(known, _)| known == model)) {
         return Some(*price);
     }
     CATALOG.with(|catalog| catalog.price(model).map(|(price, _)| price))

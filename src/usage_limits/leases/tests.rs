@@ -100,7 +100,7 @@ fn reports_the_control_plane_did_not_take_go_again() {
     leases.reserve(&one, 0).unwrap();
     let (reports, asks) = leases.due(6000);
     assert_eq!(reports.len(), 1);
-    leases.call_failed(reports.clone(), &asks);
+    leases.call_failed(reports.clone(), &asks, 6000);
     assert_eq!(leases.next_due_ms(6000), Some(6000 + RETRY_MS));
     assert_eq!(leases.due(7000).0, reports);
 }
@@ -141,6 +141,21 @@ fn reports_of_a_failed_ask_go_with_the_timers_next_call() {
     leases.granted(&one.key, &grant("l1", 1), 0);
     leases.reserve(&one, 0).unwrap();
     let (_, reports) = leases.ask(&one, 10);
-    leases.call_failed(reports.clone(), &[]);
+    leases.call_failed(reports.clone(), &[], 10);
     assert_eq!(leases.due(20).0, reports);
+}
+
+#[test]
+fn a_refused_renewal_is_not_asked_again_at_once() {
+    let mut leases = Leases::default();
+    let one = demand(LimitKind::Requests, 1);
+    leases.granted(&one.key, &grant("l1", 10), 0);
+    leases.reserve(&one, 100).unwrap();
+    let ahead = 5000 - RENEW_AHEAD_MS;
+    assert_eq!(leases.due(ahead).1.len(), 1);
+    leases.granted(&one.key, &Grant { bound: 100, ..Grant::default() }, ahead + 5);
+    // Not before RETRY_MS: the timer waits (it does not spin asking).
+    assert_eq!(leases.next_due_ms(ahead + 10), Some(ahead + 5 + RETRY_MS));
+    assert_eq!(leases.due(ahead + 10).1, vec![]);
+    assert_eq!(leases.due(ahead + 5 + RETRY_MS).1.len(), 1);
 }
