@@ -98,6 +98,13 @@ def test_with_the_control_plane_down_requests_are_served_and_records_past_the_bo
     bound, sent = 3, 8
     env = {"GATEWAY_CONCURRENCY": "1", "GATEWAY_RECORDS": json.dumps({"max_queued": bound})}
     with start_gateway("records-down", None, env) as gw:
+        # The workspace's limits are read while the control plane answers (a worker that never
+        # read them refuses rather than let a request past a limit it cannot know).
+        before = gw.chat(custom_host(openai_mock), chat_body("before", model="m-down"))
+        assert before.status_code == 200, before.text
+        trace = before.headers["x-gateway-trace-id"]
+        # Its record reached the control plane: the queue is empty again.
+        assert eventually(lambda: len(gw.get(f"/v1/logs?trace_id={trace}").json()["data"]), 1) == 1
         os.kill(gw.control_plane_pid(), signal.SIGKILL)
         for i in range(sent):
             r = gw.chat(custom_host(openai_mock), chat_body(f"request {i}", model="m-down"))
