@@ -5,7 +5,7 @@
 
 use super::waiters::{Fetch, Waiter};
 use super::worker::{rearm, Tasks, Timer, Wake};
-use super::{metrics, shipping, Env, Exchange};
+use super::{metrics, Env, Exchange};
 use crate::errors::GatewayError;
 use crate::pipeline::Call;
 use crate::providers::Usage;
@@ -177,26 +177,22 @@ impl Exchange {
 /// Asks the control plane for `demand`'s allowance (one ask serves every request of the worker
 /// waiting for the same ledger).
 fn ask(env: &mut Env, limited: &mut Limited, demand: Demand) -> Allowance {
-    let Some(cp) = &env.settings.control_plane else {
+    if env.settings.control_plane.is_none() {
         return refuse(env, limited, &demand, usage_limits::unavailable(&demand), None);
-    };
+    }
     let fetch = Fetch::Allowance(demand.key.clone());
     if env.tasks.waiters.join(&fetch, || Waiter::request(env.id)) {
         return Allowance::Waiting;
     }
+    // Asked from the root context's timer, not from here: this may be another request's
+    // callback (a grant that answered several), and the SDK ties a call's answer to the context
+    // whose callback dispatched it, so the answer would be lost with that request.
     let now_ms = env.io.host().now_ms();
     let (ask, reports) = env.tasks.leases.ask(&demand, now_ms);
-    match env.io.dispatch(env.id, &shipping::leases(cp, std::slice::from_ref(&ask), &reports)) {
-        Some(token) => {
-            env.tasks.started(token, Waiter::request(env.id), fetch);
-            env.tasks.asked.insert(token, reports);
-            Allowance::Waiting
-        }
-        None => {
-            env.tasks.leases.call_failed(reports, &[], now_ms);
-            refuse(env, limited, &demand, usage_limits::unavailable(&demand), None)
-        }
-    }
+    env.tasks.waiters.started(fetch.clone(), Waiter::request(env.id));
+    env.tasks.to_ask.push((fetch, ask, reports));
+    rearm(env.tasks, env.io);
+    Allowance::Waiting
 }
 
 /// Refuses the request: what it reserved of other limits is freed, and its answer says how

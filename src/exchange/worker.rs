@@ -71,6 +71,8 @@ pub(super) struct Tasks {
     pub(super) leases: Leases,
     /// The reports an ask for allowance carries, by its call's token (sent again if it fails).
     pub(super) asked: HashMap<u32, Vec<Report>>,
+    /// Asks for allowance that requests wait for, dispatched by the next tick (see `ask_pending`).
+    pub(super) to_ask: Vec<(Fetch, Ask, Vec<Report>)>,
 }
 
 impl Tasks {
@@ -346,10 +348,38 @@ impl Worker {
             });
             after.extend(output.after);
         }
+        after.extend(self.ask_pending(io));
         self.ship(now, io);
         self.renew(io);
         rearm(&self.tasks, io);
         Output { action: Action::Continue, after }
+    }
+
+    /// Dispatches the asks for allowance requests wait for, from the root context (whose calls
+    /// answer however long the requests that asked live); an ask that cannot be sent answers its
+    /// waiters as unanswered.
+    fn ask_pending(&mut self, io: &mut dyn Io) -> Vec<super::After> {
+        let mut after = Vec::new();
+        for (fetch, ask, reports) in std::mem::take(&mut self.tasks.to_ask) {
+            let dispatched = self
+                .settings
+                .control_plane
+                .as_ref()
+                .and_then(|cp| io.dispatch(self.root, &shipping::leases(cp, std::slice::from_ref(&ask), &reports)));
+            match dispatched {
+                Some(token) => {
+                    self.tasks.calls.insert(token, (self.root, Task::Fetch(fetch)));
+                    self.tasks.asked.insert(token, reports);
+                }
+                None => {
+                    let now_ms = io.host().now_ms();
+                    self.tasks.leases.call_failed(reports, &[], now_ms);
+                    let failed = CallAnswer { status: 0, headers: Vec::new(), body: Vec::new() };
+                    after.extend(self.fetched(fetch, failed, io).after);
+                }
+            }
+        }
+        after
     }
 
     /// The timer's work on the limits' leases: one call renews the ledgers in use and reports the
@@ -477,7 +507,8 @@ fn count_dropped(io: &mut dyn Io, dropped: u64) {
 pub(super) fn rearm(tasks: &Tasks, io: &mut dyn Io) {
     let now = io.host().now_ms();
     let leases = tasks.leases.next_due_ms(now);
-    let earliest = tasks.timers.iter().map(|t| t.due_ms).chain(tasks.records.due_ms()).chain(leases).min();
+    let asks = (!tasks.to_ask.is_empty()).then_some(now);
+    let earliest = tasks.timers.iter().map(|t| t.due_ms).chain(tasks.records.due_ms()).chain(leases).chain(asks).min();
     io.tick_every(earliest.map_or(0, |due| due.saturating_sub(now).max(1)));
 }
 

@@ -45,6 +45,13 @@ fn first_request(gw: &mut Gateway, policy: Value) -> (u32, Value) {
     gw.answer(token, 200, &[], br#"{"workspace": "limited", "admin": false, "id": "key_1"}"#);
     let (token, _) = last_call(gw, "/internal/v1/workspaces/limited/policy");
     gw.answer(token, 200, &[], policy.to_string().as_bytes());
+    lease_call(gw)
+}
+
+/// The root's next tick sends the asks for allowance requests wait for (and the timer's own
+/// calls): the last call, to the control plane's lease endpoint.
+fn lease_call(gw: &mut Gateway) -> (u32, Value) {
+    gw.tick();
     last_call(gw, "/internal/v1/leases")
 }
 
@@ -81,8 +88,10 @@ fn a_request_waits_for_its_workers_first_grant_then_later_ones_spend_the_lease_w
     // The third does not fit: the control plane has nothing left for it.
     let (headers, body) = chat(SMALL);
     assert_eq!(gw.post(3, headers, &body).action, Action::Pause);
-    let (token, asked) = last_call(&gw, "/internal/v1/leases");
+    let (token, asked) = lease_call(&mut gw);
     assert_eq!(asked["grants"][0]["want"], 4, "twice what the lease used");
+    // Asked from the root context: its answer never depends on a request that may end first.
+    assert_eq!(gw.io.sent.last().map(|s| s.id), Some(0));
     let out = gw.answer(
         token,
         200,
@@ -126,7 +135,7 @@ fn a_budget_is_settled_at_the_reported_usage_and_the_lease_reported_once_it_ende
     // The lease ends: the timer reports what it used.
     gw.advance_clock(5000);
     gw.tick();
-    let (_, sent) = last_call(&gw, "/internal/v1/leases");
+    let (_, sent) = lease_call(&mut gw);
     assert_eq!(sent, json!({"grants": [], "reports": [{"lease": "b1", "used": 13000}]}));
 }
 
@@ -147,7 +156,7 @@ fn cached_prompt_tokens_are_charged_at_their_own_price() {
     assert_eq!(gw.finished(1).unwrap().cost_micro_usd, Some(5_800));
     gw.advance_clock(5000);
     gw.tick();
-    let (_, sent) = last_call(&gw, "/internal/v1/leases");
+    let (_, sent) = lease_call(&mut gw);
     assert_eq!(sent["reports"], json!([{"lease": "b1", "used": 5800}]));
 }
 
@@ -160,7 +169,7 @@ fn a_refusal_by_one_limit_frees_what_the_others_reserved() {
     ], "prices": {}});
     let (token, _) = first_request(&mut gw, policy);
     gw.answer(token, 200, &[], &grant("r1", 5, 10, 5, 60));
-    let (token, asked) = last_call(&gw, "/internal/v1/leases");
+    let (token, asked) = lease_call(&mut gw);
     assert_eq!(asked["grants"][0]["kind"], "tokens");
     let none = json!({"grants": [{"limit": "tpm", "kind": "tokens", "lease": null, "granted": 0, "bound": 50,
         "remaining": 50, "reset_s": 0}]});
@@ -172,7 +181,7 @@ fn a_refusal_by_one_limit_frees_what_the_others_reserved() {
     // The request reservation was given back: the lease reports nothing used.
     gw.advance_clock(5000);
     gw.tick();
-    let (_, sent) = last_call(&gw, "/internal/v1/leases");
+    let (_, sent) = lease_call(&mut gw);
     assert_eq!(sent["reports"], json!([{"lease": "r1", "used": 0}]));
 }
 
@@ -186,7 +195,7 @@ fn nothing_granted_while_other_replicas_hold_leases_asks_again_when_they_end() {
     assert_eq!(gw.io.ticks.last(), Some(&800));
     gw.advance_clock(800);
     gw.tick();
-    let (token, _) = last_call(&gw, "/internal/v1/leases");
+    let (token, _) = lease_call(&mut gw);
     let out = gw.answer(token, 200, &[], &grant("l2", 1, 3, 0, 60));
     assert_eq!(out.after, vec![After::ResumeRequest(1)]);
 }
@@ -213,7 +222,7 @@ fn a_stream_the_client_left_is_charged_at_most_its_input_and_what_reached_the_cl
     gw.answer(token, 200, &[], br#"{"workspace": "limited", "id": "key_1"}"#);
     let (token, _) = last_call(&gw, "/internal/v1/workspaces/limited/policy");
     gw.answer(token, 200, &[], policy.to_string().as_bytes());
-    let (token, asked) = last_call(&gw, "/internal/v1/leases");
+    let (token, asked) = lease_call(&mut gw);
     assert_eq!(asked["grants"][0]["need"], body.len() + 1000);
     let answer = json!({"grants": [{"limit": "rpm", "kind": "tokens", "lease": "t1", "granted": 5000,
         "ttl_ms": 5000, "bound": 100000, "remaining": 90000, "reset_s": 60}]});
@@ -225,6 +234,6 @@ fn a_stream_the_client_left_is_charged_at_most_its_input_and_what_reached_the_cl
     gw.finished(1);
     gw.advance_clock(5000);
     gw.tick();
-    let (_, sent) = last_call(&gw, "/internal/v1/leases");
+    let (_, sent) = lease_call(&mut gw);
     assert_eq!(sent["reports"], json!([{"lease": "t1", "used": body.len() + chunk.len()}]));
 }
