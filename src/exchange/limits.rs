@@ -12,6 +12,7 @@ use crate::providers::Usage;
 use crate::usage_limits::leases::{Grant, Hold, Leases};
 use crate::usage_limits::{self, Demand, Policy};
 use gateway_schema::limits::LimitKind;
+use serde_json::Value;
 use std::rc::Rc;
 
 /// A request waits for at most this many grants (each ask serves every request waiting) ...
@@ -235,5 +236,15 @@ fn standing_headers(tasks: &Tasks, demands: &[Demand], now_ms: u64, retry_after:
 
 /// The parsed policy of a request's workspace.
 pub(super) fn policy_of(call: &Call) -> Option<Rc<Policy>> {
-    call.policy().map(|value| Rc::new(Policy::parse(value)))
+    let value = call.policy()?;
+    // Most workspaces have neither limits nor prices of their own: nothing to read per request.
+    let empty = |name: &str| match value.get(name) {
+        Some(Value::Array(items)) => items.is_empty(),
+        Some(Value::Object(fields)) => fields.is_empty(),
+        _ => true,
+    };
+    if empty("limits") && empty("prices") {
+        return None;
+    }
+    Some(Rc::new(Policy::parse(value)))
 }
