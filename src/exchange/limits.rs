@@ -191,7 +191,11 @@ fn ask(env: &mut Env, limited: &mut Limited, demand: Demand) -> Allowance {
     let now_ms = env.io.host().now_ms();
     let (ask, reports) = env.tasks.leases.ask(&demand, now_ms);
     env.tasks.waiters.started(fetch.clone(), Waiter::request(env.id));
-    env.tasks.to_ask.push((fetch, ask, reports));
+    let Some(cp) = &env.settings.control_plane else {
+        return refuse(env, limited, &demand, usage_limits::unavailable(&demand), None);
+    };
+    let call = super::shipping::leases(cp, std::slice::from_ref(&ask), &reports);
+    env.tasks.to_ask.push((fetch, call, reports));
     rearm(env.tasks, env.io);
     Allowance::Waiting
 }

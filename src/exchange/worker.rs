@@ -71,8 +71,14 @@ pub(super) struct Tasks {
     pub(super) leases: Leases,
     /// The reports an ask for allowance carries, by its call's token (sent again if it fails).
     pub(super) asked: HashMap<u32, Vec<Report>>,
-    /// Asks for allowance that requests wait for, dispatched by the next tick (see `ask_pending`).
-    pub(super) to_ask: Vec<(Fetch, Ask, Vec<Report>)>,
+    /// Fetches requests wait for that the next tick dispatches from the root context (see
+    /// `ask_pending`), with the lease reports an ask for allowance carries.
+    pub(super) to_ask: Vec<(Fetch, super::Dispatch, Vec<Report>)>,
+    /// A fetch's answer is being handed to a request other than the one it arrived on: a call
+    /// that request starts goes through the root's timer.
+    pub(super) foreign: bool,
+    /// While a fetch's answer is handed out: the context it arrived on.
+    arrived_on: Option<u32>,
 }
 
 impl Tasks {
@@ -143,8 +149,10 @@ impl Worker {
             return Output::proceed();
         };
         let settings = Rc::clone(&exchange.settings);
+        self.tasks.foreign = self.tasks.arrived_on.is_some_and(|owner| owner != id);
         let mut env = Env { id, settings: &settings, io, tasks: &mut self.tasks, after: Vec::new() };
         let action = event(exchange, &mut env);
+        env.tasks.foreign = false;
         Output { action, after: env.after }
     }
 
@@ -221,7 +229,10 @@ impl Worker {
                         self.tasks.leases.call_failed(reports, &[], now_ms);
                     }
                 }
-                self.fetched(fetch, answer, io)
+                self.tasks.arrived_on = Some(owner);
+                let output = self.fetched(fetch, answer, io);
+                self.tasks.arrived_on = None;
+                output
             }
             Task::Records if !self.tasks.records.carries(token) => Output::proceed(),
             Task::Records => {
@@ -360,16 +371,13 @@ impl Worker {
     /// waiters as unanswered.
     fn ask_pending(&mut self, io: &mut dyn Io) -> Vec<super::After> {
         let mut after = Vec::new();
-        for (fetch, ask, reports) in std::mem::take(&mut self.tasks.to_ask) {
-            let dispatched = self
-                .settings
-                .control_plane
-                .as_ref()
-                .and_then(|cp| io.dispatch(self.root, &shipping::leases(cp, std::slice::from_ref(&ask), &reports)));
-            match dispatched {
+        for (fetch, call, reports) in std::mem::take(&mut self.tasks.to_ask) {
+            match io.dispatch(self.root, &call) {
                 Some(token) => {
                     self.tasks.calls.insert(token, (self.root, Task::Fetch(fetch)));
-                    self.tasks.asked.insert(token, reports);
+                    if !reports.is_empty() {
+                        self.tasks.asked.insert(token, reports);
+                    }
                 }
                 None => {
                     let now_ms = io.host().now_ms();
