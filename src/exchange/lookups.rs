@@ -79,8 +79,8 @@ impl Reads {
             // Another request's callback (a fetch that answered several): the SDK would tie
             // this call's answer to that request, lost if it ends first. The root's timer sends it.
             env.tasks.waiters.started(fetch.clone(), Waiter::request(env.id));
+            // The worker sets its timer once the event is handled.
             env.tasks.to_ask.push((fetch, call(cp, &r), Vec::new()));
-            super::worker::rearm(env.tasks, env.io);
             return Ok(Read::Waiting);
         }
         let Some(token) = env.io.dispatch(env.id, &call(cp, &r)) else {

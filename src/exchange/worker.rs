@@ -153,6 +153,9 @@ impl Worker {
         let mut env = Env { id, settings: &settings, io, tasks: &mut self.tasks, after: Vec::new() };
         let action = event(exchange, &mut env);
         env.tasks.foreign = false;
+        if !env.tasks.to_ask.is_empty() {
+            rearm(env.tasks, env.io);
+        }
         Output { action, after: env.after }
     }
 
