@@ -6,7 +6,6 @@ PostgreSQL; the rest runs on SQLite."""
 from __future__ import annotations
 
 import base64
-import json
 import os
 import signal
 import time
@@ -16,11 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import httpx2 as httpx
-from helpers import KEY, chat_body, custom_host
+from helpers import chat_body, custom_host
 from mocks import Reply
-
-# The filter reads a workspace's limits fresh for 5 s; a change is in force within 10 s.
-VISIBLE_WITHIN = 10.0
+from test_control_plane import eventually, new_workspace_key, ok
 
 
 @pytest.fixture(scope="module")
@@ -42,16 +39,6 @@ def replicas(start_gateway, postgres):
         yield a, b
 
 
-def ok(resp: httpx.Response) -> dict:
-    assert resp.status_code in (200, 201), f"{resp.status_code}: {resp.text[:500]}"
-    return resp.json()
-
-
-def new_key(gw) -> dict:
-    """A gateway key of a new workspace: its id, key and workspace."""
-    return ok(gw.post("/v1/api-keys", {"workspace": f"team-{uuid.uuid4().hex[:8]}"}))
-
-
 def put_limit(gw, body: dict, limit_id: str | None = None) -> dict:
     limit_id = limit_id or f"limit-{uuid.uuid4().hex[:8]}"
     limit = ok(gw.request("PUT", f"/v1/limits/{limit_id}", json=body))
@@ -71,17 +58,6 @@ def chat(gw, key: str, mock, model: str, **extra) -> httpx.Response:
     return gw.chat(custom_host(mock), chat_body(model=model, **extra), key=key)
 
 
-def eventually(check, within: float = VISIBLE_WITHIN):
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.25)
-
-
 def received(mock, model: str) -> int:
     return sum(1 for r in list(mock.requests) if (r.json or {}).get("model") == model)
 
@@ -90,7 +66,7 @@ def received(mock, model: str) -> int:
 
 
 def test_a_limit_is_stored_read_listed_and_deleted(single):
-    team = new_key(single)
+    team = new_workspace_key(single)
     limit = put_limit(single, {"api_key_id": team["id"], "model": "gpt-4o", "requests_per_minute": 5,
                                "budget_usd": 12.5, "budget_period": "day"})
     assert limit["requests_per_minute"] == 5 and limit["budget_period"] == "day"
@@ -119,7 +95,7 @@ def test_a_bad_limit_is_a_400_naming_its_field(single, body, field):
 
 
 def test_prices_come_from_the_catalog_until_the_workspace_sets_its_own(single):
-    team = new_key(single)
+    team = new_workspace_key(single)
     catalog = ok(single.get("/v1/prices/gpt-4o-mini-2024-07-18", key=team["key"]))
     assert (catalog["input_per_million"], catalog["output_per_million"], catalog["source"]) == (0.15, 0.6, "catalog")
     assert catalog["date"]
@@ -137,7 +113,7 @@ def test_prices_come_from_the_catalog_until_the_workspace_sets_its_own(single):
 
 
 def test_every_answer_under_a_limit_says_how_it_stands_and_its_cost_is_logged(single, openai_mock):
-    team = new_key(single)
+    team = new_workspace_key(single)
     model = unique_model()
     put_price(single, team["key"], model, input_per_million=2, output_per_million=10)
     put_limit(single, {"api_key_id": team["id"], "requests_per_minute": 100})
@@ -165,7 +141,7 @@ def test_every_answer_under_a_limit_says_how_it_stands_and_its_cost_is_logged(si
 
 
 def test_a_budget_on_a_model_without_a_price_is_a_400_that_says_which_price_to_set(single, openai_mock):
-    team = new_key(single)
+    team = new_workspace_key(single)
     put_limit(single, {"workspace": team["workspace"], "budget_usd": 5})
     model = unique_model()
     resp = chat(single, team["key"], openai_mock, model, max_tokens=5)
@@ -176,7 +152,7 @@ def test_a_budget_on_a_model_without_a_price_is_a_400_that_says_which_price_to_s
 
 
 def test_settled_usage_below_the_reservation_frees_the_difference(single, openai_mock):
-    team = new_key(single)
+    team = new_workspace_key(single)
     model = unique_model()
     # Output alone is priced: a worst case is max_tokens × $1000 per million = 50,000 micro-USD.
     put_price(single, team["key"], model, input_per_million=0, output_per_million=1000)
@@ -191,7 +167,7 @@ def test_settled_usage_below_the_reservation_frees_the_difference(single, openai
 
 
 def test_a_stream_is_charged_its_reported_usage_and_a_cancelled_one_what_it_got(single, openai_mock):
-    team = new_key(single)
+    team = new_workspace_key(single)
     model = unique_model()
     put_price(single, team["key"], model, input_per_million=0, output_per_million=1000)
     limit = put_limit(single, {"workspace": team["workspace"], "budget_usd": 10})
@@ -223,7 +199,7 @@ def test_every_endpoint_that_counts_tokens_is_limited_and_costed(single, openai_
     """Chat, completions, embeddings, Messages (native on Anthropic) and Responses (native on
     OpenAI): each answer under the key's token limit says how the limit stands, and its usage,
     read from its own answer shape, is in the usage report at the workspace's prices."""
-    team = new_key(single)
+    team = new_workspace_key(single)
     model = unique_model()
     put_price(single, team["key"], model, input_per_million=1, output_per_million=1, max_output_tokens=100)
     put_limit(single, {"api_key_id": team["id"], "tokens_per_minute": 1_000_000, "budget_usd": 1})
@@ -255,7 +231,7 @@ def test_every_endpoint_that_counts_tokens_is_limited_and_costed(single, openai_
 
 def test_a_burst_of_three_times_a_limit_over_both_replicas_admits_exactly_the_limit(replicas, openai_mock):
     a, b = replicas
-    team = new_key(a)
+    team = new_workspace_key(a)
     model = unique_model()
     put_limit(a, {"api_key_id": team["id"], "requests_per_minute": 10})
 
@@ -276,7 +252,7 @@ def test_a_burst_of_three_times_a_limit_over_both_replicas_admits_exactly_the_li
 
 def test_a_budget_of_five_worst_cases_admits_five_of_twenty_concurrent_requests(replicas, openai_mock):
     a, b = replicas
-    team = new_key(a)
+    team = new_workspace_key(a)
     model = unique_model()
     put_price(a, team["key"], model, input_per_million=0, output_per_million=1000)
     # A worst case: 50 output tokens at $1000 per million = 0.05 USD; each answer uses all 50.
@@ -300,7 +276,7 @@ def test_a_budget_of_five_worst_cases_admits_five_of_twenty_concurrent_requests(
 
 def test_a_replica_whose_control_plane_is_stopped_refuses_rather_than_overspends(start_gateway, openai_mock):
     with start_gateway("limits-cp-down", None) as gw:
-        team = new_key(gw)
+        team = new_workspace_key(gw)
         model = unique_model()
         put_limit(gw, {"api_key_id": team["id"], "requests_per_minute": 1000})
         assert chat(gw, team["key"], openai_mock, model).status_code == 200
