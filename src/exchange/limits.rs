@@ -10,10 +10,8 @@ use crate::errors::GatewayError;
 use crate::pipeline::Call;
 use crate::providers::Usage;
 use crate::usage_limits::leases::{Grant, Hold, Leases};
-use crate::usage_limits::{self, Demand, Policy};
+use crate::usage_limits::{self, Demand};
 use gateway_schema::limits::LimitKind;
-use serde_json::Value;
-use std::rc::Rc;
 
 /// A request waits for at most this many grants (each ask serves every request waiting) ...
 const MAX_WAITS: u32 = 16;
@@ -133,25 +131,30 @@ impl Exchange {
             }
         }
         limited.headers = standing_headers(env.tasks, &limited.demands, now_ms, None);
+        if env.tasks.leases.take_woken() {
+            rearm(env.tasks, env.io);
+        }
         Allowance::Admitted
     }
 
     /// The request ended: each reservation becomes what it used (what the provider reported,
-    /// at its cost), and the request's cost is written in its record.
-    pub(super) fn settle(&mut self, leases: &mut Leases) {
+    /// at its cost), and the request's cost is written in its record. True when a lease is
+    /// ready to be reported now.
+    pub(super) fn settle(&mut self, leases: &mut Leases) -> bool {
         let (record, policy) = (&mut self.record, self.policy.as_deref());
         let usage = record.usage;
         if let Some(usage) = usage {
             record.cost_micro_usd = usage_limits::cost(policy, &record.model, usage);
         }
         let Some(limited) = self.limits.as_deref() else {
-            return;
+            return false;
         };
         // An answer without usage: nothing was used when the provider failed or was never
         // reached; else (a stream the client left) at most its input estimate and one token per
         // byte that reached the client, and never more than the reservation.
         let failed = record.status >= 400 || record.status == 0;
         let (input, output) = (limited.input_estimate, limited.answered_bytes);
+        let mut reportable = false;
         for hold in &limited.holds {
             let actual = match (hold.key.kind, usage) {
                 (LimitKind::Requests, _) => 1,
@@ -165,8 +168,9 @@ impl Exchange {
                     usage_limits::most_cost(policy, &record.model, most).map_or(hold.amount, |c| c.min(hold.amount))
                 }
             };
-            leases.settle(hold, actual);
+            reportable |= leases.settle(hold, actual);
         }
+        reportable
     }
 
     /// The `x-ratelimit-*` (and `retry-after`) headers of a request under limits.
@@ -209,8 +213,12 @@ fn refuse(
     error: GatewayError,
     retry_after: Option<u64>,
 ) -> Allowance {
+    let mut reportable = false;
     for hold in limited.holds.drain(..) {
-        env.tasks.leases.settle(&hold, 0);
+        reportable |= env.tasks.leases.settle(&hold, 0);
+    }
+    if reportable {
+        rearm(env.tasks, env.io);
     }
     let now_ms = env.io.host().now_ms();
     limited.headers = standing_headers(env.tasks, &limited.demands, now_ms, retry_after);
@@ -236,19 +244,4 @@ fn standing_headers(tasks: &Tasks, demands: &[Demand], now_ms: u64, retry_after:
         headers.push(("retry-after".to_string(), seconds.to_string()));
     }
     headers
-}
-
-/// The parsed policy of a request's workspace.
-pub(super) fn policy_of(call: &Call) -> Option<Rc<Policy>> {
-    let value = call.policy()?;
-    // Most workspaces have neither limits nor prices of their own: nothing to read per request.
-    let empty = |name: &str| match value.get(name) {
-        Some(Value::Array(items)) => items.is_empty(),
-        Some(Value::Object(fields)) => fields.is_empty(),
-        _ => true,
-    };
-    if empty("limits") && empty("prices") {
-        return None;
-    }
-    Some(Rc::new(Policy::parse(value)))
 }

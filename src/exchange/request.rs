@@ -5,7 +5,7 @@
 
 use super::caching::{CacheState, Hit};
 use super::guard::{self, Answer, Guard, Progress};
-use super::limits::{self, Allowance};
+use super::limits::Allowance;
 use super::lookups::{Read, Stalled};
 use super::waiters::{Fetch, Waiter};
 use super::worker::Task;
@@ -179,7 +179,7 @@ impl Exchange {
         // provider and model the request is meant for.
         self.note(&call, call.attempts.current);
         self.record.api_key_id = call.key_id().map(str::to_string);
-        self.policy = limits::policy_of(&call);
+        self.policy = env.tasks.policies.of(call.policy());
         match self.reserve(env, &call) {
             Allowance::Admitted => self.check(env, call, raw, body),
             Allowance::Waiting => {

@@ -69,6 +69,8 @@ pub(super) struct Tasks {
     records: shipping::Shipper,
     /// The worker's leases of the limits' allowance.
     pub(super) leases: Leases,
+    /// Workspaces' limits and prices, parsed once per read.
+    pub(super) policies: crate::usage_limits::Policies,
     /// The reports an ask for allowance carries, by its call's token (sent again if it fails).
     pub(super) asked: HashMap<u32, Vec<Report>>,
     /// Fetches requests wait for that the next tick dispatches from the root context (see
@@ -458,15 +460,14 @@ impl Worker {
         let settings = Rc::clone(&exchange.settings);
         // Envoy answered a held answer itself when its provider broke off: the record says so.
         let broke_off = exchange.awaiting_end && reply::broke_off(&io.response_details(id));
-        let limited = exchange.limits.is_some();
-        exchange.settle(&mut self.tasks.leases);
+        let reportable = exchange.settle(&mut self.tasks.leases);
         let mut record = exchange.into_record();
         if broke_off {
             record.status = 502;
             record.error_code = Some(reply::BROKE_OFF_CODE);
         }
         record.end(io.host().now_ms());
-        if limited {
+        if reportable {
             // A lease whose reservations all settled is reported at once.
             rearm(&self.tasks, io);
         }

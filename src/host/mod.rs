@@ -14,7 +14,7 @@ use abi::{Buffer, HostError, Map, MetricType};
 use hashbrown::HashMap;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{self, ContextType};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 proxy_wasm::main! {{
@@ -71,7 +71,7 @@ impl Shared {
     }
 
     fn io(&self, current: u32) -> HostIo {
-        HostIo { effective: current, metrics: Rc::clone(&self.metrics) }
+        HostIo { effective: current, metrics: Rc::clone(&self.metrics), now_ms: Cell::new(None) }
     }
 
     /// Request `id` ended: the worker publishes its metrics and access-log line; the log line here.
@@ -111,6 +111,8 @@ struct HostIo {
     /// The context later host calls act on.
     effective: u32,
     metrics: Rc<RefCell<HashMap<String, u32>>>,
+    /// The time, read once per callback (a host call each; the exchange asks many times).
+    now_ms: Cell<Option<u64>>,
 }
 
 impl HostIo {
@@ -263,7 +265,12 @@ impl Host for HostIo {
     }
 
     fn now_ms(&self) -> u64 {
-        logged(abi::now_ms())
+        if let Some(now) = self.now_ms.get() {
+            return now;
+        }
+        let now = logged(abi::now_ms());
+        self.now_ms.set(Some(now));
+        now
     }
 
     fn store(&self) -> &dyn SharedStore {

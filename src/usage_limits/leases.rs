@@ -176,6 +176,9 @@ pub(crate) struct Leases {
     ledgers: Vec<(LedgerKey, Ledger)>,
     /// Reports the control plane did not take yet: sent again with the next call.
     unsent: Vec<Report>,
+    /// A reservation made an idle ledger's lease one to renew ahead: the timer must be set
+    /// again (see [`Leases::take_woken`]).
+    woken: bool,
 }
 
 impl Leases {
@@ -194,14 +197,24 @@ impl Leases {
     /// Reserves `demand` from its ledger's active lease; None when no lease has room for it.
     pub(crate) fn reserve(&mut self, demand: &Demand, now_ms: u64) -> Option<Hold> {
         let ledger = self.ledger_or_new(&demand.key)?;
+        let was_renewed = ledger.renews(now_ms);
         ledger.used_ms = now_ms;
         ledger.retire_expired(now_ms);
+        let woken = !was_renewed && ledger.renews(now_ms) && ledger.active.is_some();
+        self.woken |= woken;
+        let ledger = self.ledger_mut(&demand.key)?;
         let lease = ledger.active.as_mut().filter(|lease| lease.room() >= demand.amount)?;
         lease.used = lease.used.saturating_add(demand.amount);
         if demand.key.kind != LimitKind::Requests {
             lease.outstanding = lease.outstanding.saturating_add(1);
         }
         Some(Hold { key: demand.key.clone(), lease: lease.id.clone(), amount: demand.amount })
+    }
+
+    /// Whether a reservation since the last call made a lease one to renew ahead (the
+    /// worker's timer was set for its end only).
+    pub(crate) fn take_woken(&mut self) -> bool {
+        std::mem::take(&mut self.woken)
     }
 
     /// The ask for `demand` when no lease has room: at least the demand, and twice what the
@@ -233,16 +246,22 @@ impl Leases {
     }
 
     /// The request's answer ended having used `actual` (requests: 1 when it was admitted, 0
-    /// when it never was): the hold becomes that.
-    pub(crate) fn settle(&mut self, hold: &Hold, actual: u64) {
-        let Some(lease) = self.ledger_mut(&hold.key).and_then(|ledger| ledger.lease_mut(&hold.lease)) else {
+    /// when it never was): the hold becomes that. True when that made a lease no longer
+    /// reserved from ready to be reported.
+    pub(crate) fn settle(&mut self, hold: &Hold, actual: u64) -> bool {
+        let Some(ledger) = self.ledger_mut(&hold.key) else {
+            return false;
+        };
+        let active = ledger.active.as_ref().is_some_and(|lease| lease.id == hold.lease);
+        let Some(lease) = ledger.lease_mut(&hold.lease) else {
             // Reported already (drained too long): the control plane counted the hold whole.
-            return;
+            return false;
         };
         lease.used = lease.used.saturating_sub(hold.amount).saturating_add(actual);
         if hold.key.kind != LimitKind::Requests {
             lease.outstanding = lease.outstanding.saturating_sub(1);
         }
+        !active && lease.outstanding == 0
     }
 
     /// What the control plane granted for `key`: a new active lease (the one before is reported

@@ -14,6 +14,7 @@ use crate::providers::Usage;
 use gateway_schema::limits::{parse_limit, Limit, LimitKind, Period};
 use gateway_schema::prices::{self, Catalog, Price, Tokens};
 use serde_json::Value;
+use std::rc::Rc;
 
 thread_local! {
     /// The shipped price catalog, read once per worker.
@@ -47,6 +48,43 @@ impl Policy {
     pub(crate) fn has_limits(&self) -> bool {
         !self.limits.is_empty()
     }
+}
+
+/// Parsed policies by the entry they were read from: while an entry is fresh the worker's
+/// requests share it (one `Rc`), so it is parsed once per read, not once per request.
+#[derive(Default)]
+pub(crate) struct Policies(Vec<(Rc<Value>, Option<Rc<Policy>>)>);
+
+/// Entries a worker keeps parsed (emptied when full: they are parsed again).
+const POLICIES: usize = 64;
+
+impl Policies {
+    /// The parsed policy of a workspace's entry; None when it has neither limits nor prices.
+    pub(crate) fn of(&mut self, entry: Option<&Rc<Value>>) -> Option<Rc<Policy>> {
+        let value = entry?;
+        if let Some((_, parsed)) = self.0.iter().find(|(known, _)| Rc::ptr_eq(known, value)) {
+            return parsed.clone();
+        }
+        let parsed = parse_policy(value);
+        if self.0.len() >= POLICIES {
+            self.0.clear();
+        }
+        self.0.push((Rc::clone(value), parsed.clone()));
+        parsed
+    }
+}
+
+fn parse_policy(value: &Value) -> Option<Rc<Policy>> {
+    // Most workspaces have neither limits nor prices of their own.
+    let empty = |name: &str| match value.get(name) {
+        Some(Value::Array(items)) => items.is_empty(),
+        Some(Value::Object(fields)) => fields.is_empty(),
+        _ => true,
+    };
+    if empty("limits") && empty("prices") {
+        return None;
+    }
+    Some(Rc::new(Policy::parse(value)))
 }
 
 /// A limit as the control plane hands it over: its fields, read as `PUT /v1/limits/{id}`
@@ -202,8 +240,24 @@ fn output_bound(body: &Value) -> Option<u64> {
 /// the listed providers' tokenizers covers at least one byte of text, and the JSON around the
 /// text counts too), plus [`TOKENS_PER_IMAGE_URL`] for each image given by URL.
 pub(crate) fn input_estimate(body: &Value) -> u64 {
-    let bytes = serde_json::to_vec(body).map_or(0, |b| b.len() as u64);
+    let mut bytes = ByteCount(0);
+    // Counted as written: the body is not printed again.
+    let bytes = serde_json::to_writer(&mut bytes, body).map_or(0, |()| bytes.0);
     bytes.saturating_add(TOKENS_PER_IMAGE_URL.saturating_mul(image_urls(body)))
+}
+
+/// A writer that only counts the bytes written to it.
+struct ByteCount(u64);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.saturating_add(buf.len() as u64);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Images given by URL anywhere in the body (OpenAI's `image_url`, the Responses API's

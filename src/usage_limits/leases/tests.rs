@@ -35,7 +35,7 @@ fn settled_usage_below_the_reservation_frees_the_difference() {
     leases.granted(&worst.key, &grant("l1", 1000), 0);
     let hold = leases.reserve(&worst, 0).unwrap();
     assert_eq!(leases.reserve(&worst, 0), None, "400 left: the next worst case does not fit");
-    leases.settle(&hold, 150);
+    assert!(!leases.settle(&hold, 150), "the active lease is not reported");
     assert!(leases.reserve(&worst, 0).is_some(), "850 left after settling 150");
 }
 
@@ -49,7 +49,7 @@ fn a_lease_is_reported_once_it_ended_and_every_reservation_settled() {
     // It ends (no renewal: a renewal is asked only ahead of the end, see below).
     let (reports, _) = leases.due(5000);
     assert_eq!(reports, vec![], "a reservation is still open");
-    leases.settle(&hold, 120);
+    assert!(leases.settle(&hold, 120), "its last reservation settled: to be reported");
     assert_eq!(leases.next_due_ms(5100), Some(5100), "settled: due at once");
     let (reports, _) = leases.due(5100);
     assert_eq!(reports, vec![Report { lease: "l1".into(), used: 120 }]);
@@ -158,4 +158,18 @@ fn a_refused_renewal_is_not_asked_again_at_once() {
     assert_eq!(leases.next_due_ms(ahead + 10), Some(ahead + 5 + RETRY_MS));
     assert_eq!(leases.due(ahead + 10).1, vec![]);
     assert_eq!(leases.due(ahead + 5 + RETRY_MS).1.len(), 1);
+}
+
+#[test]
+fn a_reservation_on_an_idle_ledger_asks_for_the_timer_once() {
+    let mut leases = Leases::default();
+    let one = demand(LimitKind::Requests, 1);
+    leases.granted(&one.key, &Grant { ttl_ms: 60_000, ..grant("l1", 10) }, 0);
+    leases.reserve(&one, 0).unwrap();
+    assert!(!leases.take_woken(), "in use: the timer already renews it ahead");
+    assert_eq!(leases.next_due_ms(20_000), Some(60_000), "idle: only its end is due");
+    leases.reserve(&one, 20_000).unwrap();
+    assert!(leases.take_woken(), "in use again: the timer must renew it ahead");
+    assert!(!leases.take_woken(), "once");
+    assert_eq!(leases.next_due_ms(20_000), Some(60_000 - RENEW_AHEAD_MS));
 }
