@@ -37,8 +37,6 @@ use subtle::ConstantTimeEq;
 /// keeps (with its control plane).
 pub(crate) const KEPT_RESPONSE_PREFIX: &str = "resp_gw_";
 
-/// Envoy routes on this header to the cluster that reaches the provider.
-pub(crate) const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
 /// Names the provider that served the request, on every provider response.
 pub(crate) const PROVIDER_HEADER: &str = "x-gateway-provider";
 pub(crate) const TRACE_HEADER: &str = "x-gateway-trace-id";
@@ -183,7 +181,7 @@ impl Relay {
         }
         edits.set.push((":path".into(), self.path.clone()));
         edits.set.push((":authority".into(), cp.authority.clone()));
-        edits.set.push((CLUSTER_HEADER.into(), cp.cluster.clone()));
+        edits.set.push((settings.route_header().into(), cp.cluster.clone()));
         edits.set.push(("authorization".into(), format!("Bearer {}", cp.token)));
         edits.set.push((WORKSPACE_HEADER.into(), self.workspace.clone()));
         Some(edits)
@@ -683,6 +681,11 @@ impl Call {
         Ok(Forward { headers, body: prepared.request.body, response })
     }
 
+    /// The target of attempt `index`.
+    pub(crate) fn target(&self, index: usize) -> Option<&Target> {
+        self.attempts.plan.attempts.get(index).map(|attempt| &attempt.target)
+    }
+
     /// The token source of attempt `index`'s backend, when it fetches a token first.
     pub(crate) fn token_source(&self, index: usize) -> Option<Rc<dyn Backend>> {
         let attempt = self.attempts.plan.attempts.get(index)?;
@@ -794,11 +797,10 @@ fn upstream_headers(settings: &Settings, raw: &RawHeaders, target: &Target, prep
             edits.remove.push(name.clone());
         }
     }
-    let cluster = if target.upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
     let request = &prepared.request;
     edits.set.push((":authority".into(), target.upstream.authority.clone()));
     edits.set.push((":path".into(), prepared.path.clone()));
-    edits.set.push((CLUSTER_HEADER.into(), cluster.clone()));
+    edits.set.push((settings.route_header().into(), settings.routed_cluster(&target.upstream)));
     edits.set.extend(request.headers.iter().map(|(name, value)| (name.to_string(), value.clone())));
     if let Some(body) = &request.body {
         edits.set.push(("content-length".into(), body.len().to_string()));
@@ -860,7 +862,13 @@ pub(crate) fn in_target_api<'a>(
         (TargetRequest { query, ..asked }, None)
     } else {
         let counts = translator.counts_tokens(model);
-        let (request, shape) = as_chat(&asked, provider, response_id, counts, now_ms)?;
+        let (mut request, shape) = as_chat(&asked, provider, response_id, counts, now_ms)?;
+        if !translator.translates_responses() {
+            // The chat request goes upstream as written: an OpenAI-family server knows no
+            // `content_blocks` (the gateway's own field for earlier turns' signed thinking, which
+            // no such server can take back) and a strict one refuses the request for it.
+            without_reasoning_blocks(&mut request, provider);
+        }
         // A count stays a count: the provider's translator counts the chat request.
         let (endpoint, path) = match shape {
             client_api::Shape::Count => (Endpoint::MessagesCountTokens, "/messages/count_tokens"),
@@ -946,6 +954,17 @@ fn as_chat(
     Ok((Value::Object(translated.body), shape))
 }
 
+/// `request`'s messages without the gateway's `content_blocks`; logged when there were some.
+fn without_reasoning_blocks(request: &mut Value, provider: &str) {
+    let messages = request.get_mut("messages").and_then(Value::as_array_mut).into_iter().flatten();
+    let dropped = messages.filter_map(|m| m.as_object_mut()?.remove("content_blocks")).count();
+    if dropped > 0 {
+        log::info!(
+            "provider '{provider}' takes no thinking of earlier turns; dropped from {dropped} assistant messages"
+        );
+    }
+}
+
 /// The request with `stream_options.include_usage` set (other stream options kept).
 fn with_usage(request: Cow<Value>) -> Value {
     let mut value = request.into_owned();
@@ -985,6 +1004,7 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, GatewayError> {
 mod tests {
     use super::*;
     use crate::ports::testing::FakeHost;
+    use crate::settings::CLUSTER_HEADER;
     use crate::unit_tests::test;
 
     fn settings() -> Settings {

@@ -9,6 +9,10 @@ use hashbrown::HashMap;
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
+/// Envoy routes on this header to the cluster that reaches the provider (the default
+/// `upstream.route_header`).
+pub(crate) const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Settings {
@@ -30,6 +34,10 @@ pub(crate) struct Settings {
     /// whose router reaches the two clusters above, resolving new hosts on the way.
     #[serde(default = "default_recovery_cluster")]
     pub(crate) recovery_cluster: String,
+    /// In a host Envoy the gateway did not configure (a service mesh, an API gateway): the
+    /// clusters its control plane names per provider host, which replace the three above.
+    #[serde(default)]
+    pub(crate) upstream: Option<HostClusters>,
     /// The response cache's memory and its embeddings provider.
     #[serde(default)]
     pub(crate) cache: CacheSettings,
@@ -50,6 +58,90 @@ pub(crate) struct Settings {
     /// instead of filling Envoy's buffer (413).
     #[serde(default)]
     pub(crate) lookup_gate: bool,
+}
+
+/// A host's clusters, one per provider host: the routed request names its cluster in
+/// `route_header` (a route of the host's that matches it picks the cluster), and dispatched
+/// calls (retries, fallback, token endpoints) go to it directly. TLS is the cluster's business.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HostClusters {
+    /// The cluster name of a host: `{host}` and `{port}` stand for the target's (Istio:
+    /// `outbound|{port}||{host}`).
+    cluster: ClusterTemplate,
+    #[serde(default = "default_route_header")]
+    route_header: String,
+}
+
+impl HostClusters {
+    /// The cluster of `upstream`'s host.
+    pub(crate) fn cluster(&self, upstream: &Upstream) -> String {
+        self.cluster.render(&upstream.host, upstream.port())
+    }
+}
+
+/// A cluster name with `{host}` and `{port}` in it, split once where they stand.
+#[derive(Debug, Clone, PartialEq)]
+struct ClusterTemplate(Vec<TemplatePart>);
+
+#[derive(Debug, Clone, PartialEq)]
+enum TemplatePart {
+    Text(String),
+    Host,
+    Port,
+}
+
+impl ClusterTemplate {
+    fn parse(template: &str) -> Result<ClusterTemplate, String> {
+        let invalid = |why: &str| Err(format!("invalid plugin configuration: upstream.cluster {why}"));
+        if template.is_empty() || template.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return invalid("must be a non-empty name without whitespace");
+        }
+        let mut parts = Vec::new();
+        let mut rest = template;
+        while let Some(open) = rest.find(['{', '}']) {
+            let (text, from) = rest.split_at(open);
+            if !text.is_empty() {
+                parts.push(TemplatePart::Text(text.to_string()));
+            }
+            let (part, after) = if let Some(after) = from.strip_prefix("{host}") {
+                (TemplatePart::Host, after)
+            } else if let Some(after) = from.strip_prefix("{port}") {
+                (TemplatePart::Port, after)
+            } else {
+                return invalid("may hold only {host} and {port} in braces");
+            };
+            parts.push(part);
+            rest = after;
+        }
+        if !rest.is_empty() {
+            parts.push(TemplatePart::Text(rest.to_string()));
+        }
+        Ok(ClusterTemplate(parts))
+    }
+
+    fn render(&self, host: &str, port: u16) -> String {
+        let mut name = String::new();
+        for part in &self.0 {
+            match part {
+                TemplatePart::Text(text) => name.push_str(text),
+                TemplatePart::Host => name.push_str(host),
+                TemplatePart::Port => name.push_str(&port.to_string()),
+            }
+        }
+        name
+    }
+}
+
+impl<'de> Deserialize<'de> for ClusterTemplate {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let template = String::deserialize(deserializer)?;
+        ClusterTemplate::parse(&template).map_err(serde::de::Error::custom)
+    }
+}
+
+fn default_route_header() -> String {
+    CLUSTER_HEADER.to_string()
 }
 
 /// How request records wait for the control plane and what they carry.
@@ -254,6 +346,7 @@ impl Default for Settings {
             tls_cluster: default_tls_cluster(),
             plain_cluster: default_plain_cluster(),
             recovery_cluster: default_recovery_cluster(),
+            upstream: None,
             cache: CacheSettings::default(),
             metrics: MetricsSettings::default(),
             control_plane: None,
@@ -307,6 +400,13 @@ impl Settings {
         }
         settings.cache.check()?;
         settings.records.check()?;
+        if let Some(upstream) = &mut settings.upstream {
+            upstream.route_header = upstream.route_header.to_ascii_lowercase();
+            let token = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_';
+            if upstream.route_header.is_empty() || !upstream.route_header.bytes().all(token) {
+                return Err("invalid plugin configuration: upstream.route_header must be a header name".into());
+            }
+        }
         if let Some(cp) = &settings.control_plane {
             let invalid = |what: &str| Err(format!("invalid plugin configuration: control_plane.{what}"));
             if cp.cluster.is_empty() || cp.authority.is_empty() {
@@ -323,6 +423,29 @@ impl Settings {
             }
         }
         Ok(settings)
+    }
+
+    /// The request header that names the routed request's cluster to the host's routes.
+    pub(crate) fn route_header(&self) -> &str {
+        self.upstream.as_ref().map_or(CLUSTER_HEADER, |u| u.route_header.as_str())
+    }
+
+    /// The cluster the routed request to `upstream` goes to.
+    pub(crate) fn routed_cluster(&self, upstream: &Upstream) -> String {
+        match &self.upstream {
+            Some(host) => host.cluster(upstream),
+            None if upstream.tls => self.tls_cluster.clone(),
+            None => self.plain_cluster.clone(),
+        }
+    }
+
+    /// Where a dispatched call to `upstream` goes: the cluster, and the route header its
+    /// router reads (the recovery listener's; none when the call goes to the host's cluster).
+    pub(crate) fn dispatch_cluster(&self, upstream: &Upstream) -> (String, Option<(&str, String)>) {
+        match &self.upstream {
+            Some(host) => (host.cluster(upstream), None),
+            None => (self.recovery_cluster.clone(), Some((CLUSTER_HEADER, self.routed_cluster(upstream)))),
+        }
     }
 
     /// Constant-time check of a gateway key: every configured key is compared in full, so
@@ -416,6 +539,35 @@ mod tests {
 
     fn settings(json: &str) -> Settings {
         Settings::parse(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn host_clusters_name_each_provider_host_by_the_hosts_convention() {
+        let openai = Upstream::parse("https://api.openai.com/v1").unwrap();
+        let local = Upstream::parse("http://127.0.0.1:9000").unwrap();
+        let mesh = settings(r#"{"api_keys": ["k"], "upstream": {"cluster": "outbound|{port}||{host}"}}"#);
+        assert_eq!(mesh.routed_cluster(&openai), "outbound|443||api.openai.com");
+        assert_eq!(mesh.route_header(), "x-gateway-upstream-cluster");
+        // Dispatched calls go straight to the host's cluster, with no route header.
+        assert_eq!(mesh.dispatch_cluster(&local), ("outbound|9000||127.0.0.1".to_string(), None));
+        let named = settings(
+            r#"{"api_keys": ["k"], "upstream": {"cluster": "{host}_{port}_{host}", "route_header": "X-Route"}}"#,
+        );
+        assert_eq!(
+            (named.routed_cluster(&local).as_str(), named.route_header()),
+            ("127.0.0.1_9000_127.0.0.1", "x-route")
+        );
+        // Without `upstream`: the forward-proxy clusters, dispatched calls through the recovery listener.
+        let plain = settings(r#"{"api_keys": ["k"]}"#);
+        assert_eq!(plain.routed_cluster(&openai), "gateway_upstream_tls");
+        let route = Some(("x-gateway-upstream-cluster", "gateway_upstream_plain".to_string()));
+        assert_eq!(plain.dispatch_cluster(&local), ("gateway_recovery".to_string(), route));
+        for bad in [r#""{hostname}""#, r#""a{""#, r#""}""#, r#""""#, r#""a b""#] {
+            let json = format!(r#"{{"api_keys": ["k"], "upstream": {{"cluster": {bad}}}}}"#);
+            assert!(Settings::parse(json.as_bytes()).is_err(), "{bad}");
+        }
+        let bad_header = r#"{"api_keys": ["k"], "upstream": {"cluster": "c", "route_header": "x route"}}"#;
+        assert!(Settings::parse(bad_header.as_bytes()).is_err());
     }
 
     #[test]

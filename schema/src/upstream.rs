@@ -14,6 +14,12 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// The port `authority` names (always there: the scheme's when the URL gave none).
+    pub fn port(&self) -> u16 {
+        let named = self.authority.rsplit_once(':').and_then(|(_, port)| port.parse().ok());
+        named.unwrap_or(if self.tls { 443 } else { 80 })
+    }
+
     /// Parses an absolute `http://` or `https://` base URL. The message of an error completes
     /// "custom host ...".
     pub fn parse(url: &str) -> Result<Upstream, &'static str> {
@@ -106,6 +112,9 @@ mod tests {
         );
         let u = Upstream::parse("http://Models.Internal/openai/v1").unwrap();
         assert_eq!((u.host.as_str(), u.authority.as_str()), ("models.internal", "models.internal:80"));
+        let ports = ["https://api.openai.com", "http://[::1]:8080/v1", "http://models.internal"]
+            .map(|url| Upstream::parse(url).unwrap().port());
+        assert_eq!(ports, [443, 8080, 80]);
     }
 
     #[test]

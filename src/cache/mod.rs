@@ -14,8 +14,9 @@ pub(crate) mod store;
 /// A config's `cache` settings, read by the shared crate.
 pub(crate) use gateway_schema::cache as settings;
 
+use crate::client_api;
 use crate::hash::Hasher;
-use crate::request::endpoint::Endpoint;
+use crate::request::endpoint::{ClientApi, Endpoint};
 use completion::StreamAssembler;
 use serde_json::{Map, Value};
 use settings::CacheMode;
@@ -133,13 +134,14 @@ fn endpoint_name(endpoint: Endpoint) -> &'static str {
         Endpoint::ChatCompletions => "chat/completions",
         Endpoint::Completions => "completions",
         Endpoint::Embeddings => "embeddings",
+        Endpoint::Messages => "messages",
+        Endpoint::Responses => "responses",
         _ => "other",
     }
 }
 
-/// Endpoints whose answers are cached: their answer depends only on the request body.
-/// (The Messages and Responses APIs' JSON answers are cached; their streams are neither stored
-/// nor replayed: only OpenAI's streams are assembled.)
+/// Endpoints whose answers are cached: their answer depends only on the request body. A
+/// stream is stored as the answer it assembles into and replayed from it.
 pub(crate) fn is_cached_endpoint(endpoint: Endpoint) -> bool {
     matches!(
         endpoint,
@@ -202,7 +204,10 @@ impl Lookup {
         if !self.stream {
             return Some((entry.content_type.clone(), entry.body.clone()));
         }
-        let replay = completion::replay_sse(self.endpoint, &entry.body, self.include_usage)?;
+        let replay = match self.endpoint.client_api() {
+            ClientApi::Chat => completion::replay_sse(self.endpoint, &entry.body, self.include_usage)?,
+            api => client_api::replay_stream(api, &entry.body)?,
+        };
         Some(("text/event-stream".to_string(), replay))
     }
 }
@@ -213,6 +218,8 @@ pub(crate) enum Capture {
     Json { content_type: String, body: Vec<u8>, max_bytes: usize },
     /// An OpenAI stream, stored as the completion it assembles into.
     Stream(StreamAssembler),
+    /// A Messages or Responses stream, stored as the answer it streamed once it ended.
+    ClientStream { api: ClientApi, bytes: Vec<u8>, max_bytes: usize },
     /// Nothing to store (too large, or not a kind of answer the cache keeps).
     Off,
 }
@@ -221,8 +228,16 @@ impl Capture {
     /// `content_type` of the answer the client gets (after translation to OpenAI's shape).
     pub(crate) fn start(endpoint: Endpoint, content_type: &str, max_bytes: usize) -> Capture {
         let streams = matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions);
+        let client_api = matches!(endpoint, Endpoint::Messages | Endpoint::Responses);
         if content_type.starts_with("text/event-stream") && streams {
             Capture::Stream(StreamAssembler::new(endpoint, max_bytes))
+        } else if content_type.starts_with("text/event-stream") && client_api {
+            // Its events take a few times the bytes of the answer they assemble into.
+            Capture::ClientStream {
+                api: endpoint.client_api(),
+                bytes: Vec::new(),
+                max_bytes: max_bytes.saturating_mul(4),
+            }
         } else if content_type.starts_with("application/json") {
             Capture::Json { content_type: content_type.to_string(), body: Vec::new(), max_bytes }
         } else {
@@ -235,7 +250,10 @@ impl Capture {
             Capture::Json { body, max_bytes, .. } if body.len() + chunk.len() <= *max_bytes => {
                 body.extend_from_slice(chunk)
             }
-            Capture::Json { .. } => *self = Capture::Off,
+            Capture::ClientStream { bytes, max_bytes, .. } if bytes.len() + chunk.len() <= *max_bytes => {
+                bytes.extend_from_slice(chunk)
+            }
+            Capture::Json { .. } | Capture::ClientStream { .. } => *self = Capture::Off,
             Capture::Stream(assembler) => assembler.push(chunk),
             Capture::Off => {}
         }
@@ -254,6 +272,10 @@ impl Capture {
                 complete.then_some((content_type, body))
             }
             Capture::Stream(assembler) => assembler.finish().map(|body| ("application/json".to_string(), body)),
+            Capture::ClientStream { api, bytes, .. } => {
+                let answer = client_api::stream_answer(api, &bytes)?;
+                Some(("application/json".to_string(), answer.to_string().into_bytes()))
+            }
             Capture::Off => None,
         }
     }

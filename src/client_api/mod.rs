@@ -29,33 +29,39 @@ pub(crate) fn error_body(api: ClientApi, status: u16, openai: Vec<u8>) -> Vec<u8
     }
 }
 
-/// A whole stream in `api` as the answer it streamed (for the output checks): a Messages
-/// stream's text as a `message`, a Responses stream's last `response`. None for chat (its
-/// assembler is the cache's) or a stream that did not complete.
+/// A whole stream in `api` as the answer it streamed (what the cache stores and the output
+/// checks read): a Messages stream's `message`, a Responses stream's last `response`. None for
+/// chat (its assembler is the cache's) or a stream that did not complete.
 pub(crate) fn stream_answer(api: ClientApi, stream: &[u8]) -> Option<Value> {
     let mut parser = SseParser::new();
     let mut events = parser.push(stream);
     events.extend(parser.finish());
-    let mut text = String::new();
-    for event in events {
-        let data: Value = serde_json::from_str(&event.data).ok()?;
-        let kind = data.get("type").and_then(Value::as_str).unwrap_or_default();
-        match (api, kind) {
-            (ClientApi::Messages, "content_block_delta") => {
-                let delta = data.get("delta");
-                text.push_str(delta.and_then(|d| d.get("text")).and_then(Value::as_str).unwrap_or_default());
+    match api {
+        ClientApi::Chat => None,
+        ClientApi::Messages => messages::replay::assemble(&events),
+        ClientApi::Responses => {
+            for event in events {
+                let data: Value = serde_json::from_str(&event.data).ok()?;
+                match data.get("type").and_then(Value::as_str).unwrap_or_default() {
+                    "response.completed" | "response.incomplete" => return data.get("response").cloned(),
+                    "error" | "response.failed" => return None,
+                    _ => {}
+                }
             }
-            (ClientApi::Messages, "message_stop") => {
-                return Some(json!({"type": "message", "content": [{"type": "text", "text": text}]}))
-            }
-            (ClientApi::Responses, "response.completed" | "response.incomplete") => {
-                return data.get("response").cloned()
-            }
-            (_, "error" | "response.failed") => return None,
-            _ => {}
+            None
         }
     }
-    None
+}
+
+/// A stored answer in `api` (a `message`, a `response`) as the stream that would have
+/// streamed it; None for chat or an answer of another shape.
+pub(crate) fn replay_stream(api: ClientApi, answer: &[u8]) -> Option<Vec<u8>> {
+    let answer: Value = serde_json::from_slice(answer).ok()?;
+    match api {
+        ClientApi::Chat => None,
+        ClientApi::Messages => messages::replay::replay(&answer),
+        ClientApi::Responses => responses::replay::replay(&answer),
+    }
 }
 
 /// The client's request in `api` as a chat request, for a target that does not speak `api`.
@@ -434,13 +440,16 @@ mod tests {
     fn a_whole_stream_as_its_answer() {
         let messages = concat!(
             "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n",
             "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"hm\"}}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
             "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hel\"}}\n\n",
             "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"lo\"}}\n\n",
             "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
         );
         let answer = stream_answer(ClientApi::Messages, messages.as_bytes()).unwrap();
-        assert_eq!(answer["content"][0]["text"], "Hello");
+        assert_eq!(answer["content"][0]["thinking"], "hm");
+        assert_eq!(answer["content"][1]["text"], "Hello");
         // Cut before message_stop: no answer.
         let cut = messages.get(..messages.len() - 60).unwrap();
         assert_eq!(stream_answer(ClientApi::Messages, cut.as_bytes()), None);

@@ -52,9 +52,7 @@ use crate::cache::store;
 use crate::cache::STATUS_HEADER;
 use crate::client_api;
 use crate::errors::GatewayError;
-use crate::pipeline::{
-    Call, ResponsePlan, CLUSTER_HEADER, PROVIDER_HEADER, RETRIES_HEADER, TARGET_HEADER, TRACE_HEADER,
-};
+use crate::pipeline::{Call, ResponsePlan, PROVIDER_HEADER, RETRIES_HEADER, TARGET_HEADER, TRACE_HEADER};
 use crate::ports::{Host, SharedStore};
 use crate::request::endpoint::{classify, ClientApi, Route};
 use crate::request::headers::{self, TraceFields};
@@ -122,8 +120,7 @@ pub(crate) struct Dispatch {
 }
 
 impl Dispatch {
-    /// A POST to `upstream` through the recovery listener, whose router reaches any host by
-    /// the cluster header (resolving new hosts on the way).
+    /// A POST to `upstream`, through the cluster `Settings::dispatch_cluster` names.
     fn post(
         settings: &Settings,
         upstream: &Upstream,
@@ -138,8 +135,9 @@ impl Dispatch {
         Dispatch::request(settings, upstream, "POST", path, body, headers, timeout_ms)
     }
 
-    /// A `method` request to `upstream` through the recovery listener (`extra`: its headers,
-    /// the content type among them when there is a body).
+    /// A `method` request to `upstream` (`extra`: its headers, the content type among them
+    /// when there is a body): through the recovery listener, whose router reaches any host by
+    /// the cluster header (resolving new hosts on the way), or straight to the host's cluster.
     fn request(
         settings: &Settings,
         upstream: &Upstream,
@@ -149,7 +147,7 @@ impl Dispatch {
         extra: Vec<(String, String)>,
         timeout_ms: u64,
     ) -> Dispatch {
-        let cluster = if upstream.tls { &settings.tls_cluster } else { &settings.plain_cluster };
+        let (cluster, route) = settings.dispatch_cluster(upstream);
         let mut headers = vec![
             (":method".to_string(), method.to_string()),
             (":path".to_string(), path.to_string()),
@@ -159,8 +157,8 @@ impl Dispatch {
             headers.push(("content-length".to_string(), body.len().to_string()));
         }
         headers.extend(extra);
-        headers.push((CLUSTER_HEADER.to_string(), cluster.clone()));
-        Dispatch { cluster: settings.recovery_cluster.clone(), headers, body, timeout_ms }
+        headers.extend(route.map(|(name, value)| (name.to_string(), value)));
+        Dispatch { cluster, headers, body, timeout_ms }
     }
 }
 
@@ -229,8 +227,9 @@ pub(crate) fn prepare_store(store: &dyn SharedStore, settings: &Settings) {
 
 /// A held request goes nowhere if Envoy resumes it without the gateway's edits.
 fn unroute(env: &mut Env, raw: &RawHeaders) {
-    if headers::find(raw, CLUSTER_HEADER).is_some() {
-        env.io.set_request_header(env.id, CLUSTER_HEADER, UNROUTED);
+    let route_header = env.settings.route_header();
+    if headers::find(raw, route_header).is_some() {
+        env.io.set_request_header(env.id, route_header, UNROUTED);
     }
 }
 

@@ -13,6 +13,7 @@ use crate::errors::GatewayError;
 use crate::pipeline::{Call, Forward, ResponsePlan};
 use crate::routing::attempts::Next;
 use crate::routing::plan::Failure;
+use crate::routing::Target;
 use crate::settings::Settings;
 
 /// A dispatched call needs a timeout of its own; the request timeout is Envoy's per-try
@@ -153,7 +154,8 @@ impl Exchange {
             }
         };
         let Forward { headers, body, response } = forward;
-        let call = attempt_call(env.settings, &headers.apply(&recovery.raw), body, &recovery.body);
+        let target = recovery.call.target(index);
+        let call = attempt_call(env.settings, target, &headers.apply(&recovery.raw), body, &recovery.body);
         match env.io.dispatch(env.id, &call) {
             Some(token) => {
                 // The answer will be this attempt's (until then the latest outcome is the
@@ -225,22 +227,31 @@ pub(super) fn count_circuits(env: &mut Env, call: &mut Call) {
     }
 }
 
-/// The dispatched call of a later attempt, through the recovery listener: the attempt's
-/// request headers and body (the client's, when the translator kept them).
+/// The dispatched call of a later attempt: the attempt's request headers and body (the
+/// client's, when the translator kept them), through the recovery listener (whose router reads
+/// the cluster and per-try timeout headers), or straight to the target host's cluster (then
+/// the attempt's timeout bounds the call, and those headers are not sent).
 fn attempt_call(
     settings: &Settings,
+    target: Option<&Target>,
     headers: &[(&str, &[u8])],
     body: Option<Vec<u8>>,
     original_body: &[u8],
 ) -> Dispatch {
     let body = body.unwrap_or_else(|| original_body.to_vec());
-    // The cluster and per-try timeout headers stay: the internal listener's router uses them.
+    let (cluster, direct) = match (&settings.upstream, target) {
+        (Some(host), Some(target)) => (host.cluster(&target.upstream), Some(target.options.request_timeout)),
+        _ => (settings.recovery_cluster.clone(), None),
+    };
+    let route_header = settings.route_header();
     let framing = ["content-length", "transfer-encoding"];
     let mut headers: Vec<(String, String)> = headers
         .iter()
         .filter(|(name, _)| !framing.contains(name))
+        .filter(|(name, _)| direct.is_none() || !(*name == route_header || name.starts_with("x-envoy-")))
         .map(|(name, value)| (name.to_string(), String::from_utf8_lossy(value).into_owned()))
         .collect();
     headers.push(("content-length".into(), body.len().to_string()));
-    Dispatch { cluster: settings.recovery_cluster.clone(), headers, body, timeout_ms: CALL_TIMEOUT_MS }
+    let timeout_ms = direct.flatten().unwrap_or(CALL_TIMEOUT_MS);
+    Dispatch { cluster, headers, body, timeout_ms }
 }

@@ -148,9 +148,12 @@ pub(crate) fn routed_failure(status: u16, details: &str) -> Option<Failure> {
     match details {
         "via_upstream" => Some(Failure::Status(status)),
         "upstream_per_try_timeout" | "upstream_response_timeout" => Some(Failure::Timeout),
+        // (A host whose cluster or route the host Envoy lacks, in `upstream` mode, is as unreachable.)
         d if d.starts_with("upstream_reset_before_response_started")
             || d.starts_with("no_healthy_upstream")
-            || d.starts_with("dns_resolution_failure") =>
+            || d.starts_with("dns_resolution_failure")
+            || d == "cluster_not_found"
+            || d == "route_not_found" =>
         {
             Some(Failure::Unreachable)
         }

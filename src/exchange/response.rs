@@ -12,6 +12,7 @@ use super::usage::UsageScan;
 use super::worker;
 use super::{Action, Env, Exchange, Phase};
 use crate::guardrails::{self, verdict};
+use crate::pipeline::Call;
 use crate::routing::attempts::Next;
 use crate::routing::plan::Failure;
 use crate::stream;
@@ -19,6 +20,24 @@ use crate::stream;
 /// Whether a response of `status` carries a 2xx body (`head`: the request was a HEAD).
 fn has_success_body(head: bool, status: u16) -> bool {
     reply::has_body(head, status) && (200..300).contains(&status)
+}
+
+/// What Envoy's `cluster_not_found` / `route_not_found` mean for the request's target: the
+/// host Envoy (a mesh's, in `upstream` mode) has no way to its host.
+fn missing_route(env: &Env, call: Option<&Call>, details: &str) -> Option<String> {
+    if !matches!(details, "cluster_not_found" | "route_not_found") {
+        return None;
+    }
+    let target = call?.target(call?.attempts.current)?;
+    let cluster = env.settings.routed_cluster(&target.upstream);
+    Some(format!("the proxy has no route or cluster '{cluster}' for host {} ({details})", target.upstream.host))
+}
+
+fn routed_call(phase: &Phase) -> Option<&Call> {
+    match phase {
+        Phase::Forwarded(routed) => Some(&routed.call),
+        _ => None,
+    }
 }
 
 impl Exchange {
@@ -70,7 +89,10 @@ impl Exchange {
         // Envoy's own reply (timeout, no connection) gets the gateway's error shape.
         match failure {
             Failure::Timeout => self.answer_error(env, &reply::timeout_error()),
-            Failure::Unreachable | Failure::CircuitOpen => self.answer_error(env, &reply::unreachable_error(&details)),
+            Failure::Unreachable | Failure::CircuitOpen => {
+                let detail = missing_route(env, routed_call(&self.phase), &details).unwrap_or(details);
+                self.answer_error(env, &reply::unreachable_error(&detail))
+            }
             Failure::Status(_) => self.respond(env, end_of_stream),
         }
     }

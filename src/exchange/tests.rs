@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::ports::testing::FakeHost;
+use crate::settings::CLUSTER_HEADER;
 use crate::unit_tests::test;
 use serde_json::{json, Value};
 use std::collections::HashMap as StdHashMap;
@@ -671,6 +672,35 @@ fn a_bedrock_event_stream_reaches_the_client_as_server_sent_events() {
 
 // ---------------------------------------------------------------------------------------------
 // 4. Recovery: fallback after a failed first attempt
+
+#[test]
+fn in_a_hosts_clusters_the_route_header_names_each_hosts_cluster_and_calls_go_straight_to_it() {
+    let settings =
+        r#"{"api_keys": ["gw-key"], "upstream": {"cluster": "outbound|{port}||{host}", "route_header": "x-route"}}"#;
+    let mut gw = Gateway::new(settings);
+    let mut first = openai("sk-first", 9001);
+    first["request_timeout"] = json!(2500);
+    let mut second = openai("sk-second", 9002);
+    second["request_timeout"] = json!(4000);
+    assert_eq!(gw.post(1, chat_with_config("gw-key", &fallback(vec![first, second])), CHAT), Output::proceed());
+    assert_eq!(gw.upstream_header(1, "x-route").as_deref(), Some("outbound|9001||127.0.0.1"));
+    assert_eq!(gw.upstream_header(1, CLUSTER_HEADER), None, "the forward proxy's header is not set");
+    gw.response_headers(1, 500, &[("content-type", "application/json")], "via_upstream");
+    let [call] = gw.io.sent.as_slice() else { panic!("one call: {:?}", gw.io.sent) };
+    assert_eq!(call.call.cluster, "outbound|9002||127.0.0.1");
+    assert_eq!(call.call.timeout_ms, 4000, "the attempt's timeout bounds the call");
+    assert_eq!(call.header(":authority"), Some("127.0.0.1:9002"));
+    assert_eq!((call.header("x-route"), call.header(CLUSTER_HEADER)), (None, None));
+    assert!(call.call.headers.iter().all(|(name, _)| !name.starts_with("x-envoy-")), "{:?}", call.call.headers);
+    // A host the host Envoy has no route or cluster for is a 502 that names both.
+    let mut gw = Gateway::new(settings);
+    gw.post(2, chat_with_config("gw-key", &openai("sk-first", 9001)), CHAT);
+    let out = gw.response_headers(2, 404, &[], "route_not_found");
+    let (_, status, _, body) = reply(&out);
+    assert_eq!(status, 502);
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("outbound|9001||127.0.0.1") && message.contains("host 127.0.0.1"), "{message}");
+}
 
 #[test]
 fn a_failed_first_target_falls_back_to_the_second_as_a_dispatched_call() {

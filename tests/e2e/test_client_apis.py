@@ -13,7 +13,7 @@ import pytest
 
 from helpers import (ANTHROPIC_SLUG_KEY, CLIENT_TOKEN, KEY, assert_clean_upstream, config, provider_config, served_by,
                      slug, workspace_key)
-from mocks import AnthropicMock, ToolCall
+from mocks import AnthropicMock, Reply, ToolCall
 
 CLAUDE = "claude-test-1"
 GPT = "gpt-mock"
@@ -155,7 +155,9 @@ def test_messages_translated_stream_is_anthropics_event_sequence(gateway, openai
         events = [event.type for event in s]
         final = s.get_final_message()
     assert final.content[0].text == "one two three"
-    assert final.stop_reason == "end_turn" and final.usage.output_tokens == 7
+    # The chat stream tells its usage only at its end: `message_start` says 0 input tokens, and
+    # `message_delta` the provider's count, which the SDK's final message takes.
+    assert final.stop_reason == "end_turn" and (final.usage.input_tokens, final.usage.output_tokens) == (11, 7)
     raw = [e for e in events if e not in ("text",)]
     assert raw[0] == "message_start" and raw[-1] == "message_stop"
     assert raw[1] == "content_block_start" and "content_block_delta" in raw and "message_delta" in raw
@@ -378,6 +380,46 @@ def test_the_cache_serves_each_client_api_its_own_answers(gateway, anthropic_moc
     assert response.parse().output_text == "a response" and len(anthropic_mock.requests) == 2
 
 
+def test_a_client_api_stream_is_cached_and_replayed_as_either_shape(gateway, anthropic_mock, openai_mock):
+    """A Messages stream (native) is stored as the message it streamed: the same request as JSON
+    and as a stream are hits, the stream replayed as Anthropic's events (tool use and thinking
+    whole); a Responses stream (translated) likewise, replayed with its sequence numbers."""
+    cfg = provider_config(anthropic_mock, provider="anthropic", cache={"mode": "simple"})
+    headers = {**config(cfg), "x-gateway-cache-namespace": f"client-streams-{uuid.uuid4().hex}"}
+    client = anthropic_sdk(gateway, headers, api_key="unused")
+    body = {"model": CLAUDE, "max_tokens": 50, "tools": [READ_TOOL],
+            "messages": [{"role": "user", "content": "Read a.txt"}]}
+    anthropic_mock.script(text="I'll read it.", tool_calls=[ToolCall("read_file", {"path": "a.txt"})])
+    with client.messages.stream(**body) as live:
+        assert live.response.headers["x-gateway-cache-status"] == "MISS"
+        live.get_final_message()
+    with client.messages.stream(**body) as replayed:
+        assert replayed.response.headers["x-gateway-cache-status"] == "HIT"
+        streamed = replayed.get_final_message()
+    assert len(anthropic_mock.requests) == 1, "the second stream was a hit"
+    as_json = client.messages.with_raw_response.create(**body)
+    assert as_json.http_response.headers["x-gateway-cache-status"] == "HIT"
+    message = as_json.parse()
+    assert len(anthropic_mock.requests) == 1
+    assert [b.type for b in message.content] == [b.type for b in streamed.content] == ["text", "tool_use"]
+    assert message.content[1].input == streamed.content[1].input == {"path": "a.txt"}
+    assert message.content[1].id == streamed.content[1].id
+    assert (message.stop_reason, message.usage.output_tokens) == ("tool_use", streamed.usage.output_tokens)
+
+    # Responses, translated from OpenAI's chat stream.
+    cfg = provider_config(openai_mock, cache={"mode": "simple"})
+    responses_headers = {**config(cfg), "x-gateway-cache-namespace": f"client-streams-{uuid.uuid4().hex}"}
+    sdk = gateway.sdk(responses_headers)
+    openai_mock.script(text="one two three")
+    calls = len(openai_mock.requests)
+    live = list(sdk.responses.create(model=GPT, input="Count", stream=True, store=False))
+    replayed = list(sdk.responses.create(model=GPT, input="Count", stream=True, store=False))
+    assert len(openai_mock.requests) == calls + 1, "the second stream was a hit"
+    assert [e.sequence_number for e in replayed] == list(range(len(replayed)))
+    assert [e.type for e in replayed] == [e.type for e in live]
+    assert replayed[-1].response.output_text == live[-1].response.output_text == "one two three"
+
+
 def test_envoys_own_answers_on_messages_paths_take_anthropics_shape(gateway, anthropic_mock):
     # A body over the gateway's limit is answered by Envoy itself, past the filter.
     body = {"model": CLAUDE, "max_tokens": 10, "messages": [{"role": "user", "content": "x" * (21 * 1024 * 1024)}]}
@@ -386,3 +428,15 @@ def test_envoys_own_answers_on_messages_paths_take_anthropics_shape(gateway, ant
     assert r.json() == {"type": "error", "error": {
         "type": "request_too_large", "message": "request body is larger than the gateway's 20 MiB limit"}}
     assert len(anthropic_mock.requests) == 0
+    # A provider that breaks off while the filter holds its answer: Envoy answers, and the SDK
+    # raises its typed error with the message.
+    anthropic_mock.script(Reply(raw=b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n"
+                                    b'{"id": "msg_1", "type": "mess', reset=True))
+    client = anthropic_sdk(gateway, native(anthropic_mock))
+    with pytest.raises(anthropic.InternalServerError) as raised:
+        client.messages.create(model=CLAUDE, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert raised.value.status_code == 502
+    body = raised.value.body
+    assert body["type"] == "error" and body["error"]["type"] == "api_error", body
+    assert body["error"]["message"].startswith("the provider's answer broke off before it was complete"), body
+    assert raised.value.response.headers["x-gateway-provider"] == "anthropic"

@@ -5,6 +5,7 @@
 //! Claude Code read them as they read Anthropic's own.
 
 pub(crate) mod answer;
+pub(crate) mod replay;
 pub(crate) mod request;
 pub(crate) mod stream;
 

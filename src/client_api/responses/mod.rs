@@ -4,6 +4,7 @@
 //! OpenAI's error shape, which both APIs share.
 
 pub(crate) mod answer;
+pub(crate) mod replay;
 pub(crate) mod request;
 pub(crate) mod stream;
 

@@ -74,7 +74,7 @@ pub(crate) struct ResponsesEvents {
     id: String,
     created_at: u64,
     request: Map<String, Value>,
-    sequence: u64,
+    numbered: Numbered,
     started: bool,
     items: Vec<Item>,
     /// The index of the item being written.
@@ -90,7 +90,7 @@ impl ResponsesEvents {
             id: echo.id.to_string(),
             created_at: echo.created_at,
             request: echo.request.clone(),
-            sequence: 0,
+            numbered: Numbered::default(),
             started: false,
             items: Vec::new(),
             open: None,
@@ -290,8 +290,20 @@ impl ResponsesEvents {
         self.done = true;
     }
 
-    /// One event: its `type` and `sequence_number` go first in its data.
     fn write(&mut self, out: &mut Vec<u8>, event: &str, fields: Value) {
+        self.numbered.write(out, event, fields);
+    }
+}
+
+/// Writes Responses events numbered in order.
+#[derive(Default)]
+pub(crate) struct Numbered {
+    sequence: u64,
+}
+
+impl Numbered {
+    /// One event: its `type` and `sequence_number` go first in its data.
+    pub(crate) fn write(&mut self, out: &mut Vec<u8>, event: &str, fields: Value) {
         let mut data = Map::new();
         data.insert("type".into(), event.into());
         data.insert("sequence_number".into(), self.sequence.into());

@@ -1,0 +1,237 @@
+"""The filter in an Envoy whose config it did not write, as a service mesh generates it (Istio's
+conventions): one statically defined cluster per provider host, named `outbound|{port}||{host}`,
+routes that match the route header (never `cluster_header`), no bootstrap extension, no internal
+listener, no dynamic forward proxy. The plugin configuration's `upstream` names the clusters.
+Retries, fallback across two hosts and a stream work there; a host without a cluster is a 502
+naming it; a route with the filter disabled passes untouched."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+import helpers
+from helpers import KEY, assert_error, chat_body, config
+from mocks import Reply
+from test_vertex import MODEL as GEMINI, fresh_key_file, sa_config
+from pg_server import free_ports, stop_group
+
+REPO = Path(__file__).resolve().parents[2]
+ENVOY = REPO / ".venv/bin/envoy"
+WASM = REPO / "target/model_gateway.wasm"
+ROUTE_HEADER = "x-gateway-upstream-cluster"
+
+
+def mesh_cluster(port: int) -> str:
+    return f"outbound|{port}||127.0.0.1"
+
+
+CONTROL_PLANE = REPO / "target/control-plane/gateway-control-plane"
+CONTROL_PLANE_TOKEN = "cp-mesh-token"
+
+
+class Peer:
+    """A host the mesh has a cluster for (the control plane, beside the mocks)."""
+
+    def __init__(self, port: int):
+        self.port = port
+
+
+def mesh_config(port: int, admin_port: int, mocks, control_plane_port: int) -> dict:
+    """An Envoy config shaped like a mesh's: per-host clusters and header-matched routes."""
+    plugin = {"api_keys": [KEY], "upstream": {"cluster": "outbound|{port}||{host}", "route_header": ROUTE_HEADER},
+              # The control plane is a host of the mesh too, reached by its cluster's name.
+              "control_plane": {"cluster": mesh_cluster(control_plane_port),
+                                "authority": f"127.0.0.1:{control_plane_port}", "token": CONTROL_PLANE_TOKEN,
+                                "fresh_ms": 1000, "grace_ms": 60000, "timeout_ms": 3000}}
+    wasm = {
+        "name": "envoy.filters.http.wasm",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+            "config": {
+                "name": "model_gateway", "root_id": "model_gateway", "failure_policy": "FAIL_RELOAD",
+                "allow_on_headers_stop_iteration": True,
+                "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                                  "value": json.dumps(plugin)},
+                "vm_config": {"vm_id": "model_gateway", "runtime": "envoy.wasm.runtime.v8",
+                              "code": {"local": {"filename": str(WASM)}}},
+            },
+        },
+    }
+    disabled = {"envoy.filters.http.wasm": {"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig",
+                                            "disabled": True}}
+    routes = [
+        # Another team's route on the same listener: the filter is off there.
+        {"match": {"prefix": "/other"}, "typed_per_filter_config": disabled,
+         "direct_response": {"status": 200, "body": {"inline_string": "other team's answer"}}},
+        # One route per provider host, matching the route header; it removes the header, as a
+        # mesh's route can (Istio: the VirtualService's `headers.request.remove`).
+        *({"match": {"prefix": "/", "headers": [{"name": ROUTE_HEADER, "string_match": {"exact": mesh_cluster(m.port)}}]},
+           "request_headers_to_remove": [ROUTE_HEADER],
+           "route": {"cluster": mesh_cluster(m.port), "timeout": "0s"}} for m in mocks),
+        # No catch-all: what matches no route is Envoy's own 404 (`route_not_found`).
+    ]
+    clusters = [{
+        "name": mesh_cluster(m.port), "type": "STATIC", "connect_timeout": "2s",
+        "load_assignment": {"cluster_name": mesh_cluster(m.port), "endpoints": [{"lb_endpoints": [
+            {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": m.port}}}}]}]},
+    } for m in mocks]
+    return {
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "static_resources": {
+            "listeners": [{
+                "name": "mesh",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "stat_prefix": "mesh",
+                        "route_config": {"name": "mesh", "virtual_hosts": [
+                            {"name": "mesh", "domains": ["*"], "routes": routes}]},
+                        "http_filters": [wasm, {"name": "envoy.filters.http.router", "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
+                    },
+                }]}],
+            }],
+            "clusters": clusters,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def mesh(openai_mock, anthropic_mock, vertex_mock, google_token_mock, tmp_path_factory):
+    """Envoy with the mesh-shaped config (the suite's mocks as its provider hosts)."""
+    directory = tmp_path_factory.mktemp("mesh")
+    port, admin_port, control_plane_port = free_ports(3)
+    hosts = [openai_mock, anthropic_mock, vertex_mock, google_token_mock, Peer(control_plane_port)]
+    path = directory / "envoy.json"
+    path.write_text(json.dumps(mesh_config(port, admin_port, hosts, control_plane_port)))
+    log_path = directory / "envoy.log"
+    control_plane_env = {"PATH": "/usr/bin:/bin", "GATEWAY_CONTROL_PLANE_ADDR": f"127.0.0.1:{control_plane_port}",
+                         "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN, "GATEWAY_API_KEYS": KEY,
+                         "GATEWAY_STATE_DIR": str(directory / "state")}
+    with open(directory / "control-plane.log", "wb") as log:
+        control_plane = subprocess.Popen([str(CONTROL_PLANE)], env=control_plane_env, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(ENVOY), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
+                                 "--log-level", "warn", "--base-id-path", str(directory / "base-id")],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    gw = helpers.Gateway(port, admin_port, log_path, control_plane_port)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"Envoy exited: {gw.log_tail(40)}", pytrace=False)
+            try:
+                if httpx.get(f"http://127.0.0.1:{admin_port}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"Envoy was not ready within 60 s: {gw.log_tail(40)}", pytrace=False)
+            time.sleep(0.1)
+        wait_for_health(f"http://127.0.0.1:{control_plane_port}/health", control_plane)
+        yield gw
+    finally:
+        gw.close()
+        stop_group(proc)
+        stop_group(control_plane)
+
+
+def wait_for_health(url: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"the control plane did not answer {url}", pytrace=False)
+
+
+def host(mock, provider: str = "openai") -> dict:
+    return {"provider": provider, "api_key": "sk-config-key", "custom_host": mock.base_url}
+
+
+def test_a_request_reaches_its_hosts_cluster_through_the_hosts_route(mesh, openai_mock):
+    client = mesh.sdk(config(host(openai_mock)))
+    completion = client.chat.completions.with_raw_response.create(**chat_body())
+    assert completion.parse().choices[0].message.content
+    assert completion.headers["x-gateway-provider"] == "openai"
+    sent = openai_mock.last
+    assert sent.headers["authorization"] == "Bearer sk-config-key"
+    assert ROUTE_HEADER not in sent.headers, "the route header stays in the mesh"
+
+
+def test_retries_and_fallback_across_two_hosts_go_to_each_hosts_cluster(mesh, openai_mock, anthropic_mock):
+    openai_mock.script(status=503, times=2)
+    r = mesh.chat(config({**host(openai_mock), "retry": {"attempts": 2}}))
+    assert r.status_code == 200, r.text
+    assert r.headers["x-gateway-retries"] == "2" and len(openai_mock.requests) == 3
+    openai_mock.reset()
+    openai_mock.script(status=500, times=None)
+    anthropic_mock.script(text="from the second host")
+    cfg = {"strategy": {"mode": "fallback"},
+           "targets": [host(openai_mock), {**host(anthropic_mock, "anthropic"), "override_params": {"model": "claude-mock"}}]}
+    r = mesh.chat(config(cfg))
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "from the second host"
+    assert r.headers["x-gateway-provider"] == "anthropic"
+    assert len(openai_mock.requests) == 1 and len(anthropic_mock.requests) == 1
+    assert ROUTE_HEADER not in anthropic_mock.last.headers
+
+
+def test_a_stream_flows_through_the_hosts_cluster(mesh, openai_mock):
+    openai_mock.script(text="one two three")
+    client = mesh.sdk(config(host(openai_mock)))
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in
+                   client.chat.completions.create(**chat_body(), stream=True) if chunk.choices)
+    assert text == "one two three"
+
+
+def test_a_host_without_a_cluster_is_a_502_naming_it(mesh, openai_mock):
+    (unused,) = free_ports(1)
+    missing = {"provider": "openai", "api_key": "sk-config-key", "custom_host": f"http://127.0.0.1:{unused}/v1"}
+    r = mesh.chat(config(missing))
+    assert_error(r, 502, type="api_error", code="upstream_unreachable",
+                 contains=["127.0.0.1", f"outbound|{unused}||127.0.0.1"])
+    # With a fallback, the next host answers (the first one's dispatch finds no cluster either).
+    r = mesh.chat(config({"strategy": {"mode": "fallback"}, "targets": [missing, host(openai_mock)]}))
+    assert r.status_code == 200, r.text
+    assert r.headers["x-gateway-target"] == "targets[1]"
+
+
+def test_other_routes_pass_untouched(mesh):
+    r = httpx.post(f"{mesh.origin}/other/path", content=b"not json at all", headers={"x-gateway-api-key": "wrong"})
+    assert (r.status_code, r.text) == (200, "other team's answer")
+
+
+def test_a_cloud_token_exchange_goes_to_the_token_hosts_cluster(mesh, vertex_mock, google_token_mock):
+    key_file = fresh_key_file(google_token_mock, "mesh")
+    vertex_mock.script(Reply(text="Bonjour"), model=GEMINI)
+    r = mesh.chat(config(sa_config(vertex_mock, key_file)), chat_body(model=GEMINI))
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "Bonjour"
+    assert google_token_mock.exchanges == 1
+    assert google_token_mock.valid(vertex_mock.last.header("authorization").removeprefix("Bearer "))
+
+
+def test_a_saved_config_is_read_from_the_control_plane_through_its_cluster(mesh, openai_mock):
+    """The control plane is a host of the mesh: the filter's read of a saved config (a
+    dispatched call) goes to its cluster."""
+    control_plane = httpx.Client(base_url=f"http://127.0.0.1:{mesh.control_plane_port}",
+                                 headers={"x-gateway-api-key": KEY})
+    saved = control_plane.put("/v1/configs/mesh-config",
+                              json={**host(openai_mock), "override_params": {"model": "from-the-control-plane"}})
+    assert saved.status_code == 200, saved.text
+    r = mesh.chat(config("mesh-config"))
+    assert r.status_code == 200, r.text
+    assert openai_mock.last.json["model"] == "from-the-control-plane"
