@@ -399,7 +399,11 @@ impl Guard {
                 calls.insert(alias, Waiting { slot: pending.slot, then: pending.then, started_ms: now_ms });
                 continue;
             }
-            match dispatch(env, &pending.call) {
+            let token = match jwks {
+                Some(_) => dispatch_on(env, &pending.call, env.tasks.root),
+                None => dispatch(env, &pending.call),
+            };
+            match token {
                 Some(token) => {
                     match jwks {
                         Some(fetch) => env.tasks.started(token, Waiter { id: env.id, token }, fetch),
@@ -458,6 +462,11 @@ impl Guard {
 }
 
 fn dispatch(env: &mut Env, call: &CallSpec) -> Option<u32> {
+    dispatch_on(env, call, env.id)
+}
+
+/// `call` dispatched on context `context` (the root's for a fetch other checks may join).
+fn dispatch_on(env: &mut Env, call: &CallSpec, context: u32) -> Option<u32> {
     if !env.settings.custom_host_allowed(&call.upstream.host) {
         log::warn!("a check's call to '{}' is refused: the host is not in the allow-list", call.upstream.host);
         return None;
@@ -471,7 +480,7 @@ fn dispatch(env: &mut Env, call: &CallSpec) -> Option<u32> {
         call.headers.clone(),
         call.timeout_ms,
     );
-    let token = env.io.dispatch(env.id, &dispatch);
+    let token = env.io.dispatch(context, &dispatch);
     if token.is_none() {
         log::warn!("a check's call to '{}' could not start", call.upstream.host);
     }

@@ -189,9 +189,8 @@ fn ask(env: &mut Env, limited: &mut Limited, demand: Demand) -> Allowance {
     if env.tasks.waiters.join(&fetch, || Waiter::request(env.id)) {
         return Allowance::Waiting;
     }
-    // Asked from the root context's timer, not from here: this may be another request's
-    // callback (a grant that answered several), and the SDK ties a call's answer to the context
-    // whose callback dispatched it, so the answer would be lost with that request.
+    // Asked from the root context's timer, not from here: a call that cannot be sent answers
+    // every request waiting for it, this one included, which is in the middle of its event.
     let now_ms = env.io.host().now_ms();
     let (ask, reports) = env.tasks.leases.ask(&demand, now_ms);
     env.tasks.waiters.started(fetch.clone(), Waiter::request(env.id));

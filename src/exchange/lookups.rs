@@ -75,15 +75,7 @@ impl Reads {
         if env.tasks.waiters.join(&fetch, || Waiter::request(env.id)) {
             return Ok(Read::Waiting);
         }
-        if env.tasks.foreign {
-            // Another request's callback (a fetch that answered several): the SDK would tie
-            // this call's answer to that request, lost if it ends first. The root's timer sends it.
-            env.tasks.waiters.started(fetch.clone(), Waiter::request(env.id));
-            // The worker sets its timer once the event is handled.
-            env.tasks.to_ask.push((fetch, call(cp, &r), Vec::new()));
-            return Ok(Read::Waiting);
-        }
-        let Some(token) = env.io.dispatch(env.id, &call(cp, &r)) else {
+        let Some(token) = env.tasks.dispatch_fetch(env.io, &call(cp, &r)) else {
             // Not even sent (e.g. no such cluster): as when it does not answer.
             count(env.io, "failed");
             let entry = failed(cp, &r, "it could not be called", env.io.host())?;

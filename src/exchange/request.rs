@@ -411,7 +411,7 @@ pub(super) fn token_for(env: &mut Env, call: &Call, index: usize) -> Result<Toke
     }
     let request = source.request(host.now_ms())?;
     let dispatch = tokens::call(env.settings, &request)?;
-    let Some(call_token) = env.io.dispatch(env.id, &dispatch) else {
+    let Some(call_token) = env.tasks.dispatch_fetch(env.io, &dispatch) else {
         return Err(GatewayError::new(502, "api_error", "the token endpoint could not be called")
             .with_code("token_exchange_failed"));
     };

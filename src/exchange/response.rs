@@ -40,6 +40,10 @@ fn routed_call(phase: &Phase) -> Option<&Call> {
     }
 }
 
+/// The filter state (`wasm.gateway_client_api`) that tells Envoy's local reply mapper which
+/// API the client of a held answer speaks.
+const CLIENT_API_STATE: &str = "gateway_client_api";
+
 impl Exchange {
     pub(super) fn response_headers(&mut self, env: &mut Env, end_of_stream: bool) -> Action {
         let mut routed = match std::mem::replace(&mut self.phase, Phase::Answered) {
@@ -213,6 +217,8 @@ impl Exchange {
     pub(super) fn hold_answer(&mut self, env: &mut Env) -> Action {
         self.awaiting_end = true;
         self.each_gateway_header(&mut |name, value| env.io.publish_header(env.id, name, value));
+        // The mapper answers in the client's API's error shape (the path is the provider's by now).
+        env.io.publish_header(env.id, CLIENT_API_STATE, self.record.client_api.name());
         Action::Pause
     }
 

@@ -73,17 +73,22 @@ pub(super) struct Tasks {
     pub(super) policies: crate::usage_limits::Policies,
     /// The reports an ask for allowance carries, by its call's token (sent again if it fails).
     pub(super) asked: HashMap<u32, Vec<Report>>,
-    /// Fetches requests wait for that the next tick dispatches from the root context (see
-    /// `ask_pending`), with the lease reports an ask for allowance carries.
+    /// Asks for allowance that the next tick dispatches (see `ask_pending`), with the lease
+    /// reports each carries.
     pub(super) to_ask: Vec<(Fetch, super::Dispatch, Vec<Report>)>,
-    /// A fetch's answer is being handed to a request other than the one it arrived on: a call
-    /// that request starts goes through the root's timer.
-    pub(super) foreign: bool,
-    /// While a fetch's answer is handed out: the context it arrived on.
-    arrived_on: Option<u32>,
+    /// The root context. Calls whose answer serves more than the request that started them
+    /// (fetches, record batches, leases) are dispatched on it: Envoy cancels a context's calls
+    /// when the context ends, and a request may end (its client gone) while others wait for
+    /// its fetch.
+    pub(super) root: u32,
 }
 
 impl Tasks {
+    /// Dispatches `call`, a fetch requests may join, on the root context: its token.
+    pub(super) fn dispatch_fetch(&self, io: &mut dyn Io, call: &super::Dispatch) -> Option<u32> {
+        io.dispatch(self.root, call)
+    }
+
     /// Call `token` fetches `fetch`, started on behalf of `first` (see [`Waiters::join`] for
     /// the requests that join it).
     pub(super) fn started(&mut self, token: u32, first: Waiter, fetch: Fetch) {
@@ -116,9 +121,6 @@ pub(crate) struct Worker {
     models: ModelLabels,
     /// Whether this worker queued a record yet (the drop counter is then defined, at 0).
     shipping: bool,
-    /// The root context: record batches are dispatched on it (a request's context may be gone
-    /// before its call answers).
-    root: u32,
 }
 
 impl Worker {
@@ -130,13 +132,12 @@ impl Worker {
             tasks: Tasks { aliases: u32::MAX, ..Tasks::default() },
             models: ModelLabels::default(),
             shipping: false,
-            root: 0,
         }
     }
 
     /// The worker of root context `root`.
     pub(crate) fn rooted(mut self, root: u32) -> Worker {
-        self.root = root;
+        self.tasks.root = root;
         self
     }
 
@@ -151,10 +152,8 @@ impl Worker {
             return Output::proceed();
         };
         let settings = Rc::clone(&exchange.settings);
-        self.tasks.foreign = self.tasks.arrived_on.is_some_and(|owner| owner != id);
         let mut env = Env { id, settings: &settings, io, tasks: &mut self.tasks, after: Vec::new() };
         let action = event(exchange, &mut env);
-        env.tasks.foreign = false;
         if !env.tasks.to_ask.is_empty() {
             rearm(env.tasks, env.io);
         }
@@ -234,10 +233,7 @@ impl Worker {
                         self.tasks.leases.call_failed(reports, &[], now_ms);
                     }
                 }
-                self.tasks.arrived_on = Some(owner);
-                let output = self.fetched(fetch, answer, io);
-                self.tasks.arrived_on = None;
-                output
+                self.fetched(fetch, answer, io)
             }
             Task::Records if !self.tasks.records.carries(token) => Output::proceed(),
             Task::Records => {
@@ -377,9 +373,9 @@ impl Worker {
     fn ask_pending(&mut self, io: &mut dyn Io) -> Vec<super::After> {
         let mut after = Vec::new();
         for (fetch, call, reports) in std::mem::take(&mut self.tasks.to_ask) {
-            match io.dispatch(self.root, &call) {
+            match io.dispatch(self.tasks.root, &call) {
                 Some(token) => {
-                    self.tasks.calls.insert(token, (self.root, Task::Fetch(fetch)));
+                    self.tasks.calls.insert(token, (self.tasks.root, Task::Fetch(fetch)));
                     if !reports.is_empty() {
                         self.tasks.asked.insert(token, reports);
                     }
@@ -406,9 +402,9 @@ impl Worker {
         if reports.is_empty() && asks.is_empty() {
             return;
         }
-        match io.dispatch(self.root, &shipping::leases(cp, &asks, &reports)) {
+        match io.dispatch(self.tasks.root, &shipping::leases(cp, &asks, &reports)) {
             Some(token) => {
-                self.tasks.calls.insert(token, (self.root, Task::Leases(Box::new((reports, asks)))));
+                self.tasks.calls.insert(token, (self.tasks.root, Task::Leases(Box::new((reports, asks)))));
             }
             None => self.tasks.leases.call_failed(reports, &asks, now_ms),
         }
@@ -435,10 +431,10 @@ impl Worker {
         let Some(body) = self.tasks.records.take(now_ms) else {
             return;
         };
-        match io.dispatch(self.root, &shipping::call(cp, body)) {
+        match io.dispatch(self.tasks.root, &shipping::call(cp, body)) {
             Some(token) => {
                 self.tasks.records.sent(token);
-                self.tasks.calls.insert(token, (self.root, Task::Records));
+                self.tasks.calls.insert(token, (self.tasks.root, Task::Records));
             }
             None => {
                 let dropped = self.tasks.records.answered(0, now_ms, self.settings.records.max_queued);

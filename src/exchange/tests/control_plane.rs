@@ -98,6 +98,25 @@ fn an_unknown_key_is_looked_up_by_its_hash_then_the_request_routes_and_a_warm_on
 }
 
 #[test]
+fn a_read_two_requests_wait_for_is_the_root_contexts_call_and_outlives_the_first() {
+    // Envoy cancels a context's calls when the context ends: a read dispatched on the request
+    // that started it would be lost with that request, and every request that joined it would
+    // wait for ever. The read is the root context's call (0 in the fake host).
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let headers =
+        chat("gw-team-key", &[("x-gateway-provider", "openai"), ("x-gateway-custom-host", "http://127.0.0.1:9000/v1")]);
+    assert_eq!(gw.post(1, headers.clone(), CHAT).action, Action::Pause);
+    assert_eq!(gw.post(2, headers, CHAT).action, Action::Pause);
+    let [call] = gw.io.sent.as_slice() else { panic!("one read for both: {:?}", gw.io.sent) };
+    assert_eq!(call.id, 0, "dispatched on the root context");
+    let token = call.token;
+    // The first request's client leaves before the answer.
+    assert!(gw.finished(1).is_some());
+    let out = gw.answer(token, 200, &[], br#"{"workspace": "team-a", "admin": false}"#);
+    assert!(resumed(&out, 2), "{out:?}");
+}
+
+#[test]
 fn a_saved_config_and_an_at_slug_are_read_one_after_the_other_then_the_request_routes() {
     let mut gw = Gateway::new(CP_SETTINGS);
     let headers = chat("gw-key", &[("x-gateway-config", "team-config")]);
