@@ -12,6 +12,10 @@
 #   ./build.sh agents   install the coding agents the end-to-end tests run (Claude Code, Codex)
 #   ./build.sh fixtures write the translation fixtures' snapshots again after an intended change
 #                       (src/providers/fixtures/README.md); review their diff
+#   ./build.sh image [TAG] [--push REF]
+#                       the filter as an OCI image (target/oci/model-gateway, one layer holding
+#                       plugin.wasm: what Istio and Envoy Gateway pull); --push copies it to a
+#                       registry with skopeo
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -329,6 +333,28 @@ size_breakdown() {
   python3 bench/wasm_size.py "$ROOT/target/size/$TARGET/release/model_gateway.wasm" "${1:-25}" "${2:-15}"
 }
 
+# The filter as an OCI image layout; with --push REF, copied to a registry by skopeo (which
+# this machine may not have: the error says so).
+image() {
+  local tag=latest push=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --push) [ $# -ge 2 ] || die "--push needs a reference, e.g. registry.example.com/model-gateway:0.1.0"
+              push="$2"; shift 2 ;;
+      *) tag="$1"; shift ;;
+    esac
+  done
+  build >/dev/null
+  local layout="$ROOT/target/oci/model-gateway"
+  local digest
+  digest="$("$VENV/bin/python" deploy/oci_image.py "$WASM" "$layout" "$tag")"
+  log "OCI image layout $layout, tag $tag, manifest $digest"
+  if [ -n "$push" ]; then
+    command -v skopeo >/dev/null || die "--push needs skopeo (Debian: apt-get install skopeo); the layout is ready to push"
+    skopeo copy "oci:$layout:$tag" "docker://$push"
+  fi
+}
+
 COMMAND="${1:-build}"
 case "$COMMAND" in
   build) build ;;
@@ -341,5 +367,6 @@ case "$COMMAND" in
   agents) install_agents ;;
   fixtures) UPDATE_SNAPSHOTS=1 cargo test --quiet -p model-gateway --lib providers::fixtures
             git status --short -- src/providers/fixtures/snapshots ;;
-  *) echo "usage: $0 [build|run|test|lint|config|bench|size|agents|fixtures]" >&2; exit 2 ;;
+  image) shift; image "$@" ;;
+  *) echo "usage: $0 [build|run|test|lint|config|bench|size|agents|fixtures|image]" >&2; exit 2 ;;
 esac

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx2 as httpx
 import pytest
@@ -42,7 +44,7 @@ class Peer:
         self.port = port
 
 
-def mesh_config(port: int, admin_port: int, mocks, control_plane_port: int) -> dict:
+def mesh_config(port: int, admin_port: int, mocks, control_plane_port: int, wasm: Path = WASM) -> dict:
     """An Envoy config shaped like a mesh's: per-host clusters and header-matched routes."""
     plugin = {"api_keys": [KEY], "upstream": {"cluster": "outbound|{port}||{host}", "route_header": ROUTE_HEADER},
               # The control plane is a host of the mesh too, reached by its cluster's name.
@@ -59,7 +61,7 @@ def mesh_config(port: int, admin_port: int, mocks, control_plane_port: int) -> d
                 "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
                                   "value": json.dumps(plugin)},
                 "vm_config": {"vm_id": "model_gateway", "runtime": "envoy.wasm.runtime.v8",
-                              "code": {"local": {"filename": str(WASM)}}},
+                              "code": {"local": {"filename": str(wasm)}}},
             },
         },
     }
@@ -107,11 +109,18 @@ def mesh_config(port: int, admin_port: int, mocks, control_plane_port: int) -> d
 @pytest.fixture(scope="module")
 def mesh(openai_mock, anthropic_mock, vertex_mock, google_token_mock, tmp_path_factory):
     """Envoy with the mesh-shaped config (the suite's mocks as its provider hosts)."""
-    directory = tmp_path_factory.mktemp("mesh")
+    with running_mesh(tmp_path_factory.mktemp("mesh"), [openai_mock, anthropic_mock, vertex_mock, google_token_mock],
+                      WASM) as gw:
+        yield gw
+
+
+@contextmanager
+def running_mesh(directory: Path, mocks, wasm: Path) -> Iterator[helpers.Gateway]:
+    """Envoy with the mesh-shaped config running `wasm`, and a control plane of its own."""
     port, admin_port, control_plane_port = free_ports(3)
-    hosts = [openai_mock, anthropic_mock, vertex_mock, google_token_mock, Peer(control_plane_port)]
+    hosts = [*mocks, Peer(control_plane_port)]
     path = directory / "envoy.json"
-    path.write_text(json.dumps(mesh_config(port, admin_port, hosts, control_plane_port)))
+    path.write_text(json.dumps(mesh_config(port, admin_port, hosts, control_plane_port, wasm)))
     log_path = directory / "envoy.log"
     control_plane_env = {"PATH": "/usr/bin:/bin", "GATEWAY_CONTROL_PLANE_ADDR": f"127.0.0.1:{control_plane_port}",
                          "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN, "GATEWAY_API_KEYS": KEY,
