@@ -327,8 +327,11 @@ def main():
         wait_ready(gateway_port, saved_headers, REQUEST)
         keyed_key = store(gateway_port, "/v1/api-keys", {"workspace": "bench-keyed"}, method="POST")["key"]
         limited_key = store(gateway_port, "/v1/api-keys", {"workspace": "bench-limited"}, method="POST")["key"]
-        store(gateway_port, "/v1/prices/bench-model", {"input_per_million": 1, "output_per_million": 2,
-                                                       "max_output_tokens": 4096}, key=limited_key)
+        # Both workspaces price the model (every priced request counts its cost): the variants
+        # differ only in the limits.
+        for key in (keyed_key, limited_key):
+            store(gateway_port, "/v1/prices/bench-model", {"input_per_million": 1, "output_per_million": 2,
+                                                           "max_output_tokens": 4096}, key=key)
         store(gateway_port, "/v1/limits/bench-limits", {"workspace": "bench-limited", "requests_per_minute": 10**9,
                                                         "budget_usd": 10**9, "budget_period": "total"})
         keyed_headers = {**gateway_headers, "x-gateway-api-key": keyed_key}
