@@ -406,7 +406,7 @@ impl Guard {
             match token {
                 Some(token) => {
                     match jwks {
-                        Some(fetch) => env.tasks.started(token, Waiter { id: env.id, token }, fetch),
+                        Some(fetch) => super::fetch_started(env, token, Waiter { id: env.id, token }, fetch),
                         None => {
                             env.tasks.calls.insert(token, (env.id, Task::Check));
                         }

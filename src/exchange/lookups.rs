@@ -82,7 +82,7 @@ impl Reads {
             self.known.insert(r, entry);
             return Ok(Read::Known);
         };
-        env.tasks.started(token, Waiter::request(env.id), fetch);
+        super::fetch_started(env, token, Waiter::request(env.id), fetch);
         Ok(Read::Waiting)
     }
 

@@ -225,6 +225,15 @@ pub(crate) fn prepare_store(store: &dyn SharedStore, settings: &Settings) {
     }
 }
 
+/// Call `token` fetches `fetch`, started by `first` (see [`Waiters::join`] for the requests
+/// that join it); the timer is set for when the fetch would count as lost.
+fn fetch_started(env: &mut Env, token: u32, first: waiters::Waiter, fetch: waiters::Fetch) {
+    let now_ms = env.io.host().now_ms();
+    env.tasks.calls.insert(token, (first.id, worker::Task::Fetch(fetch.clone())));
+    env.tasks.waiters.started(fetch, first, now_ms);
+    worker::rearm(env.tasks, env.io);
+}
+
 /// A held request goes nowhere if Envoy resumes it without the gateway's edits.
 fn unroute(env: &mut Env, raw: &RawHeaders) {
     let route_header = env.settings.route_header();

@@ -415,6 +415,6 @@ pub(super) fn token_for(env: &mut Env, call: &Call, index: usize) -> Result<Toke
         return Err(GatewayError::new(502, "api_error", "the token endpoint could not be called")
             .with_code("token_exchange_failed"));
     };
-    env.tasks.started(call_token, Waiter::request(env.id), fetch);
+    super::fetch_started(env, call_token, Waiter::request(env.id), fetch);
     Ok(Token::Awaited)
 }

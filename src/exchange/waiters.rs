@@ -35,38 +35,60 @@ impl Waiter {
     }
 }
 
-/// Every fetch a worker's requests wait for, with its waiting requests in arrival order.
+/// Every call that fetches answers within its timeout, at most a minute (control-plane reads,
+/// token endpoints, JWKS): a fetch on its way this long lost its call, and is answered as failed
+/// rather than held for ever with everyone who joined it.
+pub(super) const LOST_AFTER_MS: u64 = 70_000;
+
+/// A fetch on its way: since when, and the requests waiting for it in arrival order.
+struct Pending {
+    since_ms: u64,
+    waiters: Vec<Waiter>,
+}
+
+/// Every fetch a worker's requests wait for.
 #[derive(Default)]
-pub(super) struct Waiters(HashMap<Fetch, Vec<Waiter>>);
+pub(super) struct Waiters(HashMap<Fetch, Pending>);
 
 impl Waiters {
     /// Joins the fetch already on its way with the waiter `waiter` makes; false when none is
     /// (the caller starts the call, then `started`).
     pub(super) fn join(&mut self, fetch: &Fetch, waiter: impl FnOnce() -> Waiter) -> bool {
         match self.0.get_mut(fetch) {
-            Some(waiters) => {
-                waiters.push(waiter());
+            Some(pending) => {
+                pending.waiters.push(waiter());
                 true
             }
             None => false,
         }
     }
 
-    /// The call for `fetch` started on behalf of `first`.
-    pub(super) fn started(&mut self, fetch: Fetch, first: Waiter) {
-        self.0.insert(fetch, vec![first]);
+    /// The call for `fetch` started at `now_ms` on behalf of `first`.
+    pub(super) fn started(&mut self, fetch: Fetch, first: Waiter, now_ms: u64) {
+        self.0.insert(fetch, Pending { since_ms: now_ms, waiters: vec![first] });
     }
 
     /// The fetch answered: the requests still waiting for it.
     pub(super) fn answered(&mut self, fetch: &Fetch) -> Vec<Waiter> {
-        self.0.remove(fetch).unwrap_or_default()
+        self.0.remove(fetch).map(|pending| pending.waiters).unwrap_or_default()
     }
 
     /// Request `id` ended: it waits for nothing any more.
     pub(super) fn forget(&mut self, id: u32) {
-        for waiters in self.0.values_mut() {
-            waiters.retain(|waiter| waiter.id != id);
+        for pending in self.0.values_mut() {
+            pending.waiters.retain(|waiter| waiter.id != id);
         }
+    }
+
+    /// The fetches on their way for [`LOST_AFTER_MS`] at `now_ms`.
+    pub(super) fn lost(&self, now_ms: u64) -> Vec<Fetch> {
+        let lost = |pending: &&Pending| now_ms.saturating_sub(pending.since_ms) >= LOST_AFTER_MS;
+        self.0.iter().filter(|(_, pending)| lost(pending)).map(|(fetch, _)| fetch.clone()).collect()
+    }
+
+    /// When the oldest fetch on its way counts as lost.
+    pub(super) fn next_loss_ms(&self) -> Option<u64> {
+        self.0.values().map(|pending| pending.since_ms.saturating_add(LOST_AFTER_MS)).min()
     }
 }
 
@@ -80,7 +102,7 @@ mod tests {
         let mut waiters = Waiters::default();
         let jwks = Fetch::Jwks("https://idp/jwks".into());
         assert!(!waiters.join(&jwks, || Waiter { id: 1, token: 10 }), "nobody fetches it yet");
-        waiters.started(jwks.clone(), Waiter { id: 1, token: 10 });
+        waiters.started(jwks.clone(), Waiter { id: 1, token: 10 }, 0);
         assert!(waiters.join(&jwks, || Waiter { id: 2, token: 20 }));
         assert!(waiters.join(&jwks, || Waiter { id: 3, token: 30 }));
         waiters.forget(2);
@@ -92,7 +114,7 @@ mod tests {
     fn a_fetch_whose_waiters_all_ended_is_still_joined() {
         let mut waiters = Waiters::default();
         let token = Fetch::Token("sa@project".into());
-        waiters.started(token.clone(), Waiter::request(1));
+        waiters.started(token.clone(), Waiter::request(1), 0);
         waiters.forget(1);
         // The call goes on: a later request waits for it instead of starting another.
         assert!(waiters.join(&token, || Waiter::request(2)));

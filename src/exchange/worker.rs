@@ -6,7 +6,7 @@
 
 use super::gate::Gate;
 use super::record::{self, Record};
-use super::waiters::{Fetch, Waiter, Waiters};
+use super::waiters::{Fetch, Waiter, Waiters, LOST_AFTER_MS};
 use super::{lookups, metrics, reply, shipping, tokens};
 use super::{Action, Bodies, CallAnswer, Env, Exchange, Io, Output};
 use crate::routing::attempts::Next;
@@ -87,13 +87,6 @@ impl Tasks {
     /// Dispatches `call`, a fetch requests may join, on the root context: its token.
     pub(super) fn dispatch_fetch(&self, io: &mut dyn Io, call: &super::Dispatch) -> Option<u32> {
         io.dispatch(self.root, call)
-    }
-
-    /// Call `token` fetches `fetch`, started on behalf of `first` (see [`Waiters::join`] for
-    /// the requests that join it).
-    pub(super) fn started(&mut self, token: u32, first: Waiter, fetch: Fetch) {
-        self.calls.insert(token, (first.id, Task::Fetch(fetch.clone())));
-        self.waiters.started(fetch, first);
     }
 
     /// A check of request `id` joins the fetch on its way: the token of its own it waits under
@@ -361,10 +354,39 @@ impl Worker {
             after.extend(output.after);
         }
         after.extend(self.ask_pending(io));
+        after.extend(self.give_up_lost_fetches(now, io));
         self.ship(now, io);
         self.renew(io);
         rearm(&self.tasks, io);
         Output { action: Action::Continue, after }
+    }
+
+    /// Fetches whose call never answered (see [`LOST_AFTER_MS`]) answer their
+    /// waiters as a failed call would; a late answer finds nothing to do.
+    fn give_up_lost_fetches(&mut self, now_ms: u64, io: &mut dyn Io) -> Vec<super::After> {
+        let mut after = Vec::new();
+        for fetch in self.tasks.waiters.lost(now_ms) {
+            log::warn!(
+                "a call that requests wait for did not answer in {} s: it counts as failed",
+                LOST_AFTER_MS / 1000
+            );
+            let tokens: Vec<u32> = self
+                .tasks
+                .calls
+                .iter()
+                .filter(|(_, (_, task))| matches!(task, Task::Fetch(f) if *f == fetch))
+                .map(|(token, _)| *token)
+                .collect();
+            for token in tokens {
+                self.tasks.calls.remove(&token);
+                if let Some(reports) = self.tasks.asked.remove(&token) {
+                    self.tasks.leases.call_failed(reports, &[], now_ms);
+                }
+            }
+            let failed = CallAnswer { status: 0, headers: Vec::new(), body: Vec::new() };
+            after.extend(self.fetched(fetch, failed, io).after);
+        }
+        after
     }
 
     /// Dispatches the asks for allowance requests wait for, from the root context (whose calls
@@ -516,7 +538,9 @@ pub(super) fn rearm(tasks: &Tasks, io: &mut dyn Io) {
     let now = io.host().now_ms();
     let leases = tasks.leases.next_due_ms(now);
     let asks = (!tasks.to_ask.is_empty()).then_some(now);
-    let earliest = tasks.timers.iter().map(|t| t.due_ms).chain(tasks.records.due_ms()).chain(leases).chain(asks).min();
+    let lost = tasks.waiters.next_loss_ms();
+    let earliest =
+        tasks.timers.iter().map(|t| t.due_ms).chain(tasks.records.due_ms()).chain(leases).chain(asks).chain(lost).min();
     io.tick_every(earliest.map_or(0, |due| due.saturating_sub(now).max(1)));
 }
 

@@ -60,9 +60,10 @@ def test_the_module_from_the_image_loads_in_envoy_and_serves(tmp_path, openai_mo
     layout = tmp_path / "oci"
     build(layout)
     manifest = json.loads(blob(layout, json.loads((layout / "index.json").read_text())["manifests"][0]))
+    module = tmp_path / "plugin.wasm"
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob(layout, manifest["layers"][0])))) as archive:
-        archive.extractall(tmp_path / "extracted", filter="data")
-    with running_mesh(tmp_path, [openai_mock], tmp_path / "extracted/plugin.wasm") as gw:
+        module.write_bytes(archive.extractfile("plugin.wasm").read())
+    with running_mesh(tmp_path, [openai_mock], module) as gw:
         r = gw.chat(config(host(openai_mock)), chat_body())
         assert r.status_code == 200, r.text
 

@@ -117,6 +117,32 @@ fn a_read_two_requests_wait_for_is_the_root_contexts_call_and_outlives_the_first
 }
 
 #[test]
+fn a_read_whose_call_never_answers_is_given_up_and_its_waiters_answered() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let headers = chat("gw-team-key", &[("x-gateway-provider", "openai")]);
+    assert_eq!(gw.post(1, headers.clone(), CHAT).action, Action::Pause);
+    let token = gw.io.sent[0].token;
+    assert_eq!(gw.io.ticks.last(), Some(&70_000), "the timer is set for when the read counts as lost");
+    gw.advance_clock(69_999);
+    assert_eq!(gw.tick(), Output::proceed(), "not yet");
+    assert_eq!(gw.post(2, headers, CHAT).action, Action::Pause, "joins the read on its way");
+    assert_eq!(gw.io.sent.len(), 1);
+    gw.advance_clock(1);
+    let out = gw.tick();
+    let replies: Vec<u16> = out
+        .after
+        .iter()
+        .filter_map(|after| match after {
+            After::Reply { status, .. } => Some(*status),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(replies, [503, 503], "both waiters answered as when the control plane does not answer");
+    // Its call's late answer finds nothing to do.
+    assert_eq!(gw.answer(token, 200, &[], br#"{"workspace": "team-a", "admin": false}"#), Output::proceed());
+}
+
+#[test]
 fn a_saved_config_and_an_at_slug_are_read_one_after_the_other_then_the_request_routes() {
     let mut gw = Gateway::new(CP_SETTINGS);
     let headers = chat("gw-key", &[("x-gateway-config", "team-config")]);
