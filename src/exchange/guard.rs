@@ -399,18 +399,18 @@ impl Guard {
                 calls.insert(alias, Waiting { slot: pending.slot, then: pending.then, started_ms: now_ms });
                 continue;
             }
+            let id = env.id;
             let token = match jwks {
-                Some(_) => dispatch_on(env, &pending.call, env.tasks.root),
-                None => dispatch(env, &pending.call),
+                Some(fetch) => request_of(env, &pending.call).and_then(|call| {
+                    let token = super::start_fetch(env, &call, fetch, |token| Waiter { id, token });
+                    started_or_logged(&pending.call, token)
+                }),
+                None => dispatch(env, &pending.call).inspect(|token| {
+                    env.tasks.calls.insert(*token, (id, Task::Check));
+                }),
             };
             match token {
                 Some(token) => {
-                    match jwks {
-                        Some(fetch) => super::fetch_started(env, token, Waiter { id: env.id, token }, fetch),
-                        None => {
-                            env.tasks.calls.insert(token, (env.id, Task::Check));
-                        }
-                    }
                     calls.insert(token, Waiting { slot: pending.slot, then: pending.then, started_ms: now_ms });
                 }
                 None => {
@@ -462,16 +462,18 @@ impl Guard {
 }
 
 fn dispatch(env: &mut Env, call: &CallSpec) -> Option<u32> {
-    dispatch_on(env, call, env.id)
+    let request = request_of(env, call)?;
+    let token = env.io.dispatch(env.id, &request);
+    started_or_logged(call, token)
 }
 
-/// `call` dispatched on context `context` (the root's for a fetch other checks may join).
-fn dispatch_on(env: &mut Env, call: &CallSpec, context: u32) -> Option<u32> {
+/// The call a check makes, unless its host is not in the allow-list.
+fn request_of(env: &Env, call: &CallSpec) -> Option<Dispatch> {
     if !env.settings.custom_host_allowed(&call.upstream.host) {
         log::warn!("a check's call to '{}' is refused: the host is not in the allow-list", call.upstream.host);
         return None;
     }
-    let dispatch = Dispatch::request(
+    Some(Dispatch::request(
         env.settings,
         &call.upstream,
         call.method,
@@ -479,8 +481,11 @@ fn dispatch_on(env: &mut Env, call: &CallSpec, context: u32) -> Option<u32> {
         call.body.clone(),
         call.headers.clone(),
         call.timeout_ms,
-    );
-    let token = env.io.dispatch(context, &dispatch);
+    ))
+}
+
+/// `token` of `call`, logged when there is none (the call could not start).
+fn started_or_logged(call: &CallSpec, token: Option<u32>) -> Option<u32> {
     if token.is_none() {
         log::warn!("a check's call to '{}' could not start", call.upstream.host);
     }

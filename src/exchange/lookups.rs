@@ -75,14 +75,14 @@ impl Reads {
         if env.tasks.waiters.join(&fetch, || Waiter::request(env.id)) {
             return Ok(Read::Waiting);
         }
-        let Some(token) = env.tasks.dispatch_fetch(env.io, &call(cp, &r)) else {
+        let id = env.id;
+        if super::start_fetch(env, &call(cp, &r), fetch, |_| Waiter::request(id)).is_none() {
             // Not even sent (e.g. no such cluster): as when it does not answer.
             count(env.io, "failed");
             let entry = failed(cp, &r, "it could not be called", env.io.host())?;
             self.known.insert(r, entry);
             return Ok(Read::Known);
-        };
-        super::fetch_started(env, token, Waiter::request(env.id), fetch);
+        }
         Ok(Read::Waiting)
     }
 

@@ -225,9 +225,23 @@ pub(crate) fn prepare_store(store: &dyn SharedStore, settings: &Settings) {
     }
 }
 
-/// Call `token` fetches `fetch`, started by `first` (see [`Waiters::join`] for the requests
-/// that join it); the timer is set for when the fetch would count as lost.
-fn fetch_started(env: &mut Env, token: u32, first: waiters::Waiter, fetch: waiters::Fetch) {
+/// Starts the call that fetches `fetch` for every request of the worker that will wait for it,
+/// `first` (made from the call's token) the first; None when the call could not be sent. The
+/// call is the root context's: Envoy cancels a context's calls when it ends, and the request
+/// that started a fetch may end before the others that joined it. The timer is set for when the
+/// fetch would count as lost.
+fn start_fetch(
+    env: &mut Env,
+    call: &Dispatch,
+    fetch: waiters::Fetch,
+    first: impl FnOnce(u32) -> waiters::Waiter,
+) -> Option<u32> {
+    let token = env.io.dispatch(env.tasks.root, call)?;
+    fetch_started(env, token, fetch, first(token));
+    Some(token)
+}
+
+fn fetch_started(env: &mut Env, token: u32, fetch: waiters::Fetch, first: waiters::Waiter) {
     let now_ms = env.io.host().now_ms();
     env.tasks.calls.insert(token, (first.id, worker::Task::Fetch(fetch.clone())));
     env.tasks.waiters.started(fetch, first, now_ms);

@@ -411,10 +411,10 @@ pub(super) fn token_for(env: &mut Env, call: &Call, index: usize) -> Result<Toke
     }
     let request = source.request(host.now_ms())?;
     let dispatch = tokens::call(env.settings, &request)?;
-    let Some(call_token) = env.tasks.dispatch_fetch(env.io, &dispatch) else {
+    let id = env.id;
+    if super::start_fetch(env, &dispatch, fetch, |_| Waiter::request(id)).is_none() {
         return Err(GatewayError::new(502, "api_error", "the token endpoint could not be called")
             .with_code("token_exchange_failed"));
-    };
-    super::fetch_started(env, call_token, Waiter::request(env.id), fetch);
+    }
     Ok(Token::Awaited)
 }

@@ -84,11 +84,6 @@ pub(super) struct Tasks {
 }
 
 impl Tasks {
-    /// Dispatches `call`, a fetch requests may join, on the root context: its token.
-    pub(super) fn dispatch_fetch(&self, io: &mut dyn Io, call: &super::Dispatch) -> Option<u32> {
-        io.dispatch(self.root, call)
-    }
-
     /// A check of request `id` joins the fetch on its way: the token of its own it waits under
     /// (None when no fetch is on its way).
     pub(super) fn join_as_check(&mut self, id: u32, fetch: &Fetch) -> Option<u32> {

@@ -201,14 +201,15 @@ impl Leases {
         ledger.used_ms = now_ms;
         ledger.retire_expired(now_ms);
         let woken = !was_renewed && ledger.renews(now_ms) && ledger.active.is_some();
+        let hold = ledger.active.as_mut().filter(|lease| lease.room() >= demand.amount).map(|lease| {
+            lease.used = lease.used.saturating_add(demand.amount);
+            if demand.key.kind != LimitKind::Requests {
+                lease.outstanding = lease.outstanding.saturating_add(1);
+            }
+            Hold { key: demand.key.clone(), lease: lease.id.clone(), amount: demand.amount }
+        });
         self.woken |= woken;
-        let ledger = self.ledger_mut(&demand.key)?;
-        let lease = ledger.active.as_mut().filter(|lease| lease.room() >= demand.amount)?;
-        lease.used = lease.used.saturating_add(demand.amount);
-        if demand.key.kind != LimitKind::Requests {
-            lease.outstanding = lease.outstanding.saturating_add(1);
-        }
-        Some(Hold { key: demand.key.clone(), lease: lease.id.clone(), amount: demand.amount })
+        hold
     }
 
     /// Whether a reservation since the last call made a lease one to renew ahead (the

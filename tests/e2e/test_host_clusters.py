@@ -134,19 +134,9 @@ def running_mesh(directory: Path, mocks, wasm: Path) -> Iterator[helpers.Gateway
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     gw = helpers.Gateway(port, admin_port, log_path, control_plane_port)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"Envoy exited: {gw.log_tail(40)}", pytrace=False)
-            try:
-                if httpx.get(f"http://127.0.0.1:{admin_port}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"Envoy was not ready within 60 s: {gw.log_tail(40)}", pytrace=False)
-            time.sleep(0.1)
-        wait_for_health(f"http://127.0.0.1:{control_plane_port}/health", control_plane)
+        wait_until_ok(f"http://127.0.0.1:{admin_port}/ready", proc, lambda: f"Envoy: {gw.log_tail(40)}")
+        wait_until_ok(f"http://127.0.0.1:{control_plane_port}/health", control_plane,
+                      lambda: f"the control plane: {(directory / 'control-plane.log').read_text()[-4000:]}")
         yield gw
     finally:
         gw.close()
@@ -154,7 +144,8 @@ def running_mesh(directory: Path, mocks, wasm: Path) -> Iterator[helpers.Gateway
         stop_group(control_plane)
 
 
-def wait_for_health(url: str, proc: subprocess.Popen) -> None:
+def wait_until_ok(url: str, proc: subprocess.Popen, output) -> None:
+    """Until `url` answers 200; fails with `output()` when `proc` exits or 60 s pass first."""
     deadline = time.monotonic() + 60
     while proc.poll() is None and time.monotonic() < deadline:
         try:
@@ -163,7 +154,7 @@ def wait_for_health(url: str, proc: subprocess.Popen) -> None:
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
-    pytest.fail(f"the control plane did not answer {url}", pytrace=False)
+    pytest.fail(f"{url} did not answer 200 within 60 s; {output()}", pytrace=False)
 
 
 def host(mock, provider: str = "openai") -> dict:
