@@ -66,6 +66,14 @@ impl Gate {
         Action::Pause
     }
 
+    /// Envoy withholds the body of the held request (see [`super::worker::BODY_WAIT_MS`]).
+    pub(super) fn body_withheld(&mut self, env: &mut Env) -> Action {
+        if self.held.as_ref().is_none_or(|stalled| stalled.ended) {
+            return Action::Continue;
+        }
+        self.answer_error(env, &super::body_withheld_error())
+    }
+
     pub(super) fn request_trailers(&mut self, env: &mut Env) -> Action {
         // A held request must never go on unchecked (see the exchange's).
         if self.held.as_ref().is_some_and(|stalled| !stalled.ended) {

@@ -270,6 +270,18 @@ fn trailers_refused() -> GatewayError {
     GatewayError::invalid_param("body", "request trailers are not supported on this endpoint")
 }
 
+/// The answer to a request whose body Envoy withholds from the filter (see
+/// [`worker::BODY_WAIT_MS`]): the setting that fixes it.
+fn body_withheld_error() -> GatewayError {
+    let message = format!(
+        "Envoy did not pass the request body to the gateway's filter within {} s: the filter's Wasm \
+         configuration needs \"allow_on_headers_stop_iteration\": true (in Istio and Envoy Gateway, the \
+         patch shipped in deploy/; README.md, Drop into any Envoy)",
+        worker::BODY_WAIT_MS / 1000
+    );
+    GatewayError::new(500, "api_error", message).with_code("request_body_withheld")
+}
+
 fn json_headers() -> Vec<(String, String)> {
     vec![("content-type".to_string(), "application/json".to_string())]
 }

@@ -60,6 +60,19 @@ impl Exchange {
         }
     }
 
+    /// Envoy withholds the body the request is held for (see [`super::worker::BODY_WAIT_MS`]).
+    pub(super) fn body_withheld(&mut self, env: &mut Env) -> Action {
+        let waits_for_body = match &self.phase {
+            Phase::AwaitingBody(_) => true,
+            Phase::AwaitingLookup(stalled) => !stalled.ended,
+            _ => false,
+        };
+        if !waits_for_body {
+            return Action::Continue;
+        }
+        self.answer_error(env, &super::body_withheld_error())
+    }
+
     pub(super) fn request_body(&mut self, env: &mut Env, size: usize, end_of_stream: bool) -> Action {
         if let Phase::AwaitingLookup(stalled) = &mut self.phase {
             // Buffered meanwhile; the request is processed with it once the entry arrived.

@@ -225,7 +225,17 @@ struct Gateway {
 }
 
 impl Gateway {
+    /// A worker whose Envoy passes request bodies on (it delivered one already, so no request
+    /// is probed for a withheld body; see `worker::BODY_WAIT_MS`).
     fn new(settings: &str) -> Gateway {
+        let mut gw = Gateway::withholding_bodies(settings);
+        gw.worker.request_body(0, 0, true, &mut gw.io);
+        gw.io.ticks.clear();
+        gw
+    }
+
+    /// A worker that has not been given a request body yet.
+    fn withholding_bodies(settings: &str) -> Gateway {
         let settings = Settings::parse(settings.as_bytes()).unwrap();
         let io = FakeIo::new();
         prepare_store(&io.host, &settings);
@@ -1105,6 +1115,48 @@ fn a_call_answer_for_a_finished_request_is_ignored() {
     assert_eq!(gw.answer(token, 200, &[], COMPLETION), Output::proceed());
     assert_eq!(gw.io.writes.len(), writes);
     assert!(gw.finished(1).is_none(), "finished once");
+}
+
+#[test]
+fn a_body_envoy_withholds_is_answered_with_the_setting_to_fix_it() {
+    // Envoy without allow_on_headers_stop_iteration stops the stream at the held headers and
+    // never passes the body on.
+    let mut gw = Gateway::withholding_bodies(SETTINGS);
+    let headers = chat_with_config("gw-key", &openai("sk", 9001));
+    assert_eq!(gw.request_headers(1, headers.clone(), true).action, Action::Pause);
+    assert_eq!(gw.io.ticks, vec![2000], "the probe waits two seconds");
+    gw.advance_clock(1999);
+    assert!(gw.tick().after.is_empty(), "not before its time");
+    gw.advance_clock(1);
+    let (id, status, _, body) = reply(&gw.tick());
+    assert_eq!((id, status), (1, 500));
+    assert_eq!(body["error"]["code"], "request_body_withheld");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("\"allow_on_headers_stop_iteration\": true"), "{message}");
+    assert!(gw.io.sent.is_empty());
+    // A request without a body is not held for one: nothing to probe.
+    let get = request("GET", "/v1/models", &[("x-gateway-api-key", "gw-key")]);
+    gw.io.ticks.clear();
+    gw.request_headers(2, get, false);
+    assert!(gw.io.ticks.is_empty());
+}
+
+#[test]
+fn the_first_body_envoy_delivers_ends_every_probe() {
+    let mut gw = Gateway::withholding_bodies(SETTINGS);
+    let headers = chat_with_config("gw-key", &openai("sk", 9001));
+    gw.request_headers(1, headers.clone(), true);
+    gw.request_headers(2, headers.clone(), true);
+    assert_eq!(gw.io.ticks, vec![2000, 2000]);
+    // Request 1's body arrives: Envoy passes bodies on, request 2's is only slow.
+    gw.request_body(1, CHAT);
+    assert_eq!(gw.io.ticks.last(), Some(&0), "no timer left");
+    gw.advance_clock(5000);
+    assert!(gw.tick().after.is_empty(), "request 2 is not answered");
+    gw.io.ticks.clear();
+    gw.request_headers(3, headers, true);
+    assert!(gw.io.ticks.is_empty(), "later requests are not probed");
+    assert_eq!(gw.request_body(2, CHAT).action, Action::Continue, "request 2 goes on once its body is in");
 }
 
 #[test]

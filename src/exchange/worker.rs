@@ -32,7 +32,17 @@ pub(super) enum Wake {
     Attempt(usize),
     /// Ask for a limit's allowance again (other replicas' leases may have ended).
     Allowance,
+    /// See whether Envoy delivered the body of a request held for it (see [`BODY_WAIT_MS`]).
+    BodyWithheld,
 }
+
+/// How long a request held for its body waits for the first of it before the gateway decides
+/// that Envoy withholds it. An Envoy whose Wasm filter config lacks
+/// `allow_on_headers_stop_iteration` (Istio's `WasmPlugin`, Envoy Gateway's
+/// `EnvoyExtensionPolicy`) stops the whole stream when the filter holds the headers and
+/// buffers the body without ever passing it on: without this probe the request would hang. It
+/// runs only until a worker saw its first body, which proves the setting.
+pub(super) const BODY_WAIT_MS: u64 = 2000;
 
 /// What a dispatched call was for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +119,8 @@ pub(crate) struct Worker {
     models: ModelLabels,
     /// Whether this worker queued a record yet (the drop counter is then defined, at 0).
     shipping: bool,
+    /// Whether Envoy delivered a request body to this worker yet (see [`BODY_WAIT_MS`]).
+    bodies_delivered: bool,
 }
 
 impl Worker {
@@ -120,6 +132,7 @@ impl Worker {
             tasks: Tasks { aliases: u32::MAX, ..Tasks::default() },
             models: ModelLabels::default(),
             shipping: false,
+            bodies_delivered: false,
         }
     }
 
@@ -168,17 +181,30 @@ impl Worker {
 
     pub(crate) fn request_headers(&mut self, id: u32, end_of_stream: bool, io: &mut dyn Io) -> Output {
         let raw = io.request_headers(id);
-        if self.settings.lookup_gate {
+        let output = if self.settings.lookup_gate {
             self.gates.insert(id, Gate::new(Rc::clone(&self.settings), &raw, io.host()));
             let output = self.at_gate(id, io, |gate, env| gate.request_headers(env, raw, end_of_stream));
-            return output.unwrap_or_else(Output::proceed);
+            output.unwrap_or_else(Output::proceed)
+        } else {
+            let exchange = Exchange::new(Rc::clone(&self.settings), &raw, io.host());
+            self.exchanges.insert(id, exchange);
+            self.on(id, io, |exchange, env| exchange.request_headers(env, raw, end_of_stream))
+        };
+        if !end_of_stream && !self.bodies_delivered && output.action == Action::Pause {
+            let due_ms = io.host().now_ms() + BODY_WAIT_MS;
+            self.tasks.timers.push(Timer { due_ms, owner: id, wake: Wake::BodyWithheld });
+            rearm(&self.tasks, io);
         }
-        let exchange = Exchange::new(Rc::clone(&self.settings), &raw, io.host());
-        self.exchanges.insert(id, exchange);
-        self.on(id, io, |exchange, env| exchange.request_headers(env, raw, end_of_stream))
+        output
     }
 
     pub(crate) fn request_body(&mut self, id: u32, size: usize, end_of_stream: bool, io: &mut dyn Io) -> Output {
+        if !self.bodies_delivered {
+            // Envoy passes bodies on: no request needs the probe any more.
+            self.bodies_delivered = true;
+            self.tasks.timers.retain(|t| t.wake != Wake::BodyWithheld);
+            rearm(&self.tasks, io);
+        }
         if let Some(output) = self.at_gate(id, io, |gate, env| gate.request_body(env, size, end_of_stream)) {
             return output;
         }
@@ -336,16 +362,18 @@ impl Worker {
         self.tasks.timers = waiting;
         let mut after = Vec::new();
         for timer in due {
-            let output = self.on(timer.owner, io, |exchange, env| {
-                match timer.wake {
-                    Wake::Attempt(index) => exchange.step(env, Next::Call { index, delay_ms: 0 }),
-                    Wake::Allowance => {
-                        let allowance = exchange.reserve_again(env);
-                        exchange.allowed(env, allowance);
-                    }
-                }
-                Action::Continue
-            });
+            let output = match timer.wake {
+                Wake::BodyWithheld => self.body_withheld(timer.owner, io),
+                Wake::Attempt(index) => self.on(timer.owner, io, |exchange, env| {
+                    exchange.step(env, Next::Call { index, delay_ms: 0 });
+                    Action::Continue
+                }),
+                Wake::Allowance => self.on(timer.owner, io, |exchange, env| {
+                    let allowance = exchange.reserve_again(env);
+                    exchange.allowed(env, allowance);
+                    Action::Continue
+                }),
+            };
             after.extend(output.after);
         }
         after.extend(self.ask_pending(io));
@@ -354,6 +382,20 @@ impl Worker {
         self.renew(io);
         rearm(&self.tasks, io);
         Output { action: Action::Continue, after }
+    }
+
+    /// Request `id` was held for its body [`BODY_WAIT_MS`] ago and no worker's request got a
+    /// body since: Envoy withholds bodies from the filter, and the request is answered with
+    /// what to set instead of hanging.
+    fn body_withheld(&mut self, id: u32, io: &mut dyn Io) -> Output {
+        if self.bodies_delivered {
+            return Output::proceed();
+        }
+        log::warn!("{}", super::body_withheld_error().message);
+        if let Some(output) = self.at_gate(id, io, |gate, env| gate.body_withheld(env)) {
+            return output;
+        }
+        self.on(id, io, |exchange, env| exchange.body_withheld(env))
     }
 
     /// Fetches whose call never answered (see [`LOST_AFTER_MS`]) answer their

@@ -44,8 +44,11 @@ class Peer:
         self.port = port
 
 
-def mesh_config(port: int, admin_port: int, mocks, control_plane_port: int, wasm: Path = WASM) -> dict:
-    """An Envoy config shaped like a mesh's: per-host clusters and header-matched routes."""
+def mesh_config(port: int, admin_port: int, mocks, control_plane_port: int, wasm: Path = WASM,
+                stop_iteration: bool = True) -> dict:
+    """An Envoy config shaped like a mesh's: per-host clusters and header-matched routes
+    (`stop_iteration`: the Wasm filter's `allow_on_headers_stop_iteration`, which neither
+    Istio's `WasmPlugin` nor Envoy Gateway's `EnvoyExtensionPolicy` sets)."""
     plugin = {"api_keys": [KEY], "upstream": {"cluster": "outbound|{port}||{host}", "route_header": ROUTE_HEADER},
               # The control plane is a host of the mesh too, reached by its cluster's name.
               "control_plane": {"cluster": mesh_cluster(control_plane_port),
@@ -57,7 +60,7 @@ def mesh_config(port: int, admin_port: int, mocks, control_plane_port: int, wasm
             "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
             "config": {
                 "name": "model_gateway", "root_id": "model_gateway", "failure_policy": "FAIL_RELOAD",
-                "allow_on_headers_stop_iteration": True,
+                "allow_on_headers_stop_iteration": stop_iteration,
                 "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
                                   "value": json.dumps(plugin)},
                 "vm_config": {"vm_id": "model_gateway", "runtime": "envoy.wasm.runtime.v8",
@@ -115,12 +118,12 @@ def mesh(openai_mock, anthropic_mock, vertex_mock, google_token_mock, tmp_path_f
 
 
 @contextmanager
-def running_mesh(directory: Path, mocks, wasm: Path) -> Iterator[helpers.Gateway]:
+def running_mesh(directory: Path, mocks, wasm: Path, stop_iteration: bool = True) -> Iterator[helpers.Gateway]:
     """Envoy with the mesh-shaped config running `wasm`, and a control plane of its own."""
     port, admin_port, control_plane_port = free_ports(3)
     hosts = [*mocks, Peer(control_plane_port)]
     path = directory / "envoy.json"
-    path.write_text(json.dumps(mesh_config(port, admin_port, hosts, control_plane_port, wasm)))
+    path.write_text(json.dumps(mesh_config(port, admin_port, hosts, control_plane_port, wasm, stop_iteration)))
     log_path = directory / "envoy.log"
     control_plane_env = {"PATH": "/usr/bin:/bin", "GATEWAY_CONTROL_PLANE_ADDR": f"127.0.0.1:{control_plane_port}",
                          "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN, "GATEWAY_API_KEYS": KEY,
@@ -235,3 +238,19 @@ def test_a_saved_config_is_read_from_the_control_plane_through_its_cluster(mesh,
     r = mesh.chat(config("mesh-config"))
     assert r.status_code == 200, r.text
     assert openai_mock.last.json["model"] == "from-the-control-plane"
+
+
+def test_without_stop_iteration_a_request_with_a_body_is_told_what_to_set(openai_mock, tmp_path):
+    """Without `allow_on_headers_stop_iteration` Envoy never passes the body to the filter that
+    holds the headers: the request is answered within seconds, saying what to set, not left
+    hanging; a request without a body is served."""
+    openai_mock.reset()
+    with running_mesh(tmp_path, [openai_mock], WASM, stop_iteration=False) as gw:
+        started = time.monotonic()
+        r = gw.chat(config(host(openai_mock)), timeout=15)
+        assert_error(r, 500, type="api_error", code="request_body_withheld",
+                     contains=['"allow_on_headers_stop_iteration": true', "deploy/"])
+        assert time.monotonic() - started < 10
+        health = httpx.get(f"{gw.origin}/health", timeout=5)
+        assert health.status_code == 200, health.text
+        assert openai_mock.requests == [], "nothing reached the provider"
