@@ -12,7 +12,7 @@ import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import httpx2 as httpx
 import pytest
@@ -118,12 +118,16 @@ def mesh(openai_mock, anthropic_mock, vertex_mock, google_token_mock, tmp_path_f
 
 
 @contextmanager
-def running_mesh(directory: Path, mocks, wasm: Path, stop_iteration: bool = True) -> Iterator[helpers.Gateway]:
-    """Envoy with the mesh-shaped config running `wasm`, and a control plane of its own."""
+def running_mesh(directory: Path, mocks, wasm: Path, stop_iteration: bool = True,
+                 adapt: Callable[[dict], None] = lambda _: None) -> Iterator[helpers.Gateway]:
+    """Envoy with the mesh-shaped config running `wasm` (changed by `adapt` first), and a
+    control plane of its own."""
     port, admin_port, control_plane_port = free_ports(3)
     hosts = [*mocks, Peer(control_plane_port)]
+    envoy_config = mesh_config(port, admin_port, hosts, control_plane_port, wasm, stop_iteration)
+    adapt(envoy_config)
     path = directory / "envoy.json"
-    path.write_text(json.dumps(mesh_config(port, admin_port, hosts, control_plane_port, wasm, stop_iteration)))
+    path.write_text(json.dumps(envoy_config))
     log_path = directory / "envoy.log"
     control_plane_env = {"PATH": "/usr/bin:/bin", "GATEWAY_CONTROL_PLANE_ADDR": f"127.0.0.1:{control_plane_port}",
                          "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN, "GATEWAY_API_KEYS": KEY,
