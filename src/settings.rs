@@ -16,7 +16,9 @@ pub(crate) const CLUSTER_HEADER: &str = "x-gateway-upstream-cluster";
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Settings {
-    /// Accepted `x-gateway-api-key` values; each key is its own tenant.
+    /// Accepted `x-gateway-api-key` values; each key is its own tenant. With a control plane
+    /// its keys are accepted too, so this may be empty.
+    #[serde(default)]
     pub(crate) api_keys: Vec<String>,
     /// Hosts a `custom_host` may name. `loopback` stands for 127.0.0.0/8, ::1 and
     /// localhost; `*.example.com` matches subdomains; `*` allows any host.
@@ -377,13 +379,25 @@ impl Settings {
     /// configuration holds keys, and serde's messages would echo them into Envoy's log.
     pub(crate) fn parse(bytes: &[u8]) -> Result<Settings, String> {
         let mut settings: Settings = serde_json::from_slice(bytes).map_err(|e| {
-            format!(
-                "invalid plugin configuration ({:?} error at line {} column {})",
-                e.classify(),
-                e.line(),
-                e.column()
-            )
+            let message = e.to_string();
+            // serde's words on a value's type, value or length quote the value, which may be a
+            // key: those are told by position only.
+            if ["invalid type", "invalid value", "invalid length"].iter().any(|p| message.starts_with(p)) {
+                format!(
+                    "invalid plugin configuration ({:?} error at line {} column {})",
+                    e.classify(),
+                    e.line(),
+                    e.column()
+                )
+            } else {
+                format!("invalid plugin configuration ({message})")
+            }
         })?;
+        if settings.api_keys.is_empty() && settings.control_plane.is_none() {
+            return Err("invalid plugin configuration: api_keys is empty and there is no control_plane, \
+                        so no gateway key could be accepted"
+                .into());
+        }
         if settings.api_keys.iter().any(|k| k.is_empty()) {
             return Err("invalid plugin configuration: api_keys must not contain empty keys".into());
         }
@@ -568,6 +582,20 @@ mod tests {
         }
         let bad_header = r#"{"api_keys": ["k"], "upstream": {"cluster": "c", "route_header": "x route"}}"#;
         assert!(Settings::parse(bad_header.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_bad_configuration_is_named_without_quoting_its_values() {
+        let error = |json: &str| Settings::parse(json.as_bytes()).unwrap_err();
+        let template = error(r#"{"api_keys": ["k"], "upstream": {"cluster": "{hostname}"}}"#);
+        assert!(template.contains("upstream.cluster may hold only {host} and {port}"), "{template}");
+        assert!(error(r#"{"api_keys": ["k"], "bogus": 1}"#).contains("unknown field `bogus`"));
+        let secret = error(r#"{"api_keys": "sk-secret"}"#);
+        assert!(!secret.contains("sk-secret") && secret.contains("line 1 column 24"), "{secret}");
+        let keyless = error("{}");
+        assert!(keyless.contains("api_keys is empty and there is no control_plane"), "{keyless}");
+        let cp = r#"{"control_plane": {"cluster": "cp", "authority": "cp:1", "token": "t"}}"#;
+        assert!(Settings::parse(cp.as_bytes()).is_ok_and(|s| s.api_keys.is_empty()), "the control plane's keys serve");
     }
 
     #[test]

@@ -119,9 +119,10 @@ def mesh(openai_mock, anthropic_mock, vertex_mock, google_token_mock, tmp_path_f
 
 @contextmanager
 def running_mesh(directory: Path, mocks, wasm: Path, stop_iteration: bool = True,
-                 adapt: Callable[[dict], None] = lambda _: None) -> Iterator[helpers.Gateway]:
+                 adapt: Callable[[dict], None] = lambda _: None,
+                 control_plane_token: str = CONTROL_PLANE_TOKEN) -> Iterator[helpers.Gateway]:
     """Envoy with the mesh-shaped config running `wasm` (changed by `adapt` first), and a
-    control plane of its own."""
+    control plane of its own (its last cluster), taking `control_plane_token` from the filter."""
     port, admin_port, control_plane_port = free_ports(3)
     hosts = [*mocks, Peer(control_plane_port)]
     envoy_config = mesh_config(port, admin_port, hosts, control_plane_port, wasm, stop_iteration)
@@ -130,7 +131,7 @@ def running_mesh(directory: Path, mocks, wasm: Path, stop_iteration: bool = True
     path.write_text(json.dumps(envoy_config))
     log_path = directory / "envoy.log"
     control_plane_env = {"PATH": "/usr/bin:/bin", "GATEWAY_CONTROL_PLANE_ADDR": f"127.0.0.1:{control_plane_port}",
-                         "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN, "GATEWAY_API_KEYS": KEY,
+                         "GATEWAY_CONTROL_PLANE_TOKEN": control_plane_token, "GATEWAY_API_KEYS": KEY,
                          "GATEWAY_STATE_DIR": str(directory / "state")}
     with open(directory / "control-plane.log", "wb") as log:
         control_plane = subprocess.Popen([str(CONTROL_PLANE)], env=control_plane_env, stdin=subprocess.DEVNULL,
