@@ -214,6 +214,16 @@ install_postgres() {
   apt_install postgresql
 }
 
+# skopeo and a registry (Debian's docker-registry), for the test that pushes the filter's image
+# to a registry on loopback and pulls it back (the suite starts the registry itself).
+install_registry_tools() {
+  if command -v skopeo >/dev/null && command -v docker-registry >/dev/null; then
+    return
+  fi
+  log "installing skopeo and docker-registry (Debian's; the OCI image is pushed and pulled in a test)"
+  apt_install skopeo docker-registry
+}
+
 # Envoy's own message for a taken port is one line among many; say it before starting.
 check_port_free() {
   local name="$1" port="$2"
@@ -314,6 +324,7 @@ test_all() {
   install_test_deps
   install_agents
   install_postgres
+  install_registry_tools
   lint
   log "unit tests"
   cargo test --quiet --workspace
@@ -334,13 +345,15 @@ size_breakdown() {
 }
 
 # The filter as an OCI image layout; with --push REF, copied to a registry by skopeo (which
-# this machine may not have: the error says so).
+# this machine may not have: the error says so); --insecure for a registry over plain HTTP or
+# with a certificate the system does not trust (one on loopback, say).
 image() {
-  local tag=latest push=""
+  local tag=latest push="" verify=true
   while [ $# -gt 0 ]; do
     case "$1" in
       --push) [ $# -ge 2 ] || die "--push needs a reference, e.g. registry.example.com/model-gateway:0.1.0"
               push="$2"; shift 2 ;;
+      --insecure) verify=false; shift ;;
       *) tag="$1"; shift ;;
     esac
   done
@@ -351,7 +364,7 @@ image() {
   log "OCI image layout $layout, tag $tag, manifest $digest"
   if [ -n "$push" ]; then
     command -v skopeo >/dev/null || die "--push needs skopeo (Debian: apt-get install skopeo); the layout is ready to push"
-    skopeo copy "oci:$layout:$tag" "docker://$push"
+    skopeo copy --dest-tls-verify="$verify" "oci:$layout:$tag" "docker://$push"
   fi
 }
 

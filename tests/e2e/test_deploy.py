@@ -40,6 +40,7 @@ KINDS = {
     ("gateway.envoyproxy.io/v1alpha1", "HTTPRouteFilter"): ["spec.directResponse.statusCode"],
     ("gateway.envoyproxy.io/v1alpha1", "EnvoyExtensionPolicy"): ["spec.targetRefs", "spec.wasm"],
     ("gateway.envoyproxy.io/v1alpha1", "EnvoyPatchPolicy"): ["spec.targetRef", "spec.type", "spec.jsonPatches"],
+    ("gateway.envoyproxy.io/v1alpha1", "EnvoyProxy"): ["spec.bootstrap.jsonPatches"],
 }
 # Kubernetes object names: DNS subdomains.
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -66,8 +67,9 @@ def render(template: str, host_name: str, port: int) -> str:
     return template.replace("{host}", host_name).replace("{port}", str(port))
 
 
-ISTIO = documents("istio/filter.yaml", "istio/providers.yaml", "control-plane.yaml")
-ENVOY_GATEWAY = documents("envoy-gateway/filter.yaml", "envoy-gateway/providers.yaml", "control-plane.yaml")
+ISTIO = documents("istio/filter.yaml", "istio/providers.yaml", "istio/metrics.yaml", "control-plane.yaml")
+ENVOY_GATEWAY = documents("envoy-gateway/filter.yaml", "envoy-gateway/providers.yaml", "envoy-gateway/metrics.yaml",
+                          "control-plane.yaml")
 
 
 def istio_wasm() -> dict:
@@ -209,3 +211,16 @@ def test_the_shipped_configuration_serves_in_envoy(wasm, openai_mock, tmp_path):
         assert openai_mock.last.header("authorization") == "Bearer sk-config-key"
         assert gw.chat(config(host(openai_mock)), key="not-a-key").status_code == 401
         assert KEY
+
+
+def test_the_metrics_manifests_carry_the_shipped_configs_stats_tags():
+    shipped = yaml.safe_load((DEPLOY.parent / "envoy/envoy.yaml").read_text())["stats_config"]["stats_tags"]
+    istio = of_kind(ISTIO, "EnvoyFilter")["model-gateway-stats-tags"]
+    (patch,) = istio["spec"]["configPatches"]
+    assert (patch["applyTo"], patch["patch"]["operation"]) == ("BOOTSTRAP", "MERGE")
+    assert patch["patch"]["value"]["stats_config"]["stats_tags"] == shipped
+    (proxy,) = of_kind(ENVOY_GATEWAY, "EnvoyProxy").values()
+    assert (proxy["apiVersion"], proxy["kind"]) == ("gateway.envoyproxy.io/v1alpha1", "EnvoyProxy")
+    operations = proxy["spec"]["bootstrap"]["jsonPatches"]
+    assert {(op["op"], op["path"]) for op in operations} == {("add", "/stats_config/stats_tags/-")}
+    assert [op["value"] for op in operations] == shipped

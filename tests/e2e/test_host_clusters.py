@@ -259,3 +259,12 @@ def test_without_stop_iteration_a_request_with_a_body_is_told_what_to_set(openai
         health = httpx.get(f"{gw.origin}/health", timeout=5)
         assert health.status_code == 200, health.text
         assert openai_mock.requests == [], "nothing reached the provider"
+
+
+def test_without_the_stats_tags_the_labels_are_in_the_metrics_names(mesh, openai_mock):
+    """A host without the shipped stats tags (this one): every label combination is a metric of
+    its own, its labels in its name, as README.md says."""
+    assert mesh.chat(config(host(openai_mock))).status_code == 200
+    prometheus = httpx.get(f"http://127.0.0.1:{mesh.admin_port}/stats/prometheus", timeout=5).text
+    assert "gen_ai_gateway_requests_total_provider_openai_status_class_2xx_cache_status_disabled_model_" in prometheus
+    assert "gen_ai_gateway_requests_total{" not in prometheus
