@@ -12,10 +12,13 @@
 #   ./build.sh agents   install the coding agents the end-to-end tests run (Claude Code, Codex)
 #   ./build.sh fixtures write the translation fixtures' snapshots again after an intended change
 #                       (src/providers/fixtures/README.md); review their diff
-#   ./build.sh image [TAG] [--push REF]
+#   ./build.sh image [TAG] [--push REF [--insecure]]
 #                       the filter as an OCI image (target/oci/model-gateway, one layer holding
 #                       plugin.wasm: what Istio and Envoy Gateway pull); --push copies it to a
 #                       registry with skopeo
+#   ./build.sh fuzz [SECONDS [TARGET...]]
+#                       every fuzz target (fuzz/README.md), or those named, for SECONDS each
+#                       (default 60)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -314,6 +317,7 @@ lint() {
   fi
   cargo fmt --all --check
   cargo fmt --check --manifest-path bench/minimal-filter/Cargo.toml
+  cargo fmt --check --manifest-path fuzz/Cargo.toml
   python3 tests/tools/import_cycles.py
   cargo clippy --quiet --workspace --all-targets -- -D warnings
   wasm_cargo "$TARGET" clippy --quiet -p model-gateway -p gateway-schema -- -D warnings
@@ -333,6 +337,8 @@ test_all() {
     cargo test --quiet --locked -p gateway-control-plane --test '*'
   log "unit tests inside wasm"
   wasm_unit_tests
+  log "every fuzz target for 15 s, with a fixed seed (a long campaign: fuzz/README.md)"
+  FUZZ_SEED=1 fuzz 15
   log "end-to-end tests in real Envoy"
   "$VENV/bin/python" -m pytest -q tests/e2e "$@"
 }
@@ -368,6 +374,42 @@ image() {
   fi
 }
 
+# The fuzz targets (fuzz/, entry points in src/fuzz.rs): built natively with libFuzzer's
+# coverage instrumentation and --cfg fuzzing, for the host triple named explicitly so build
+# scripts and proc macros stay uninstrumented; each runs SECONDS over its corpus
+# (target/fuzz/corpus/<target>, seeded by fuzz/seeds.py from the golden fixtures). A crash
+# leaves its input in target/fuzz/artifacts/<target>/ and fails the command. FUZZ_SEED fixes
+# libFuzzer's seed (the test suite's short runs use 1, so they repeat).
+FUZZ_TARGETS=(plugin_settings sse event_stream query prompt jwt exchange)
+fuzz() {
+  local seconds="${1:-60}"
+  [ $# -gt 0 ] && shift
+  local targets=("$@")
+  [ ${#targets[@]} -gt 0 ] || targets=("${FUZZ_TARGETS[@]}")
+  local host
+  host="$(rustc -vV | sed -n 's/^host: //p')"
+  local flags="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4"
+  flags+=" -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table"
+  flags+=" -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing"
+  log "building the fuzz targets"
+  RUSTFLAGS="$flags" cargo build --quiet --release --locked --manifest-path fuzz/Cargo.toml \
+    --target "$host" --target-dir "$ROOT/target/fuzz" --bins
+  python3 fuzz/seeds.py "$ROOT/target/fuzz/corpus"
+  local target
+  for target in "${targets[@]}"; do
+    local binary="$ROOT/target/fuzz/$host/release/$target"
+    [ -x "$binary" ] || die "no fuzz target $target (targets: ${FUZZ_TARGETS[*]})"
+    mkdir -p "$ROOT/target/fuzz/artifacts/$target"
+    log "fuzzing $target for ${seconds} s"
+    local output="$ROOT/target/fuzz/$target.log" status=0
+    "$binary" -max_total_time="$seconds" -seed="${FUZZ_SEED:-0}" -print_final_stats=1 \
+      -artifact_prefix="$ROOT/target/fuzz/artifacts/$target/" "$ROOT/target/fuzz/corpus/$target" \
+      >"$output" 2>&1 || status=$?
+    grep -E '^(stat::|INFO: seed corpus|Done)|panicked|SUMMARY|Test unit written' "$output" >&2 || true
+    [ "$status" -eq 0 ] || die "fuzz target $target crashed (exit $status; $output): its input is in target/fuzz/artifacts/$target/"
+  done
+}
+
 COMMAND="${1:-build}"
 case "$COMMAND" in
   build) build ;;
@@ -381,5 +423,6 @@ case "$COMMAND" in
   fixtures) UPDATE_SNAPSHOTS=1 cargo test --quiet -p model-gateway --lib providers::fixtures
             git status --short -- src/providers/fixtures/snapshots ;;
   image) shift; image "$@" ;;
-  *) echo "usage: $0 [build|run|test|lint|config|bench|size|agents|fixtures|image]" >&2; exit 2 ;;
+  fuzz) shift; fuzz "$@" ;;
+  *) echo "usage: $0 [build|run|test|lint|config|bench|size|agents|fixtures|image|fuzz]" >&2; exit 2 ;;
 esac

@@ -14,6 +14,9 @@ mod client_api;
 #[cfg(test)]
 mod envoy_stats_tags;
 mod exchange;
+// Fuzz entry points (`./build.sh fuzz`); the unit tests run what the fuzzer once found.
+#[cfg(any(test, fuzzing))]
+pub mod fuzz;
 mod guardrails;
 mod hash;
 mod percent;

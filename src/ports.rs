@@ -20,7 +20,7 @@ pub(crate) trait SharedStore {
 }
 
 /// A host for tests: scripted randomness and clock, and an in-memory store with CAS.
-#[cfg(test)]
+#[cfg(any(test, fuzzing))]
 pub(crate) mod testing {
     use super::{Host, SharedStore};
     use std::cell::{Cell, RefCell};

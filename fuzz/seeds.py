@@ -1,0 +1,113 @@
+"""Writes the fuzz targets' seed corpora (fuzz/corpus/<target>/) from the providers' golden
+fixtures (src/providers/fixtures/requests: client requests, provider answers, SSE chunks,
+AWS event-stream frames) and a few hand-written cases, in each target's input format
+(src/fuzz.rs). `./build.sh fuzz` runs it before the targets; the corpus directories also keep
+what the fuzzer finds (they are not committed)."""
+
+import glob
+import hashlib
+import json
+import struct
+import sys
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = sorted(glob.glob(str(ROOT / "src/providers/fixtures/requests/*.json")))
+# The exchange's choices, in src/fuzz.rs's order.
+PATHS = ["/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/completions", "/v1/embeddings",
+         "/v1/models", "/health", "/v1/files", "/v1/images/generations", "/v1/chat/completions?x=1", "/v2/nothing"]
+CONFIGS = {"openai": 0, "openai-compatible": 0, "anthropic": 1, "bedrock": 2, "azure-openai": 3, "google": 4}
+CONTENT_TYPES = ["application/json", "text/event-stream", "application/vnd.amazon.eventstream", "text/plain", ""]
+STATUSES = [200, 200, 200, 400, 401, 408, 429, 500, 502, 503, 999, 204]
+
+
+def piece(data: bytes) -> bytes:
+    """A length-prefixed piece (two bytes, little-endian)."""
+    data = data[:0xFFFF]
+    return struct.pack("<H", len(data)) + data
+
+
+def frame(headers: list, payload: bytes) -> bytes:
+    """One AWS event-stream frame (string headers)."""
+    encoded = b"".join(bytes([len(n)]) + n.encode() + b"\x07" + struct.pack(">H", len(v)) + v.encode()
+                       for n, v in headers)
+    total = 12 + len(encoded) + len(payload) + 4
+    prelude = struct.pack(">II", total, len(encoded))
+    head = prelude + struct.pack(">I", zlib.crc32(prelude)) + encoded + payload
+    return head + struct.pack(">I", zlib.crc32(head))
+
+
+def answer_bytes(answer: dict) -> tuple[bytes, int]:
+    """A fixture's answer body and its content type's index."""
+    if "sse_chunks" in answer:
+        return "".join(answer["sse_chunks"]).encode(), 1
+    if "event_stream" in answer:
+        return b"".join(frame(f["headers"], json.dumps(f["payload"]).encode()) for f in answer["event_stream"]), 2
+    return json.dumps(answer.get("body", {})).encode(), 0
+
+
+def exchange_seed(request: dict, provider: str, answer: dict) -> bytes:
+    path = PATHS.index(request["path"]) if request["path"] in PATHS else 0
+    out = bytes([0, 0, path, CONFIGS[provider], 0]) + piece(b"")
+    out += bytes([0]) + piece(json.dumps(request.get("body", {})).encode()) + bytes([0])  # body, ended
+    body, content_type = answer_bytes(answer)
+    status = STATUSES.index(answer.get("status", 200)) if answer.get("status", 200) in STATUSES else 0
+    out += bytes([1, status, content_type, 0, 1])  # response head, via_upstream, a body follows
+    half = len(body) // 2
+    out += bytes([2]) + piece(body[:half]) + bytes([1]) + bytes([2]) + piece(body[half:]) + bytes([0])
+    return out
+
+
+def seeds() -> dict[str, list[bytes]]:
+    corpus: dict[str, list[bytes]] = {name: [] for name in
+                                      ["plugin_settings", "sse", "event_stream", "query", "prompt", "jwt", "exchange"]}
+    for path in FIXTURES:
+        fixture = json.loads(Path(path).read_text())
+        request = fixture["client_request"]
+        for provider, answer in fixture.get("answers", {}).items():
+            if provider in CONFIGS:
+                corpus["exchange"].append(exchange_seed(request, provider, answer))
+            body, kind = answer_bytes(answer)
+            if kind == 1:
+                corpus["sse"].append(bytes([7]) + body)
+            if kind == 2:
+                corpus["event_stream"].append(bytes([5]) + body)
+    corpus["plugin_settings"] += [
+        b'{"api_keys": ["k"]}',
+        b'{"api_keys": ["k"], "upstream": {"cluster": "outbound|{port}||{host}", "route_header": "x-r"}}',
+        b'{"control_plane": {"cluster": "cp", "authority": "cp:1", "token": "t"}, "cache": {"byte_budget": 1048576}}',
+        b'{"api_keys": ["k"], "allowed_custom_hosts": ["loopback", "*.example.com"], "metrics": {"models": ["m"]}}',
+    ]
+    corpus["query"] += [
+        piece(b'{"$and": [{"metadata.user": {"$eq": "a"}}, {"params.model": {"$in": ["x", "y"]}}]}')
+        + b'{"metadata": {"user": "a"}, "params": {"model": "x"}}',
+        piece(b'{"metadata.tier": {"$regex": "^pro"}}') + b'{"metadata": {"tier": "pro-1"}}',
+        piece(b'{"$or": [{"params.max_tokens": {"$gt": 10}}, {"url.pathname": {"$ne": "/v1"}}]}') + b'{"params": {"max_tokens": 5}}',
+    ]
+    corpus["prompt"] += [
+        piece(b'{"template": {"messages": [{"role": "user", "content": "Hi {{name}}{{#items}} {{.}}{{/items}}"}]}}')
+        + b'{"variables": {"name": "Ada", "items": ["a", "b"]}}',
+        piece(b'{"template": {"messages": [{"role": "system", "content": "{{^x}}none{{/x}} {{{raw}}}"}]}}')
+        + b'{"variables": {"raw": "<b>"}}',
+    ]
+    corpus["jwt"] += [
+        piece(b'{"keys": [{"kty": "EC", "crv": "P-256", "kid": "k", "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU", '
+              b'"y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}')
+        + b"eyJhbGciOiJFUzI1NiIsImtpZCI6ImsifQ.eyJzdWIiOiJ1IiwiaWF0IjoxNzAwMDAwMDAwfQ.c2ln",
+    ]
+    corpus["sse"] += [b"\x03data: {\"a\":1}\r\n\r\nevent: x\ndata: y\n\n: comment\ndata: [DONE]\n\n"]
+    return corpus
+
+
+def main() -> None:
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fuzz/corpus"
+    for target, items in seeds().items():
+        directory = root / target
+        directory.mkdir(parents=True, exist_ok=True)
+        for item in items:
+            (directory / f"seed-{hashlib.sha1(item).hexdigest()[:16]}").write_bytes(item)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,368 @@
+//! Fuzz entry points, built only with `--cfg fuzzing` (`./build.sh fuzz`, the targets in
+//! `fuzz/`). Each takes the fuzzer's bytes and runs one parser or decision, or a whole exchange
+//! driven by a sequence of host events, and asserts what must hold for any input: no panic, the
+//! same parse however the input is cut into chunks, at most one answer per request.
+
+use crate::exchange::{self, After, CallAnswer, Dispatch, Io, Worker};
+use crate::ports::testing::FakeHost;
+use crate::ports::Host;
+use crate::settings::Settings;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// The fuzzer's bytes, read front to back; past the end every read is empty or zero.
+struct Input<'a>(&'a [u8]);
+
+impl<'a> Input<'a> {
+    fn byte(&mut self) -> u8 {
+        let (first, rest) = self.0.split_first().map_or((0, &[][..]), |(b, r)| (*b, r));
+        self.0 = rest;
+        first
+    }
+
+    /// The next `n` bytes (fewer at the end).
+    fn take(&mut self, n: usize) -> &'a [u8] {
+        let (head, rest) = self.0.split_at(n.min(self.0.len()));
+        self.0 = rest;
+        head
+    }
+
+    /// A piece whose length the next two bytes give (little-endian).
+    fn piece(&mut self) -> &'a [u8] {
+        let n = usize::from(u16::from_le_bytes([self.byte(), self.byte()]));
+        self.take(n)
+    }
+
+    fn choose<T: Copy + Default>(&mut self, options: &[T]) -> T {
+        let index = usize::from(self.byte()) % options.len().max(1);
+        options.get(index).copied().unwrap_or_default()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// `text` cut into pieces whose sizes `seed` spreads from 1 to 17 bytes.
+fn cut(text: &[u8], seed: u8) -> Vec<&[u8]> {
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    let mut i = 0usize;
+    while !rest.is_empty() {
+        let size = 1 + (usize::from(seed) ^ i.wrapping_mul(31)) % 17;
+        let (piece, after) = rest.split_at(size.min(rest.len()));
+        pieces.push(piece);
+        rest = after;
+        i += 1;
+    }
+    pieces
+}
+
+/// The plugin configuration Envoy hands the filter.
+pub fn plugin_settings(data: &[u8]) {
+    let _ = Settings::parse(data);
+}
+
+/// Server-sent events: the events of a stream do not depend on where its chunks end.
+pub fn sse(data: &[u8]) {
+    let mut input = Input(data);
+    let seed = input.byte();
+    let text = input.0;
+    let events = |pieces: &[&[u8]]| {
+        let mut parser = crate::stream::sse::SseParser::new();
+        let mut events: Vec<String> = pieces.iter().flat_map(|p| parser.push(p)).map(|e| format!("{e:?}")).collect();
+        events.extend(parser.finish().into_iter().map(|e| format!("{e:?}")));
+        (events, parser.overflowed())
+    };
+    assert_eq!(events(&[text]), events(&cut(text, seed)));
+}
+
+/// AWS event-stream frames (Bedrock's streams): the frames and the error do not depend on where
+/// the chunks end.
+pub fn event_stream(data: &[u8]) {
+    use crate::providers::bedrock::eventstream::Decoder;
+    let mut input = Input(data);
+    let seed = input.byte();
+    let bytes = input.0;
+    let decode = |pieces: &[&[u8]]| {
+        let mut decoder = Decoder::new();
+        let mut frames = Vec::new();
+        let mut failed = None;
+        for piece in pieces {
+            if let Err(error) = decoder.push(piece, &mut frames) {
+                failed = Some(error);
+                break;
+            }
+        }
+        let end = failed.map_or_else(|| decoder.finish(), Err);
+        (frames, end)
+    };
+    assert_eq!(decode(&[bytes]), decode(&cut(bytes, seed)));
+}
+
+/// A conditional-routing query (JSON) checked and, when valid, run against a JSON input.
+pub fn query(data: &[u8]) {
+    let mut input = Input(data);
+    let query = input.piece();
+    let Ok(serde_json::Value::Object(query)) = serde_json::from_slice(query) else {
+        return;
+    };
+    if gateway_schema::query::validate(&query).is_err() {
+        return;
+    }
+    if let Ok(value) = serde_json::from_slice(input.0) {
+        let _ = gateway_schema::query::matches(&query, &value);
+    }
+}
+
+/// A prompt version (its Mustache template) rendered for a request's variables.
+pub fn prompt(data: &[u8]) {
+    let mut input = Input(data);
+    let (Ok(version), Ok(serde_json::Value::Object(request))) =
+        (serde_json::from_slice(input.piece()), serde_json::from_slice(input.0))
+    else {
+        return;
+    };
+    let _ = gateway_schema::prompts::render(&version, &request);
+}
+
+/// A JWT checked against a JWKS (the `default.jwt` guardrail), both from the fuzzer.
+pub fn jwt(data: &[u8]) {
+    use crate::guardrails::jwt;
+    let mut input = Input(data);
+    let jwks = input.piece();
+    let Ok(token) = std::str::from_utf8(input.0) else {
+        return;
+    };
+    if let Ok(token) = jwt::parse(token) {
+        let rules = gateway_schema::guardrails::params::Rules {
+            algorithms: ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384"].map(String::from).to_vec(),
+            clock_tolerance_s: 5,
+            max_token_age_s: Some(86_400),
+        };
+        let _ = jwt::verify(&token, jwks, &rules, 1_700_000_000);
+    }
+}
+
+/// Plugin configurations the exchange runs under.
+const SETTINGS: &[&str] = &[
+    r#"{"api_keys": ["gw-key"], "cache": {"byte_budget": 1048576, "max_entry_bytes": 65536}}"#,
+    r#"{"api_keys": ["gw-key"], "upstream": {"cluster": "outbound|{port}||{host}"}}"#,
+];
+
+/// Targets a request names in `x-gateway-config` (or, with the last, its own bytes).
+const CONFIGS: &[&str] = &[
+    r#"{"provider": "openai", "api_key": "sk", "custom_host": "http://127.0.0.1:9001/v1"}"#,
+    r#"{"provider": "anthropic", "api_key": "sk-ant", "custom_host": "http://127.0.0.1:9002/v1"}"#,
+    r#"{"provider": "bedrock", "cloud_c_region": "us-east-1", "cloud_c_access_key_id": "AKID", "cloud_c_secret_access_key": "s"}"#,
+    r#"{"provider": "azure-openai", "api_key": "k", "custom_host": "http://127.0.0.1:9003", "deployments": [{"deployment_id": "d", "alias": "gpt-4o", "api_version": "2024-10-21", "is_default": true}]}"#,
+    r#"{"provider": "google", "api_key": "g", "custom_host": "http://127.0.0.1:9004"}"#,
+    r#"{"strategy": {"mode": "fallback"}, "retry": {"attempts": 2}, "cache": {"mode": "simple"}, "targets": [{"provider": "openai", "api_key": "a", "custom_host": "http://127.0.0.1:9001/v1"}, {"provider": "anthropic", "api_key": "b", "custom_host": "http://127.0.0.1:9002/v1"}]}"#,
+    r#"{"strategy": {"mode": "loadbalance"}, "targets": [{"provider": "openai", "api_key": "a", "custom_host": "http://127.0.0.1:9001/v1", "weight": 1}, {"provider": "bedrock", "cloud_c_region": "eu-west-3", "cloud_c_access_key_id": "A", "cloud_c_secret_access_key": "s", "weight": 2}]}"#,
+];
+
+const PATHS: &[&str] = &[
+    "/v1/chat/completions",
+    "/v1/messages",
+    "/v1/responses",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/models",
+    "/health",
+    "/v1/files",
+    "/v1/images/generations",
+    "/v1/chat/completions?x=1",
+    "/v2/nothing",
+];
+
+const STATUSES: &[u16] = &[200, 200, 200, 400, 401, 408, 429, 500, 502, 503, 999, 204];
+const CONTENT_TYPES: &[&str] =
+    &["application/json", "text/event-stream", "application/vnd.amazon.eventstream", "text/plain", ""];
+const DETAILS: &[&str] = &[
+    "via_upstream",
+    "upstream_reset_before_response_started{connection_termination}",
+    "upstream_per_try_timeout",
+    "upstream_response_timeout",
+    "route_not_found",
+    "cluster_not_found",
+];
+
+#[derive(Default)]
+struct Streams {
+    request_headers: Vec<(String, Vec<u8>)>,
+    request_body: Vec<u8>,
+    response_headers: Vec<(String, Vec<u8>)>,
+    response_body: Vec<u8>,
+    details: String,
+}
+
+/// The host of one worker, as the adapter would be: streams by context id, calls by token.
+struct FuzzIo {
+    host: FakeHost,
+    streams: HashMap<u32, Streams>,
+    pending: Vec<u32>,
+    next_token: u32,
+}
+
+impl FuzzIo {
+    fn streams(&mut self, id: u32) -> &mut Streams {
+        self.streams.entry(id).or_default()
+    }
+}
+
+fn set(headers: &mut Vec<(String, Vec<u8>)>, name: &str, value: Option<&[u8]>) {
+    headers.retain(|(n, _)| n != name);
+    if let Some(value) = value {
+        headers.push((name.to_string(), value.to_vec()));
+    }
+}
+
+fn splice(buffer: &mut Vec<u8>, size: usize, bytes: &[u8]) {
+    let size = size.min(buffer.len());
+    buffer.splice(..size, bytes.iter().copied());
+}
+
+impl Io for FuzzIo {
+    fn host(&mut self) -> &mut dyn Host {
+        &mut self.host
+    }
+    fn request_headers(&mut self, id: u32) -> Vec<(String, Vec<u8>)> {
+        self.streams(id).request_headers.clone()
+    }
+    fn request_body(&mut self, id: u32, size: usize) -> Vec<u8> {
+        let body = &self.streams(id).request_body;
+        body.get(..size).unwrap_or(body).to_vec()
+    }
+    fn set_request_headers(&mut self, id: u32, headers: &[(&str, &[u8])]) {
+        self.streams(id).request_headers = headers.iter().map(|(n, v)| (n.to_string(), v.to_vec())).collect();
+    }
+    fn set_request_header(&mut self, id: u32, name: &str, value: &str) {
+        set(&mut self.streams(id).request_headers, name, Some(value.as_bytes()));
+    }
+    fn set_request_body(&mut self, id: u32, size: usize, body: &[u8]) {
+        splice(&mut self.streams(id).request_body, size, body);
+    }
+    fn response_headers(&mut self, id: u32) -> Vec<(String, Vec<u8>)> {
+        self.streams(id).response_headers.clone()
+    }
+    fn response_details(&mut self, id: u32) -> String {
+        self.streams(id).details.clone()
+    }
+    fn response_body(&mut self, id: u32, size: usize) -> Vec<u8> {
+        let body = &self.streams(id).response_body;
+        body.get(..size).unwrap_or(body).to_vec()
+    }
+    fn set_response_header(&mut self, id: u32, name: &str, value: Option<&str>) {
+        set(&mut self.streams(id).response_headers, name, value.map(str::as_bytes));
+    }
+    fn set_response_body(&mut self, id: u32, size: usize, body: &[u8]) {
+        splice(&mut self.streams(id).response_body, size, body);
+    }
+    fn dispatch(&mut self, _id: u32, _call: &Dispatch) -> Option<u32> {
+        self.next_token += 1;
+        self.pending.push(self.next_token);
+        Some(self.next_token)
+    }
+    fn tick_every(&mut self, _period_ms: u64) {}
+    fn metric(&mut self, _kind: exchange::metrics::Kind, _name: &str, _value: u64) {}
+    fn add_to_gauge(&mut self, _name: &str, _delta: i64) {}
+    fn access_log(&mut self, _line: &[u8]) {}
+    fn publish_header(&mut self, _id: u32, _name: &str, _value: &str) {}
+}
+
+/// How many local answers `after` holds.
+fn answers(after: &[After]) -> usize {
+    after.iter().filter(|a| matches!(a, After::Reply { .. })).count()
+}
+
+/// One request through the gateway, driven by the fuzzer's bytes as Envoy would drive it:
+/// its headers (an endpoint, a target config), its body in chunks, the provider's answer head
+/// and body in chunks, answers to the calls the filter dispatched, ticks, and its end, in the
+/// order the bytes say. Asserts no panic and at most one local answer.
+pub fn exchange(data: &[u8]) {
+    let mut input = Input(data);
+    let Ok(settings) = Settings::parse(input.choose(SETTINGS).as_bytes()) else {
+        return;
+    };
+    let mut io = FuzzIo { host: FakeHost::new(7), streams: HashMap::new(), pending: Vec::new(), next_token: 0 };
+    exchange::prepare_store(&io.host, &settings);
+    let mut worker = Worker::new(Rc::new(settings));
+    let id = 1;
+    let method = input.choose(&["POST", "POST", "GET", "DELETE"]);
+    let path = input.choose(PATHS);
+    let config_choice = usize::from(input.byte()) % (CONFIGS.len() + 1);
+    let config = CONFIGS.get(config_choice).map_or_else(|| input.piece().to_vec(), |c| c.as_bytes().to_vec());
+    let mut headers = vec![
+        (":method".to_string(), method.as_bytes().to_vec()),
+        (":path".to_string(), path.as_bytes().to_vec()),
+        (":authority".to_string(), b"gateway.local".to_vec()),
+        ("x-gateway-api-key".to_string(), b"gw-key".to_vec()),
+        ("content-type".to_string(), b"application/json".to_vec()),
+        ("x-gateway-config".to_string(), config),
+    ];
+    let extra = input.choose(&[
+        "x-gateway-cache-force-refresh",
+        "x-gateway-trace-id",
+        "x-gateway-metadata",
+        "anthropic-version",
+        "content-encoding",
+    ]);
+    headers.push((extra.to_string(), input.piece().to_vec()));
+    io.streams(id).request_headers = headers;
+    let has_body = method == "POST";
+    let mut replies = 0;
+    replies += answers(&worker.request_headers(id, !has_body, &mut io).after);
+    let mut body_ended = !has_body;
+    let mut response_ended = false;
+    while !input.is_empty() {
+        match input.byte() % 6 {
+            0 if !body_ended => {
+                let chunk = input.piece().to_vec();
+                body_ended = input.byte() % 2 == 0;
+                let streams = io.streams(id);
+                streams.request_body.extend_from_slice(&chunk);
+                let size = streams.request_body.len();
+                replies += answers(&worker.request_body(id, size, body_ended, &mut io).after);
+            }
+            1 => {
+                let status = input.choose(STATUSES);
+                let content_type = input.choose(CONTENT_TYPES);
+                let streams = io.streams(id);
+                streams.response_headers = vec![
+                    (":status".to_string(), status.to_string().into_bytes()),
+                    ("content-type".to_string(), content_type.as_bytes().to_vec()),
+                ];
+                streams.details = input.choose(DETAILS).to_string();
+                response_ended = input.byte() % 4 == 0;
+                replies += answers(&worker.response_headers(id, response_ended, &mut io).after);
+            }
+            2 if !response_ended => {
+                let chunk = input.piece().to_vec();
+                response_ended = input.byte() % 3 == 0;
+                let streams = io.streams(id);
+                streams.response_body.extend_from_slice(&chunk);
+                let size = streams.response_body.len();
+                replies += answers(&worker.response_body(id, size, response_ended, &mut io).after);
+            }
+            3 if !io.pending.is_empty() => {
+                let token = io.pending.remove(usize::from(input.byte()) % io.pending.len());
+                let status = input.choose(STATUSES);
+                let content_type = input.choose(CONTENT_TYPES);
+                let body = input.piece().to_vec();
+                let headers = vec![("content-type".to_string(), content_type.as_bytes().to_vec())];
+                if worker.awaits(token) {
+                    replies +=
+                        answers(&worker.call_answered(token, CallAnswer { status, headers, body }, &mut io).after);
+                }
+            }
+            4 => {
+                let advance = u64::from(input.byte()) * 250;
+                io.host.now_ms.set(io.host.now_ms.get() + advance);
+                replies += answers(&worker.tick(&mut io).after);
+            }
+            _ => {}
+        }
+        assert!(replies <= 1, "a request answered twice");
+    }
+    let _ = worker.finished(id, &mut io);
+}
