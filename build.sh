@@ -16,6 +16,9 @@
 #                       the filter as an OCI image (target/oci/model-gateway, one layer holding
 #                       plugin.wasm: what Istio and Envoy Gateway pull); --push copies it to a
 #                       registry with skopeo
+#   ./build.sh soak [REQUESTS]
+#                       a mixed load of REQUESTS (default 1,000,000) against the gateway and its
+#                       control plane, every answer checked, memory read at each tenth (bench/README.md)
 #   ./build.sh fuzz [SECONDS [TARGET...]]
 #                       every fuzz target (fuzz/README.md), or those named, for SECONDS each
 #                       (default 60)
@@ -424,5 +427,6 @@ case "$COMMAND" in
             git status --short -- src/providers/fixtures/snapshots ;;
   image) shift; image "$@" ;;
   fuzz) shift; fuzz "$@" ;;
-  *) echo "usage: $0 [build|run|test|lint|config|bench|size|agents|fixtures|image|fuzz]" >&2; exit 2 ;;
+  soak) shift; build; exec "$VENV/bin/python" bench/soak.py --requests "${1:-1000000}" ;;
+  *) echo "usage: $0 [build|run|test|lint|config|bench|size|agents|fixtures|image|fuzz|soak]" >&2; exit 2 ;;
 esac

@@ -49,7 +49,7 @@ def answer_bytes(answer: dict) -> tuple[bytes, int]:
 
 def exchange_seed(request: dict, provider: str, answer: dict) -> bytes:
     path = PATHS.index(request["path"]) if request["path"] in PATHS else 0
-    out = bytes([0, 0, path, CONFIGS[provider], 0]) + piece(b"")
+    out = bytes([0, 0, path, CONFIGS[provider], 0]) + piece(b"")  # settings 0, POST
     out += bytes([0]) + piece(json.dumps(request.get("body", {})).encode()) + bytes([0])  # body, ended
     body, content_type = answer_bytes(answer)
     status = STATUSES.index(answer.get("status", 200)) if answer.get("status", 200) in STATUSES else 0
@@ -67,7 +67,10 @@ def seeds() -> dict[str, list[bytes]]:
         request = fixture["client_request"]
         for provider, answer in fixture.get("answers", {}).items():
             if provider in CONFIGS:
-                corpus["exchange"].append(exchange_seed(request, provider, answer))
+                seed = exchange_seed(request, provider, answer)
+                corpus["exchange"].append(seed)
+                # The same with the control plane (settings 2): its reads come first.
+                corpus["exchange"].append(bytes([2]) + seed[1:])
             body, kind = answer_bytes(answer)
             if kind == 1:
                 corpus["sse"].append(bytes([7]) + body)

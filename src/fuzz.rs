@@ -148,6 +148,10 @@ pub fn jwt(data: &[u8]) {
 const SETTINGS: &[&str] = &[
     r#"{"api_keys": ["gw-key"], "cache": {"byte_budget": 1048576, "max_entry_bytes": 65536}}"#,
     r#"{"api_keys": ["gw-key"], "upstream": {"cluster": "outbound|{port}||{host}"}}"#,
+    // Keys, saved configs, stored providers, limits and prices read from the control plane:
+    // the fuzzer answers those reads too.
+    r#"{"control_plane": {"cluster": "cp", "authority": "cp:1", "token": "t"}, "records": {"bodies": true}}"#,
+    r#"{"control_plane": {"cluster": "cp", "authority": "cp:1", "token": "t"}, "lookup_gate": true}"#,
 ];
 
 /// Targets a request names in `x-gateway-config` (or, with the last, its own bytes).
