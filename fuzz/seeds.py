@@ -60,8 +60,8 @@ def exchange_seed(request: dict, provider: str, answer: dict) -> bytes:
 
 
 def seeds() -> dict[str, list[bytes]]:
-    corpus: dict[str, list[bytes]] = {name: [] for name in
-                                      ["plugin_settings", "sse", "event_stream", "query", "prompt", "jwt", "exchange"]}
+    corpus: dict[str, list[bytes]] = {name: [] for name in ["plugin_settings", "sse", "event_stream", "query",
+                                                            "prompt", "jwt", "exchange", "stored_items"]}
     for path in FIXTURES:
         fixture = json.loads(Path(path).read_text())
         request = fixture["client_request"]
@@ -98,6 +98,14 @@ def seeds() -> dict[str, list[bytes]]:
         piece(b'{"keys": [{"kty": "EC", "crv": "P-256", "kid": "k", "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU", '
               b'"y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}')
         + b"eyJhbGciOiJFUzI1NiIsImtpZCI6ImsifQ.eyJzdWIiOiJ1IiwiaWF0IjoxNzAwMDAwMDAwfQ.c2ln",
+    ]
+    corpus["stored_items"] += [
+        b'\x00{"strategy": {"mode": "fallback"}, "targets": [{"provider": "openai", "api_key": "k"}, '
+        b'{"provider": "anthropic", "api_key": "a", "retry": {"attempts": 2}}], "cache": {"mode": "simple"}}',
+        b'\x01{"provider": "azure-openai", "api_key": "k", "resource_name": "r", "deployment_id": "d", "api_version": "v"}',
+        b'\x02{"checks": [{"id": "default.regexMatch", "parameters": {"rule": "a+b"}}], "on_fail": {"deny": true}}',
+        b'\x03{"workspace": "w", "model": "m", "requests_per_minute": 5, "budget_usd": 1.5, "budget_period": "day"}',
+        b'\x04{"input_per_million": 1, "output_per_million": 2.5, "cached_input_per_million": 0.1}',
     ]
     corpus["sse"] += [b"\x03data: {\"a\":1}\r\n\r\nevent: x\ndata: y\n\n: comment\ndata: [DONE]\n\n"]
     return corpus

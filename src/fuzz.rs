@@ -144,6 +144,28 @@ pub fn jwt(data: &[u8]) {
     }
 }
 
+/// What the control plane checks in a request body before it stores it (its first byte picks
+/// the kind: a saved config, a stored provider, a guardrail, a limit, a price), as it does.
+pub fn stored_items(data: &[u8]) {
+    use gateway_schema::{limits, prices, stored};
+    let mut input = Input(data);
+    let kind = input.byte() % 5;
+    let body = input.0;
+    if stored::nested_too_deep(body).is_some() || (kind == 0 && stored::config_nested_too_deep(body).is_some()) {
+        return;
+    }
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return;
+    };
+    let _ = match kind {
+        0 => stored::check_config(&value).is_ok(),
+        1 => stored::check_provider(&value).is_ok(),
+        2 => stored::check_guardrail(&value).is_ok(),
+        3 => limits::parse_limit("fuzz", &value).is_ok(),
+        _ => prices::parse_price(&value).is_ok(),
+    };
+}
+
 /// Plugin configurations the exchange runs under.
 const SETTINGS: &[&str] = &[
     r#"{"api_keys": ["gw-key"], "cache": {"byte_budget": 1048576, "max_entry_bytes": 65536}}"#,
