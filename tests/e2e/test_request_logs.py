@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from helpers import CHAT, chat_body, custom_host
@@ -87,14 +89,16 @@ def test_without_the_setting_no_body_is_stored(gateway, openai_mock):
     assert not set(BODY_FIELDS) & set(record), record
 
 
-def test_with_the_control_plane_down_requests_are_served_and_records_past_the_bound_are_dropped(
+def test_with_the_control_plane_down_requests_are_served_and_only_records_past_the_bound_are_lost(
         start_gateway, openai_mock):
-    """With the control plane gone, every record is dropped but the `max_queued` newest ones
+    """With the control plane gone, every record is dropped but the `max_queued` oldest ones
     a worker keeps for when it is back: a record that finds the queue full is dropped at once,
     and a batch whose call fails (connection refused) goes back to the front only as far as
     the bound allows. Whenever the timer takes a batch, records queued and the batch in flight
     together are back to `max_queued` once its call failed, so after N requests and the last
-    failed call exactly N - `max_queued` were dropped, however the timer fell among them."""
+    failed call exactly N - `max_queued` were dropped, however the timer fell among them. The
+    control plane started again (same command, environment and database), the kept records
+    reach it: the first `max_queued` of the outage, each once."""
     bound, sent = 3, 8
     env = {"GATEWAY_CONCURRENCY": "1", "GATEWAY_RECORDS": json.dumps({"max_queued": bound})}
     with start_gateway("records-down", None, env) as gw:
@@ -105,9 +109,33 @@ def test_with_the_control_plane_down_requests_are_served_and_records_past_the_bo
         trace = before.headers["x-gateway-trace-id"]
         # Its record reached the control plane: the queue is empty again.
         assert eventually(lambda: len(gw.get(f"/v1/logs?trace_id={trace}").json()["data"]), 1) == 1
-        os.kill(gw.control_plane_pid(), signal.SIGKILL)
+        pid = gw.control_plane_pid()
+        command, environment, directory = process_start(pid)
+        os.kill(pid, signal.SIGKILL)
+        traces = []
         for i in range(sent):
             r = gw.chat(custom_host(openai_mock), chat_body(f"request {i}", model="m-down"))
             assert r.status_code == 200, r.text
             assert r.json()["object"] == "chat.completion"
+            traces.append(r.headers["x-gateway-trace-id"])
         assert eventually(lambda: value(gw, DROPPED), sent - bound) == sent - bound
+        again = subprocess.Popen(command, env=environment, cwd=directory, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            def found():
+                return [len(gw.get(f"/v1/logs?trace_id={trace}").json().get("data", [])) for trace in traces]
+            kept = [1] * bound + [0] * (sent - bound)
+            assert eventually(found, kept, timeout=30) == kept
+            assert value(gw, DROPPED) == sent - bound, "nothing more was dropped"
+        finally:
+            again.kill()
+            again.wait()
+
+
+def process_start(pid: int) -> tuple[list[bytes], dict[bytes, bytes], str]:
+    """How process `pid` was started: its command line, environment and working directory."""
+    proc = Path(f"/proc/{pid}")
+    command = proc.joinpath("cmdline").read_bytes().split(b"\0")[:-1]
+    environment = dict(item.split(b"=", 1) for item in proc.joinpath("environ").read_bytes().split(b"\0")
+                       if b"=" in item)
+    return command, environment, os.readlink(proc / "cwd")
