@@ -92,7 +92,7 @@ def envoy_gateway_wasm() -> dict:
     (patch,) = of_kind(ENVOY_GATEWAY, "EnvoyPatchPolicy")["model-gateway-stop-iteration"]["spec"]["jsonPatches"]
     operation = patch["operation"]
     # The JSONPath selects the Wasm filters whose config has this root_id.
-    selected = re.fullmatch(r"\.\.http_filters\[\?\(@\.typed_config\.config\.root_id=='([^']+)'\)\]"
+    selected = re.fullmatch(r"\$\.\.http_filters\[\?\(@\.typed_config\.config\.root_id == '([^']+)'\)\]"
                             r"\.typed_config\.config", operation["jsonPath"])
     assert selected and selected.group(1) == wasm["rootID"], operation["jsonPath"]
     assert operation["op"] == "add" and operation["path"].startswith("/")
