@@ -14,7 +14,7 @@ mod client_api;
 #[cfg(test)]
 mod envoy_stats_tags;
 mod exchange;
-// Fuzz entry points (`./build.sh fuzz`); the unit tests run what the fuzzer once found.
+// Fuzz entry points (`./build.sh fuzz`), compiled with the unit tests too, which run them on fixed inputs.
 #[cfg(any(test, fuzzing))]
 pub mod fuzz;
 mod guardrails;

@@ -67,4 +67,23 @@ pub(crate) mod testing {
             true
         }
     }
+
+    /// A fake host's request or response headers: header `name` set to `value`, or removed.
+    pub(crate) fn set_header(headers: &mut Vec<(String, Vec<u8>)>, name: &str, value: Option<&[u8]>) {
+        headers.retain(|(n, _)| n != name);
+        if let Some(value) = value {
+            headers.push((name.to_string(), value.to_vec()));
+        }
+    }
+
+    /// A fake host's body buffer: its first `size` bytes, as Envoy hands them to the filter.
+    pub(crate) fn prefix(buffer: &[u8], size: usize) -> Vec<u8> {
+        buffer.get(..size).unwrap_or(buffer).to_vec()
+    }
+
+    /// A fake host's body buffer: its first `size` bytes replaced by `bytes`.
+    pub(crate) fn replace_prefix(buffer: &mut Vec<u8>, size: usize, bytes: &[u8]) {
+        let size = size.min(buffer.len());
+        buffer.splice(..size, bytes.iter().copied());
+    }
 }

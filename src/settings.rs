@@ -380,9 +380,10 @@ impl Settings {
     pub(crate) fn parse(bytes: &[u8]) -> Result<Settings, String> {
         let mut settings: Settings = serde_json::from_slice(bytes).map_err(|e| {
             let message = e.to_string();
-            // serde's words on a value's type, value or length quote the value, which may be a
-            // key: those are told by position only.
-            if ["invalid type", "invalid value", "invalid length"].iter().any(|p| message.starts_with(p)) {
+            // serde's words on a value's type, value, length or variant quote the value, which
+            // may be a key: those are told by position only.
+            const QUOTING: [&str; 4] = ["invalid type", "invalid value", "invalid length", "unknown variant"];
+            if QUOTING.iter().any(|p| message.starts_with(p)) {
                 format!(
                     "invalid plugin configuration ({:?} error at line {} column {})",
                     e.classify(),

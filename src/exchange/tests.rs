@@ -3,7 +3,7 @@
 //! shared store), and each test tells one request's story event by event.
 
 use super::*;
-use crate::ports::testing::FakeHost;
+use crate::ports::testing::{prefix, replace_prefix, set_header, FakeHost};
 use crate::settings::CLUSTER_HEADER;
 use crate::unit_tests::test;
 use serde_json::{json, Value};
@@ -112,18 +112,6 @@ impl FakeIo {
     }
 }
 
-fn set_header(headers: &mut RawHeaders, name: &str, value: Option<&[u8]>) {
-    headers.retain(|(n, _)| n != name);
-    if let Some(value) = value {
-        headers.push((name.to_string(), value.to_vec()));
-    }
-}
-
-fn replace_prefix(buffer: &mut Vec<u8>, size: usize, bytes: &[u8]) {
-    let size = size.min(buffer.len());
-    buffer.splice(..size, bytes.iter().copied());
-}
-
 impl Io for FakeIo {
     fn host(&mut self) -> &mut dyn Host {
         &mut self.host
@@ -134,8 +122,7 @@ impl Io for FakeIo {
     }
 
     fn request_body(&mut self, id: u32, size: usize) -> Vec<u8> {
-        let body = &self.streams(id).request_body;
-        body[..size.min(body.len())].to_vec()
+        prefix(&self.streams(id).request_body, size)
     }
 
     fn set_request_headers(&mut self, id: u32, headers: &[(&str, &[u8])]) {
@@ -164,8 +151,7 @@ impl Io for FakeIo {
     }
 
     fn response_body(&mut self, id: u32, size: usize) -> Vec<u8> {
-        let body = &self.streams(id).response_body;
-        body[..size.min(body.len())].to_vec()
+        prefix(&self.streams(id).response_body, size)
     }
 
     fn set_response_header(&mut self, id: u32, name: &str, value: Option<&str>) {
