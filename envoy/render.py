@@ -12,6 +12,8 @@ from here, so they cannot drift. Settings (environment variables):
   GATEWAY_METRICS (JSON object: the metrics' model label bound, `models` and `max_models`),
   GATEWAY_RECORDS (JSON object: the request records' `max_queued`, `bodies` and `max_body_bytes`),
   GATEWAY_ACCESS_LOG (file of the JSON access log; default /dev/stdout; "off": none),
+  GATEWAY_STREAM_IDLE_TIMEOUT (seconds without a byte from the provider or the client before
+  Envoy ends a request; default 300, Envoy's own; 0: never),
   GATEWAY_CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt),
   GATEWAY_CONTROL_PLANE_ADDR (host:port of the control plane; unset: none) with
   GATEWAY_CONTROL_PLANE_TOKEN (the filter's bearer token for the control plane's lookups).
@@ -88,6 +90,9 @@ def render(env):
     access_log = env.get("GATEWAY_ACCESS_LOG") or "/dev/stdout"
     if access_log == "off":
         text = strip_section(text, "access-log")
+    idle = env.get("GATEWAY_STREAM_IDLE_TIMEOUT") or "300"
+    if not idle.isdigit():
+        sys.exit(f"render.py: GATEWAY_STREAM_IDLE_TIMEOUT must be a whole number of seconds, not {idle!r}")
     template = string.Template(text)
     return template.substitute(
         PORT=int(env.get("GATEWAY_PORT") or 8787),
@@ -96,6 +101,7 @@ def render(env):
         WASM_PATH=json.dumps(env.get("GATEWAY_WASM") or str(HERE.parent / "target/model_gateway.wasm")),
         CA_BUNDLE=json.dumps(env.get("GATEWAY_CA_BUNDLE") or "/etc/ssl/certs/ca-certificates.crt"),
         ACCESS_LOG_PATH=json.dumps(access_log),
+        STREAM_IDLE_TIMEOUT=int(idle),
         CONTROL_PLANE_HOST=json.dumps(cp_host),
         CONTROL_PLANE_PORT=int(cp_port or 0),
         # A JSON string literal is a valid YAML double-quoted scalar.

@@ -6,7 +6,7 @@
 
 use super::guard::{Answer, Progress};
 use super::head::Head;
-use super::reply::{finish, gateway_error, provider_headers, ResponseMode};
+use super::reply::{self, finish, gateway_error, provider_headers, ResponseMode, Unreadable};
 use super::usage::UsageScan;
 use super::worker;
 use super::{Action, After, Env, Exchange, GatewayError, Phase};
@@ -41,13 +41,20 @@ impl Exchange {
     /// Finishes `whole` and sends it as `delivery` says. Pause while the output checks wait
     /// for their calls (the answer then goes as a local reply once they decided).
     pub(super) fn finish_answer(&mut self, env: &mut Env, whole: Whole, delivery: Delivery) -> Action {
+        let expects_json = self.expects_json();
         let Some(plan) = plan(&mut self.phase) else {
             return Action::Continue;
         };
         let provider = plan.provider.name;
         // 1. Translated (or reshaped), with its usage.
         let (finished, content_type, mut headers) = match whole {
-            Whole::Provider { mode, head, body } => {
+            Whole::Provider { mut mode, head, body } => {
+                // A success without a body (a provider that closed without one) is no answer.
+                let success = (200..300).contains(&head.status) && reply::has_body(false, head.status);
+                let read_whole = matches!(mode, ResponseMode::Passthrough | ResponseMode::Translated);
+                if read_whole && body.is_empty() && success && expects_json {
+                    mode = ResponseMode::Unreadable(Unreadable::Empty(head.status));
+                }
                 let finished = finish(plan, mode, head.status, &head.headers, body);
                 self.record.usage = plan.translator.usage();
                 worker::keep(env, &self.record.workspace, plan.translator.kept());

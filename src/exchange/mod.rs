@@ -335,6 +335,9 @@ struct Exchange {
     reads: Reads,
     /// The provider's answer is held in Envoy until its body ends.
     awaiting_end: bool,
+    /// A JSON answer of unannounced length: its headers wait for its first byte, since an
+    /// empty one is the gateway's error rather than an empty 200.
+    awaiting_first_byte: bool,
     /// The workspace's limits and prices (with a control plane).
     policy: Option<Rc<crate::usage_limits::Policy>>,
     /// What the request reserved of the limits that apply to it.
@@ -369,6 +372,7 @@ impl Exchange {
             usage: None,
             reads: Reads::default(),
             awaiting_end: false,
+            awaiting_first_byte: false,
             policy: None,
             limits: None,
         }

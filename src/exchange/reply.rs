@@ -29,6 +29,8 @@ pub(crate) enum Unreadable {
     Status(u16),
     /// An event stream for a request that asked for JSON.
     UnaskedStream,
+    /// A success without a body, for a request that asked for JSON.
+    Empty(u16),
 }
 
 /// Whether `status` is an HTTP status at all (a provider may send any three digits).
@@ -121,6 +123,9 @@ pub(crate) fn unreadable_error(provider: &str, why: Unreadable) -> GatewayError 
             "provider '{provider}' answered with an event stream to a request that did not ask for one: \
              the answer could not be read"
         ),
+        Unreadable::Empty(status) => {
+            format!("provider '{provider}' answered {status} with an empty body: the answer could not be read")
+        }
     };
     GatewayError::new(502, "api_error", message).with_code("invalid_provider_response")
 }
@@ -161,15 +166,19 @@ pub(crate) fn routed_failure(status: u16, details: &str) -> Option<Failure> {
     }
 }
 
-/// Whether Envoy's response details say the provider broke off after its response headers (a
-/// reset, a bad chunk). An answer the filter held is then answered by Envoy itself, past the
-/// filter: the Envoy config's local reply mapper gives it the gateway's error shape and code.
-pub(crate) fn broke_off(details: &str) -> bool {
-    details.starts_with("upstream_reset_after_response_started")
+/// Envoy's own answer to a held answer, from its response details: the provider broke off
+/// after its response headers (a reset, a bad chunk: 502), or went silent for the stream idle
+/// timeout (504). Envoy then answers past the filter: the Envoy config's local reply mapper
+/// gives its answer the gateway's error shape and these codes.
+pub(crate) fn envoys_own_answer(details: &str) -> Option<(u16, &'static str)> {
+    if details.starts_with("upstream_reset_after_response_started") {
+        Some((502, "upstream_incomplete"))
+    } else if details == "stream_idle_timeout" {
+        Some((504, "upstream_stalled"))
+    } else {
+        None
+    }
 }
-
-/// The error code of that answer (the local reply mapper's).
-pub(crate) const BROKE_OFF_CODE: &str = "upstream_incomplete";
 
 /// Why a dispatched call did not succeed: Envoy's own text answers of a call that never
 /// reached a provider, no answer at all (status 0), or the provider's status. `None`: a 2xx.

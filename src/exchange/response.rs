@@ -7,7 +7,7 @@
 use super::finish::{Delivery, Whole};
 use super::head::Head;
 use super::recovery::count_circuits;
-use super::reply::{self, response_mode, ResponseMode};
+use super::reply::{self, response_mode, ResponseMode, Unreadable};
 use super::usage::UsageScan;
 use super::worker;
 use super::{Action, Env, Exchange, Phase};
@@ -75,6 +75,8 @@ impl Exchange {
         }
         let details = env.io.response_details(env.id);
         let Some(failure) = reply::routed_failure(judged, &details) else {
+            // Envoy's own answer passes (shaped by the config's local reply mapper).
+            self.record.error_code = reply::envoys_own_answer(&details).map(|(_, code)| code);
             self.phase = Phase::Forwarded(routed);
             self.set_gateway_headers(env);
             return Action::Continue;
@@ -122,11 +124,16 @@ impl Exchange {
         let status = head.status;
         let head_request = self.record.method == "HEAD";
         let (expects_json, is_stream) = (self.expects_json(), head.is_stream());
+        let unannounced_length = head.content_length().is_none();
+        let success = has_success_body(head_request, status);
         self.mode = response_mode(&routed.plan, head_request, status, expects_json, is_stream);
+        let passthrough_json = expects_json && success && self.mode == ResponseMode::Passthrough;
+        if passthrough_json && end_of_stream {
+            self.mode = ResponseMode::Unreadable(Unreadable::Empty(status));
+        }
         if let ResponseMode::Unreadable(why) = self.mode {
             return self.answer_error(env, &reply::unreadable_error(routed.plan.provider.name, why));
         }
-        let success = has_success_body(head_request, status);
         if success {
             self.guard_answer(env, end_of_stream);
         }
@@ -147,6 +154,10 @@ impl Exchange {
         match self.mode {
             // Held whole for the output checks.
             _ if self.hold => self.hold_answer(env),
+            ResponseMode::Passthrough if passthrough_json && unannounced_length => {
+                self.awaiting_first_byte = true;
+                self.hold_answer(env)
+            }
             ResponseMode::Passthrough => Action::Continue,
             ResponseMode::Stream => {
                 // Translated chunks change the length; Envoy frames the stream.
@@ -234,6 +245,14 @@ impl Exchange {
             Phase::Forwarded(routed) => routed,
             _ => return Action::Continue,
         };
+        if std::mem::take(&mut self.awaiting_first_byte) {
+            if size == 0 && end_of_stream {
+                // Nothing came: answered in place of the empty body (`finish_answer` says why).
+                return self.finish_routed(env, Vec::new(), Delivery::InPlace(0));
+            }
+            // The headers go on with this first byte: a break from now on cuts the client's answer.
+            self.awaiting_end = false;
+        }
         if size > 0 && self.record.stream && self.record.first_byte_ms.is_none() {
             self.record.first_byte_ms = Some(env.io.host().now_ms());
         }

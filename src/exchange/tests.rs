@@ -260,11 +260,20 @@ impl Gateway {
 
     /// The provider's (or Envoy's own) response headers reach the filter; a body follows.
     fn response_headers(&mut self, id: u32, status: u16, headers: &[(&str, &str)], details: &str) -> Output {
+        self.response_head(id, status, headers, details, false)
+    }
+
+    /// Response headers that end the answer (no body follows).
+    fn response_headers_end(&mut self, id: u32, status: u16, headers: &[(&str, &str)], details: &str) -> Output {
+        self.response_head(id, status, headers, details, true)
+    }
+
+    fn response_head(&mut self, id: u32, status: u16, headers: &[(&str, &str)], details: &str, end: bool) -> Output {
         let streams = self.io.streams(id);
         streams.response_headers = vec![(":status".to_string(), status.to_string().into_bytes())];
         streams.response_headers.extend(headers.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())));
         streams.details = details.to_string();
-        self.worker.response_headers(id, false, &mut self.io)
+        self.worker.response_headers(id, end, &mut self.io)
     }
 
     /// A chunk of the response body; what the filter lets through goes on to the client.
@@ -450,7 +459,13 @@ fn openai_compatible_chat_goes_upstream_and_back_untouched() {
     assert_eq!(gw.io.streams(1).request_body, CHAT);
 
     // The provider answers; the client sees the gateway's headers and the provider's bytes.
-    let out = gw.response_headers(1, 200, &[("content-type", "application/json")], "via_upstream");
+    let length = COMPLETION.len().to_string();
+    let out = gw.response_headers(
+        1,
+        200,
+        &[("content-type", "application/json"), ("content-length", &length)],
+        "via_upstream",
+    );
     assert_eq!(out, Output::proceed());
     assert_eq!(gw.client_header(1, TRACE_HEADER).as_deref(), Some("story-1"));
     assert_eq!(gw.client_header(1, PROVIDER_HEADER).as_deref(), Some("openai"));
@@ -1470,7 +1485,8 @@ fn an_event_stream_for_a_request_that_asked_for_json_is_a_502() {
     gw.post(3, chat_with_config("gw-key", &openai("sk", 9001)), streamed);
     assert_eq!(gw.response_headers(3, 200, &event_stream, "via_upstream"), Output::proceed());
     gw.post(4, chat_with_config("gw-key", &openai("sk", 9001)), CHAT);
-    assert_eq!(gw.response_headers(4, 200, &[("content-type", "application/json")], "via_upstream"), Output::proceed());
+    let length = [("content-type", "application/json"), ("content-length", "99")];
+    assert_eq!(gw.response_headers(4, 200, &length, "via_upstream"), Output::proceed());
 
     // A recovered answer is judged the same way.
     let config = fallback(vec![openai("a", 9001), openai("b", 9002)]);
@@ -1479,6 +1495,38 @@ fn an_event_stream_for_a_request_that_asked_for_json_is_a_502() {
     let token = gw.io.sent.last().unwrap().token;
     let (_, status, _, body) = reply(&gw.answer(token, 200, &event_stream, b"data: {}\n\n"));
     assert_eq!((status, body["error"]["code"].as_str()), (502, Some("invalid_provider_response")));
+}
+
+#[test]
+fn an_empty_success_for_a_request_that_asked_for_json_is_a_502() {
+    let empty = "provider 'openai' answered 200 with an empty body: the answer could not be read";
+    let json = [("content-type", "application/json")];
+    let mut gw = Gateway::new(SETTINGS);
+    // Headers that end the answer (`content-length: 0`): answered at once.
+    gw.post(1, chat_with_config("gw-key", &openai("sk", 9001)), CHAT);
+    let (_, status, _, body) = reply(&gw.response_headers_end(1, 200, &json, "via_upstream"));
+    assert_eq!((status, body["error"]["message"].as_str()), (502, Some(empty)));
+    assert_eq!(body["error"]["code"], "invalid_provider_response");
+
+    // An unannounced length: the headers wait for the first byte (the gateway's published for
+    // Envoy's own reply should the provider break off meanwhile); none came, so the answer is
+    // the gateway's 502 in place of the empty body.
+    gw.post(2, chat_with_config("gw-key", &openai("sk", 9001)), CHAT);
+    assert_eq!(gw.response_headers(2, 200, &json, "via_upstream").action, Action::Pause);
+    assert_eq!(gw.io.published[&2][PROVIDER_HEADER], "openai");
+    assert_eq!(gw.response_body(2, b"", true), Output::proceed());
+    assert_eq!(gw.client_header(2, ":status").as_deref(), Some("502"));
+    assert_eq!(serde_json::from_slice::<Value>(&gw.client_body(2)).unwrap()["error"]["message"], empty);
+    assert_eq!(gw.finished(2).unwrap().error_code, Some("invalid_provider_response"));
+
+    // A first byte lets the headers and the rest flow untouched.
+    gw.post(3, chat_with_config("gw-key", &openai("sk", 9001)), CHAT);
+    assert_eq!(gw.response_headers(3, 200, &json, "via_upstream").action, Action::Pause);
+    let (first, second) = COMPLETION.split_at(1);
+    assert_eq!(gw.response_body(3, first, false), Output::proceed());
+    assert_eq!(gw.response_body(3, second, true), Output::proceed());
+    assert_eq!(gw.client_body(3), COMPLETION);
+    assert_eq!(gw.finished(3).unwrap().status, 200);
 }
 
 #[test]
@@ -1497,6 +1545,12 @@ fn a_held_answer_publishes_the_gateway_headers_for_envoys_own_reply() {
     gw.io.streams(1).details = "upstream_reset_after_response_started{remote_reset}".to_string();
     let record = gw.finished(1).unwrap();
     assert_eq!((record.status, record.error_code), (502, Some("upstream_incomplete")));
+    // Or it goes silent for the stream idle timeout: Envoy's 504.
+    gw.post(4, anthropic_chat(), body);
+    gw.response_headers(4, 200, &[("content-type", "application/json")], "via_upstream");
+    gw.io.streams(4).details = "stream_idle_timeout".to_string();
+    let record = gw.finished(4).unwrap();
+    assert_eq!((record.status, record.error_code), (504, Some("upstream_stalled")));
 
     // A held failure that recovers publishes its headers too; an answer that flows, none.
     let config = fallback(vec![openai("a", 9001), openai("b", 9002)]);
@@ -1504,6 +1558,7 @@ fn a_held_answer_publishes_the_gateway_headers_for_envoys_own_reply() {
     assert_eq!(gw.response_headers(2, 500, &[], "via_upstream").action, Action::Pause);
     assert_eq!(gw.io.published[&2][RETRIES_HEADER], "0");
     gw.post(3, chat_with_config("gw-key", &openai("sk", 9001)), CHAT);
-    assert_eq!(gw.response_headers(3, 200, &[("content-type", "application/json")], "via_upstream"), Output::proceed());
+    let length = [("content-type", "application/json"), ("content-length", "99")];
+    assert_eq!(gw.response_headers(3, 200, &length, "via_upstream"), Output::proceed());
     assert!(!gw.io.published.contains_key(&3));
 }

@@ -513,13 +513,14 @@ impl Worker {
         self.gates.remove(&id);
         let mut exchange = self.exchanges.remove(&id)?;
         let settings = Rc::clone(&exchange.settings);
-        // Envoy answered a held answer itself when its provider broke off: the record says so.
-        let broke_off = exchange.awaiting_end && reply::broke_off(&io.response_details(id));
+        // Envoy answered a held answer itself when its provider broke off or went silent: the
+        // record says so.
+        let envoys = if exchange.awaiting_end { reply::envoys_own_answer(&io.response_details(id)) } else { None };
         let reportable = exchange.settle(&mut self.tasks.leases);
         let mut record = exchange.into_record();
-        if broke_off {
-            record.status = 502;
-            record.error_code = Some(reply::BROKE_OFF_CODE);
+        if let Some((status, code)) = envoys {
+            record.status = status;
+            record.error_code = Some(code);
         }
         record.end(io.host().now_ms());
         if reportable {

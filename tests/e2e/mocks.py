@@ -109,10 +109,14 @@ class Reply:
     # as they are; then the connection closes, with a TCP reset (RST) when ``reset``
     raw: bytes | None = None
     reset: bool = False
+    # a stalled peer: after ``raw``, the connection stays open, silent, until this is set
+    linger: threading.Event | None = None
+    linger_timeout: float = 30.0
     # filled in by the mock
     hold_timed_out: bool | None = None  # True if the hold was never released in time
     gate_timed_out: bool | None = None  # True if the gate was never set in time
     step_timed_out: bool | None = None  # True if a step permit never came in time
+    cut_off: bool = False  # True if the gateway closed the connection before the answer was written
     received: threading.Event = field(default_factory=threading.Event)  # a request took this reply
     served: threading.Event = field(default_factory=threading.Event)  # answer finished
 
@@ -500,7 +504,12 @@ class MockProvider:
                 time.sleep(reply.stall)
             if reply.hold is not None:
                 reply.hold_timed_out = not reply.hold.wait(reply.hold_timeout)
-            if reply.raw is not None:
+            if reply.raw is not None and reply.linger is not None:
+                h.wfile.write(reply.raw)
+                h.wfile.flush()
+                reply.linger.wait(reply.linger_timeout)
+                h.close_connection = True
+            elif reply.raw is not None:
                 h.send_raw(reply.raw, reset=reply.reset)
             elif reply.body is not None:
                 body = reply.body
@@ -515,6 +524,9 @@ class MockProvider:
                             {**self.error_headers(reply.status), **reply.headers})
             else:
                 produce(reply)
+        except OSError:
+            reply.cut_off = True
+            raise
         finally:
             reply.served.set()
             with self._lock:

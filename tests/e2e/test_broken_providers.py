@@ -1,18 +1,21 @@
 """Providers that break the protocol after (or instead of) a proper answer: a reset or a bad
 chunk after the headers, a status that is no HTTP status, a stream cut short, an event stream
-for a request that asked for JSON. Whatever they send, the client gets the OpenAI error shape
-with the gateway's headers, or a stream that ends with an error event, or fails, and never
-with `[DONE]`."""
+for a request that asked for JSON, an empty success, a provider that goes silent. Whatever
+they send, the client gets the OpenAI error shape with the gateway's headers, or a stream that
+ends with an error event, or fails, and never with `[DONE]`; and never waits past the stream
+idle timeout."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import httpx2 as httpx
 import pytest
 
-from helpers import (CHAT, VERTEX_CLIENT_TOKEN, assert_error, chat_body, config, custom_host, provider_config,
-                     read_stream)
+from helpers import (CHAT, KEY, VERTEX_CLIENT_TOKEN, assert_error, chat_body, config, custom_host, provider_config,
+                     raw_http, read_stream)
 from mocks import Reply
 from mocks_cloud import event_frame
 from test_bedrock import MODEL as BEDROCK_MODEL, bedrock_config
@@ -198,3 +201,127 @@ def test_an_event_stream_for_a_json_request_is_a_502(gateway, openai_mock, anthr
     assert_error(r, 502, type="api_error", code="invalid_provider_response",
                  contains=["event stream", "could not be read"])
     assert r.headers["content-type"] == "application/json"
+
+
+# --------------------------------------------------------------------------- empty or silent
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("framing", ["Content-Length: 0", "Connection: close"], ids=["length-0", "closed"])
+def test_a_success_without_a_body_is_a_502(gateway, openai_mock, anthropic_mock, provider, framing):
+    """A 200 with nothing in it, announced (`content-length: 0`) or not (closed at once), is
+    no answer to a JSON request; an OpenAI-compatible answer otherwise flows as it comes."""
+    mock = openai_mock if provider == "openai" else anthropic_mock
+    mock.script(Reply(raw=head("200 OK", "Content-Type: application/json", framing)))
+    model = ANTHROPIC_MODEL if provider == "anthropic" else "gpt-mock"
+    r = gateway.chat(custom_host(mock, provider=provider), chat_body(model=model))
+    assert_error(r, 502, type="api_error", code="invalid_provider_response",
+                 contains=f"provider '{provider}' answered 200 with an empty body")
+    assert r.headers["x-gateway-provider"] == provider
+    line = gateway.wait_for_log_line(f'trace_id="{r.headers["x-gateway-trace-id"]}"')
+    assert "status=502" in line, line
+
+
+def test_an_answer_of_unannounced_length_still_flows_whole(gateway, openai_mock):
+    completion = {"id": "c-close", "object": "chat.completion", "created": 1, "model": "gpt-mock",
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": "closed"},
+                               "finish_reason": "stop"}],
+                  "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}}
+    body = json.dumps(completion).encode()
+    openai_mock.script(Reply(raw=head("200 OK", "Content-Type: application/json", "Connection: close") + body))
+    r = gateway.chat(custom_host(openai_mock), chat_body())
+    assert r.status_code == 200 and r.content == body
+
+
+IDLE_TIMEOUT = 2
+
+
+@pytest.fixture(scope="module")
+def idle(start_gateway):
+    """A gateway whose stream idle timeout is short enough to wait for."""
+    with start_gateway("idle", None, {"GATEWAY_STREAM_IDLE_TIMEOUT": str(IDLE_TIMEOUT)}) as gw:
+        yield gw
+
+
+def timed(call):
+    started = time.monotonic()
+    result = call()
+    return result, time.monotonic() - started
+
+
+@pytest.mark.parametrize("when", ["before-headers", "after-headers"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_provider_gone_silent_is_a_504_after_the_idle_timeout(idle, openai_mock, anthropic_mock, when, provider):
+    """Silent before its headers, or after the headers of an answer the filter holds (every
+    translated one): Envoy's 504 at the stream idle timeout, in the gateway's error shape with
+    its headers, and the request's record says so."""
+    mock = openai_mock if provider == "openai" else anthropic_mock
+    linger = threading.Event()
+    raw = b"" if when == "before-headers" else JSON_HEAD + b'{"id": "msg_1"'
+    if provider == "openai" and when == "after-headers":
+        # An OpenAI-compatible answer of unannounced length waits for its first byte.
+        raw = head("200 OK", "Content-Type: application/json", "Connection: close")
+    mock.script(Reply(raw=raw, linger=linger))
+    model = ANTHROPIC_MODEL if provider == "anthropic" else "gpt-mock"
+    try:
+        r, took = timed(lambda: idle.chat(custom_host(mock, provider=provider), chat_body(model=model)))
+    finally:
+        linger.set()
+    assert IDLE_TIMEOUT - 0.5 < took < IDLE_TIMEOUT + 5, took
+    assert_error(r, 504, type="timeout_error", code="upstream_stalled",
+                 contains=f"sent nothing for the stream idle timeout (GATEWAY_STREAM_IDLE_TIMEOUT, {IDLE_TIMEOUT}s)")
+    assert r.headers["x-gateway-provider"] == provider
+    line = idle.wait_for_log_line(f'trace_id="{r.headers["x-gateway-trace-id"]}"')
+    assert "status=504" in line and "error=upstream_stalled" in line, line
+
+
+def test_a_provider_gone_silent_on_the_messages_api_is_anthropics_504(idle, anthropic_mock):
+    # Native Messages passes as it comes; an answer of unannounced length waits for its first byte.
+    linger = threading.Event()
+    anthropic_mock.script(Reply(raw=head("200 OK", "Content-Type: application/json", "Connection: close"),
+                                linger=linger))
+    headers = {"x-gateway-provider": "anthropic", "x-gateway-custom-host": anthropic_mock.base_url,
+               "x-api-key": "sk-ant", "anthropic-version": "2023-06-01"}
+    try:
+        r = idle.post("/v1/messages", {"model": ANTHROPIC_MODEL, "max_tokens": 10,
+                                       "messages": [{"role": "user", "content": "hi"}]}, headers=headers)
+    finally:
+        linger.set()
+    assert r.status_code == 504, r.text
+    assert r.json() == {"type": "error", "error": {"type": "timeout_error", "message": (
+        f"the provider sent nothing for the stream idle timeout (GATEWAY_STREAM_IDLE_TIMEOUT, {IDLE_TIMEOUT}s)")}}
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_stream_gone_silent_is_cut_at_the_idle_timeout_and_never_looks_complete(idle, openai_mock,
+                                                                                  anthropic_mock, provider):
+    mock = anthropic_mock if provider == "anthropic" else openai_mock
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-mock",
+             "choices": [{"index": 0, "delta": {"content": "Half an"}, "finish_reason": None}]}
+    events = (anthropic_events(MESSAGE_START, TEXT_DELTA) if provider == "anthropic"
+              else f"data: {json.dumps(chunk)}\n\n".encode())
+    linger = threading.Event()
+    mock.script(Reply(raw=SSE_HEAD + chunked(events), linger=linger))
+    model = ANTHROPIC_MODEL if provider == "anthropic" else "gpt-mock"
+    lines = []
+    started = time.monotonic()
+    try:
+        with idle.stream("POST", CHAT, headers=custom_host(mock, provider=provider),
+                         json=chat_body(model=model, stream=True), timeout=httpx.Timeout(30.0)) as resp:
+            assert resp.status_code == 200 and resp.headers["x-gateway-trace-id"]
+            with pytest.raises(httpx.RemoteProtocolError, match="incomplete"):
+                lines.extend(resp.iter_lines())
+    finally:
+        linger.set()
+    assert time.monotonic() - started < IDLE_TIMEOUT + 5
+    assert any("Half an" in line for line in lines), lines
+    assert "data: [DONE]" not in lines
+
+
+def test_a_client_that_stops_sending_its_body_gets_a_json_408(idle, openai_mock):
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+               b"x-gateway-api-key: " + KEY.encode() + b"\r\nContent-Length: 100\r\n\r\n{\"model\"")
+    r, took = timed(lambda: raw_http("127.0.0.1", idle.port, request, timeout=IDLE_TIMEOUT + 5))
+    assert r.status_code == 408, r.text
+    assert r.json()["error"]["code"] == "request_body_stalled"
+    assert took > IDLE_TIMEOUT - 0.5
+    assert not openai_mock.requests_to("/v1/chat/completions")

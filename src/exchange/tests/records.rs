@@ -17,9 +17,15 @@ fn served(gw: &mut Gateway, id: u32, trace: &str) -> Record {
     let mut headers = openai_chat();
     headers.push(("x-gateway-trace-id".to_string(), trace.as_bytes().to_vec()));
     let calls = gw.io.sent.len();
+    let length = COMPLETION.len().to_string();
     assert_eq!(gw.post(id, headers, CHAT), Output::proceed(), "the request goes on at once");
     assert_eq!(
-        gw.response_headers(id, 200, &[("content-type", "application/json")], "via_upstream"),
+        gw.response_headers(
+            id,
+            200,
+            &[("content-type", "application/json"), ("content-length", &length)],
+            "via_upstream"
+        ),
         Output::proceed()
     );
     assert_eq!(gw.response_body(id, COMPLETION, true), Output::proceed());
