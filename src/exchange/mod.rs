@@ -338,6 +338,8 @@ struct Exchange {
     /// A JSON answer of unannounced length: its headers wait for its first byte, since an
     /// empty one is the gateway's error rather than an empty 200.
     awaiting_first_byte: bool,
+    /// A translated stream reached its end (else it was cut: the client left, or the provider).
+    stream_ended: bool,
     /// The workspace's limits and prices (with a control plane).
     policy: Option<Rc<crate::usage_limits::Policy>>,
     /// What the request reserved of the limits that apply to it.
@@ -373,13 +375,22 @@ impl Exchange {
             reads: Reads::default(),
             awaiting_end: false,
             awaiting_first_byte: false,
+            stream_ended: false,
             policy: None,
             limits: None,
         }
     }
 
-    fn into_record(self) -> Record {
+    fn into_record(mut self) -> Record {
         let mut record = self.record;
+        // A translated stream cut before its end (the client left, the provider broke off): the
+        // usage its provider reported so far. Its closing events go nowhere; the limits settled
+        // it by their bound already (`settle`).
+        let cut = self.mode == ResponseMode::Stream && !self.stream_ended;
+        if let (true, None, Phase::Forwarded(routed)) = (cut, record.usage, &mut self.phase) {
+            routed.plan.translator.stream_end(&mut Vec::new());
+            record.usage = routed.plan.translator.usage();
+        }
         if let Phase::Recovering(recovery) = self.phase {
             record.target = recovery.call.target_path().to_string();
             record.retries = recovery.call.attempts.retries;

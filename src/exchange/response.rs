@@ -276,6 +276,7 @@ impl Exchange {
                 let mut out = Vec::with_capacity(body.len() + 256);
                 routed.plan.translator.stream(&body, &mut out);
                 if end_of_stream {
+                    self.stream_ended = true;
                     routed.plan.translator.stream_end(&mut out);
                     self.record.usage = routed.plan.translator.usage();
                     worker::keep(env, &self.record.workspace, routed.plan.translator.kept());

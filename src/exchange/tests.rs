@@ -637,6 +637,16 @@ fn an_anthropic_stream_is_translated_chunk_by_chunk() {
     let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
     assert_eq!(text, "Hi there");
     assert!(sse.ends_with("data: [DONE]\n\n"), "{sse}");
+    let usage = gw.finished(1).unwrap().usage.unwrap();
+    assert_eq!((usage.prompt_tokens, usage.completion_tokens), (3, 2));
+
+    // Cut before its end (the client left): the record has the usage reported so far.
+    gw.post(2, anthropic_chat(), body);
+    gw.response_headers(2, 200, &headers, "via_upstream");
+    let cut = ANTHROPIC_STREAM.find("event: message_delta").unwrap();
+    gw.response_body(2, &ANTHROPIC_STREAM.as_bytes()[..cut], false);
+    let usage = gw.finished(2).unwrap().usage.unwrap();
+    assert_eq!((usage.prompt_tokens, usage.completion_tokens), (3, 1));
 }
 
 /// A Bedrock stream is AWS's binary event stream: it is translated as it comes like an SSE

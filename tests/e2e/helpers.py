@@ -7,6 +7,7 @@ is imported as ``httpx`` here and in the tests.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -599,3 +600,12 @@ def sdk_stream(stream) -> StreamResult:
     for chunk in stream:
         res.feed_chunk(chunk.model_dump(exclude_none=True))
     return res
+
+
+def process_start(pid: int) -> tuple[list[bytes], dict[bytes, bytes], str]:
+    """How process `pid` was started: its command line, environment and working directory."""
+    proc = Path(f"/proc/{pid}")
+    command = proc.joinpath("cmdline").read_bytes().split(b"\0")[:-1]
+    environment = dict(item.split(b"=", 1) for item in proc.joinpath("environ").read_bytes().split(b"\0")
+                       if b"=" in item)
+    return command, environment, os.readlink(proc / "cwd")

@@ -68,9 +68,12 @@ def stop_group(proc: subprocess.Popen) -> None:
 class Postgres:
     """A PostgreSQL server on 127.0.0.1:``port`` whose superuser ``postgres`` needs no password."""
 
-    def __init__(self, port: int, psql: str):
+    def __init__(self, port: int, psql: str, data: Path, start):
         self.port = port
         self.psql = psql
+        self._data = data
+        self._start = start  # starts the server on ``data`` and ``port``: its process (group leader)
+        self.proc = start()
 
     def database(self, name: str) -> str:
         """Creates database ``name`` (empty) and returns its URL."""
@@ -78,6 +81,15 @@ class Postgres:
                         "-v", "ON_ERROR_STOP=1", "-c", f'CREATE DATABASE "{name}"'],
                        check=True, capture_output=True, timeout=30)
         return f"postgres://postgres@127.0.0.1:{self.port}/{name}"
+
+    def restart(self) -> None:
+        """An immediate shutdown (SIGQUIT: as after a crash, every connection cut and nothing
+        flushed on the way out; what was committed is recovered from the WAL) and a start
+        on the same data and port, ready once it accepts connections."""
+        postmaster = int((self._data / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGQUIT)
+        self.proc.wait(timeout=30)
+        self.proc = self._start()
 
 
 @contextmanager
@@ -94,27 +106,32 @@ def running_postgres(log_path: Path) -> Iterator[Postgres]:
         shutil.chown(base, "postgres")
         run_as = ["runuser", "-u", "postgres", "--"]
     data = base / "data"
+    (port,) = free_ports(1)
+
+    def start() -> subprocess.Popen:
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(run_as + [str(bindir / "postgres"), "-D", str(data), "-p", str(port),
+                                              "-c", "listen_addresses=127.0.0.1", "-k", str(base), "-c", "fsync=off"],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        deadline = time.monotonic() + 60
+        while subprocess.run([str(bindir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port)]).returncode:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop_group(proc)
+                raise StartFailed("PostgreSQL did not start; its log:\n" + log_path.read_text(errors="replace")[-4000:])
+            time.sleep(0.2)
+        return proc
+
     try:
         init = subprocess.run(run_as + [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
                                         "-E", "UTF8", "--no-sync"], capture_output=True, text=True, timeout=120)
         if init.returncode != 0:
             raise StartFailed(f"initdb failed:\n{init.stdout}\n{init.stderr}")
-        (port,) = free_ports(1)
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(run_as + [str(bindir / "postgres"), "-D", str(data), "-p", str(port),
-                                              "-c", "listen_addresses=127.0.0.1", "-k", str(base), "-c", "fsync=off"],
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+        server = Postgres(port, str(bindir / "psql"), data, start)
         try:
-            deadline = time.monotonic() + 60
-            while subprocess.run([str(bindir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port)]).returncode:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise StartFailed("PostgreSQL did not start; its log:\n"
-                                      + log_path.read_text(errors="replace")[-4000:])
-                time.sleep(0.2)
-            yield Postgres(port, str(bindir / "psql"))
+            yield server
         finally:
-            stop_group(proc)
+            stop_group(server.proc)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -16,10 +16,9 @@ import signal
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
-from helpers import CHAT, chat_body, custom_host
+from helpers import CHAT, chat_body, custom_host, process_start
 from test_observability import access_lines, eventually, value
 
 DROPPED = "gen_ai_gateway_records_dropped_total"
@@ -130,12 +129,3 @@ def test_with_the_control_plane_down_requests_are_served_and_only_records_past_t
         finally:
             again.kill()
             again.wait()
-
-
-def process_start(pid: int) -> tuple[list[bytes], dict[bytes, bytes], str]:
-    """How process `pid` was started: its command line, environment and working directory."""
-    proc = Path(f"/proc/{pid}")
-    command = proc.joinpath("cmdline").read_bytes().split(b"\0")[:-1]
-    environment = dict(item.split(b"=", 1) for item in proc.joinpath("environ").read_bytes().split(b"\0")
-                       if b"=" in item)
-    return command, environment, os.readlink(proc / "cwd")
