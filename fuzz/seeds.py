@@ -20,6 +20,9 @@ PATHS = ["/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/completio
 CONFIGS = {"openai": 0, "openai-compatible": 0, "anthropic": 1, "bedrock": 2, "azure-openai": 3, "google": 4}
 CONTENT_TYPES = ["application/json", "text/event-stream", "application/vnd.amazon.eventstream", "text/plain", ""]
 STATUSES = [200, 200, 200, 400, 401, 408, 429, 500, 502, 503, 999, 204]
+# The translations target's client requests (path, streamed), in src/fuzz.rs's order.
+ASKED = [("/v1/chat/completions", False), ("/v1/chat/completions", True), ("/v1/messages", False),
+         ("/v1/messages", True), ("/v1/responses", False), ("/v1/responses", True), ("/v1/embeddings", False)]
 
 
 def piece(data: bytes) -> bytes:
@@ -61,7 +64,8 @@ def exchange_seed(request: dict, provider: str, answer: dict) -> bytes:
 
 def seeds() -> dict[str, list[bytes]]:
     corpus: dict[str, list[bytes]] = {name: [] for name in ["plugin_settings", "sse", "event_stream", "query",
-                                                            "prompt", "jwt", "exchange", "stored_items"]}
+                                                            "prompt", "jwt", "exchange", "stored_items",
+                                                            "translations", "request"]}
     for path in FIXTURES:
         fixture = json.loads(Path(path).read_text())
         request = fixture["client_request"]
@@ -72,6 +76,10 @@ def seeds() -> dict[str, list[bytes]]:
                 # The same with the control plane (settings 2): its reads come first.
                 corpus["exchange"].append(bytes([2]) + seed[1:])
             body, kind = answer_bytes(answer)
+            asked = (request["path"].split("?")[0], kind != 0)
+            if provider in CONFIGS and asked in ASKED:
+                status = STATUSES.index(answer.get("status", 200)) if answer.get("status", 200) in STATUSES else 0
+                corpus["translations"].append(bytes([ASKED.index(asked), CONFIGS[provider], status, 5]) + body)
             if kind == 1:
                 corpus["sse"].append(bytes([7]) + body)
             if kind == 2:
@@ -107,6 +115,18 @@ def seeds() -> dict[str, list[bytes]]:
         b'\x03{"workspace": "w", "model": "m", "requests_per_minute": 5, "budget_usd": 1.5, "budget_period": "day"}',
         b'\x04{"input_per_million": 1, "output_per_million": 2.5, "cached_input_per_million": 0.1}',
     ]
+    # request: gateway headers (name index, piece), a chat body, a resource (path index, query, body).
+    corpus["request"] += [
+        b"\x00" + b"\x00" + piece(b"gw-key") + b"\x02" + piece(b'{"provider": "openai", "api_key": "k"}')
+        + b"\x06" + piece(b'{"user": "a"}') + b"\x0a" + piece(b"2024-10-21"),
+        b"\x01" + b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "tools": []}',
+        b"\x02\x00" + piece(b"limit=2") + b'{"input_file_id": "f", "endpoint": "/v1/chat/completions", '
+        b'"completion_window": "24h"}',
+    ]
+    for path in FIXTURES:
+        body = json.loads(Path(path).read_text())["client_request"].get("body")
+        if isinstance(body, dict) and "messages" in body:
+            corpus["request"].append(b"\x01" + json.dumps(body).encode())
     corpus["sse"] += [b"\x03data: {\"a\":1}\r\n\r\nevent: x\ndata: y\n\n: comment\ndata: [DONE]\n\n"]
     return corpus
 

@@ -136,11 +136,11 @@ pub(crate) trait Resolve {
     fn get(&mut self, r: &Ref, host: &dyn Host) -> Option<Entry>;
 }
 
-/// A resolver that knows nothing (tests without a control plane).
-#[cfg(test)]
+/// A resolver that knows nothing (tests and fuzzing without a control plane).
+#[cfg(any(test, fuzzing))]
 pub(crate) struct Nothing;
 
-#[cfg(test)]
+#[cfg(any(test, fuzzing))]
 impl Resolve for Nothing {
     fn get(&mut self, _: &Ref, _: &dyn Host) -> Option<Entry> {
         None

@@ -166,6 +166,133 @@ pub fn stored_items(data: &[u8]) {
     };
 }
 
+/// Gateway header names (alternative names among them) and resource paths a request may have.
+const HEADER_NAMES: &[&str] = &[
+    "x-gateway-api-key",
+    "provider",
+    "x-gateway-config",
+    "config",
+    "custom_host",
+    "x-gateway-trace-id",
+    "metadata",
+    "cache_force_refresh",
+    "x-gateway-request-timeout",
+    "forward_headers",
+    "x-gateway-cloud-a-api-version",
+    "x-cloud-b-llm-request-type",
+    "cloud_c_access_key_id",
+    "x-gateway-cloud-c-region",
+];
+const RESOURCE_PATHS: &[&str] =
+    &["/v1/batches", "/v1/assistants", "/v1/assistants/a1", "/v1/threads/t1/messages", "/v1/fine_tuning/jobs"];
+
+/// What a client's request carries before it is routed: gateway headers (under any of their
+/// names), a chat body, or a resource's path, query and body; each checked as the gateway
+/// checks it (the first byte picks which).
+pub fn request(data: &[u8]) {
+    use crate::request::{chat, headers::GatewayHeaders, resources};
+    let mut input = Input(data);
+    match input.byte() % 3 {
+        0 => {
+            let mut pairs = Vec::new();
+            while !input.is_empty() {
+                let name = input.choose(HEADER_NAMES);
+                pairs.push((name, String::from_utf8_lossy(input.piece()).into_owned()));
+            }
+            let _ = GatewayHeaders::parse(pairs.iter().map(|(name, value)| (*name, value.as_str())));
+        }
+        1 => {
+            if let Ok(body) = serde_json::from_slice(input.0) {
+                let _ = chat::validate_chat_request(&body);
+            }
+        }
+        _ => {
+            let path = input.choose(RESOURCE_PATHS);
+            let query = String::from_utf8_lossy(input.piece()).into_owned();
+            let _ = resources::check_path(path);
+            let _ = resources::check_query("POST", path, Some(&query));
+            if let (Some(kind), Ok(serde_json::Value::Object(body))) =
+                (resources::checked_body("POST", path), serde_json::from_slice(input.0))
+            {
+                let _ = resources::check_body(kind, &body);
+            }
+        }
+    }
+}
+
+/// Client requests whose answers come back translated (or reshaped), by client API.
+const ASKED: &[(&str, &str)] = &[
+    ("/v1/chat/completions", r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#),
+    ("/v1/chat/completions", r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#),
+    ("/v1/messages", r#"{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#),
+    ("/v1/messages", r#"{"model":"m","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#),
+    ("/v1/responses", r#"{"model":"m","input":"hi"}"#),
+    ("/v1/responses", r#"{"model":"m","input":"hi","stream":true}"#),
+    ("/v1/embeddings", r#"{"model":"m","input":"hi"}"#),
+];
+
+/// The plan an answer to `body` on `path`, sent to the single target `config`, goes back
+/// through: made by the pipeline's own steps. `None`: the gateway refuses the pairing.
+fn response_plan(settings: &Settings, path: &str, config: &str, body: &[u8]) -> Option<crate::pipeline::ResponsePlan> {
+    use crate::pipeline::{self, Started};
+    let raw: Vec<(String, Vec<u8>)> = [
+        (":method", "POST"),
+        (":path", path),
+        (":authority", "gateway.local"),
+        ("x-gateway-api-key", "gw-key"),
+        ("content-type", "application/json"),
+        ("anthropic-version", "2023-06-01"),
+        ("x-gateway-config", config),
+    ]
+    .iter()
+    .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
+    .collect();
+    let mut host = FakeHost::new(7);
+    let mut nothing = crate::catalog::Nothing;
+    let mut catalog = crate::catalog::Catalog::new(settings, &mut nothing);
+    let Ok(Started::NeedsBody(pending)) = pipeline::start(settings, &raw, &mut host, &mut catalog) else {
+        return None;
+    };
+    let Ok(Started::Ready(mut call)) = pipeline::finish(settings, pending, body, &mut host, &mut catalog) else {
+        return None;
+    };
+    call.forward(settings, &raw, 0, None, &|| 1_700_000_000_000).ok().map(|forward| forward.response)
+}
+
+/// A provider's answer (status and body from the fuzzer) to each client API's request, sent to
+/// each provider: finished whole (translated or reshaped) without a panic, and, as a stream,
+/// translated to the same events and usage however its chunks are cut.
+pub fn translations(data: &[u8]) {
+    use crate::exchange::reply::{finish, ResponseMode};
+    let mut input = Input(data);
+    let (path, body) = input.choose(ASKED);
+    // The single-provider configs (the others are strategies over them).
+    let config = input.choose(CONFIGS.get(..5).unwrap_or_default());
+    let status = input.choose(STATUSES);
+    let seed = input.byte();
+    let answer = input.0;
+    let Ok(settings) = Settings::parse(br#"{"api_keys": ["gw-key"]}"#) else {
+        return;
+    };
+    let plan = || response_plan(&settings, path, config, body.as_bytes());
+    let Some(mut whole) = plan() else {
+        return;
+    };
+    let headers = [("content-type".to_string(), b"application/json".to_vec())];
+    let mode = if status >= 400 { ResponseMode::Error(status) } else { ResponseMode::Translated };
+    let _ = finish(&mut whole, mode, status, &headers, answer.to_vec());
+    let streamed = |pieces: &[&[u8]]| {
+        let mut plan = plan()?;
+        let mut out = Vec::new();
+        for piece in pieces {
+            plan.translator.stream(piece, &mut out);
+        }
+        plan.translator.stream_end(&mut out);
+        Some((out, plan.translator.usage()))
+    };
+    assert_eq!(streamed(&[answer]), streamed(&cut(answer, seed)));
+}
+
 /// Plugin configurations the exchange runs under.
 const SETTINGS: &[&str] = &[
     r#"{"api_keys": ["gw-key"], "cache": {"byte_budget": 1048576, "max_entry_bytes": 65536}}"#,
@@ -401,6 +528,26 @@ mod tests {
         input
     }
 
+    /// The translations target reaches every provider's translator: a chat request makes a
+    /// plan for each of them (a target whose every pairing were refused would test nothing).
+    #[test]
+    fn a_chat_makes_a_response_plan_for_every_provider() {
+        let settings = crate::settings::Settings::parse(br#"{"api_keys": ["gw-key"]}"#).unwrap();
+        let (path, body) = super::ASKED[1];
+        for config in &super::CONFIGS[..5] {
+            let plan = super::response_plan(&settings, path, config, body.as_bytes());
+            assert!(plan.is_some_and(|p| p.translator.translates_responses() || config.contains("openai")), "{config}");
+        }
+    }
+
+    /// What campaigns found (fuzz/regressions/<target>/, fuzz/README.md), fixed.
+    #[test]
+    fn campaign_findings_stay_fixed() {
+        // A Bedrock stream whose exception event is followed, in the same chunk, by a broken
+        // frame: a second error event when the chunk came whole, none when cut.
+        super::translations(include_bytes!("../fuzz/regressions/translations/bedrock-frame-broken-after-an-exception"));
+    }
+
     #[test]
     fn every_entry_point_takes_these_inputs() {
         let inputs = [Vec::new(), vec![0; 64], vec![0xff; 64], openai_chat()];
@@ -412,6 +559,8 @@ mod tests {
             super::prompt(input);
             super::jwt(input);
             super::stored_items(input);
+            super::translations(input);
+            super::request(input);
             super::exchange(input);
         }
     }

@@ -44,7 +44,9 @@ impl EventStream {
         for frame in &frames {
             self.on_frame(frame, out);
         }
-        if let Err(error) = decoded {
+        // A frame that broke after the stream ended (an exception in the same chunk) is nothing
+        // more to tell: the client's stream is over.
+        if let (Err(error), false) = (decoded, self.done) {
             self.fail(&invalid_stream(&error), "api_error", out);
         }
     }
