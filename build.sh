@@ -32,7 +32,7 @@ WASM="$ROOT/target/model_gateway.wasm"
 # The release .wasm's size limit (bytes): every Envoy worker compiles and holds the module, and a
 # mesh pulls it into every proxy. Raised only with a line in bench/README.md ("Module size")
 # saying what grew and why.
-WASM_SIZE_LIMIT=1562000
+WASM_SIZE_LIMIT=1566000
 ENVOY_VERSION="1.40.0"
 TARGET="wasm32-wasip1"
 

@@ -69,12 +69,7 @@ pub(crate) mod testing {
     }
 
     /// A fake host's request or response headers: header `name` set to `value`, or removed.
-    pub(crate) fn set_header(headers: &mut Vec<(String, Vec<u8>)>, name: &str, value: Option<&[u8]>) {
-        headers.retain(|(n, _)| n != name);
-        if let Some(value) = value {
-            headers.push((name.to_string(), value.to_vec()));
-        }
-    }
+    pub(crate) use crate::request::headers::set as set_header;
 
     /// A fake host's body buffer: its first `size` bytes, as Envoy hands them to the filter.
     pub(crate) fn prefix(buffer: &[u8], size: usize) -> Vec<u8> {

@@ -61,6 +61,7 @@ impl Shared {
                 return types::Action::Pause;
             }
         };
+        io.flush();
         for after in output.after {
             io.run_after(after);
         }
@@ -71,13 +72,20 @@ impl Shared {
     }
 
     fn io(&self, current: u32) -> HostIo {
-        HostIo { effective: current, metrics: Rc::clone(&self.metrics), now_ms: Cell::new(None) }
+        HostIo {
+            effective: current,
+            metrics: Rc::clone(&self.metrics),
+            now_ms: Cell::new(None),
+            response_head: None,
+            response_edits: Vec::new(),
+        }
     }
 
     /// Request `id` ended: the worker publishes its metrics and access-log line; the log line here.
     fn finished(&self, id: u32) {
         let mut io = self.io(id);
         let record = self.worker.try_borrow_mut().ok().and_then(|mut worker| worker.finished(id, &mut io));
+        io.flush();
         if let Some(record) = record {
             log::info!("{record}");
         }
@@ -113,6 +121,12 @@ struct HostIo {
     metrics: Rc<RefCell<HashMap<String, u32>>>,
     /// The time, read once per callback (a host call each; the exchange asks many times).
     now_ms: Cell<Option<u64>>,
+    /// The response headers read in this callback (the request's id, and the pairs with this
+    /// callback's edits made to them).
+    response_head: Option<(u32, Vec<(String, Vec<u8>)>)>,
+    /// This callback's response header edits, by request, in order: made when its event is
+    /// done, in one host call where the headers were read (`flush`).
+    response_edits: Vec<(u32, String, Option<String>)>,
 }
 
 impl HostIo {
@@ -124,6 +138,39 @@ impl HostIo {
             self.effective = id;
         }
         Ok(())
+    }
+
+    /// Makes this callback's response header edits: the headers read in it are written back
+    /// whole with theirs (one host call instead of one per header); a request whose headers
+    /// were not read gets its few edits one by one.
+    fn flush(&mut self) {
+        let edits = std::mem::take(&mut self.response_edits);
+        let mut head = self.response_head.take();
+        let mut done: Vec<u32> = Vec::new();
+        for &(id, _, _) in &edits {
+            if done.contains(&id) {
+                continue;
+            }
+            done.push(id);
+            let written = match head.take() {
+                Some((read, pairs)) if read == id => self.on(id).and_then(|()| {
+                    let pairs: Vec<(&str, &[u8])> = pairs.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+                    abi::set_map(Map::ResponseHeaders, &pairs)
+                }),
+                other => {
+                    head = other;
+                    let mut result = self.on(id);
+                    for (_, name, value) in edits.iter().filter(|(edited, _, _)| *edited == id) {
+                        result = result.and_then(|()| match value {
+                            Some(value) => abi::replace_map_value(Map::ResponseHeaders, name, value.as_bytes()),
+                            None => abi::remove_map_value(Map::ResponseHeaders, name),
+                        });
+                    }
+                    result
+                }
+            };
+            logged(written);
+        }
     }
 
     fn run_after(&mut self, after: After) {
@@ -163,7 +210,19 @@ impl Io for HostIo {
     }
 
     fn response_headers(&mut self, id: u32) -> Vec<(String, Vec<u8>)> {
-        logged(self.on(id).and_then(|()| abi::get_map(Map::ResponseHeaders)))
+        if let Some((read, pairs)) = &self.response_head {
+            if *read == id {
+                return pairs.clone();
+            }
+        }
+        let mut pairs = logged(self.on(id).and_then(|()| abi::get_map(Map::ResponseHeaders)));
+        for (_, name, value) in self.response_edits.iter().filter(|(edited, _, _)| *edited == id) {
+            headers::set(&mut pairs, name, value.as_deref().map(str::as_bytes));
+        }
+        if self.response_head.is_none() {
+            self.response_head = Some((id, pairs.clone()));
+        }
+        pairs
     }
 
     fn response_details(&mut self, id: u32) -> String {
@@ -177,10 +236,12 @@ impl Io for HostIo {
     }
 
     fn set_response_header(&mut self, id: u32, name: &str, value: Option<&str>) {
-        logged(self.on(id).and_then(|()| match value {
-            Some(value) => abi::replace_map_value(Map::ResponseHeaders, name, value.as_bytes()),
-            None => abi::remove_map_value(Map::ResponseHeaders, name),
-        }));
+        if let Some((read, pairs)) = &mut self.response_head {
+            if *read == id {
+                headers::set(pairs, name, value.map(str::as_bytes));
+            }
+        }
+        self.response_edits.push((id, name.to_string(), value.map(String::from)));
     }
 
     fn set_response_body(&mut self, id: u32, size: usize, body: &[u8]) {

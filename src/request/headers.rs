@@ -110,6 +110,15 @@ pub(crate) fn find<'a>(raw: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a [
     raw.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice())
 }
 
+/// Header `name` set to `value` (replacing every value it had), or removed, as Envoy's
+/// replace and remove calls do.
+pub(crate) fn set(raw: &mut Vec<(String, Vec<u8>)>, name: &str, value: Option<&[u8]>) {
+    raw.retain(|(n, _)| n != name);
+    if let Some(value) = value {
+        raw.push((name.to_string(), value.to_vec()));
+    }
+}
+
 /// The first value carrying `field` under any of its names.
 fn find_field(raw: &[(String, Vec<u8>)], field: Field) -> Option<&[u8]> {
     raw.iter().find(|(name, _)| lookup(name).is_some_and(|(f, _)| f == field)).map(|(_, v)| v.as_slice())
