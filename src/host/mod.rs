@@ -114,6 +114,9 @@ fn logged<T: Default>(result: Result<T, HostError>) -> T {
 /// The filter state the shipped access log writes (Envoy: `wasm.gateway_record`).
 const ACCESS_LOG_PROPERTY: &str = "gateway_record";
 
+/// A header map as the host hands it over.
+type Pairs = Vec<(String, Vec<u8>)>;
+
 /// The host as the exchange sees it, from one callback.
 struct HostIo {
     /// The context later host calls act on.
@@ -123,7 +126,7 @@ struct HostIo {
     now_ms: Cell<Option<u64>>,
     /// The response headers read in this callback (the request's id, and the pairs with this
     /// callback's edits made to them).
-    response_head: Option<(u32, Vec<(String, Vec<u8>)>)>,
+    response_head: Option<(u32, Pairs)>,
     /// This callback's response header edits, by request, in order: made when its event is
     /// done, in one host call where the headers were read (`flush`).
     response_edits: Vec<(u32, String, Option<String>)>,
