@@ -245,8 +245,12 @@ impl Exchange {
             Phase::Forwarded(routed) => routed,
             _ => return Action::Continue,
         };
-        if std::mem::take(&mut self.awaiting_first_byte) {
-            if size == 0 && end_of_stream {
+        if self.awaiting_first_byte {
+            if size == 0 && !end_of_stream {
+                return Action::Pause;
+            }
+            self.awaiting_first_byte = false;
+            if size == 0 {
                 // Nothing came: answered in place of the empty body (`finish_answer` says why).
                 return self.finish_routed(env, Vec::new(), Delivery::InPlace(0));
             }

@@ -1524,6 +1524,7 @@ fn an_empty_success_for_a_request_that_asked_for_json_is_a_502() {
     gw.post(2, chat_with_config("gw-key", &openai("sk", 9001)), CHAT);
     assert_eq!(gw.response_headers(2, 200, &json, "via_upstream").action, Action::Pause);
     assert_eq!(gw.io.published[&2][PROVIDER_HEADER], "openai");
+    assert_eq!(gw.response_body(2, b"", false).action, Action::Pause, "an empty chunk is no first byte");
     assert_eq!(gw.response_body(2, b"", true), Output::proceed());
     assert_eq!(gw.client_header(2, ":status").as_deref(), Some("502"));
     assert_eq!(serde_json::from_slice::<Value>(&gw.client_body(2)).unwrap()["error"]["message"], empty);
