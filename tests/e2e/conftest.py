@@ -236,12 +236,23 @@ def start_gateway(openai_mock, anthropic_mock, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def postgres(tmp_path_factory):
-    try:
-        with running_postgres(tmp_path_factory.mktemp("postgres") / "postgres.log") as server:
-            yield server
-    except StartFailed as e:
-        pytest.fail(str(e), pytrace=False)
+def start_postgres(tmp_path_factory):
+    """Starts a throwaway PostgreSQL server (its log in a directory named ``name``); one that
+    cannot start fails the fixture: ``with start_postgres("name") as server: yield server``."""
+    @contextmanager
+    def start(name: str):
+        try:
+            with running_postgres(tmp_path_factory.mktemp(name) / "postgres.log") as server:
+                yield server
+        except StartFailed as e:
+            pytest.fail(str(e), pytrace=False)
+    return start
+
+
+@pytest.fixture(scope="session")
+def postgres(start_postgres):
+    with start_postgres("postgres") as server:
+        yield server
 
 
 def _end_of_run_problems(gw: helpers.Gateway) -> list[str]:
