@@ -20,6 +20,9 @@ pub type DbResult<T> = Result<T, sqlx::Error>;
 #[derive(Clone)]
 pub struct Db {
     pool: AnyPool,
+    /// Where request records are stored: for SQLite its own connection (see `open`), for
+    /// PostgreSQL the pool.
+    records: AnyPool,
     /// Versions are written one at a time by this process: concurrent writers of one item
     /// would otherwise race for its next version number. (Several processes on one
     /// PostgreSQL database still can; their unique violations are retried by the caller.)
@@ -97,43 +100,55 @@ pub struct StoredKey {
     pub admin: bool,
 }
 
+/// SQLite's own default page cache (2 MB), and the record connection's (32 MB); negative
+/// sizes are KiB.
+const SQLITE_DEFAULT_CACHE: i64 = -2000;
+const RECORDS_CACHE: i64 = -32768;
+
+fn pool_options(sqlite: bool, connections: u32, cache_kib: i64) -> AnyPoolOptions {
+    let options = AnyPoolOptions::new().max_connections(connections);
+    if !sqlite {
+        return options;
+    }
+    // A SQLite connection holds no server resource worth recycling, and a recycled one drops
+    // its page cache: kept, the memory stays where the caches' bound puts it.
+    options.max_lifetime(None).idle_timeout(None).after_connect(move |connection, _| {
+        Box::pin(async move {
+            sqlx::query(&format!("PRAGMA cache_size = {cache_kib}")).execute(&mut *connection).await?;
+            // Each batch of records dirties hundreds of pages of the trace-id index (its keys
+            // are random); a checkpoint copies every page the log holds back to the database.
+            // At SQLite's default (every 1,000 pages) that was every other batch, copying the
+            // same index pages again and again: every 16,384 pages (a log of up to 64 MB)
+            // copies each of them once per many batches.
+            sqlx::query("PRAGMA wal_autocheckpoint = 16384").execute(&mut *connection).await?;
+            Ok(())
+        })
+    })
+}
+
 impl Db {
     /// Connects (creating a SQLite file when missing) and runs the migrations.
     pub async fn open(url: &str) -> DbResult<Db> {
         sqlx::any::install_default_drivers();
         let sqlite = url.starts_with("sqlite:");
-        let pool = AnyPoolOptions::new()
-            .max_connections(8)
-            .after_connect(move |connection, _| {
-                Box::pin(async move {
-                    if sqlite {
-                        // Request records arrive in a batch every few milliseconds under load,
-                        // each row landing at random places of three indexes (ids, record
-                        // keys, trace ids): a page cache larger than SQLite's 2 MB default keeps
-                        // those pages in memory instead of reading them again per row.
-                        sqlx::query("PRAGMA cache_size = -32768").execute(&mut *connection).await?;
-                        // Each batch dirties hundreds of pages of the trace-id index (its keys
-                        // are random); a checkpoint copies every page the log holds back to the
-                        // database. At SQLite's default (every 1,000 pages) that was every other
-                        // batch, copying the same index pages again and again: every 16,384
-                        // pages (a log of up to 64 MB) copies each of them once per many batches.
-                        sqlx::query("PRAGMA wal_autocheckpoint = 16384").execute(&mut *connection).await?;
-                    }
-                    Ok(())
-                })
-            })
-            .connect(url)
-            .await?;
+        let pool = pool_options(sqlite, 8, SQLITE_DEFAULT_CACHE).connect(url).await?;
         if sqlite {
             // Write-ahead logging: a commit appends to one file (one sync) where the default
             // rollback journal creates, syncs and deletes a journal per transaction.
             sqlx::query("PRAGMA journal_mode = WAL").execute(&pool).await?;
         }
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Db { pool, writes: Arc::new(Mutex::new(())), sqlite })
+        // Request records arrive in a batch every few milliseconds under load, each row landing
+        // at random places of three indexes (ids, record keys, trace ids): one connection with
+        // a large page cache keeps those pages in memory instead of reading them again per row.
+        // SQLite has one writer at a time anyway; a large cache on every connection of the
+        // pool made the memory grow for as long as the database did (8 × 32 MB).
+        let records = if sqlite { pool_options(true, 1, RECORDS_CACHE).connect(url).await? } else { pool.clone() };
+        Ok(Db { pool, records, writes: Arc::new(Mutex::new(())), sqlite })
     }
 
     pub async fn close(&self) {
+        self.records.close().await;
         self.pool.close().await;
     }
 

@@ -186,7 +186,7 @@ impl Db {
     /// requests). A record whose `record_key` the workspace already holds (the batch was sent
     /// again) is skipped, with its metadata.
     pub async fn insert_records(&self, records: &[NewRecord]) -> DbResult<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.records.begin().await?;
         let received_at = now_s();
         let mut inserted = std::collections::HashSet::new();
         for chunk in records.chunks(RECORDS_PER_INSERT) {
