@@ -334,17 +334,21 @@ def main():
         kind_list = kinds(mock_port, limited_key)
         script = workdir / "soak.lua"
         script.write_text(LUA % {"kinds": lua_kinds(kind_list, KEY)})
-        # A short first segment measures the rate; each tenth then runs about a tenth of the requests.
+        # A short first segment measures the rate; each tenth then runs for as long as the rate
+        # measured in the tenth before needs for its share of the requests still to send (the
+        # rate falls as the control plane's database grows).
         calibration, _, _ = run_segment(gateway_port, script, 5, args.connections)
         rate = max(calibration / 5, 1)
-        seconds = max(int(args.requests / 10 / rate), 1)
         started = time.time()
         total, wrong, unattributed, socket_errors, unattributed_example = 0, {}, 0, [], ""
 
         answered = {name: 0 for name, *_ in kind_list}
         memory = []
         for tenth in range(10):
+            seconds = max(int((args.requests - total) / (10 - tenth) / rate), 1)
+            segment_started = time.time()
             requests, result, errors = run_segment(gateway_port, script, seconds, args.connections)
+            rate = max(requests / max(time.time() - segment_started, 1), 1)
             total += requests
             for index, (name, *_rest) in enumerate(kind_list, start=1):
                 answered[name] += int(result.get(f"ok_{index}", 0))

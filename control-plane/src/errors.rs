@@ -46,7 +46,37 @@ impl From<SharedError> for ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> ApiError {
+        if database_unavailable(&e) {
+            eprintln!("control plane: database unavailable: {e}");
+            return ApiError::new(
+                503,
+                "server_error",
+                "the control plane's database is unavailable; retry",
+                None,
+                Some("database_unavailable"),
+            );
+        }
         ApiError::internal(format!("database: {e}"))
+    }
+}
+
+/// Whether the database could not be reached or is restarting (a retry may succeed), rather
+/// than refusing what was asked: no connection, a connection lost, PostgreSQL shutting down or
+/// starting up (SQLSTATE class 08, 57P01-57P03, 53300), SQLite busy past its timeout.
+fn database_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| match code.parse::<i32>() {
+            // SQLite's (extended) result codes: SQLITE_BUSY and SQLITE_LOCKED in the low byte.
+            Ok(sqlite) => matches!(sqlite & 0xff, 5 | 6),
+            Err(_) => code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03" | "53300"),
+        }),
+        _ => false,
     }
 }
 
