@@ -135,6 +135,13 @@ enum Arg {
 const RECORDS_PER_INSERT: usize = 100;
 const METADATA_PER_INSERT: usize = 100;
 
+/// A statement of a batch's many rows, not kept prepared: its text differs with the batch's
+/// size, and a connection's cache of prepared statements (the 100 last used, each holding a
+/// program for every row) filled with them for as long as new sizes came.
+fn one_off(sql: &str) -> Query<'_, Any, AnyArguments<'_>> {
+    sqlx::query(sql).persistent(false)
+}
+
 fn bind_all<'q>(mut query: Query<'q, Any, AnyArguments<'q>>, args: &'q [Arg]) -> Query<'q, Any, AnyArguments<'q>> {
     for arg in args {
         query = match arg {
@@ -223,7 +230,7 @@ impl Db {
                 );
             }
             built.sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
-            let rows = bind_all(sqlx::query(&built.sql), &built.args).fetch_all(&mut *tx).await?;
+            let rows = bind_all(one_off(&built.sql), &built.args).fetch_all(&mut *tx).await?;
             for row in rows {
                 inserted.insert(row.try_get::<String, _>(0)?);
             }
@@ -239,7 +246,7 @@ impl Db {
                 let row = vec![Arg::Text(id.to_string()), Arg::Text(key.to_string()), Arg::Text(value.to_string())];
                 built.push(if i == 0 { "(?, ?, ?)" } else { ", (?, ?, ?)" }, row);
             }
-            bind_all(sqlx::query(&built.sql), &built.args).execute(&mut *tx).await?;
+            bind_all(one_off(&built.sql), &built.args).execute(&mut *tx).await?;
         }
         tx.commit().await
     }
