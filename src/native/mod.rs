@@ -27,15 +27,20 @@ use std::time::Duration;
 const ROOT: u32 = 0;
 
 /// What a filter config holds: its settings' bytes (each worker thread parses its own copy, as
-/// each wasm VM does).
+/// each wasm VM does), and its number.
 struct Config {
+    id: u64,
     bytes: Vec<u8>,
 }
 
+/// The configs Envoy holds now, by number (a config's address may be reused by the next one).
+static LIVE_CONFIGS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+static NEXT_CONFIG: AtomicU64 = AtomicU64::new(1);
+
 /// One stream, as the module holds it between hooks.
 struct Filter {
-    /// The config's address: which of the thread's workers the stream belongs to.
-    config: usize,
+    /// Its config's number: which of the thread's workers the stream belongs to.
+    config: u64,
     id: u32,
 }
 
@@ -144,8 +149,8 @@ struct ThreadState {
 }
 
 thread_local! {
-    /// By config address.
-    static THREADS: RefCell<HashMap<usize, ThreadState>> = RefCell::new(HashMap::new());
+    /// By config number.
+    static THREADS: RefCell<HashMap<u64, ThreadState>> = RefCell::new(HashMap::new());
 }
 
 /// Values and their CAS tokens, by key.
@@ -533,13 +538,22 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
             return std::ptr::null();
         }
         exchange::prepare_store(&ProcessStore, &settings);
-        calls::into_module(Config { bytes })
+        let id = NEXT_CONFIG.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut live) = LIVE_CONFIGS.lock() {
+            live.push(id);
+        }
+        calls::into_module(Config { id, bytes })
     })
 }
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *const c_void) {
-    guarded((), || calls::drop_module::<Config>(config))
+    guarded((), || {
+        if let (Some(config), Ok(mut live)) = (calls::module_ref::<Config>(config), LIVE_CONFIGS.lock()) {
+            live.retain(|id| *id != config.id);
+        }
+        calls::drop_module::<Config>(config);
+    })
 }
 
 #[no_mangle]
@@ -548,10 +562,14 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: *const c_void,
         let Some(config_ref) = calls::module_ref::<Config>(config) else {
             return std::ptr::null();
         };
-        let key = config as usize;
+        let key = config_ref.id;
         let id = THREADS.with(|threads| {
             let mut threads = threads.try_borrow_mut().ok()?;
             if !threads.contains_key(&key) {
+                // A config Envoy replaced: its workers here go (their streams ended before it).
+                if let Ok(live) = LIVE_CONFIGS.lock() {
+                    threads.retain(|id, _| live.contains(id));
+                }
                 let settings = Settings::parse(&config_ref.bytes).ok()?;
                 let worker = Worker::new(Rc::new(settings)).rooted(ROOT);
                 let state = ThreadState {
