@@ -3,6 +3,8 @@
 //! It needs the output free of debug information (`--strip-debug`, which keeps function names
 //! for `./build.sh size`; the release profile strips those too).
 //!
+//! The native module (`--features native`) is linked for lazy binding (see `main`).
+//!
 //! Also lists the golden fixtures' files for the unit tests (`src/providers/fixtures.rs`), which
 //! run inside wasm too, where there is no filesystem to read the directory from.
 use std::fmt::Write;
@@ -12,6 +14,11 @@ fn main() {
     if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("wasm32") {
         println!("cargo:rustc-cdylib-link-arg=--compress-relocations");
         println!("cargo:rustc-cdylib-link-arg=--strip-debug");
+    } else if std::env::var("CARGO_FEATURE_NATIVE").is_ok() {
+        // The native module binds Envoy's callbacks lazily, so that an Envoy lacking one (another
+        // ABI) still loads it far enough for its init to say which, instead of the loader's
+        // bare "undefined symbol" (src/native/mod.rs, on_program_init).
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-z,lazy");
     }
     list_fixtures();
 }

@@ -2,7 +2,9 @@
 # The model gateway's one entry point.
 #   ./build.sh          build the filter (target/model_gateway.wasm) and install Envoy
 #   ./build.sh run      build if needed, then run the control plane and Envoy with the filter in
-#                       the foreground (GATEWAY_CONTROL_PLANE=off: Envoy alone)
+#                       the foreground (GATEWAY_CONTROL_PLANE=off: Envoy alone; GATEWAY_HOST=native:
+#                       the filter as a native dynamic module, target/libmodel_gateway.so, for
+#                       now without a control plane)
 #   ./build.sh test     the whole suite: unit tests, config validation, end-to-end in real Envoy
 #   ./build.sh lint     cargo fmt --check, clippy (native and wasm) with warnings as errors, and no
 #                       import circle between files or folders (tests/tools/import_cycles.py)
@@ -29,6 +31,7 @@ cd "$ROOT"
 VENV="$ROOT/.venv"
 TOOLS="$ROOT/.tools"             # project tools (the wasm test runner) and install logs; git-ignored
 WASM="$ROOT/target/model_gateway.wasm"
+NATIVE="$ROOT/target/libmodel_gateway.so"   # the same gateway as an Envoy dynamic module
 # The release .wasm's size limit (bytes): every Envoy worker compiles and holds the module, and a
 # mesh pulls it into every proxy. Raised only with a line in bench/README.md ("Module size")
 # saying what grew and why.
@@ -248,6 +251,16 @@ PY
 # The control plane: native, its own profile (the release profile's whole-program LTO is for
 # the filter; the service builds in a fraction of the time without it).
 CONTROL_PLANE="$ROOT/target/control-plane/gateway-control-plane"
+# The native dynamic module (src/native/, `--features native`): built for this machine,
+# optimised for speed (the `native` profile in Cargo.toml).
+build_native() {
+  cargo build --quiet --locked --profile native --features native --lib
+  if ! cmp -s "$ROOT/target/native/libmodel_gateway.so" "$NATIVE"; then
+    cp "$ROOT/target/native/libmodel_gateway.so" "$NATIVE"
+    log "built $NATIVE ($(wc -c <"$NATIVE") bytes)"
+  fi
+}
+
 build_control_plane() {
   cargo build --quiet --locked --profile control-plane -p gateway-control-plane
 }
@@ -256,6 +269,7 @@ build() {
   mkdir -p "$ROOT/target"
   fetch_crates
   build_wasm
+  if [ "${GATEWAY_HOST:-wasm}" = native ]; then build_native; fi
   build_control_plane
   install_envoy
 }
@@ -264,6 +278,9 @@ build() {
 run() {
   local with_control_plane=1
   [ "${GATEWAY_CONTROL_PLANE:-on}" = off ] && with_control_plane=0
+  if [ "${GATEWAY_HOST:-wasm}" = native ] && [ "$with_control_plane" = 1 ]; then
+    die "the native module runs without a control plane for now (issue 29): set GATEWAY_CONTROL_PLANE=off"
+  fi
   check_port_free GATEWAY_PORT "${GATEWAY_PORT:-8787}"
   check_port_free GATEWAY_ADMIN_PORT "${GATEWAY_ADMIN_PORT:-9901}"
   [ "$with_control_plane" = 1 ] && check_port_free GATEWAY_CONTROL_PLANE_PORT "${GATEWAY_CONTROL_PLANE_PORT:-8790}"
@@ -285,9 +302,9 @@ run() {
     unset GATEWAY_CONTROL_PLANE_ADDR GATEWAY_CONTROL_PLANE_TOKEN
   fi
   local config="$GATEWAY_STATE_DIR/envoy-${GATEWAY_PORT:-8787}.yaml"
-  (umask 077 && GATEWAY_WASM="$WASM" "$VENV/bin/python" envoy/render.py >"$config")
-  local envoy=("$VENV/bin/envoy" -c "$config" --concurrency "${GATEWAY_CONCURRENCY:-2}"
-    --disable-hot-restart --log-level warn --component-log-level "wasm:${GATEWAY_LOG_LEVEL:-info}")
+  (umask 077 && GATEWAY_WASM="$WASM" GATEWAY_NATIVE_MODULE="$NATIVE" "$VENV/bin/python" envoy/render.py >"$config")
+  local envoy=("$VENV/bin/envoy" -c "$config" --concurrency "${GATEWAY_CONCURRENCY:-2}" --disable-hot-restart
+    --log-level warn --component-log-level "wasm:${GATEWAY_LOG_LEVEL:-info},dynamic_modules:${GATEWAY_LOG_LEVEL:-info}")
   log "gateway on http://127.0.0.1:${GATEWAY_PORT:-8787}/v1 (admin 127.0.0.1:${GATEWAY_ADMIN_PORT:-9901})"
   if [ "$with_control_plane" = 0 ]; then
     # exec: SIGINT/SIGTERM reach Envoy directly.
@@ -323,11 +340,13 @@ lint() {
   cargo fmt --check --manifest-path fuzz/Cargo.toml
   python3 tests/tools/import_cycles.py
   cargo clippy --quiet --workspace --all-targets -- -D warnings
+  cargo clippy --quiet --features native --lib -- -D warnings
   wasm_cargo "$TARGET" clippy --quiet -p model-gateway -p gateway-schema -- -D warnings
 }
 
 test_all() {
   build
+  build_native
   install_test_deps
   install_agents
   install_postgres
@@ -418,9 +437,9 @@ case "$COMMAND" in
   build) build ;;
   run) run ;;
   test) shift; test_all "$@" ;;
-  config) shift; build >/dev/null; GATEWAY_WASM="$WASM" "$VENV/bin/python" envoy/render.py "$@" ;;
+  config) shift; build >/dev/null; GATEWAY_WASM="$WASM" GATEWAY_NATIVE_MODULE="$NATIVE" "$VENV/bin/python" envoy/render.py "$@" ;;
   lint) build; lint ;;
-  bench) shift; build; build_minimal_filter; exec "$VENV/bin/python" bench/bench.py "$@" ;;
+  bench) shift; build; build_native; build_minimal_filter; exec "$VENV/bin/python" bench/bench.py "$@" ;;
   size) shift; size_breakdown "$@" ;;
   agents) install_agents ;;
   fixtures) UPDATE_SNAPSHOTS=1 cargo test --quiet -p model-gateway --lib providers::fixtures

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENVOY = ROOT / ".venv/bin/envoy"
 MINIMAL_WASM = ROOT / "target/minimal_filter.wasm"  # built by `./build.sh bench`
 CONTROL_PLANE = ROOT / "target/control-plane/gateway-control-plane"  # built by `./build.sh`
+NATIVE_MODULE = ROOT / "target/libmodel_gateway.so"  # built by `./build.sh bench`
 CONTROL_PLANE_TOKEN = "cp-bench-token"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 API_KEY = "gw-bench-key"
@@ -285,6 +286,16 @@ def main():
                              args.concurrency))
     procs.append(control_plane)
     pids = {bare_port: procs[1].pid, gateway_port: procs[2].pid, minimal_port: procs[3].pid}
+    # The same gateway as the native module (GATEWAY_HOST=native; without a control plane, which
+    # it does not run with yet): its variants are the wasm filter's without a control plane's key.
+    native_port = free_port()
+    native_env = {k: v for k, v in env.items() if not k.startswith("GATEWAY_CONTROL_PLANE")}
+    native_env.update({"GATEWAY_PORT": str(native_port), "GATEWAY_ADMIN_PORT": str(free_port()),
+                       "GATEWAY_HOST": "native", "GATEWAY_NATIVE_MODULE": str(NATIVE_MODULE)})
+    native_config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=native_env, check=True,
+                                   capture_output=True, text=True).stdout
+    procs.append(start_envoy(native_config, workdir, "native", args.concurrency))
+    pids[native_port] = procs[-1].pid
     compare_port = None
     if args.compare_wasm:
         compare_port = free_port()
@@ -345,9 +356,13 @@ def main():
         wait_ready(gateway_port, fallback_headers, REQUEST)
         wait_ready(gateway_port, cache_hit_headers, REQUEST)
         wait_ready(gateway_port, guardrail_headers, REQUEST)
-        status = cache_status(gateway_port, cache_hit_headers, REQUEST)
-        if status != "HIT":
-            sys.exit(f"bench: the cache variant is not answered from the cache (x-gateway-cache-status: {status})")
+        wait_ready(native_port, gateway_headers, REQUEST)
+        wait_ready(native_port, cache_hit_headers, REQUEST)
+        wait_ready(native_port, guardrail_headers, REQUEST)
+        for port in (gateway_port, native_port):
+            status = cache_status(port, cache_hit_headers, REQUEST)
+            if status != "HIT":
+                sys.exit(f"bench: the cache variant is not answered from the cache (x-gateway-cache-status: {status})")
         rows = []
         for connections in [int(c) for c in args.connections.split(",")]:
             # Warm each, then measure them back to back.
@@ -357,7 +372,10 @@ def main():
                         ("uncached", gateway_port, uncached_headers), ("saved", gateway_port, saved_headers),
                         ("fallback", gateway_port, fallback_headers), ("cache_hit", gateway_port, cache_hit_headers),
                         ("guardrail", gateway_port, guardrail_headers), ("keyed", gateway_port, keyed_headers),
-                        ("limited", gateway_port, limited_headers))
+                        ("limited", gateway_port, limited_headers), ("native", native_port, gateway_headers),
+                        ("native_uncached", native_port, uncached_headers),
+                        ("native_cache_hit", native_port, cache_hit_headers),
+                        ("native_guardrail", native_port, guardrail_headers))
             if compare_port:
                 variants += (("compare", compare_port, gateway_headers),
                              ("compare_uncached", compare_port, uncached_headers),
@@ -390,6 +408,10 @@ def main():
              "saved": "Envoy + filter, saved config naming an @slug",
              "keyed": "Envoy + filter, a control-plane key (provider headers)",
              "limited": "Envoy + filter, a control-plane key under a rate limit and a budget",
+             "native": "Envoy + native module (provider headers)",
+             "native_uncached": "Envoy + native module, one-target config (uncached)",
+             "native_cache_hit": "Envoy + native module, one-target config, cache hit",
+             "native_guardrail": "Envoy + native module, one-target config, input regexMatch guardrail",
              "compare": f"Envoy + {args.compare_wasm} (provider headers)",
              "compare_uncached": f"Envoy + {args.compare_wasm}, one-target config (uncached)",
              "compare_guardrail": f"Envoy + {args.compare_wasm}, one-target config, input regexMatch guardrail"}
@@ -425,6 +447,28 @@ def main():
             bare, minimal, ours = (runs[key]["cpu_us"] for key in ("bare", "minimal", "gateway"))
             print(f"| {connections} | {bare:.0f} | {minimal:.0f} | {ours:.0f} | {minimal - bare:+.0f} "
                   f"| {ours - minimal:+.0f} |")
+
+    if measured.issuperset(("bare", "gateway", "native")):
+        print("\nThe native module against bare Envoy and the wasm filter, provider headers (issue 29's"
+              " targets: CPU within 15 µs of bare Envoy's, throughput at least 85% of it):\n")
+        print("| connections | bare Envoy µs | native module µs | wasm filter µs | native over bare µs "
+              "| native throughput of bare's |")
+        print("|---|---|---|---|---|---|")
+        for connections, runs in rows:
+            bare, native, wasm = (runs[key] for key in ("bare", "native", "gateway"))
+            print(f"| {connections} | {bare['cpu_us']:.0f} | {native['cpu_us']:.0f} | {wasm['cpu_us']:.0f} "
+                  f"| {native['cpu_us'] - bare['cpu_us']:+.0f} | {native['rps'] / bare['rps']:.1%} |")
+
+    if measured.issuperset(("native_uncached", "native_guardrail", "native_cache_hit", "bare")):
+        print("\nThe native module: an inline input guardrail's cost, and a cache hit against bare Envoy"
+              " proxying to the mock, CPU per request:\n")
+        print("| connections | one-target config µs | with the guardrail µs | guardrail's cost µs "
+              "| cache hit µs | bare Envoy µs |")
+        print("|---|---|---|---|---|---|")
+        for connections, runs in rows:
+            plain, guarded, hit, bare = (runs[key]["cpu_us"] for key in
+                                         ("native_uncached", "native_guardrail", "native_cache_hit", "bare"))
+            print(f"| {connections} | {plain:.0f} | {guarded:.0f} | {guarded - plain:+.0f} | {hit:.0f} | {bare:.0f} |")
 
     if measured.issuperset(("uncached", "guardrail")):
         print("\nAn inline input guardrail (`default.regexMatch`, passing), CPU per request:\n")

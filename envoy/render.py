@@ -5,6 +5,8 @@ The config `./build.sh run` uses and the deployable envoy/envoy.yaml (`--docker`
 from here, so they cannot drift. Settings (environment variables):
   GATEWAY_PORT (8787), GATEWAY_ADMIN_PORT (9901), GATEWAY_LISTEN_ADDRESS (127.0.0.1),
   GATEWAY_WASM (path of the filter), GATEWAY_API_KEYS (comma-separated, required),
+  GATEWAY_HOST (wasm, the default; native: the filter as a dynamic module, GATEWAY_NATIVE_MODULE
+  its path, no control plane yet),
   GATEWAY_ALLOWED_CUSTOM_HOSTS (comma-separated; default "loopback"),
   GATEWAY_CREDENTIALS (JSON object: slug or virtual key -> {provider, api_key, custom_host, ...}),
   GATEWAY_CACHE (JSON object: the response cache's byte_budget, max_entry_bytes and semantic
@@ -76,7 +78,13 @@ def render(env):
     if records:
         plugin["records"] = records
     text = (HERE / "gateway.yaml.tmpl").read_text()
+    host = env.get("GATEWAY_HOST") or "wasm"
+    if host not in ("wasm", "native"):
+        sys.exit(f"render.py: GATEWAY_HOST must be wasm or native, not {host!r}")
+    text = strip_section(text, "native" if host == "wasm" else "wasm")
     control_plane = env.get("GATEWAY_CONTROL_PLANE_ADDR") or ""
+    if control_plane and host == "native":
+        sys.exit("render.py: the native module does not run with a control plane yet: unset GATEWAY_CONTROL_PLANE_ADDR")
     cp_host, _, cp_port = control_plane.rpartition(":")
     if control_plane:
         token = env.get("GATEWAY_CONTROL_PLANE_TOKEN") or ""
@@ -99,6 +107,7 @@ def render(env):
         ADMIN_PORT=int(env.get("GATEWAY_ADMIN_PORT") or 9901),
         LISTEN_ADDRESS=env.get("GATEWAY_LISTEN_ADDRESS") or "127.0.0.1",
         WASM_PATH=json.dumps(env.get("GATEWAY_WASM") or str(HERE.parent / "target/model_gateway.wasm")),
+        NATIVE_MODULE_PATH=json.dumps(env.get("GATEWAY_NATIVE_MODULE") or str(HERE.parent / "target/libmodel_gateway.so")),
         CA_BUNDLE=json.dumps(env.get("GATEWAY_CA_BUNDLE") or "/etc/ssl/certs/ca-certificates.crt"),
         ACCESS_LOG_PATH=json.dumps(access_log),
         STREAM_IDLE_TIMEOUT=int(idle),

@@ -47,6 +47,10 @@ mod unit_tests {
 #[cfg(any(target_os = "wasi", clippy))]
 mod host;
 
+// The same core as an Envoy dynamic module (issue 29).
+#[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+mod native;
+
 // The host layer's byte formats are pure: natively they are compiled for their tests alone.
 #[cfg(all(test, not(any(target_os = "wasi", clippy))))]
 #[path = "host/wire.rs"]

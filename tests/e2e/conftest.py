@@ -184,6 +184,7 @@ def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | No
         env["GATEWAY_CACHE"] = json.dumps(cache)
     env.update(extra_env or {})
     gw = helpers.Gateway(port, admin_port, log_path, control_plane_port)
+    gw.native = env.get("GATEWAY_HOST") == "native"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -1,0 +1,335 @@
+//! Envoy's callbacks behind safe wrappers: with its declarations (`ffi`), the only module of the
+//! native adapter with `unsafe`. Each wrapper is called from a hook of the filter it names, on
+//! that filter's worker thread, with a filter pointer Envoy handed to that hook or to an earlier
+//! hook of the same live filter (the adapter forgets a filter's pointer in its `destroy` hook).
+//! What Envoy returns is copied before the wrapper returns, so no Envoy-owned pointer outlives
+//! the call.
+
+pub(crate) mod ffi;
+
+use crate::exchange::{self, CallAnswer};
+use crate::request::headers;
+use ffi::{Callbacks, EnvoyBuffer, EnvoyFilter, EnvoyHeader, ModuleBuffer, ModuleHeader};
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+/// Envoy's callbacks, resolved once when the module loads (`resolve`); every hook runs after.
+static CALLBACKS: OnceLock<Callbacks> = OnceLock::new();
+
+/// Finds every callback in the process; the name of the first one missing otherwise.
+pub(crate) fn resolve() -> Result<(), &'static str> {
+    let callbacks = Callbacks::resolve()?;
+    let _ = CALLBACKS.set(callbacks);
+    Ok(())
+}
+
+fn envoy() -> Option<&'static Callbacks> {
+    CALLBACKS.get()
+}
+
+/// Bytes Envoy owns, copied. SAFETY (of the callers): `ptr` points to `length` readable bytes
+/// or is null with any length (read as empty).
+unsafe fn copied(ptr: *const u8, length: usize) -> Vec<u8> {
+    if ptr.is_null() || length == 0 {
+        return Vec::new();
+    }
+    // SAFETY: Envoy's buffer of `length` bytes, valid for the rest of the current hook.
+    unsafe { std::slice::from_raw_parts(ptr, length) }.to_vec()
+}
+
+pub(crate) fn log(level: u32, message: &str) {
+    let Some(envoy) = envoy() else {
+        return;
+    };
+    // SAFETY: the message is read during the call only.
+    unsafe { (envoy.log)(level, ModuleBuffer::of(message.as_bytes())) }
+}
+
+pub(crate) fn log_enabled(level: u32) -> bool {
+    let Some(envoy) = envoy() else {
+        return false;
+    };
+    // SAFETY: no pointer is passed.
+    unsafe { (envoy.log_enabled)(level) }
+}
+
+/// Every header of `map` (lower-case names, pseudo-headers included); empty when the map does
+/// not exist yet.
+pub(crate) fn headers(filter: EnvoyFilter, map: u32) -> Vec<(String, Vec<u8>)> {
+    let Some(envoy) = envoy() else {
+        return Vec::new();
+    };
+    // SAFETY: a live filter on its thread.
+    let count = unsafe { (envoy.get_headers_size)(filter, map) };
+    if count == 0 {
+        return Vec::new();
+    }
+    let empty = EnvoyHeader { key_ptr: std::ptr::null(), key_length: 0, value_ptr: std::ptr::null(), value_length: 0 };
+    let mut raw = vec![empty; count];
+    // SAFETY: `raw` has room for the `count` headers Envoy writes.
+    if !unsafe { (envoy.get_headers)(filter, map, raw.as_mut_ptr()) } {
+        return Vec::new();
+    }
+    raw.iter()
+        .map(|h| {
+            // SAFETY: Envoy filled each entry with its own buffers, valid during this hook.
+            let (name, value) = unsafe { (copied(h.key_ptr, h.key_length), copied(h.value_ptr, h.value_length)) };
+            (String::from_utf8_lossy(&name).into_owned(), value)
+        })
+        .collect()
+}
+
+/// Sets header `name` of `map` to `value` (replacing every value it had); an empty value
+/// removes it (Envoy's rule).
+pub(crate) fn set_header(filter: EnvoyFilter, map: u32, name: &str, value: &[u8]) -> bool {
+    let Some(envoy) = envoy() else {
+        return false;
+    };
+    let (key, value) = (ModuleBuffer::of(name.as_bytes()), ModuleBuffer::of(value));
+    // SAFETY: a live filter on its thread; both buffers are copied during the call.
+    unsafe { (envoy.set_header)(filter, map, key, value) }
+}
+
+/// Adds one more value of header `name` (a non-empty one).
+pub(crate) fn add_header(filter: EnvoyFilter, map: u32, name: &str, value: &[u8]) -> bool {
+    let Some(envoy) = envoy() else {
+        return false;
+    };
+    let (key, value) = (ModuleBuffer::of(name.as_bytes()), ModuleBuffer::of(value));
+    // SAFETY: as `set_header`.
+    unsafe { (envoy.add_header)(filter, map, key, value) }
+}
+
+/// The request headers changed what routes match on: Envoy picks the route again.
+pub(crate) fn clear_route_cache(filter: EnvoyFilter) {
+    let Some(envoy) = envoy() else {
+        return;
+    };
+    // SAFETY: a live filter on its thread.
+    unsafe { (envoy.clear_route_cache)(filter) }
+}
+
+/// The bytes of `body` (a received chunk or what is buffered), copied.
+pub(crate) fn body(filter: EnvoyFilter, body: u32) -> Vec<u8> {
+    let Some(envoy) = envoy() else {
+        return Vec::new();
+    };
+    // SAFETY: a live filter on its thread.
+    let count = unsafe { (envoy.get_body_chunks_size)(filter, body) };
+    if count == 0 {
+        return Vec::new();
+    }
+    let mut chunks = vec![EnvoyBuffer { ptr: std::ptr::null(), length: 0 }; count];
+    // SAFETY: `chunks` has room for the `count` slices Envoy writes.
+    if !unsafe { (envoy.get_body_chunks)(filter, body, chunks.as_mut_ptr()) } {
+        return Vec::new();
+    }
+    let mut bytes = Vec::new();
+    for chunk in &chunks {
+        // SAFETY: Envoy's slices, valid until the body changes or the hook returns.
+        bytes.extend(unsafe { copied(chunk.ptr, chunk.length) });
+    }
+    bytes
+}
+
+pub(crate) fn body_size(filter: EnvoyFilter, body: u32) -> usize {
+    let Some(envoy) = envoy() else {
+        return 0;
+    };
+    // SAFETY: a live filter on its thread.
+    unsafe { (envoy.get_body_size)(filter, body) }
+}
+
+pub(crate) fn append_body(filter: EnvoyFilter, body: u32, data: &[u8]) -> bool {
+    let Some(envoy) = envoy() else {
+        return false;
+    };
+    // SAFETY: a live filter on its thread; `data` is copied during the call.
+    unsafe { (envoy.append_body)(filter, body, ModuleBuffer::of(data)) }
+}
+
+pub(crate) fn drain_body(filter: EnvoyFilter, body: u32, bytes: usize) -> bool {
+    let Some(envoy) = envoy() else {
+        return false;
+    };
+    // SAFETY: a live filter on its thread.
+    unsafe { (envoy.drain_body)(filter, body, bytes) }
+}
+
+/// Answers the stream locally (Envoy's local reply, `details` its response code details).
+pub(crate) fn send_response(filter: EnvoyFilter, status: u16, headers: &[(&str, &[u8])], body: &[u8], details: &str) {
+    let Some(envoy) = envoy() else {
+        return;
+    };
+    let mut headers: Vec<ModuleHeader> = headers.iter().map(|(n, v)| ModuleHeader::of(n, v)).collect();
+    // SAFETY: a live filter on its thread; headers, body and details are copied during the call.
+    unsafe {
+        (envoy.send_response)(
+            filter,
+            u32::from(status),
+            headers.as_mut_ptr(),
+            headers.len(),
+            ModuleBuffer::of(body),
+            ModuleBuffer::of(details.as_bytes()),
+        )
+    }
+}
+
+pub(crate) fn continue_decoding(filter: EnvoyFilter) {
+    let Some(envoy) = envoy() else {
+        return;
+    };
+    // SAFETY: a live filter on its thread.
+    unsafe { (envoy.continue_decoding)(filter) }
+}
+
+/// Starts a call on behalf of the stream (cancelled by Envoy when the stream ends); its id,
+/// answered in the `http_callout_done` hook, or None when Envoy could not start it.
+pub(crate) fn callout(
+    filter: EnvoyFilter,
+    cluster: &str,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+    timeout_ms: u64,
+) -> Option<u64> {
+    let envoy = envoy()?;
+    let mut headers: Vec<ModuleHeader> = headers.iter().map(|(n, v)| ModuleHeader::of(n, v)).collect();
+    let mut id = 0u64;
+    // SAFETY: a live filter on its thread; `id` is written by Envoy; the rest is copied.
+    let started = unsafe {
+        (envoy.callout)(
+            filter,
+            &mut id,
+            ModuleBuffer::of(cluster.as_bytes()),
+            headers.as_mut_ptr(),
+            headers.len(),
+            ModuleBuffer::of(body),
+            timeout_ms,
+        )
+    };
+    (started == ffi::CALLOUT_STARTED).then_some(id)
+}
+
+/// A scheduler Envoy made for a stream, owned here: committed from any thread, deleted once
+/// (on drop). Its owner (the ticker) keeps it under a lock, so no commit races its deletion.
+pub(crate) struct Scheduler(ffi::Scheduler);
+
+// SAFETY: Envoy's scheduler is made to be committed from other threads (it posts to the
+// stream's dispatcher); the pointer itself is only read.
+unsafe impl Send for Scheduler {}
+
+impl Scheduler {
+    /// A scheduler of the stream's, made on its worker thread during one of its hooks.
+    pub(crate) fn new(filter: EnvoyFilter) -> Option<Scheduler> {
+        let envoy = envoy()?;
+        // SAFETY: a live filter on its thread.
+        let scheduler = unsafe { (envoy.scheduler_new)(filter) };
+        (!scheduler.is_null()).then_some(Scheduler(scheduler))
+    }
+
+    /// Runs the stream's `scheduled` hook soon, on its worker thread (nothing once the stream
+    /// is gone).
+    pub(crate) fn commit(&self) {
+        let Some(envoy) = envoy() else {
+            return;
+        };
+        // SAFETY: made by `new` and not yet deleted (that takes `self`).
+        unsafe { (envoy.scheduler_commit)(self.0, 0) }
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let Some(envoy) = envoy() else {
+            return;
+        };
+        // SAFETY: made by `new`; dropped once. Envoy allows it after the stream is gone.
+        unsafe { (envoy.scheduler_delete)(self.0) }
+    }
+}
+
+/// Stores `value` in the stream's filter state under `key` (as a string Envoy's access log and
+/// local reply formatters read with `%FILTER_STATE(key:PLAIN)%`).
+pub(crate) fn set_filter_state(filter: EnvoyFilter, key: &str, value: &[u8]) -> bool {
+    let Some(envoy) = envoy() else {
+        return false;
+    };
+    // SAFETY: a live filter on its thread; key and value are copied during the call.
+    unsafe { (envoy.set_filter_state_bytes)(filter, ModuleBuffer::of(key.as_bytes()), ModuleBuffer::of(value)) }
+}
+
+/// A string attribute of the stream (e.g. `response.code_details`); None when unavailable.
+pub(crate) fn attribute(filter: EnvoyFilter, attribute: u32) -> Option<Vec<u8>> {
+    let envoy = envoy()?;
+    let mut out = EnvoyBuffer { ptr: std::ptr::null(), length: 0 };
+    // SAFETY: a live filter on its thread; `out` is written by Envoy.
+    if !unsafe { (envoy.get_attribute_string)(filter, attribute, &mut out) } {
+        return None;
+    }
+    // SAFETY: Envoy's buffer, valid during this hook.
+    Some(unsafe { copied(out.ptr, out.length) })
+}
+
+/// An object of the module's, as the pointer Envoy keeps for it (a config or a stream's filter).
+pub(crate) fn into_module<T>(object: T) -> *const c_void {
+    Box::into_raw(Box::new(object)).cast::<c_void>().cast_const()
+}
+
+/// The module's object behind a pointer Envoy hands back. SAFETY (of the callers, the hooks):
+/// `pointer` is null or was made by `into_module::<T>` and not yet given to `drop_module`; Envoy
+/// calls no hook with a pointer after the hook that destroys it.
+pub(crate) fn module_ref<'a, T>(pointer: *const c_void) -> Option<&'a T> {
+    // SAFETY: as above.
+    unsafe { pointer.cast::<T>().as_ref() }
+}
+
+/// Frees the module's object of `pointer` (from its destroy hook, which Envoy calls once).
+pub(crate) fn drop_module<T>(pointer: *const c_void) {
+    if !pointer.is_null() {
+        // SAFETY: made by `into_module::<T>`; the destroy hooks run once per object.
+        drop(unsafe { Box::from_raw(pointer.cast::<T>().cast_mut()) });
+    }
+}
+
+/// Bytes Envoy passed to a hook, copied.
+pub(crate) fn hook_bytes(buffer: EnvoyBuffer) -> Vec<u8> {
+    // SAFETY: a buffer Envoy passed to the running hook, valid during it.
+    unsafe { copied(buffer.ptr, buffer.length) }
+}
+
+/// A callout's answer as the done hook receives it, copied. The pointers are the hook's
+/// arguments: each null or Envoy's array of the given length, valid during the hook.
+pub(crate) fn callout_answer(
+    succeeded: bool,
+    headers: *const EnvoyHeader,
+    headers_length: usize,
+    chunks: *const EnvoyBuffer,
+    chunks_length: usize,
+) -> CallAnswer {
+    if !succeeded {
+        return CallAnswer { status: 0, headers: Vec::new(), body: Vec::new() };
+    }
+    let headers: Vec<(String, Vec<u8>)> = if headers.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: Envoy's array of `headers_length` headers, each with its own buffers.
+        unsafe { std::slice::from_raw_parts(headers, headers_length) }
+            .iter()
+            .map(|h| {
+                // SAFETY: the header's buffers, valid during the hook.
+                let (name, value) = unsafe { (copied(h.key_ptr, h.key_length), copied(h.value_ptr, h.value_length)) };
+                (String::from_utf8_lossy(&name).into_owned(), value)
+            })
+            .collect()
+    };
+    let mut body = Vec::new();
+    if !chunks.is_null() {
+        // SAFETY: Envoy's array of `chunks_length` slices.
+        for chunk in unsafe { std::slice::from_raw_parts(chunks, chunks_length) } {
+            // SAFETY: each slice's bytes, valid during the hook.
+            body.extend(unsafe { copied(chunk.ptr, chunk.length) });
+        }
+    }
+    let status = exchange::parse_status(headers::find(&headers, ":status"));
+    CallAnswer { status, headers, body }
+}

@@ -1,0 +1,839 @@
+//! The native host adapter: the same core as the wasm filter (`host/`), loaded by Envoy 1.40 as
+//! a dynamic module (`envoy.filters.http.dynamic_modules`). Its hooks feed events to the
+//! exchange's [`Worker`] and run what comes back; every call into Envoy goes through `calls`.
+//!
+//! Each Envoy worker thread has its own `Worker` per filter config, as each has its own wasm VM.
+//! Not yet here (issue 29): the root's duties (its timer and the calls that outlive a request:
+//! control-plane reads, record batches, leases, shared fetches) and metrics; a config that needs
+//! the control plane is refused at load.
+
+mod calls;
+
+use crate::exchange::metrics::Kind;
+use crate::exchange::{self, Action, After, Dispatch, Io, Output, Worker};
+use crate::ports::{Host, SharedStore};
+use crate::settings::Settings;
+use calls::ffi::{self, EnvoyFilter};
+use hashbrown::HashMap;
+use std::cell::{Cell, RefCell};
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// The worker's root id: stream ids start at 1.
+const ROOT: u32 = 0;
+
+/// What a filter config holds: its settings' bytes (each worker thread parses its own copy, as
+/// each wasm VM does), and its number.
+struct Config {
+    id: u64,
+    bytes: Vec<u8>,
+}
+
+/// The configs Envoy holds now, by number (a config's address may be reused by the next one).
+static LIVE_CONFIGS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+static NEXT_CONFIG: AtomicU64 = AtomicU64::new(1);
+
+/// One stream, as the module holds it between hooks.
+struct Filter {
+    /// Its config's number: which of the thread's workers the stream belongs to.
+    config: u64,
+    id: u32,
+}
+
+/// One stream, as its thread's state knows it.
+struct Stream {
+    envoy: EnvoyFilter,
+    /// The filter held a request (response) body chunk: Envoy buffers it, and later chunks are
+    /// moved to that buffer so the core sees the whole body so far, as proxy-wasm shows it.
+    request_buffered: bool,
+    response_buffered: bool,
+}
+
+/// A worker thread's timer: the wasm root's tick, which the ABI lacks (no timer or scheduler
+/// of a worker thread's own). A thread sleeps for the period, then commits the scheduler of one
+/// live stream of the worker thread (the ticking stream), whose `scheduled` hook runs the
+/// worker's tick on the worker thread. When that stream ends, the next hook of another stream
+/// takes over (a worker with no stream has no timer that needs one: no control plane yet).
+struct Ticker {
+    shared: Arc<TickerShared>,
+}
+
+struct TickerShared {
+    /// 0: no ticks.
+    period_ms: AtomicU64,
+    /// The ticking stream and its scheduler.
+    ticking: Mutex<Option<(u32, calls::Scheduler)>>,
+    stopped: AtomicBool,
+}
+
+/// How often the ticker's thread looks again while no ticks are asked for.
+const IDLE_TICKER_MS: u64 = 50;
+
+impl Ticker {
+    fn start() -> Ticker {
+        let shared = Arc::new(TickerShared {
+            period_ms: AtomicU64::new(0),
+            ticking: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+        });
+        let beat = Arc::clone(&shared);
+        let started = std::thread::Builder::new().name("gateway-ticker".into()).spawn(move || {
+            while !beat.stopped.load(Ordering::Relaxed) {
+                let period = beat.period_ms.load(Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(if period == 0 { IDLE_TICKER_MS } else { period }));
+                if period == 0 {
+                    continue;
+                }
+                if let Ok(ticking) = beat.ticking.lock() {
+                    if let Some((_, scheduler)) = ticking.as_ref() {
+                        scheduler.commit();
+                    }
+                }
+            }
+        });
+        if let Err(error) = started {
+            calls::log(ffi::LOG_ERROR, &format!("the gateway's timer thread did not start: {error}"));
+        }
+        Ticker { shared }
+    }
+
+    fn set_period(&self, period_ms: u64) {
+        self.shared.period_ms.store(period_ms, Ordering::Relaxed);
+    }
+
+    /// Makes stream `id` the ticking one when ticks are asked for and no stream ticks.
+    fn adopt(&self, id: u32, envoy: EnvoyFilter) {
+        if self.shared.period_ms.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        if let Ok(mut ticking) = self.shared.ticking.lock() {
+            if ticking.is_none() {
+                *ticking = calls::Scheduler::new(envoy).map(|scheduler| (id, scheduler));
+            }
+        }
+    }
+
+    /// Stream `id` ended: if it was ticking, its scheduler goes (the next hook adopts another).
+    fn forget(&self, id: u32) {
+        if let Ok(mut ticking) = self.shared.ticking.lock() {
+            if ticking.as_ref().is_some_and(|(ticker, _)| *ticker == id) {
+                *ticking = None;
+            }
+        }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.shared.stopped.store(true, Ordering::Relaxed);
+        if let Ok(mut ticking) = self.shared.ticking.lock() {
+            *ticking = None;
+        }
+    }
+}
+
+/// A worker thread's state for one filter config.
+struct ThreadState {
+    worker: Worker,
+    ticker: Ticker,
+    streams: HashMap<u32, Stream>,
+    /// Calls in flight: (stream id, Envoy's callout id) → the worker's token.
+    calls: HashMap<(u32, u64), u32>,
+    next_id: u32,
+    next_token: u32,
+    random: u64,
+}
+
+thread_local! {
+    /// By config number.
+    static THREADS: RefCell<HashMap<u64, ThreadState>> = RefCell::new(HashMap::new());
+}
+
+/// Values and their CAS tokens, by key.
+type Entries = HashMap<String, (Vec<u8>, u32)>;
+
+/// The store every worker thread shares (proxy-wasm's shared data).
+static STORE: OnceLock<Mutex<Entries>> = OnceLock::new();
+
+struct ProcessStore;
+
+impl SharedStore for ProcessStore {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        let store = STORE.get_or_init(Default::default).lock().ok()?;
+        store.get(key).cloned()
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
+        let Ok(mut store) = STORE.get_or_init(Default::default).lock() else {
+            return false;
+        };
+        let current = store.get(key).map_or(0, |(_, c)| *c);
+        if cas != 0 && cas != current {
+            return false;
+        }
+        store.insert(key.to_string(), (value.to_vec(), current.wrapping_add(1).max(1)));
+        true
+    }
+}
+
+/// Runs a hook, turning a panic into `fallback` (a panic must not cross into Envoy).
+fn guarded<T>(fallback: T, hook: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(hook)).unwrap_or_else(|_| {
+        calls::log(ffi::LOG_CRITICAL, "the gateway's native filter panicked; the stream is held");
+        fallback
+    })
+}
+
+/// Runs `event` on the worker of `filter`'s config, with the host as the hook sees it; then
+/// `then` with the thread's streams and what the event returned.
+fn with_worker<R, T>(
+    filter: &Filter,
+    event: impl FnOnce(&mut Worker, &mut NativeIo) -> R,
+    then: impl FnOnce(&mut HashMap<u32, Stream>, R) -> T,
+) -> Option<T> {
+    THREADS.with(|threads| {
+        let mut threads = threads.try_borrow_mut().ok()?;
+        let state = threads.get_mut(&filter.config)?;
+        let ThreadState { worker, ticker, streams, calls, next_token, random, .. } = state;
+        let current = streams.get(&filter.id).map(|s| s.envoy);
+        if let Some(envoy) = current {
+            ticker.adopt(filter.id, envoy);
+        }
+        let mut io = NativeIo {
+            current,
+            current_id: filter.id,
+            ticker,
+            streams,
+            calls,
+            next_token,
+            random,
+            now_ms: Cell::new(None),
+        };
+        let result = event(worker, &mut io);
+        Some(then(streams, result))
+    })
+}
+
+/// Runs `event` on the worker of `filter`'s config, `mark` on the stream's state with its
+/// result, then the effects that may re-enter the filter once the worker is free again.
+fn run(
+    filter: &Filter,
+    event: impl FnOnce(&mut Worker, &mut NativeIo) -> Output,
+    mark: impl FnOnce(&mut Stream, Action),
+) -> Option<Action> {
+    let output = with_worker(filter, event, |streams, output| {
+        if let Some(stream) = streams.get_mut(&filter.id) {
+            mark(stream, output.action);
+        }
+        let afters: Vec<(EnvoyFilter, After)> = output
+            .after
+            .into_iter()
+            .filter_map(|after| {
+                let id = match &after {
+                    After::Reply { id, .. } | After::ResumeRequest(id) => *id,
+                };
+                streams.get(&id).map(|s| (s.envoy, after))
+            })
+            .collect();
+        (output.action, afters)
+    });
+    let (action, afters) = output?;
+    for (envoy, after) in afters {
+        match after {
+            After::Reply { status, headers, body, .. } => {
+                let headers: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())).collect();
+                calls::send_response(envoy, status, &headers, &body, "gateway_reply");
+            }
+            After::ResumeRequest(_) => calls::continue_decoding(envoy),
+        }
+    }
+    Some(action)
+}
+
+/// `run` for an event that leaves the stream's state as it was.
+fn unmarked(_: &mut Stream, _: Action) {}
+
+/// The host as the exchange sees it, from one hook.
+struct NativeIo<'a> {
+    /// The stream of the hook.
+    current: Option<EnvoyFilter>,
+    current_id: u32,
+    ticker: &'a Ticker,
+    streams: &'a HashMap<u32, Stream>,
+    calls: &'a mut HashMap<(u32, u64), u32>,
+    next_token: &'a mut u32,
+    random: &'a mut u64,
+    now_ms: Cell<Option<u64>>,
+}
+
+impl NativeIo<'_> {
+    /// The live stream `id` of this thread; None once it ended (nothing is done for it).
+    fn stream(&self, id: u32) -> Option<&Stream> {
+        self.streams.get(&id)
+    }
+
+    fn filter(&self, id: u32) -> Option<EnvoyFilter> {
+        self.stream(id).map(|s| s.envoy)
+    }
+
+    /// Which request body holds what the core has seen so far.
+    fn request_body_at(&self, id: u32) -> Option<(EnvoyFilter, u32)> {
+        let stream = self.stream(id)?;
+        let kind = if stream.request_buffered { ffi::BUFFERED_REQUEST_BODY } else { ffi::RECEIVED_REQUEST_BODY };
+        Some((stream.envoy, kind))
+    }
+
+    fn response_body_at(&self, id: u32) -> Option<(EnvoyFilter, u32)> {
+        let stream = self.stream(id)?;
+        let kind = if stream.response_buffered { ffi::BUFFERED_RESPONSE_BODY } else { ffi::RECEIVED_RESPONSE_BODY };
+        Some((stream.envoy, kind))
+    }
+}
+
+/// Replaces the first `size` bytes of `body` with `bytes`.
+fn replace_body(filter: EnvoyFilter, body: u32, size: usize, bytes: &[u8]) {
+    let whole = calls::body(filter, body);
+    let rest = whole.get(size..).unwrap_or_default().to_vec();
+    calls::drain_body(filter, body, whole.len());
+    calls::append_body(filter, body, bytes);
+    if !rest.is_empty() {
+        calls::append_body(filter, body, &rest);
+    }
+}
+
+impl Io for NativeIo<'_> {
+    fn host(&mut self) -> &mut dyn Host {
+        self
+    }
+
+    fn request_headers(&mut self, id: u32) -> Vec<(String, Vec<u8>)> {
+        self.filter(id).map(|f| calls::headers(f, ffi::REQUEST_HEADERS)).unwrap_or_default()
+    }
+
+    fn request_body(&mut self, id: u32, size: usize) -> Vec<u8> {
+        let Some((filter, kind)) = self.request_body_at(id) else {
+            return Vec::new();
+        };
+        let mut body = calls::body(filter, kind);
+        body.truncate(size);
+        body
+    }
+
+    fn set_request_headers(&mut self, id: u32, wanted: &[(&str, &[u8])]) {
+        let Some(filter) = self.filter(id) else {
+            return;
+        };
+        for (name, _) in calls::headers(filter, ffi::REQUEST_HEADERS) {
+            if !wanted.iter().any(|(n, _)| *n == name) {
+                calls::set_header(filter, ffi::REQUEST_HEADERS, &name, b"");
+            }
+        }
+        let mut set: Vec<&str> = Vec::new();
+        for (name, value) in wanted {
+            if set.contains(name) {
+                calls::add_header(filter, ffi::REQUEST_HEADERS, name, value);
+            } else {
+                calls::set_header(filter, ffi::REQUEST_HEADERS, name, value);
+                set.push(name);
+            }
+        }
+        calls::clear_route_cache(filter);
+    }
+
+    fn set_request_header(&mut self, id: u32, name: &str, value: &str) {
+        if let Some(filter) = self.filter(id) {
+            calls::set_header(filter, ffi::REQUEST_HEADERS, name, value.as_bytes());
+            calls::clear_route_cache(filter);
+        }
+    }
+
+    fn set_request_body(&mut self, id: u32, size: usize, body: &[u8]) {
+        if let Some((filter, kind)) = self.request_body_at(id) {
+            replace_body(filter, kind, size, body);
+        }
+    }
+
+    fn response_headers(&mut self, id: u32) -> Vec<(String, Vec<u8>)> {
+        self.filter(id).map(|f| calls::headers(f, ffi::RESPONSE_HEADERS)).unwrap_or_default()
+    }
+
+    fn response_details(&mut self, id: u32) -> String {
+        let details = self.filter(id).and_then(|f| calls::attribute(f, ffi::ATTRIBUTE_RESPONSE_CODE_DETAILS));
+        String::from_utf8_lossy(&details.unwrap_or_default()).into_owned()
+    }
+
+    fn response_body(&mut self, id: u32, size: usize) -> Vec<u8> {
+        let Some((filter, kind)) = self.response_body_at(id) else {
+            return Vec::new();
+        };
+        let mut body = calls::body(filter, kind);
+        body.truncate(size);
+        body
+    }
+
+    fn set_response_header(&mut self, id: u32, name: &str, value: Option<&str>) {
+        if let Some(filter) = self.filter(id) {
+            // An empty value removes the header (Envoy's rule), as `None` asks.
+            calls::set_header(filter, ffi::RESPONSE_HEADERS, name, value.unwrap_or_default().as_bytes());
+        }
+    }
+
+    fn set_response_body(&mut self, id: u32, size: usize, body: &[u8]) {
+        if let Some((filter, kind)) = self.response_body_at(id) {
+            replace_body(filter, kind, size, body);
+        }
+    }
+
+    fn dispatch(&mut self, id: u32, call: &Dispatch) -> Option<u32> {
+        let Some(filter) = self.filter(id) else {
+            // The root's calls outlive any stream: not in the native build yet (issue 29).
+            calls::log(ffi::LOG_WARN, "the native filter cannot yet make calls that outlive a request");
+            return None;
+        };
+        let headers: Vec<(&str, &[u8])> = call.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())).collect();
+        let callout = calls::callout(filter, &call.cluster, &headers, &call.body, call.timeout_ms)?;
+        let token = *self.next_token;
+        *self.next_token = token.wrapping_add(1).max(1);
+        self.calls.insert((id, callout), token);
+        Some(token)
+    }
+
+    fn tick_every(&mut self, period_ms: u64) {
+        self.ticker.set_period(period_ms);
+        if let Some(envoy) = self.current {
+            self.ticker.adopt(self.current_id, envoy);
+        }
+    }
+
+    fn access_log(&mut self, line: &[u8]) {
+        if let Some(filter) = self.current {
+            calls::set_filter_state(filter, ACCESS_LOG_STATE, line);
+        }
+    }
+
+    fn publish_header(&mut self, id: u32, name: &str, value: &str) {
+        if let Some(filter) = self.filter(id) {
+            calls::set_filter_state(filter, &format!("wasm.{name}"), value.as_bytes());
+        }
+    }
+
+    fn metric(&mut self, _kind: Kind, _name: &str, _value: u64) {}
+
+    fn add_to_gauge(&mut self, _name: &str, _delta: i64) {}
+}
+
+/// The filter state the shipped access log writes: the wasm build's key, so that one Envoy
+/// config serves both builds.
+const ACCESS_LOG_STATE: &str = "wasm.gateway_record";
+
+impl Host for NativeIo<'_> {
+    fn random(&mut self) -> u64 {
+        // xorshift64*, seeded per thread from the OS (see `seed`).
+        let mut x = *self.random;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        *self.random = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn now_ms(&self) -> u64 {
+        if let Some(now) = self.now_ms.get() {
+            return now;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.now_ms.set(Some(now));
+        now
+    }
+
+    fn store(&self) -> &dyn SharedStore {
+        &ProcessStore
+    }
+}
+
+/// A non-zero seed from the OS's randomness.
+fn seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    if let Ok(mut file) = std::fs::File::open("/dev/urandom") {
+        let _ = std::io::Read::read_exact(&mut file, &mut bytes);
+    }
+    u64::from_le_bytes(bytes) | 1
+}
+
+// ---- the hooks Envoy calls -------------------------------------------------------------
+
+/// The `log` crate's lines (the core's) into Envoy's log, under its `dynamic_modules` component.
+struct EnvoyLogger;
+
+impl log::Log for EnvoyLogger {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        calls::log_enabled(envoy_level(metadata.level()))
+    }
+
+    fn log(&self, record: &log::Record) {
+        let level = envoy_level(record.level());
+        if calls::log_enabled(level) {
+            calls::log(level, &record.args().to_string());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+fn envoy_level(level: log::Level) -> u32 {
+    match level {
+        log::Level::Trace => ffi::LOG_TRACE,
+        log::Level::Debug => ffi::LOG_DEBUG,
+        log::Level::Info => ffi::LOG_INFO,
+        log::Level::Warn => ffi::LOG_WARN,
+        log::Level::Error => ffi::LOG_ERROR,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const u8 {
+    guarded(std::ptr::null(), || {
+        if let Err(missing) = calls::resolve() {
+            // Envoy's own log may be what is missing: stderr is where Envoy's log goes too.
+            eprintln!(
+                "model gateway: this Envoy lacks the callback {missing}: the module is built for Envoy 1.40's dynamic-module ABI {}, and does not load",
+                String::from_utf8_lossy(ffi::ABI_VERSION.strip_suffix(b"\0").unwrap_or_default())
+            );
+            return std::ptr::null();
+        }
+        // Envoy's level decides (checked per line): the `log` crate lets every line through.
+        if log::set_logger(&EnvoyLogger).is_ok() {
+            log::set_max_level(log::LevelFilter::Trace);
+        }
+        ffi::ABI_VERSION.as_ptr()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    _envoy: ffi::EnvoyConfig,
+    _name: ffi::EnvoyBuffer,
+    config: ffi::EnvoyBuffer,
+) -> *const c_void {
+    guarded(std::ptr::null(), || {
+        let bytes = calls::hook_bytes(config);
+        let settings = match Settings::parse(&bytes) {
+            Ok(settings) => settings,
+            Err(message) => {
+                calls::log(ffi::LOG_ERROR, &message);
+                return std::ptr::null();
+            }
+        };
+        if settings.control_plane.is_some() {
+            calls::log(
+                ffi::LOG_ERROR,
+                "the native filter does not yet run with a control plane (issue 29): use the wasm filter",
+            );
+            return std::ptr::null();
+        }
+        exchange::prepare_store(&ProcessStore, &settings);
+        let id = NEXT_CONFIG.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut live) = LIVE_CONFIGS.lock() {
+            live.push(id);
+        }
+        calls::into_module(Config { id, bytes })
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *const c_void) {
+    guarded((), || {
+        if let (Some(config), Ok(mut live)) = (calls::module_ref::<Config>(config), LIVE_CONFIGS.lock()) {
+            live.retain(|id| *id != config.id);
+        }
+        calls::drop_module::<Config>(config);
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: *const c_void, envoy: EnvoyFilter) -> *const c_void {
+    guarded(std::ptr::null(), || {
+        let Some(config_ref) = calls::module_ref::<Config>(config) else {
+            return std::ptr::null();
+        };
+        let key = config_ref.id;
+        let id = THREADS.with(|threads| {
+            let mut threads = threads.try_borrow_mut().ok()?;
+            if !threads.contains_key(&key) {
+                // A config Envoy replaced: its workers here go (their streams ended before it).
+                if let Ok(live) = LIVE_CONFIGS.lock() {
+                    threads.retain(|id, _| live.contains(id));
+                }
+                let settings = Settings::parse(&config_ref.bytes).ok()?;
+                let worker = Worker::new(Rc::new(settings)).rooted(ROOT);
+                let state = ThreadState {
+                    worker,
+                    ticker: Ticker::start(),
+                    streams: HashMap::new(),
+                    calls: HashMap::new(),
+                    next_id: 1,
+                    next_token: 1,
+                    random: seed(),
+                };
+                threads.insert(key, state);
+            }
+            let state = threads.get_mut(&key)?;
+            let id = state.next_id;
+            state.next_id = id.wrapping_add(1).max(1);
+            state.streams.insert(id, Stream { envoy, request_buffered: false, response_buffered: false });
+            Some(id)
+        });
+        match id {
+            Some(id) => calls::into_module(Filter { config: key, id }),
+            None => std::ptr::null(),
+        }
+    })
+}
+
+/// The module's filter behind a hook's pointer (made in filter_new, freed in destroy).
+fn filter<'a>(module: *const c_void) -> Option<&'a Filter> {
+    calls::module_ref::<Filter>(module)
+}
+
+/// A headers hook: the core holds the headers (the body still comes) or lets them go.
+fn headers_hook(
+    module: *const c_void,
+    end_of_stream: bool,
+    event: fn(&mut Worker, u32, bool, &mut dyn Io) -> Output,
+) -> u32 {
+    guarded(ffi::HEADERS_STOP_ITERATION, || {
+        let Some(filter) = filter(module) else {
+            return ffi::HEADERS_CONTINUE;
+        };
+        match run(filter, |worker, io| event(worker, filter.id, end_of_stream, io), unmarked) {
+            Some(Action::Continue) => ffi::HEADERS_CONTINUE,
+            _ => ffi::HEADERS_STOP_ITERATION,
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    _envoy: EnvoyFilter,
+    module: *const c_void,
+    end_of_stream: bool,
+) -> u32 {
+    headers_hook(module, end_of_stream, Worker::request_headers)
+}
+
+/// Which way a body goes.
+#[derive(Clone, Copy)]
+enum Side {
+    Request,
+    Response,
+}
+
+impl Side {
+    /// The chunk of the current body hook.
+    fn received(self) -> u32 {
+        match self {
+            Side::Request => ffi::RECEIVED_REQUEST_BODY,
+            Side::Response => ffi::RECEIVED_RESPONSE_BODY,
+        }
+    }
+
+    /// Whether the filter held a chunk of this body (Envoy buffers it).
+    fn buffered(self, stream: &mut Stream) -> &mut bool {
+        match self {
+            Side::Request => &mut stream.request_buffered,
+            Side::Response => &mut stream.response_buffered,
+        }
+    }
+}
+
+/// A body hook: the body so far goes to the core (see `gather`), which holds it or lets it go.
+fn body_hook(envoy: EnvoyFilter, module: *const c_void, end_of_stream: bool, side: Side) -> u32 {
+    guarded(ffi::BODY_STOP_AND_BUFFER, || {
+        let Some(filter) = filter(module) else {
+            return ffi::BODY_CONTINUE;
+        };
+        let action = run(
+            filter,
+            |worker, io| {
+                let at = match side {
+                    Side::Request => io.request_body_at(filter.id),
+                    Side::Response => io.response_body_at(filter.id),
+                };
+                let kind = at.map_or(side.received(), |(_, kind)| kind);
+                let size = calls::body_size(envoy, gather(envoy, kind, side.received()));
+                match side {
+                    Side::Request => worker.request_body(filter.id, size, end_of_stream, io),
+                    Side::Response => worker.response_body(filter.id, size, end_of_stream, io),
+                }
+            },
+            |stream, action| *side.buffered(stream) |= action == Action::Pause,
+        );
+        match action {
+            Some(Action::Continue) => ffi::BODY_CONTINUE,
+            _ => ffi::BODY_STOP_AND_BUFFER,
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
+    envoy: EnvoyFilter,
+    module: *const c_void,
+    end_of_stream: bool,
+) -> u32 {
+    body_hook(envoy, module, end_of_stream, Side::Request)
+}
+
+/// Where the body so far is (`kind`): when it is the buffer of chunks held before, this hook's
+/// chunk joins them there first, so the core sees the whole body so far as proxy-wasm shows it.
+fn gather(envoy: EnvoyFilter, kind: u32, received: u32) -> u32 {
+    if kind != received {
+        let chunk = calls::body(envoy, received);
+        if !chunk.is_empty() {
+            calls::append_body(envoy, kind, &chunk);
+            calls::drain_body(envoy, received, chunk.len());
+        }
+    }
+    kind
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
+    _envoy: EnvoyFilter,
+    module: *const c_void,
+) -> u32 {
+    guarded(ffi::TRAILERS_STOP_ITERATION, || {
+        let Some(filter) = filter(module) else {
+            return ffi::TRAILERS_CONTINUE;
+        };
+        match run(filter, |worker, io| worker.request_trailers(filter.id, io), unmarked) {
+            Some(Action::Continue) => ffi::TRAILERS_CONTINUE,
+            _ => ffi::TRAILERS_STOP_ITERATION,
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
+    _envoy: EnvoyFilter,
+    module: *const c_void,
+    end_of_stream: bool,
+) -> u32 {
+    headers_hook(module, end_of_stream, Worker::response_headers)
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
+    envoy: EnvoyFilter,
+    module: *const c_void,
+    end_of_stream: bool,
+) -> u32 {
+    body_hook(envoy, module, end_of_stream, Side::Response)
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
+    _envoy: EnvoyFilter,
+    _module: *const c_void,
+) -> u32 {
+    ffi::TRAILERS_CONTINUE
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(_envoy: EnvoyFilter, module: *const c_void) {
+    guarded((), || {
+        let Some(filter) = filter(module) else {
+            return;
+        };
+        let record = with_worker(filter, |worker, io| worker.finished(filter.id, io), |_, record| record).flatten();
+        if let Some(record) = record {
+            if calls::log_enabled(ffi::LOG_INFO) {
+                calls::log(ffi::LOG_INFO, &record.to_string());
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_void) {
+    guarded((), || {
+        let Some(filter) = filter(module) else {
+            return;
+        };
+        THREADS.with(|threads| {
+            if let Ok(mut threads) = threads.try_borrow_mut() {
+                if let Some(state) = threads.get_mut(&filter.config) {
+                    state.ticker.forget(filter.id);
+                    state.streams.remove(&filter.id);
+                    state.calls.retain(|(id, _), _| *id != filter.id);
+                }
+            }
+        });
+        calls::drop_module::<Filter>(module);
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
+    _envoy: EnvoyFilter,
+    module: *const c_void,
+    callout: u64,
+    result: u32,
+    headers: *const ffi::EnvoyHeader,
+    headers_length: usize,
+    chunks: *const ffi::EnvoyBuffer,
+    chunks_length: usize,
+) {
+    guarded((), || {
+        let Some(filter) = filter(module) else {
+            return;
+        };
+        let succeeded = result == ffi::CALLOUT_SUCCEEDED;
+        let answer = calls::callout_answer(succeeded, headers, headers_length, chunks, chunks_length);
+        run(
+            filter,
+            |worker, io| match io.calls.remove(&(filter.id, callout)) {
+                Some(token) => worker.call_answered(token, answer, io),
+                None => Output { action: Action::Continue, after: Vec::new() },
+            },
+            unmarked,
+        );
+    })
+}
+
+// Hooks Envoy requires of every HTTP filter module, for features this filter does not use
+// (streamed callouts, per-stream schedulers, a terminal filter's flow control).
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers() {}
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data() {}
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers() {}
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete() {}
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset() {}
+/// The ticker committed this stream's scheduler: the worker's tick runs (see `Ticker`).
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    _envoy: EnvoyFilter,
+    module: *const c_void,
+    _event: u64,
+) {
+    guarded((), || {
+        if let Some(filter) = filter(module) {
+            run(filter, |worker, io| worker.tick(io), unmarked);
+        }
+    })
+}
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark() {}
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark() {}
