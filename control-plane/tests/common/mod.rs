@@ -32,14 +32,29 @@ pub fn settings(dir: &std::path::Path, admin_keys: &[&str]) -> Settings {
 /// shows every column, a bytea as hex).
 pub async fn raw_database(settings: &Settings) -> Vec<u8> {
     let Some(url) = &settings.database_url else {
-        let mut bytes = Vec::new();
-        for entry in std::fs::read_dir(&settings.state_dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.file_name().unwrap().to_string_lossy().starts_with("gateway.db") {
-                bytes.extend(std::fs::read(&path).unwrap());
+        // SQLite removes its log files as the last connection closes, which may finish just after
+        // the pools say they closed: a file listed and then gone means the listing is read again.
+        let read_all = || -> std::io::Result<Vec<u8>> {
+            let mut bytes = Vec::new();
+            for entry in std::fs::read_dir(&settings.state_dir)? {
+                let path = entry?.path();
+                if path.file_name().unwrap().to_string_lossy().starts_with("gateway.db") {
+                    bytes.extend(std::fs::read(&path)?);
+                }
+            }
+            Ok(bytes)
+        };
+        let mut read = read_all();
+        for _ in 0..50 {
+            match &read {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    read = read_all();
+                }
+                _ => break,
             }
         }
-        return bytes;
+        return read.unwrap();
     };
     let pool = sqlx::PgPool::connect(url).await.unwrap();
     let tables: Vec<String> =
