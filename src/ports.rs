@@ -19,22 +19,37 @@ pub(crate) trait SharedStore {
     fn set(&self, key: &str, value: &[u8], cas: u32) -> bool;
 }
 
+/// A store's values and their CAS tokens, by key: the native host's shared store and the tests'.
+#[cfg(any(test, fuzzing, feature = "native"))]
+pub(crate) type Entries = std::collections::HashMap<String, (Vec<u8>, u32)>;
+
+/// Proxy-wasm's rule for `set`: stores `value` when `cas` is 0 or the key's token, and gives
+/// the key a new non-zero token; false on a mismatch.
+#[cfg(any(test, fuzzing, feature = "native"))]
+pub(crate) fn compare_and_set(entries: &mut Entries, key: &str, value: &[u8], cas: u32) -> bool {
+    let current = entries.get(key).map_or(0, |(_, c)| *c);
+    if cas != 0 && cas != current {
+        return false;
+    }
+    entries.insert(key.to_string(), (value.to_vec(), current.wrapping_add(1).max(1)));
+    true
+}
+
 /// A host for tests: scripted randomness and clock, and an in-memory store with CAS.
 #[cfg(any(test, fuzzing))]
 pub(crate) mod testing {
-    use super::{Host, SharedStore};
+    use super::{compare_and_set, Entries, Host, SharedStore};
     use std::cell::{Cell, RefCell};
-    use std::collections::HashMap;
 
     pub(crate) struct FakeHost {
         pub(crate) random: u64,
         pub(crate) now_ms: Cell<u64>,
-        pub(crate) data: RefCell<HashMap<String, (Vec<u8>, u32)>>,
+        pub(crate) data: RefCell<Entries>,
     }
 
     impl FakeHost {
         pub(crate) fn new(random: u64) -> Self {
-            FakeHost { random, now_ms: Cell::new(1_000_000), data: RefCell::new(HashMap::new()) }
+            FakeHost { random, now_ms: Cell::new(1_000_000), data: RefCell::new(Entries::new()) }
         }
     }
 
@@ -58,13 +73,7 @@ pub(crate) mod testing {
         }
 
         fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
-            let mut data = self.data.borrow_mut();
-            let current = data.get(key).map_or(0, |(_, c)| *c);
-            if cas != 0 && cas != current {
-                return false;
-            }
-            data.insert(key.to_string(), (value.to_vec(), current + 1));
-            true
+            compare_and_set(&mut self.data.borrow_mut(), key, value, cas)
         }
     }
 

@@ -11,7 +11,7 @@ mod calls;
 
 use crate::exchange::metrics::Kind;
 use crate::exchange::{self, Action, After, Dispatch, Io, Output, Worker};
-use crate::ports::{Host, SharedStore};
+use crate::ports::{compare_and_set, Entries, Host, SharedStore};
 use crate::settings::Settings;
 use calls::ffi::{self, EnvoyFilter};
 use hashbrown::HashMap;
@@ -153,9 +153,6 @@ thread_local! {
     static THREADS: RefCell<HashMap<u64, ThreadState>> = RefCell::new(HashMap::new());
 }
 
-/// Values and their CAS tokens, by key.
-type Entries = HashMap<String, (Vec<u8>, u32)>;
-
 /// The store every worker thread shares (proxy-wasm's shared data).
 static STORE: OnceLock<Mutex<Entries>> = OnceLock::new();
 
@@ -171,12 +168,7 @@ impl SharedStore for ProcessStore {
         let Ok(mut store) = STORE.get_or_init(Default::default).lock() else {
             return false;
         };
-        let current = store.get(key).map_or(0, |(_, c)| *c);
-        if cas != 0 && cas != current {
-            return false;
-        }
-        store.insert(key.to_string(), (value.to_vec(), current.wrapping_add(1).max(1)));
-        true
+        compare_and_set(&mut store, key, value, cas)
     }
 }
 
@@ -294,6 +286,16 @@ impl NativeIo<'_> {
     }
 }
 
+/// The first `size` bytes of a body (none when the stream is gone).
+fn body_prefix(body: Option<(EnvoyFilter, u32)>, size: usize) -> Vec<u8> {
+    let Some((filter, kind)) = body else {
+        return Vec::new();
+    };
+    let mut bytes = calls::body(filter, kind);
+    bytes.truncate(size);
+    bytes
+}
+
 /// Replaces the first `size` bytes of `body` with `bytes`.
 fn replace_body(filter: EnvoyFilter, body: u32, size: usize, bytes: &[u8]) {
     let whole = calls::body(filter, body);
@@ -315,12 +317,7 @@ impl Io for NativeIo<'_> {
     }
 
     fn request_body(&mut self, id: u32, size: usize) -> Vec<u8> {
-        let Some((filter, kind)) = self.request_body_at(id) else {
-            return Vec::new();
-        };
-        let mut body = calls::body(filter, kind);
-        body.truncate(size);
-        body
+        body_prefix(self.request_body_at(id), size)
     }
 
     fn set_request_headers(&mut self, id: u32, wanted: &[(&str, &[u8])]) {
@@ -332,6 +329,7 @@ impl Io for NativeIo<'_> {
                 calls::set_header(filter, ffi::REQUEST_HEADERS, &name, b"");
             }
         }
+        // The ABI has no empty value: a wanted header whose value is empty is removed.
         let mut set: Vec<&str> = Vec::new();
         for (name, value) in wanted {
             if set.contains(name) {
@@ -367,17 +365,12 @@ impl Io for NativeIo<'_> {
     }
 
     fn response_body(&mut self, id: u32, size: usize) -> Vec<u8> {
-        let Some((filter, kind)) = self.response_body_at(id) else {
-            return Vec::new();
-        };
-        let mut body = calls::body(filter, kind);
-        body.truncate(size);
-        body
+        body_prefix(self.response_body_at(id), size)
     }
 
     fn set_response_header(&mut self, id: u32, name: &str, value: Option<&str>) {
         if let Some(filter) = self.filter(id) {
-            // An empty value removes the header (Envoy's rule), as `None` asks.
+            // The ABI has no empty value: `Some("")`, like `None`, removes the header.
             calls::set_header(filter, ffi::RESPONSE_HEADERS, name, value.unwrap_or_default().as_bytes());
         }
     }
