@@ -182,3 +182,21 @@ fn a_label_without_a_tag_stays_in_the_prometheus_name() {
     assert_eq!(name, "gen_ai_gateway_retries_total_region_eu");
     assert_eq!(labels.get("provider").map(String::as_str), Some("openai"));
 }
+
+/// The native module defines each family with its labels (`metrics::FAMILIES`) and reads every
+/// stat name back into them: the same names, labels and values as the wasm build's tags give.
+#[test]
+fn every_stat_reads_back_as_its_family_with_the_labels_envoys_tags_give() {
+    let tags = stats_tags();
+    for stat in stat_names() {
+        let (name, labels) = as_prometheus(&tags, &format!("wasmcustom.{stat}"));
+        let (family, values) = metrics::family_of(&stat).unwrap_or_else(|| panic!("{stat}: no family"));
+        let (family_name, _, label_names) = metrics::FAMILIES[family];
+        let read: BTreeMap<String, String> =
+            label_names.iter().zip(values).map(|(l, v)| (l.to_string(), v.to_string())).collect();
+        assert_eq!((family_name, &read), (name.as_str(), &labels), "{stat}");
+    }
+    for stat in ["gen_ai_gateway_retries_total.provider", "gen_ai_gateway_retries_total.region.eu", "nope"] {
+        assert_eq!(metrics::family_of(stat), None, "{stat}");
+    }
+}

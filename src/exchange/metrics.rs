@@ -41,6 +41,57 @@ pub(crate) const COST: &str = "gen_ai_gateway_cost_micro_usd_total";
 /// Requests refused by a limit, by `kind` (`requests`, `tokens`, `budget`).
 pub(crate) const LIMIT_REFUSALS: &str = "gen_ai_gateway_limit_refusals_total";
 
+/// How a host keeps a family of stats.
+#[cfg(any(test, feature = "native"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keeping {
+    Counter,
+    Histogram,
+    Gauge,
+}
+
+/// Every family of stats the filter makes, with its labels in the order its stat names hold
+/// them: what a host with labelled metrics (the native module) defines once per config.
+#[cfg(any(test, feature = "native"))]
+pub(crate) const FAMILIES: &[(&str, Keeping, &[&str])] = &[
+    (REQUESTS, Keeping::Counter, &["provider", "status_class", "cache_status", "model"]),
+    (TOKENS, Keeping::Counter, &["provider", "gen_ai_token_type", "model"]),
+    (DURATION, Keeping::Histogram, &["provider", "model"]),
+    (TIME_TO_FIRST_TOKEN, Keeping::Histogram, &["provider", "model"]),
+    (COST, Keeping::Counter, &["provider", "model"]),
+    (RETRIES, Keeping::Counter, &["provider"]),
+    (FALLBACKS, Keeping::Counter, &["provider"]),
+    (CIRCUITS_OPENED, Keeping::Counter, &[]),
+    (CIRCUITS_OPEN, Keeping::Gauge, &[]),
+    (CACHE_STORES, Keeping::Counter, &[]),
+    (CACHE_STORED_BYTES, Keeping::Counter, &[]),
+    (GUARDRAIL_VERDICTS, Keeping::Counter, &["verdict", "check"]),
+    (RECORDS_DROPPED, Keeping::Counter, &[]),
+    (CONTROL_PLANE_LOOKUPS, Keeping::Counter, &["result"]),
+    (LIMIT_REFUSALS, Keeping::Counter, &["kind"]),
+];
+
+/// A stat name read back: its family (an index into `FAMILIES`) and its label values, in the
+/// family's order. Every value but the last is dot-free; the last takes the rest (see above).
+#[cfg(any(test, feature = "native"))]
+pub(crate) fn family_of(stat: &str) -> Option<(usize, Vec<&str>)> {
+    let (metric, mut rest) = stat.split_at_checked(stat.find('.').unwrap_or(stat.len()))?;
+    let index = FAMILIES.iter().position(|(name, _, _)| *name == metric)?;
+    let labels = FAMILIES.get(index)?.2;
+    let mut values = Vec::with_capacity(labels.len());
+    for (i, label) in labels.iter().enumerate() {
+        rest = rest.strip_prefix('.')?.strip_prefix(label)?.strip_prefix('.')?;
+        let (value, after) = if i + 1 == labels.len() {
+            (rest, "")
+        } else {
+            rest.split_at_checked(rest.find('.').unwrap_or(rest.len()))?
+        };
+        values.push(value);
+        rest = after;
+    }
+    rest.is_empty().then_some((index, values))
+}
+
 /// The stat of a refusal by a limit of `kind`.
 pub(crate) fn limit_refusal(kind: gateway_schema::limits::LimitKind) -> String {
     name(LIMIT_REFUSALS, &[("kind", kind.as_str())])

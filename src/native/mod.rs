@@ -3,13 +3,14 @@
 //! exchange's [`Worker`] and run what comes back; every call into Envoy goes through `calls`.
 //!
 //! Each Envoy worker thread has its own `Worker` per filter config, as each has its own wasm VM.
-//! Not yet here (issue 29): the root's duties (its timer and the calls that outlive a request:
-//! control-plane reads, record batches, leases, shared fetches) and metrics; a config that needs
-//! the control plane is refused at load.
+//! Metrics are Envoy's labelled stats, defined per config from `metrics::FAMILIES` (no
+//! `stats_tags` needed). Not yet here (issue 29): the root's duties (its timer and the calls that
+//! outlive a request: control-plane reads, record batches, leases, shared fetches); a config
+//! that needs the control plane is refused at load.
 
 mod calls;
 
-use crate::exchange::metrics::Kind;
+use crate::exchange::metrics::{self, Kind};
 use crate::exchange::{self, Action, After, Dispatch, Io, Output, Worker};
 use crate::ports::{compare_and_set, Entries, Host, SharedStore};
 use crate::settings::Settings;
@@ -27,11 +28,15 @@ use std::time::Duration;
 const ROOT: u32 = 0;
 
 /// What a filter config holds: its settings' bytes (each worker thread parses its own copy, as
-/// each wasm VM does), and its number.
+/// each wasm VM does), its number, and the ids of its stats.
 struct Config {
     id: u64,
     bytes: Vec<u8>,
+    metrics: MetricIds,
 }
+
+/// The id Envoy gave each family of `metrics::FAMILIES`, in its order (None: Envoy refused it).
+type MetricIds = Arc<[Option<usize>]>;
 
 /// The configs Envoy holds now, by number (a config's address may be reused by the next one).
 static LIVE_CONFIGS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
@@ -146,6 +151,7 @@ struct ThreadState {
     next_id: u32,
     next_token: u32,
     random: u64,
+    metrics: MetricIds,
 }
 
 thread_local! {
@@ -190,7 +196,7 @@ fn with_worker<R, T>(
     THREADS.with(|threads| {
         let mut threads = threads.try_borrow_mut().ok()?;
         let state = threads.get_mut(&filter.config)?;
-        let ThreadState { worker, ticker, streams, calls, next_token, random, .. } = state;
+        let ThreadState { worker, ticker, streams, calls, next_token, random, metrics, .. } = state;
         let current = streams.get(&filter.id).map(|s| s.envoy);
         if let Some(envoy) = current {
             ticker.adopt(filter.id, envoy);
@@ -198,6 +204,7 @@ fn with_worker<R, T>(
         let mut io = NativeIo {
             current,
             current_id: filter.id,
+            metrics,
             ticker,
             streams,
             calls,
@@ -254,6 +261,7 @@ struct NativeIo<'a> {
     /// The stream of the hook.
     current: Option<EnvoyFilter>,
     current_id: u32,
+    metrics: &'a [Option<usize>],
     ticker: &'a Ticker,
     streams: &'a HashMap<u32, Stream>,
     calls: &'a mut HashMap<(u32, u64), u32>,
@@ -263,6 +271,17 @@ struct NativeIo<'a> {
 }
 
 impl NativeIo<'_> {
+    /// Records `value` in stat `name` (the core's flat name, read back into its family's labels),
+    /// through the hook's stream: the ABI's per-stream metric calls.
+    fn record_metric(&self, name: &str, record: calls::Record, value: u64) {
+        let (Some(filter), Some((family, values))) = (self.current, metrics::family_of(name)) else {
+            return;
+        };
+        if let Some(id) = self.metrics.get(family).copied().flatten() {
+            calls::record_metric(filter, record, id, &values, value);
+        }
+    }
+
     /// The live stream `id` of this thread; None once it ended (nothing is done for it).
     fn stream(&self, id: u32) -> Option<&Stream> {
         self.streams.get(&id)
@@ -414,9 +433,21 @@ impl Io for NativeIo<'_> {
         }
     }
 
-    fn metric(&mut self, _kind: Kind, _name: &str, _value: u64) {}
+    fn metric(&mut self, kind: Kind, name: &str, value: u64) {
+        // A family's stats show from the first value on (none at 0, as the wasm filter's).
+        if value > 0 {
+            let record = match kind {
+                Kind::Counter => calls::Record::AddToCounter,
+                Kind::Histogram => calls::Record::Sample,
+            };
+            self.record_metric(name, record, value);
+        }
+    }
 
-    fn add_to_gauge(&mut self, _name: &str, _delta: i64) {}
+    fn add_to_gauge(&mut self, name: &str, delta: i64) {
+        let record = if delta < 0 { calls::Record::TakeFromGauge } else { calls::Record::AddToGauge };
+        self.record_metric(name, record, delta.unsigned_abs());
+    }
 }
 
 /// The filter state the shipped access log writes: the wasm build's key, so that one Envoy
@@ -510,7 +541,7 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const u8 {
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
-    _envoy: ffi::EnvoyConfig,
+    envoy: ffi::EnvoyConfig,
     _name: ffi::EnvoyBuffer,
     config: ffi::EnvoyBuffer,
 ) -> *const c_void {
@@ -535,7 +566,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         if let Ok(mut live) = LIVE_CONFIGS.lock() {
             live.push(id);
         }
-        calls::into_module(Config { id, bytes })
+        let metrics = metrics::FAMILIES
+            .iter()
+            .map(|(name, keeping, labels)| calls::define_metric(envoy, *keeping, name, labels))
+            .collect();
+        calls::into_module(Config { id, bytes, metrics })
     })
 }
 
@@ -573,6 +608,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: *const c_void,
                     next_id: 1,
                     next_token: 1,
                     random: seed(),
+                    metrics: Arc::clone(&config_ref.metrics),
                 };
                 threads.insert(key, state);
             }

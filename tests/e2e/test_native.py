@@ -3,8 +3,8 @@ as the wasm filter behind a second host adapter (src/native/).
 
 The tests of the modules imported below run here again, unchanged, against a gateway whose
 filter is the native module: this module's ``gateway`` fixture takes the place of the session's
-for them. The native module runs without a control plane for now, and has no metrics and no
-timer yet (retries after a delay, limits, the control plane's entries and record shipping are
+for them. The native module runs without a control plane for now, and has no root timer of
+its own yet (retries after a delay, limits, the control plane's entries and record shipping are
 the wasm filter's alone): the tests that need those stay with the wasm build (``NOT_YET``).
 """
 
@@ -32,6 +32,8 @@ from test_endpoints import *  # noqa: F401,F403
 from test_guardrails import *  # noqa: F401,F403
 from test_guardrails import _reset_hooks  # noqa: F401 (autouse; `import *` skips it)
 from test_hardening import *  # noqa: F401,F403
+from test_observability import *  # noqa: F401,F403
+from test_observability import observed
 from test_providers import *  # noqa: F401,F403
 from test_resource_passthrough import *  # noqa: F401,F403
 from test_resources import *  # noqa: F401,F403
@@ -48,8 +50,8 @@ NOT_YET = {
     "test_unknown_saved_config_id_is_404": "saved configs are the control plane's",
     "test_unknown_managed_provider_is_404": "stored providers are the control plane's",
     "test_unknown_stored_prompt_or_guardrail_is_404": "stored prompts and guardrails are the control plane's",
-    "test_concurrent_failures_are_counted_exactly": "reads the circuit breaker's metrics",
-    "test_a_burst_opens_the_circuit_once": "reads the circuit breaker's metrics",
+    "test_each_request_writes_one_json_access_log_line_with_every_field":
+        "a record's workspace is its control-plane key's",
     # A workspace's key, kept responses: the control plane's.
     "test_each_workspace_is_its_own_tenant": "workspace keys are the control plane's",
     "test_a_kept_response_continues_reads_lists_and_deletes": "kept responses are the control plane's",
@@ -90,6 +92,12 @@ def small_cache_gateway(start_gateway):
     cache = {"byte_budget": BYTE_BUDGET, "max_entry_bytes": MAX_ENTRY_BYTES}
     with start_gateway("native-small-cache", cache, NATIVE_ENV) as gw:
         yield gw
+
+
+@pytest.fixture(scope="module")
+def obs(start_gateway, tmp_path_factory):
+    """test_observability's gateway, native."""
+    yield from observed(start_gateway, tmp_path_factory, "native-observability", NATIVE_ENV)
 
 
 @pytest.fixture(scope="module")

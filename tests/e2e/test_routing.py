@@ -354,7 +354,9 @@ def circuits_opened(gateway) -> int:
 
 def circuits_open(gateway) -> int:
     """The gauge of circuits open now (0 before any circuit opened: the stat is not defined yet)."""
-    return int(gateway.stats().get("wasmcustom.gen_ai_gateway_circuits_open", 0))
+    stats = gateway.stats()
+    # `wasmcustom.` in the wasm build, `dynamicmodulescustom.` in the native one.
+    return sum(int(v) for k, v in stats.items() if k.endswith("custom.gen_ai_gateway_circuits_open"))
 
 
 def test_open_circuit_is_skipped_by_fallback(gateway, openai_mock):

@@ -98,6 +98,9 @@ pub(crate) const ATTRIBUTE_RESPONSE_CODE_DETAILS: u32 = 16;
 pub(crate) const CALLOUT_STARTED: u32 = 0;
 pub(crate) const CALLOUT_SUCCEEDED: u32 = 0;
 
+/// A metrics callback's result (`envoy_dynamic_module_type_metrics_result`): `Success`.
+pub(crate) const METRICS_SUCCESS: u32 = 0;
+
 /// What a header hook returns (`Http::FilterHeadersStatus`).
 pub(crate) const HEADERS_CONTINUE: u32 = 0;
 pub(crate) const HEADERS_STOP_ITERATION: u32 = 1;
@@ -162,6 +165,13 @@ callbacks! {
     scheduler_delete: envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: Scheduler);
     set_filter_state_bytes: envoy_dynamic_module_callback_http_set_filter_state_bytes(filter: EnvoyFilter, key: ModuleBuffer, value: ModuleBuffer) -> bool;
     get_attribute_string: envoy_dynamic_module_callback_http_filter_get_attribute_string(filter: EnvoyFilter, attribute: u32, out: *mut EnvoyBuffer) -> bool;
+    define_counter: envoy_dynamic_module_callback_http_filter_config_define_counter(config: EnvoyConfig, name: ModuleBuffer, labels: *const ModuleBuffer, labels_length: usize, id: *mut usize) -> u32;
+    define_histogram: envoy_dynamic_module_callback_http_filter_config_define_histogram(config: EnvoyConfig, name: ModuleBuffer, labels: *const ModuleBuffer, labels_length: usize, id: *mut usize) -> u32;
+    define_gauge: envoy_dynamic_module_callback_http_filter_config_define_gauge(config: EnvoyConfig, name: ModuleBuffer, labels: *const ModuleBuffer, labels_length: usize, id: *mut usize) -> u32;
+    increment_counter: envoy_dynamic_module_callback_http_filter_increment_counter(filter: EnvoyFilter, id: usize, values: *const ModuleBuffer, values_length: usize, value: u64) -> u32;
+    record_histogram_value: envoy_dynamic_module_callback_http_filter_record_histogram_value(filter: EnvoyFilter, id: usize, values: *const ModuleBuffer, values_length: usize, value: u64) -> u32;
+    increment_gauge: envoy_dynamic_module_callback_http_filter_increment_gauge(filter: EnvoyFilter, id: usize, values: *const ModuleBuffer, values_length: usize, value: u64) -> u32;
+    decrement_gauge: envoy_dynamic_module_callback_http_filter_decrement_gauge(filter: EnvoyFilter, id: usize, values: *const ModuleBuffer, values_length: usize, value: u64) -> u32;
 }
 
 extern "C" {

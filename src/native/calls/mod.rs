@@ -7,9 +7,10 @@
 
 pub(crate) mod ffi;
 
+use crate::exchange::metrics::Keeping;
 use crate::exchange::{self, CallAnswer};
 use crate::request::headers;
-use ffi::{Callbacks, EnvoyBuffer, EnvoyFilter, EnvoyHeader, ModuleBuffer, ModuleHeader};
+use ffi::{Callbacks, EnvoyBuffer, EnvoyConfig, EnvoyFilter, EnvoyHeader, ModuleBuffer, ModuleHeader};
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
@@ -256,6 +257,50 @@ pub(crate) fn set_filter_state(filter: EnvoyFilter, key: &str, value: &[u8]) -> 
     };
     // SAFETY: a live filter on its thread; key and value are copied during the call.
     unsafe { (envoy.set_filter_state_bytes)(filter, ModuleBuffer::of(key.as_bytes()), ModuleBuffer::of(value)) }
+}
+
+/// What a metric does with a value.
+#[derive(Clone, Copy)]
+pub(crate) enum Record {
+    AddToCounter,
+    Sample,
+    AddToGauge,
+    TakeFromGauge,
+}
+
+/// Defines a family of stats with its label names in `config` (from its `config_new` hook,
+/// before Envoy freezes the config's stats); its id, or None when Envoy refused.
+pub(crate) fn define_metric(config: EnvoyConfig, keeping: Keeping, name: &str, labels: &[&str]) -> Option<usize> {
+    let envoy = envoy()?;
+    let define = match keeping {
+        Keeping::Counter => envoy.define_counter,
+        Keeping::Histogram => envoy.define_histogram,
+        Keeping::Gauge => envoy.define_gauge,
+    };
+    let labels: Vec<ModuleBuffer> = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
+    let mut id = 0;
+    // SAFETY: the config Envoy passed to the running `config_new` hook; the name and the label
+    // array are copied during the call; `id` is written by Envoy.
+    let result = unsafe { define(config, ModuleBuffer::of(name.as_bytes()), labels.as_ptr(), labels.len(), &mut id) };
+    (result == ffi::METRICS_SUCCESS).then_some(id)
+}
+
+/// Records `value` in stat `id` of the filter's config, with one value per label of its family.
+pub(crate) fn record_metric(filter: EnvoyFilter, record: Record, id: usize, values: &[&str], value: u64) -> bool {
+    let Some(envoy) = envoy() else {
+        return false;
+    };
+    let callback = match record {
+        Record::AddToCounter => envoy.increment_counter,
+        Record::Sample => envoy.record_histogram_value,
+        Record::AddToGauge => envoy.increment_gauge,
+        Record::TakeFromGauge => envoy.decrement_gauge,
+    };
+    let values: Vec<ModuleBuffer> = values.iter().map(|v| ModuleBuffer::of(v.as_bytes())).collect();
+    // SAFETY: a live filter on its thread; `id` was defined in its config; the values are
+    // copied during the call.
+    let result = unsafe { callback(filter, id, values.as_ptr(), values.len(), value) };
+    result == ffi::METRICS_SUCCESS
 }
 
 /// A string attribute of the stream (e.g. `response.code_details`); None when unavailable.
