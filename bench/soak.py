@@ -354,8 +354,11 @@ def main():
                 answered[name] += int(result.get(f"ok_{index}", 0))
                 bad = int(result.get(f"bad_{index}", 0))
                 if bad:
-                    entry = wrong.setdefault(name, [0, result.get(f"example_{index}", "")])
+                    example = result.get(f"example_{index}", "")
+                    entry = wrong.setdefault(name, [0, example])
                     entry[0] += bad
+                    # Said as it happens: a run stopped early still tells what went wrong.
+                    print(f"soak: tenth {tenth + 1}: {bad} wrong {name}, e.g.: {example}", file=sys.stderr, flush=True)
             unattributed += int(result.get("unattributed", 0))
             unattributed_example = unattributed_example or result.get("example_unattributed", "")
             if errors:
