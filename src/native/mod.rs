@@ -434,14 +434,13 @@ impl Io for NativeIo<'_> {
     }
 
     fn metric(&mut self, kind: Kind, name: &str, value: u64) {
-        // A family's stats show from the first value on (none at 0, as the wasm filter's).
-        if value > 0 {
-            let record = match kind {
-                Kind::Counter => calls::Record::AddToCounter,
-                Kind::Histogram => calls::Record::Sample,
-            };
-            self.record_metric(name, record, value);
-        }
+        let record = match kind {
+            // Adding 0 changes nothing (the wasm filter skips it too); a sample of 0 counts.
+            Kind::Counter if value == 0 => return,
+            Kind::Counter => calls::Record::AddToCounter,
+            Kind::Histogram => calls::Record::Sample,
+        };
+        self.record_metric(name, record, value);
     }
 
     fn add_to_gauge(&mut self, name: &str, delta: i64) {
