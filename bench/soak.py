@@ -11,7 +11,8 @@ saved config read from the control plane, control-plane reads and writes through
 a workspace under limits, bad JSON, an unknown key), and its Lua checks each answer against what
 its kind must look like (status and a piece of the body). Each request carries its kind in
 `x-gateway-trace-id`, which every answer of the gateway's echoes. The run is ten segments of about
-a tenth of the requests each; after each, the resident memory of both processes is read. At the
+a tenth of the requests each; after each, the resident memory of both processes is read (the
+median of seven readings a second apart, the load stopped). At the
 end the table (requests, duration, memory at each tenth, answers by kind, wrong answers by kind)
 is printed for bench/README.md, and the Envoy log is searched for a panic or a VM reload. The exit
 status is 1 when any answer was wrong or memory grew (the last tenth more than 5% over the
@@ -291,10 +292,24 @@ def lua_kinds(kind_list, key):
     return "{\n  " + ",\n  ".join(entries) + "\n}"
 
 
+def settled_mb(*pids, readings=7):
+    """Resident memory of each of `pids` once the load has stopped: the median of `readings`
+    readings a second apart. One reading can fall anywhere between two of the control plane's
+    heap trims (every 5 s); the median of seven spans one and reads what is held after it."""
+    samples = []
+    for reading in range(readings):
+        if reading:
+            time.sleep(1)
+        samples.append([bench.resident_mb(pid) for pid in pids])
+    return [sorted(column)[readings // 2] for column in zip(*samples)]
+
+
 def run_segment(port, script, seconds, connections):
     out = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s", "-s", str(script),
                           f"http://127.0.0.1:{port}"], check=True, capture_output=True, text=True).stdout
     requests = int(re.search(r"^\s*(\d+) requests in", out, re.M).group(1))
+    if not requests:
+        sys.exit(f"soak: wrk sent no request in {seconds} s:\n{out}")
     errors = re.search(r"Socket errors: (.*)", out)
     result = json.loads(re.search(r"^SOAK-RESULT (.*)$", out, re.M).group(1))
     return requests, result, errors.group(1) if errors else ""
@@ -363,7 +378,7 @@ def main():
             unattributed_example = unattributed_example or result.get("example_unattributed", "")
             if errors:
                 socket_errors.append(f"tenth {tenth + 1}: {errors}")
-            memory.append((total, bench.resident_mb(gateway.pid), bench.resident_mb(control_plane.pid)))
+            memory.append((total, *settled_mb(gateway.pid, control_plane.pid)))
             print(f"soak: tenth {tenth + 1}: {total:,} requests, Envoy {memory[-1][1]:.1f} MB, "
                   f"control plane {memory[-1][2]:.1f} MB, wrong so far {sum(w[0] for w in wrong.values())}",
                   file=sys.stderr, flush=True)

@@ -24,11 +24,12 @@ fn main() -> ExitCode {
 /// core; here the runtime's threads and one per SQLite connection) and keeps what is freed in
 /// each: in a ten-million-request soak the heap held twice what was in use, and grew in steps
 /// (bench/README.md, "The control plane's memory"). Two arenas, and free pages handed back to
-/// the system every minute, keep the resident memory to what is in use.
+/// the system every few seconds (a trim of this heap takes well under a millisecond), keep the
+/// resident memory to what is in use.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod heap {
     const ARENAS: libc::c_int = 2;
-    const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+    const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
     /// Before any other thread starts: the arena limit applies to threads started after it.
     pub fn bound() {
