@@ -169,6 +169,11 @@ pub(crate) struct CallAnswer {
     pub(crate) body: Vec<u8>,
 }
 
+impl CallAnswer {
+    /// A call that failed without an answer.
+    pub(crate) const FAILED: CallAnswer = CallAnswer { status: 0, headers: Vec::new(), body: Vec::new() };
+}
+
 /// What the host callback returns to Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {

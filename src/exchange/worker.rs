@@ -420,8 +420,7 @@ impl Worker {
                     self.tasks.leases.call_failed(reports, &[], now_ms);
                 }
             }
-            let failed = CallAnswer { status: 0, headers: Vec::new(), body: Vec::new() };
-            after.extend(self.fetched(fetch, failed, io).after);
+            after.extend(self.fetched(fetch, CallAnswer::FAILED, io).after);
         }
         after
     }
@@ -442,8 +441,7 @@ impl Worker {
                 None => {
                     let now_ms = io.host().now_ms();
                     self.tasks.leases.call_failed(reports, &[], now_ms);
-                    let failed = CallAnswer { status: 0, headers: Vec::new(), body: Vec::new() };
-                    after.extend(self.fetched(fetch, failed, io).after);
+                    after.extend(self.fetched(fetch, CallAnswer::FAILED, io).after);
                 }
             }
         }

@@ -4,14 +4,15 @@
 //!
 //! Each Envoy worker thread has its own `Worker` per filter config, as each has its own wasm VM.
 //! Metrics are Envoy's labelled stats, defined per config from `metrics::FAMILIES` (no
-//! `stats_tags` needed). Not yet here (issue 29): the root's duties (its timer and the calls that
-//! outlive a request: control-plane reads, record batches, leases, shared fetches); a config
-//! that needs the control plane is refused at load.
+//! `stats_tags` needed). The root's calls (a fetch several requests share: a JWKS, an access
+//! token) ride on the stream whose hook starts them (see `Call`). Not yet here (issue 29):
+//! the calls that outlive every request (control-plane reads, record batches, leases, an async
+//! hook's call); a config that needs the control plane is refused at load.
 
 mod calls;
 
 use crate::exchange::metrics::{self, Kind};
-use crate::exchange::{self, Action, After, Dispatch, Io, Output, Worker};
+use crate::exchange::{self, Action, After, CallAnswer, Dispatch, Io, Output, Worker};
 use crate::ports::{compare_and_set, Entries, Host, SharedStore};
 use crate::settings::Settings;
 use calls::ffi::{self, EnvoyFilter};
@@ -75,6 +76,10 @@ struct TickerShared {
     stopped: AtomicBool,
 }
 
+/// The events a stream's scheduler runs in its `scheduled` hook.
+const TICK: u64 = 0;
+const ANSWER_ORPHANED: u64 = 1;
+
 /// How often the ticker's thread looks again while no ticks are asked for.
 const IDLE_TICKER_MS: u64 = 50;
 
@@ -95,7 +100,7 @@ impl Ticker {
                 }
                 if let Ok(ticking) = beat.ticking.lock() {
                     if let Some((_, scheduler)) = ticking.as_ref() {
-                        scheduler.commit();
+                        scheduler.commit(TICK);
                     }
                 }
             }
@@ -141,13 +146,48 @@ impl Drop for Ticker {
     }
 }
 
+/// A call in flight: the worker's token, and whether it is the root's, carried by the stream
+/// that started it (the ABI starts a worker thread's calls only on a stream's behalf, and
+/// cancels them when the stream ends; the root's call is then answered as failed, see
+/// `Orphans`).
+#[derive(Clone, Copy)]
+struct Call {
+    token: u32,
+    carried: bool,
+}
+
+/// The root's calls whose carrying stream ended before their answer, answered as failed in the
+/// `scheduled` hook of another live stream (`waker`): not in the ended stream's `destroy` hook,
+/// where a fetch tried again would have no stream to carry it.
+#[derive(Default)]
+struct Orphans {
+    tokens: Vec<u32>,
+    waker: Option<(u32, calls::Scheduler)>,
+}
+
+impl Orphans {
+    /// Asks one live stream for a `scheduled` hook, if orphans wait and none was asked.
+    fn wake(&mut self, streams: &HashMap<u32, Stream>) {
+        if self.tokens.is_empty() || self.waker.is_some() {
+            return;
+        }
+        if let Some((id, stream)) = streams.iter().next() {
+            self.waker = calls::Scheduler::new(stream.envoy).map(|scheduler| {
+                scheduler.commit(ANSWER_ORPHANED);
+                (*id, scheduler)
+            });
+        }
+    }
+}
+
 /// A worker thread's state for one filter config.
 struct ThreadState {
     worker: Worker,
     ticker: Ticker,
     streams: HashMap<u32, Stream>,
-    /// Calls in flight: (stream id, Envoy's callout id) → the worker's token.
-    calls: HashMap<(u32, u64), u32>,
+    /// Calls in flight, by (carrying stream id, Envoy's callout id).
+    calls: HashMap<(u32, u64), Call>,
+    orphans: Orphans,
     next_id: u32,
     next_token: u32,
     random: u64,
@@ -196,11 +236,14 @@ fn with_worker<R, T>(
     THREADS.with(|threads| {
         let mut threads = threads.try_borrow_mut().ok()?;
         let state = threads.get_mut(&filter.config)?;
-        let ThreadState { worker, ticker, streams, calls, next_token, random, metrics, .. } = state;
+        let ThreadState { worker, ticker, streams, calls, orphans, next_token, random, metrics, .. } = state;
         let current = streams.get(&filter.id).map(|s| s.envoy);
         if let Some(envoy) = current {
             ticker.adopt(filter.id, envoy);
         }
+        // Orphans left while no other stream lived (a stream's scheduler is made in its hooks,
+        // once Envoy has given it its callbacks).
+        orphans.wake(streams);
         let mut io = NativeIo {
             current,
             current_id: filter.id,
@@ -264,7 +307,7 @@ struct NativeIo<'a> {
     metrics: &'a [Option<usize>],
     ticker: &'a Ticker,
     streams: &'a HashMap<u32, Stream>,
-    calls: &'a mut HashMap<(u32, u64), u32>,
+    calls: &'a mut HashMap<(u32, u64), Call>,
     next_token: &'a mut u32,
     random: &'a mut u64,
     now_ms: Cell<Option<u64>>,
@@ -401,16 +444,17 @@ impl Io for NativeIo<'_> {
     }
 
     fn dispatch(&mut self, id: u32, call: &Dispatch) -> Option<u32> {
-        let Some(filter) = self.filter(id) else {
-            // The root's calls outlive any stream: not in the native build yet (issue 29).
-            calls::log(ffi::LOG_WARN, "the native filter cannot yet make calls that outlive a request");
+        // The root's call rides on the stream of the running hook (see `Call`).
+        let carrier = if id == ROOT { self.current_id } else { id };
+        let Some(filter) = self.filter(carrier) else {
+            calls::log(ffi::LOG_WARN, "a call of the gateway's has no live stream to start on");
             return None;
         };
         let headers: Vec<(&str, &[u8])> = call.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())).collect();
         let callout = calls::callout(filter, &call.cluster, &headers, &call.body, call.timeout_ms)?;
         let token = *self.next_token;
         *self.next_token = token.wrapping_add(1).max(1);
-        self.calls.insert((id, callout), token);
+        self.calls.insert((carrier, callout), Call { token, carried: id == ROOT });
         Some(token)
     }
 
@@ -604,6 +648,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: *const c_void,
                     ticker: Ticker::start(),
                     streams: HashMap::new(),
                     calls: HashMap::new(),
+                    orphans: Orphans::default(),
                     next_id: 1,
                     next_token: 1,
                     random: seed(),
@@ -799,7 +844,18 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
                 if let Some(state) = threads.get_mut(&filter.config) {
                     state.ticker.forget(filter.id);
                     state.streams.remove(&filter.id);
-                    state.calls.retain(|(id, _), _| *id != filter.id);
+                    let orphans = &mut state.orphans;
+                    state.calls.retain(|(id, _), call| {
+                        let ended = *id == filter.id;
+                        if ended && call.carried {
+                            orphans.tokens.push(call.token);
+                        }
+                        !ended
+                    });
+                    if orphans.waker.as_ref().is_some_and(|(id, _)| *id == filter.id) {
+                        orphans.waker = None;
+                    }
+                    orphans.wake(&state.streams);
                 }
             }
         });
@@ -827,7 +883,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
         run(
             filter,
             |worker, io| match io.calls.remove(&(filter.id, callout)) {
-                Some(token) => worker.call_answered(token, answer, io),
+                Some(call) => worker.call_answered(call.token, answer, io),
                 None => Output { action: Action::Continue, after: Vec::new() },
             },
             unmarked,
@@ -848,16 +904,30 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers() {}
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete() {}
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset() {}
-/// The ticker committed this stream's scheduler: the worker's tick runs (see `Ticker`).
+/// The ticker committed this stream's scheduler: the worker's tick runs (see `Ticker`); or the
+/// stream was asked to answer the orphaned root calls (see `Orphans`).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
     _envoy: EnvoyFilter,
     module: *const c_void,
-    _event: u64,
+    event: u64,
 ) {
     guarded((), || {
-        if let Some(filter) = filter(module) {
+        let Some(filter) = filter(module) else {
+            return;
+        };
+        if event != ANSWER_ORPHANED {
             run(filter, |worker, io| worker.tick(io), unmarked);
+            return;
+        }
+        let orphaned = THREADS.with(|threads| {
+            let mut threads = threads.try_borrow_mut().ok()?;
+            let orphans = &mut threads.get_mut(&filter.config)?.orphans;
+            orphans.waker = None;
+            Some(std::mem::take(&mut orphans.tokens))
+        });
+        for token in orphaned.unwrap_or_default() {
+            run(filter, |worker, io| worker.call_answered(token, CallAnswer::FAILED, io), unmarked);
         }
     })
 }

@@ -30,7 +30,9 @@ class Hooks:
         self.status = 200
         self.hold: threading.Event | None = None
         self.jwks: dict = {"keys": []}
+        self.hold_jwks: threading.Event | None = None  # a JWKS answer waits for it
         self.received = threading.Event()
+        self.jwks_asked = threading.Event()
         hooks = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -51,7 +53,10 @@ class Hooks:
             def do_GET(self):
                 with hooks.lock:
                     hooks.requests.append(("GET", self.path, {}))
-                    jwks = hooks.jwks
+                    jwks, hold = hooks.jwks, hooks.hold_jwks
+                hooks.jwks_asked.set()
+                if hold is not None:
+                    hold.wait(15)
                 self._answer(200, jwks)
 
             def do_POST(self):
@@ -72,8 +77,9 @@ class Hooks:
     def reset(self):
         with self.lock:
             self.requests.clear()
-            self.verdict, self.status, self.hold = True, 200, None
+            self.verdict, self.status, self.hold, self.hold_jwks = True, 200, None, None
             self.received.clear()
+            self.jwks_asked.clear()
 
     def of(self, path: str) -> list:
         with self.lock:
@@ -91,8 +97,9 @@ def hooks():
 def _reset_hooks(hooks):
     hooks.reset()
     yield
-    if hooks.hold is not None:
-        hooks.hold.set()
+    for hold in (hooks.hold, hooks.hold_jwks):
+        if hold is not None:
+            hold.set()
 
 
 def guarded(openai_mock, **checks) -> dict:

@@ -10,12 +10,17 @@ the wasm filter's alone): the tests that need those stay with the wasm build (``
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import subprocess
+import threading
+import time
 
 import pytest
 
 from conftest import REPO, session_cache
+from helpers import CHAT, KEY, chat_body
 
 # The suites that run against both builds.
 from test_anthropic import *  # noqa: F401,F403
@@ -31,6 +36,7 @@ from test_client_apis import *  # noqa: F401,F403
 from test_endpoints import *  # noqa: F401,F403
 from test_guardrails import *  # noqa: F401,F403
 from test_guardrails import _reset_hooks  # noqa: F401 (autouse; `import *` skips it)
+from test_guardrails import jwk, jwt_headers, new_key, token
 from test_hardening import *  # noqa: F401,F403
 from test_observability import *  # noqa: F401,F403
 from test_observability import observed
@@ -61,19 +67,9 @@ NOT_YET = {
     "test_sdk_lists_pass": "uses a workspace key of the control plane's",
     "test_any_way_of_selecting_a_provider_is_enough": "uses a workspace key of the control plane's",
     "test_embeddings_and_files_use_azures_paths": "uses a workspace key of the control plane's",
-    # Calls that outlive the request that started them are the root's: fetches several requests
-    # share (a JWKS, an access token), an async hook's call.
+    # An async hook's call outlives the request that made it; the ABI cancels a stream's calls
+    # when it ends.
     "test_an_async_webhook_does_not_delay_the_answer": "an async hook's call outlives its request",
-    "test_jwt_valid_expired_and_wrong_key": "the JWKS is fetched by the root's call",
-    "test_a_jwks_is_fetched_once_for_many_requests": "the JWKS is fetched by the root's call",
-    "test_a_rotated_jwks_is_refetched_for_an_unknown_kid": "the JWKS is fetched by the root's call",
-    "test_service_account_exchanged_once_for_many_requests": "Vertex's access token is fetched by the root's call",
-    "test_a_token_is_never_used_past_its_lifetime": "Vertex's access token is fetched by the root's call",
-    "test_streaming_with_usage_and_tools": "Vertex's access token is fetched by the root's call",
-    "test_a_thinking_models_thought_signature_comes_back_with_its_call": "Vertex's access token is fetched by the root's call",
-    "test_anthropic_models_on_vertex": "Vertex's access token is fetched by the root's call",
-    "test_errors_keep_googles_status_and_message": "Vertex's access token is fetched by the root's call",
-    "test_a_refused_exchange_is_a_401_and_vertex_is_not_called": "Vertex's access token is fetched by the root's call",
 }
 for _name in NOT_YET:
     globals().pop(_name, None)
@@ -149,3 +145,48 @@ def test_build_sh_refuses_the_native_module_with_a_control_plane():
                           text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode != 0
     assert "set GATEWAY_CONTROL_PLANE=off" in done.stderr, done.stderr
+
+
+@pytest.fixture(scope="module")
+def one_worker(start_gateway, openai_mock):
+    """The native gateway with one worker thread: its requests share that worker's fetches."""
+    with start_gateway("native-one-worker", session_cache(openai_mock),
+                       {**NATIVE_ENV, "GATEWAY_CONCURRENCY": "1"}) as gw:
+        yield gw
+
+
+def test_a_shared_fetch_whose_request_ends_fails_at_once_and_is_fetched_again(one_worker, openai_mock, hooks):
+    """A JWKS fetch rides on the stream of the request that started it (the ABI cancels a
+    stream's calls when it ends). When that client goes away while the JWKS server stalls, the
+    request that joined the fetch is answered at once as the failed fetch it is (not after the
+    70 s bound on lost fetches), and the next request fetches again."""
+    key = new_key()
+    hooks.jwks = {"keys": [jwk(key, "carried")]}
+    hooks.hold_jwks = threading.Event()
+    headers = {"x-gateway-api-key": KEY, "content-type": "application/json",
+               **jwt_headers(openai_mock, hooks, "/jwks-carried.json", token(key, "carried"))}
+    body = json.dumps(chat_body())
+
+    def send():
+        connection = http.client.HTTPConnection("127.0.0.1", one_worker.port, timeout=20)
+        connection.request("POST", CHAT, body=body, headers=headers)
+        return connection
+
+    first = send()
+    assert hooks.jwks_asked.wait(10), "the first request started the JWKS fetch"
+    joined = send()
+    # The worker reads the joined request before a probe sent after it is answered; the first
+    # client leaves only then, so the joined request waits for the first one's fetch.
+    assert one_worker.get("/health", key=None).status_code == 200
+    first.close()
+    started = time.monotonic()
+    answer = joined.getresponse()
+    text = answer.read().decode()
+    joined.close()
+    assert time.monotonic() - started < 10
+    assert answer.status == 446, text
+    assert "fetching the JWKS" in text and "no answer" in text, text
+    hooks.hold_jwks.set()
+    r = one_worker.chat(jwt_headers(openai_mock, hooks, "/jwks-carried.json", token(key, "carried")))
+    assert r.status_code == 200, r.text
+    assert len(hooks.of("/jwks-carried.json")) == 2, "the next request fetched again"

@@ -228,14 +228,14 @@ impl Scheduler {
         (!scheduler.is_null()).then_some(Scheduler(scheduler))
     }
 
-    /// Runs the stream's `scheduled` hook soon, on its worker thread (nothing once the stream
-    /// is gone).
-    pub(crate) fn commit(&self) {
+    /// Runs the stream's `scheduled` hook soon with `event`, on its worker thread (nothing
+    /// once the stream is gone).
+    pub(crate) fn commit(&self, event: u64) {
         let Some(envoy) = envoy() else {
             return;
         };
         // SAFETY: made by `new` and not yet deleted (that takes `self`).
-        unsafe { (envoy.scheduler_commit)(self.0, 0) }
+        unsafe { (envoy.scheduler_commit)(self.0, event) }
     }
 }
 
@@ -352,7 +352,7 @@ pub(crate) fn callout_answer(
     chunks_length: usize,
 ) -> CallAnswer {
     if !succeeded {
-        return CallAnswer { status: 0, headers: Vec::new(), body: Vec::new() };
+        return CallAnswer::FAILED;
     }
     let headers: Vec<(String, Vec<u8>)> = if headers.is_null() {
         Vec::new()
