@@ -21,9 +21,9 @@ use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 /// The worker's root id: stream ids start at 1.
 const ROOT: u32 = 0;
@@ -62,49 +62,44 @@ struct Stream {
 /// A worker thread's timer: the wasm root's tick, which the ABI lacks (no timer or scheduler
 /// of a worker thread's own). A thread sleeps for the period, then commits the scheduler of one
 /// live stream of the worker thread (the ticking stream), whose `scheduled` hook runs the
-/// worker's tick on the worker thread. When that stream ends, the next hook of another stream
-/// takes over (a worker with no stream has no timer that needs one: no control plane yet).
+/// worker's tick on the worker thread. When that stream ends, another live stream takes over
+/// (a worker with no stream has no timer that needs one: no control plane yet).
 struct Ticker {
     shared: Arc<TickerShared>,
 }
 
 struct TickerShared {
-    /// 0: no ticks.
-    period_ms: AtomicU64,
+    beat: Mutex<Beat>,
+    /// Signalled when the period changes or the ticker stops.
+    changed: Condvar,
     /// The ticking stream and its scheduler.
     ticking: Mutex<Option<(u32, calls::Scheduler)>>,
-    stopped: AtomicBool,
+}
+
+/// When the ticker's thread commits next, as proxy-wasm's tick period has it: the first tick a
+/// period after it is set (a shorter period set during a long wait takes effect at once), then
+/// every period.
+#[derive(Default)]
+struct Beat {
+    /// 0: no ticks.
+    period_ms: u64,
+    next: Option<Instant>,
+    stopped: bool,
 }
 
 /// The events a stream's scheduler runs in its `scheduled` hook.
 const TICK: u64 = 0;
 const ANSWER_ORPHANED: u64 = 1;
 
-/// How often the ticker's thread looks again while no ticks are asked for.
-const IDLE_TICKER_MS: u64 = 50;
-
 impl Ticker {
     fn start() -> Ticker {
         let shared = Arc::new(TickerShared {
-            period_ms: AtomicU64::new(0),
+            beat: Mutex::new(Beat::default()),
+            changed: Condvar::new(),
             ticking: Mutex::new(None),
-            stopped: AtomicBool::new(false),
         });
-        let beat = Arc::clone(&shared);
-        let started = std::thread::Builder::new().name("gateway-ticker".into()).spawn(move || {
-            while !beat.stopped.load(Ordering::Relaxed) {
-                let period = beat.period_ms.load(Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(if period == 0 { IDLE_TICKER_MS } else { period }));
-                if period == 0 {
-                    continue;
-                }
-                if let Ok(ticking) = beat.ticking.lock() {
-                    if let Some((_, scheduler)) = ticking.as_ref() {
-                        scheduler.commit(TICK);
-                    }
-                }
-            }
-        });
+        let ticker = Arc::clone(&shared);
+        let started = std::thread::Builder::new().name("gateway-ticker".into()).spawn(move || ticker.run());
         if let Err(error) = started {
             calls::log(ffi::LOG_ERROR, &format!("the gateway's timer thread did not start: {error}"));
         }
@@ -112,12 +107,17 @@ impl Ticker {
     }
 
     fn set_period(&self, period_ms: u64) {
-        self.shared.period_ms.store(period_ms, Ordering::Relaxed);
+        let mut beat = self.shared.beat();
+        if beat.period_ms != period_ms {
+            beat.period_ms = period_ms;
+            beat.next = (period_ms > 0).then(|| after(period_ms)).flatten();
+            self.shared.changed.notify_one();
+        }
     }
 
     /// Makes stream `id` the ticking one when ticks are asked for and no stream ticks.
     fn adopt(&self, id: u32, envoy: EnvoyFilter) {
-        if self.shared.period_ms.load(Ordering::Relaxed) == 0 {
+        if self.shared.beat().period_ms == 0 {
             return;
         }
         if let Ok(mut ticking) = self.shared.ticking.lock() {
@@ -127,7 +127,7 @@ impl Ticker {
         }
     }
 
-    /// Stream `id` ended: if it was ticking, its scheduler goes (the next hook adopts another).
+    /// Stream `id` ended: if it was ticking, its scheduler goes (another live stream adopts).
     fn forget(&self, id: u32) {
         if let Ok(mut ticking) = self.shared.ticking.lock() {
             if ticking.as_ref().is_some_and(|(ticker, _)| *ticker == id) {
@@ -137,9 +137,45 @@ impl Ticker {
     }
 }
 
+impl TickerShared {
+    /// The beat, also after a panic elsewhere (each use leaves it consistent).
+    fn beat(&self) -> MutexGuard<'_, Beat> {
+        self.beat.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The ticker's thread: waits for each tick's time, then commits the ticking stream's
+    /// scheduler.
+    fn run(&self) {
+        let mut beat = self.beat();
+        while !beat.stopped {
+            let now = Instant::now();
+            match beat.next {
+                None => beat = self.changed.wait(beat).unwrap_or_else(PoisonError::into_inner),
+                Some(next) if next > now => {
+                    beat = self.changed.wait_timeout(beat, next - now).unwrap_or_else(PoisonError::into_inner).0;
+                }
+                Some(_) => {
+                    beat.next = after(beat.period_ms);
+                    if let Ok(ticking) = self.ticking.lock() {
+                        if let Some((_, scheduler)) = ticking.as_ref() {
+                            scheduler.commit(TICK);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The instant `ms` from now; None past what the clock can say (a period that never ends).
+fn after(ms: u64) -> Option<Instant> {
+    Instant::now().checked_add(Duration::from_millis(ms))
+}
+
 impl Drop for Ticker {
     fn drop(&mut self) {
-        self.shared.stopped.store(true, Ordering::Relaxed);
+        self.shared.beat().stopped = true;
+        self.shared.changed.notify_one();
         if let Ok(mut ticking) = self.shared.ticking.lock() {
             *ticking = None;
         }
@@ -844,6 +880,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
                 if let Some(state) = threads.get_mut(&filter.config) {
                     state.ticker.forget(filter.id);
                     state.streams.remove(&filter.id);
+                    // Another live stream ticks from now on: a request paused for a timer (a
+                    // retry's delay) gets no hook of its own that would adopt the ticker.
+                    if let Some((id, stream)) = state.streams.iter().next() {
+                        state.ticker.adopt(*id, stream.envoy);
+                    }
                     let orphans = &mut state.orphans;
                     state.calls.retain(|(id, _), call| {
                         let ended = *id == filter.id;
