@@ -581,14 +581,17 @@ pub(super) fn rearm(tasks: &Tasks, io: &mut dyn Io) {
 }
 
 /// Sends what a translated Responses answer keeps (`kept`, from its translator) to the control
-/// plane as the answer reaches the client; without a control plane nothing is kept.
+/// plane as the answer reaches the client; without a control plane nothing is kept. The write is
+/// the root context's call: the request ends right after its answer, and Envoy would cancel a
+/// call of the request's own with it.
 pub(super) fn keep(env: &mut Env, workspace: &str, kept: Option<(String, Value)>) {
     let (Some(cp), Some((id, kept))) = (&env.settings.control_plane, kept) else {
         return;
     };
-    match env.io.dispatch(env.id, &shipping::keep_response(cp, workspace, &id, &kept)) {
+    let root = env.tasks.root;
+    match env.io.dispatch(root, &shipping::keep_response(cp, workspace, &id, &kept)) {
         Some(token) => {
-            env.tasks.calls.insert(token, (env.id, Task::Kept(id)));
+            env.tasks.calls.insert(token, (root, Task::Kept(id)));
         }
         None => log::warn!("response {id} was not kept: the control plane could not be called"),
     }

@@ -7,13 +7,12 @@
 //! list, such as 6 `InvalidMemoryAccess`, is not even a valid value there).
 //!
 //! Names and signatures mirror proxy-wasm 0.2.5's `hostcalls.rs` exactly, so the module imports
-//! the same functions the SDK does. Memory the host returns was allocated through the SDK's
-//! exported `proxy_on_memory_allocate` (a boxed `[u8]` of exactly the requested size), so it is
-//! taken over as `Vec::from_raw_parts(ptr, size, size)`, as the SDK does.
+//! the functions Envoy expects. Memory the host returns was allocated through the exported
+//! [`proxy_on_memory_allocate`] (a boxed `[u8]` of exactly the requested size), so it is taken
+//! over as `Vec::from_raw_parts(ptr, size, size)`.
 //!
-//! One exception: `dispatch_http_call` goes through the SDK, because the SDK's dispatcher must
-//! learn the call's token (its `proxy_on_http_call_response` panics on a token it does not
-//! know, and registering one is private to the SDK). See that function.
+//! The module's own exports (the callbacks) are `host`'s; this layer only has the two that are
+//! about memory and start-up: the allocator the host writes into, and the constructors.
 
 use super::wire::{self, WireError};
 use std::fmt;
@@ -198,6 +197,18 @@ extern "C" {
         grpc_status: i32,
     ) -> u32;
     fn proxy_set_effective_context(context_id: u32) -> u32;
+    fn proxy_http_call(
+        upstream_data: *const u8,
+        upstream_size: usize,
+        headers_data: *const u8,
+        headers_size: usize,
+        body_data: *const u8,
+        body_size: usize,
+        trailers_data: *const u8,
+        trailers_size: usize,
+        timeout_milliseconds: u32,
+        return_token: *mut u32,
+    ) -> u32;
     fn proxy_define_metric(metric_type: u32, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
     fn proxy_record_metric(metric_id: u32, value: u64) -> u32;
@@ -302,32 +313,39 @@ pub(crate) fn send_local_response(status: u16, headers: &[(&str, &[u8])], body: 
     })
 }
 
-/// Dispatches an HTTP call to a cluster; the token its answer will carry.
-///
-/// This one goes through the SDK (`proxy_wasm::hostcalls::dispatch_http_call`): the SDK's
-/// exported `proxy_on_http_call_response` looks the token up in its dispatcher and panics
-/// (`expect("invalid token_id")`) on a token it was not told about, and only the SDK's own
-/// dispatch registers one. Its remaining panic arm is a status other than Ok, BadArgument
-/// (Envoy: unknown cluster, missing `:method`/`:path`/`:authority`) and InternalFailure
-/// (Envoy: the request could not start); Envoy's only other answer is InvalidMemoryAccess,
-/// which valid slices do not cause. The SDK takes header values as `&str`, so a value that is
-/// not UTF-8 is refused here before the call.
-#[allow(clippy::disallowed_methods)] // the one sanctioned SDK call; see above
+/// Dispatches an HTTP call to a cluster on the current effective context (Envoy answers it
+/// there, and cancels it when that context ends); the token its answer will carry.
 pub(crate) fn dispatch_http_call(
     cluster: &str,
     headers: &[(&str, &[u8])],
     body: &[u8],
     timeout_ms: u32,
 ) -> Result<u32, HostError> {
-    let headers = wire::utf8_pairs(headers)?;
-    let body = if body.is_empty() { None } else { Some(body) };
-    let timeout = std::time::Duration::from_millis(u64::from(timeout_ms));
-    proxy_wasm::hostcalls::dispatch_http_call(cluster, headers, body, Vec::new(), timeout)
-        .map_err(|status| HostError::Status(status as u32))
+    let headers = wire::serialize_map(headers)?;
+    let trailers = wire::serialize_map(&[])?;
+    let body_data = if body.is_empty() { null() } else { body.as_ptr() };
+    let mut token: u32 = 0;
+    // SAFETY: every pointer and length pair describes a live slice (or null, 0), the
+    // out-pointer is valid for writes.
+    check(unsafe {
+        proxy_http_call(
+            cluster.as_ptr(),
+            cluster.len(),
+            headers.as_ptr(),
+            headers.len(),
+            body_data,
+            body.len(),
+            trailers.as_ptr(),
+            trailers.len(),
+            timeout_ms,
+            &mut token,
+        )
+    })?;
+    Ok(token)
 }
 
 /// Makes later host calls act on this context (an HTTP stream's id, from its root's timer or
-/// call answer). The SDK's own bookkeeping of the active context is not changed.
+/// call answer).
 pub(crate) fn set_effective_context(context_id: u32) -> Result<(), HostError> {
     // SAFETY: no pointers.
     check(unsafe { proxy_set_effective_context(context_id) })
@@ -438,4 +456,26 @@ pub(crate) fn log_level() -> Result<u32, HostError> {
     // SAFETY: the out-pointer is valid for writes.
     check(unsafe { proxy_get_log_level(&mut level) })?;
     Ok(level)
+}
+
+/// Memory the host writes what it hands over into (header maps, buffers, properties): a boxed
+/// `[u8]` of exactly `size` bytes, which [`take`] turns back into a `Vec`.
+#[no_mangle]
+pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
+    Box::into_raw(Box::<[u8]>::new_uninit_slice(size)).cast::<u8>()
+}
+
+#[cfg(target_os = "wasi")]
+extern "C" {
+    /// Runs the module's static constructors (wasm-ld's; a WASI reactor calls it itself).
+    fn __wasm_call_ctors();
+}
+
+/// Runs the module's static constructors, once, before anything else (from `_initialize`).
+pub(crate) fn call_constructors() {
+    #[cfg(target_os = "wasi")]
+    // SAFETY: no arguments; called once, by the start-up export, before any other code runs.
+    unsafe {
+        __wasm_call_ctors();
+    }
 }

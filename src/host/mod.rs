@@ -1,6 +1,13 @@
-//! The thin host adapter: the only code that calls proxy-wasm. Its callbacks feed events to
-//! the exchange's [`Worker`] and run what comes back; every host call goes through `abi`,
-//! which returns a `Result` instead of panicking (a panic would kill the worker's VM).
+//! The thin host adapter: the only code that calls proxy-wasm, and the module's exports (the
+//! callbacks Envoy makes). Its callbacks feed events to the exchange's [`Worker`] and run what
+//! comes back; every host call goes through `abi`, which returns a `Result` instead of
+//! panicking (a panic would kill the worker's VM).
+//!
+//! It has no SDK underneath: the proxy-wasm SDK's dispatcher hands a call's answer to the
+//! context that was running when the call was made, not to the one the host answers it on. A
+//! control-plane read dispatched on the root context from a request's callback was then dropped
+//! when that request ended first (its client gone), and every request that joined the read
+//! waited for the 70 s bound on lost fetches. Here an answer goes where Envoy sends it.
 
 mod abi;
 mod wire;
@@ -12,13 +19,14 @@ use crate::request::headers;
 use crate::settings::Settings;
 use abi::{Buffer, HostError, Map, MetricType};
 use hashbrown::HashMap;
-use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{self, ContextType};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-proxy_wasm::main! {{
-    // The `log` crate writes through `abi::log`: the SDK's logger unwraps the host's answer.
+/// The module's start (a WASI reactor's `_initialize`): before any context exists.
+#[no_mangle]
+pub extern "C" fn _initialize() {
+    abi::call_constructors();
+    // The `log` crate writes through `abi::log`.
     if log::set_logger(&HostLogger).is_ok() {
         log::set_max_level(log::LevelFilter::Info);
     }
@@ -26,17 +34,141 @@ proxy_wasm::main! {{
     std::panic::set_hook(Box::new(|panic| {
         let _ = abi::log(CRITICAL, &panic.to_string());
     }));
-    proxy_wasm::set_root_context(|id| -> Box<dyn RootContext> {
-        Box::new(Root {
-            id,
-            shared: Rc::new(Shared {
-                // Until a configuration loads, no key is accepted: requests fail closed with 401.
-                worker: RefCell::new(Worker::new(Rc::new(Settings::default())).rooted(id)),
-                metrics: Rc::new(RefCell::new(HashMap::new())),
-            }),
-        })
+}
+
+/// The proxy-wasm ABI version this module speaks (Envoy reads it from the export's name).
+#[no_mangle]
+pub extern "C" fn proxy_abi_version_0_2_1() {}
+
+thread_local! {
+    /// This VM's contexts: each root context's worker, and the worker of each request's root.
+    static CONTEXTS: RefCell<Contexts> = RefCell::new(Contexts::default());
+}
+
+#[derive(Default)]
+struct Contexts {
+    roots: HashMap<u32, Rc<Shared>>,
+    requests: HashMap<u32, Rc<Shared>>,
+}
+
+/// The worker context `id` belongs to (a root's own, or its request's root's). The registry is
+/// not borrowed while the worker runs: a host call may re-enter the module (a local reply runs
+/// the response callbacks at once).
+fn shared(id: u32) -> Option<Rc<Shared>> {
+    CONTEXTS.with(|contexts| {
+        let contexts = contexts.try_borrow().ok()?;
+        contexts.requests.get(&id).or_else(|| contexts.roots.get(&id)).cloned()
+    })
+}
+
+/// proxy-wasm's `Action`: 0 continues, 1 pauses.
+const CONTINUE: u32 = 0;
+const PAUSE: u32 = 1;
+
+/// A request callback of context `id`; a request of no known root fails closed.
+fn on_request(id: u32, event: impl FnOnce(&mut Worker, &mut HostIo) -> Output) -> u32 {
+    match shared(id) {
+        Some(shared) => shared.run(id, event),
+        None => refuse(),
+    }
+}
+
+/// Answers the current request with a 500 (the gateway cannot check it) and pauses it.
+fn refuse() -> u32 {
+    let body = br#"{"error":{"message":"the gateway could not handle this request","type":"api_error","param":null,"code":null}}"#;
+    logged(abi::send_local_response(500, &[("content-type", b"application/json")], body));
+    PAUSE
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_context_create(id: u32, root: u32) {
+    CONTEXTS.with(|contexts| {
+        let Ok(mut contexts) = contexts.try_borrow_mut() else {
+            return;
+        };
+        if root == 0 {
+            // Until a configuration loads, no key is accepted: requests fail closed with 401.
+            let worker = Worker::new(Rc::new(Settings::default())).rooted(id);
+            let shared = Shared { worker: RefCell::new(worker), metrics: Rc::new(RefCell::new(HashMap::new())) };
+            contexts.roots.insert(id, Rc::new(shared));
+        } else if let Some(shared) = contexts.roots.get(&root).cloned() {
+            contexts.requests.insert(id, shared);
+        }
     });
-}}
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_vm_start(_root: u32, _size: usize) -> u32 {
+    1
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_configure(root: u32, size: usize) -> u32 {
+    u32::from(shared(root).is_some_and(|shared| shared.configure(root, size)))
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_tick(root: u32) {
+    if let Some(shared) = shared(root) {
+        shared.run(root, |worker, io| worker.tick(io));
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_request_headers(id: u32, _count: usize, end_of_stream: u32) -> u32 {
+    on_request(id, |worker, io| worker.request_headers(id, end_of_stream != 0, io))
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_request_body(id: u32, size: usize, end_of_stream: u32) -> u32 {
+    on_request(id, |worker, io| worker.request_body(id, size, end_of_stream != 0, io))
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_request_trailers(id: u32, _count: usize) -> u32 {
+    on_request(id, |worker, io| worker.request_trailers(id, io))
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_response_headers(id: u32, _count: usize, end_of_stream: u32) -> u32 {
+    on_request(id, |worker, io| worker.response_headers(id, end_of_stream != 0, io))
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_response_body(id: u32, size: usize, end_of_stream: u32) -> u32 {
+    on_request(id, |worker, io| worker.response_body(id, size, end_of_stream != 0, io))
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_log(id: u32) {
+    if let Some(shared) = shared(id) {
+        shared.finished(id);
+    }
+}
+
+/// A call's answer, on the context Envoy made it on (a request's, or the root's).
+#[no_mangle]
+pub extern "C" fn proxy_on_http_call_response(id: u32, token: u32, headers: usize, body_size: usize, _trailers: usize) {
+    if let Some(shared) = shared(id) {
+        shared.call_answered(id, token, headers, body_size);
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_done(_id: u32) -> u32 {
+    1
+}
+
+#[no_mangle]
+pub extern "C" fn proxy_on_delete(id: u32) {
+    CONTEXTS.with(|contexts| {
+        if let Ok(mut contexts) = contexts.try_borrow_mut() {
+            if contexts.requests.remove(&id).is_none() {
+                contexts.roots.remove(&id);
+            }
+        }
+    });
+}
 
 /// What the root context and the request contexts of one worker share.
 struct Shared {
@@ -48,7 +180,7 @@ struct Shared {
 impl Shared {
     /// Runs one event on the worker from the callback of context `current`, then the effects
     /// that may re-enter the filter, once the worker is free again.
-    fn run(&self, current: u32, event: impl FnOnce(&mut Worker, &mut HostIo) -> Output) -> types::Action {
+    fn run(&self, current: u32, event: impl FnOnce(&mut Worker, &mut HostIo) -> Output) -> u32 {
         let mut io = self.io(current);
         let output = match self.worker.try_borrow_mut() {
             Ok(mut worker) => event(&mut worker, &mut io),
@@ -56,9 +188,7 @@ impl Shared {
             // the request fails closed rather than passing unchecked.
             Err(_) => {
                 log::error!("the filter was re-entered while busy; the request is refused");
-                let body = br#"{"error":{"message":"the gateway could not handle this request","type":"api_error","param":null,"code":null}}"#;
-                logged(abi::send_local_response(500, &[("content-type", b"application/json")], body));
-                return types::Action::Pause;
+                return refuse();
             }
         };
         io.flush();
@@ -66,8 +196,8 @@ impl Shared {
             io.run_after(after);
         }
         match output.action {
-            Action::Continue => types::Action::Continue,
-            Action::Pause => types::Action::Pause,
+            Action::Continue => CONTINUE,
+            Action::Pause => PAUSE,
         }
     }
 
@@ -352,19 +482,9 @@ impl SharedStore for HostIo {
     }
 }
 
-struct Root {
-    id: u32,
-    shared: Rc<Shared>,
-}
-
-impl Context for Root {
-    fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _num_trailers: usize) {
-        self.shared.call_answered(self.id, token, num_headers, body_size);
-    }
-}
-
-impl RootContext for Root {
-    fn on_configure(&mut self, size: usize) -> bool {
+impl Shared {
+    /// Root context `root`'s plugin configuration (`size` bytes) arrived: new requests use it.
+    fn configure(&self, root: u32, size: usize) -> bool {
         // Follow Envoy's level for the wasm component, so disabled lines cost no formatting.
         if let Ok(level) = abi::log_level() {
             log::set_max_level(level_filter(level));
@@ -377,25 +497,13 @@ impl RootContext for Root {
                 return false;
             }
         };
-        let io = self.shared.io(self.id);
+        let io = self.io(root);
         exchange::prepare_store(&io, &settings);
-        match self.shared.worker.try_borrow_mut() {
+        match self.worker.try_borrow_mut() {
             Ok(mut worker) => worker.configure(settings),
             Err(_) => return false,
         }
         true
-    }
-
-    fn on_tick(&mut self) {
-        self.shared.run(self.id, |worker, io| worker.tick(io));
-    }
-
-    fn create_http_context(&self, id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Request { id, shared: Rc::clone(&self.shared) }))
-    }
-
-    fn get_type(&self) -> Option<ContextType> {
-        Some(ContextType::HttpContext)
     }
 }
 
@@ -439,41 +547,4 @@ impl log::Log for HostLogger {
     }
 
     fn flush(&self) {}
-}
-
-struct Request {
-    id: u32,
-    shared: Rc<Shared>,
-}
-
-impl Context for Request {
-    fn on_http_call_response(&mut self, token: u32, num_headers: usize, body_size: usize, _num_trailers: usize) {
-        self.shared.call_answered(self.id, token, num_headers, body_size);
-    }
-}
-
-impl HttpContext for Request {
-    fn on_http_request_headers(&mut self, _count: usize, end_of_stream: bool) -> types::Action {
-        self.shared.run(self.id, |worker, io| worker.request_headers(self.id, end_of_stream, io))
-    }
-
-    fn on_http_request_body(&mut self, size: usize, end_of_stream: bool) -> types::Action {
-        self.shared.run(self.id, |worker, io| worker.request_body(self.id, size, end_of_stream, io))
-    }
-
-    fn on_http_request_trailers(&mut self, _count: usize) -> types::Action {
-        self.shared.run(self.id, |worker, io| worker.request_trailers(self.id, io))
-    }
-
-    fn on_http_response_headers(&mut self, _count: usize, end_of_stream: bool) -> types::Action {
-        self.shared.run(self.id, |worker, io| worker.response_headers(self.id, end_of_stream, io))
-    }
-
-    fn on_http_response_body(&mut self, size: usize, end_of_stream: bool) -> types::Action {
-        self.shared.run(self.id, |worker, io| worker.response_body(self.id, size, end_of_stream, io))
-    }
-
-    fn on_log(&mut self) {
-        self.shared.finished(self.id);
-    }
 }

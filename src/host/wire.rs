@@ -19,8 +19,6 @@ pub(crate) enum WireError {
     MissingNul,
     /// A header name is not UTF-8.
     NameNotUtf8,
-    /// A header value is not UTF-8 where the API takes `&str` (the SDK's `dispatch_http_call`).
-    ValueNotUtf8,
     /// A count or length does not fit the format's `u32`.
     TooLong,
     /// A property path segment contains a NUL, which would split it into two segments.
@@ -33,7 +31,6 @@ impl fmt::Display for WireError {
             WireError::Truncated => "header map shorter than its lengths say",
             WireError::MissingNul => "header map entry not NUL-terminated",
             WireError::NameNotUtf8 => "header name is not UTF-8",
-            WireError::ValueNotUtf8 => "header value is not UTF-8",
             WireError::TooLong => "header map count or length exceeds u32",
             WireError::NulInPath => "property path segment contains NUL",
         })
@@ -64,16 +61,6 @@ pub(crate) fn serialize_map(pairs: &[(&str, &[u8])]) -> Result<Vec<u8>, WireErro
         bytes.push(0);
     }
     Ok(bytes)
-}
-
-/// The pairs with their values as `&str`, for the SDK calls that take no bytes.
-pub(crate) fn utf8_pairs<'a>(pairs: &[(&'a str, &'a [u8])]) -> Result<Vec<(&'a str, &'a str)>, WireError> {
-    pairs
-        .iter()
-        .map(|(name, value)| {
-            std::str::from_utf8(value).map(|value| (*name, value)).map_err(|_| WireError::ValueNotUtf8)
-        })
-        .collect()
 }
 
 /// Reads a map in the ABI's format. Empty input is an empty map (the host answers an empty map
@@ -244,12 +231,6 @@ mod tests {
     fn non_utf8_names_are_errors() {
         let bytes = [1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0xff, 0, b'v', 0];
         assert_eq!(parse_map(&bytes), Err(WireError::NameNotUtf8));
-    }
-
-    #[test]
-    fn utf8_pairs_refuse_binary_values() {
-        assert_eq!(utf8_pairs(&[("a", b"b"), ("c", b"")]).unwrap(), [("a", "b"), ("c", "")]);
-        assert_eq!(utf8_pairs(&[("a", b"b"), ("c", &[0xff])]), Err(WireError::ValueNotUtf8));
     }
 
     #[test]
