@@ -248,12 +248,15 @@ def main():
                         "other work needs")
     parser.add_argument("--compare-wasm", type=Path, help="another build of the filter (e.g. an earlier commit's), "
                         "measured in the same run under the same config, for before/after figures")
+    parser.add_argument("--compare-native", type=Path, help="another build of the native module, measured in the same "
+                        "run as `compare_native` (provider headers)")
     parser.add_argument("--compare-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a GATEWAY_* setting of the --compare-wasm proxy's config only (repeatable), e.g. "
                         "GATEWAY_ACCESS_LOG=off for a build from before the access log")
     parser.add_argument("--variants", help="measure only these variants (comma-separated, e.g. uncached,guardrail; "
                         "names: bare, minimal, gateway, uncached, saved, fallback, cache_hit, guardrail, compare, "
-                        "compare_uncached, compare_guardrail: the last three through --compare-wasm); "
+                        "compare_uncached, compare_guardrail: the last three through --compare-wasm; native, native_uncached, "
+                        "native_cache_hit, native_guardrail, compare_native (through --compare-native)); "
                         "tables whose variants were not measured are left out")
     args = parser.parse_args()
     if not shutil.which("wrk"):
@@ -296,6 +299,16 @@ def main():
                                    capture_output=True, text=True).stdout
     procs.append(start_envoy(native_config, workdir, "native", args.concurrency))
     pids[native_port] = procs[-1].pid
+    compare_native_port = None
+    if args.compare_native:
+        compare_native_port = free_port()
+        compare_native_env = {**native_env, "GATEWAY_PORT": str(compare_native_port),
+                              "GATEWAY_ADMIN_PORT": str(free_port()),
+                              "GATEWAY_NATIVE_MODULE": str(args.compare_native.resolve())}
+        compare_native_config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=compare_native_env,
+                                               check=True, capture_output=True, text=True).stdout
+        procs.append(start_envoy(compare_native_config, workdir, "compare-native", args.concurrency))
+        pids[compare_native_port] = procs[-1].pid
     compare_port = None
     if args.compare_wasm:
         compare_port = free_port()
@@ -353,6 +366,8 @@ def main():
         wait_ready(minimal_port, gateway_headers, REQUEST)
         if compare_port:
             wait_ready(compare_port, gateway_headers, REQUEST)
+        if compare_native_port:
+            wait_ready(compare_native_port, gateway_headers, REQUEST)
         wait_ready(gateway_port, fallback_headers, REQUEST)
         wait_ready(gateway_port, cache_hit_headers, REQUEST)
         wait_ready(gateway_port, guardrail_headers, REQUEST)
@@ -376,6 +391,8 @@ def main():
                         ("native_uncached", native_port, uncached_headers),
                         ("native_cache_hit", native_port, cache_hit_headers),
                         ("native_guardrail", native_port, guardrail_headers))
+            if compare_native_port:
+                variants += (("compare_native", compare_native_port, gateway_headers),)
             if compare_port:
                 variants += (("compare", compare_port, gateway_headers),
                              ("compare_uncached", compare_port, uncached_headers),
@@ -412,6 +429,7 @@ def main():
              "native_uncached": "Envoy + native module, one-target config (uncached)",
              "native_cache_hit": "Envoy + native module, one-target config, cache hit",
              "native_guardrail": "Envoy + native module, one-target config, input regexMatch guardrail",
+             "compare_native": f"Envoy + {args.compare_native} (provider headers)",
              "compare": f"Envoy + {args.compare_wasm} (provider headers)",
              "compare_uncached": f"Envoy + {args.compare_wasm}, one-target config (uncached)",
              "compare_guardrail": f"Envoy + {args.compare_wasm}, one-target config, input regexMatch guardrail"}

@@ -422,22 +422,41 @@ impl Io for NativeIo<'_> {
         let Some(filter) = self.filter(id) else {
             return;
         };
-        for (name, _) in calls::headers(filter, ffi::REQUEST_HEADERS) {
-            if !wanted.iter().any(|(n, _)| *n == name) {
-                calls::set_header(filter, ffi::REQUEST_HEADERS, &name, b"");
+        // Only what differs is written: each write is a header-map edit in Envoy, and most of
+        // a request's headers pass unchanged.
+        let current = calls::headers(filter, ffi::REQUEST_HEADERS);
+        let mut removed: Vec<&str> = Vec::new();
+        for (name, _) in &current {
+            if !wanted.iter().any(|(n, _)| n == name) && !removed.contains(&name.as_str()) {
+                calls::set_header(filter, ffi::REQUEST_HEADERS, name, b"");
+                removed.push(name);
             }
         }
-        // The ABI has no empty value: a wanted header whose value is empty is removed.
-        let mut set: Vec<&str> = Vec::new();
-        for (name, value) in wanted {
-            if set.contains(name) {
+        let mut changed = !removed.is_empty();
+        let mut seen: Vec<&str> = Vec::new();
+        for (name, _) in wanted {
+            if seen.contains(name) {
+                continue;
+            }
+            seen.push(name);
+            let want: Vec<&[u8]> = wanted.iter().filter(|(n, _)| n == name).map(|(_, v)| *v).collect();
+            let have: Vec<&[u8]> = current.iter().filter(|(n, _)| n == name).map(|(_, v)| v.as_slice()).collect();
+            if want == have {
+                continue;
+            }
+            changed = true;
+            // The ABI has no empty value: a wanted header whose value is empty is removed.
+            let mut values = want.into_iter();
+            if let Some(first) = values.next() {
+                calls::set_header(filter, ffi::REQUEST_HEADERS, name, first);
+            }
+            for value in values {
                 calls::add_header(filter, ffi::REQUEST_HEADERS, name, value);
-            } else {
-                calls::set_header(filter, ffi::REQUEST_HEADERS, name, value);
-                set.push(name);
             }
         }
-        calls::clear_route_cache(filter);
+        if changed {
+            calls::clear_route_cache(filter);
+        }
     }
 
     fn set_request_header(&mut self, id: u32, name: &str, value: &str) {
