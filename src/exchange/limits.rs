@@ -193,12 +193,12 @@ fn ask(env: &mut Env, limited: &mut Limited, demand: Demand) -> Allowance {
     // every request waiting for it, this one included, which is in the middle of its event.
     let now_ms = env.io.host().now_ms();
     let (ask, reports) = env.tasks.leases.ask(&demand, now_ms);
-    env.tasks.waiters.started(fetch.clone(), Waiter::request(env.id), now_ms);
     let Some(cp) = &env.settings.control_plane else {
         return refuse(env, limited, &demand, usage_limits::unavailable(&demand), None);
     };
     let call = super::shipping::leases(cp, std::slice::from_ref(&ask), &reports);
-    env.tasks.to_ask.push((fetch, call, reports));
+    env.tasks.waiters.started(fetch.clone(), Waiter::request(env.id), now_ms, call.clone());
+    env.tasks.to_send.push((fetch, call, reports));
     rearm(env.tasks, env.io);
     Allowance::Waiting
 }

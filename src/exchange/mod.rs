@@ -242,15 +242,12 @@ fn start_fetch(
     first: impl FnOnce(u32) -> waiters::Waiter,
 ) -> Option<u32> {
     let token = env.io.dispatch(env.tasks.root, call)?;
-    fetch_started(env, token, fetch, first(token));
-    Some(token)
-}
-
-fn fetch_started(env: &mut Env, token: u32, fetch: waiters::Fetch, first: waiters::Waiter) {
+    let first = first(token);
     let now_ms = env.io.host().now_ms();
     env.tasks.calls.insert(token, (first.id, worker::Task::Fetch(fetch.clone())));
-    env.tasks.waiters.started(fetch, first, now_ms);
+    env.tasks.waiters.started(fetch, first, now_ms, call.clone());
     worker::rearm(env.tasks, env.io);
+    Some(token)
 }
 
 /// A held request goes nowhere if Envoy resumes it without the gateway's edits.

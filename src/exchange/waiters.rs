@@ -4,6 +4,7 @@
 //! queue, but the call goes on for the others (and its key stays, so a later request joins the
 //! call on its way instead of starting another).
 
+use super::Dispatch;
 use crate::catalog::Ref;
 use crate::usage_limits::LedgerKey;
 use hashbrown::HashMap;
@@ -40,10 +41,13 @@ impl Waiter {
 /// rather than held for ever with everyone who joined it.
 pub(super) const LOST_AFTER_MS: u64 = 70_000;
 
-/// A fetch on its way: since when, and the requests waiting for it in arrival order.
+/// A fetch on its way: since when, the requests waiting for it in arrival order, and its call
+/// (sent again when the host loses it: only the native module's can, see `Worker::call_lost`).
 struct Pending {
     since_ms: u64,
     waiters: Vec<Waiter>,
+    #[cfg(any(test, feature = "native"))]
+    call: Dispatch,
 }
 
 /// Every fetch a worker's requests wait for.
@@ -63,9 +67,23 @@ impl Waiters {
         }
     }
 
-    /// The call for `fetch` started at `now_ms` on behalf of `first`.
-    pub(super) fn started(&mut self, fetch: Fetch, first: Waiter, now_ms: u64) {
-        self.0.insert(fetch, Pending { since_ms: now_ms, waiters: vec![first] });
+    /// `call` for `fetch` started at `now_ms` on behalf of `first`.
+    pub(super) fn started(&mut self, fetch: Fetch, first: Waiter, now_ms: u64, call: Dispatch) {
+        #[cfg(not(any(test, feature = "native")))]
+        let _ = call;
+        let pending = Pending {
+            since_ms: now_ms,
+            waiters: vec![first],
+            #[cfg(any(test, feature = "native"))]
+            call,
+        };
+        self.0.insert(fetch, pending);
+    }
+
+    /// The call of `fetch`, while requests wait for it.
+    #[cfg(any(test, feature = "native"))]
+    pub(super) fn awaited_call(&self, fetch: &Fetch) -> Option<&Dispatch> {
+        self.0.get(fetch).filter(|pending| !pending.waiters.is_empty()).map(|pending| &pending.call)
     }
 
     /// The fetch answered: the requests still waiting for it.
@@ -97,12 +115,16 @@ mod tests {
     use super::*;
     use crate::unit_tests::test;
 
+    fn call() -> Dispatch {
+        Dispatch { cluster: "c".into(), headers: Vec::new(), body: Vec::new(), timeout_ms: 1000 }
+    }
+
     #[test]
     fn one_fetch_serves_every_waiter_and_a_request_that_ended_leaves_its_queue() {
         let mut waiters = Waiters::default();
         let jwks = Fetch::Jwks("https://idp/jwks".into());
         assert!(!waiters.join(&jwks, || Waiter { id: 1, token: 10 }), "nobody fetches it yet");
-        waiters.started(jwks.clone(), Waiter { id: 1, token: 10 }, 0);
+        waiters.started(jwks.clone(), Waiter { id: 1, token: 10 }, 0, call());
         assert!(waiters.join(&jwks, || Waiter { id: 2, token: 20 }));
         assert!(waiters.join(&jwks, || Waiter { id: 3, token: 30 }));
         waiters.forget(2);
@@ -114,8 +136,10 @@ mod tests {
     fn a_fetch_whose_waiters_all_ended_is_still_joined() {
         let mut waiters = Waiters::default();
         let token = Fetch::Token("sa@project".into());
-        waiters.started(token.clone(), Waiter::request(1), 0);
+        waiters.started(token.clone(), Waiter::request(1), 0, call());
+        assert_eq!(waiters.awaited_call(&token), Some(&call()));
         waiters.forget(1);
+        assert_eq!(waiters.awaited_call(&token), None, "nobody waits: a lost call is not sent again");
         // The call goes on: a later request waits for it instead of starting another.
         assert!(waiters.join(&token, || Waiter::request(2)));
         assert_eq!(waiters.answered(&token), vec![Waiter::request(2)]);

@@ -83,9 +83,9 @@ pub(super) struct Tasks {
     pub(super) policies: crate::usage_limits::Policies,
     /// The reports an ask for allowance carries, by its call's token (sent again if it fails).
     pub(super) asked: HashMap<u32, Vec<Report>>,
-    /// Asks for allowance that the next tick dispatches (see `ask_pending`), with the lease
-    /// reports each carries.
-    pub(super) to_ask: Vec<(Fetch, super::Dispatch, Vec<Report>)>,
+    /// Fetches that the next tick dispatches (see `send_pending`): asks for allowance, with the
+    /// lease reports each carries, and fetches whose call the host lost.
+    pub(super) to_send: Vec<(Fetch, super::Dispatch, Vec<Report>)>,
     /// The root context. Calls whose answer serves more than the request that started them
     /// (fetches, record batches, leases) are dispatched on it: Envoy cancels a context's calls
     /// when the context ends, and a request may end (its client gone) while others wait for
@@ -155,7 +155,7 @@ impl Worker {
         let settings = Rc::clone(&exchange.settings);
         let mut env = Env { id, settings: &settings, io, tasks: &mut self.tasks, after: Vec::new() };
         let action = event(exchange, &mut env);
-        if !env.tasks.to_ask.is_empty() {
+        if !env.tasks.to_send.is_empty() {
             rearm(env.tasks, env.io);
         }
         Output { action, after: env.after }
@@ -283,6 +283,27 @@ impl Worker {
         }
     }
 
+    /// A call whose answer will not come: the host cancelled it with the stream that carried it
+    /// (the native module's root calls ride on a stream). A fetch that requests still wait for is
+    /// sent again from the next tick; any other call is answered as failed.
+    #[cfg(any(test, feature = "native"))]
+    pub(crate) fn call_lost(&mut self, token: u32, io: &mut dyn Io) -> Output {
+        let resend = match self.tasks.calls.get(&token) {
+            Some((_, Task::Fetch(fetch))) => {
+                self.tasks.waiters.awaited_call(fetch).map(|call| (fetch.clone(), call.clone()))
+            }
+            _ => None,
+        };
+        let Some((fetch, call)) = resend else {
+            return self.call_answered(token, CallAnswer::FAILED, io);
+        };
+        self.tasks.calls.remove(&token);
+        let reports = self.tasks.asked.remove(&token).unwrap_or_default();
+        self.tasks.to_send.push((fetch, call, reports));
+        rearm(&self.tasks, io);
+        Output::proceed()
+    }
+
     /// A fetch answered: what it fetched goes to every request waiting for it.
     fn fetched(&mut self, fetch: Fetch, answer: CallAnswer, io: &mut dyn Io) -> Output {
         let mut after = Vec::new();
@@ -376,7 +397,7 @@ impl Worker {
             };
             after.extend(output.after);
         }
-        after.extend(self.ask_pending(io));
+        after.extend(self.send_pending(io));
         after.extend(self.give_up_lost_fetches(now, io));
         self.ship(now, io);
         self.renew(io);
@@ -425,12 +446,12 @@ impl Worker {
         after
     }
 
-    /// Dispatches the asks for allowance requests wait for, from the root context (whose calls
-    /// answer however long the requests that asked live); an ask that cannot be sent answers its
-    /// waiters as unanswered.
-    fn ask_pending(&mut self, io: &mut dyn Io) -> Vec<super::After> {
+    /// Dispatches the fetches requests wait for (asks for allowance, lost calls sent again) from
+    /// the root context, whose calls answer however long the requests that asked live; a call
+    /// that cannot be sent answers its waiters as unanswered.
+    fn send_pending(&mut self, io: &mut dyn Io) -> Vec<super::After> {
         let mut after = Vec::new();
-        for (fetch, call, reports) in std::mem::take(&mut self.tasks.to_ask) {
+        for (fetch, call, reports) in std::mem::take(&mut self.tasks.to_send) {
             match io.dispatch(self.tasks.root, &call) {
                 Some(token) => {
                     self.tasks.calls.insert(token, (self.tasks.root, Task::Fetch(fetch)));
@@ -573,7 +594,7 @@ fn count_dropped(io: &mut dyn Io, dropped: u64) {
 pub(super) fn rearm(tasks: &Tasks, io: &mut dyn Io) {
     let now = io.host().now_ms();
     let leases = tasks.leases.next_due_ms(now);
-    let asks = (!tasks.to_ask.is_empty()).then_some(now);
+    let asks = (!tasks.to_send.is_empty()).then_some(now);
     let lost = tasks.waiters.next_loss_ms();
     let earliest =
         tasks.timers.iter().map(|t| t.due_ms).chain(tasks.records.due_ms()).chain(leases).chain(asks).chain(lost).min();

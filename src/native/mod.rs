@@ -12,7 +12,7 @@
 mod calls;
 
 use crate::exchange::metrics::{self, Kind};
-use crate::exchange::{self, Action, After, CallAnswer, Dispatch, Io, Output, Worker};
+use crate::exchange::{self, Action, After, Dispatch, Io, Output, Worker};
 use crate::ports::{compare_and_set, Entries, Host, SharedStore};
 use crate::settings::Settings;
 use calls::ffi::{self, EnvoyFilter};
@@ -184,17 +184,17 @@ impl Drop for Ticker {
 
 /// A call in flight: the worker's token, and whether it is the root's, carried by the stream
 /// that started it (the ABI starts a worker thread's calls only on a stream's behalf, and
-/// cancels them when the stream ends; the root's call is then answered as failed, see
-/// `Orphans`).
+/// cancels them when the stream ends; the root's call is then lost, see `Orphans`).
 #[derive(Clone, Copy)]
 struct Call {
     token: u32,
     carried: bool,
 }
 
-/// The root's calls whose carrying stream ended before their answer, answered as failed in the
-/// `scheduled` hook of another live stream (`waker`): not in the ended stream's `destroy` hook,
-/// where a fetch tried again would have no stream to carry it.
+/// The root's calls whose carrying stream ended before their answer, reported lost in the
+/// `scheduled` hook of another live stream (`waker`): a fetch that requests still wait for is
+/// sent again from the worker's next tick, which that stream carries (not from the ended
+/// stream's `destroy` hook, where it would have no stream to ride on).
 #[derive(Default)]
 struct Orphans {
     tokens: Vec<u32>,
@@ -965,7 +965,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete() {}
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset() {}
 /// The ticker committed this stream's scheduler: the worker's tick runs (see `Ticker`); or the
-/// stream was asked to answer the orphaned root calls (see `Orphans`).
+/// stream was asked to report the orphaned root calls (see `Orphans`).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
     _envoy: EnvoyFilter,
@@ -987,7 +987,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
             Some(std::mem::take(&mut orphans.tokens))
         });
         for token in orphaned.unwrap_or_default() {
-            run(filter, |worker, io| worker.call_answered(token, CallAnswer::FAILED, io), unmarked);
+            run(filter, |worker, io| worker.call_lost(token, io), unmarked);
         }
     })
 }

@@ -143,6 +143,37 @@ fn a_read_whose_call_never_answers_is_given_up_and_its_waiters_answered() {
 }
 
 #[test]
+fn a_read_whose_call_the_host_lost_is_sent_again_for_its_waiters_or_forgotten_without_them() {
+    // The native module's root calls ride on a stream, and Envoy cancels them with it.
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let headers =
+        chat("gw-team-key", &[("x-gateway-provider", "openai"), ("x-gateway-custom-host", "http://127.0.0.1:9000/v1")]);
+    assert_eq!(gw.post(1, headers.clone(), CHAT).action, Action::Pause);
+    assert_eq!(gw.post(2, headers, CHAT).action, Action::Pause);
+    let path = format!("/internal/v1/keys/{}", sha256_hex("gw-team-key"));
+    let lost = last_lookup(&gw, &path);
+    assert!(gw.finished(1).is_some());
+    assert_eq!(gw.worker.call_lost(lost, &mut gw.io), Output::proceed(), "request 2 still waits");
+    assert_eq!(gw.io.ticks.last(), Some(&1), "sent again from the next tick");
+    gw.advance_clock(1);
+    assert_eq!(gw.tick().after, Vec::new());
+    let again = last_lookup(&gw, &path);
+    assert_ne!(again, lost);
+    assert_eq!(gw.answer(lost, 200, &[], br#"{"workspace": "team-a", "admin": false}"#), Output::proceed());
+    let out = gw.answer(again, 200, &[], br#"{"workspace": "team-a", "admin": false}"#);
+    assert!(resumed(&out, 2), "{out:?}");
+    // Lost with nobody waiting: answered as failed, and the next request reads again.
+    let headers = chat("gw-other-key", &[("x-gateway-provider", "openai")]);
+    assert_eq!(gw.post(3, headers.clone(), CHAT).action, Action::Pause);
+    let path = format!("/internal/v1/keys/{}", sha256_hex("gw-other-key"));
+    let lost = last_lookup(&gw, &path);
+    assert!(gw.finished(3).is_some());
+    assert_eq!(gw.worker.call_lost(lost, &mut gw.io), Output::proceed());
+    assert_eq!(gw.post(4, headers, CHAT).action, Action::Pause);
+    assert_ne!(last_lookup(&gw, &path), lost, "a new read");
+}
+
+#[test]
 fn a_saved_config_and_an_at_slug_are_read_one_after_the_other_then_the_request_routes() {
     let mut gw = Gateway::new(CP_SETTINGS);
     let headers = chat("gw-key", &[("x-gateway-config", "team-config")]);
