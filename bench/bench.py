@@ -180,6 +180,12 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def rendered(env):
+    """The gateway's Envoy config as `envoy/render.py` makes it for the GATEWAY_* settings in `env`."""
+    return subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=env, check=True, capture_output=True,
+                          text=True).stdout
+
+
 def with_plugin_configuration(config, value):
     """The rendered gateway config with the wasm filters' plugin configuration set to `value` (the
     gateway filter's, and the lookup gate's, which only upload routes create)."""
@@ -276,15 +282,13 @@ def main():
         env={**env, "GATEWAY_CONTROL_PLANE_ADDR": control_plane_addr, "GATEWAY_STATE_DIR": str(workdir / "state"),
              "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN}, start_new_session=True)
     env = {**env, "GATEWAY_CONTROL_PLANE_ADDR": control_plane_addr, "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN}
-    config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=env, check=True,
-                            capture_output=True, text=True).stdout
+    config = rendered(env)
     procs.append(start_envoy(config, workdir, "gateway", args.concurrency))
     # The same template, listener and clusters with the minimal filter instead: its plugin
     # configuration is the mock's authority, which it sets on every request with the cluster.
     minimal_env = {**env, "GATEWAY_PORT": str(minimal_port), "GATEWAY_ADMIN_PORT": str(free_port()),
                    "GATEWAY_WASM": str(MINIMAL_WASM), "GATEWAY_ACCESS_LOG": "off"}
-    minimal_config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=minimal_env, check=True,
-                                    capture_output=True, text=True).stdout
+    minimal_config = rendered(minimal_env)
     procs.append(start_envoy(with_plugin_configuration(minimal_config, f"127.0.0.1:{mock_port}"), workdir, "minimal",
                              args.concurrency))
     procs.append(control_plane)
@@ -295,8 +299,7 @@ def main():
     native_env = {k: v for k, v in env.items() if not k.startswith("GATEWAY_CONTROL_PLANE")}
     native_env.update({"GATEWAY_PORT": str(native_port), "GATEWAY_ADMIN_PORT": str(free_port()),
                        "GATEWAY_HOST": "native", "GATEWAY_NATIVE_MODULE": str(NATIVE_MODULE)})
-    native_config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=native_env, check=True,
-                                   capture_output=True, text=True).stdout
+    native_config = rendered(native_env)
     procs.append(start_envoy(native_config, workdir, "native", args.concurrency))
     pids[native_port] = procs[-1].pid
     compare_native_port = None
@@ -305,8 +308,7 @@ def main():
         compare_native_env = {**native_env, "GATEWAY_PORT": str(compare_native_port),
                               "GATEWAY_ADMIN_PORT": str(free_port()),
                               "GATEWAY_NATIVE_MODULE": str(args.compare_native.resolve())}
-        compare_native_config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=compare_native_env,
-                                               check=True, capture_output=True, text=True).stdout
+        compare_native_config = rendered(compare_native_env)
         procs.append(start_envoy(compare_native_config, workdir, "compare-native", args.concurrency))
         pids[compare_native_port] = procs[-1].pid
     compare_port = None
@@ -315,8 +317,7 @@ def main():
         compare_env = {**env, "GATEWAY_PORT": str(compare_port), "GATEWAY_ADMIN_PORT": str(free_port()),
                        "GATEWAY_WASM": str(args.compare_wasm.resolve()),
                        **dict(setting.split("=", 1) for setting in args.compare_env)}
-        compare_config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=compare_env, check=True,
-                                        capture_output=True, text=True).stdout
+        compare_config = rendered(compare_env)
         procs.append(start_envoy(compare_config, workdir, "compare", args.concurrency))
         pids[compare_port] = procs[-1].pid
     gateway_headers = {

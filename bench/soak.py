@@ -333,9 +333,7 @@ def main():
     control_plane = subprocess.Popen(
         [str(bench.CONTROL_PLANE)], stdout=open(workdir / "control-plane.log", "wb"), stderr=subprocess.STDOUT,
         env={**env, "GATEWAY_STATE_DIR": str(workdir / "state")}, start_new_session=True)
-    config = subprocess.run([sys.executable, str(ROOT / "envoy/render.py")], env=env, check=True,
-                            capture_output=True, text=True).stdout
-    gateway = bench.start_envoy(config, workdir, "gateway", 1)
+    gateway = bench.start_envoy(bench.rendered(env), workdir, "gateway", 1)
     procs += [gateway, control_plane]
     try:
         target = {"provider": "openai", "api_key": "sk-soak", "custom_host": f"http://127.0.0.1:{mock_port}/v1"}

@@ -197,7 +197,7 @@ fn ask(env: &mut Env, limited: &mut Limited, demand: Demand) -> Allowance {
         return refuse(env, limited, &demand, usage_limits::unavailable(&demand), None);
     };
     let call = super::shipping::leases(cp, std::slice::from_ref(&ask), &reports);
-    env.tasks.waiters.started(fetch.clone(), Waiter::request(env.id), now_ms, call.clone());
+    env.tasks.waiters.started(fetch.clone(), Waiter::request(env.id), now_ms, &call);
     env.tasks.to_send.push((fetch, call, reports));
     rearm(env.tasks, env.io);
     Allowance::Waiting

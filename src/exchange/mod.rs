@@ -245,7 +245,7 @@ fn start_fetch(
     let first = first(token);
     let now_ms = env.io.host().now_ms();
     env.tasks.calls.insert(token, (first.id, worker::Task::Fetch(fetch.clone())));
-    env.tasks.waiters.started(fetch, first, now_ms, call.clone());
+    env.tasks.waiters.started(fetch, first, now_ms, call);
     worker::rearm(env.tasks, env.io);
     Some(token)
 }

@@ -68,14 +68,14 @@ impl Waiters {
     }
 
     /// `call` for `fetch` started at `now_ms` on behalf of `first`.
-    pub(super) fn started(&mut self, fetch: Fetch, first: Waiter, now_ms: u64, call: Dispatch) {
+    pub(super) fn started(&mut self, fetch: Fetch, first: Waiter, now_ms: u64, call: &Dispatch) {
         #[cfg(not(any(test, feature = "native")))]
         let _ = call;
         let pending = Pending {
             since_ms: now_ms,
             waiters: vec![first],
             #[cfg(any(test, feature = "native"))]
-            call,
+            call: call.clone(),
         };
         self.0.insert(fetch, pending);
     }
@@ -124,7 +124,7 @@ mod tests {
         let mut waiters = Waiters::default();
         let jwks = Fetch::Jwks("https://idp/jwks".into());
         assert!(!waiters.join(&jwks, || Waiter { id: 1, token: 10 }), "nobody fetches it yet");
-        waiters.started(jwks.clone(), Waiter { id: 1, token: 10 }, 0, call());
+        waiters.started(jwks.clone(), Waiter { id: 1, token: 10 }, 0, &call());
         assert!(waiters.join(&jwks, || Waiter { id: 2, token: 20 }));
         assert!(waiters.join(&jwks, || Waiter { id: 3, token: 30 }));
         waiters.forget(2);
@@ -136,7 +136,7 @@ mod tests {
     fn a_fetch_whose_waiters_all_ended_is_still_joined() {
         let mut waiters = Waiters::default();
         let token = Fetch::Token("sa@project".into());
-        waiters.started(token.clone(), Waiter::request(1), 0, call());
+        waiters.started(token.clone(), Waiter::request(1), 0, &call());
         assert_eq!(waiters.awaited_call(&token), Some(&call()));
         waiters.forget(1);
         assert_eq!(waiters.awaited_call(&token), None, "nobody waits: a lost call is not sent again");

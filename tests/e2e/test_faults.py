@@ -4,8 +4,6 @@ client gets an answer, and nothing acknowledged is lost or stored half."""
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import signal
 import subprocess
@@ -21,7 +19,7 @@ from conftest import session_cache
 from helpers import CHAT, KEY, chat_body, config, custom_host, process_start, slug
 from mocks import Reply
 from pg_server import stop_group
-from test_guardrails import hooks, jwk, jwt_headers, new_key, token  # noqa: F401 (hooks: a fixture)
+from test_guardrails import hooks, join_a_held_jwks_fetch  # noqa: F401 (hooks: a fixture)
 from test_control_plane import eventually, new_slug, new_workspace_key, ok, put
 from test_limits import put_limit, put_price, unique_model
 from test_request_logs import logged
@@ -71,26 +69,10 @@ def test_a_fetch_outlives_the_client_that_started_it(one_worker, openai_mock, ho
     answer still serves the request that joined the fetch, and the next one (fetched once). The
     proxy-wasm SDK handed that answer to the ended request instead, so the joined request
     waited for the 70 s bound on lost fetches."""
-    key = new_key()
-    hooks.jwks = {"keys": [jwk(key, "outlives")]}
-    hooks.hold_jwks = threading.Event()
-    headers = {"x-gateway-api-key": KEY, "content-type": "application/json",
-               **jwt_headers(openai_mock, hooks, "/jwks-outlives.json", token(key, "outlives"))}
-    body = json.dumps(chat_body())
     trace = f"starter-{uuid.uuid4().hex[:12]}"
-
-    def send(extra: dict) -> http.client.HTTPConnection:
-        connection = http.client.HTTPConnection("127.0.0.1", one_worker.port, timeout=20)
-        connection.request("POST", CHAT, body=body, headers={**headers, **extra})
-        return connection
-
     try:
-        first = send({"x-gateway-trace-id": trace})
-        assert hooks.jwks_asked.wait(10), "the first request started the JWKS fetch"
-        joined = send({})
-        # The worker reads the joined request before a probe sent after it is answered.
-        assert one_worker.get("/health", key=None).status_code == 200
-        first.close()
+        joined, checked = join_a_held_jwks_fetch(one_worker, openai_mock, hooks, "outlives",
+                                                 {"x-gateway-trace-id": trace})
         one_worker.wait_for_log_line(f'trace_id="{trace}"', timeout=10)  # the first request ended
     finally:
         hooks.hold_jwks.set()
@@ -98,7 +80,7 @@ def test_a_fetch_outlives_the_client_that_started_it(one_worker, openai_mock, ho
     text = answer.read().decode()
     joined.close()
     assert answer.status == 200, text
-    r = one_worker.chat(jwt_headers(openai_mock, hooks, "/jwks-outlives.json", token(key, "outlives")))
+    r = one_worker.chat(checked)
     assert r.status_code == 200, r.text
     assert len(hooks.of("/jwks-outlives.json")) == 1, "one fetch served all three requests"
 

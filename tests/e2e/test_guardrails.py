@@ -5,6 +5,7 @@ against a JWKS served by the test (keys made at test time)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -16,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from helpers import CHAT, assert_error, chat_body, config, provider_config
+from helpers import CHAT, KEY, assert_error, chat_body, config, provider_config
 from mocks import OpenAIMock, Reply
 
 
@@ -424,6 +425,32 @@ def jwt_headers(openai_mock, hooks, path: str, tok: str, **params) -> dict:
     hook = {"id": "jwt", "type": "guardrail", "checks": [check], "on_fail": {"deny": True}}
     return {**guarded(openai_mock, before_request_hooks=[hook]), "x-user-token": f"Bearer {tok}"}
 
+
+
+def join_a_held_jwks_fetch(gw, openai_mock, hooks, name: str, first_headers: dict | None = None):
+    """Two requests on one JWKS fetch that the hooks server holds (`/jwks-<name>.json`): the
+    first starts it, the second joins it, then the first client leaves. The worker reads the
+    joined request before a probe sent after it is answered, so it does join. Returns the joined
+    request's connection (its answer still to come) and the check's headers that pass once the
+    JWKS arrives."""
+    key = new_key()
+    hooks.jwks = {"keys": [jwk(key, name)]}
+    hooks.hold_jwks = threading.Event()
+    checked = jwt_headers(openai_mock, hooks, f"/jwks-{name}.json", token(key, name))
+    headers = {"x-gateway-api-key": KEY, "content-type": "application/json", **checked}
+    body = json.dumps(chat_body())
+
+    def send(extra: dict) -> http.client.HTTPConnection:
+        connection = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=20)
+        connection.request("POST", CHAT, body=body, headers={**headers, **extra})
+        return connection
+
+    first = send(first_headers or {})
+    assert hooks.jwks_asked.wait(10), "the first request started the JWKS fetch"
+    joined = send({})
+    assert gw.get("/health", key=None).status_code == 200
+    first.close()
+    return joined, checked
 
 def test_jwt_valid_expired_and_wrong_key(gateway, openai_mock, hooks):
     key = new_key()

@@ -10,17 +10,13 @@ the wasm filter's alone): the tests that need those stay with the wasm build (``
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import subprocess
-import threading
 import time
 
 import pytest
 
 from conftest import REPO, session_cache
-from helpers import CHAT, KEY, chat_body
 
 # The suites that run against both builds.
 from test_anthropic import *  # noqa: F401,F403
@@ -36,7 +32,7 @@ from test_client_apis import *  # noqa: F401,F403
 from test_endpoints import *  # noqa: F401,F403
 from test_guardrails import *  # noqa: F401,F403
 from test_guardrails import _reset_hooks  # noqa: F401 (autouse; `import *` skips it)
-from test_guardrails import jwk, jwt_headers, new_key, token
+from test_guardrails import join_a_held_jwks_fetch
 from test_hardening import *  # noqa: F401,F403
 from test_observability import *  # noqa: F401,F403
 from test_observability import observed
@@ -162,25 +158,7 @@ def test_a_shared_fetch_whose_request_ends_is_sent_again_for_the_request_that_jo
     fetch is sent again for the request that joined it (as the wasm filter's root context goes
     on with it: test_faults.py), not answered after the 70 s bound on lost fetches; the joined
     request then passes, and the next one uses the JWKS fetched."""
-    key = new_key()
-    hooks.jwks = {"keys": [jwk(key, "carried")]}
-    hooks.hold_jwks = threading.Event()
-    headers = {"x-gateway-api-key": KEY, "content-type": "application/json",
-               **jwt_headers(openai_mock, hooks, "/jwks-carried.json", token(key, "carried"))}
-    body = json.dumps(chat_body())
-
-    def send():
-        connection = http.client.HTTPConnection("127.0.0.1", one_worker.port, timeout=20)
-        connection.request("POST", CHAT, body=body, headers=headers)
-        return connection
-
-    first = send()
-    assert hooks.jwks_asked.wait(10), "the first request started the JWKS fetch"
-    joined = send()
-    # The worker reads the joined request before a probe sent after it is answered; the first
-    # client leaves only then, so the joined request waits for the first one's fetch.
-    assert one_worker.get("/health", key=None).status_code == 200
-    first.close()
+    joined, checked = join_a_held_jwks_fetch(one_worker, openai_mock, hooks, "carried")
     deadline = time.monotonic() + 10
     while len(hooks.of("/jwks-carried.json")) < 2:
         assert time.monotonic() < deadline, "the fetch was not sent again for the joined request"
@@ -190,6 +168,6 @@ def test_a_shared_fetch_whose_request_ends_is_sent_again_for_the_request_that_jo
     text = answer.read().decode()
     joined.close()
     assert answer.status == 200, text
-    r = one_worker.chat(jwt_headers(openai_mock, hooks, "/jwks-carried.json", token(key, "carried")))
+    r = one_worker.chat(checked)
     assert r.status_code == 200, r.text
     assert len(hooks.of("/jwks-carried.json")) == 2, "the JWKS sent again served both"
