@@ -3,8 +3,7 @@
 #   ./build.sh          build the filter (target/model_gateway.wasm) and install Envoy
 #   ./build.sh run      build if needed, then run the control plane and Envoy with the filter in
 #                       the foreground (GATEWAY_CONTROL_PLANE=off: Envoy alone; GATEWAY_HOST=native:
-#                       the filter as a native dynamic module, target/libmodel_gateway.so, for
-#                       now without a control plane)
+#                       the filter as a native dynamic module, target/libmodel_gateway.so)
 #   ./build.sh test     the whole suite: unit tests, config validation, end-to-end in real Envoy
 #   ./build.sh lint     cargo fmt --check, clippy (native and wasm) with warnings as errors, and no
 #                       import circle between files or folders (tests/tools/import_cycles.py)
@@ -280,7 +279,10 @@ CONTROL_PLANE="$ROOT/target/control-plane/gateway-control-plane"
 build_native() {
   cargo build --quiet --locked --profile native --features native --lib
   if ! cmp -s "$ROOT/target/native/libmodel_gateway.so" "$NATIVE"; then
-    cp "$ROOT/target/native/libmodel_gateway.so" "$NATIVE"
+    # A new file, renamed into place: an Envoy running the old one keeps its mapping intact
+    # (a copy over it would change the code under that Envoy and crash it).
+    cp "$ROOT/target/native/libmodel_gateway.so" "$NATIVE.new"
+    mv -f "$NATIVE.new" "$NATIVE"
     log "built $NATIVE ($(wc -c <"$NATIVE") bytes)"
   fi
 }
@@ -302,9 +304,6 @@ build() {
 run() {
   local with_control_plane=1
   [ "${GATEWAY_CONTROL_PLANE:-on}" = off ] && with_control_plane=0
-  if [ "${GATEWAY_HOST:-wasm}" = native ] && [ "$with_control_plane" = 1 ]; then
-    die "the native module runs without a control plane for now (issue 29): set GATEWAY_CONTROL_PLANE=off"
-  fi
   check_port_free GATEWAY_PORT "${GATEWAY_PORT:-8787}"
   check_port_free GATEWAY_ADMIN_PORT "${GATEWAY_ADMIN_PORT:-9901}"
   [ "$with_control_plane" = 1 ] && check_port_free GATEWAY_CONTROL_PLANE_PORT "${GATEWAY_CONTROL_PLANE_PORT:-8790}"

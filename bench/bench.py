@@ -293,8 +293,9 @@ def main():
                              args.concurrency))
     procs.append(control_plane)
     pids = {bare_port: procs[1].pid, gateway_port: procs[2].pid, minimal_port: procs[3].pid}
-    # The same gateway as the native module (GATEWAY_HOST=native; without a control plane, which
-    # it does not run with yet): its variants are the wasm filter's without a control plane's key.
+    # The same gateway as the native module (GATEWAY_HOST=native; without a control plane, as its
+    # figures since its first slice were taken): its variants are the wasm filter's without a
+    # control plane's key.
     native_port = free_port()
     native_env = {k: v for k, v in env.items() if not k.startswith("GATEWAY_CONTROL_PLANE")}
     native_env.update({"GATEWAY_PORT": str(native_port), "GATEWAY_ADMIN_PORT": str(free_port()),

@@ -83,8 +83,6 @@ def render(env):
         sys.exit(f"render.py: GATEWAY_HOST must be wasm or native, not {host!r}")
     text = strip_section(text, "native" if host == "wasm" else "wasm")
     control_plane = env.get("GATEWAY_CONTROL_PLANE_ADDR") or ""
-    if control_plane and host == "native":
-        sys.exit("render.py: the native module does not run with a control plane yet: unset GATEWAY_CONTROL_PLANE_ADDR")
     cp_host, _, cp_port = control_plane.rpartition(":")
     if control_plane:
         token = env.get("GATEWAY_CONTROL_PLANE_TOKEN") or ""

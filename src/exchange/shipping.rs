@@ -46,6 +46,8 @@ pub(super) struct Shipper {
     /// After a failure, no batch leaves before this.
     not_before_ms: u64,
     failures: u32,
+    /// The next batch leaves without waiting for more records (see `hurry`).
+    hurried: bool,
 }
 
 impl Shipper {
@@ -74,8 +76,15 @@ impl Shipper {
             return None;
         }
         let oldest = self.queue.front()?;
-        let due = if self.queue.len() >= EAGER { 0 } else { oldest.queued_ms.saturating_add(WAIT_MS) };
+        let due = if self.hurried || self.queue.len() >= EAGER { 0 } else { oldest.queued_ms.saturating_add(WAIT_MS) };
         Some(due.max(self.not_before_ms))
+    }
+
+    /// The next batch leaves as soon as it may (not before a failure's back-off), without
+    /// waiting for more records.
+    #[cfg(any(test, feature = "native"))]
+    pub(super) fn hurry(&mut self) {
+        self.hurried = true;
     }
 
     /// Takes the next batch off the queue (when one is due at `now_ms`): its body.
@@ -95,6 +104,7 @@ impl Shipper {
             batch.push(next);
         }
         self.bytes = self.bytes.saturating_sub(bytes);
+        self.hurried = false;
         let body = body(&batch, bytes);
         self.in_flight = Some((0, batch));
         Some(body)

@@ -405,6 +405,19 @@ impl Worker {
         Output { action: Action::Continue, after }
     }
 
+    /// The host has no request of this worker left to tick on (the native module's timer rides
+    /// on its streams, and nothing ticks again before the next request): what the timer would
+    /// send later goes now. The records queued leave, and the leases end and are reported (the
+    /// next request asks for allowance again), rather than expire unreported, which the control
+    /// plane would count as wholly spent.
+    #[cfg(any(test, feature = "native"))]
+    pub(crate) fn idle(&mut self, io: &mut dyn Io) -> Output {
+        self.tasks.records.hurry();
+        let now_ms = io.host().now_ms();
+        self.tasks.leases.retire_all(now_ms);
+        self.tick(io)
+    }
+
     /// Request `id` was held for its body [`BODY_WAIT_MS`] ago and no worker's request got a
     /// body since: Envoy withholds bodies from the filter, and the request is answered with
     /// what to set instead of hanging.

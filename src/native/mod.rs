@@ -4,12 +4,13 @@
 //!
 //! Each Envoy worker thread has its own `Worker` per filter config, as each has its own wasm VM.
 //! Metrics are Envoy's labelled stats, defined per config from `metrics::FAMILIES` (no
-//! `stats_tags` needed). The root's calls (a fetch several requests share: a JWKS, an access
-//! token) ride on the stream whose hook starts them (see `Call`). Not yet here (issue 29):
-//! the calls that outlive every request (control-plane reads, record batches, leases, an async
-//! hook's call); a config that needs the control plane is refused at load.
+//! `stats_tags` needed). The root's calls to the control plane (its entries, record batches,
+//! leases, kept responses) go out from the main thread (see `relay`); its other calls (a fetch
+//! several requests share: a JWKS, an access token) ride on the stream whose hook starts them
+//! (see `Call`). Not yet here (issue 29): an async hook's call, which outlives its request.
 
 mod calls;
+mod relay;
 
 use crate::exchange::metrics::{self, Kind};
 use crate::exchange::{self, Action, After, Dispatch, Io, Output, Worker};
@@ -17,6 +18,7 @@ use crate::ports::{compare_and_set, Entries, Host, SharedStore};
 use crate::settings::Settings;
 use calls::ffi::{self, EnvoyFilter};
 use hashbrown::HashMap;
+use relay::{Mailbox, Relay};
 use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -33,7 +35,10 @@ const ROOT: u32 = 0;
 struct Config {
     id: u64,
     bytes: Vec<u8>,
+    /// The lookup gate's config (see `Filter::gate`).
+    gate: bool,
     metrics: MetricIds,
+    relay: Arc<Relay>,
 }
 
 /// The id Envoy gave each family of `metrics::FAMILIES`, in its order (None: Envoy refused it).
@@ -42,12 +47,19 @@ type MetricIds = Arc<[Option<usize>]>;
 /// The configs Envoy holds now, by number (a config's address may be reused by the next one).
 static LIVE_CONFIGS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 static NEXT_CONFIG: AtomicU64 = AtomicU64::new(1);
+/// Numbers each worker thread's state (the relay finds its mailbox by it).
+static NEXT_WORKER: AtomicU64 = AtomicU64::new(1);
 
 /// One stream, as the module holds it between hooks.
 struct Filter {
     /// Its config's number: which of the thread's workers the stream belongs to.
     config: u64,
     id: u32,
+    /// Its config is the lookup gate's (`lookup_gate`): a request it holds at its headers is
+    /// held with flow control, so that an upload above Envoy's buffer limit waits for the
+    /// control plane's read instead of being refused (the wasm filter's gate gets the same from
+    /// Envoy for lack of `allow_on_headers_stop_iteration`).
+    gate: bool,
 }
 
 /// One stream, as its thread's state knows it.
@@ -62,8 +74,8 @@ struct Stream {
 /// A worker thread's timer: the wasm root's tick, which the ABI lacks (no timer or scheduler
 /// of a worker thread's own). A thread sleeps for the period, then commits the scheduler of one
 /// live stream of the worker thread (the ticking stream), whose `scheduled` hook runs the
-/// worker's tick on the worker thread. When that stream ends, another live stream takes over
-/// (a worker with no stream has no timer that needs one: no control plane yet).
+/// worker's tick on the worker thread. When that stream ends, another live stream takes over.
+/// A worker with no stream left sends at once what its timer would send later (`Worker::idle`).
 struct Ticker {
     shared: Arc<TickerShared>,
 }
@@ -90,6 +102,8 @@ struct Beat {
 /// The events a stream's scheduler runs in its `scheduled` hook.
 const TICK: u64 = 0;
 const ANSWER_ORPHANED: u64 = 1;
+/// Relayed answers wait in the thread's mailbox (see `relay`).
+const ANSWERS: u64 = 2;
 
 impl Ticker {
     fn start() -> Ticker {
@@ -115,9 +129,10 @@ impl Ticker {
         }
     }
 
-    /// Makes stream `id` the ticking one when ticks are asked for and no stream ticks.
-    fn adopt(&self, id: u32, envoy: EnvoyFilter) {
-        if self.shared.beat().period_ms == 0 {
+    /// Makes stream `id` the ticking one when no stream ticks and ticks are asked for (or
+    /// `awaited`: the worker awaits a relayed answer, which wakes it the same way).
+    fn adopt(&self, id: u32, envoy: EnvoyFilter, awaited: bool) {
+        if self.shared.beat().period_ms == 0 && !awaited {
             return;
         }
         if let Ok(mut ticking) = self.shared.ticking.lock() {
@@ -143,6 +158,15 @@ impl TickerShared {
         self.beat.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Runs the ticking stream's `scheduled` hook with `event` soon, if a stream ticks.
+    fn wake(&self, event: u64) {
+        if let Ok(ticking) = self.ticking.lock() {
+            if let Some((_, scheduler)) = ticking.as_ref() {
+                scheduler.commit(event);
+            }
+        }
+    }
+
     /// The ticker's thread: waits for each tick's time, then commits the ticking stream's
     /// scheduler.
     fn run(&self) {
@@ -156,11 +180,7 @@ impl TickerShared {
                 }
                 Some(_) => {
                     beat.next = after(beat.period_ms);
-                    if let Ok(ticking) = self.ticking.lock() {
-                        if let Some((_, scheduler)) = ticking.as_ref() {
-                            scheduler.commit(TICK);
-                        }
-                    }
+                    self.wake(TICK);
                 }
             }
         }
@@ -228,6 +248,12 @@ struct ThreadState {
     next_token: u32,
     random: u64,
     metrics: MetricIds,
+    /// This state's number, its config's relay and its mailbox there.
+    number: u64,
+    relay: Arc<Relay>,
+    mailbox: Arc<Mailbox>,
+    /// The control plane's cluster: the root's calls to it are relayed.
+    relayed: Option<String>,
 }
 
 thread_local! {
@@ -272,10 +298,24 @@ fn with_worker<R, T>(
     THREADS.with(|threads| {
         let mut threads = threads.try_borrow_mut().ok()?;
         let state = threads.get_mut(&filter.config)?;
-        let ThreadState { worker, ticker, streams, calls, orphans, next_token, random, metrics, .. } = state;
+        let ThreadState {
+            worker,
+            ticker,
+            streams,
+            calls,
+            orphans,
+            next_token,
+            random,
+            metrics,
+            number,
+            relay,
+            mailbox,
+            relayed,
+            ..
+        } = state;
         let current = streams.get(&filter.id).map(|s| s.envoy);
         if let Some(envoy) = current {
-            ticker.adopt(filter.id, envoy);
+            ticker.adopt(filter.id, envoy, mailbox.awaits());
         }
         // Orphans left while no other stream lived (a stream's scheduler is made in its hooks,
         // once Envoy has given it its callbacks).
@@ -284,6 +324,7 @@ fn with_worker<R, T>(
             current,
             current_id: filter.id,
             metrics,
+            relay: Relay::asker(relay, mailbox, *number, relayed.as_deref()),
             ticker,
             streams,
             calls,
@@ -292,6 +333,14 @@ fn with_worker<R, T>(
             now_ms: Cell::new(None),
         };
         let result = event(worker, &mut io);
+        if let Some(envoy) = current {
+            ticker.adopt(filter.id, envoy, mailbox.awaits());
+        }
+        // Answers that came while no stream could be woken (or during this hook) are taken in a
+        // `scheduled` hook of their own, never inside another event.
+        if mailbox.has_answers() {
+            ticker.shared.wake(ANSWERS);
+        }
         Some(then(streams, result))
     })
 }
@@ -341,6 +390,8 @@ struct NativeIo<'a> {
     current: Option<EnvoyFilter>,
     current_id: u32,
     metrics: &'a [Option<usize>],
+    /// How the root's calls to the control plane are asked of the main thread.
+    relay: relay::Asker<'a>,
     ticker: &'a Ticker,
     streams: &'a HashMap<u32, Stream>,
     calls: &'a mut HashMap<(u32, u64), Call>,
@@ -499,25 +550,29 @@ impl Io for NativeIo<'_> {
     }
 
     fn dispatch(&mut self, id: u32, call: &Dispatch) -> Option<u32> {
-        // The root's call rides on the stream of the running hook (see `Call`).
-        let carrier = if id == ROOT { self.current_id } else { id };
-        let Some(filter) = self.filter(carrier) else {
-            calls::log(ffi::LOG_WARN, "a call of the gateway's has no live stream to start on");
-            return None;
-        };
-        let headers: Vec<(&str, &[u8])> = call.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())).collect();
-        let callout = calls::callout(filter, &call.cluster, &headers, &call.body, call.timeout_ms)?;
         let token = *self.next_token;
+        if id == ROOT && self.relay.relays(call) {
+            // It outlives every stream: the main thread makes it (see `relay`).
+            if !self.relay.ask(token, call) {
+                return None;
+            }
+        } else {
+            // The root's other calls ride on the stream of the running hook (see `Call`).
+            let carrier = if id == ROOT { self.current_id } else { id };
+            let Some(filter) = self.filter(carrier) else {
+                calls::log(ffi::LOG_WARN, "a call of the gateway's has no live stream to start on");
+                return None;
+            };
+            let callout = calls::callout(filter, call)?;
+            self.calls.insert((carrier, callout), Call { token, carried: id == ROOT });
+        }
         *self.next_token = token.wrapping_add(1).max(1);
-        self.calls.insert((carrier, callout), Call { token, carried: id == ROOT });
         Some(token)
     }
 
     fn tick_every(&mut self, period_ms: u64) {
+        // The hook's stream ticks from the end of the hook on (`with_worker`).
         self.ticker.set_period(period_ms);
-        if let Some(envoy) = self.current {
-            self.ticker.adopt(self.current_id, envoy);
-        }
     }
 
     fn access_log(&mut self, line: &[u8]) {
@@ -652,13 +707,6 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                 return std::ptr::null();
             }
         };
-        if settings.control_plane.is_some() {
-            calls::log(
-                ffi::LOG_ERROR,
-                "the native filter does not yet run with a control plane (issue 29): use the wasm filter",
-            );
-            return std::ptr::null();
-        }
         exchange::prepare_store(&ProcessStore, &settings);
         let id = NEXT_CONFIG.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut live) = LIVE_CONFIGS.lock() {
@@ -668,15 +716,19 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
             .iter()
             .map(|(name, keeping, labels)| calls::define_metric(envoy, *keeping, name, labels))
             .collect();
-        calls::into_module(Config { id, bytes, metrics })
+        let gate = settings.lookup_gate;
+        calls::into_module(Config { id, bytes, gate, metrics, relay: Arc::new(Relay::new(envoy)) })
     })
 }
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *const c_void) {
     guarded((), || {
-        if let (Some(config), Ok(mut live)) = (calls::module_ref::<Config>(config), LIVE_CONFIGS.lock()) {
-            live.retain(|id| *id != config.id);
+        if let Some(config) = calls::module_ref::<Config>(config) {
+            config.relay.close();
+            if let Ok(mut live) = LIVE_CONFIGS.lock() {
+                live.retain(|id| *id != config.id);
+            }
         }
         calls::drop_module::<Config>(config);
     })
@@ -694,13 +746,24 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: *const c_void,
             if !threads.contains_key(&key) {
                 // A config Envoy replaced: its workers here go (their streams ended before it).
                 if let Ok(live) = LIVE_CONFIGS.lock() {
-                    threads.retain(|id, _| live.contains(id));
+                    threads.retain(|id, state| {
+                        let keep = live.contains(id);
+                        if !keep {
+                            state.relay.forget(state.number);
+                        }
+                        keep
+                    });
                 }
                 let settings = Settings::parse(&config_ref.bytes).ok()?;
+                let relayed = settings.control_plane.as_ref().map(|cp| cp.cluster.clone());
                 let worker = Worker::new(Rc::new(settings)).rooted(ROOT);
+                let ticker = Ticker::start();
+                let number = NEXT_WORKER.fetch_add(1, Ordering::Relaxed);
+                let relay = Arc::clone(&config_ref.relay);
+                let mailbox = relay.mailbox(number, Arc::clone(&ticker.shared));
                 let state = ThreadState {
                     worker,
-                    ticker: Ticker::start(),
+                    ticker,
                     streams: HashMap::new(),
                     calls: HashMap::new(),
                     orphans: Orphans::default(),
@@ -708,6 +771,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: *const c_void,
                     next_token: 1,
                     random: seed(),
                     metrics: Arc::clone(&config_ref.metrics),
+                    number,
+                    relay,
+                    mailbox,
+                    relayed,
                 };
                 threads.insert(key, state);
             }
@@ -718,7 +785,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: *const c_void,
             Some(id)
         });
         match id {
-            Some(id) => calls::into_module(Filter { config: key, id }),
+            Some(id) => calls::into_module(Filter { config: key, id, gate: config_ref.gate }),
             None => std::ptr::null(),
         }
     })
@@ -729,11 +796,12 @@ fn filter<'a>(module: *const c_void) -> Option<&'a Filter> {
     calls::module_ref::<Filter>(module)
 }
 
-/// A headers hook: the core holds the headers (the body still comes) or lets them go.
+/// A headers hook: the core holds the headers (`held`: how) or lets them go.
 fn headers_hook(
     module: *const c_void,
     end_of_stream: bool,
     event: fn(&mut Worker, u32, bool, &mut dyn Io) -> Output,
+    held: fn(&Filter) -> u32,
 ) -> u32 {
     guarded(ffi::HEADERS_STOP_ITERATION, || {
         let Some(filter) = filter(module) else {
@@ -741,9 +809,19 @@ fn headers_hook(
         };
         match run(filter, |worker, io| event(worker, filter.id, end_of_stream, io), unmarked) {
             Some(Action::Continue) => ffi::HEADERS_CONTINUE,
-            _ => ffi::HEADERS_STOP_ITERATION,
+            _ => held(filter),
         }
     })
+}
+
+/// How a request's held headers stop: the body still comes to the filter, unless the lookup
+/// gate holds them.
+fn request_held(filter: &Filter) -> u32 {
+    if filter.gate {
+        ffi::HEADERS_STOP_ALL_AND_WATERMARK
+    } else {
+        ffi::HEADERS_STOP_ITERATION
+    }
 }
 
 #[no_mangle]
@@ -752,7 +830,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     module: *const c_void,
     end_of_stream: bool,
 ) -> u32 {
-    headers_hook(module, end_of_stream, Worker::request_headers)
+    headers_hook(module, end_of_stream, Worker::request_headers, request_held)
 }
 
 /// Which way a body goes.
@@ -853,7 +931,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     module: *const c_void,
     end_of_stream: bool,
 ) -> u32 {
-    headers_hook(module, end_of_stream, Worker::response_headers)
+    headers_hook(module, end_of_stream, Worker::response_headers, |_| ffi::HEADERS_STOP_ITERATION)
 }
 
 #[no_mangle]
@@ -894,31 +972,39 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
         let Some(filter) = filter(module) else {
             return;
         };
-        THREADS.with(|threads| {
-            if let Ok(mut threads) = threads.try_borrow_mut() {
-                if let Some(state) = threads.get_mut(&filter.config) {
-                    state.ticker.forget(filter.id);
-                    state.streams.remove(&filter.id);
-                    // Another live stream ticks from now on: a request paused for a timer (a
-                    // retry's delay) gets no hook of its own that would adopt the ticker.
-                    if let Some((id, stream)) = state.streams.iter().next() {
-                        state.ticker.adopt(*id, stream.envoy);
-                    }
-                    let orphans = &mut state.orphans;
-                    state.calls.retain(|(id, _), call| {
-                        let ended = *id == filter.id;
-                        if ended && call.carried {
-                            orphans.tokens.push(call.token);
-                        }
-                        !ended
-                    });
-                    if orphans.waker.as_ref().is_some_and(|(id, _)| *id == filter.id) {
-                        orphans.waker = None;
-                    }
-                    orphans.wake(&state.streams);
-                }
+        let idle = THREADS.with(|threads| {
+            let mut threads = threads.try_borrow_mut().ok()?;
+            let state = threads.get_mut(&filter.config)?;
+            state.ticker.forget(filter.id);
+            state.streams.remove(&filter.id);
+            // Another live stream ticks from now on: a request paused for a timer (a retry's
+            // delay, a relayed answer) gets no hook of its own that would adopt the ticker.
+            if let Some((id, stream)) = state.streams.iter().next() {
+                state.ticker.adopt(*id, stream.envoy, state.mailbox.awaits());
             }
+            // An answer that came while no stream ticked.
+            if state.mailbox.has_answers() {
+                state.ticker.shared.wake(ANSWERS);
+            }
+            let orphans = &mut state.orphans;
+            state.calls.retain(|(id, _), call| {
+                let ended = *id == filter.id;
+                if ended && call.carried {
+                    orphans.tokens.push(call.token);
+                }
+                !ended
+            });
+            if orphans.waker.as_ref().is_some_and(|(id, _)| *id == filter.id) {
+                orphans.waker = None;
+            }
+            orphans.wake(&state.streams);
+            Some(state.streams.is_empty() && state.relayed.is_some())
         });
+        // The last stream went: nothing ticks before the next one, so what the timer would send
+        // (records, leases' reports) goes now, through the relay.
+        if idle == Some(true) {
+            run(filter, |worker, io| worker.idle(io), unmarked);
+        }
         calls::drop_module::<Filter>(module);
     })
 }
@@ -964,8 +1050,18 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers() {}
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete() {}
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset() {}
+/// The relayed answers in the thread's mailbox, each to the worker (see `relay`).
+fn answer_mail(worker: &mut Worker, io: &mut NativeIo) -> Output {
+    let mut after = Vec::new();
+    for (token, answer) in io.relay.mail() {
+        after.extend(worker.call_answered(token, answer, io).after);
+    }
+    Output { action: Action::Continue, after }
+}
+
 /// The ticker committed this stream's scheduler: the worker's tick runs (see `Ticker`); or the
-/// stream was asked to report the orphaned root calls (see `Orphans`).
+/// stream was asked to report the orphaned root calls (see `Orphans`), or to take the relayed
+/// answers (see `relay`).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
     _envoy: EnvoyFilter,
@@ -976,9 +1072,16 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
         let Some(filter) = filter(module) else {
             return;
         };
-        if event != ANSWER_ORPHANED {
-            run(filter, |worker, io| worker.tick(io), unmarked);
-            return;
+        match event {
+            TICK => {
+                run(filter, |worker, io| worker.tick(io), unmarked);
+                return;
+            }
+            ANSWERS => {
+                run(filter, answer_mail, unmarked);
+                return;
+            }
+            _ => {}
         }
         let orphaned = THREADS.with(|threads| {
             let mut threads = threads.try_borrow_mut().ok()?;
@@ -995,3 +1098,38 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
 pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark() {}
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark() {}
+
+/// A worker thread asked for a call to the control plane (`relay`): the main thread starts it.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
+    envoy: ffi::EnvoyConfig,
+    config: *const c_void,
+    _event: u64,
+) {
+    guarded((), || {
+        if let Some(config) = calls::module_ref::<Config>(config) {
+            config.relay.start_asked(envoy);
+        }
+    })
+}
+
+/// A call the main thread started for a worker thread answered: to that thread's mailbox.
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
+    _envoy: ffi::EnvoyConfig,
+    config: *const c_void,
+    callout: u64,
+    result: u32,
+    headers: *const ffi::EnvoyHeader,
+    headers_length: usize,
+    chunks: *const ffi::EnvoyBuffer,
+    chunks_length: usize,
+) {
+    guarded((), || {
+        if let Some(config) = calls::module_ref::<Config>(config) {
+            let succeeded = result == ffi::CALLOUT_SUCCEEDED;
+            let answer = calls::callout_answer(succeeded, headers, headers_length, chunks, chunks_length);
+            config.relay.answered(callout, answer);
+        }
+    })
+}

@@ -351,6 +351,16 @@ impl Leases {
         }
     }
 
+    /// Ends every active lease at `now_ms` (each is reported once settled): a worker that can
+    /// no longer tick (the native host's timer rides on its streams, and its last one ended)
+    /// must not hold allowance it would neither renew nor report before it expires.
+    #[cfg(any(test, feature = "native"))]
+    pub(crate) fn retire_all(&mut self, now_ms: u64) {
+        for (_, ledger) in &mut self.ledgers {
+            ledger.retire(now_ms);
+        }
+    }
+
     /// When the timer should next run: a lease to renew ahead, one that ends, one whose
     /// reservations settled.
     pub(crate) fn next_due_ms(&self, now_ms: u64) -> Option<u64> {

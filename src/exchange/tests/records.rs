@@ -129,6 +129,26 @@ fn five_hundred_waiting_records_leave_at_the_next_tick_and_one_batch_at_a_time()
 }
 
 #[test]
+fn a_worker_gone_idle_ships_what_waits_at_once_but_not_before_a_failures_backoff() {
+    // The native host's timer rides on its streams: when the last one ends, nothing ticks
+    // until the next request, so the records waiting go now.
+    let mut gw = Gateway::new(CP);
+    served(&mut gw, 1, "t-1");
+    assert_eq!(gw.worker.idle(&mut gw.io), Output::proceed());
+    let [(token, records)] = batches(&gw).try_into().unwrap();
+    assert_eq!(traces(&records), ["t-1"], "without the second's wait for more records");
+    assert_eq!(gw.io.sent.last().unwrap().id, ROOT);
+    gw.answer(token, 0, &[], b"");
+    served(&mut gw, 2, "t-2");
+    gw.worker.idle(&mut gw.io);
+    assert_eq!(batches(&gw).len(), 1, "the control plane just failed: not before the backoff");
+    gw.advance_clock(1000);
+    gw.tick();
+    let (_, records) = batches(&gw)[1].clone();
+    assert_eq!(traces(&records), ["t-1", "t-2"]);
+}
+
+#[test]
 fn a_batch_that_fails_is_tried_again_later_and_past_the_bound_records_are_dropped_and_counted() {
     let mut gw = Gateway::new(CP);
     served(&mut gw, 1, "t-1");

@@ -13,8 +13,9 @@ pub(crate) const ABI_VERSION: &[u8] = b"v0.2.0\0";
 
 /// Envoy's filter object of one stream (valid until `on_http_filter_destroy`).
 pub(crate) type EnvoyFilter = *mut c_void;
-/// A scheduler Envoy made for a filter: committing it (from any thread) runs the filter's
-/// `scheduled` hook on its worker thread; the adapter deletes it exactly once.
+/// A scheduler Envoy made for a filter (a config): committing it (from any thread) runs the
+/// filter's `scheduled` hook on its worker thread (the config's on the main thread); the adapter
+/// deletes it exactly once.
 pub(crate) type Scheduler = *mut c_void;
 /// Envoy's filter config object (valid until `on_http_filter_config_destroy`).
 pub(crate) type EnvoyConfig = *mut c_void;
@@ -104,6 +105,8 @@ pub(crate) const METRICS_SUCCESS: u32 = 0;
 /// What a header hook returns (`Http::FilterHeadersStatus`).
 pub(crate) const HEADERS_CONTINUE: u32 = 0;
 pub(crate) const HEADERS_STOP_ITERATION: u32 = 1;
+/// Stops the stream, its body held back with flow control (`StopAllIterationAndWatermark`).
+pub(crate) const HEADERS_STOP_ALL_AND_WATERMARK: u32 = 4;
 /// What a body hook returns (`Http::FilterDataStatus`).
 pub(crate) const BODY_CONTINUE: u32 = 0;
 pub(crate) const BODY_STOP_AND_BUFFER: u32 = 1;
@@ -163,6 +166,10 @@ callbacks! {
     scheduler_new: envoy_dynamic_module_callback_http_filter_scheduler_new(filter: EnvoyFilter) -> Scheduler;
     scheduler_commit: envoy_dynamic_module_callback_http_filter_scheduler_commit(scheduler: Scheduler, event: u64);
     scheduler_delete: envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: Scheduler);
+    config_scheduler_new: envoy_dynamic_module_callback_http_filter_config_scheduler_new(config: EnvoyConfig) -> Scheduler;
+    config_scheduler_commit: envoy_dynamic_module_callback_http_filter_config_scheduler_commit(scheduler: Scheduler, event: u64);
+    config_scheduler_delete: envoy_dynamic_module_callback_http_filter_config_scheduler_delete(scheduler: Scheduler);
+    config_callout: envoy_dynamic_module_callback_http_filter_config_http_callout(config: EnvoyConfig, callout_id: *mut u64, cluster: ModuleBuffer, headers: *mut ModuleHeader, headers_length: usize, body: ModuleBuffer, timeout_ms: u64) -> u32;
     set_filter_state_bytes: envoy_dynamic_module_callback_http_set_filter_state_bytes(filter: EnvoyFilter, key: ModuleBuffer, value: ModuleBuffer) -> bool;
     get_attribute_string: envoy_dynamic_module_callback_http_filter_get_attribute_string(filter: EnvoyFilter, attribute: u32, out: *mut EnvoyBuffer) -> bool;
     define_counter: envoy_dynamic_module_callback_http_filter_config_define_counter(config: EnvoyConfig, name: ModuleBuffer, labels: *const ModuleBuffer, labels_length: usize, id: *mut usize) -> u32;

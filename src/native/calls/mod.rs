@@ -8,7 +8,7 @@
 pub(crate) mod ffi;
 
 use crate::exchange::metrics::Keeping;
-use crate::exchange::{self, CallAnswer};
+use crate::exchange::{self, CallAnswer, Dispatch};
 use crate::request::headers;
 use ffi::{Callbacks, EnvoyBuffer, EnvoyConfig, EnvoyFilter, EnvoyHeader, ModuleBuffer, ModuleHeader};
 use std::ffi::c_void;
@@ -186,28 +186,40 @@ pub(crate) fn continue_decoding(filter: EnvoyFilter) {
 
 /// Starts a call on behalf of the stream (cancelled by Envoy when the stream ends); its id,
 /// answered in the `http_callout_done` hook, or None when Envoy could not start it.
-pub(crate) fn callout(
-    filter: EnvoyFilter,
-    cluster: &str,
-    headers: &[(&str, &[u8])],
-    body: &[u8],
-    timeout_ms: u64,
-) -> Option<u64> {
+pub(crate) fn callout(filter: EnvoyFilter, call: &Dispatch) -> Option<u64> {
     let envoy = envoy()?;
-    let mut headers: Vec<ModuleHeader> = headers.iter().map(|(n, v)| ModuleHeader::of(n, v)).collect();
-    let mut id = 0u64;
     // SAFETY: a live filter on its thread; `id` is written by Envoy; the rest is copied.
-    let started = unsafe {
-        (envoy.callout)(
-            filter,
-            &mut id,
-            ModuleBuffer::of(cluster.as_bytes()),
-            headers.as_mut_ptr(),
-            headers.len(),
-            ModuleBuffer::of(body),
-            timeout_ms,
-        )
-    };
+    start_callout(call, |id, cluster, headers, length, body, timeout_ms| unsafe {
+        (envoy.callout)(filter, id, cluster, headers, length, body, timeout_ms)
+    })
+}
+
+/// Starts a call of the config's, from the main thread (it outlives every stream); its id,
+/// answered in the `config_http_callout_done` hook, or None when Envoy could not start it.
+pub(crate) fn config_callout(config: EnvoyConfig, call: &Dispatch) -> Option<u64> {
+    let envoy = envoy()?;
+    // SAFETY: the config Envoy passed to the running hook, on the main thread; `id` is written
+    // by Envoy; the rest is copied.
+    start_callout(call, |id, cluster, headers, length, body, timeout_ms| unsafe {
+        (envoy.config_callout)(config, id, cluster, headers, length, body, timeout_ms)
+    })
+}
+
+/// A call in the ABI's terms, started by `start`.
+fn start_callout(
+    call: &Dispatch,
+    start: impl FnOnce(*mut u64, ModuleBuffer, *mut ModuleHeader, usize, ModuleBuffer, u64) -> u32,
+) -> Option<u64> {
+    let mut headers: Vec<ModuleHeader> = call.headers.iter().map(|(n, v)| ModuleHeader::of(n, v.as_bytes())).collect();
+    let mut id = 0u64;
+    let started = start(
+        &mut id,
+        ModuleBuffer::of(call.cluster.as_bytes()),
+        headers.as_mut_ptr(),
+        headers.len(),
+        ModuleBuffer::of(&call.body),
+        call.timeout_ms,
+    );
     (started == ffi::CALLOUT_STARTED).then_some(id)
 }
 
@@ -246,6 +258,45 @@ impl Drop for Scheduler {
         };
         // SAFETY: made by `new`; dropped once. Envoy allows it after the stream is gone.
         unsafe { (envoy.scheduler_delete)(self.0) }
+    }
+}
+
+/// A scheduler Envoy made for a filter config, owned by it: committed from any thread, deleted
+/// once (on drop, with the config).
+pub(crate) struct ConfigScheduler(ffi::Scheduler);
+
+// SAFETY: as `Scheduler`'s: Envoy's config scheduler posts to the main thread's dispatcher from
+// any thread, and the pointer itself is only read.
+unsafe impl Send for ConfigScheduler {}
+// SAFETY: `commit` takes `&self` from several threads; Envoy's commit is made for that.
+unsafe impl Sync for ConfigScheduler {}
+
+impl ConfigScheduler {
+    /// A scheduler of the config's, made in its `config_new` hook on the main thread.
+    pub(crate) fn new(config: EnvoyConfig) -> Option<ConfigScheduler> {
+        let envoy = envoy()?;
+        // SAFETY: the config Envoy passed to the running `config_new` hook.
+        let scheduler = unsafe { (envoy.config_scheduler_new)(config) };
+        (!scheduler.is_null()).then_some(ConfigScheduler(scheduler))
+    }
+
+    /// Runs the config's `scheduled` hook soon, on the main thread.
+    pub(crate) fn commit(&self) {
+        let Some(envoy) = envoy() else {
+            return;
+        };
+        // SAFETY: made by `new` and not yet deleted (that takes `self`).
+        unsafe { (envoy.config_scheduler_commit)(self.0, 0) }
+    }
+}
+
+impl Drop for ConfigScheduler {
+    fn drop(&mut self) {
+        let Some(envoy) = envoy() else {
+            return;
+        };
+        // SAFETY: made by `new`; dropped once, with the config.
+        unsafe { (envoy.config_scheduler_delete)(self.0) }
     }
 }
 

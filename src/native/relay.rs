@@ -1,0 +1,186 @@
+//! The control plane's calls that outlive the request that started them (the wasm filter's root
+//! context makes them): an entry several requests wait for, a batch of request records, the
+//! limits' leases, a kept response. A stream's callout ends with its stream, and a worker thread
+//! may have no stream at all when its records are due, so these go out from the main thread as
+//! the config's callouts (the control plane's cluster is there; the internal listener that
+//! other dispatched calls go through exists on worker threads only). Each answer comes back to
+//! the worker thread that asked, through that thread's mailbox, which a `scheduled` hook of one
+//! of its live streams empties (see `TickerShared::wake`), else its next stream's first hook.
+
+use super::calls::{self, ffi::EnvoyConfig, ConfigScheduler};
+use super::TickerShared;
+use crate::exchange::{CallAnswer, Dispatch};
+use hashbrown::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// What a filter config relays for its worker threads.
+pub(super) struct Relay {
+    /// None when Envoy made no scheduler, or once the config is gone: such calls then fail to
+    /// start.
+    scheduler: Mutex<Option<ConfigScheduler>>,
+    /// Calls worker threads asked for, for the main thread to start.
+    asked: Mutex<Vec<Asked>>,
+    /// The main thread's calls in flight, by Envoy's callout id: who asked, and the token.
+    flights: Mutex<HashMap<u64, (u64, u32)>>,
+    /// Each worker thread's mailbox, by its worker number.
+    mailboxes: Mutex<HashMap<u64, Arc<Mailbox>>>,
+}
+
+struct Asked {
+    worker: u64,
+    token: u32,
+    call: Dispatch,
+}
+
+/// A worker thread's answers, and how to wake the thread for them.
+pub(super) struct Mailbox {
+    answers: Mutex<Vec<(u32, CallAnswer)>>,
+    /// Calls asked and not yet taken here: while there are any, a live stream of the thread
+    /// keeps a scheduler to be woken with (`awaits`).
+    awaiting: AtomicUsize,
+    ticker: Arc<TickerShared>,
+}
+
+impl Mailbox {
+    /// Whether an answer is still to be taken.
+    pub(super) fn awaits(&self) -> bool {
+        self.awaiting.load(Ordering::Relaxed) > 0
+    }
+
+    /// Whether answers wait to be taken.
+    pub(super) fn has_answers(&self) -> bool {
+        !locked(&self.answers).is_empty()
+    }
+
+    /// The answers that arrived, each taken once.
+    pub(super) fn take(&self) -> Vec<(u32, CallAnswer)> {
+        let answers = std::mem::take(&mut *locked(&self.answers));
+        if !answers.is_empty() {
+            let taken = answers.len();
+            let _ = self.awaiting.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(taken)));
+        }
+        answers
+    }
+}
+
+impl Relay {
+    pub(super) fn new(config: EnvoyConfig) -> Relay {
+        Relay {
+            scheduler: Mutex::new(ConfigScheduler::new(config)),
+            asked: Mutex::new(Vec::new()),
+            flights: Mutex::new(HashMap::new()),
+            mailboxes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The mailbox of a new worker thread's state (`worker`: its number).
+    pub(super) fn mailbox(&self, worker: u64, ticker: Arc<TickerShared>) -> Arc<Mailbox> {
+        let mailbox = Arc::new(Mailbox { answers: Mutex::new(Vec::new()), awaiting: AtomicUsize::new(0), ticker });
+        locked(&self.mailboxes).insert(worker, Arc::clone(&mailbox));
+        mailbox
+    }
+
+    /// A worker thread's state went (its config was replaced): answers for it are dropped.
+    pub(super) fn forget(&self, worker: u64) {
+        locked(&self.mailboxes).remove(&worker);
+    }
+
+    /// From a worker thread: `call` for the main thread to start, answered to `token` in the
+    /// worker's mailbox. False when it cannot be asked.
+    pub(super) fn ask(&self, mailbox: &Mailbox, worker: u64, token: u32, call: &Dispatch) -> bool {
+        let scheduler = locked(&self.scheduler);
+        let Some(scheduler) = scheduler.as_ref() else {
+            return false;
+        };
+        locked(&self.asked).push(Asked { worker, token, call: call.clone() });
+        mailbox.awaiting.fetch_add(1, Ordering::Relaxed);
+        scheduler.commit();
+        true
+    }
+
+    /// On the main thread, as Envoy destroys the config: its scheduler goes with it (worker
+    /// threads may hold the relay longer).
+    pub(super) fn close(&self) {
+        drop(locked(&self.scheduler).take());
+    }
+
+    /// On the main thread: starts the calls asked for.
+    pub(super) fn start_asked(&self, config: EnvoyConfig) {
+        let asked = std::mem::take(&mut *locked(&self.asked));
+        for Asked { worker, token, call } in asked {
+            match calls::config_callout(config, &call) {
+                // Envoy answers a started call in the done hook, never inside the call.
+                Some(id) => {
+                    locked(&self.flights).insert(id, (worker, token));
+                }
+                None => {
+                    calls::log(calls::ffi::LOG_WARN, &format!("a call to cluster {} could not start", call.cluster));
+                    self.deliver(worker, token, CallAnswer::FAILED);
+                }
+            }
+        }
+    }
+
+    /// On the main thread: call `id` answered.
+    pub(super) fn answered(&self, id: u64, answer: CallAnswer) {
+        let flight = locked(&self.flights).remove(&id);
+        if let Some((worker, token)) = flight {
+            self.deliver(worker, token, answer);
+        }
+    }
+
+    /// Puts an answer in its worker's mailbox and wakes the thread (through a live stream;
+    /// without one, the thread's next stream takes it).
+    fn deliver(&self, worker: u64, token: u32, answer: CallAnswer) {
+        let mailbox = locked(&self.mailboxes).get(&worker).cloned();
+        let Some(mailbox) = mailbox else {
+            return;
+        };
+        locked(&mailbox.answers).push((token, answer));
+        mailbox.ticker.wake(super::ANSWERS);
+    }
+}
+
+/// A worker thread's way to the relay, from one hook.
+pub(super) struct Asker<'a> {
+    relay: &'a Relay,
+    mailbox: &'a Mailbox,
+    worker: u64,
+    /// The control plane's cluster (None: no control plane, nothing relayed).
+    cluster: Option<&'a str>,
+}
+
+impl Relay {
+    pub(super) fn asker<'a>(
+        relay: &'a Relay,
+        mailbox: &'a Mailbox,
+        worker: u64,
+        cluster: Option<&'a str>,
+    ) -> Asker<'a> {
+        Asker { relay, mailbox, worker, cluster }
+    }
+}
+
+impl Asker<'_> {
+    /// Whether the main thread makes `call` (a call to the control plane).
+    pub(super) fn relays(&self, call: &Dispatch) -> bool {
+        self.cluster == Some(call.cluster.as_str())
+    }
+
+    /// Asks for `call`, answered to `token`; false when it cannot be asked.
+    pub(super) fn ask(&self, token: u32, call: &Dispatch) -> bool {
+        self.relay.ask(self.mailbox, self.worker, token, call)
+    }
+
+    /// The answers in the thread's mailbox, each taken once.
+    pub(super) fn mail(&self) -> Vec<(u32, CallAnswer)> {
+        self.mailbox.take()
+    }
+}
+
+/// A lock's value, also after a panic elsewhere (what it holds stays consistent: each use is
+/// one push, insert, remove or take).
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
