@@ -113,13 +113,6 @@ int main(int argc, char **argv) {
     assert "Envoy 1.40's dynamic-module ABI v0.2.0" in lines[0], lines[0]
 
 
-@pytest.fixture(scope="module")
-def one_worker(start_gateway, openai_mock):
-    """The native gateway with one worker thread: its requests share that worker's fetches."""
-    with start_gateway("one-worker", session_cache(openai_mock), {"GATEWAY_CONCURRENCY": "1"}) as gw:
-        yield gw
-
-
 def test_a_shared_fetch_whose_request_ends_is_sent_again_for_the_request_that_joined_it(one_worker, openai_mock,
                                                                                        hooks):
     """A JWKS fetch rides on the stream of the request that started it (the ABI cancels a
