@@ -92,22 +92,38 @@ impl Shipper {
         if self.due_ms()? > now_ms {
             return None;
         }
-        let mut batch = Vec::new();
-        let mut bytes = 0usize;
-        while batch.len() < MAX_BATCH {
-            let Some(next) = self.queue.front() else { break };
-            if !batch.is_empty() && bytes.saturating_add(next.json.len()) > MAX_BATCH_BYTES {
-                break;
-            }
-            let Some(next) = self.queue.pop_front() else { break };
-            bytes = bytes.saturating_add(next.json.len());
-            batch.push(next);
-        }
+        let (count, bytes) = self.next_batch();
+        let batch: Vec<Queued> = self.queue.drain(..count).collect();
         self.bytes = self.bytes.saturating_sub(bytes);
         self.hurried = false;
-        let body = body(&batch, bytes);
+        let body = body(batch.iter(), bytes);
         self.in_flight = Some((0, batch));
         Some(body)
+    }
+
+    /// How many of the oldest records the next batch holds, and their bytes.
+    fn next_batch(&self) -> (usize, usize) {
+        let mut count = 0;
+        let mut bytes = 0usize;
+        for next in self.queue.iter().take(MAX_BATCH) {
+            if count > 0 && bytes.saturating_add(next.json.len()) > MAX_BATCH_BYTES {
+                break;
+            }
+            bytes = bytes.saturating_add(next.json.len());
+            count += 1;
+        }
+        (count, bytes)
+    }
+
+    /// While a batch is in flight, a copy of the next one (the records stay queued, and go again
+    /// with it: the control plane stores each record id once).
+    #[cfg(any(test, feature = "native"))]
+    pub(super) fn copy_of_next(&self) -> Option<Vec<u8>> {
+        if self.in_flight.is_none() || self.queue.is_empty() {
+            return None;
+        }
+        let (count, bytes) = self.next_batch();
+        Some(body(self.queue.iter().take(count), bytes))
     }
 
     /// The batch just taken is on its way under `token`.
@@ -179,10 +195,10 @@ fn count(n: usize) -> u64 {
 }
 
 /// `{"records":[...]}` of the batch (`bytes`: the records' size).
-fn body(batch: &[Queued], bytes: usize) -> Vec<u8> {
+fn body<'a>(batch: impl ExactSizeIterator<Item = &'a Queued>, bytes: usize) -> Vec<u8> {
     let mut body = Vec::with_capacity(bytes.saturating_add(batch.len()).saturating_add(16));
     body.extend_from_slice(b"{\"records\":[");
-    for (i, record) in batch.iter().enumerate() {
+    for (i, record) in batch.enumerate() {
         if i > 0 {
             body.push(b',');
         }

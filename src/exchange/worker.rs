@@ -410,12 +410,22 @@ impl Worker {
     /// send later goes now. The records queued leave, and the leases end and are reported (the
     /// next request asks for allowance again), rather than expire unreported, which the control
     /// plane would count as wholly spent.
+    ///
+    /// A batch still in flight would hold the next one back until its answer, which an idle
+    /// worker takes only with its next request: a copy of the records waiting goes too.
     #[cfg(any(test, feature = "native"))]
     pub(crate) fn idle(&mut self, io: &mut dyn Io) -> Output {
         self.tasks.records.hurry();
         let now_ms = io.host().now_ms();
         self.tasks.leases.retire_all(now_ms);
-        self.tick(io)
+        let output = self.tick(io);
+        if let (Some(cp), Some(body)) = (&self.settings.control_plane, self.tasks.records.copy_of_next()) {
+            // Its answer is not awaited (the shipper does not carry its token).
+            if let Some(token) = io.dispatch(self.tasks.root, &shipping::call(cp, body)) {
+                self.tasks.calls.insert(token, (self.tasks.root, Task::Records));
+            }
+        }
+        output
     }
 
     /// Request `id` was held for its body [`BODY_WAIT_MS`] ago and no worker's request got a

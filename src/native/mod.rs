@@ -1000,10 +1000,19 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
             orphans.wake(&state.streams);
             Some(state.streams.is_empty() && state.relayed.is_some())
         });
-        // The last stream went: nothing ticks before the next one, so what the timer would send
-        // (records, leases' reports) goes now, through the relay.
+        // The last stream went: nothing ticks before the next one, so the answers that came
+        // are taken, and what the timer would send (records, leases' reports) goes now, through
+        // the relay.
         if idle == Some(true) {
-            run(filter, |worker, io| worker.idle(io), unmarked);
+            run(
+                filter,
+                |worker, io| {
+                    let mut output = answer_mail(worker, io);
+                    output.after.extend(worker.idle(io).after);
+                    output
+                },
+                unmarked,
+            );
         }
         calls::drop_module::<Filter>(module);
     })

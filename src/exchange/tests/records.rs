@@ -144,8 +144,21 @@ fn a_worker_gone_idle_ships_what_waits_at_once_but_not_before_a_failures_backoff
     assert_eq!(batches(&gw).len(), 1, "the control plane just failed: not before the backoff");
     gw.advance_clock(1000);
     gw.tick();
-    let (_, records) = batches(&gw)[1].clone();
+    let (token, records) = batches(&gw)[1].clone();
     assert_eq!(traces(&records), ["t-1", "t-2"]);
+
+    // A batch still in flight holds the next back until its answer, which an idle worker takes
+    // only with its next request: a copy goes at once, and the records stay queued.
+    served(&mut gw, 3, "t-3");
+    gw.worker.idle(&mut gw.io);
+    let (copy, records) = batches(&gw)[2].clone();
+    assert_eq!(traces(&records), ["t-3"]);
+    assert_eq!(gw.answer(copy, 200, &[], b"{}"), Output::proceed(), "its answer changes nothing");
+    gw.answer(token, 200, &[], b"{}");
+    gw.advance_clock(1000);
+    gw.tick();
+    let (_, records) = batches(&gw)[3].clone();
+    assert_eq!(traces(&records), ["t-3"], "again, under the same record id");
 }
 
 #[test]
