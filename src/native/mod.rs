@@ -129,16 +129,22 @@ impl Ticker {
         }
     }
 
-    /// Makes stream `id` the ticking one when no stream ticks and ticks are asked for (or
-    /// `awaited`: the worker awaits a relayed answer, which wakes it the same way).
-    fn adopt(&self, id: u32, envoy: EnvoyFilter, awaited: bool) {
-        if self.shared.beat().period_ms == 0 && !awaited {
-            return;
-        }
-        if let Ok(mut ticking) = self.shared.ticking.lock() {
-            if ticking.is_none() {
-                *ticking = calls::Scheduler::new(envoy).map(|scheduler| (id, scheduler));
+    /// Makes live stream `stream` the ticking one when no stream ticks and ticks are asked for
+    /// or the worker awaits a relayed answer (which wakes it the same way); then wakes the
+    /// ticking stream for answers that came while none could be woken (they are taken in a
+    /// `scheduled` hook of their own, never inside another event).
+    fn keep_awake(&self, stream: Option<(u32, EnvoyFilter)>, mailbox: &Mailbox) {
+        if let Some((id, envoy)) = stream {
+            if self.shared.beat().period_ms > 0 || mailbox.awaits() {
+                if let Ok(mut ticking) = self.shared.ticking.lock() {
+                    if ticking.is_none() {
+                        *ticking = calls::Scheduler::new(envoy).map(|scheduler| (id, scheduler));
+                    }
+                }
             }
+        }
+        if mailbox.has_answers() {
+            self.shared.wake(ANSWERS);
         }
     }
 
@@ -314,9 +320,6 @@ fn with_worker<R, T>(
             ..
         } = state;
         let current = streams.get(&filter.id).map(|s| s.envoy);
-        if let Some(envoy) = current {
-            ticker.adopt(filter.id, envoy, mailbox.awaits());
-        }
         // Orphans left while no other stream lived (a stream's scheduler is made in its hooks,
         // once Envoy has given it its callbacks).
         orphans.wake(streams);
@@ -333,14 +336,8 @@ fn with_worker<R, T>(
             now_ms: Cell::new(None),
         };
         let result = event(worker, &mut io);
-        if let Some(envoy) = current {
-            ticker.adopt(filter.id, envoy, mailbox.awaits());
-        }
-        // Answers that came while no stream could be woken (or during this hook) are taken in a
-        // `scheduled` hook of their own, never inside another event.
-        if mailbox.has_answers() {
-            ticker.shared.wake(ANSWERS);
-        }
+        // After the event: what it asked for (ticks, relayed calls) counts.
+        ticker.keep_awake(current.map(|envoy| (filter.id, envoy)), mailbox);
         Some(then(streams, result))
     })
 }
@@ -571,7 +568,7 @@ impl Io for NativeIo<'_> {
     }
 
     fn tick_every(&mut self, period_ms: u64) {
-        // The hook's stream ticks from the end of the hook on (`with_worker`).
+        // The hook's stream ticks from the end of the hook on (`with_worker`, `keep_awake`).
         self.ticker.set_period(period_ms);
     }
 
@@ -979,13 +976,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
             state.streams.remove(&filter.id);
             // Another live stream ticks from now on: a request paused for a timer (a retry's
             // delay, a relayed answer) gets no hook of its own that would adopt the ticker.
-            if let Some((id, stream)) = state.streams.iter().next() {
-                state.ticker.adopt(*id, stream.envoy, state.mailbox.awaits());
-            }
-            // An answer that came while no stream ticked.
-            if state.mailbox.has_answers() {
-                state.ticker.shared.wake(ANSWERS);
-            }
+            let next = state.streams.iter().next().map(|(id, stream)| (*id, stream.envoy));
+            state.ticker.keep_awake(next, &state.mailbox);
             let orphans = &mut state.orphans;
             state.calls.retain(|(id, _), call| {
                 let ended = *id == filter.id;
@@ -1033,8 +1025,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
         let Some(filter) = filter(module) else {
             return;
         };
-        let succeeded = result == ffi::CALLOUT_SUCCEEDED;
-        let answer = calls::callout_answer(succeeded, headers, headers_length, chunks, chunks_length);
+        let answer = calls::callout_answer(result, headers, headers_length, chunks, chunks_length);
         run(
             filter,
             |worker, io| match io.calls.remove(&(filter.id, callout)) {
@@ -1136,8 +1127,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
 ) {
     guarded((), || {
         if let Some(config) = calls::module_ref::<Config>(config) {
-            let succeeded = result == ffi::CALLOUT_SUCCEEDED;
-            let answer = calls::callout_answer(succeeded, headers, headers_length, chunks, chunks_length);
+            let answer = calls::callout_answer(result, headers, headers_length, chunks, chunks_length);
             config.relay.answered(callout, answer);
         }
     })

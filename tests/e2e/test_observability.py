@@ -26,20 +26,16 @@ MODELS = ["m-chat", "m-stream", "m-stream-asked", "m-cache", "m-retry", "m-fall-
 PROMPT = "the secret prompt text 7f3a"
 
 
-def observed(start_gateway, tmp_path_factory, name: str, env: dict):
+@pytest.fixture(scope="module")
+def obs(start_gateway, tmp_path_factory):
     """A gateway of this module's own: its access log in a file of its own, the metrics' models
     listed."""
     access_log = tmp_path_factory.mktemp("obs-access") / "access.log"
     env = {"GATEWAY_ACCESS_LOG": str(access_log),
-           "GATEWAY_METRICS": json.dumps({"models": MODELS, "stream_usage": True}), **env}
-    with start_gateway(name, None, env) as gw:
+           "GATEWAY_METRICS": json.dumps({"models": MODELS, "stream_usage": True})}
+    with start_gateway("observability", None, env) as gw:
         gw.access_log = access_log
         yield gw
-
-
-@pytest.fixture(scope="module")
-def obs(start_gateway, tmp_path_factory):
-    yield from observed(start_gateway, tmp_path_factory, "observability", {})
 
 
 # --------------------------------------------------------------------------- reading what Envoy shows

@@ -396,13 +396,13 @@ pub(crate) fn hook_bytes(buffer: EnvoyBuffer) -> Vec<u8> {
 /// A callout's answer as the done hook receives it, copied. The pointers are the hook's
 /// arguments: each null or Envoy's array of the given length, valid during the hook.
 pub(crate) fn callout_answer(
-    succeeded: bool,
+    result: u32,
     headers: *const EnvoyHeader,
     headers_length: usize,
     chunks: *const EnvoyBuffer,
     chunks_length: usize,
 ) -> CallAnswer {
-    if !succeeded {
+    if result != ffi::CALLOUT_SUCCEEDED {
         return CallAnswer::FAILED;
     }
     let headers: Vec<(String, Vec<u8>)> = if headers.is_null() {
