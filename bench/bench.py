@@ -262,7 +262,8 @@ def main():
     parser.add_argument("--variants", help="measure only these variants (comma-separated, e.g. uncached,guardrail; "
                         "names: bare, minimal, gateway, uncached, saved, fallback, cache_hit, guardrail, compare, "
                         "compare_uncached, compare_guardrail: the last three through --compare-wasm; native, native_uncached, "
-                        "native_cache_hit, native_guardrail, compare_native (through --compare-native)); "
+                        "native_cache_hit, native_guardrail, native_keyed, native_limited, compare_native (through "
+                        "--compare-native)); "
                         "tables whose variants were not measured are left out")
     args = parser.parse_args()
     if not shutil.which("wrk"):
@@ -293,13 +294,11 @@ def main():
                              args.concurrency))
     procs.append(control_plane)
     pids = {bare_port: procs[1].pid, gateway_port: procs[2].pid, minimal_port: procs[3].pid}
-    # The same gateway as the native module (GATEWAY_HOST=native; without a control plane, as its
-    # figures since its first slice were taken): its variants are the wasm filter's without a
-    # control plane's key.
+    # The same gateway as the native module (GATEWAY_HOST=native), with the same control plane,
+    # as `GATEWAY_HOST=native ./build.sh run` starts it.
     native_port = free_port()
-    native_env = {k: v for k, v in env.items() if not k.startswith("GATEWAY_CONTROL_PLANE")}
-    native_env.update({"GATEWAY_PORT": str(native_port), "GATEWAY_ADMIN_PORT": str(free_port()),
-                       "GATEWAY_HOST": "native", "GATEWAY_NATIVE_MODULE": str(NATIVE_MODULE)})
+    native_env = {**env, "GATEWAY_PORT": str(native_port), "GATEWAY_ADMIN_PORT": str(free_port()),
+                  "GATEWAY_HOST": "native", "GATEWAY_NATIVE_MODULE": str(NATIVE_MODULE)}
     native_config = rendered(native_env)
     procs.append(start_envoy(native_config, workdir, "native", args.concurrency))
     pids[native_port] = procs[-1].pid
@@ -374,6 +373,8 @@ def main():
         wait_ready(gateway_port, cache_hit_headers, REQUEST)
         wait_ready(gateway_port, guardrail_headers, REQUEST)
         wait_ready(native_port, gateway_headers, REQUEST)
+        wait_ready(native_port, keyed_headers, REQUEST)
+        wait_ready(native_port, limited_headers, REQUEST)
         wait_ready(native_port, cache_hit_headers, REQUEST)
         wait_ready(native_port, guardrail_headers, REQUEST)
         for port in (gateway_port, native_port):
@@ -392,7 +393,8 @@ def main():
                         ("limited", gateway_port, limited_headers), ("native", native_port, gateway_headers),
                         ("native_uncached", native_port, uncached_headers),
                         ("native_cache_hit", native_port, cache_hit_headers),
-                        ("native_guardrail", native_port, guardrail_headers))
+                        ("native_guardrail", native_port, guardrail_headers),
+                        ("native_keyed", native_port, keyed_headers), ("native_limited", native_port, limited_headers))
             if compare_native_port:
                 variants += (("compare_native", compare_native_port, gateway_headers),)
             if compare_port:
@@ -431,6 +433,8 @@ def main():
              "native_uncached": "Envoy + native module, one-target config (uncached)",
              "native_cache_hit": "Envoy + native module, one-target config, cache hit",
              "native_guardrail": "Envoy + native module, one-target config, input regexMatch guardrail",
+             "native_keyed": "Envoy + native module, a control-plane key (provider headers)",
+             "native_limited": "Envoy + native module, a control-plane key under a rate limit and a budget",
              "compare_native": f"Envoy + {args.compare_native} (provider headers)",
              "compare": f"Envoy + {args.compare_wasm} (provider headers)",
              "compare_uncached": f"Envoy + {args.compare_wasm}, one-target config (uncached)",
@@ -518,14 +522,16 @@ def main():
             plain, saved = (runs[key]["cpu_us"] for key in ("uncached", "saved"))
             print(f"| {connections} | {plain:.0f} | {saved:.0f} | {saved - plain:+.0f} |")
 
-    if measured.issuperset(("keyed", "limited")):
-        print("\nA rate limit and a budget in force (the same request with a control-plane key of a workspace"
-              " without limits, and of one with both), CPU per request:\n")
-        print("| connections | without limits µs | with a rate limit and a budget µs | the limits' cost µs |")
-        print("|---|---|---|---|")
-        for connections, runs in rows:
-            plain, limited = (runs[key]["cpu_us"] for key in ("keyed", "limited"))
-            print(f"| {connections} | {plain:.0f} | {limited:.0f} | {limited - plain:+.0f} |")
+    for build, keyed, limited in (("the wasm filter", "keyed", "limited"),
+                                  ("the native module", "native_keyed", "native_limited")):
+        if measured.issuperset((keyed, limited)):
+            print(f"\nA rate limit and a budget in force, {build} (the same request with a control-plane key of a"
+                  " workspace without limits, and of one with both), CPU per request:\n")
+            print("| connections | without limits µs | with a rate limit and a budget µs | the limits' cost µs |")
+            print("|---|---|---|---|")
+            for connections, runs in rows:
+                plain, under = (runs[key]["cpu_us"] for key in (keyed, limited))
+                print(f"| {connections} | {plain:.0f} | {under:.0f} | {under - plain:+.0f} |")
 
     if measured.issuperset(("minimal", "gateway", "compare")):
         print(f"\nThe same request through {args.compare_wasm}, CPU per request side by side:\n")

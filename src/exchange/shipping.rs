@@ -46,8 +46,6 @@ pub(super) struct Shipper {
     /// After a failure, no batch leaves before this.
     not_before_ms: u64,
     failures: u32,
-    /// The next batch leaves without waiting for more records (see `hurry`).
-    hurried: bool,
 }
 
 impl Shipper {
@@ -76,15 +74,8 @@ impl Shipper {
             return None;
         }
         let oldest = self.queue.front()?;
-        let due = if self.hurried || self.queue.len() >= EAGER { 0 } else { oldest.queued_ms.saturating_add(WAIT_MS) };
+        let due = if self.queue.len() >= EAGER { 0 } else { oldest.queued_ms.saturating_add(WAIT_MS) };
         Some(due.max(self.not_before_ms))
-    }
-
-    /// The next batch leaves as soon as it may (not before a failure's back-off), without
-    /// waiting for more records.
-    #[cfg(any(test, feature = "native"))]
-    pub(super) fn hurry(&mut self) {
-        self.hurried = true;
     }
 
     /// Takes the next batch off the queue (when one is due at `now_ms`): its body.
@@ -95,7 +86,6 @@ impl Shipper {
         let (count, bytes) = self.next_batch();
         let batch: Vec<Queued> = self.queue.drain(..count).collect();
         self.bytes = self.bytes.saturating_sub(bytes);
-        self.hurried = false;
         let body = body(batch.iter(), bytes);
         self.in_flight = Some((0, batch));
         Some(body)
@@ -115,11 +105,11 @@ impl Shipper {
         (count, bytes)
     }
 
-    /// While a batch is in flight, a copy of the next one (the records stay queued, and go again
-    /// with it: the control plane stores each record id once).
+    /// A copy of the next batch (the records stay queued, and go again with it: the control plane
+    /// stores each record id once).
     #[cfg(any(test, feature = "native"))]
     pub(super) fn copy_of_next(&self) -> Option<Vec<u8>> {
-        if self.in_flight.is_none() || self.queue.is_empty() {
+        if self.queue.is_empty() {
             return None;
         }
         let (count, bytes) = self.next_batch();

@@ -405,27 +405,29 @@ impl Worker {
         Output { action: Action::Continue, after }
     }
 
-    /// The host has no request of this worker left to tick on (the native module's timer rides
-    /// on its streams, and nothing ticks again before the next request): what the timer would
-    /// send later goes now. The records queued leave, and the leases end and are reported (the
-    /// next request asks for allowance again), rather than expire unreported, which the control
-    /// plane would count as wholly spent.
-    ///
-    /// A batch still in flight would hold the next one back until its answer, which an idle
-    /// worker takes only with its next request: a copy of the records waiting goes too.
+    /// What a worker whose last request ended sends if no other comes soon (the native module's
+    /// timer rides on its streams: nothing ticks before the next request): the reports of its
+    /// leases as if each ended at `now_ms`, rather than expire unreported, which the control plane
+    /// would count as wholly spent; and a copy of the records waiting (they stay queued: the
+    /// control plane stores each record id once). Nothing changes here: the host holds these calls,
+    /// drops them when a request comes first, and else sends them and says so (`idle_sent`).
     #[cfg(any(test, feature = "native"))]
-    pub(crate) fn idle(&mut self, io: &mut dyn Io) -> Output {
-        self.tasks.records.hurry();
-        let now_ms = io.host().now_ms();
-        self.tasks.leases.retire_all(now_ms);
-        let output = self.tick(io);
-        if let (Some(cp), Some(body)) = (&self.settings.control_plane, self.tasks.records.copy_of_next()) {
-            // Its answer is not awaited (the shipper does not carry its token).
-            if let Some(token) = io.dispatch(self.tasks.root, &shipping::call(cp, body)) {
-                self.tasks.calls.insert(token, (self.tasks.root, Task::Records));
-            }
-        }
-        output
+    pub(crate) fn idle_calls(&self, now_ms: u64) -> Vec<super::Dispatch> {
+        let Some(cp) = &self.settings.control_plane else {
+            return Vec::new();
+        };
+        let reports = self.tasks.leases.idle_reports(now_ms);
+        let leases = (!reports.is_empty()).then(|| shipping::leases(cp, &[], &reports));
+        let records = self.tasks.records.copy_of_next().map(|body| shipping::call(cp, body));
+        leases.into_iter().chain(records).collect()
+    }
+
+    /// The calls `idle_calls(idle_ms)` made went: the leases ended then, and were reported.
+    #[cfg(any(test, feature = "native"))]
+    pub(crate) fn idle_sent(&mut self, idle_ms: u64) {
+        self.tasks.leases.retire_all(idle_ms);
+        // Their reports went with those calls (and with no lease active, none is renewed).
+        let _sent = self.tasks.leases.due(idle_ms);
     }
 
     /// Request `id` was held for its body [`BODY_WAIT_MS`] ago and no worker's request got a

@@ -96,6 +96,8 @@ struct Beat {
     /// 0: no ticks.
     period_ms: u64,
     next: Option<Instant>,
+    /// When the worker's idle calls go (see `went_idle`), unless a request comes first.
+    idle_due: Option<Instant>,
     stopped: bool,
 }
 
@@ -106,14 +108,15 @@ const ANSWER_ORPHANED: u64 = 1;
 const ANSWERS: u64 = 2;
 
 impl Ticker {
-    fn start() -> Ticker {
+    /// `on_idle`: run on the ticker's thread when the idle time set (`idle_until`) comes.
+    fn start(on_idle: impl Fn() + Send + 'static) -> Ticker {
         let shared = Arc::new(TickerShared {
             beat: Mutex::new(Beat::default()),
             changed: Condvar::new(),
             ticking: Mutex::new(None),
         });
         let ticker = Arc::clone(&shared);
-        let started = std::thread::Builder::new().name("gateway-ticker".into()).spawn(move || ticker.run());
+        let started = std::thread::Builder::new().name("gateway-ticker".into()).spawn(move || ticker.run(on_idle));
         if let Err(error) = started {
             calls::log(ffi::LOG_ERROR, &format!("the gateway's timer thread did not start: {error}"));
         }
@@ -125,6 +128,15 @@ impl Ticker {
         if beat.period_ms != period_ms {
             beat.period_ms = period_ms;
             beat.next = (period_ms > 0).then(|| after(period_ms)).flatten();
+            self.shared.changed.notify_one();
+        }
+    }
+
+    /// When `on_idle` runs (None: not at all).
+    fn idle_until(&self, due: Option<Instant>) {
+        let mut beat = self.shared.beat();
+        if beat.idle_due != due {
+            beat.idle_due = due;
             self.shared.changed.notify_one();
         }
     }
@@ -174,15 +186,22 @@ impl TickerShared {
     }
 
     /// The ticker's thread: waits for each tick's time, then commits the ticking stream's
-    /// scheduler.
-    fn run(&self) {
+    /// scheduler; and runs `on_idle` when the idle time comes.
+    fn run(&self, on_idle: impl Fn()) {
         let mut beat = self.beat();
         while !beat.stopped {
             let now = Instant::now();
-            match beat.next {
+            match beat.next.into_iter().chain(beat.idle_due).min() {
                 None => beat = self.changed.wait(beat).unwrap_or_else(PoisonError::into_inner),
-                Some(next) if next > now => {
-                    beat = self.changed.wait_timeout(beat, next - now).unwrap_or_else(PoisonError::into_inner).0;
+                Some(at) if at > now => {
+                    beat = self.changed.wait_timeout(beat, at - now).unwrap_or_else(PoisonError::into_inner).0;
+                }
+                Some(_) if beat.idle_due.is_some_and(|due| due <= now) => {
+                    beat.idle_due = None;
+                    // Not under the beat's lock: the relay takes its own.
+                    drop(beat);
+                    on_idle();
+                    beat = self.beat();
                 }
                 Some(_) => {
                     beat.next = after(beat.period_ms);
@@ -191,6 +210,13 @@ impl TickerShared {
             }
         }
     }
+}
+
+/// The time in Unix milliseconds.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The instant `ms` from now; None past what the clock can say (a period that never ends).
@@ -260,6 +286,8 @@ struct ThreadState {
     mailbox: Arc<Mailbox>,
     /// The control plane's cluster: the root's calls to it are relayed.
     relayed: Option<String>,
+    /// The last stream ended and the worker's idle calls wait in the relay (see `went_idle`).
+    idle: bool,
 }
 
 thread_local! {
@@ -619,9 +647,7 @@ impl Host for NativeIo<'_> {
         if let Some(now) = self.now_ms.get() {
             return now;
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let now = unix_ms();
         self.now_ms.set(Some(now));
         now
     }
@@ -754,9 +780,14 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: *const c_void,
                 let settings = Settings::parse(&config_ref.bytes).ok()?;
                 let relayed = settings.control_plane.as_ref().map(|cp| cp.cluster.clone());
                 let worker = Worker::new(Rc::new(settings)).rooted(ROOT);
-                let ticker = Ticker::start();
                 let number = NEXT_WORKER.fetch_add(1, Ordering::Relaxed);
                 let relay = Arc::clone(&config_ref.relay);
+                let idle_relay = Arc::downgrade(&relay);
+                let ticker = Ticker::start(move || {
+                    if let Some(relay) = idle_relay.upgrade() {
+                        relay.release(number);
+                    }
+                });
                 let mailbox = relay.mailbox(number, Arc::clone(&ticker.shared));
                 let state = ThreadState {
                     worker,
@@ -772,10 +803,17 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: *const c_void,
                     relay,
                     mailbox,
                     relayed,
+                    idle: false,
                 };
                 threads.insert(key, state);
             }
             let state = threads.get_mut(&key)?;
+            if std::mem::take(&mut state.idle) {
+                state.ticker.idle_until(None);
+                if let Some(idle_ms) = state.relay.woke(state.number) {
+                    state.worker.idle_sent(idle_ms);
+                }
+            }
             let id = state.next_id;
             state.next_id = id.wrapping_add(1).max(1);
             state.streams.insert(id, Stream { envoy, request_buffered: false, response_buffered: false });
@@ -992,19 +1030,12 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
             orphans.wake(&state.streams);
             Some(state.streams.is_empty() && state.relayed.is_some())
         });
-        // The last stream went: nothing ticks before the next one, so the answers that came
-        // are taken, and what the timer would send (records, leases' reports) goes now, through
-        // the relay.
+        // The last stream went: nothing ticks before the next one. The answers that came are
+        // taken, and what the timer would send (records, leases' reports) goes if no request
+        // comes soon.
         if idle == Some(true) {
-            run(
-                filter,
-                |worker, io| {
-                    let mut output = answer_mail(worker, io);
-                    output.after.extend(worker.idle(io).after);
-                    output
-                },
-                unmarked,
-            );
+            run(filter, answer_mail, unmarked);
+            went_idle(filter);
         }
         calls::drop_module::<Filter>(module);
     })
@@ -1057,6 +1088,32 @@ fn answer_mail(worker: &mut Worker, io: &mut NativeIo) -> Output {
         after.extend(worker.call_answered(token, answer, io).after);
     }
     Output { action: Action::Continue, after }
+}
+
+/// How long a worker without streams waits for its next request before its idle calls go: under
+/// load a worker is without streams for moments only, and each idle call costs the control plane
+/// a write (a lease given back is asked again by the next request).
+const IDLE_GRACE_MS: u64 = 1000;
+
+/// The last stream of `filter`'s worker thread ended: the calls its timer would make later (see
+/// `Worker::idle_calls`) wait in the relay, which sends them when the ticker's thread says the
+/// grace is over; a stream that starts first drops them (see `filter_new`).
+fn went_idle(filter: &Filter) {
+    THREADS.with(|threads| {
+        let Ok(mut threads) = threads.try_borrow_mut() else {
+            return;
+        };
+        let Some(state) = threads.get_mut(&filter.config) else {
+            return;
+        };
+        let now_ms = unix_ms();
+        let calls = state.worker.idle_calls(now_ms);
+        if !calls.is_empty() {
+            state.relay.defer(state.number, now_ms, calls);
+            state.idle = true;
+            state.ticker.idle_until(after(IDLE_GRACE_MS));
+        }
+    });
 }
 
 /// The ticker committed this stream's scheduler: the worker's tick runs (see `Ticker`); or the

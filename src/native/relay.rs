@@ -25,7 +25,19 @@ pub(super) struct Relay {
     flights: Mutex<HashMap<u64, (u64, u32)>>,
     /// Each worker thread's mailbox, by its worker number.
     mailboxes: Mutex<HashMap<u64, Arc<Mailbox>>>,
+    /// The calls of worker threads gone idle, by worker number (see `defer`).
+    idle: Mutex<HashMap<u64, Idle>>,
 }
+
+/// A worker's idle calls: made when its last stream ended, held until the grace is over.
+struct Idle {
+    since_ms: u64,
+    calls: Vec<Dispatch>,
+    sent: bool,
+}
+
+/// The token of calls whose answer no one awaits (a worker's tokens start at 1).
+const NO_TOKEN: u32 = 0;
 
 struct Asked {
     worker: u64,
@@ -71,6 +83,7 @@ impl Relay {
             asked: Mutex::new(Vec::new()),
             flights: Mutex::new(HashMap::new()),
             mailboxes: Mutex::new(HashMap::new()),
+            idle: Mutex::new(HashMap::new()),
         }
     }
 
@@ -84,6 +97,36 @@ impl Relay {
     /// A worker thread's state went (its config was replaced): answers for it are dropped.
     pub(super) fn forget(&self, worker: u64) {
         locked(&self.mailboxes).remove(&worker);
+        locked(&self.idle).remove(&worker);
+    }
+
+    /// From a worker thread whose last stream ended at `since_ms`: `calls` wait for `release`.
+    pub(super) fn defer(&self, worker: u64, since_ms: u64, calls: Vec<Dispatch>) {
+        locked(&self.idle).insert(worker, Idle { since_ms, calls, sent: false });
+    }
+
+    /// From the ticker's thread: the worker stayed idle, its calls go (their answers, to no
+    /// token, change nothing there).
+    pub(super) fn release(&self, worker: u64) {
+        let calls = match locked(&self.idle).get_mut(&worker) {
+            Some(idle) if !idle.sent => {
+                idle.sent = true;
+                std::mem::take(&mut idle.calls)
+            }
+            _ => return,
+        };
+        let mailbox = locked(&self.mailboxes).get(&worker).cloned();
+        if let Some(mailbox) = mailbox {
+            for call in &calls {
+                self.ask(&mailbox, worker, NO_TOKEN, call);
+            }
+        }
+    }
+
+    /// From a worker thread that has a stream again: when its idle calls went, since when the
+    /// worker was idle (it applies what they said); None when they were dropped unsent.
+    pub(super) fn woke(&self, worker: u64) -> Option<u64> {
+        locked(&self.idle).remove(&worker).filter(|idle| idle.sent).map(|idle| idle.since_ms)
     }
 
     /// From a worker thread: `call` for the main thread to start, answered to `token` in the

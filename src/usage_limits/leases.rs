@@ -97,6 +97,7 @@ pub(crate) struct Standing {
     pub(crate) reset_s: u64,
 }
 
+#[derive(Clone)]
 struct Lease {
     id: String,
     granted: u64,
@@ -115,7 +116,7 @@ impl Lease {
     }
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Ledger {
     active: Option<Lease>,
     draining: Vec<Lease>,
@@ -170,7 +171,7 @@ impl Ledger {
 }
 
 /// Every ledger a worker's requests reserve from.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct Leases {
     /// By limit and kind: a worker holds few.
     ledgers: Vec<(LedgerKey, Ledger)>,
@@ -359,6 +360,15 @@ impl Leases {
         for (_, ledger) in &mut self.ledgers {
             ledger.retire(now_ms);
         }
+    }
+
+    /// The reports the timer would send at `now_ms` if every active lease ended then (nothing
+    /// changes: see `Worker::idle_calls`).
+    #[cfg(any(test, feature = "native"))]
+    pub(crate) fn idle_reports(&self, now_ms: u64) -> Vec<Report> {
+        let mut ended = self.clone();
+        ended.retire_all(now_ms);
+        ended.due(now_ms).0
     }
 
     /// When the timer should next run: a lease to renew ahead, one that ends, one whose

@@ -237,3 +237,42 @@ fn a_stream_the_client_left_is_charged_at_most_its_input_and_what_reached_the_cl
     let (_, sent) = lease_call(&mut gw);
     assert_eq!(sent["reports"], json!([{"lease": "t1", "used": body.len() + chunk.len()}]));
 }
+
+/// The leases' report among the calls a worker gone idle at `now_ms` would make (its records'
+/// copy is the other one).
+fn idle_report(gw: &Gateway, now_ms: u64) -> Option<Value> {
+    let calls = gw.worker.idle_calls(now_ms);
+    let path = |call: &Dispatch| call.headers.iter().find(|(n, _)| n == ":path").map(|(_, v)| v.clone());
+    let leases = calls.iter().find(|call| path(call).as_deref() == Some("/internal/v1/leases"))?;
+    serde_json::from_slice(&leases.body).ok()
+}
+
+#[test]
+fn a_worker_gone_idle_reports_its_leases_only_when_its_idle_calls_went() {
+    let mut gw = Gateway::new(CP_SETTINGS);
+    let (token, _) = first_request(&mut gw, rpm(10));
+    gw.answer(token, 200, &[], &grant("l1", 4, 10, 6, 60));
+    gw.response_headers(1, 200, &[("content-type", "application/json")], "via_upstream");
+    gw.finished(1).unwrap();
+
+    // The last stream ended: the lease is reported as if it ended now, and nothing changes.
+    let now_ms = gw.io.host.now_ms.get();
+    assert_eq!(idle_report(&gw, now_ms), Some(json!({"grants": [], "reports": [{"lease": "l1", "used": 1}]})));
+    // A request came before the calls went: they were dropped, and the lease still serves.
+    let calls = gw.io.sent.len();
+    let (headers, body) = chat(SMALL);
+    assert_eq!(gw.post(2, headers, &body), Output::proceed(), "the lease has room: no call");
+    gw.response_headers(2, 200, &[("content-type", "application/json")], "via_upstream");
+    gw.finished(2).unwrap();
+    assert_eq!(gw.io.sent.len(), calls);
+
+    // This time the calls went: the lease ended then, and it is not reported again.
+    assert_eq!(idle_report(&gw, now_ms).map(|r| r["reports"].clone()), Some(json!([{"lease": "l1", "used": 2}])));
+    gw.worker.idle_sent(now_ms);
+    assert_eq!(idle_report(&gw, now_ms), None, "nothing left to report");
+    let (headers, body) = chat(SMALL);
+    assert_eq!(gw.post(3, headers, &body).action, Action::Pause, "no lease: the request waits for a grant");
+    let (_, asked) = lease_call(&mut gw);
+    assert_eq!(asked["reports"], json!([]));
+    assert_eq!(asked["grants"][0]["want"], 4, "twice what the ended lease used");
+}

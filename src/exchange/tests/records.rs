@@ -129,36 +129,36 @@ fn five_hundred_waiting_records_leave_at_the_next_tick_and_one_batch_at_a_time()
 }
 
 #[test]
-fn a_worker_gone_idle_ships_what_waits_at_once_but_not_before_a_failures_backoff() {
+fn a_worker_gone_idle_makes_a_copy_of_the_records_waiting_and_they_stay_queued() {
     // The native host's timer rides on its streams: when the last one ends, nothing ticks
-    // until the next request, so the records waiting go now.
+    // until the next request. The host sends the calls its timer would make if no request
+    // comes soon; making them changes nothing.
     let mut gw = Gateway::new(CP);
+    gw.io.host.random = 7;
     served(&mut gw, 1, "t-1");
-    assert_eq!(gw.worker.idle(&mut gw.io), Output::proceed());
-    let [(token, records)] = batches(&gw).try_into().unwrap();
-    assert_eq!(traces(&records), ["t-1"], "without the second's wait for more records");
-    assert_eq!(gw.io.sent.last().unwrap().id, ROOT);
-    gw.answer(token, 0, &[], b"");
-    served(&mut gw, 2, "t-2");
-    gw.worker.idle(&mut gw.io);
-    assert_eq!(batches(&gw).len(), 1, "the control plane just failed: not before the backoff");
+    let now_ms = gw.io.host.now_ms.get();
+    let [copy]: [Dispatch; 1] = gw.worker.idle_calls(now_ms).try_into().unwrap();
+    assert_eq!(copy.cluster, "gateway_control_plane");
+    let body: Value = serde_json::from_slice(&copy.body).unwrap();
+    assert_eq!(traces(body["records"].as_array().unwrap()), ["t-1"], "without the second's wait");
+    assert!(batches(&gw).is_empty(), "nothing was sent");
+    // Idle calls that went change nothing either: the records go again with the timer's
+    // batch, under the same record id (the control plane stores each once).
+    gw.worker.idle_sent(now_ms);
     gw.advance_clock(1000);
     gw.tick();
-    let (token, records) = batches(&gw)[1].clone();
-    assert_eq!(traces(&records), ["t-1", "t-2"]);
+    let [(token, records)]: [(u32, Vec<Value>); 1] = batches(&gw).try_into().unwrap();
+    assert_eq!(traces(&records), ["t-1"]);
+    assert!(records[0]["record_id"].is_string());
+    assert_eq!(records[0]["record_id"], body["records"][0]["record_id"]);
 
-    // A batch still in flight holds the next back until its answer, which an idle worker takes
-    // only with its next request: a copy goes at once, and the records stay queued.
-    served(&mut gw, 3, "t-3");
-    gw.worker.idle(&mut gw.io);
-    let (copy, records) = batches(&gw)[2].clone();
-    assert_eq!(traces(&records), ["t-3"]);
-    assert_eq!(gw.answer(copy, 200, &[], b"{}"), Output::proceed(), "its answer changes nothing");
+    // While a batch is in flight, the copy is of the records after it.
+    served(&mut gw, 2, "t-2");
+    let [copy]: [Dispatch; 1] = gw.worker.idle_calls(now_ms).try_into().unwrap();
+    let body: Value = serde_json::from_slice(&copy.body).unwrap();
+    assert_eq!(traces(body["records"].as_array().unwrap()), ["t-2"]);
     gw.answer(token, 200, &[], b"{}");
-    gw.advance_clock(1000);
-    gw.tick();
-    let (_, records) = batches(&gw)[3].clone();
-    assert_eq!(traces(&records), ["t-3"], "again, under the same record id");
+    assert_eq!(gw.worker.idle_calls(now_ms).len(), 1, "t-2 still waits");
 }
 
 #[test]
