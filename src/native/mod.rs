@@ -1081,12 +1081,16 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers() {}
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete() {}
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset() {}
-/// The relayed answers in the thread's mailbox, each to the worker (see `relay`).
+/// The relayed answers in the thread's mailbox, each to the worker (see `relay`) at the time it
+/// arrived: one taken by a worker's next stream may have waited there, and a lease granted then
+/// ends a TTL after then, as the control plane counts it.
 fn answer_mail(worker: &mut Worker, io: &mut NativeIo) -> Output {
     let mut after = Vec::new();
-    for (token, answer) in io.relay.mail() {
+    for (token, answer, arrived_ms) in io.relay.mail() {
+        io.now_ms.set(Some(arrived_ms));
         after.extend(worker.call_answered(token, answer, io).after);
     }
+    io.now_ms.set(None);
     Output { action: Action::Continue, after }
 }
 

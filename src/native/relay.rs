@@ -47,7 +47,8 @@ struct Asked {
 
 /// A worker thread's answers, and how to wake the thread for them.
 pub(super) struct Mailbox {
-    answers: Mutex<Vec<(u32, CallAnswer)>>,
+    /// Each with the time it arrived (Unix ms): a worker without streams takes it later.
+    answers: Mutex<Vec<(u32, CallAnswer, u64)>>,
     /// Calls asked and not yet taken here: while there are any, a live stream of the thread
     /// keeps a scheduler to be woken with (`awaits`).
     awaiting: AtomicUsize,
@@ -65,8 +66,8 @@ impl Mailbox {
         !locked(&self.answers).is_empty()
     }
 
-    /// The answers that arrived, each taken once.
-    pub(super) fn take(&self) -> Vec<(u32, CallAnswer)> {
+    /// The answers that arrived (with when), each taken once.
+    pub(super) fn take(&self) -> Vec<(u32, CallAnswer, u64)> {
         let answers = std::mem::take(&mut *locked(&self.answers));
         if !answers.is_empty() {
             let taken = answers.len();
@@ -180,7 +181,7 @@ impl Relay {
         let Some(mailbox) = mailbox else {
             return;
         };
-        locked(&mailbox.answers).push((token, answer));
+        locked(&mailbox.answers).push((token, answer, super::unix_ms()));
         mailbox.ticker.wake(super::ANSWERS);
     }
 }
@@ -216,8 +217,8 @@ impl Asker<'_> {
         self.relay.ask(self.mailbox, self.worker, token, call)
     }
 
-    /// The answers in the thread's mailbox, each taken once.
-    pub(super) fn mail(&self) -> Vec<(u32, CallAnswer)> {
+    /// The answers in the thread's mailbox (with when they arrived), each taken once.
+    pub(super) fn mail(&self) -> Vec<(u32, CallAnswer, u64)> {
         self.mailbox.take()
     }
 }
