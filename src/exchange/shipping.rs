@@ -83,37 +83,34 @@ impl Shipper {
         if self.due_ms()? > now_ms {
             return None;
         }
-        let (count, bytes) = self.next_batch();
+        let (count, bytes) = batch_of(self.queue.iter());
         let batch: Vec<Queued> = self.queue.drain(..count).collect();
         self.bytes = self.bytes.saturating_sub(bytes);
-        let body = body(batch.iter(), bytes);
+        let body = body(batch.iter(), count, bytes);
         self.in_flight = Some((0, batch));
         Some(body)
     }
 
-    /// How many of the oldest records the next batch holds, and their bytes.
-    fn next_batch(&self) -> (usize, usize) {
-        let mut count = 0;
-        let mut bytes = 0usize;
-        for next in self.queue.iter().take(MAX_BATCH) {
-            if count > 0 && bytes.saturating_add(next.json.len()) > MAX_BATCH_BYTES {
-                break;
-            }
-            bytes = bytes.saturating_add(next.json.len());
-            count += 1;
-        }
-        (count, bytes)
+    /// A copy of a batch of the records not acknowledged yet, those in flight first (they stay
+    /// where they are, and go again: the control plane stores each record id once).
+    #[cfg(any(test, feature = "native"))]
+    pub(super) fn copy_of_unacknowledged(&self) -> Option<Vec<u8>> {
+        let in_flight = self.in_flight.iter().flat_map(|(_, batch)| batch.iter());
+        let records = in_flight.chain(self.queue.iter());
+        let (count, bytes) = batch_of(records.clone());
+        (count > 0).then(|| body(records.take(count), count, bytes))
     }
 
-    /// A copy of the next batch (the records stay queued, and go again with it: the control plane
-    /// stores each record id once).
+    /// The copy `copy_of_unacknowledged` made (of these same records) was stored: its queued
+    /// records leave the queue (those in flight wait for their batch's own answer).
     #[cfg(any(test, feature = "native"))]
-    pub(super) fn copy_of_next(&self) -> Option<Vec<u8>> {
-        if self.queue.is_empty() {
-            return None;
-        }
-        let (count, bytes) = self.next_batch();
-        Some(body(self.queue.iter().take(count), bytes))
+    pub(super) fn copy_stored(&mut self) {
+        let in_flight = self.in_flight.as_ref().map_or(0, |(_, batch)| batch.len());
+        let records = self.in_flight.iter().flat_map(|(_, batch)| batch.iter()).chain(self.queue.iter());
+        let (count, _) = batch_of(records);
+        let stored = count.saturating_sub(in_flight).min(self.queue.len());
+        let bytes: usize = self.queue.drain(..stored).map(|record| record.json.len()).sum();
+        self.bytes = self.bytes.saturating_sub(bytes);
     }
 
     /// The batch just taken is on its way under `token`.
@@ -184,9 +181,23 @@ fn count(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-/// `{"records":[...]}` of the batch (`bytes`: the records' size).
-fn body<'a>(batch: impl ExactSizeIterator<Item = &'a Queued>, bytes: usize) -> Vec<u8> {
-    let mut body = Vec::with_capacity(bytes.saturating_add(batch.len()).saturating_add(16));
+/// How many of `records` (oldest first) a batch holds, and their bytes.
+fn batch_of<'a>(records: impl Iterator<Item = &'a Queued>) -> (usize, usize) {
+    let mut count = 0;
+    let mut bytes = 0usize;
+    for next in records.take(MAX_BATCH) {
+        if count > 0 && bytes.saturating_add(next.json.len()) > MAX_BATCH_BYTES {
+            break;
+        }
+        bytes = bytes.saturating_add(next.json.len());
+        count += 1;
+    }
+    (count, bytes)
+}
+
+/// `{"records":[...]}` of the batch (`count` records of `bytes` in all).
+fn body<'a>(batch: impl Iterator<Item = &'a Queued>, count: usize, bytes: usize) -> Vec<u8> {
+    let mut body = Vec::with_capacity(bytes.saturating_add(count).saturating_add(16));
     body.extend_from_slice(b"{\"records\":[");
     for (i, record) in batch.enumerate() {
         if i > 0 {

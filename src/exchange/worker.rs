@@ -408,8 +408,8 @@ impl Worker {
     /// What a worker whose last request ended sends if no other comes soon (the native module's
     /// timer rides on its streams: nothing ticks before the next request): the reports of its
     /// leases as if each ended at `now_ms`, rather than expire unreported, which the control plane
-    /// would count as wholly spent; and a copy of the records waiting (they stay queued: the
-    /// control plane stores each record id once). Nothing changes here: the host holds these calls,
+    /// would count as wholly spent; and a copy of the records not acknowledged yet (they stay
+    /// queued: the control plane stores each record id once). Nothing changes here: the host holds these calls,
     /// drops them when a request comes first, and else sends them and says so (`idle_sent`).
     #[cfg(any(test, feature = "native"))]
     pub(crate) fn idle_calls(&self, now_ms: u64) -> Vec<super::Dispatch> {
@@ -418,13 +418,17 @@ impl Worker {
         };
         let reports = self.tasks.leases.idle_reports(now_ms);
         let leases = (!reports.is_empty()).then(|| shipping::leases(cp, &[], &reports));
-        let records = self.tasks.records.copy_of_next().map(|body| shipping::call(cp, body));
+        let records = self.tasks.records.copy_of_unacknowledged().map(|body| shipping::call(cp, body));
         leases.into_iter().chain(records).collect()
     }
 
-    /// The calls `idle_calls(idle_ms)` made went: the leases ended then, and were reported.
+    /// The calls `idle_calls(idle_ms)` made went: the leases ended then, and were reported;
+    /// when every call was answered (`stored`), the records copied are the control plane's.
     #[cfg(any(test, feature = "native"))]
-    pub(crate) fn idle_sent(&mut self, idle_ms: u64) {
+    pub(crate) fn idle_sent(&mut self, idle_ms: u64, stored: bool) {
+        if stored {
+            self.tasks.records.copy_stored();
+        }
         self.tasks.leases.retire_all(idle_ms);
         // Their reports went with those calls (and with no lease active, none is renewed).
         let _sent = self.tasks.leases.due(idle_ms);

@@ -132,15 +132,6 @@ impl Ticker {
         }
     }
 
-    /// When `on_idle` runs (None: not at all).
-    fn idle_until(&self, due: Option<Instant>) {
-        let mut beat = self.shared.beat();
-        if beat.idle_due != due {
-            beat.idle_due = due;
-            self.shared.changed.notify_one();
-        }
-    }
-
     /// Makes live stream `stream` the ticking one when no stream ticks and ticks are asked for
     /// or the worker awaits a relayed answer (which wakes it the same way); then wakes the
     /// ticking stream for answers that came while none could be woken (they are taken in a
@@ -171,6 +162,20 @@ impl Ticker {
 }
 
 impl TickerShared {
+    /// When `on_idle` runs (None: not at all).
+    fn idle_until(&self, due: Option<Instant>) {
+        let mut beat = self.beat();
+        if beat.idle_due != due {
+            beat.idle_due = due;
+            self.changed.notify_one();
+        }
+    }
+
+    /// `on_idle` runs again `ms` from now (a relayed idle call failed).
+    fn idle_in(&self, ms: u64) {
+        self.idle_until(after(ms));
+    }
+
     /// The beat, also after a panic elsewhere (each use leaves it consistent).
     fn beat(&self) -> MutexGuard<'_, Beat> {
         self.beat.lock().unwrap_or_else(PoisonError::into_inner)
@@ -809,9 +814,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: *const c_void,
             }
             let state = threads.get_mut(&key)?;
             if std::mem::take(&mut state.idle) {
-                state.ticker.idle_until(None);
-                if let Some(idle_ms) = state.relay.woke(state.number) {
-                    state.worker.idle_sent(idle_ms);
+                state.ticker.shared.idle_until(None);
+                if let Some((idle_ms, stored)) = state.relay.woke(state.number) {
+                    state.worker.idle_sent(idle_ms, stored);
                 }
             }
             let id = state.next_id;
@@ -1115,7 +1120,7 @@ fn went_idle(filter: &Filter) {
         if !calls.is_empty() {
             state.relay.defer(state.number, now_ms, calls);
             state.idle = true;
-            state.ticker.idle_until(after(IDLE_GRACE_MS));
+            state.ticker.shared.idle_until(after(IDLE_GRACE_MS));
         }
     });
 }

@@ -21,28 +21,41 @@ pub(super) struct Relay {
     scheduler: Mutex<Option<ConfigScheduler>>,
     /// Calls worker threads asked for, for the main thread to start.
     asked: Mutex<Vec<Asked>>,
-    /// The main thread's calls in flight, by Envoy's callout id: who asked, and the token.
-    flights: Mutex<HashMap<u64, (u64, u32)>>,
+    /// The main thread's calls in flight, by Envoy's callout id: who asked, and for what.
+    flights: Mutex<HashMap<u64, (u64, For)>>,
     /// Each worker thread's mailbox, by its worker number.
     mailboxes: Mutex<HashMap<u64, Arc<Mailbox>>>,
     /// The calls of worker threads gone idle, by worker number (see `defer`).
     idle: Mutex<HashMap<u64, Idle>>,
 }
 
-/// A worker's idle calls: made when its last stream ended, held until the grace is over.
+/// A worker's idle calls: made when its last stream ended, held until the grace is over, and
+/// held again after a failure while the worker stays idle.
 struct Idle {
     since_ms: u64,
     calls: Vec<Dispatch>,
+    /// Some went: the worker applies them when it has a stream again (`woke`).
     sent: bool,
+    /// Sent and not answered yet.
+    unanswered: usize,
 }
 
-/// The token of calls whose answer no one awaits (a worker's tokens start at 1).
-const NO_TOKEN: u32 = 0;
+/// A worker whose idle call failed tries it again this much later (the control plane may be
+/// down, or restarting), as long as no stream of the worker takes over.
+const IDLE_RETRY_MS: u64 = 2000;
+
+/// Whom a relayed call answers.
+enum For {
+    /// The worker's token, through its mailbox.
+    Token(u32),
+    /// No one (an idle call, kept to be tried again if it fails).
+    Idle(Dispatch),
+}
 
 struct Asked {
     worker: u64,
-    token: u32,
     call: Dispatch,
+    answer: For,
 }
 
 /// A worker thread's answers, and how to wake the thread for them.
@@ -103,31 +116,53 @@ impl Relay {
 
     /// From a worker thread whose last stream ended at `since_ms`: `calls` wait for `release`.
     pub(super) fn defer(&self, worker: u64, since_ms: u64, calls: Vec<Dispatch>) {
-        locked(&self.idle).insert(worker, Idle { since_ms, calls, sent: false });
+        locked(&self.idle).insert(worker, Idle { since_ms, calls, sent: false, unanswered: 0 });
     }
 
-    /// From the ticker's thread: the worker stayed idle, its calls go (their answers, to no
-    /// token, change nothing there).
+    /// From the ticker's thread: the worker stayed idle, its calls go (their answers change
+    /// nothing there; a failed one is held again, see `answered`).
     pub(super) fn release(&self, worker: u64) {
         let calls = match locked(&self.idle).get_mut(&worker) {
-            Some(idle) if !idle.sent => {
+            Some(idle) if !idle.calls.is_empty() => {
                 idle.sent = true;
+                idle.unanswered = idle.unanswered.saturating_add(idle.calls.len());
                 std::mem::take(&mut idle.calls)
             }
             _ => return,
         };
-        let mailbox = locked(&self.mailboxes).get(&worker).cloned();
-        if let Some(mailbox) = mailbox {
-            for call in &calls {
-                self.ask(&mailbox, worker, NO_TOKEN, call);
+        let scheduler = locked(&self.scheduler);
+        if let Some(scheduler) = scheduler.as_ref() {
+            let asked = calls.into_iter().map(|call| Asked { worker, answer: For::Idle(call.clone()), call });
+            locked(&self.asked).extend(asked);
+            scheduler.commit();
+        }
+    }
+
+    /// An idle call answered; one that failed is held again, and tried when the ticker's thread
+    /// next says so, unless the worker has a stream again (its timer then sends what is due).
+    fn idle_answered(&self, worker: u64, call: Dispatch, answer: &CallAnswer) {
+        let failed = !(200..300).contains(&answer.status);
+        match locked(&self.idle).get_mut(&worker) {
+            Some(idle) => {
+                idle.unanswered = idle.unanswered.saturating_sub(1);
+                if !failed {
+                    return;
+                }
+                idle.calls.push(call);
             }
+            None => return,
+        }
+        if let Some(mailbox) = locked(&self.mailboxes).get(&worker) {
+            mailbox.ticker.idle_in(IDLE_RETRY_MS);
         }
     }
 
     /// From a worker thread that has a stream again: when its idle calls went, since when the
-    /// worker was idle (it applies what they said); None when they were dropped unsent.
-    pub(super) fn woke(&self, worker: u64) -> Option<u64> {
-        locked(&self.idle).remove(&worker).filter(|idle| idle.sent).map(|idle| idle.since_ms)
+    /// worker was idle (it applies what they said) and whether every one was answered; None when
+    /// they were dropped unsent.
+    pub(super) fn woke(&self, worker: u64) -> Option<(u64, bool)> {
+        let idle = locked(&self.idle).remove(&worker).filter(|idle| idle.sent)?;
+        Some((idle.since_ms, idle.calls.is_empty() && idle.unanswered == 0))
     }
 
     /// From a worker thread: `call` for the main thread to start, answered to `token` in the
@@ -137,7 +172,7 @@ impl Relay {
         let Some(scheduler) = scheduler.as_ref() else {
             return false;
         };
-        locked(&self.asked).push(Asked { worker, token, call: call.clone() });
+        locked(&self.asked).push(Asked { worker, call: call.clone(), answer: For::Token(token) });
         mailbox.awaiting.fetch_add(1, Ordering::Relaxed);
         scheduler.commit();
         true
@@ -152,15 +187,15 @@ impl Relay {
     /// On the main thread: starts the calls asked for.
     pub(super) fn start_asked(&self, config: EnvoyConfig) {
         let asked = std::mem::take(&mut *locked(&self.asked));
-        for Asked { worker, token, call } in asked {
+        for Asked { worker, call, answer } in asked {
             match calls::config_callout(config, &call) {
                 // Envoy answers a started call in the done hook, never inside the call.
                 Some(id) => {
-                    locked(&self.flights).insert(id, (worker, token));
+                    locked(&self.flights).insert(id, (worker, answer));
                 }
                 None => {
                     calls::log(calls::ffi::LOG_WARN, &format!("a call to cluster {} could not start", call.cluster));
-                    self.deliver(worker, token, CallAnswer::FAILED);
+                    self.answer(worker, answer, CallAnswer::FAILED);
                 }
             }
         }
@@ -169,8 +204,15 @@ impl Relay {
     /// On the main thread: call `id` answered.
     pub(super) fn answered(&self, id: u64, answer: CallAnswer) {
         let flight = locked(&self.flights).remove(&id);
-        if let Some((worker, token)) = flight {
-            self.deliver(worker, token, answer);
+        if let Some((worker, to)) = flight {
+            self.answer(worker, to, answer);
+        }
+    }
+
+    fn answer(&self, worker: u64, to: For, answer: CallAnswer) {
+        match to {
+            For::Token(token) => self.deliver(worker, token, answer),
+            For::Idle(call) => self.idle_answered(worker, call, &answer),
         }
     }
 

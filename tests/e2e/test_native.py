@@ -51,11 +51,6 @@ NOT_YET = {
     # An async hook's call outlives the request that made it; the ABI cancels a stream's calls
     # when it ends.
     "test_an_async_webhook_does_not_delay_the_answer": "an async hook's call outlives its request",
-    # Nothing ticks on a worker thread without a live stream (the ABI has no worker timer of a
-    # filter's own): records that failed while the control plane was down wait on an idle worker
-    # for its next request, where the wasm filter's root timer retries them on its own.
-    "test_with_the_control_plane_down_requests_are_served_and_only_records_past_the_bound_are_lost":
-        "an idle worker retries its records with its next request",
     # The JWKS fetch rides on the stream of the client that left, so it is sent again for the
     # request that joined it: test_a_shared_fetch_whose_request_ends_is_sent_again_for_the_request_that_joined_it.
     "test_a_fetch_outlives_the_client_that_started_it": "the native module sends such a fetch again",

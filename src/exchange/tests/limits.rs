@@ -268,7 +268,7 @@ fn a_worker_gone_idle_reports_its_leases_only_when_its_idle_calls_went() {
 
     // This time the calls went: the lease ended then, and it is not reported again.
     assert_eq!(idle_report(&gw, now_ms).map(|r| r["reports"].clone()), Some(json!([{"lease": "l1", "used": 2}])));
-    gw.worker.idle_sent(now_ms);
+    gw.worker.idle_sent(now_ms, false);
     assert_eq!(idle_report(&gw, now_ms), None, "nothing left to report");
     let (headers, body) = chat(SMALL);
     assert_eq!(gw.post(3, headers, &body).action, Action::Pause, "no lease: the request waits for a grant");

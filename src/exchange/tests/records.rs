@@ -129,7 +129,7 @@ fn five_hundred_waiting_records_leave_at_the_next_tick_and_one_batch_at_a_time()
 }
 
 #[test]
-fn a_worker_gone_idle_makes_a_copy_of_the_records_waiting_and_they_stay_queued() {
+fn a_worker_gone_idle_makes_a_copy_of_the_records_not_acknowledged_and_they_stay_queued() {
     // The native host's timer rides on its streams: when the last one ends, nothing ticks
     // until the next request. The host sends the calls its timer would make if no request
     // comes soon; making them changes nothing.
@@ -144,7 +144,7 @@ fn a_worker_gone_idle_makes_a_copy_of_the_records_waiting_and_they_stay_queued()
     assert!(batches(&gw).is_empty(), "nothing was sent");
     // Idle calls that went change nothing either: the records go again with the timer's
     // batch, under the same record id (the control plane stores each once).
-    gw.worker.idle_sent(now_ms);
+    gw.worker.idle_sent(now_ms, false);
     gw.advance_clock(1000);
     gw.tick();
     let [(token, records)]: [(u32, Vec<Value>); 1] = batches(&gw).try_into().unwrap();
@@ -152,13 +152,23 @@ fn a_worker_gone_idle_makes_a_copy_of_the_records_waiting_and_they_stay_queued()
     assert!(records[0]["record_id"].is_string());
     assert_eq!(records[0]["record_id"], body["records"][0]["record_id"]);
 
-    // While a batch is in flight, the copy is of the records after it.
+    // A batch in flight is not acknowledged yet (its answer may wait in an idle worker's
+    // mailbox): its records are copied too, first.
     served(&mut gw, 2, "t-2");
-    let [copy]: [Dispatch; 1] = gw.worker.idle_calls(now_ms).try_into().unwrap();
-    let body: Value = serde_json::from_slice(&copy.body).unwrap();
-    assert_eq!(traces(body["records"].as_array().unwrap()), ["t-2"]);
+    let copied = |gw: &Gateway| {
+        let [copy]: [Dispatch; 1] = gw.worker.idle_calls(now_ms).try_into().unwrap();
+        let body: Value = serde_json::from_slice(&copy.body).unwrap();
+        traces(body["records"].as_array().unwrap()).into_iter().map(str::to_string).collect::<Vec<_>>()
+    };
+    assert_eq!(copied(&gw), ["t-1", "t-2"]);
     gw.answer(token, 200, &[], b"{}");
-    assert_eq!(gw.worker.idle_calls(now_ms).len(), 1, "t-2 still waits");
+    assert_eq!(copied(&gw), ["t-2"], "t-1 is acknowledged");
+    // Every idle call answered: the records copied are the control plane's, and leave.
+    gw.worker.idle_sent(now_ms, true);
+    assert!(gw.worker.idle_calls(now_ms).is_empty(), "nothing is left to copy");
+    gw.advance_clock(1000);
+    gw.tick();
+    assert_eq!(batches(&gw).len(), 1, "t-2 is not sent again");
 }
 
 #[test]
