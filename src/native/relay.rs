@@ -119,8 +119,8 @@ impl Relay {
         locked(&self.idle).insert(worker, Idle { since_ms, calls, sent: false, unanswered: 0 });
     }
 
-    /// From the ticker's thread: the worker stayed idle, its calls go (their answers change
-    /// nothing there; a failed one is held again, see `answered`).
+    /// From the ticker's thread: the worker stayed idle, its calls go (their answers go to no
+    /// worker; a failed one is held again, see `idle_answered`).
     pub(super) fn release(&self, worker: u64) {
         let calls = match locked(&self.idle).get_mut(&worker) {
             Some(idle) if !idle.calls.is_empty() => {
