@@ -95,10 +95,8 @@ impl Shipper {
     /// where they are, and go again: the control plane stores each record id once).
     #[cfg(any(test, feature = "native"))]
     pub(super) fn copy_of_unacknowledged(&self) -> Option<Vec<u8>> {
-        let in_flight = self.in_flight.iter().flat_map(|(_, batch)| batch.iter());
-        let records = in_flight.chain(self.queue.iter());
-        let (count, bytes) = batch_of(records.clone());
-        (count > 0).then(|| body(records.take(count), count, bytes))
+        let (count, bytes) = batch_of(self.unacknowledged());
+        (count > 0).then(|| body(self.unacknowledged().take(count), count, bytes))
     }
 
     /// The copy `copy_of_unacknowledged` made (of these same records) was stored: its queued
@@ -106,11 +104,17 @@ impl Shipper {
     #[cfg(any(test, feature = "native"))]
     pub(super) fn copy_stored(&mut self) {
         let in_flight = self.in_flight.as_ref().map_or(0, |(_, batch)| batch.len());
-        let records = self.in_flight.iter().flat_map(|(_, batch)| batch.iter()).chain(self.queue.iter());
-        let (count, _) = batch_of(records);
+        let (count, _) = batch_of(self.unacknowledged());
         let stored = count.saturating_sub(in_flight).min(self.queue.len());
         let bytes: usize = self.queue.drain(..stored).map(|record| record.json.len()).sum();
         self.bytes = self.bytes.saturating_sub(bytes);
+    }
+
+    /// The records the control plane has not acknowledged, oldest first: the batch in flight's,
+    /// then the queue's.
+    #[cfg(any(test, feature = "native"))]
+    fn unacknowledged(&self) -> impl Iterator<Item = &Queued> {
+        self.in_flight.iter().flat_map(|(_, batch)| batch.iter()).chain(self.queue.iter())
     }
 
     /// The batch just taken is on its way under `token`.

@@ -171,11 +171,6 @@ impl TickerShared {
         }
     }
 
-    /// `on_idle` runs again `ms` from now (a relayed idle call failed).
-    fn idle_in(&self, ms: u64) {
-        self.idle_until(after(ms));
-    }
-
     /// The beat, also after a panic elsewhere (each use leaves it consistent).
     fn beat(&self) -> MutexGuard<'_, Beat> {
         self.beat.lock().unwrap_or_else(PoisonError::into_inner)

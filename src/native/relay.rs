@@ -153,7 +153,7 @@ impl Relay {
             None => return,
         }
         if let Some(mailbox) = locked(&self.mailboxes).get(&worker) {
-            mailbox.ticker.idle_in(IDLE_RETRY_MS);
+            mailbox.ticker.idle_until(super::after(IDLE_RETRY_MS));
         }
     }
 
