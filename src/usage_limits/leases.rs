@@ -22,6 +22,9 @@ pub(crate) const DRAIN_MS: u64 = 15 * 60 * 1000;
 pub(crate) const RENEW_AHEAD_MS: u64 = 1500;
 /// Reports the control plane did not take are sent again this much later.
 const RETRY_MS: u64 = 1000;
+/// A lease's rate of use is measured over this share of its life at least (see
+/// [`Lease::projected_use`]).
+const RATE_FLOOR_DIVISOR: u64 = 20;
 /// A ledger is renewed ahead only while requests used it this recently ...
 const RENEW_WHILE_USED_MS: u64 = 10_000;
 /// ... and forgotten once nothing used it for this long and nothing of it is left to report.
@@ -105,6 +108,7 @@ struct Lease {
     used: u64,
     /// Reservations not settled yet (tokens and budgets; a request counts when admitted).
     outstanding: u32,
+    granted_ms: u64,
     until_ms: u64,
     /// When requests stopped reserving from it.
     ended_ms: u64,
@@ -113,6 +117,16 @@ struct Lease {
 impl Lease {
     fn room(&self) -> u64 {
         self.granted.saturating_sub(self.used)
+    }
+
+    /// What it would use over its whole life at the rate it was used so far: a lease used up
+    /// early asks for as much more as its life is longer. The rate is measured over a
+    /// twentieth of its life at least, so a burst's first moments do not project without end.
+    fn projected_use(&self, now_ms: u64) -> u64 {
+        let life = self.until_ms.saturating_sub(self.granted_ms);
+        let elapsed = now_ms.saturating_sub(self.granted_ms).clamp(life / RATE_FLOOR_DIVISOR, life).max(1);
+        let projected = u128::from(self.used) * u128::from(life) / u128::from(elapsed);
+        u64::try_from(projected).unwrap_or(u64::MAX).max(self.used)
     }
 }
 
@@ -125,8 +139,11 @@ struct Ledger {
     remaining: u64,
     reset_at_ms: u64,
     used_ms: u64,
-    /// What the last lease used: the next asks for twice as much.
+    /// What the last lease used ...
     last_used: u64,
+    /// ... and the last one used would have used over its whole life at its rate: the next asks
+    /// for twice as much.
+    last_projected: u64,
     /// The timer asked to renew the lease; not asked again until answered.
     renewing: bool,
     /// A renewal was refused or not answered: none is asked again before this.
@@ -145,6 +162,10 @@ impl Ledger {
         if let Some(mut lease) = self.active.take() {
             lease.ended_ms = now_ms;
             self.last_used = lease.used;
+            if lease.used > 0 {
+                // A lease renewed while its load paused says nothing of the load's rate.
+                self.last_projected = lease.projected_use(now_ms);
+            }
             self.draining.push(lease);
         }
     }
@@ -164,8 +185,11 @@ impl Ledger {
         until_ms.saturating_sub(RENEW_AHEAD_MS).max(self.renew_not_before_ms)
     }
 
-    fn want(&self, need: u64) -> u64 {
-        let in_use = self.active.as_ref().map_or(self.last_used, |lease| lease.used.max(self.last_used));
+    /// Twice what the active lease (or the last one) would use over a whole life at its rate,
+    /// so that a lease lasts until it is renewed ahead of its end.
+    fn want(&self, need: u64, now_ms: u64) -> u64 {
+        let last = self.last_projected;
+        let in_use = self.active.as_ref().map_or(last, |lease| lease.projected_use(now_ms).max(last));
         need.max(in_use.saturating_mul(2))
     }
 }
@@ -220,9 +244,10 @@ impl Leases {
     }
 
     /// The ask for `demand` when no lease has room: at least the demand, and twice what the
-    /// ledger used lately (smaller grants come back as the allowance runs out). The ledger's
-    /// lease without room is given back with it: the reports of its leases whose reservations
-    /// all settled go in the same call, so what they did not use counts for this ask already.
+    /// ledger's lease would use over a whole life at the rate it was used (smaller grants come
+    /// back as the allowance runs out). The ledger's lease without room is given back with it:
+    /// the reports of its leases whose reservations all settled go in the same call, so what
+    /// they did not use counts for this ask already.
     pub(crate) fn ask(&mut self, demand: &Demand, now_ms: u64) -> (Ask, Vec<Report>) {
         let Some(ledger) = self.ledger_mut(&demand.key) else {
             let ask = Ask {
@@ -233,7 +258,7 @@ impl Leases {
             };
             return (ask, Vec::new());
         };
-        let want = ledger.want(demand.amount);
+        let want = ledger.want(demand.amount, now_ms);
         ledger.retire(now_ms);
         let mut reports = Vec::new();
         ledger.draining.retain(|lease| {
@@ -296,6 +321,7 @@ impl Leases {
                 granted: grant.granted,
                 used: 0,
                 outstanding: 0,
+                granted_ms: now_ms,
                 until_ms: now_ms.saturating_add(grant.ttl_ms),
                 ended_ms: 0,
             });
@@ -331,7 +357,7 @@ impl Leases {
             if ledger.renews(now_ms) && ending {
                 ledger.renewing = true;
                 let need = if key.kind == LimitKind::Requests { 1 } else { ledger.last_used.max(1) };
-                asks.push(Ask { limit: key.limit.clone(), kind: key.kind, need, want: ledger.want(need) });
+                asks.push(Ask { limit: key.limit.clone(), kind: key.kind, need, want: ledger.want(need, now_ms) });
             }
             let forgotten = now_ms.saturating_sub(ledger.used_ms) > FORGET_AFTER_MS;
             !(forgotten && ledger.active.is_none() && ledger.draining.is_empty())

@@ -89,7 +89,9 @@ fn a_request_waits_for_its_workers_first_grant_then_later_ones_spend_the_lease_w
     let (headers, body) = chat(SMALL);
     assert_eq!(gw.post(3, headers, &body).action, Action::Pause);
     let (token, asked) = lease_call(&mut gw);
-    assert_eq!(asked["grants"][0]["want"], 4, "twice what the lease used");
+    // Twice what the lease would use over its 5 s at the rate it was used (2 at once, counted
+    // as 2 in its first 250 ms).
+    assert_eq!(asked["grants"][0]["want"], 80, "twice its rate over a whole lease");
     // Asked from the root context: its answer never depends on a request that may end first.
     assert_eq!(gw.io.sent.last().map(|s| s.id), Some(0));
     let out = gw.answer(
@@ -274,5 +276,5 @@ fn a_worker_gone_idle_reports_its_leases_only_when_its_idle_calls_went() {
     assert_eq!(gw.post(3, headers, &body).action, Action::Pause, "no lease: the request waits for a grant");
     let (_, asked) = lease_call(&mut gw);
     assert_eq!(asked["reports"], json!([]));
-    assert_eq!(asked["grants"][0]["want"], 4, "twice what the ended lease used");
+    assert_eq!(asked["grants"][0]["want"], 80, "twice the ended lease's rate over a whole lease");
 }

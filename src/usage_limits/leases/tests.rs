@@ -21,11 +21,35 @@ fn a_request_reserves_from_the_lease_and_asks_when_it_has_no_room() {
     assert!(leases.reserve(&one, 10).is_some());
     assert!(leases.reserve(&one, 20).is_some());
     assert_eq!(leases.reserve(&one, 30), None, "two granted, two used");
-    // The next ask wants twice what the lease used, and gives the lease back with it.
+    // The next ask gives the lease back, and wants twice what it would have used over its
+    // 5 s at its rate, measured over 250 ms at least (a twentieth of its life): 2 × 2 × 20.
     let (ask, reports) = leases.ask(&one, 30);
-    assert_eq!((ask.want, reports), (4, vec![Report { lease: "l1".into(), used: 2 }]));
+    assert_eq!((ask.want, reports), (80, vec![Report { lease: "l1".into(), used: 2 }]));
     let standing = leases.standing(&one.key, 30).unwrap();
     assert_eq!((standing.bound, standing.remaining, standing.reset_s), (100, 50, 30));
+}
+
+#[test]
+fn a_lease_used_up_early_asks_for_what_its_rate_would_use_over_a_whole_lease() {
+    let mut leases = Leases::default();
+    let one = demand(LimitKind::Requests, 1);
+    leases.granted(&one.key, &grant("l1", 100), 0);
+    for at in 0..100 {
+        leases.reserve(&one, at * 10).unwrap();
+    }
+    // 100 in its first second of five: 500 over a lease, and twice that is asked.
+    assert_eq!(leases.ask(&one, 1000).0.want, 1000);
+    leases.granted(&one.key, &grant("l2", 1000), 1000);
+    // Renewed ahead at the same rate: 350 used in 3.5 s, 500 over a lease.
+    for at in 0..350 {
+        leases.reserve(&one, 1000 + at * 10).unwrap();
+    }
+    let (_, asks) = leases.due(6000 - RENEW_AHEAD_MS);
+    assert_eq!(asks.iter().map(|a| a.want).collect::<Vec<_>>(), vec![1000]);
+    // The load pauses: l2 ends having used 350 in its life, the renewal goes unused, and the
+    // next request asks for twice l2's 350: an unused lease says nothing of the rate.
+    leases.granted(&one.key, &grant("l3", 1000), 6000);
+    assert_eq!(leases.ask(&one, 11_000).0.want, 700);
 }
 
 #[test]
