@@ -388,14 +388,31 @@ test_all() {
   "$VENV/bin/python" -m pytest -q tests/e2e "$@"
 }
 
-# The release module with its function names kept (target/size), measured by bench/wasm_size.py.
-size_breakdown() {
+# The release module with its function names kept: target/size/model_gateway.wasm.
+named_module() {
   fetch_crates
   CARGO_PROFILE_RELEASE_STRIP=none wasm_cargo "$TARGET" build --release --quiet --lib --target-dir "$ROOT/target/size"
   install_wasm_opt
   # As build_wasm optimises it, the names kept (-g).
   wasm_opt "$ROOT/target/size/$TARGET/release/model_gateway.wasm" "$ROOT/target/size/model_gateway.wasm" -g
+}
+
+# The named module's code size by crate and its largest functions (bench/wasm_size.py).
+size_breakdown() {
+  named_module
   python3 bench/wasm_size.py "$ROOT/target/size/model_gateway.wasm" "${1:-25}" "${2:-15}"
+}
+
+# The named module's functions by their share of its CPU time in V8: the benchmark's request
+# driven through the proxy-wasm ABI in Node (bench/v8_profile.cjs) under V8's sampling profiler.
+v8_profile() {
+  local requests="${1:-50000}" profiles="$ROOT/target/size/profiles"
+  named_module
+  command -v node >/dev/null || apt_install nodejs
+  rm -rf "$profiles"
+  node --cpu-prof --cpu-prof-dir "$profiles" --cpu-prof-interval 50 bench/v8_profile.cjs \
+    "$ROOT/target/size/model_gateway.wasm" "$requests"
+  python3 bench/v8_profile_report.py "$profiles"/*.cpuprofile "${2:-30}" "${3:-40}"
 }
 
 # The filter as an OCI image layout; with --push REF, copied to a registry by skopeo (which
@@ -467,11 +484,12 @@ case "$COMMAND" in
   lint) build; lint ;;
   bench) shift; build; build_native; build_minimal_filter; exec "$VENV/bin/python" bench/bench.py "$@" ;;
   size) shift; size_breakdown "$@" ;;
+  profile) shift; v8_profile "$@" ;;
   agents) install_agents ;;
   fixtures) UPDATE_SNAPSHOTS=1 cargo test --quiet -p model-gateway --lib providers::fixtures
             git status --short -- src/providers/fixtures/snapshots ;;
   image) shift; image "$@" ;;
   fuzz) shift; fuzz "$@" ;;
   soak) shift; build; exec "$VENV/bin/python" bench/soak.py --requests "${1:-1000000}" ;;
-  *) echo "usage: $0 [build|run|test|lint|config|bench|size|agents|fixtures|image|fuzz|soak]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|run|test|lint|config|bench|size|profile|agents|fixtures|image|fuzz|soak]" >&2; exit 2 ;;
 esac

@@ -14,12 +14,19 @@ use crate::providers::Usage;
 use gateway_schema::limits::{parse_limit, Limit, LimitKind, Period};
 use gateway_schema::prices::{self, Catalog, Price, Tokens};
 use serde_json::Value;
+use std::cell::RefCell;
 use std::rc::Rc;
 
 thread_local! {
     /// The shipped price catalog, read once per worker.
     static CATALOG: Catalog = Catalog::shipped();
+    /// The catalog's price of each model this worker's requests named (a worker sees few; a
+    /// model the catalog does not list is looked for across it with every version suffix).
+    static CATALOG_PRICES: RefCell<Vec<(String, Option<Price>)>> = const { RefCell::new(Vec::new()) };
 }
+
+/// Models whose catalog price a worker keeps (emptied when full: they are looked up again).
+const CATALOG_PRICES_KEPT: usize = 64;
 
 /// A workspace's limits and prices, read from its policy entry.
 #[derive(Debug, Default)]
@@ -103,7 +110,17 @@ pub(crate) fn price_of(policy: Option<&Policy>, model: &str) -> Option<Price> {
     if let Some((_, price)) = policy.and_then(|p| p.prices.iter().find(|(known, _)| known == model)) {
         return Some(*price);
     }
-    CATALOG.with(|catalog| catalog.price(model).map(|(price, _)| price))
+    CATALOG_PRICES.with_borrow_mut(|known| {
+        if let Some((_, price)) = known.iter().find(|(name, _)| name == model) {
+            return *price;
+        }
+        let price = CATALOG.with(|catalog| catalog.price(model).map(|(price, _)| price));
+        if known.len() >= CATALOG_PRICES_KEPT {
+            known.clear();
+        }
+        known.push((model.to_string(), price));
+        price
+    })
 }
 
 /// One limit's ledger of one kind.
