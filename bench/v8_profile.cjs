@@ -37,12 +37,12 @@ function encodeMap(pairs) {
   const encoded = pairs.map(([name, value]) => [encoder.encode(name), encoder.encode(value)]);
   const size = encoded.reduce((sum, [n, v]) => sum + n.length + v.length + 2, 4 + pairs.length * 8);
   const out = new Uint8Array(size);
-  const out_view = new DataView(out.buffer);
-  out_view.setUint32(0, pairs.length, true);
+  const outView = new DataView(out.buffer);
+  outView.setUint32(0, pairs.length, true);
   let at = 4;
   for (const [n, v] of encoded) {
-    out_view.setUint32(at, n.length, true);
-    out_view.setUint32(at + 4, v.length, true);
+    outView.setUint32(at, n.length, true);
+    outView.setUint32(at + 4, v.length, true);
     at += 8;
   }
   for (const [n, v] of encoded) {
@@ -55,11 +55,11 @@ function encodeMap(pairs) {
 }
 
 function decodeMap(map) {
-  const map_view = new DataView(map.buffer, map.byteOffset, map.byteLength);
+  const mapView = new DataView(map.buffer, map.byteOffset, map.byteLength);
   const sizes = [];
   let at = 4;
-  for (let i = 0; i < map_view.getUint32(0, true); i++, at += 8) {
-    sizes.push([map_view.getUint32(at, true), map_view.getUint32(at + 4, true)]);
+  for (let i = 0; i < mapView.getUint32(0, true); i++, at += 8) {
+    sizes.push([mapView.getUint32(at, true), mapView.getUint32(at + 4, true)]);
   }
   return sizes.map(([n, v]) => {
     const pair = [decoder.decode(map.subarray(at, at + n)), decoder.decode(map.subarray(at + n + 1, at + n + 1 + v))];
