@@ -158,6 +158,13 @@ build_minimal_filter() {
   fi
 }
 
+# Node.js from Debian's packages, when missing; $1 says what it is for.
+install_node() {
+  command -v node >/dev/null && return
+  log "installing Node.js ($1)"
+  apt_install nodejs
+}
+
 # The pure core's unit tests (the filter's and the shared crate's) again inside wasm (32-bit),
 # under Node with wasm-bindgen-test.
 # The runner must be the version of wasm-bindgen in Cargo.lock; it lives in .tools, never
@@ -171,10 +178,7 @@ wasm_unit_tests() {
     log "installing wasm-bindgen-cli $version into .tools (the wasm test runner; about 2 min)"
     install_step wasm-bindgen-cli cargo install --force --root "$TOOLS" wasm-bindgen-cli --version "=$version"
   fi
-  if ! command -v node >/dev/null; then
-    log "installing Node.js (runs the wasm unit tests)"
-    apt_install nodejs
-  fi
+  install_node "runs the wasm unit tests"
   CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER="$runner" \
     wasm_cargo wasm32-unknown-unknown test --lib -p model-gateway -p gateway-schema
 }
@@ -408,7 +412,7 @@ size_breakdown() {
 v8_profile() {
   local requests="${1:-50000}" profiles="$ROOT/target/size/profiles"
   named_module
-  command -v node >/dev/null || apt_install nodejs
+  install_node "runs the module for V8's profiler"
   rm -rf "$profiles"
   node --cpu-prof --cpu-prof-dir "$profiles" --cpu-prof-interval 50 bench/v8_profile.cjs \
     "$ROOT/target/size/model_gateway.wasm" "$requests"

@@ -9,8 +9,8 @@ const crypto = require('crypto');
 
 const [modulePath, requestsArg] = process.argv.slice(2);
 const REQUESTS = Number(requestsArg || 50000);
-const PLUGIN_CONFIG = '{"api_keys":["k"],"allowed_custom_hosts":["loopback"],"credentials":{}}';
 const encoder = new TextEncoder();
+const PLUGIN_CONFIG = encoder.encode('{"api_keys":["k"],"allowed_custom_hosts":["loopback"],"credentials":{}}');
 const decoder = new TextDecoder();
 
 // proxy-wasm's statuses, buffer types and map types (proxy-wasm-cpp-host's numbering).
@@ -111,7 +111,7 @@ const env = {
   },
   proxy_get_buffer_bytes: (type, start, max, ptrPtr, sizePtr) => {
     const buffer = { [REQUEST_BODY]: stream()?.requestBody, [RESPONSE_BODY]: stream()?.responseBody,
-      [VM_CONFIGURATION]: new Uint8Array(), [PLUGIN_CONFIGURATION]: encoder.encode(PLUGIN_CONFIG) }[type];
+      [VM_CONFIGURATION]: new Uint8Array(), [PLUGIN_CONFIGURATION]: PLUGIN_CONFIG }[type];
     if (buffer === undefined) return NOT_FOUND;
     if (buffer.length === 0) return EMPTY;
     return give(buffer.subarray(start, Math.min(buffer.length, start + max)), ptrPtr, sizePtr);
