@@ -20,9 +20,33 @@ use std::rc::Rc;
 thread_local! {
     /// The shipped price catalog, read once per worker.
     static CATALOG: Catalog = Catalog::shipped();
-    /// The catalog's price of each model this worker's requests named (a worker sees few; a
-    /// model the catalog does not list is looked for across it with every version suffix).
-    static CATALOG_PRICES: RefCell<Vec<(String, Option<Price>)>> = const { RefCell::new(Vec::new()) };
+    /// The catalog's price of each model this worker's requests named (a model the catalog
+    /// does not list is looked for across it with every version suffix).
+    static CATALOG_PRICES: RefCell<Kept<String, Option<Price>>> = const { RefCell::new(Kept::new()) };
+}
+
+/// Values a worker keeps by key in a vector (it sees few keys), emptied when full: what was
+/// kept is made again.
+struct Kept<K, V>(Vec<(K, V)>);
+
+impl<K, V: Clone> Kept<K, V> {
+    const fn new() -> Self {
+        Kept(Vec::new())
+    }
+
+    /// The value kept under the key `is` matches, or the `(key, value)` that `make` makes, kept
+    /// from now on (all are dropped first when `bound` are kept).
+    fn get_or_make(&mut self, bound: usize, is: impl Fn(&K) -> bool, make: impl FnOnce() -> (K, V)) -> V {
+        if let Some((_, value)) = self.0.iter().find(|(key, _)| is(key)) {
+            return value.clone();
+        }
+        let (key, value) = make();
+        if self.0.len() >= bound {
+            self.0.clear();
+        }
+        self.0.push((key, value.clone()));
+        value
+    }
 }
 
 /// Models whose catalog price a worker keeps (emptied when full: they are looked up again).
@@ -59,8 +83,13 @@ impl Policy {
 
 /// Parsed policies by the entry they were read from: while an entry is fresh the worker's
 /// requests share it (one `Rc`), so it is parsed once per read, not once per request.
-#[derive(Default)]
-pub(crate) struct Policies(Vec<(Rc<Value>, Option<Rc<Policy>>)>);
+pub(crate) struct Policies(Kept<Rc<Value>, Option<Rc<Policy>>>);
+
+impl Default for Policies {
+    fn default() -> Self {
+        Policies(Kept::new())
+    }
+}
 
 /// Entries a worker keeps parsed (emptied when full: they are parsed again).
 const POLICIES: usize = 64;
@@ -69,15 +98,7 @@ impl Policies {
     /// The parsed policy of a workspace's entry; None when it has neither limits nor prices.
     pub(crate) fn of(&mut self, entry: Option<&Rc<Value>>) -> Option<Rc<Policy>> {
         let value = entry?;
-        if let Some((_, parsed)) = self.0.iter().find(|(known, _)| Rc::ptr_eq(known, value)) {
-            return parsed.clone();
-        }
-        let parsed = parse_policy(value);
-        if self.0.len() >= POLICIES {
-            self.0.clear();
-        }
-        self.0.push((Rc::clone(value), parsed.clone()));
-        parsed
+        self.0.get_or_make(POLICIES, |known| Rc::ptr_eq(known, value), || (Rc::clone(value), parse_policy(value)))
     }
 }
 
@@ -111,15 +132,11 @@ pub(crate) fn price_of(policy: Option<&Policy>, model: &str) -> Option<Price> {
         return Some(*price);
     }
     CATALOG_PRICES.with_borrow_mut(|known| {
-        if let Some((_, price)) = known.iter().find(|(name, _)| name == model) {
-            return *price;
-        }
-        let price = CATALOG.with(|catalog| catalog.price(model).map(|(price, _)| price));
-        if known.len() >= CATALOG_PRICES_KEPT {
-            known.clear();
-        }
-        known.push((model.to_string(), price));
-        price
+        known.get_or_make(
+            CATALOG_PRICES_KEPT,
+            |name| name == model,
+            || (model.to_string(), CATALOG.with(|catalog| catalog.price(model).map(|(price, _)| price))),
+        )
     })
 }
 
