@@ -123,13 +123,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_envoy(config_text, workdir, name, concurrency):
+def on_cpus(command, cpus):
+    """`command`, run on the cores `cpus` only (None: on any)."""
+    return ["taskset", "--cpu-list", cpus, *command] if cpus else command
+
+
+def start_envoy(config_text, workdir, name, concurrency, cpus=None):
     path = workdir / f"{name}.yaml"
     path.write_text(config_text)
     log = open(workdir / f"{name}.log", "w")
     return subprocess.Popen(
-        [str(ENVOY), "-c", str(path), "--concurrency", str(concurrency), "--disable-hot-restart",
-         "--log-level", "error"],
+        on_cpus([str(ENVOY), "-c", str(path), "--concurrency", str(concurrency), "--disable-hot-restart",
+                 "--log-level", "error"], cpus),
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -206,7 +211,7 @@ def resident_mb(pid):
     return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1)) / 1024
 
 
-def run_wrk(port, headers, connections, duration, workdir, pid=None, control_plane_pid=None):
+def run_wrk(port, headers, connections, duration, workdir, pid=None, control_plane_pid=None, cpus=None):
     """One wrk run; with `pid`, also the CPU time that process spent per request served and its
     resident memory after the run; with `control_plane_pid`, the control plane's CPU per request
     too (on a shared machine it competes with the proxy for the same cores)."""
@@ -218,8 +223,8 @@ def run_wrk(port, headers, connections, duration, workdir, pid=None, control_pla
     cpu_before = cpu_seconds(pid) if pid else None
     control_plane_before = cpu_seconds(control_plane_pid) if control_plane_pid else None
     out = subprocess.run(
-        ["wrk", "-t", str(min(2, connections)), "-c", str(connections), "-d", f"{duration}s", "--latency", "-s", str(script),
-         f"http://127.0.0.1:{port}/v1/chat/completions"],
+        on_cpus(["wrk", "-t", str(min(2, connections)), "-c", str(connections), "-d", f"{duration}s", "--latency",
+                 "-s", str(script), f"http://127.0.0.1:{port}/v1/chat/completions"], cpus),
         check=True, capture_output=True, text=True).stdout
     cpu_after = cpu_seconds(pid) if pid else None
     control_plane_after = cpu_seconds(control_plane_pid) if control_plane_pid else None
@@ -244,6 +249,25 @@ def median_run(runs):
     return {key: None if runs[0][key] is None else statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
+def paired_difference(runs, base, other):
+    """`other`'s proxy CPU per request less `base`'s, turn by turn, and its estimate with the run's
+    place in the turn taken out. Each turn's two runs ran back to back, so their difference is
+    freer of the machine's drift than two medians' is; but the run later in a turn measures
+    differently (a follower pays for its predecessor's leftovers, e.g. the control plane still
+    taking the records of the run before). Every other turn runs the variants in reverse, so the
+    mean of the two orders' median differences cancels that place's effect (a crossover design).
+    Returns that estimate, the place's effect, and each turn's difference as text, in turn order."""
+    differences = [o["cpu_us"] - b["cpu_us"] for b, o in zip(runs[base], runs[other])]
+    # Even turns ran the variants in their listed order (`runs` keeps it), odd ones in reverse.
+    in_order, reversed_ = differences[0::2], differences[1::2]
+    if not reversed_:
+        return differences[0], 0.0, f"{differences[0]:+.0f}"
+    estimate = (statistics.median(in_order) + statistics.median(reversed_)) / 2
+    other_later = list(runs).index(other) > list(runs).index(base)
+    place = (statistics.median(in_order) - statistics.median(reversed_)) / 2 * (1 if other_later else -1)
+    return estimate, place, ", ".join(f"{d:+.0f}" for d in differences)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=int, default=15)
@@ -265,33 +289,43 @@ def main():
                         "native_cache_hit, native_guardrail, native_keyed, native_limited, compare_native (through "
                         "--compare-native)); "
                         "tables whose variants were not measured are left out")
+    parser.add_argument("--pin", action="store_true", help="the proxies on the last core, the load (wrk, the mock "
+                        "provider, the control plane) on the others: a proxy's CPU per request then does not depend on "
+                        "which work the scheduler put next to it, run by run (throughput and latency are then the "
+                        "load's; needs 2 cores or more)")
     args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    if args.pin and cores < 2:
+        sys.exit("bench: --pin needs 2 cores or more")
+    proxy_cpus, load_cpus = (str(cores - 1), f"0-{cores - 2}") if args.pin else (None, None)
     if not shutil.which("wrk"):
         subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, stdout=subprocess.DEVNULL)
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     if not MINIMAL_WASM.exists():
         sys.exit(f"bench: {MINIMAL_WASM} is missing: run the benchmark with ./build.sh bench, which builds it")
     mock_port, bare_port, gateway_port, minimal_port = free_port(), free_port(), free_port(), free_port()
-    procs = [start_envoy(MOCK % {"port": mock_port, "body": json.dumps(COMPLETION)}, workdir, "mock", 1)]
-    procs.append(start_envoy(BARE % {"port": bare_port, "mock_port": mock_port}, workdir, "bare", args.concurrency))
+    procs = [start_envoy(MOCK % {"port": mock_port, "body": json.dumps(COMPLETION)}, workdir, "mock", 1, load_cpus)]
+    procs.append(start_envoy(BARE % {"port": bare_port, "mock_port": mock_port}, workdir, "bare", args.concurrency,
+                             proxy_cpus))
     env = {**os.environ, "GATEWAY_PORT": str(gateway_port), "GATEWAY_ADMIN_PORT": str(free_port()),
            "GATEWAY_API_KEYS": API_KEY, "GATEWAY_WASM": str(ROOT / "target/model_gateway.wasm")}
     # The gateway's control plane, for the saved-config variant (its CPU is not the proxy's).
     control_plane_addr = f"127.0.0.1:{free_port()}"
     control_plane = subprocess.Popen(
-        [str(CONTROL_PLANE)], stdout=open(workdir / "control-plane.log", "wb"), stderr=subprocess.STDOUT,
+        on_cpus([str(CONTROL_PLANE)], load_cpus), stdout=open(workdir / "control-plane.log", "wb"),
+        stderr=subprocess.STDOUT,
         env={**env, "GATEWAY_CONTROL_PLANE_ADDR": control_plane_addr, "GATEWAY_STATE_DIR": str(workdir / "state"),
              "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN}, start_new_session=True)
     env = {**env, "GATEWAY_CONTROL_PLANE_ADDR": control_plane_addr, "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN}
     config = rendered(env)
-    procs.append(start_envoy(config, workdir, "gateway", args.concurrency))
+    procs.append(start_envoy(config, workdir, "gateway", args.concurrency, proxy_cpus))
     # The same template, listener and clusters with the minimal filter instead: its plugin
     # configuration is the mock's authority, which it sets on every request with the cluster.
     minimal_env = {**env, "GATEWAY_PORT": str(minimal_port), "GATEWAY_ADMIN_PORT": str(free_port()),
                    "GATEWAY_WASM": str(MINIMAL_WASM), "GATEWAY_ACCESS_LOG": "off"}
     minimal_config = rendered(minimal_env)
     procs.append(start_envoy(with_plugin_configuration(minimal_config, f"127.0.0.1:{mock_port}"), workdir, "minimal",
-                             args.concurrency))
+                             args.concurrency, proxy_cpus))
     procs.append(control_plane)
     pids = {bare_port: procs[1].pid, gateway_port: procs[2].pid, minimal_port: procs[3].pid}
     # The same gateway as the native module (GATEWAY_HOST=native), with the same control plane,
@@ -300,7 +334,7 @@ def main():
     native_env = {**env, "GATEWAY_PORT": str(native_port), "GATEWAY_ADMIN_PORT": str(free_port()),
                   "GATEWAY_HOST": "native", "GATEWAY_NATIVE_MODULE": str(NATIVE_MODULE)}
     native_config = rendered(native_env)
-    procs.append(start_envoy(native_config, workdir, "native", args.concurrency))
+    procs.append(start_envoy(native_config, workdir, "native", args.concurrency, proxy_cpus))
     pids[native_port] = procs[-1].pid
     compare_native_port = None
     if args.compare_native:
@@ -309,7 +343,7 @@ def main():
                               "GATEWAY_ADMIN_PORT": str(free_port()),
                               "GATEWAY_NATIVE_MODULE": str(args.compare_native.resolve())}
         compare_native_config = rendered(compare_native_env)
-        procs.append(start_envoy(compare_native_config, workdir, "compare-native", args.concurrency))
+        procs.append(start_envoy(compare_native_config, workdir, "compare-native", args.concurrency, proxy_cpus))
         pids[compare_native_port] = procs[-1].pid
     compare_port = None
     if args.compare_wasm:
@@ -318,7 +352,7 @@ def main():
                        "GATEWAY_WASM": str(args.compare_wasm.resolve()),
                        **dict(setting.split("=", 1) for setting in args.compare_env)}
         compare_config = rendered(compare_env)
-        procs.append(start_envoy(compare_config, workdir, "compare", args.concurrency))
+        procs.append(start_envoy(compare_config, workdir, "compare", args.concurrency, proxy_cpus))
         pids[compare_port] = procs[-1].pid
     gateway_headers = {
         "x-gateway-api-key": API_KEY, "x-gateway-provider": "openai", "authorization": "Bearer sk-bench",
@@ -382,6 +416,7 @@ def main():
             if status != "HIT":
                 sys.exit(f"bench: the cache variant is not answered from the cache (x-gateway-cache-status: {status})")
         rows = []
+        turns = {}  # connections -> variant -> its runs, one per turn
         for connections in [int(c) for c in args.connections.split(",")]:
             # Warm each, then measure them back to back.
             # The minimal filter gets the gateway's request (same bytes for Envoy to parse).
@@ -405,13 +440,16 @@ def main():
                 wanted = args.variants.split(",")
                 variants = tuple(v for v in variants if v[0] in wanted)
             for _, port, headers in variants:
-                run_wrk(port, headers, connections, 2, workdir)
+                run_wrk(port, headers, connections, 2, workdir, cpus=load_cpus)
             runs = {name: [] for name, _, _ in variants}
-            for _ in range(args.repeat):
-                for name, port, headers in variants:
+            for turn in range(args.repeat):
+                # The variant run later in a turn measures a few percent better (an A/A run of one
+                # build against itself showed it): every other turn runs them in reverse order.
+                for name, port, headers in variants if turn % 2 == 0 else variants[::-1]:
                     runs[name].append(run_wrk(port, headers, connections, args.duration, workdir, pids[port],
-                                                 control_plane.pid))
+                                                 control_plane.pid, load_cpus))
             rows.append((connections, {name: median_run(measured) for name, measured in runs.items()}))
+            turns[connections] = runs
     finally:
         for proc in procs:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -419,7 +457,8 @@ def main():
         # Each run's logs and control-plane database take up to gigabytes: a machine that runs
         # benchmarks often would fill its disk.
         shutil.rmtree(workdir, ignore_errors=True)
-    repeated = f", median of {args.repeat} runs taken in turn" if args.repeat > 1 else ""
+    repeated = (f", median of {args.repeat} runs taken in turn (every other turn in reverse order)"
+                if args.repeat > 1 else "")
     print(f"wrk (2 threads), {args.duration}s per run{repeated}, Envoy --concurrency {args.concurrency}, "
           f"{os.cpu_count()} cores, non-streaming chat completion\n")
     names = {"bare": "bare Envoy", "minimal": "Envoy + minimal filter", "gateway": "Envoy + filter (provider headers)",
@@ -527,11 +566,13 @@ def main():
         if measured.issuperset((keyed, limited)):
             print(f"\nA rate limit and a budget in force, {build} (the same request with a control-plane key of a"
                   " workspace without limits, and of one with both), CPU per request:\n")
-            print("| connections | without limits µs | with a rate limit and a budget µs | the limits' cost µs |")
-            print("|---|---|---|---|")
+            print("| connections | without limits µs | with a rate limit and a budget µs | the limits' cost µs "
+                  "(turn by turn, place taken out) | the later run's place µs | each turn's difference µs |")
+            print("|---|---|---|---|---|---|")
             for connections, runs in rows:
                 plain, under = (runs[key]["cpu_us"] for key in (keyed, limited))
-                print(f"| {connections} | {plain:.0f} | {under:.0f} | {under - plain:+.0f} |")
+                cost, place, each = paired_difference(turns[connections], keyed, limited)
+                print(f"| {connections} | {plain:.0f} | {under:.0f} | {cost:+.1f} | {place:+.1f} | {each} |")
 
     if measured.issuperset(("minimal", "gateway", "compare")):
         print(f"\nThe same request through {args.compare_wasm}, CPU per request side by side:\n")
@@ -540,6 +581,18 @@ def main():
         for connections, runs in rows:
             minimal, ours, other = (runs[key]["cpu_us"] for key in ("minimal", "gateway", "compare"))
             print(f"| {connections} | {other:.0f} | {ours:.0f} | {other - minimal:+.0f} | {ours - minimal:+.0f} |")
+
+    if measured.issuperset(("gateway", "compare")):
+        print(f"\nThis build against {args.compare_wasm}, provider headers, turn by turn:\n")
+        print("| connections | req/s: this build / compared | proxy CPU µs: this build / compared "
+              "| this build − compared µs (turn by turn, place taken out) | the later run's place µs "
+              "| each turn's difference µs |")
+        print("|---|---|---|---|---|---|")
+        for connections, runs in rows:
+            ours, other = runs["gateway"], runs["compare"]
+            difference, place, each = paired_difference(turns[connections], "compare", "gateway")
+            print(f"| {connections} | {ours['rps']:.0f} / {other['rps']:.0f} | {ours['cpu_us']:.0f} / "
+                  f"{other['cpu_us']:.0f} | {difference:+.1f} | {place:+.1f} | {each} |")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ pub(super) struct Limited {
     waits: u32,
     since_ms: u64,
     /// The `x-ratelimit-*` headers of its answer (and `retry-after` when refused).
-    headers: Vec<(String, String)>,
+    headers: Vec<(&'static str, String)>,
 }
 
 /// Where reserving left a request.
@@ -58,11 +58,11 @@ impl Exchange {
         };
         let since_ms = env.io.host().now_ms();
         self.limits = Some(Box::new(Limited {
+            holds: Vec::with_capacity(demands.len()),
             demands,
             input_estimate,
             answered_bytes: 0,
             from_cache: false,
-            holds: Vec::new(),
             waits: 0,
             since_ms,
             headers: Vec::new(),
@@ -174,7 +174,7 @@ impl Exchange {
     }
 
     /// The `x-ratelimit-*` (and `retry-after`) headers of a request under limits.
-    pub(super) fn limit_headers(&self) -> &[(String, String)] {
+    pub(super) fn limit_headers(&self) -> &[(&'static str, String)] {
         self.limits.as_deref().map_or(&[], |limited| limited.headers.as_slice())
     }
 }
@@ -228,19 +228,31 @@ fn refuse(
 }
 
 /// OpenAI's `x-ratelimit-*` headers: of each kind, the limit with the least left.
-fn standing_headers(tasks: &Tasks, demands: &[Demand], now_ms: u64, retry_after: Option<u64>) -> Vec<(String, String)> {
+fn standing_headers(
+    tasks: &Tasks,
+    demands: &[Demand],
+    now_ms: u64,
+    retry_after: Option<u64>,
+) -> Vec<(&'static str, String)> {
+    const KINDS: [(LimitKind, [&str; 3]); 2] = [
+        (
+            LimitKind::Requests,
+            ["x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"],
+        ),
+        (LimitKind::Tokens, ["x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"]),
+    ];
     let mut headers = Vec::new();
-    for (kind, suffix) in [(LimitKind::Requests, "requests"), (LimitKind::Tokens, "tokens")] {
+    for (kind, [limit, remaining, reset]) in KINDS {
         let standings =
             demands.iter().filter(|d| d.key.kind == kind).filter_map(|d| tasks.leases.standing(&d.key, now_ms));
         if let Some(least) = standings.min_by_key(|s| s.remaining) {
-            headers.push((format!("x-ratelimit-limit-{suffix}"), least.bound.to_string()));
-            headers.push((format!("x-ratelimit-remaining-{suffix}"), least.remaining.to_string()));
-            headers.push((format!("x-ratelimit-reset-{suffix}"), format!("{}s", least.reset_s)));
+            headers.push((limit, least.bound.to_string()));
+            headers.push((remaining, least.remaining.to_string()));
+            headers.push((reset, format!("{}s", least.reset_s)));
         }
     }
     if let Some(seconds) = retry_after {
-        headers.push(("retry-after".to_string(), seconds.to_string()));
+        headers.push(("retry-after", seconds.to_string()));
     }
     headers
 }

@@ -430,9 +430,18 @@ impl Exchange {
         }
     }
 
-    /// The gateway's response headers, for every answer: the trace id, and as far as known the
-    /// provider, the target and retries (configs that can recover), and the cache status.
+    /// The gateway's response headers, for every answer: its own headers, and under limits the
+    /// `x-ratelimit-*` headers.
     fn each_gateway_header(&self, add: &mut dyn FnMut(&str, &str)) {
+        self.each_own_header(add);
+        for (name, value) in self.limit_headers() {
+            add(name, value);
+        }
+    }
+
+    /// The gateway's own response headers: the trace id, and as far as known the provider, the
+    /// target and retries (configs that can recover), and the cache status.
+    fn each_own_header(&self, add: &mut dyn FnMut(&str, &str)) {
         add(TRACE_HEADER, &self.record.trace_id);
         if !self.record.provider.is_empty() {
             add(PROVIDER_HEADER, self.record.provider);
@@ -452,9 +461,6 @@ impl Exchange {
         }
         if let Some(status) = self.cache.status_header() {
             add(STATUS_HEADER, status);
-        }
-        for (name, value) in self.limit_headers() {
-            add(name, value);
         }
     }
 

@@ -227,7 +227,8 @@ impl Exchange {
     /// shape, by the config's local reply mapper) gets the gateway's headers from here.
     pub(super) fn hold_answer(&mut self, env: &mut Env) -> Action {
         self.awaiting_end = true;
-        self.each_gateway_header(&mut |name, value| env.io.publish_header(env.id, name, value));
+        // Only the headers the mapper reads: each is a host call on every held answer.
+        self.each_own_header(&mut |name, value| env.io.publish_header(env.id, name, value));
         // The mapper answers in the client's API's error shape (the path is the provider's by now).
         env.io.publish_header(env.id, CLIENT_API_STATE, self.record.client_api.name());
         Action::Pause

@@ -526,7 +526,11 @@ impl Worker {
             return self.tasks.leases.call_failed(reports, &asks, now_ms);
         };
         for (ask, grant) in asks.iter().zip(&grants) {
-            self.tasks.leases.granted(&LedgerKey { limit: ask.limit.clone(), kind: ask.kind }, grant, now_ms);
+            self.tasks.leases.granted(
+                &LedgerKey { limit: Rc::from(ask.limit.as_str()), kind: ask.kind },
+                grant,
+                now_ms,
+            );
         }
     }
 

@@ -14,6 +14,7 @@ use super::{Demand, LedgerKey};
 use gateway_schema::limits::LimitKind;
 use serde::Serialize;
 use serde_json::Value;
+use std::rc::Rc;
 
 /// A lease still reserved from after this long is reported with its reservations counted as
 /// used (their requests never ended, or ended unseen).
@@ -88,7 +89,7 @@ pub(crate) struct Report {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Hold {
     pub(crate) key: LedgerKey,
-    lease: String,
+    lease: Rc<str>,
     pub(crate) amount: u64,
 }
 
@@ -102,7 +103,7 @@ pub(crate) struct Standing {
 
 #[derive(Clone)]
 struct Lease {
-    id: String,
+    id: Rc<str>,
     granted: u64,
     /// Reserved and settled so far.
     used: u64,
@@ -171,7 +172,7 @@ impl Ledger {
     }
 
     fn lease_mut(&mut self, id: &str) -> Option<&mut Lease> {
-        self.active.iter_mut().chain(self.draining.iter_mut()).find(|lease| lease.id == id)
+        self.active.iter_mut().chain(self.draining.iter_mut()).find(|lease| &*lease.id == id)
     }
 
     /// Whether the timer renews the active lease ahead: requests used it lately and no renewal
@@ -231,7 +232,7 @@ impl Leases {
             if demand.key.kind != LimitKind::Requests {
                 lease.outstanding = lease.outstanding.saturating_add(1);
             }
-            Hold { key: demand.key.clone(), lease: lease.id.clone(), amount: demand.amount }
+            Hold { key: demand.key.clone(), lease: Rc::clone(&lease.id), amount: demand.amount }
         });
         self.woken |= woken;
         hold
@@ -251,7 +252,7 @@ impl Leases {
     pub(crate) fn ask(&mut self, demand: &Demand, now_ms: u64) -> (Ask, Vec<Report>) {
         let Some(ledger) = self.ledger_mut(&demand.key) else {
             let ask = Ask {
-                limit: demand.key.limit.clone(),
+                limit: demand.key.limit.to_string(),
                 kind: demand.key.kind,
                 need: demand.amount,
                 want: demand.amount,
@@ -264,11 +265,11 @@ impl Leases {
         ledger.draining.retain(|lease| {
             let settled = lease.outstanding == 0;
             if settled {
-                reports.push(Report { lease: lease.id.clone(), used: lease.used });
+                reports.push(Report { lease: lease.id.to_string(), used: lease.used });
             }
             !settled
         });
-        let ask = Ask { limit: demand.key.limit.clone(), kind: demand.key.kind, need: demand.amount, want };
+        let ask = Ask { limit: demand.key.limit.to_string(), kind: demand.key.kind, need: demand.amount, want };
         (ask, reports)
     }
 
@@ -317,7 +318,7 @@ impl Leases {
         if let (Some(id), true) = (&grant.lease, grant.granted > 0) {
             ledger.retire(now_ms);
             ledger.active = Some(Lease {
-                id: id.clone(),
+                id: Rc::from(id.as_str()),
                 granted: grant.granted,
                 used: 0,
                 outstanding: 0,
@@ -349,7 +350,7 @@ impl Leases {
             ledger.draining.retain(|lease| {
                 let done = lease.outstanding == 0 || now_ms.saturating_sub(lease.ended_ms) >= DRAIN_MS;
                 if done {
-                    reports.push(Report { lease: lease.id.clone(), used: lease.used });
+                    reports.push(Report { lease: lease.id.to_string(), used: lease.used });
                 }
                 !done
             });
@@ -357,7 +358,7 @@ impl Leases {
             if ledger.renews(now_ms) && ending {
                 ledger.renewing = true;
                 let need = if key.kind == LimitKind::Requests { 1 } else { ledger.last_used.max(1) };
-                asks.push(Ask { limit: key.limit.clone(), kind: key.kind, need, want: ledger.want(need, now_ms) });
+                asks.push(Ask { limit: key.limit.to_string(), kind: key.kind, need, want: ledger.want(need, now_ms) });
             }
             let forgotten = now_ms.saturating_sub(ledger.used_ms) > FORGET_AFTER_MS;
             !(forgotten && ledger.active.is_none() && ledger.draining.is_empty())
@@ -370,7 +371,7 @@ impl Leases {
     pub(crate) fn call_failed(&mut self, reports: Vec<Report>, asks: &[Ask], now_ms: u64) {
         self.unsent.extend(reports);
         for ask in asks {
-            let key = LedgerKey { limit: ask.limit.clone(), kind: ask.kind };
+            let key = LedgerKey { limit: Rc::from(ask.limit.as_str()), kind: ask.kind };
             if let Some(ledger) = self.ledger_mut(&key) {
                 ledger.renewing = false;
                 ledger.renew_not_before_ms = now_ms.saturating_add(RETRY_MS);

@@ -55,7 +55,8 @@ const CATALOG_PRICES_KEPT: usize = 64;
 /// A workspace's limits and prices, read from its policy entry.
 #[derive(Debug, Default)]
 pub(crate) struct Policy {
-    limits: Vec<Limit>,
+    /// Each with its id, shared by its ledgers' keys (a request clones no string).
+    limits: Vec<(Rc<str>, Limit)>,
     /// By model: a workspace has few.
     prices: Vec<(String, Price)>,
 }
@@ -65,7 +66,9 @@ impl Policy {
     /// (the control plane checked them as they were stored).
     pub(crate) fn parse(value: &Value) -> Policy {
         let limits = match value.get("limits") {
-            Some(Value::Array(items)) => items.iter().filter_map(parse_stored_limit).collect(),
+            Some(Value::Array(items)) => {
+                items.iter().filter_map(parse_stored_limit).map(|limit| (Rc::from(limit.id.as_str()), limit)).collect()
+            }
             _ => Vec::new(),
         };
         Policy { limits, prices: prices::parse_workspace_prices(value.get("prices")) }
@@ -143,7 +146,7 @@ pub(crate) fn price_of(policy: Option<&Policy>, model: &str) -> Option<Price> {
 /// One limit's ledger of one kind.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct LedgerKey {
-    pub(crate) limit: String,
+    pub(crate) limit: Rc<str>,
     pub(crate) kind: LimitKind,
 }
 
@@ -192,7 +195,7 @@ pub(crate) fn demands(policy: &Policy, ask: &Ask) -> Result<(Vec<Demand>, u64), 
     let scope_model = ask.models.first().copied().unwrap_or_default();
     let mut demands = Vec::new();
     let mut tokens = None;
-    for limit in policy.limits.iter().filter(|l| l.applies(ask.workspace, ask.key_id, scope_model)) {
+    for (id, limit) in policy.limits.iter().filter(|(_, l)| l.applies(ask.workspace, ask.key_id, scope_model)) {
         for kind in limit.kinds() {
             if kind != LimitKind::Requests && ask.tokens == TokenUse::None {
                 continue;
@@ -209,7 +212,7 @@ pub(crate) fn demands(policy: &Policy, ask: &Ask) -> Result<(Vec<Demand>, u64), 
                 }
             };
             let bound = limit.bound(kind).unwrap_or_default();
-            let key = LedgerKey { limit: limit.id.clone(), kind };
+            let key = LedgerKey { limit: Rc::clone(id), kind };
             demands.push(Demand { key, amount, bound, period: limit.budget_period });
         }
     }

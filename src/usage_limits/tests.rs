@@ -15,7 +15,7 @@ fn demands(policy: &Policy, ask: &Ask) -> Result<Vec<Demand>, GatewayError> {
 }
 
 fn amounts(demands: &[Demand]) -> Vec<(&str, LimitKind, u64)> {
-    demands.iter().map(|d| (d.key.limit.as_str(), d.key.kind, d.amount)).collect()
+    demands.iter().map(|d| (&*d.key.limit, d.key.kind, d.amount)).collect()
 }
 
 #[test]
