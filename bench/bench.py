@@ -443,8 +443,8 @@ def main():
                 run_wrk(port, headers, connections, 2, workdir, cpus=load_cpus)
             runs = {name: [] for name, _, _ in variants}
             for turn in range(args.repeat):
-                # The variant run later in a turn measures a few percent better (an A/A run of one
-                # build against itself showed it): every other turn runs them in reverse order.
+                # The variant run later in a turn measures differently from the first (see
+                # paired_difference): every other turn runs them in reverse order.
                 for name, port, headers in variants if turn % 2 == 0 else variants[::-1]:
                     runs[name].append(run_wrk(port, headers, connections, args.duration, workdir, pids[port],
                                                  control_plane.pid, load_cpus))

@@ -12,7 +12,6 @@ use super::{Action, Bodies, CallAnswer, Env, Exchange, Io, Output};
 use crate::routing::attempts::Next;
 use crate::settings::Settings;
 use crate::usage_limits::leases::{Ask, Leases, Report};
-use crate::usage_limits::LedgerKey;
 use hashbrown::HashMap;
 use metrics::ModelLabels;
 use serde_json::Value;
@@ -526,11 +525,7 @@ impl Worker {
             return self.tasks.leases.call_failed(reports, &asks, now_ms);
         };
         for (ask, grant) in asks.iter().zip(&grants) {
-            self.tasks.leases.granted(
-                &LedgerKey { limit: Rc::from(ask.limit.as_str()), kind: ask.kind },
-                grant,
-                now_ms,
-            );
+            self.tasks.leases.granted(&ask.key(), grant, now_ms);
         }
     }
 

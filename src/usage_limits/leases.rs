@@ -78,6 +78,13 @@ pub(crate) struct Ask {
     pub(crate) want: u64,
 }
 
+impl Ask {
+    /// The ledger the ask is for.
+    pub(crate) fn key(&self) -> LedgerKey {
+        LedgerKey { limit: Rc::from(self.limit.as_str()), kind: self.kind }
+    }
+}
+
 /// A lease no longer reserved from, and what it used.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Report {
@@ -371,8 +378,7 @@ impl Leases {
     pub(crate) fn call_failed(&mut self, reports: Vec<Report>, asks: &[Ask], now_ms: u64) {
         self.unsent.extend(reports);
         for ask in asks {
-            let key = LedgerKey { limit: Rc::from(ask.limit.as_str()), kind: ask.kind };
-            if let Some(ledger) = self.ledger_mut(&key) {
+            if let Some(ledger) = self.ledger_mut(&ask.key()) {
                 ledger.renewing = false;
                 ledger.renew_not_before_ms = now_ms.saturating_add(RETRY_MS);
             }
