@@ -133,7 +133,7 @@ def test_anthropic_version_goes_even_without_a_key(gateway, anthropic_mock):
     served_by(r, "anthropic")
 
 
-def test_vendor_beta_reaches_openai_as_openai_beta(gateway, openai_mock):
+def test_vendor_beta_with_a_query_reaches_a_custom_host_as_openai_beta(gateway, openai_mock):
     r = gateway.request("GET", "/v1/assistants?limit=2", headers={**custom_host(openai_mock), "vendor-beta": "assistants=v2"})
     assert r.status_code == 200, r.text
     assert openai_mock.last.headers.get("openai-beta") == "assistants=v2"
