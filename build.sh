@@ -3,7 +3,13 @@
 #   ./build.sh          build the filter (target/model_gateway.wasm) and install Envoy
 #   ./build.sh run      build if needed, then run the control plane and Envoy with the filter in
 #                       the foreground (GATEWAY_CONTROL_PLANE=off: Envoy alone; GATEWAY_HOST=native:
-#                       the filter as a native dynamic module, target/libmodel_gateway.so)
+#                       the filter as a native dynamic module, target/libmodel_gateway.so), and
+#                       beside them the local stand-in model server (below; GATEWAY_LOCAL_MODEL=off:
+#                       not it)
+#   ./build.sh local-model
+#                       the local stand-in model server alone, in the foreground: an echo speaking
+#                       OpenAI's and Anthropic's APIs on 127.0.0.1:${GATEWAY_LOCAL_MODEL_PORT:-8000}/v1
+#                       (tools/local_model.py), to try the gateway with no provider account
 #   ./build.sh test     the whole suite: unit tests, config validation, end-to-end in real Envoy
 #   ./build.sh lint     cargo fmt --check, clippy (native and wasm) with warnings as errors, and no
 #                       import circle between files or folders (tests/tools/import_cycles.py)
@@ -262,8 +268,8 @@ install_registry_tools() {
 
 # Envoy's own message for a taken port is one line among many; say it before starting.
 check_port_free() {
-  local name="$1" port="$2"
-  python3 - "$port" <<'PY' || die "127.0.0.1:$port ($name) is already in use by another program: stop it, or choose another port with $name=..."
+  local name="$1" port="$2" alternative="${3:-}"
+  python3 - "$port" <<'PY' || die "127.0.0.1:$port ($name) is already in use by another program: stop it, or choose another port with $name=...$alternative"
 import socket, sys
 s = socket.socket()
 # As servers bind: connections of an earlier run in TIME_WAIT do not hold the port.
@@ -305,12 +311,37 @@ build() {
 }
 
 
+# What `run` started in the background: stopped together, by a signal or when Envoy exits.
+CHILDREN=()
+stop_children() {
+  kill -TERM "${CHILDREN[@]}" 2>/dev/null || true
+  wait "${CHILDREN[@]}" 2>/dev/null || true
+}
+
+# The local stand-in model server (tools/local_model.py), in the background: returns once it
+# accepts connections, so the first request after the gateway's start finds it; dies if it exits
+# first (its own message says why).
+start_local_model() {
+  local port="${GATEWAY_LOCAL_MODEL_PORT:-8000}"
+  python3 "$ROOT/tools/local_model.py" &
+  local pid=$!
+  CHILDREN+=("$pid")
+  until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+    kill -0 "$pid" 2>/dev/null || die "the local stand-in model server did not start (above: why)"
+    sleep 0.1
+  done
+  log "local stand-in model server on http://127.0.0.1:$port/v1 (echo; GATEWAY_LOCAL_MODEL=off to not start it)"
+}
+
 run() {
-  local with_control_plane=1
+  local with_control_plane=1 with_local_model=1
   [ "${GATEWAY_CONTROL_PLANE:-on}" = off ] && with_control_plane=0
+  [ "${GATEWAY_LOCAL_MODEL:-on}" = off ] && with_local_model=0
   check_port_free GATEWAY_PORT "${GATEWAY_PORT:-8787}"
   check_port_free GATEWAY_ADMIN_PORT "${GATEWAY_ADMIN_PORT:-9901}"
   [ "$with_control_plane" = 1 ] && check_port_free GATEWAY_CONTROL_PLANE_PORT "${GATEWAY_CONTROL_PLANE_PORT:-8790}"
+  [ "$with_local_model" = 1 ] && check_port_free GATEWAY_LOCAL_MODEL_PORT "${GATEWAY_LOCAL_MODEL_PORT:-8000}" \
+    ", or GATEWAY_LOCAL_MODEL=off to not start the local stand-in model server (your own model server may be on that port)"
   build
   if [ -z "${GATEWAY_API_KEYS:-}" ]; then
     GATEWAY_API_KEYS="gw-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
@@ -332,24 +363,25 @@ run() {
   (umask 077 && GATEWAY_WASM="$WASM" GATEWAY_NATIVE_MODULE="$NATIVE" "$VENV/bin/python" envoy/render.py >"$config")
   local envoy=("$VENV/bin/envoy" -c "$config" --concurrency "${GATEWAY_CONCURRENCY:-2}" --disable-hot-restart
     --log-level warn --component-log-level "wasm:${GATEWAY_LOG_LEVEL:-info},dynamic_modules:${GATEWAY_LOG_LEVEL:-info}")
+  # SIGINT/SIGTERM stop them all, also while they start. Envoy keeps serving when the control
+  # plane or the stand-in model stops (what the filter read stays usable for its grace period; the
+  # rest is a 503, or a 502 for the stand-in); when Envoy stops, so do they.
+  trap 'stop_children; exit 130' INT
+  trap 'stop_children; exit 143' TERM
+  [ "$with_local_model" = 1 ] && start_local_model
   log "gateway on http://127.0.0.1:${GATEWAY_PORT:-8787}/v1 (admin 127.0.0.1:${GATEWAY_ADMIN_PORT:-9901})"
-  if [ "$with_control_plane" = 0 ]; then
-    # exec: SIGINT/SIGTERM reach Envoy directly.
-    exec "${envoy[@]}"
+  if [ "$with_control_plane" = 1 ]; then
+    log "control plane on $GATEWAY_CONTROL_PLANE_ADDR, data in ${GATEWAY_DATABASE_URL:+PostgreSQL}${GATEWAY_DATABASE_URL:-$GATEWAY_STATE_DIR/gateway.db}"
+    # Managed batches send their lines (and read their input files) through this gateway.
+    GATEWAY_URL="${GATEWAY_URL:-http://127.0.0.1:${GATEWAY_PORT:-8787}}" "$CONTROL_PLANE" &
+    CHILDREN+=("$!")
   fi
-  log "control plane on $GATEWAY_CONTROL_PLANE_ADDR, data in ${GATEWAY_DATABASE_URL:+PostgreSQL}${GATEWAY_DATABASE_URL:-$GATEWAY_STATE_DIR/gateway.db}"
-  # SIGINT/SIGTERM stop both. Envoy keeps serving when the control plane stops (what the filter
-  # read stays usable for its grace period; the rest is a 503); when Envoy stops, so does it.
-  # Managed batches send their lines (and read their input files) through this gateway.
-  GATEWAY_URL="${GATEWAY_URL:-http://127.0.0.1:${GATEWAY_PORT:-8787}}" "$CONTROL_PLANE" &
-  local control_plane_pid=$!
   "${envoy[@]}" &
   local envoy_pid=$!
-  trap 'kill -TERM "$control_plane_pid" "$envoy_pid" 2>/dev/null' INT TERM
+  CHILDREN+=("$envoy_pid")
   local status=0
   wait "$envoy_pid" || status=$?
-  kill -TERM "$control_plane_pid" "$envoy_pid" 2>/dev/null || true
-  wait "$control_plane_pid" "$envoy_pid" 2>/dev/null || true
+  stop_children
   exit "$status"
 }
 
@@ -483,6 +515,7 @@ COMMAND="${1:-build}"
 case "$COMMAND" in
   build) build ;;
   run) run ;;
+  local-model) exec python3 tools/local_model.py ;;
   test) shift; test_all "$@" ;;
   config) shift; build >/dev/null; GATEWAY_WASM="$WASM" GATEWAY_NATIVE_MODULE="$NATIVE" "$VENV/bin/python" envoy/render.py "$@" ;;
   lint) build; lint ;;
@@ -495,5 +528,5 @@ case "$COMMAND" in
   image) shift; image "$@" ;;
   fuzz) shift; fuzz "$@" ;;
   soak) shift; build; exec "$VENV/bin/python" bench/soak.py --requests "${1:-1000000}" ;;
-  *) echo "usage: $0 [build|run|test|lint|config|bench|size|profile|agents|fixtures|image|fuzz|soak]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|run|local-model|test|lint|config|bench|size|profile|agents|fixtures|image|fuzz|soak]" >&2; exit 2 ;;
 esac

@@ -179,6 +179,7 @@ def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | No
         # The control plane beside it: its own port, its SQLite database in the log directory.
         "GATEWAY_CONTROL_PLANE_PORT": str(control_plane_port),
         "GATEWAY_STATE_DIR": str(log_dir / "state"),
+        "GATEWAY_LOCAL_MODEL": "off",  # its port would clash between gateways (test_first_run starts one)
     })
     if cache is not None:
         env["GATEWAY_CACHE"] = json.dumps(cache)
