@@ -698,13 +698,208 @@ class OpenAIMock(MockProvider):
         getattr(self, fn)(h, req, **m.groupdict())
 
     # ---- chat
+    # OpenAI's own checks of what it is sent. A request OpenAI refuses gets its 400 here too, so a
+    # gateway translation that sends OpenAI something it would refuse fails a test. ``strict``
+    # (reset to True around every test) is the one opt-out: False plays an OpenAI-compatible host
+    # that takes parameters of its own (vLLM's `top_k`, ...), for a test that sends them on purpose;
+    # the rest is still checked.
+    chat_fields = frozenset({
+        "messages", "model", "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+        "max_completion_tokens", "max_tokens", "metadata", "modalities", "n", "parallel_tool_calls", "prediction",
+        "presence_penalty", "prompt_cache_key", "reasoning_effort", "response_format", "safety_identifier", "seed",
+        "service_tier", "stop", "store", "stream", "stream_options", "temperature", "tool_choice", "tools",
+        "top_logprobs", "top_p", "user", "verbosity", "web_search_options"})
+    completion_fields = frozenset({
+        "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
+        "presence_penalty", "seed", "stop", "stream", "stream_options", "suffix", "temperature", "top_p", "user"})
+    embedding_fields = frozenset({"input", "model", "dimensions", "encoding_format", "user"})
+    _chat_roles = ("system", "assistant", "user", "function", "tool", "developer")
+    # Content part types each role may send.
+    _chat_part_types = {"user": ("text", "image_url", "input_audio", "file"), "assistant": ("text", "refusal"),
+                        "system": ("text",), "developer": ("text",), "tool": ("text",)}
+    _reasoning_efforts = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+    @staticmethod
+    def _unrecognized(body: dict, known: frozenset[str]) -> tuple[str, None, None] | None:
+        for key in body:
+            if key not in known:
+                return f"Unrecognized request argument supplied: {key}", None, None
+        return None
+
+    @staticmethod
+    def _invalid_type(at: str, expected: str, value: Any) -> tuple[str, str, str]:
+        got = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(value), f"a {type(value).__name__}")
+        return f"Invalid type for '{at}': expected {expected}, but got {got} instead.", at, "invalid_type"
+
+    @classmethod
+    def _chat_message_problem(cls, i: int, m: Any) -> tuple[str, str | None, str | None] | None:
+        at = f"messages[{i}]"
+        if not isinstance(m, dict):
+            return cls._invalid_type(at, "an object", m)
+        role = m.get("role")
+        if role not in cls._chat_roles:
+            return cls._supported(role, f"{at}.role", cls._chat_roles)
+        if role == "tool" and not isinstance(m.get("tool_call_id"), str):
+            return f"Missing required parameter: '{at}.tool_call_id'.", f"{at}.tool_call_id", \
+                "missing_required_parameter"
+        content = m.get("content")
+        if content is None and role != "assistant":
+            return f"Missing required parameter: '{at}.content'.", f"{at}.content", "missing_required_parameter"
+        if content is not None and not isinstance(content, (str, list)):
+            return cls._invalid_type(f"{at}.content", "one of a string or array of objects", content)
+        for j, part in enumerate(content if isinstance(content, list) else []):
+            kinds = cls._chat_part_types.get(role, ("text",))
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in kinds:
+                return cls._supported(kind, f"{at}.content[{j}].type", kinds)
+            if kind == "text" and not isinstance(part.get("text"), str):
+                return f"Missing required parameter: '{at}.content[{j}].text'.", f"{at}.content[{j}].text", \
+                    "missing_required_parameter"
+            if kind == "image_url" and not isinstance((part.get("image_url") or {}).get("url"), str):
+                return (f"Missing required parameter: '{at}.content[{j}].image_url.url'.",
+                        f"{at}.content[{j}].image_url.url", "missing_required_parameter")
+        calls = m.get("tool_calls")
+        if calls is not None and role != "assistant":
+            return f"Additional properties are not allowed ('tool_calls' was unexpected) - 'messages.{i}'", None, None
+        if calls is not None and not isinstance(calls, list):
+            return cls._invalid_type(f"{at}.tool_calls", "an array", calls)
+        for j, call in enumerate(calls or []):
+            call_at = f"{at}.tool_calls[{j}]"
+            if not isinstance(call, dict):
+                return cls._invalid_type(call_at, "an object", call)
+            if not isinstance(call.get("id"), str):
+                return f"Missing required parameter: '{call_at}.id'.", f"{call_at}.id", "missing_required_parameter"
+            if call.get("type") not in ("function", "custom"):
+                return cls._supported(call.get("type"), f"{call_at}.type", ("function", "custom"))
+            if call["type"] == "function":
+                fn = call.get("function")
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    return (f"Missing required parameter: '{call_at}.function.name'.", f"{call_at}.function.name",
+                            "missing_required_parameter")
+                if not isinstance(fn.get("arguments"), str):
+                    return cls._invalid_type(f"{call_at}.function.arguments", "a string", fn.get("arguments"))
+        return None
+
+    @staticmethod
+    def tool_calls_problem(msgs: list[dict]) -> tuple[str, str | None, None] | None:
+        """OpenAI's pairing of tool calls and tool messages: a `tool` message answers one of the
+        calls of the assistant message just before it (only other tool messages between), and an
+        assistant message's calls are each answered before the next message of another role."""
+        calls: list[str] | None = None  # the ids of the assistant message being answered
+        unanswered: list[str] = []
+        asked_at = 0
+        for i, m in enumerate(msgs):
+            if m["role"] == "tool":
+                if calls is None:
+                    return ("Invalid parameter: messages with role 'tool' must be a response to a preceeding "
+                            "message with 'tool_calls'.", f"messages.[{i}].role", None)
+                if m["tool_call_id"] not in calls:
+                    return (f"Invalid parameter: 'tool_call_id' of '{m['tool_call_id']}' not found in 'tool_calls' "
+                            "of previous message.", f"messages.[{i}].tool_call_id", None)
+                if m["tool_call_id"] in unanswered:
+                    unanswered.remove(m["tool_call_id"])
+                continue
+            if unanswered:
+                break
+            calls = None
+            if m["role"] == "assistant" and m.get("tool_calls"):
+                calls = [c["id"] for c in m["tool_calls"]]
+                unanswered = list(calls)
+                asked_at = i
+        if unanswered:
+            return ("An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                    "'tool_call_id'. The following tool_call_ids did not have response messages: "
+                    + ", ".join(unanswered), f"messages.[{asked_at}].role", None)
+        return None
+
+    @classmethod
+    def _chat_tool_problem(cls, i: int, tool: Any) -> tuple[str, str | None, str | None] | None:
+        at = f"tools[{i}]"
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind not in ("function", "custom"):
+            return cls._supported(kind, f"{at}.type", ("function", "custom"))
+        spec = tool.get(kind)
+        if not isinstance(spec, dict):
+            # a Responses tool ({"type": "function", "name": ...}) is refused here
+            return f"Missing required parameter: '{at}.{kind}'.", f"{at}.{kind}", "missing_required_parameter"
+        if not isinstance(spec.get("name"), str) or not spec["name"]:
+            return f"Missing required parameter: '{at}.{kind}.name'.", f"{at}.{kind}.name", \
+                "missing_required_parameter"
+        return None
+
+    @classmethod
+    def _sampling_problem(cls, body: dict) -> tuple[str, str, str] | None:
+        temp = body.get("temperature")
+        if temp is not None and (not isinstance(temp, (int, float)) or not 0 <= temp <= 2):
+            return (f"Invalid 'temperature': decimal above maximum value. Expected a value <= 2, but got {temp} "
+                    "instead.", "temperature", "decimal_above_max_value")
+        top_p = body.get("top_p")
+        if top_p is not None and (not isinstance(top_p, (int, float)) or not 0 <= top_p <= 1):
+            return (f"Invalid 'top_p': decimal above maximum value. Expected a value <= 1, but got {top_p} "
+                    "instead.", "top_p", "decimal_above_max_value")
+        return None
+
+    @classmethod
+    def chat_problem(cls, body: dict, strict: bool = True) -> tuple[str, str | None, str | None] | None:
+        """OpenAI's 400 for a chat completions request (message, param, code), else None;
+        ``strict=False`` lets parameters OpenAI does not know through."""
+        problem = cls._unrecognized(body, cls.chat_fields) if strict else None
+        if problem:
+            return problem
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            return "you must provide a model parameter", None, None
+        msgs = body.get("messages")
+        if msgs is None:
+            return "Missing required parameter: 'messages'.", "messages", "missing_required_parameter"
+        if not isinstance(msgs, list):
+            return cls._invalid_type("messages", "an array", msgs)
+        if not msgs:
+            return ("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty "
+                    "array instead.", "messages", "empty_array")
+        for i, m in enumerate(msgs):
+            problem = cls._chat_message_problem(i, m)
+            if problem:
+                return problem
+        problem = cls.tool_calls_problem(msgs)
+        if problem:
+            return problem
+        tools = body.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            return cls._invalid_type("tools", "an array", tools)
+        for i, tool in enumerate(tools or []):
+            problem = cls._chat_tool_problem(i, tool)
+            if problem:
+                return problem
+        choice = body.get("tool_choice")
+        if isinstance(choice, str) and choice not in ("none", "auto", "required"):
+            return cls._supported(choice, "tool_choice", ("none", "auto", "required"))
+        if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
+            kind = choice["type"]
+            if not isinstance((choice.get(kind) or {}).get("name"), str):
+                # a Responses tool_choice ({"type": "function", "name": ...}) is refused here
+                return (f"Missing required parameter: 'tool_choice.{kind}'.", f"tool_choice.{kind}",
+                        "missing_required_parameter")
+        if body.get("stream_options") is not None and not body.get("stream"):
+            return "The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options", None
+        fmt = body.get("response_format")
+        if fmt is not None:
+            kind = fmt.get("type") if isinstance(fmt, dict) else None
+            if kind not in ("text", "json_object", "json_schema"):
+                return cls._supported(kind, "response_format.type", ("text", "json_object", "json_schema"))
+            if kind == "json_schema" and not isinstance((fmt.get("json_schema") or {}).get("name"), str):
+                return ("Missing required parameter: 'response_format.json_schema'.", "response_format.json_schema",
+                        "missing_required_parameter")
+        effort = body.get("reasoning_effort")
+        if effort is not None and effort not in cls._reasoning_efforts:
+            return cls._supported(effort, "reasoning_effort", cls._reasoning_efforts)
+        return cls._sampling_problem(body)
+
     def _chat(self, h, req):
         body = req.json
-        if not isinstance(body.get("model"), str) or not body["model"]:
-            return self._err(h, 400, "you must provide a model parameter", param="model")
-        msgs = body.get("messages")
-        if not isinstance(msgs, list) or not msgs:
-            return self._err(h, 400, "[] is too short - 'messages'", param="messages")
+        problem = self.chat_problem(body, self.strict)
+        if problem:
+            return self._err(h, 400, problem[0], param=problem[1], code=problem[2])
         model = body["model"]
         n = body.get("n") or 1
 
@@ -760,6 +955,10 @@ class OpenAIMock(MockProvider):
 
     def _completions(self, h, req):
         body = req.json
+        problem = (self._unrecognized(body, self.completion_fields) if self.strict else None) or \
+            self._sampling_problem(body)
+        if problem:
+            return self._err(h, 400, problem[0], param=problem[1], code=problem[2])
         if not isinstance(body.get("model"), str):
             return self._err(h, 400, "you must provide a model parameter", param="model")
         if "prompt" not in body:
@@ -799,6 +998,7 @@ class OpenAIMock(MockProvider):
     def __init__(self, keys: Iterable[str], ssl_context: ssl.SSLContext | None = None):
         super().__init__(ssl_context)
         self.keys = set(keys)
+        self.strict = True
         self._embed_rules: list[tuple[str, list[float]]] = []
         self._files: dict[str, bytes] = {}
         self._file_objects: dict[str, dict] = {}
@@ -809,6 +1009,7 @@ class OpenAIMock(MockProvider):
 
     def reset(self):
         super().reset()
+        self.strict = True
         with self._lock:
             self._embed_rules.clear()
             self._files.clear()
@@ -847,6 +1048,9 @@ class OpenAIMock(MockProvider):
 
     def _embeddings(self, h, req):
         body = req.json
+        problem = self._unrecognized(body, self.embedding_fields) if self.strict else None
+        if problem:
+            return self._err(h, 400, problem[0], param=problem[1], code=problem[2])
         inp = body.get("input")
         if inp is None or inp == "" or inp == []:
             return self._err(h, 400, "'input' is a required property", param="input")

@@ -203,6 +203,118 @@ def test_openai_assistants_need_openai_beta_and_no_other_header(openai_mock):
     assert httpx.get(url, headers={**OPENAI_AUTH, "OpenAI-Beta": "assistants=v2"}).json()["object"] == "list"
 
 
+def chat_post(mock, body):
+    return httpx.post(f"{mock.base_url}/chat/completions", json=body, headers=OPENAI_AUTH, timeout=10)
+
+
+USER = {"role": "user", "content": "weather in Paris?"}
+ASKED = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+    {"id": "call_b", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}
+
+
+def answer(call_id):
+    return {"role": "tool", "tool_call_id": call_id, "content": "sunny"}
+
+
+@pytest.mark.parametrize("body, error", [
+    ({"model": "m", "messages": [USER], "foo": 1},
+     {"message": "Unrecognized request argument supplied: foo", "type": "invalid_request_error", "param": None,
+      "code": None}),
+    ({"model": "m", "messages": [USER, answer("call_a")]},
+     {"message": "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with "
+                 "'tool_calls'.", "type": "invalid_request_error", "param": "messages.[1].role", "code": None}),
+    ({"model": "m", "messages": [USER, ASKED, answer("call_a"), answer("call_z")]},
+     {"message": "Invalid parameter: 'tool_call_id' of 'call_z' not found in 'tool_calls' of previous message.",
+      "type": "invalid_request_error", "param": "messages.[3].tool_call_id", "code": None}),
+    ({"model": "m", "messages": [USER, ASKED, answer("call_a"), {"role": "user", "content": "and?"}]},
+     {"message": "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                 "'tool_call_id'. The following tool_call_ids did not have response messages: call_b",
+      "type": "invalid_request_error", "param": "messages.[1].role", "code": None}),
+    ({"model": "m", "messages": [USER, ASKED]},
+     {"message": "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                 "'tool_call_id'. The following tool_call_ids did not have response messages: call_a, call_b",
+      "type": "invalid_request_error", "param": "messages.[1].role", "code": None}),
+    # a tool message after a user turn answers nothing, even with an id asked for earlier
+    ({"model": "m", "messages": [USER, ASKED, answer("call_a"), answer("call_b"), USER, answer("call_a")]},
+     {"message": "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with "
+                 "'tool_calls'.", "type": "invalid_request_error", "param": "messages.[5].role", "code": None}),
+    ({"model": "m"},
+     {"message": "Missing required parameter: 'messages'.", "type": "invalid_request_error", "param": "messages",
+      "code": "missing_required_parameter"}),
+    ({"model": "m", "messages": []},
+     {"message": "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array "
+                 "instead.", "type": "invalid_request_error", "param": "messages", "code": "empty_array"}),
+    ({"messages": [USER]},
+     {"message": "you must provide a model parameter", "type": "invalid_request_error", "param": None, "code": None}),
+])
+def test_openai_chat_refuses_what_openai_refuses(openai_mock, body, error):
+    r = chat_post(openai_mock, body)
+    assert (r.status_code, r.json()) == (400, {"error": error})
+
+
+@pytest.mark.parametrize("extra, param, code", [
+    ({"messages": [{"role": "human", "content": "x"}]}, "messages[0].role", "invalid_value"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content", "missing_required_parameter"),
+    ({"messages": [USER, {**ASKED, "tool_calls": [{"id": "call_a", "type": "function",
+                                                    "function": {"name": "f", "arguments": {"city": "Paris"}}}]},
+                   answer("call_a")]}, "messages[1].tool_calls[0].function.arguments", "invalid_type"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "messages[0].content[0].type",
+     "invalid_value"),
+    ({"messages": [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "https://x"}}]}]},
+     "messages[0].content[0].type", "invalid_value"),
+    ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools[0].function",
+     "missing_required_parameter"),
+    ({"tool_choice": {"type": "function", "name": "f"}}, "tool_choice.function", "missing_required_parameter"),
+    ({"stream_options": {"include_usage": True}}, "stream_options", None),
+    ({"response_format": {"type": "json_schema", "schema": {}}}, "response_format.json_schema",
+     "missing_required_parameter"),
+    ({"reasoning_effort": "max"}, "reasoning_effort", "invalid_value"),
+    ({"temperature": 3}, "temperature", "decimal_above_max_value"),
+])
+def test_openai_chat_validates_the_request_like_openai(openai_mock, extra, param, code):
+    r = chat_post(openai_mock, {"model": "m", "messages": [USER], **extra})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert (err["type"], err["param"], err["code"]) == ("invalid_request_error", param, code), err
+
+
+def test_openai_chat_takes_a_whole_tool_conversation_from_the_sdk(openai_mock):
+    """What the SDK sends for a real tool round trip (two calls, both answered, then a user
+    turn) passes, with every parameter of OpenAI's list."""
+    body = {"model": "m", "messages": [{"role": "developer", "content": "be brief"}, USER, ASKED, answer("call_b"),
+                                       answer("call_a"), {"role": "user", "content": [{"type": "text", "text": "ok"}]}],
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "parallel_tool_calls": True,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {}}},
+            "reasoning_effort": "low", "verbosity": "low", "max_completion_tokens": 50, "seed": 1,
+            "prompt_cache_key": "k", "safety_identifier": "u", "metadata": {"a": "b"}, "store": False}
+    out = direct_openai(openai_mock).chat.completions.create(**body)
+    assert out.choices[0].message.content == OpenAIMock.default_text
+    assert openai_mock.last.json == body
+
+
+def test_openai_mock_takes_a_compatible_hosts_own_parameters_only_when_told(openai_mock):
+    body = {"model": "m", "messages": [USER], "top_k": 5}
+    assert chat_post(openai_mock, body).status_code == 400
+    openai_mock.strict = False  # an OpenAI-compatible host (vLLM) that takes `top_k`
+    assert chat_post(openai_mock, body).status_code == 200
+    assert chat_post(openai_mock, {**body, "messages": [answer("call_a")]}).status_code == 400  # still checked
+    openai_mock.reset()
+    assert openai_mock.strict and chat_post(openai_mock, body).status_code == 400
+
+
+def test_openai_embeddings_and_completions_refuse_unknown_parameters(openai_mock):
+    url = openai_mock.base_url
+    r = httpx.post(f"{url}/embeddings", json={"model": "e", "input": "x", "top_k": 1}, headers=OPENAI_AUTH)
+    assert (r.status_code, r.json()["error"]["message"]) == (400, "Unrecognized request argument supplied: top_k")
+    r = httpx.post(f"{url}/completions", json={"model": "c", "prompt": "x", "messages": []}, headers=OPENAI_AUTH)
+    assert (r.status_code, r.json()["error"]["message"]) == (400, "Unrecognized request argument supplied: messages")
+    r = httpx.post(f"{url}/completions", json={"model": "c", "prompt": "x", "suffix": "!", "echo": True},
+                   headers=OPENAI_AUTH)
+    assert r.status_code == 200, r.text
+
+
 @pytest.mark.parametrize("version, message", [
     (None, "anthropic-version: header is required"),
     ("2024-01-01", "anthropic-version: invalid version '2024-01-01'"),
