@@ -1,9 +1,9 @@
-//! The filter's metrics, the shipped Envoy config's `stats_tags` and the README's metrics table
+//! The filter's metrics, the shipped Envoy config's `stats_tags` and the metrics table of docs/observability.md
 //! cannot drift apart: every metric `exchange/metrics.rs` defines is made as the filter makes
 //! it (its labels in the stat name), put through the tag extraction of the rendered config
 //! (`envoy/envoy.yaml`, which `tests/e2e/test_envoy_config.py` keeps equal to what
 //! `envoy/render.py` makes of the template, as `./build.sh config` does) the way Envoy applies
-//! it, and must come out under its own name with exactly the labels the README lists for it,
+//! it, and must come out under its own name with exactly the labels docs/observability.md lists for it,
 //! each holding the value the filter put in.
 
 use crate::exchange::metrics::{self, ModelLabels};
@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 const METRICS_SOURCE: &str = include_str!("exchange/metrics.rs");
 const RENDERED_CONFIG: &str = include_str!("../envoy/envoy.yaml");
-const README: &str = include_str!("../README.md");
+const METRICS_DOC: &str = include_str!("../docs/observability.md");
 
 /// The metric names `metrics.rs` defines: its `"gen_ai_..."` constants.
 fn defined_metrics() -> BTreeSet<String> {
@@ -102,11 +102,11 @@ fn as_prometheus(tags: &[(String, Regex)], stat: &str) -> (String, BTreeMap<Stri
     (name, labels)
 }
 
-/// The README's metrics table: each metric's labels (the backquoted words of the labels column
+/// The metrics table of docs/observability.md: each metric's labels (the backquoted words of the labels column
 /// outside parentheses, which hold their values).
 fn readme_labels() -> BTreeMap<String, BTreeSet<String>> {
     let mut table = BTreeMap::new();
-    for row in README.lines().filter(|line| line.starts_with("| `gen_ai_")) {
+    for row in METRICS_DOC.lines().filter(|line| line.starts_with("| `gen_ai_")) {
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
         let (names, labels) = (cells[1], cells[3]);
         let mut outside = String::new();
@@ -134,7 +134,7 @@ fn labels_put_in(stat: &str, metric: &str, readme: &BTreeSet<String>) -> BTreeMa
     let mut labels = BTreeMap::new();
     while let Some(after) = rest.strip_prefix('.') {
         let (label, after) = after.split_once('.').expect("a label has a value");
-        // The value runs to the next `.label.` the README knows of, or to the end.
+        // The value runs to the next `.label.` the table knows of, or to the end.
         let end = readme.iter().filter_map(|next| after.find(&format!(".{next}."))).min().unwrap_or(after.len());
         labels.insert(label.to_string(), after[..end].to_string());
         rest = &after[end..];
@@ -143,7 +143,7 @@ fn labels_put_in(stat: &str, metric: &str, readme: &BTreeSet<String>) -> BTreeMa
 }
 
 #[test]
-fn every_metric_comes_out_of_envoys_tags_with_the_labels_the_readme_lists() {
+fn every_metric_comes_out_of_envoys_tags_with_the_labels_the_docs_list() {
     let tags = stats_tags();
     let readme = readme_labels();
     let defined = defined_metrics();
@@ -153,12 +153,12 @@ fn every_metric_comes_out_of_envoys_tags_with_the_labels_the_readme_lists() {
         let (name, labels) = as_prometheus(&tags, &format!("wasmcustom.{stat}"));
         seen.insert(name.clone());
         let Some(listed) = readme.get(&name) else {
-            failures.push(format!("{stat}: comes out as `{name}`, which the README's metrics table does not list"));
+            failures.push(format!("{stat}: comes out as `{name}`, which the metrics table of docs/observability.md does not list"));
             continue;
         };
         let got: BTreeSet<String> = labels.keys().cloned().collect();
         if &got != listed {
-            failures.push(format!("{stat}: labels {got:?} out of Envoy, the README lists {listed:?}"));
+            failures.push(format!("{stat}: labels {got:?} out of Envoy, docs/observability.md lists {listed:?}"));
         }
         let put_in = labels_put_in(&stat, &name, listed);
         if labels != put_in {
@@ -169,7 +169,7 @@ fn every_metric_comes_out_of_envoys_tags_with_the_labels_the_readme_lists() {
         failures.push(format!("{metric}: defined in metrics.rs, but no stat of it was checked (add it to stat_names)"));
     }
     for metric in readme.keys().filter(|m| !defined.contains(*m)) {
-        failures.push(format!("{metric}: in the README's metrics table, not defined in metrics.rs"));
+        failures.push(format!("{metric}: in the metrics table of docs/observability.md, not defined in metrics.rs"));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -10,7 +10,7 @@
 mod cache;
 mod catalog;
 mod client_api;
-// The metrics, the shipped config's stats_tags and the README's metrics table, tied.
+// The metrics, the shipped config's stats_tags and the metrics table of docs/observability.md, tied.
 #[cfg(test)]
 mod envoy_stats_tags;
 mod exchange;

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 from helpers import CLIENT_TOKEN, SECRETS, chat_body, config, custom_host, read_stream
+from support import FLUSHED_WITHIN, access_lines, eventually, prometheus, reaches, value
 
 MODELS = ["m-chat", "m-stream", "m-stream-asked", "m-cache", "m-retry", "m-fall-a", "m-fall-b", "m-err", "m-denied", "claude-obs",
           "gpt-4.1"]
@@ -36,49 +37,6 @@ def obs(start_gateway, tmp_path_factory):
     with start_gateway("observability", None, env) as gw:
         gw.access_log = access_log
         yield gw
-
-
-# --------------------------------------------------------------------------- reading what Envoy shows
-
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def prometheus(gw) -> list[tuple[str, dict, float]]:
-    r = httpx.get(f"http://127.0.0.1:{gw.admin_port}/stats/prometheus", timeout=5)
-    r.raise_for_status()
-    samples = []
-    for line in r.text.splitlines():
-        m = _LINE.match(line)
-        if m and not line.startswith("#"):
-            samples.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))))
-    return samples
-
-
-def value(gw, name: str, **labels) -> float:
-    """The sum of `name`'s samples whose labels include ``labels`` (0 when there is none)."""
-    return sum(v for n, ls, v in prometheus(gw) if n == name and all(ls.get(k) == w for k, w in labels.items()))
-
-
-def eventually(read, expected, timeout: float = 20.0):
-    """Envoy merges worker histograms at its stats flush (every 5 s): ask until it shows."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = read()
-        if got == expected or time.monotonic() > deadline:
-            return got
-        time.sleep(0.25)
-
-
-def access_lines(gw, trace_id: str, count: int = 1, timeout: float = 20.0) -> list[dict]:
-    """The access-log objects of `trace_id` (Envoy writes the file in batches: waits for them)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        text = gw.access_log.read_text() if gw.access_log.exists() else ""
-        lines = [json.loads(line) for line in text.splitlines() if f'"trace_id":"{trace_id}"' in line]
-        if len(lines) >= count or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.2)
 
 
 def trace() -> str:
@@ -112,7 +70,7 @@ def test_non_streamed_requests_count_per_label_with_exact_token_sums(obs, openai
     # The mock's default usage is 11 prompt and 7 completion tokens per answer.
     assert value(obs, "gen_ai_client_token_usage_total", gen_ai_token_type="input", **labels) == 22
     assert value(obs, "gen_ai_client_token_usage_total", gen_ai_token_type="output", **labels) == 14
-    assert eventually(lambda: value(obs, "gen_ai_server_request_duration_count", **labels), 2) == 2
+    eventually(reaches(lambda: value(obs, "gen_ai_server_request_duration_count", **labels), 2), FLUSHED_WITHIN)
     # Milliseconds: two fast local answers, every bucket from 1000 ms up holds both.
     assert value(obs, "gen_ai_server_request_duration_bucket", le="1000", **labels) == 2
     assert value(obs, "gen_ai_server_time_to_first_token_count", **labels) == 0, "not a stream"
@@ -128,7 +86,7 @@ def test_a_stream_counts_time_to_first_token_and_the_usage_it_asked_for(obs, ope
     assert value(obs, "gen_ai_gateway_requests_total", status_class="2xx", **labels) == 1
     assert value(obs, "gen_ai_client_token_usage_total", gen_ai_token_type="input", **labels) == 11
     assert value(obs, "gen_ai_client_token_usage_total", gen_ai_token_type="output", **labels) == 7
-    assert eventually(lambda: value(obs, "gen_ai_server_time_to_first_token_count", **labels), 1) == 1
+    eventually(reaches(lambda: value(obs, "gen_ai_server_time_to_first_token_count", **labels), 1), FLUSHED_WITHIN)
     assert value(obs, "gen_ai_server_request_duration_count", **labels) == 1
 
 
@@ -144,14 +102,14 @@ def test_a_stream_without_usage_is_counted_and_reaches_the_client_as_it_asked(ob
     # A stream's record (and its counters) is written when Envoy ends the request, which may
     # come just after the client read the last chunk.
     tokens = lambda kind: value(obs, "gen_ai_client_token_usage_total", gen_ai_token_type=kind, **labels)  # noqa: E731
-    assert eventually(lambda: tokens("input"), 11) == 11
-    assert eventually(lambda: tokens("output"), 7) == 7
+    eventually(reaches(lambda: tokens("input"), 11), FLUSHED_WITHIN)
+    eventually(reaches(lambda: tokens("output"), 7), FLUSHED_WITHIN)
     # The SDK's stream, without usage, is what it always was.
     stream = obs.sdk(custom_host(openai_mock)).chat.completions.create(
         model="m-stream-asked", stream=True, messages=[{"role": "user", "content": "Count"}])
     chunks = list(stream)
     assert chunks and all(c.usage is None for c in chunks)
-    assert eventually(lambda: tokens("input"), 22) == 22
+    eventually(reaches(lambda: tokens("input"), 22), FLUSHED_WITHIN)
 
 
 def test_a_translated_provider_counts_its_tokens(obs, anthropic_mock):
@@ -270,14 +228,18 @@ def test_errors_and_recoveries_are_in_the_access_log(obs, openai_mock):
 
 
 def test_no_secret_or_prompt_in_metrics_or_the_access_log(obs, openai_mock):
-    obs.chat(custom_host(openai_mock), chat_body(PROMPT, model="m-chat"))
-    obs.chat(config({"provider": "openai", "api_key": "sk-config-key", "custom_host": openai_mock.base_url}),
-             chat_body(PROMPT, model="m-chat"))
+    by_client_token, by_config = trace(), trace()
+    sent = [obs.chat({**custom_host(openai_mock), "x-gateway-trace-id": by_client_token},
+                     chat_body(PROMPT, model="m-chat")),
+            obs.chat({**config({"provider": "openai", "api_key": "sk-config-key", "custom_host": openai_mock.base_url}),
+                      "x-gateway-trace-id": by_config}, chat_body(PROMPT, model="m-chat"))]
+    assert [r.status_code for r in sent] == [200, 200], [r.text for r in sent]
     stats = httpx.get(f"http://127.0.0.1:{obs.admin_port}/stats/prometheus", timeout=5).text
     assert "gen_ai_gateway_requests_total{" in stats
-    time.sleep(1.5)
+    # The lines of both requests are written (Envoy writes the file in batches).
+    for trace_id in (by_client_token, by_config):
+        assert len(access_lines(obs, trace_id)) == 1, f"no access-log line of {trace_id}"
     log = obs.access_log.read_text()
-    assert log.strip(), "the access log is written"
     for secret in (*SECRETS, CLIENT_TOKEN, PROMPT):
         assert secret not in stats, secret
         assert secret not in log, secret
@@ -299,22 +261,22 @@ def test_each_check_run_counts_its_verdict(obs, openai_mock):
     assert obs.chat(guarded, chat_body("a pear", model="m-chat")).status_code == 200
     read = lambda: (value(obs, "gen_ai_gateway_guardrail_verdicts_total", **fail) - before[0],  # noqa: E731
                     value(obs, "gen_ai_gateway_guardrail_verdicts_total", **passed) - before[1])
-    assert eventually(read, (1, 2)) == (1, 2)
+    eventually(reaches(read, (1, 2)), FLUSHED_WITHIN)
     # The access log line says which item decided, and its feedback.
     [line] = access_lines(obs, denied)
     assert line["guardrails"] == [{"stage": "before", "id": "fruit", "verdict": False,
                                    "feedback": {"value": -1.0, "weight": 1.0}}]
 
 
-# --------------------------------------------------------------------------- metrics, tags and README
+# --------------------------------------------------------------------------- metrics, tags and docs
 
 
-def readme_metric_labels() -> dict[str, set[str]]:
-    """The README's metrics table: each metric's labels (the backquoted words of its labels
+def documented_metric_labels() -> dict[str, set[str]]:
+    """The metrics table of docs/observability.md: each metric's labels (the backquoted words of its labels
     column outside parentheses, which hold their values)."""
     table = {}
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    for row in readme.splitlines():
+    doc = (Path(__file__).resolve().parents[2] / "docs/observability.md").read_text()
+    for row in doc.splitlines():
         if not row.startswith("| `gen_ai_"):
             continue
         cells = [c.strip() for c in row.split("|")]
@@ -324,10 +286,10 @@ def readme_metric_labels() -> dict[str, set[str]]:
     return table
 
 
-def test_every_metric_envoy_shows_has_exactly_the_labels_the_readme_lists(obs, openai_mock):
+def test_every_metric_envoy_shows_has_exactly_the_labels_the_docs_list(obs, openai_mock):
     """Real Envoy's tag extraction of the rendered config (src/envoy_stats_tags.rs checks every
     metric the same way without Envoy): after traffic that makes each per-request metric, each
-    `gen_ai_` sample is a metric of the README's table with exactly its labels."""
+    `gen_ai_` sample is a metric of the documented table with exactly its labels."""
     guarded = config({**openai_target(openai_mock, "m-chat"), "cache": {"mode": "simple"},
                       "input_guardrails": [{"default.regexMatch": {"rule": "\\bkiwi\\b", "not": True}, "deny": True}]})
     assert obs.chat(guarded, chat_body(f"tags {uuid.uuid4()}")).status_code == 200
@@ -341,7 +303,7 @@ def test_every_metric_envoy_shows_has_exactly_the_labels_the_readme_lists(obs, o
             "gen_ai_server_time_to_first_token", "gen_ai_gateway_retries_total", "gen_ai_gateway_fallbacks_total",
             "gen_ai_gateway_cache_stores_total", "gen_ai_gateway_cache_stored_bytes_total",
             "gen_ai_gateway_guardrail_verdicts_total"}
-    table = readme_metric_labels()
+    table = documented_metric_labels()
     assert made <= set(table), made - set(table)
 
     def shown() -> dict[str, list[set[str]]]:
@@ -364,6 +326,6 @@ def test_every_metric_envoy_shows_has_exactly_the_labels_the_readme_lists(obs, o
         metrics = shown()
     assert made <= set(metrics), f"not shown: {made - set(metrics)}"
     for name, label_sets in metrics.items():
-        assert name in table, f"{name}: not a metric of the README's table (a label left in the name?)"
+        assert name in table, f"{name}: not a metric of the documented table (a label left in the name?)"
         for labels in label_sets:
-            assert labels == table[name], f"{name}: labels {sorted(labels)}, the README lists {sorted(table[name])}"
+            assert labels == table[name], f"{name}: labels {sorted(labels)}, the docs list {sorted(table[name])}"
