@@ -398,6 +398,7 @@ lint() {
   cargo fmt --check --manifest-path bench/minimal-filter/Cargo.toml
   cargo fmt --check --manifest-path fuzz/Cargo.toml
   python3 tests/tools/import_cycles.py
+  python3 tests/tools/check_docs.py --self-test; python3 tests/tools/check_docs.py
   cargo clippy --quiet --workspace --all-targets -- -D warnings
   cargo clippy --quiet --features native --lib -- -D warnings
   wasm_cargo "$TARGET" clippy --quiet -p model-gateway -p gateway-schema -- -D warnings
