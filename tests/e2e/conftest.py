@@ -18,7 +18,8 @@
   binaries, which build.sh installs), started by the first test that uses it;
   ``postgres.database(name)`` creates an empty database and returns its URL.
 * ``_no_vm_reload`` (autouse): fails the test during which the filter VM of a running
-  gateway was reloaded.
+  gateway was reloaded. The gateways watched, and the end checks, are ``support.under_guards``'s,
+  which every other Envoy a test starts runs under too (``support.running_mesh``).
 
 Environment knobs:
 * GATEWAY_START_TIMEOUT: seconds to wait for /health (default 120).
@@ -43,10 +44,11 @@ import pytest
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # make the helper modules importable under any import mode
     sys.path.insert(0, str(HERE))
-pytest.register_assert_rewrite("helpers")
+pytest.register_assert_rewrite("helpers", "support")
 
 import helpers  # noqa: E402
 import httpx2 as httpx  # noqa: E402
+import support  # noqa: E402
 from mocks import AnthropicMock, OpenAIMock  # noqa: E402
 from mocks_cloud import BedrockMock, GoogleTokenMock, VertexMock  # noqa: E402
 from pg_server import StartFailed, free_ports, running_postgres, stop_group  # noqa: E402
@@ -139,10 +141,6 @@ def gateway_credentials(openai_mock, anthropic_mock) -> dict:
     }
 
 
-# Every gateway running now (the session's and any a module started), for the VM-reload guard.
-_LIVE_GATEWAYS: list[helpers.Gateway] = []
-
-
 def session_cache(openai_mock) -> dict:
     """The plugin's `cache` settings of the session gateway: default budgets, semantic
     matching through the OpenAI mock's embeddings endpoint."""
@@ -155,9 +153,9 @@ def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | No
                     extra_env: dict | None = None) -> Iterator[helpers.Gateway]:
     """`build.sh run` (or E2E_GATEWAY_CMD) on free ports with the suite's settings,
     GATEWAY_CACHE = ``cache`` and ``extra_env`` (other GATEWAY_* settings), ready once /health
-    answers 200. On exit, while Envoy still
-    serves, the end checks run (VM never reloaded, no secret in the log); it is then
-    stopped, and a failed check fails the fixture that started it."""
+    answers 200, under the guards (``support.under_guards``: on exit, while Envoy still serves,
+    VM never reloaded and no secret in the log; a failed check fails the fixture that started
+    it); then stopped."""
     override = os.environ.get("E2E_GATEWAY_CMD")
     if override:
         cmd = shlex.split(override)
@@ -206,17 +204,11 @@ def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | No
                 pytest.fail(f"the gateway did not answer 200 on /health within {START_TIMEOUT:.0f}s; "
                             f"output ({log_path}):\n{gw.log_tail(80)}", pytrace=False)
             time.sleep(0.25)
-        _LIVE_GATEWAYS.append(gw)
-        try:
+        with support.under_guards(gw):
             yield gw
-        finally:
-            _LIVE_GATEWAYS.remove(gw)
-        problems = _end_of_run_problems(gw)
     finally:
         gw.close()
         stop_group(proc)
-    if problems:
-        pytest.fail(f"at the end of the gateway's run ({log_path}):\n" + "\n".join(problems), pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -257,27 +249,6 @@ def postgres(start_postgres):
         yield server
 
 
-def _end_of_run_problems(gw: helpers.Gateway) -> list[str]:
-    """Checks over a gateway's whole run, made while Envoy still serves: the filter VM was
-    never reloaded (under FAIL_RELOAD a trap is otherwise invisible to the tests) and no
-    secret ever reached the gateway's log."""
-    problems = []
-    try:
-        counters = gw.vm_reload_counters()
-    except httpx.HTTPError as e:
-        problems.append(f"cannot read Envoy's /stats: {e!r}")
-    except pytest.fail.Exception as e:
-        problems.append(str(e))
-    else:
-        if any(counters.values()):
-            problems.append(f"the filter VM trapped and was reloaded during the session: {counters}")
-    try:
-        helpers.assert_no_secrets_in_log(gw)
-    except AssertionError as e:
-        problems.append(str(e))
-    return problems
-
-
 @pytest.fixture(autouse=True)
 def _no_vm_reload(request):
     """A test after which a filter VM's reload counters moved made the VM trap: fail it
@@ -285,7 +256,7 @@ def _no_vm_reload(request):
     gateway: the session's (started first if the test uses it) and any a module started."""
     if "gateway" in request.fixturenames:
         request.getfixturevalue("gateway")
-    watched = list(_LIVE_GATEWAYS)
+    watched = list(support.LIVE_GATEWAYS)
     if not watched:
         yield
         return

@@ -85,6 +85,7 @@ class Gateway:
     def __init__(self, port: int, admin_port: int, log_path: Path, control_plane_port: int = 0):
         self.process_group: int | None = None  # of `build.sh run`, once started
         self.native = False  # the filter is the native module (GATEWAY_HOST=native), not the wasm VM
+        self.vm_reload_stat = VM_RELOAD_STAT  # `wasm.<the filter config's name>.vm_reload`
         self.port = port
         self.admin_port = admin_port
         self.control_plane_port = control_plane_port
@@ -172,15 +173,16 @@ class Gateway:
         pytest.fail(f"no Envoy process in the gateway's process group {self.process_group}")
 
     def vm_reload_counters(self) -> dict[str, int]:
-        """The filter VM's reload counters (`wasm.model_gateway.vm_reload*`). A VM that traps
-        under `failure_policy: FAIL_RELOAD` is replaced silently: these are the only trace.
-        Fails if Envoy reports none of them (the check would be vacuous)."""
+        """The filter VM's reload counters (`wasm.model_gateway.vm_reload*`, or under the name
+        of the filter's config in ``vm_reload_stat``). A VM that traps under `failure_policy:
+        FAIL_RELOAD` is replaced silently: these are the only trace. Fails if Envoy reports none
+        of them (the check would be vacuous)."""
         if self.native:
             # No VM: a panic is caught in the hook that raised it and logged once (src/native).
             return {NATIVE_PANIC_LINE: self.log_text().count(NATIVE_PANIC_LINE)}
-        counters = {k: int(v) for k, v in self.stats().items() if k.startswith(VM_RELOAD_STAT)}
-        if VM_RELOAD_STAT not in counters:
-            pytest.fail(f"Envoy's /stats has no {VM_RELOAD_STAT!r} counter (found {sorted(counters)}): "
+        counters = {k: int(v) for k, v in self.stats().items() if k.startswith(self.vm_reload_stat)}
+        if self.vm_reload_stat not in counters:
+            pytest.fail(f"Envoy's /stats has no {self.vm_reload_stat!r} counter (found {sorted(counters)}): "
                         "cannot tell whether the filter VM trapped and was reloaded")
         return counters
 

@@ -17,25 +17,11 @@ from helpers import (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
                      sdk_stream, served_by)
 from mocks import Reply, ToolCall
 from mocks_cloud import CloudReply
+from support import BEDROCK_MODEL as MODEL, BEDROCK_MODEL_PATH as ENCODED, bedrock_config, signed_by
 
-MODEL = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
-ENCODED = "/model/us.anthropic.claude-3-5-haiku-20241022-v1%3A0"
 TOOL = {"type": "function", "function": {"name": "weather", "description": "Weather of a city",
                                          "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                         "required": ["city"]}}}
-
-
-def bedrock_config(mock, **extra):
-    return {"provider": "bedrock", "custom_host": mock.base_url, "cloud_c_region": "us-east-1",
-            "cloud_c_access_key_id": AWS_ACCESS_KEY_ID, "cloud_c_secret_access_key": AWS_SECRET_ACCESS_KEY,
-            **extra}
-
-
-def signed_by(rec) -> str:
-    """The access key id of the request's SigV4 credential scope."""
-    auth = rec.header("authorization")
-    assert auth.startswith("AWS4-HMAC-SHA256 Credential="), auth
-    return auth.split("Credential=")[1].split("/")[0]
 
 
 def test_sdk_chat_is_signed_and_translated(gateway, bedrock_mock):

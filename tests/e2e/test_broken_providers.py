@@ -18,7 +18,7 @@ from helpers import (CHAT, KEY, VERTEX_CLIENT_TOKEN, assert_error, chat_body, co
                      raw_http, read_stream)
 from mocks import Reply
 from mocks_cloud import event_frame
-from test_bedrock import MODEL as BEDROCK_MODEL, bedrock_config
+from support import BEDROCK_MODEL, bedrock_config
 
 ANTHROPIC_MODEL = "claude-mock"
 

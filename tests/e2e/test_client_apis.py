@@ -14,29 +14,13 @@ import pytest
 from helpers import (ANTHROPIC_SLUG_KEY, CLIENT_TOKEN, KEY, assert_clean_upstream, config, provider_config, served_by,
                      slug, workspace_key)
 from mocks import AnthropicMock, Reply, ToolCall
+from support import CLAUDE, READ_TOOL, anthropic_sdk, native
 
-CLAUDE = "claude-test-1"
 GPT = "gpt-mock"
-READ_TOOL = {"name": "read_file", "description": "Read a file",
-             "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
-
-
-def anthropic_sdk(gateway, headers: dict, api_key: str = "sk-ant-client", key: str | None = KEY,
-                  **kw) -> anthropic.Anthropic:
-    """The Anthropic SDK pointed at the gateway (its key in `x-api-key`), the gateway's headers
-    sent as Claude Code sends them (`ANTHROPIC_CUSTOM_HEADERS`)."""
-    default_headers = {**({"x-gateway-api-key": key} if key else {}), **headers}
-    return anthropic.Anthropic(base_url=gateway.origin, api_key=api_key, max_retries=0, timeout=30.0,
-                               default_headers=default_headers, **kw)
 
 
 def sdk_version(client: anthropic.Anthropic) -> str:
     return client.default_headers["anthropic-version"]
-
-
-def native(anthropic_mock) -> dict:
-    """Anthropic itself (a custom host of that type): the client's x-api-key is the credential."""
-    return {"x-gateway-provider": "anthropic", "x-gateway-custom-host": anthropic_mock.base_url}
 
 
 def translating(openai_mock) -> dict:

@@ -16,8 +16,8 @@ from helpers import (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, BEDROCK_API_KEY, 
                      VERTEX_CLIENT_TOKEN, assert_clean_upstream, assert_no_secrets_in_log, config, served_by)
 from mocks import AnthropicMock, Reply, ToolCall
 from mocks_cloud import BedrockMock, CloudReply
-from test_bedrock import ENCODED, MODEL, bedrock_config, signed_by
-from test_client_apis import CLAUDE, READ_TOOL, anthropic_sdk, native
+from support import BEDROCK_MODEL as MODEL, BEDROCK_MODEL_PATH as ENCODED, CLAUDE, READ_TOOL, anthropic_sdk
+from support import bedrock_config, native, signed_by
 
 THOUGHT = "The user wants the file."
 

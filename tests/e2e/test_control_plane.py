@@ -11,11 +11,8 @@ import uuid
 
 import pytest
 
-import httpx2 as httpx
-from helpers import CHAT, KEY, KEY2, assert_chat_completion, assert_error, chat_body, config, slug, virtual_key
-
-# The filter's lookups stay fresh for 5 s; changes must show within 10 s.
-VISIBLE_WITHIN = 10.0
+from helpers import KEY, KEY2, assert_chat_completion, assert_error, chat_body, config, slug, virtual_key
+from support import eventually, new_slug, new_workspace_key, ok, put
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -28,45 +25,11 @@ def cp(request, start_gateway):
         yield gw
 
 
-def put(gw, path: str, body, key: str = KEY) -> httpx.Response:
-    return gw.request("PUT", path, key=key, json=body)
-
-
-def ok(resp: httpx.Response) -> dict:
-    assert resp.status_code in (200, 201), f"{resp.status_code}: {resp.text[:500]}"
-    return resp.json()
-
-
-def new_slug(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
 def stored_provider(gw, mock, api_key: str, key: str = KEY, name: str = "openai") -> str:
     s = new_slug(name)
     ok(put(gw, f"/v1/providers/{s}", {"provider": "openai", "api_key": api_key, "custom_host": mock.base_url},
            key=key))
     return s
-
-
-def new_workspace_key(gw, workspace: str | None = None, admin: bool = False) -> dict:
-    body = {"workspace": workspace or new_slug("team")}
-    if admin:
-        body["admin"] = True
-    created = ok(gw.post("/v1/api-keys", body))
-    assert created["key"] and created["id"] and created["workspace"] == body["workspace"]
-    return created
-
-
-def eventually(check, within: float = VISIBLE_WITHIN):
-    """``check()``'s result once it no longer raises AssertionError, polling until ``within``."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.25)
 
 
 # --------------------------------------------------------------------------- auth

@@ -13,11 +13,12 @@ import json
 import re
 from pathlib import Path
 
+import httpx2 as httpx
 import pytest
 import yaml
 
-from helpers import KEY, config
-from test_host_clusters import WASM, ROUTE_HEADER, host, running_mesh
+from helpers import KEY, assert_error, config
+from support import ROUTE_HEADER, WASM, host, running_mesh
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -204,13 +205,17 @@ def test_the_shipped_configuration_serves_in_envoy(wasm, openai_mock, tmp_path):
     adapt = as_that_host_names_it(wasm, provider_cluster, plugin["control_plane"]["cluster"])
     with running_mesh(tmp_path, [openai_mock], WASM, adapt=adapt,
                       control_plane_token=plugin["control_plane"]["token"]) as gw:
-        # The gateway key is the control plane's (read through its cluster), the provider is
-        # reached through its cluster.
+        # The provider is reached through its cluster.
         r = gw.chat(config(host(openai_mock)))
         assert r.status_code == 200, r.text
         assert openai_mock.last.header("authorization") == "Bearer sk-config-key"
-        assert gw.chat(config(host(openai_mock)), key="not-a-key").status_code == 401
-        assert KEY
+        # The gateway keys are the control plane's (read through its cluster): one it made
+        # just now passes, one it never made is refused.
+        made = httpx.post(f"http://127.0.0.1:{gw.control_plane_port}/v1/api-keys", json={"workspace": "deploy-team"},
+                          headers={"x-gateway-api-key": KEY}, timeout=10)
+        assert made.status_code == 201, made.text
+        assert gw.chat(config(host(openai_mock)), key=made.json()["key"]).status_code == 200
+        assert_error(gw.chat(config(host(openai_mock)), key="not-a-key"), 401, code="invalid_api_key")
 
 
 def test_the_metrics_manifests_carry_the_shipped_configs_stats_tags():

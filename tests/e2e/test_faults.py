@@ -19,10 +19,8 @@ from conftest import session_cache
 from helpers import CHAT, KEY, chat_body, config, custom_host, process_start, slug
 from mocks import Reply
 from pg_server import stop_group
-from test_guardrails import hooks, join_a_held_jwks_fetch  # noqa: F401 (hooks: a fixture)
-from test_control_plane import eventually, new_slug, new_workspace_key, ok, put
-from test_limits import put_limit, put_price, unique_model
-from test_request_logs import logged
+from support import (eventually, hooks, join_a_held_jwks_fetch, logged, new_slug, new_workspace_key,  # noqa: F401
+                     ok, put, put_limit, put_price, unique_model)  # (hooks: a fixture)
 
 # --------------------------------------------------------------------------- a client leaves
 
@@ -131,7 +129,7 @@ class Load:
                 self.write_errors.append(repr(e))
                 status = 0
             self.writes.append((name, key, status))
-            time.sleep(0.02)
+            time.sleep(0.02)  # the load's pace
 
     def wait_for(self, writes: int, timeout: float = 20):
         deadline = time.monotonic() + timeout
@@ -184,7 +182,10 @@ def test_the_control_plane_killed_under_load(start_gateway, openai_mock):
             command, environment, directory = process_start(pid)
             os.kill(pid, signal.SIGKILL)
             refused = len(load.writes)
-            time.sleep(1)  # writes meet a control plane that is gone
+
+            def a_write_met_the_outage():
+                assert any(s not in (200, 201) for *_, s in load.writes[refused:]), "no write met the outage yet"
+            eventually(a_write_met_the_outage)
             again = subprocess.Popen(command, env=environment, cwd=directory, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             try:
@@ -194,7 +195,6 @@ def test_the_control_plane_killed_under_load(start_gateway, openai_mock):
                 again.kill()
                 raise
         try:
-            assert any(s not in (200, 201) for *_, s in load.writes[refused:]), "no write met the outage"
             assert load.chats and set(load.chats) == {200}, sorted(set(load.chats))
             check_writes(gw, openai_mock, load)
         finally:

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from helpers import KEY, chat_body, config
 from pg_server import free_ports
-from test_host_clusters import WASM, host, mesh_cluster, running_mesh
+from support import WASM, host, mesh_cluster, running_mesh
 
 ORIGIN = "https://app.example"
 ISSUER = "https://idp.example"

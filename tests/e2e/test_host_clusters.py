@@ -7,106 +7,15 @@ naming it; a route with the filter disabled passes untouched."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Callable, Iterator
 
 import httpx2 as httpx
 import pytest
 
-import helpers
 from helpers import KEY, assert_error, chat_body, config
 from mocks import Reply
-from test_vertex import MODEL as GEMINI, fresh_key_file, sa_config
-from pg_server import free_ports, stop_group
-
-REPO = Path(__file__).resolve().parents[2]
-ENVOY = REPO / ".venv/bin/envoy"
-WASM = REPO / "target/model_gateway.wasm"
-ROUTE_HEADER = "x-gateway-upstream-cluster"
-
-
-def mesh_cluster(port: int) -> str:
-    return f"outbound|{port}||127.0.0.1"
-
-
-CONTROL_PLANE = REPO / "target/control-plane/gateway-control-plane"
-CONTROL_PLANE_TOKEN = "cp-mesh-token"
-
-
-class Peer:
-    """A host the mesh has a cluster for (the control plane, beside the mocks)."""
-
-    def __init__(self, port: int):
-        self.port = port
-
-
-def mesh_config(port: int, admin_port: int, mocks, control_plane_port: int, wasm: Path = WASM,
-                stop_iteration: bool = True) -> dict:
-    """An Envoy config shaped like a mesh's: per-host clusters and header-matched routes
-    (`stop_iteration`: the Wasm filter's `allow_on_headers_stop_iteration`, which neither
-    Istio's `WasmPlugin` nor Envoy Gateway's `EnvoyExtensionPolicy` sets)."""
-    plugin = {"api_keys": [KEY], "upstream": {"cluster": "outbound|{port}||{host}", "route_header": ROUTE_HEADER},
-              # The control plane is a host of the mesh too, reached by its cluster's name.
-              "control_plane": {"cluster": mesh_cluster(control_plane_port),
-                                "authority": f"127.0.0.1:{control_plane_port}", "token": CONTROL_PLANE_TOKEN,
-                                "fresh_ms": 1000, "grace_ms": 60000, "timeout_ms": 3000}}
-    wasm = {
-        "name": "envoy.filters.http.wasm",
-        "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-            "config": {
-                "name": "model_gateway", "root_id": "model_gateway", "failure_policy": "FAIL_RELOAD",
-                "allow_on_headers_stop_iteration": stop_iteration,
-                "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
-                                  "value": json.dumps(plugin)},
-                "vm_config": {"vm_id": "model_gateway", "runtime": "envoy.wasm.runtime.v8",
-                              "code": {"local": {"filename": str(wasm)}}},
-            },
-        },
-    }
-    disabled = {"envoy.filters.http.wasm": {"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig",
-                                            "disabled": True}}
-    routes = [
-        # Another team's route on the same listener: the filter is off there.
-        {"match": {"prefix": "/other"}, "typed_per_filter_config": disabled,
-         "direct_response": {"status": 200, "body": {"inline_string": "other team's answer"}}},
-        # One route per provider host, matching the route header; it removes the header, as a
-        # mesh's route can (Istio: the VirtualService's `headers.request.remove`).
-        *({"match": {"prefix": "/", "headers": [{"name": ROUTE_HEADER, "string_match": {"exact": mesh_cluster(m.port)}}]},
-           "request_headers_to_remove": [ROUTE_HEADER],
-           "route": {"cluster": mesh_cluster(m.port), "timeout": "0s"}} for m in mocks),
-        # No catch-all: what matches no route is Envoy's own 404 (`route_not_found`).
-    ]
-    clusters = [{
-        "name": mesh_cluster(m.port), "type": "STATIC", "connect_timeout": "2s",
-        "load_assignment": {"cluster_name": mesh_cluster(m.port), "endpoints": [{"lb_endpoints": [
-            {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": m.port}}}}]}]},
-    } for m in mocks]
-    return {
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
-        "static_resources": {
-            "listeners": [{
-                "name": "mesh",
-                "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
-                "filter_chains": [{"filters": [{
-                    "name": "envoy.filters.network.http_connection_manager",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                        "stat_prefix": "mesh",
-                        "route_config": {"name": "mesh", "virtual_hosts": [
-                            {"name": "mesh", "domains": ["*"], "routes": routes}]},
-                        "http_filters": [wasm, {"name": "envoy.filters.http.router", "typed_config": {
-                            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
-                    },
-                }]}],
-            }],
-            "clusters": clusters,
-        },
-    }
+from pg_server import free_ports
+from support import GEMINI, ROUTE_HEADER, WASM, fresh_key_file, host, running_mesh, sa_config
 
 
 @pytest.fixture(scope="module")
@@ -115,58 +24,6 @@ def mesh(openai_mock, anthropic_mock, vertex_mock, google_token_mock, tmp_path_f
     with running_mesh(tmp_path_factory.mktemp("mesh"), [openai_mock, anthropic_mock, vertex_mock, google_token_mock],
                       WASM) as gw:
         yield gw
-
-
-@contextmanager
-def running_mesh(directory: Path, mocks, wasm: Path, stop_iteration: bool = True,
-                 adapt: Callable[[dict], None] = lambda _: None,
-                 control_plane_token: str = CONTROL_PLANE_TOKEN) -> Iterator[helpers.Gateway]:
-    """Envoy with the mesh-shaped config running `wasm` (changed by `adapt` first), and a
-    control plane of its own (its last cluster), taking `control_plane_token` from the filter."""
-    port, admin_port, control_plane_port = free_ports(3)
-    hosts = [*mocks, Peer(control_plane_port)]
-    envoy_config = mesh_config(port, admin_port, hosts, control_plane_port, wasm, stop_iteration)
-    adapt(envoy_config)
-    path = directory / "envoy.json"
-    path.write_text(json.dumps(envoy_config))
-    log_path = directory / "envoy.log"
-    control_plane_env = {"PATH": "/usr/bin:/bin", "GATEWAY_CONTROL_PLANE_ADDR": f"127.0.0.1:{control_plane_port}",
-                         "GATEWAY_CONTROL_PLANE_TOKEN": control_plane_token, "GATEWAY_API_KEYS": KEY,
-                         "GATEWAY_STATE_DIR": str(directory / "state")}
-    with open(directory / "control-plane.log", "wb") as log:
-        control_plane = subprocess.Popen([str(CONTROL_PLANE)], env=control_plane_env, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([str(ENVOY), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
-                                 "--log-level", "warn", "--base-id-path", str(directory / "base-id")],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    gw = helpers.Gateway(port, admin_port, log_path, control_plane_port)
-    try:
-        wait_until_ok(f"http://127.0.0.1:{admin_port}/ready", proc, lambda: f"Envoy: {gw.log_tail(40)}")
-        wait_until_ok(f"http://127.0.0.1:{control_plane_port}/health", control_plane,
-                      lambda: f"the control plane: {(directory / 'control-plane.log').read_text()[-4000:]}")
-        yield gw
-    finally:
-        gw.close()
-        stop_group(proc)
-        stop_group(control_plane)
-
-
-def wait_until_ok(url: str, proc: subprocess.Popen, output) -> None:
-    """Until `url` answers 200; fails with `output()` when `proc` exits or 60 s pass first."""
-    deadline = time.monotonic() + 60
-    while proc.poll() is None and time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"{url} did not answer 200 within 60 s; {output()}", pytrace=False)
-
-
-def host(mock, provider: str = "openai") -> dict:
-    return {"provider": provider, "api_key": "sk-config-key", "custom_host": mock.base_url}
 
 
 def test_a_request_reaches_its_hosts_cluster_through_the_hosts_route(mesh, openai_mock):

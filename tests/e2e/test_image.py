@@ -21,7 +21,7 @@ import pytest
 
 from helpers import chat_body, config
 from pg_server import free_ports, stop_group
-from test_host_clusters import WASM, host, running_mesh
+from support import WASM, host, running_mesh
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "deploy/oci_image.py"

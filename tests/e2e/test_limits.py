@@ -17,7 +17,7 @@ import pytest
 import httpx2 as httpx
 from helpers import chat_body, custom_host
 from mocks import Reply
-from test_control_plane import eventually, new_workspace_key, ok
+from support import eventually, new_workspace_key, ok, put_limit, put_price, unique_model
 
 
 @pytest.fixture(scope="module")
@@ -37,21 +37,6 @@ def replicas(start_gateway, postgres):
     }
     with start_gateway("limits-replica-a", None, env) as a, start_gateway("limits-replica-b", None, env) as b:
         yield a, b
-
-
-def put_limit(gw, body: dict, limit_id: str | None = None) -> dict:
-    limit_id = limit_id or f"limit-{uuid.uuid4().hex[:8]}"
-    limit = ok(gw.request("PUT", f"/v1/limits/{limit_id}", json=body))
-    assert limit["id"] == limit_id
-    return limit
-
-
-def put_price(gw, key: str, model: str, **price) -> dict:
-    return ok(gw.request("PUT", f"/v1/prices/{model}", key=key, json=price))
-
-
-def unique_model() -> str:
-    return f"gpt-mock-{uuid.uuid4().hex[:6]}"
 
 
 def chat(gw, key: str, mock, model: str, **extra) -> httpx.Response:
@@ -291,4 +276,4 @@ def test_a_replica_whose_control_plane_is_stopped_refuses_rather_than_overspends
             if time.monotonic() - killed > 6.5:
                 assert resp.status_code == 503, resp.text
                 assert resp.json()["error"]["code"] == "limits_unavailable"
-            time.sleep(0.2)
+            time.sleep(0.2)  # the pace of asking: the lease's clock decides, both bounds asserted above

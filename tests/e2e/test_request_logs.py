@@ -14,12 +14,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 import uuid
 
 import pytest
 from helpers import CHAT, chat_body, custom_host, process_start
-from test_observability import access_lines, eventually, value
+from support import FLUSHED_WITHIN, access_lines, eventually, logged, reaches, value
 
 DROPPED = "gen_ai_gateway_records_dropped_total"
 CAP = 300
@@ -42,18 +41,6 @@ def send(gw, mock, body: dict) -> tuple[str, bytes, object]:
     r = gw.request("POST", CHAT, headers=headers, content=sent)
     assert r.status_code == 200, r.text
     return trace_id, sent, r
-
-
-def logged(gw, trace_id: str, timeout: float = 10.0) -> dict:
-    """The record of ``trace_id`` in `GET /v1/logs` (findable within 10 s)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        r = gw.get("/v1/logs", params={"trace_id": trace_id})
-        assert r.status_code == 200, r.text
-        if r.json()["data"] or time.monotonic() > deadline:
-            [record] = r.json()["data"]
-            return record
-        time.sleep(0.2)
 
 
 def capped(sent: bytes) -> tuple[str, bool]:
@@ -107,7 +94,7 @@ def test_with_the_control_plane_down_requests_are_served_and_only_records_past_t
         assert before.status_code == 200, before.text
         trace = before.headers["x-gateway-trace-id"]
         # Its record reached the control plane: the queue is empty again.
-        assert eventually(lambda: len(gw.get(f"/v1/logs?trace_id={trace}").json()["data"]), 1) == 1
+        eventually(reaches(lambda: len(gw.get(f"/v1/logs?trace_id={trace}").json()["data"]), 1))
         pid = gw.control_plane_pid()
         command, environment, directory = process_start(pid)
         os.kill(pid, signal.SIGKILL)
@@ -117,14 +104,14 @@ def test_with_the_control_plane_down_requests_are_served_and_only_records_past_t
             assert r.status_code == 200, r.text
             assert r.json()["object"] == "chat.completion"
             traces.append(r.headers["x-gateway-trace-id"])
-        assert eventually(lambda: value(gw, DROPPED), sent - bound) == sent - bound
+        eventually(reaches(lambda: value(gw, DROPPED), sent - bound), FLUSHED_WITHIN)
         again = subprocess.Popen(command, env=environment, cwd=directory, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             def found():
                 return [len(gw.get(f"/v1/logs?trace_id={trace}").json().get("data", [])) for trace in traces]
             kept = [1] * bound + [0] * (sent - bound)
-            assert eventually(found, kept, timeout=30) == kept
+            eventually(reaches(found, kept), 30)
             assert value(gw, DROPPED) == sent - bound, "nothing more was dropped"
         finally:
             again.kill()

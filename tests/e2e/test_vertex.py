@@ -13,22 +13,11 @@ from helpers import (GEMINI_API_KEY, KEY, SDK_DUMMY_KEY, VERTEX_CLIENT_TOKEN, as
                      assert_error, assert_no_secrets_in_log, chat_body, config, sdk_stream, served_by)
 from mocks import Reply, ToolCall
 from mocks_cloud import CloudReply, thought_signature
+from support import GEMINI as MODEL, fresh_key_file, sa_config
 
-MODEL = "gemini-2.0-flash"
 TOOL = {"type": "function", "function": {"name": "weather", "description": "Weather of a city",
                                          "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                         "required": ["city"]}}}
-
-
-def sa_config(vertex_mock, key_file, **extra):
-    return {"provider": "vertex-ai", "cloud_b_region": "us-central1", "cloud_b_service_account_json": key_file,
-            "custom_host": vertex_mock.base_url, **extra}
-
-
-def fresh_key_file(google_token_mock, tag):
-    """The token mock's key file, told apart from other tests' by an extra field: a credential
-    of its own for the gateway's token cache, so each test sees its own exchanges."""
-    return {**google_token_mock.service_account_json(), "x_test": tag}
 
 
 def test_service_account_exchanged_once_for_many_requests(gateway, vertex_mock, google_token_mock):
