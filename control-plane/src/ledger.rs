@@ -3,13 +3,16 @@
 //! `db::limits` reads the grants and writes new ones inside the limit's write lock; nothing here
 //! reads a clock.
 //!
-//! Window kinds (requests, tokens): a grant counts until `counts_until`: its `used` until 60 s
-//! after its report, else its `amount` until 60 s after its lease ended, for tokens plus the drain
-//! time (its replica may still be settling what it admitted, or may have died; a request counts
-//! whole when it is admitted, so a requests lease has nothing left to settle). Every request admitted
-//! within any 60 s was admitted under grants all still counted at the last of those grants'
-//! time, so the window never admits more than the bound. A grant made later than the time asked
-//! about (another control plane's clock ahead of this one's) counts too: counting more is safe.
+//! Window kinds (requests, tokens): a grant counts until `counts_until`. Unreported, its
+//! `amount` counts until 60 s after its lease ended, for tokens plus the drain time (its replica
+//! may still be settling what it admitted, or may have died; a request counts whole when it is
+//! admitted, so a requests lease has nothing left to settle). A report says when each use was
+//! admitted: each use becomes a grant of its own counting 60 s from its admission (`db::limits`
+//! writes them), and what the report does not place counts 60 s from the report. A use never
+//! counts from before its admission (its age is counted back from when the report arrived), so
+//! the window never admits more than the bound, and a use leaves the window 60 s after it was
+//! admitted whatever lease it came from. A grant made later than the time asked about (another
+//! control plane's clock ahead of this one's) counts too: counting more is safe.
 //! Budgets: every grant of the period counts, `used` once reported, else `amount` (a replica
 //! that never reports may have spent it all).
 
@@ -35,6 +38,8 @@ pub struct Grant {
     pub counts_until_ms: i64,
     /// When its lease ends.
     pub active_until_ms: i64,
+    /// When it was granted.
+    pub granted_at_ms: i64,
 }
 
 impl Grant {
@@ -46,6 +51,22 @@ impl Grant {
     /// Whether it counts in the window at `now_ms`.
     fn in_window(&self, now_ms: i64) -> bool {
         now_ms < self.counts_until_ms
+    }
+
+    /// Its replica still uses it, or is about to report it.
+    fn out(&self, now_ms: i64) -> bool {
+        self.used.is_none() && self.active_until_ms.saturating_add(REPORT_GRACE_MS) > now_ms
+    }
+
+    /// When what it holds frees, as far as is known at `now_ms`: a lease still out, a window
+    /// after it was granted (its first use was admitted then at the earliest; its report will
+    /// place the rest), so that no window kind's reset is later than a window from now but for
+    /// leases their replicas never reported.
+    fn frees_at(&self, now_ms: i64) -> i64 {
+        match self.out(now_ms) {
+            true => self.counts_until_ms.min(self.granted_at_ms.saturating_add(WINDOW_MS)),
+            false => self.counts_until_ms,
+        }
     }
 }
 
@@ -59,6 +80,12 @@ pub fn unreported_end_ms(kind: LimitKind, active_until_ms: i64) -> i64 {
 /// When a reported window grant stops counting: a window after its report.
 pub fn reported_end_ms(reported_at_ms: i64) -> i64 {
     reported_at_ms.saturating_add(WINDOW_MS)
+}
+
+/// When a use reported with `age_ms` stops counting: a window after its admission, which is
+/// `age_ms` before the report arrived at `now_ms` and never before its lease was granted.
+pub fn admission_end_ms(granted_at_ms: i64, age_ms: i64, now_ms: i64) -> i64 {
+    now_ms.saturating_sub(age_ms.max(0)).max(granted_at_ms).saturating_add(WINDOW_MS)
 }
 
 /// The budget period holding `now_ms`: its start (Unix s) and its end in ms (`i64::MAX`: never).
@@ -133,7 +160,7 @@ pub fn decide(
     }
     let active_until_ms = now_ms.saturating_add(TTL_MS);
     let counts_until_ms = unreported_end_ms(kind, active_until_ms);
-    let new = Grant { amount: granted, used: None, counts_until_ms, active_until_ms };
+    let new = Grant { amount: granted, used: None, counts_until_ms, active_until_ms, granted_at_ms: now_ms };
     let to_free = if granted == 0 { need.saturating_sub(available).max(1) } else { 1 };
     let reset_s = ceil_seconds(until_freed(grants.iter().chain([&new]), to_free, now_ms));
     Decision { granted, remaining, ttl_ms: TTL_MS, reset_s, counts_until_ms, retry_ms }
@@ -143,7 +170,7 @@ pub fn decide(
 /// reported) would make `need` fit if they came back unused, the ms until the earliest of them
 /// ends and is reported. None when even all of them could not make it fit.
 fn retry_ms(grants: &[Grant], available: i64, need: i64, now_ms: i64) -> Option<i64> {
-    let out = grants.iter().filter(|g| g.used.is_none() && g.active_until_ms.saturating_add(REPORT_GRACE_MS) > now_ms);
+    let out = grants.iter().filter(|g| g.out(now_ms));
     let (returnable, earliest) = out
         .fold((0i64, i64::MAX), |(sum, earliest), g| (sum.saturating_add(g.amount), earliest.min(g.active_until_ms)));
     (earliest != i64::MAX && available.saturating_add(returnable) >= need)
@@ -157,10 +184,11 @@ fn grant_size(available: i64, need: i64, want: i64) -> i64 {
 }
 
 /// Milliseconds until at least `amount` of what `grants` hold in the window at `now_ms` has
-/// stopped counting; when they never free that much, until all of it has; 0 when none counts.
+/// stopped counting (see `Grant::frees_at`); when they never free that much, until all of it
+/// has; 0 when none counts.
 fn until_freed<'a>(grants: impl Iterator<Item = &'a Grant>, amount: i64, now_ms: i64) -> i64 {
     let mut ends: Vec<(i64, i64)> =
-        grants.filter(|g| g.in_window(now_ms) && g.held() > 0).map(|g| (g.counts_until_ms, g.held())).collect();
+        grants.filter(|g| g.in_window(now_ms) && g.held() > 0).map(|g| (g.frees_at(now_ms), g.held())).collect();
     ends.sort_unstable();
     let mut freed = 0i64;
     let mut last = now_ms;
@@ -188,7 +216,7 @@ mod tests {
         let active_until_ms = granted_at_ms + TTL_MS;
         let counts_until_ms =
             reported_at_ms.map_or(unreported_end_ms(LimitKind::Tokens, active_until_ms), reported_end_ms);
-        Grant { amount, used, counts_until_ms, active_until_ms }
+        Grant { amount, used, counts_until_ms, active_until_ms, granted_at_ms }
     }
 
     fn requests(grants: &[Grant], need: i64, want: i64, now: i64) -> Decision {
@@ -227,7 +255,12 @@ mod tests {
         }
         let refused = requests(&[grant], 1, 1, NOW + 1000);
         assert_eq!((refused.granted, refused.remaining), (0, 0));
-        assert_eq!(refused.reset_s, (end - NOW - 1000) / 1000);
+        // Its lease still out, what it holds frees a window after its grant at the earliest (its
+        // report will tell when each use was admitted) ...
+        assert_eq!(refused.reset_s, (WINDOW_MS - 1000) / 1000);
+        // ... but never reported (its replica died), only at its end.
+        let late = NOW + TTL_MS + REPORT_GRACE_MS;
+        assert_eq!(requests(&[grant], 1, 1, late).reset_s, (end - late + 999) / 1000);
         assert_eq!(requests(&[grant], 1, 1, end).granted, 1);
         // A requests lease has nothing to settle: it counts a window after it ended.
         assert_eq!(unreported_end_ms(LimitKind::Requests, NOW), NOW + WINDOW_MS);
@@ -271,16 +304,55 @@ mod tests {
             window(3, Some(3), NOW, Some(NOW + 1000)),   // frees at NOW + 61 s
             window(2, Some(0), NOW, Some(NOW + 1000)),   // holds nothing
             window(5, Some(5), NOW, Some(NOW + 30_000)), // frees at NOW + 90 s
-            window(2, None, NOW + 2000, None),           // frees at NOW + 2 s + TTL + DRAIN + 60 s
+            window(2, None, NOW + 2000, None),           // out: frees at NOW + 62 s at the earliest
         ];
         assert_eq!(occupied(LimitKind::Requests, &grants, NOW + 2000), 10);
         assert_eq!(requests(&grants, 1, 1, NOW + 2000).reset_s, 59);
-        assert_eq!(requests(&grants, 4, 4, NOW + 2000).reset_s, 88);
-        assert_eq!(requests(&grants, 9, 9, NOW + 2000).reset_s, (TTL_MS + DRAIN_MS + WINDOW_MS) / 1000);
-        assert_eq!(requests(&grants, 11, 11, NOW + 2000).reset_s, (TTL_MS + DRAIN_MS + WINDOW_MS) / 1000, "never fits");
-        // Nothing counted: a grant's reset is its own end (a requests lease: no drain).
+        assert_eq!(requests(&grants, 4, 4, NOW + 2000).reset_s, 60);
+        assert_eq!(requests(&grants, 9, 9, NOW + 2000).reset_s, 88);
+        assert_eq!(requests(&grants, 11, 11, NOW + 2000).reset_s, 88, "never fits");
+        // Nothing counted: a grant's reset is a window (its first use is admitted now).
         let fresh = requests(&[], 1, 1, NOW);
-        assert_eq!((fresh.granted, fresh.ttl_ms, fresh.reset_s), (1, TTL_MS, (TTL_MS + WINDOW_MS) / 1000));
+        assert_eq!((fresh.granted, fresh.ttl_ms, fresh.reset_s), (1, TTL_MS, WINDOW_MS / 1000));
+    }
+
+    /// Issue 45's case: 3 requests a minute; one admitted at 0 s, two at 50.5 s, each from a
+    /// lease of its own reported as it ended: at 61.5 s the first has left the window, so exactly
+    /// one more fits; no reset is ever over the window.
+    #[test]
+    fn each_request_leaves_the_window_a_window_after_it_was_admitted() {
+        let bound = |grants: &[Grant], now: i64| decide(LimitKind::Requests, 3, Period::Month, grants, 1, 1, now);
+        let mut grants = Vec::new();
+        let mut admit = |grants: &mut Vec<Grant>, at: i64| {
+            let d = bound(grants, at);
+            assert_eq!(d.granted, 1, "admitted at {at}");
+            assert!(d.reset_s <= WINDOW_MS / 1000, "reset {} s at {at}", d.reset_s);
+            // Reported at its lease's end: the use told 5 s old, so it counts from `at`.
+            let reported = at + TTL_MS;
+            let use_end = admission_end_ms(at, TTL_MS, reported);
+            grants.push(Grant {
+                amount: 1,
+                used: Some(1),
+                counts_until_ms: use_end,
+                active_until_ms: reported,
+                granted_at_ms: at,
+            });
+        };
+        admit(&mut grants, 0);
+        admit(&mut grants, 50_500);
+        admit(&mut grants, 50_500);
+        let refused = bound(&grants, 60_000 - 1);
+        assert_eq!((refused.granted, refused.reset_s), (0, 1));
+        admit(&mut grants, 61_500);
+        let refused = bound(&grants, 61_500);
+        assert_eq!((refused.granted, refused.reset_s), (0, 49), "the first of 50.5 s frees at 110.5 s");
+    }
+
+    #[test]
+    fn a_use_counts_from_its_admission_never_before_its_grant() {
+        assert_eq!(admission_end_ms(NOW - 9000, 4000, NOW), NOW - 4000 + WINDOW_MS);
+        assert_eq!(admission_end_ms(NOW - 3000, 4000, NOW), NOW - 3000 + WINDOW_MS, "older than its grant");
+        assert_eq!(admission_end_ms(NOW - 3000, 0, NOW), NOW + WINDOW_MS);
     }
 
     #[test]
@@ -290,8 +362,14 @@ mod tests {
         };
         let (start, end) = budget_period(Period::Day, NOW);
         assert_eq!((start, end), (1_795_651_200, 1_795_737_600_000));
-        let spent = Grant { amount: 400_000, used: Some(100_000), counts_until_ms: end, active_until_ms: NOW - 9000 };
-        let lost = Grant { amount: 300_000, used: None, counts_until_ms: end, active_until_ms: NOW - 9000 };
+        let spent = Grant {
+            amount: 400_000,
+            used: Some(100_000),
+            counts_until_ms: end,
+            active_until_ms: NOW - 9000,
+            granted_at_ms: NOW - 14_000,
+        };
+        let lost = Grant { amount: 300_000, used: None, counts_until_ms: end, ..spent };
         assert_eq!(occupied(LimitKind::Budget, &[spent, lost], NOW), 400_000, "a lost grant stays counted");
         let d = budget(&[spent, lost], Period::Day, 600_000, NOW);
         assert_eq!((d.granted, d.remaining, d.ttl_ms), (600_000, 0, TTL_MS));

@@ -374,14 +374,48 @@ fn lease_call(body: &Map<String, Value>) -> ApiResult<(Vec<Ask>, Vec<Report>)> {
         .enumerate()
         .map(|(i, item)| {
             let at = format!("reports[{i}]");
-            let fields = fields_of(item, &at, &["lease", "used"])?;
+            let fields = fields_of(item, &at, &["lease", "used", "uses"])?;
             let lease = text(fields, &at, "lease", MAX_LEASE_ID)?;
             let used = count(fields, &at, "used")?.ok_or_else(|| required(&at, "used"))?;
-            Ok(Report { lease, used })
+            let uses = uses(fields.get("uses"), &format!("{at}.uses"), used)?;
+            Ok(Report { lease, used, uses })
         })
         .collect::<ApiResult<Vec<Report>>>()?;
     Ok((asks, reports))
 }
+
+/// A report's uses by admission (absent: none): at most `MAX_REPORTED_USES` `[age_ms, amount]`
+/// pairs of integers, not negative, whose amounts add up to no more than `used`.
+fn uses(value: Option<&Value>, at: &str, used: i64) -> ApiResult<Vec<(i64, i64)>> {
+    let Some(value) = value else {
+        return Ok(Vec::new());
+    };
+    let shape = || {
+        ApiError::invalid(
+            at,
+            &format!(
+                "uses must be an array of at most {MAX_REPORTED_USES} [age_ms, amount] pairs of integers, not negative"
+            ),
+        )
+    };
+    let items = value.as_array().filter(|items| items.len() <= MAX_REPORTED_USES).ok_or_else(shape)?;
+    let integer = |v: &Value| v.as_u64().and_then(|n| i64::try_from(n).ok());
+    let uses = items
+        .iter()
+        .map(|pair| match pair.as_array().map(Vec::as_slice) {
+            Some([age, amount]) => Some((integer(age)?, integer(amount)?)),
+            _ => None,
+        })
+        .collect::<Option<Vec<(i64, i64)>>>()
+        .ok_or_else(shape)?;
+    if uses.iter().fold(0i64, |sum, (_, amount)| sum.saturating_add(*amount)) > used {
+        return Err(ApiError::invalid(at, "uses add up to more than used"));
+    }
+    Ok(uses)
+}
+
+/// Uses by admission in one report: a lease lives 5 s and the filter reports its uses by 100 ms.
+const MAX_REPORTED_USES: usize = 1000;
 
 /// Limit ids as a lease call names them (an id nobody has is answered `gone`).
 const MAX_NAME: usize = 256;
@@ -455,7 +489,7 @@ mod tests {
                 Ask { limit: "m".into(), kind: LimitKind::Budget, need: 7, want: 7 }
             ]
         );
-        assert_eq!(reports, [Report { lease: "x".into(), used: 0 }]);
+        assert_eq!(reports, [Report { lease: "x".into(), used: 0, uses: vec![] }]);
         assert_eq!(call(json!({})).unwrap(), (vec![], vec![]));
         let ask = |field: &str, value: Value| {
             let mut a = json!({"limit": "l", "kind": "requests", "need": 1, "want": 1});
@@ -480,6 +514,12 @@ mod tests {
         assert_eq!(param(call(json!({"reports": [{"lease": "", "used": 1}]}))), "reports[0].lease");
         assert_eq!(param(call(json!({"reports": [{"used": 1}]}))), "reports[0].lease");
         assert_eq!(param(call(json!({"renew": []}))), "renew");
+        let uses = |uses: Value| call(json!({"reports": [{"lease": "x", "used": 5, "uses": uses}]}));
+        assert_eq!(uses(json!([[4900, 3], [100, 2]])).unwrap().1[0].uses, [(4900, 3), (100, 2)]);
+        for bad in [json!({}), json!([[1]]), json!([[1, 2, 3]]), json!([[-1, 1]]), json!([[1, 1.5]]), json!([[0, 6]])] {
+            assert_eq!(param(uses(bad.clone())), "reports[0].uses", "{bad}");
+        }
+        assert_eq!(param(uses(json!(vec![json!([0, 0]); 1001]))), "reports[0].uses");
     }
 
     #[test]

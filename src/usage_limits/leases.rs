@@ -90,6 +90,12 @@ impl Ask {
 pub(crate) struct Report {
     pub(crate) lease: String,
     pub(crate) used: u64,
+    /// A window kind's use by when it was admitted: `[age_ms, amount]`, the age counted back
+    /// from when the report was made (rounded down, so the control plane, which counts it back
+    /// from when the report reached it, never counts a use from before its admission). Each
+    /// use then counts in the window from its own admission, not from the report.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) uses: Vec<[u64; 2]>,
 }
 
 /// A reservation a request holds until its answer ends.
@@ -98,7 +104,13 @@ pub(crate) struct Hold {
     pub(crate) key: LedgerKey,
     lease: Rc<str>,
     pub(crate) amount: u64,
+    /// Its admission's slot in the lease's `admitted`.
+    admitted_at: u64,
 }
+
+/// A window kind's admissions are told to the control plane by the end of the slot of this
+/// many ms they fall in (a lease of 5 s has at most 50 slots to report).
+const ADMISSION_SLOT_MS: u64 = 100;
 
 /// Where a ledger stands, for the client's `x-ratelimit-*` headers.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -120,11 +132,45 @@ struct Lease {
     until_ms: u64,
     /// When requests stopped reserving from it.
     ended_ms: u64,
+    /// A window kind's use by admission: `(slot end ms, amount)`, in the order admitted.
+    admitted: Vec<(u64, u64)>,
 }
 
 impl Lease {
     fn room(&self) -> u64 {
         self.granted.saturating_sub(self.used)
+    }
+
+    /// Counts `amount` admitted at `now_ms` in its slot; the slot's end.
+    fn admit(&mut self, kind: LimitKind, amount: u64, now_ms: u64) -> u64 {
+        self.used = self.used.saturating_add(amount);
+        let slot = now_ms.div_ceil(ADMISSION_SLOT_MS).saturating_mul(ADMISSION_SLOT_MS);
+        // A budget counts its whole period: when its uses were admitted does not matter.
+        if kind != LimitKind::Budget {
+            match self.admitted.last_mut() {
+                Some((last, admitted)) if *last == slot => *admitted = admitted.saturating_add(amount),
+                _ => self.admitted.push((slot, amount)),
+            }
+        }
+        slot
+    }
+
+    /// A reservation of `held` admitted in slot `at` settled as `actual`.
+    fn settle(&mut self, held: u64, actual: u64, at: u64) {
+        self.used = self.used.saturating_sub(held).saturating_add(actual);
+        if let Some((_, admitted)) = self.admitted.iter_mut().rev().find(|(slot, _)| *slot == at) {
+            *admitted = admitted.saturating_sub(held).saturating_add(actual);
+        }
+    }
+
+    /// The report of what it used, made at `now_ms`.
+    fn report(&self, now_ms: u64) -> Report {
+        let uses = self.admitted.iter().filter(|(_, amount)| *amount > 0);
+        Report {
+            lease: self.id.to_string(),
+            used: self.used,
+            uses: uses.map(|&(slot, amount)| [now_ms.saturating_sub(slot), amount]).collect(),
+        }
     }
 
     /// What it would use over its whole life at the rate it was used so far: a lease used up
@@ -235,11 +281,11 @@ impl Leases {
         ledger.retire_expired(now_ms);
         let woken = !was_renewed && ledger.renews(now_ms) && ledger.active.is_some();
         let hold = ledger.active.as_mut().filter(|lease| lease.room() >= demand.amount).map(|lease| {
-            lease.used = lease.used.saturating_add(demand.amount);
+            let admitted_at = lease.admit(demand.key.kind, demand.amount, now_ms);
             if demand.key.kind != LimitKind::Requests {
                 lease.outstanding = lease.outstanding.saturating_add(1);
             }
-            Hold { key: demand.key.clone(), lease: Rc::clone(&lease.id), amount: demand.amount }
+            Hold { key: demand.key.clone(), lease: Rc::clone(&lease.id), amount: demand.amount, admitted_at }
         });
         self.woken |= woken;
         hold
@@ -272,7 +318,7 @@ impl Leases {
         ledger.draining.retain(|lease| {
             let settled = lease.outstanding == 0;
             if settled {
-                reports.push(Report { lease: lease.id.to_string(), used: lease.used });
+                reports.push(lease.report(now_ms));
             }
             !settled
         });
@@ -292,7 +338,7 @@ impl Leases {
             // Reported already (drained too long): the control plane counted the hold whole.
             return false;
         };
-        lease.used = lease.used.saturating_sub(hold.amount).saturating_add(actual);
+        lease.settle(hold.amount, actual, hold.admitted_at);
         if hold.key.kind != LimitKind::Requests {
             lease.outstanding = lease.outstanding.saturating_sub(1);
         }
@@ -332,6 +378,7 @@ impl Leases {
                 granted_ms: now_ms,
                 until_ms: now_ms.saturating_add(grant.ttl_ms),
                 ended_ms: 0,
+                admitted: Vec::new(),
             });
         }
     }
@@ -357,7 +404,7 @@ impl Leases {
             ledger.draining.retain(|lease| {
                 let done = lease.outstanding == 0 || now_ms.saturating_sub(lease.ended_ms) >= DRAIN_MS;
                 if done {
-                    reports.push(Report { lease: lease.id.to_string(), used: lease.used });
+                    reports.push(lease.report(now_ms));
                 }
                 !done
             });

@@ -211,6 +211,44 @@ def test_every_endpoint_that_counts_tokens_is_limited_and_costed(single, openai_
     eventually(report)
 
 
+# --------------------------------------------------------------------------- the sliding window
+
+
+def reset_s(resp: httpx.Response) -> int:
+    reset = resp.headers["x-ratelimit-reset-requests"]
+    assert reset.endswith("s"), reset
+    return int(reset[:-1])
+
+
+@pytest.mark.slow
+def test_a_request_counts_in_the_window_for_a_minute_from_its_admission(single, openai_mock):
+    """3 a minute: one request at 0 s, two at 50.5 s; at 61.5 s the first has left the window
+    (each came from a lease of its own, reported seconds after it), so exactly one more is
+    admitted; no answer says the window resets later than a window from now."""
+    team = new_workspace_key(single)
+    model = unique_model()
+    put_limit(single, {"api_key_id": team["id"], "requests_per_minute": 3})
+
+    def at(offset: float) -> None:
+        time.sleep(max(0.0, start + offset - time.monotonic()))  # the window's clock is the subject
+
+    start = time.monotonic()
+    first = chat(single, team["key"], openai_mock, model)
+    assert first.status_code == 200, first.text
+    assert reset_s(first) <= 60
+    at(50.5)
+    for _ in range(2):
+        resp = chat(single, team["key"], openai_mock, model)
+        assert resp.status_code == 200, resp.text
+        assert reset_s(resp) <= 60
+    full = chat(single, team["key"], openai_mock, model)
+    assert full.status_code == 429, full.text
+    assert 1 <= reset_s(full) <= 10, "the first request leaves the window at 60 s"
+    at(61.5)
+    assert [chat(single, team["key"], openai_mock, model).status_code for _ in range(2)] == [200, 429]
+    assert received(openai_mock, model) == 4
+
+
 # --------------------------------------------------------------------------- strict across replicas
 
 

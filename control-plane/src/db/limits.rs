@@ -33,6 +33,9 @@ pub struct Ask {
 pub struct Report {
     pub lease: String,
     pub used: i64,
+    /// A window kind's use by admission: `(age_ms, amount)`, the age counted back from when the
+    /// report arrives (see `ledger`).
+    pub uses: Vec<(i64, i64)>,
 }
 
 /// The answer to an ask: `None` when the limit is gone (deleted, or no longer bounding `kind`).
@@ -89,7 +92,7 @@ async fn counted(
         LimitKind::Requests | LimitKind::Tokens => ("counts_until_ms > $3", now_ms),
     };
     let sql = format!(
-        "SELECT amount, used, counts_until_ms, active_until_ms FROM limit_grants \
+        "SELECT amount, used, counts_until_ms, active_until_ms, granted_at_ms FROM limit_grants \
          WHERE limit_id = $1 AND kind = $2 AND {filter}"
     );
     let rows = sqlx::query(&sql).bind(limit_id).bind(kind.as_str()).bind(value).fetch_all(conn).await?;
@@ -100,6 +103,7 @@ async fn counted(
                 used: r.try_get("used")?,
                 counts_until_ms: r.try_get("counts_until_ms")?,
                 active_until_ms: r.try_get("active_until_ms")?,
+                granted_at_ms: r.try_get("granted_at_ms")?,
             })
         })
         .collect()
@@ -196,18 +200,7 @@ impl Db {
         let mut reports: Vec<&Report> = reports.iter().collect();
         reports.sort_unstable_by(|a, b| a.lease.cmp(&b.lease));
         for report in reports {
-            sqlx::query(
-                "UPDATE limit_grants SET used = $1, reported_at_ms = $2, \
-                 counts_until_ms = CASE WHEN kind = $3 THEN counts_until_ms ELSE $4 END \
-                 WHERE id = $5 AND reported_at_ms IS NULL",
-            )
-            .bind(report.used)
-            .bind(now_ms)
-            .bind(LimitKind::Budget.as_str())
-            .bind(ledger::reported_end_ms(now_ms))
-            .bind(&report.lease)
-            .execute(&mut *tx)
-            .await?;
+            apply_report(&mut tx, report, now_ms).await?;
         }
         let mut answers = Vec::with_capacity(asks.len());
         for ask in asks {
@@ -265,6 +258,63 @@ impl Db {
             .await?;
         rows.iter().map(|r| Ok((r.try_get("model")?, r.try_get("price")?))).collect()
     }
+}
+
+/// Applies a report of a lease not reported yet (else nothing changes). A window kind's uses
+/// placed by admission become grants of their own, each counting a window from its admission
+/// (those whose window already passed count no more); the rest of what was used counts a
+/// window from the report.
+async fn apply_report(conn: &mut AnyConnection, report: &Report, now_ms: i64) -> DbResult<()> {
+    let row = sqlx::query(
+        "SELECT limit_id, kind, granted_at_ms, active_until_ms, period_start FROM limit_grants \
+         WHERE id = $1 AND reported_at_ms IS NULL",
+    )
+    .bind(&report.lease)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else {
+        return Ok(());
+    };
+    let kind: String = row.try_get("kind")?;
+    let granted_at_ms: i64 = row.try_get("granted_at_ms")?;
+    let window = kind != LimitKind::Budget.as_str();
+    let mut placed = 0i64;
+    if window {
+        for (index, &(age_ms, amount)) in report.uses.iter().enumerate() {
+            placed = placed.saturating_add(amount);
+            let counts_until_ms = ledger::admission_end_ms(granted_at_ms, age_ms, now_ms);
+            if amount == 0 || counts_until_ms <= now_ms {
+                continue;
+            }
+            sqlx::query(
+                "INSERT INTO limit_grants (id, limit_id, kind, amount, used, granted_at_ms, active_until_ms, \
+                     reported_at_ms, period_start, counts_until_ms) VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(format!("{}/{index}", report.lease))
+            .bind(row.try_get::<String, _>("limit_id")?)
+            .bind(&kind)
+            .bind(amount)
+            .bind(granted_at_ms)
+            .bind(row.try_get::<i64, _>("active_until_ms")?)
+            .bind(now_ms)
+            .bind(row.try_get::<i64, _>("period_start")?)
+            .bind(counts_until_ms)
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    sqlx::query(
+        "UPDATE limit_grants SET used = $1, reported_at_ms = $2, \
+         counts_until_ms = CASE WHEN kind = $3 THEN counts_until_ms ELSE $4 END WHERE id = $5",
+    )
+    .bind(report.used.saturating_sub(placed).max(0))
+    .bind(now_ms)
+    .bind(LimitKind::Budget.as_str())
+    .bind(ledger::reported_end_ms(now_ms))
+    .bind(&report.lease)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// Decides one ask of a locked limit and records what it grants.

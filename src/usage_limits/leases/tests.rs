@@ -10,6 +10,10 @@ fn grant(id: &str, granted: u64) -> Grant {
     Grant { lease: Some(id.into()), granted, ttl_ms: 5000, bound: 100, remaining: 50, reset_s: 30, ..Grant::default() }
 }
 
+fn report(lease: &str, used: u64, uses: &[[u64; 2]]) -> Report {
+    Report { lease: lease.into(), used, uses: uses.to_vec() }
+}
+
 #[test]
 fn a_request_reserves_from_the_lease_and_asks_when_it_has_no_room() {
     let mut leases = Leases::default();
@@ -24,7 +28,7 @@ fn a_request_reserves_from_the_lease_and_asks_when_it_has_no_room() {
     // The next ask gives the lease back, and wants twice what it would have used over its
     // 5 s at its rate, measured over 250 ms at least (a twentieth of its life): 2 × 2 × 20.
     let (ask, reports) = leases.ask(&one, 30);
-    assert_eq!((ask.want, reports), (80, vec![Report { lease: "l1".into(), used: 2 }]));
+    assert_eq!((ask.want, reports), (80, vec![report("l1", 2, &[[0, 2]])]));
     let standing = leases.standing(&one.key, 30).unwrap();
     assert_eq!((standing.bound, standing.remaining, standing.reset_s), (100, 50, 30));
 }
@@ -76,7 +80,7 @@ fn a_lease_is_reported_once_it_ended_and_every_reservation_settled() {
     assert!(leases.settle(&hold, 120), "its last reservation settled: to be reported");
     assert_eq!(leases.next_due_ms(5100), Some(5100), "settled: due at once");
     let (reports, _) = leases.due(5100);
-    assert_eq!(reports, vec![Report { lease: "l1".into(), used: 120 }]);
+    assert_eq!(reports, vec![report("l1", 120, &[])]);
     assert_eq!(leases.due(5200).0, vec![], "reported once");
 }
 
@@ -88,7 +92,7 @@ fn a_lease_held_too_long_is_reported_with_its_open_reservations_counted() {
     leases.reserve(&worst, 0).unwrap();
     leases.due(5000);
     assert_eq!(leases.next_due_ms(5000), Some(5000 + DRAIN_MS));
-    assert_eq!(leases.due(5000 + DRAIN_MS).0, vec![Report { lease: "l1".into(), used: 300 }]);
+    assert_eq!(leases.due(5000 + DRAIN_MS).0, vec![report("l1", 300, &[[5000 + DRAIN_MS, 300]])]);
 }
 
 #[test]
@@ -106,7 +110,7 @@ fn a_lease_in_use_is_renewed_ahead_once_and_an_idle_one_is_not() {
     assert_eq!(leases.next_due_ms(5000 - RENEW_AHEAD_MS + 10), Some(5000));
     // The renewal arrives: the old lease is reported with what it used.
     leases.granted(&one.key, &grant("l2", 10), 4000);
-    assert_eq!(leases.due(4000).0, vec![Report { lease: "l1".into(), used: 1 }]);
+    assert_eq!(leases.due(4000).0, vec![report("l1", 1, &[[3900, 1]])]);
 
     let mut idle = Leases::default();
     idle.granted(&one.key, &grant("l1", 10), 0);
@@ -137,7 +141,7 @@ fn a_gone_limit_keeps_nothing_to_renew() {
     leases.reserve(&one, 0).unwrap();
     leases.granted(&one.key, &Grant { gone: true, ..Grant::default() }, 100);
     assert_eq!(leases.reserve(&one, 100), None);
-    assert_eq!(leases.due(100), (vec![Report { lease: "l1".into(), used: 1 }], vec![]));
+    assert_eq!(leases.due(100), (vec![report("l1", 1, &[[100, 1]])], vec![]));
 }
 
 #[test]
@@ -155,7 +159,7 @@ fn an_ask_gives_back_the_leases_whose_reservations_settled_but_not_the_others() 
     leases.settle(&done, 50);
     leases.settle(&open, 70);
     let (_, reports) = leases.ask(&demand(LimitKind::Budget, 990), 40);
-    assert_eq!(reports, vec![Report { lease: "l1".into(), used: 70 }, Report { lease: "l2".into(), used: 50 }]);
+    assert_eq!(reports, vec![report("l1", 70, &[]), report("l2", 50, &[])]);
 }
 
 #[test]
@@ -196,4 +200,29 @@ fn a_reservation_on_an_idle_ledger_asks_for_the_timer_once() {
     assert!(leases.take_woken(), "in use again: the timer must renew it ahead");
     assert!(!leases.take_woken(), "once");
     assert_eq!(leases.next_due_ms(20_000), Some(60_000 - RENEW_AHEAD_MS));
+}
+
+#[test]
+fn a_report_says_when_each_use_was_admitted_so_it_counts_from_then() {
+    let mut leases = Leases::default();
+    let tokens = demand(LimitKind::Tokens, 100);
+    leases.granted(&tokens.key, &grant("l1", 1000), 0);
+    // Admitted at 10 and 90 ms (one 100 ms slot), then at 1250 ms.
+    let first = leases.reserve(&tokens, 10).unwrap();
+    let second = leases.reserve(&tokens, 90).unwrap();
+    let third = leases.reserve(&tokens, 1250).unwrap();
+    // Each settles with what it used, in its own slot, however late its answer ends.
+    leases.settle(&first, 30);
+    leases.settle(&third, 0);
+    leases.settle(&second, 45);
+    // Reported at 6000 ms: the ages count back to each slot's end, so they never reach back
+    // before an admission (a use admitted unused is not told).
+    let (reports, _) = leases.due(6000);
+    assert_eq!(reports, vec![report("l1", 75, &[[5900, 75]])]);
+    // A budget's period counts whole: no ages.
+    let budget = demand(LimitKind::Budget, 100);
+    leases.granted(&budget.key, &grant("b1", 1000), 0);
+    let held = leases.reserve(&budget, 10).unwrap();
+    leases.settle(&held, 60);
+    assert_eq!(leases.due(6000).0, vec![report("b1", 60, &[])]);
 }
