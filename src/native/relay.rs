@@ -8,7 +8,7 @@
 //! of its live streams empties (see `TickerShared::wake`), else its next stream's first hook.
 
 use super::calls::{self, ffi::EnvoyConfig, ConfigScheduler};
-use super::TickerShared;
+use super::ticker::{after, unix_ms, TickerShared, ANSWERS};
 use crate::exchange::{CallAnswer, Dispatch};
 use hashbrown::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -153,7 +153,7 @@ impl Relay {
             None => return,
         }
         if let Some(mailbox) = locked(&self.mailboxes).get(&worker) {
-            mailbox.ticker.idle_until(super::after(IDLE_RETRY_MS));
+            mailbox.ticker.idle_until(after(IDLE_RETRY_MS));
         }
     }
 
@@ -223,8 +223,8 @@ impl Relay {
         let Some(mailbox) = mailbox else {
             return;
         };
-        locked(&mailbox.answers).push((token, answer, super::unix_ms()));
-        mailbox.ticker.wake(super::ANSWERS);
+        locked(&mailbox.answers).push((token, answer, unix_ms()));
+        mailbox.ticker.wake(ANSWERS);
     }
 }
 
