@@ -278,7 +278,7 @@ fn body_withheld_error() -> GatewayError {
     let message = format!(
         "Envoy did not pass the request body to the gateway's filter within {} s: the filter's Wasm \
          configuration needs \"allow_on_headers_stop_iteration\": true (in Istio and Envoy Gateway, the \
-         patch shipped in deploy/; README.md, Drop into any Envoy)",
+         patch shipped in deploy/; docs/deployment.md)",
         worker::BODY_WAIT_MS / 1000
     );
     GatewayError::new(500, "api_error", message).with_code("request_body_withheld")

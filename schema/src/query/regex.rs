@@ -5,7 +5,7 @@
 //! `regex-lite` matches in O(text length × compiled size) time whatever the pattern (nothing
 //! backtracks, so `(a*)*b` is as fast as `ab`); the limits below bound the compiled size, and
 //! so the work per character. Its dialect is the `regex` crate's with ASCII-only `\d \w \s`
-//! and ASCII-only case folding; README.md, Conditional routing, lists what a user sees.
+//! and ASCII-only case folding; docs/routing.md, Regular expressions, lists what a user sees.
 
 use crate::memo::{self, Memo};
 pub use regex_lite::Regex;
@@ -74,7 +74,7 @@ mod tests {
         }
     }
 
-    // The syntax the README documents, as the hand-written engine before the crate matched it.
+    // The syntax docs/routing.md documents, as the hand-written engine before the crate matched it.
     #[test]
     fn literals_match_anywhere_unless_anchored() {
         check("gpt", &["gpt", "gpt-4o", "my-gpt", "chatgpt-x"], &["", "GPT", "gp-t"]);
@@ -145,7 +145,7 @@ mod tests {
         check("😀+", &["x😀😀"], &["x"]);
     }
 
-    /// What the crate's dialect changed for users (README.md, Conditional routing).
+    /// What the crate's dialect changed for users (docs/routing.md, Regular expressions).
     #[test]
     fn the_dialect_differences_the_readme_lists() {
         // `\s` and case folding are ASCII-only.
