@@ -153,7 +153,9 @@ fn every_metric_comes_out_of_envoys_tags_with_the_labels_the_docs_list() {
         let (name, labels) = as_prometheus(&tags, &format!("wasmcustom.{stat}"));
         seen.insert(name.clone());
         let Some(listed) = readme.get(&name) else {
-            failures.push(format!("{stat}: comes out as `{name}`, which the metrics table of docs/observability.md does not list"));
+            failures.push(format!(
+                "{stat}: comes out as `{name}`, which the metrics table of docs/observability.md does not list"
+            ));
             continue;
         };
         let got: BTreeSet<String> = labels.keys().cloned().collect();
