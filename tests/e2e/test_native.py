@@ -1,52 +1,52 @@
 """The gateway as a native Envoy dynamic module (GATEWAY_HOST=native, issue 29): the same core
 as the wasm filter behind a second host adapter (src/native/).
 
-The tests of the modules imported below run here again, unchanged, against gateways whose
-filter is the native module: this module's ``start_gateway`` and ``gateway`` fixtures take the
-place of the session's for them, so every gateway they start for themselves is native too (with
-its control plane, as `build.sh run` starts it). The tests that need what the module does not do
-yet stay with the wasm build (``NOT_YET``, with why).
+The tests of the suites in ``SUITES`` run here again, unchanged, against gateways whose filter
+is the native module: this module's ``start_gateway`` and ``gateway`` fixtures take the place of
+the session's for them, so every gateway they start for themselves is native too (with its
+control plane, as `build.sh run` starts it), and its ``mesh`` and ``chain`` run the mesh-shaped
+Envoys of test_host_clusters and test_filter_chain with the module in the wasm filter's place.
+The tests the native build does not run are reported skipped with why (``NOT_YET``).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import inspect
+import json
 import subprocess
 import time
+from types import ModuleType
 
+import jwt
 import pytest
+from _pytest.fixtures import FixtureFunctionDefinition
 
+import agents
 from conftest import REPO, session_cache
-
-# The suites that run against both builds.
-from test_anthropic import *  # noqa: F401,F403
-from test_auth_headers import *  # noqa: F401,F403
-from test_azure import *  # noqa: F401,F403
-from test_azure import _reset_azure  # noqa: F401 (autouse; `import *` skips it)
-from test_bedrock import *  # noqa: F401,F403
-from test_broken_providers import *  # noqa: F401,F403
-from test_cache import *  # noqa: F401,F403
-from test_client_apis import *  # noqa: F401,F403
-from test_control_plane import *  # noqa: F401,F403
-from test_endpoints import *  # noqa: F401,F403
-from test_faults import *  # noqa: F401,F403
-from test_guardrails import *  # noqa: F401,F403
-from test_guardrails import _reset_hooks  # noqa: F401 (autouse; `import *` skips it)
+from test_filter_chain import AuthorizationService, filters_in_front
 from test_guardrails import join_a_held_jwks_fetch
-from test_hardening import *  # noqa: F401,F403
-from test_limits import *  # noqa: F401,F403
-from test_managed_batches import *  # noqa: F401,F403
-from test_observability import *  # noqa: F401,F403
-from test_providers import *  # noqa: F401,F403
-from test_request_logs import *  # noqa: F401,F403
-from test_resource_passthrough import *  # noqa: F401,F403
-from test_resources import *  # noqa: F401,F403
-from test_routing import *  # noqa: F401,F403
-from test_streaming import *  # noqa: F401,F403
-from test_tls_timeouts import *  # noqa: F401,F403
-from test_vertex import *  # noqa: F401,F403
+from test_host_clusters import WASM, running_mesh
 
-# Tests of the imported suites that need what the native module does not do yet, and why: they
-# run against the wasm build only.
+# The suites that run against both builds: their tests and fixtures are taken into this module.
+SUITES = (
+    "test_agents", "test_anthropic", "test_auth_headers", "test_azure", "test_bedrock", "test_broken_providers",
+    "test_cache", "test_client_apis", "test_client_apis_clouds", "test_control_plane", "test_endpoints",
+    "test_faults", "test_filter_chain", "test_guardrails", "test_hardening", "test_host_clusters", "test_limits",
+    "test_limits_robustness", "test_managed_batches", "test_observability", "test_providers", "test_request_logs",
+    "test_resource_passthrough", "test_resources", "test_routing", "test_streaming", "test_tls_timeouts",
+    "test_vertex",
+)
+# The suites that stay with the wasm build, and why:
+# - test_deploy: deploy/'s manifests (Istio's WasmPlugin, Envoy Gateway's EnvoyExtensionPolicy) ship
+#   the filter as Wasm only, so there is no native configuration of theirs to run.
+# - test_image: the OCI image holds the .wasm module; the native module is not shipped as an image.
+# - test_envoy_config: it validates the rendered configs with `envoy --mode validate`; every native
+#   gateway this module starts loads the rendered native config, which checks more.
+# - test_mocks, test_mocks_cloud, test_agents_mocks: they check the mocks and agents without a gateway.
+
+# Tests of those suites the native build does not run, and why: reported as skipped with the reason.
 NOT_YET = {
     # An async hook's call outlives the request that made it; the ABI cancels a stream's calls
     # when it ends.
@@ -54,9 +54,74 @@ NOT_YET = {
     # The JWKS fetch rides on the stream of the client that left, so it is sent again for the
     # request that joined it: test_a_shared_fetch_whose_request_ends_is_sent_again_for_the_request_that_joined_it.
     "test_a_fetch_outlives_the_client_that_started_it": "the native module sends such a fetch again",
+    # `allow_on_headers_stop_iteration` is a setting of the wasm filter; the module always gets the body.
+    "test_without_stop_iteration_a_request_with_a_body_is_told_what_to_set":
+        "the wasm filter's allow_on_headers_stop_iteration has no native counterpart",
+    # The module defines its metrics with their labels, so no host puts the labels in the names.
+    "test_without_the_stats_tags_the_labels_are_in_the_metrics_names":
+        "the native module's metrics carry their labels without the stats tags",
 }
-for _name in NOT_YET:
-    globals().pop(_name, None)
+
+
+@pytest.fixture(scope="module")
+def agents_installed():
+    """test_agents' install, which its autouse fixture makes: here for its tests only."""
+    agents.install()
+
+
+# What a suite's tests carry here besides their own marks: the suite's `pytestmark`, and the
+# fixtures its autouse ones stand for (autouse here would run for every test of this module).
+SUITE_MARKS = {
+    "test_agents": [pytest.mark.agents, pytest.mark.usefixtures("agents_installed")],
+    "test_azure": [pytest.mark.usefixtures("_reset_azure")],
+    "test_guardrails": [pytest.mark.usefixtures("_reset_hooks")],
+}
+
+
+def _marked(test, marks: list) -> object:
+    """A copy of ``test`` carrying ``marks`` too (the suite's own function keeps only its own)."""
+    @functools.wraps(test)
+    def copy(*args, **kwargs):
+        return test(*args, **kwargs)
+    copy.pytestmark = [*getattr(test, "pytestmark", []), *(mark.mark for mark in marks)]
+    return copy
+
+
+def _collected(suite: ModuleType) -> dict:
+    """What pytest collects from ``suite``'s namespace: its tests and fixtures (as `import *`
+    gives them, so any it imported from another suite too)."""
+    return {name: value for name, value in vars(suite).items() if not name.startswith("_") and (
+        (name.startswith("test") and inspect.isfunction(value)) or isinstance(value, FixtureFunctionDefinition))}
+
+
+def _take_suites() -> dict:
+    """The tests and fixtures of ``SUITES``, each test marked as its suite marks it and those in
+    ``NOT_YET`` skipped with their reason. A name two suites define fails collection: the later
+    suite's would shadow the earlier's, which would then run on the wasm build only."""
+    taken: dict = {}
+    owner: dict[str, str] = {}
+    for suite_name in SUITES:
+        for name, value in _collected(importlib.import_module(suite_name)).items():
+            if name in owner:
+                if value in (taken[name], getattr(taken[name], "__wrapped__", None)):
+                    continue  # one suite's test or fixture, imported by another
+                pytest.fail(f"{suite_name} and {owner[name]} both define {name}: rename one (only one of them "
+                            "would run here)", pytrace=False)
+            owner[name] = suite_name
+            if isinstance(value, FixtureFunctionDefinition):
+                taken[name] = value
+                continue
+            marks = list(SUITE_MARKS.get(suite_name, []))
+            if name in NOT_YET:
+                marks.append(pytest.mark.skip(reason=f"not on the native build: {NOT_YET[name]}"))
+            taken[name] = _marked(value, marks) if marks else value
+    missing = sorted(set(NOT_YET) - set(taken))
+    if missing:
+        pytest.fail(f"NOT_YET names tests no suite in SUITES defines: {missing}", pytrace=False)
+    return taken
+
+
+globals().update(_take_suites())
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +138,55 @@ def gateway(start_gateway, openai_mock):
     """The session gateway's settings, the filter native."""
     with start_gateway("session", session_cache(openai_mock)) as gw:
         yield gw
+
+
+NATIVE_MODULE = REPO / "target/libmodel_gateway.so"
+NATIVE_FILTER = "envoy.filters.http.dynamic_modules"
+
+
+def as_native(adapt=lambda _: None):
+    """test_host_clusters' mesh-shaped config (changed by ``adapt`` first) with the native module
+    in the wasm filter's place: the same plugin configuration, routes that disable it by its name."""
+    def native(envoy_config: dict) -> None:
+        adapt(envoy_config)
+        manager = envoy_config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+        for i, http_filter in enumerate(manager["http_filters"]):
+            if http_filter["name"] == "envoy.filters.http.wasm":
+                plugin = http_filter["typed_config"]["config"]["configuration"]
+                manager["http_filters"][i] = {"name": NATIVE_FILTER, "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+                    "dynamic_module_config": {"module": {"local": {"filename": str(NATIVE_MODULE)}}},
+                    "filter_name": "model_gateway", "filter_config": plugin}}
+        for virtual_host in manager["route_config"]["virtual_hosts"]:
+            for scope in [virtual_host, *virtual_host["routes"]]:
+                per_filter = scope.get("typed_per_filter_config", {})
+                if "envoy.filters.http.wasm" in per_filter:
+                    per_filter[NATIVE_FILTER] = per_filter.pop("envoy.filters.http.wasm")
+    return native
+
+
+@pytest.fixture(scope="module")
+def mesh(gateway, openai_mock, anthropic_mock, vertex_mock, google_token_mock, tmp_path_factory):
+    """test_host_clusters' `mesh`, native (`gateway`: the module is built)."""
+    with running_mesh(tmp_path_factory.mktemp("native-mesh"),
+                      [openai_mock, anthropic_mock, vertex_mock, google_token_mock], WASM, adapt=as_native()) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def chain(gateway, openai_mock, signing_key, tmp_path_factory):
+    """test_filter_chain's `chain`, native (`gateway`: the module is built)."""
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(signing_key.public_key()))
+    authz = AuthorizationService()
+    adapt = filters_in_front(authz.port, {"keys": [{**jwk, "kid": "k1", "alg": "RS256", "use": "sig"}]},
+                             openai_mock.port)
+    try:
+        with running_mesh(tmp_path_factory.mktemp("native-chain"), [openai_mock], WASM,
+                          adapt=as_native(adapt)) as gw:
+            gw.authz = authz
+            yield gw
+    finally:
+        authz.stop()
 
 
 # --------------------------------------------------------------------------- the module's own
