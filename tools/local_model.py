@@ -179,12 +179,13 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
 
+    # The errors (400 or 404) in each API's own shape.
     def openai_error(self, status: int, message: str) -> None:
-        kind = "invalid_request_error" if status in (400, 404) else "server_error"
-        self.send_json(status, {"error": {"message": message, "type": kind, "param": None, "code": None}})
+        self.send_json(status, {"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                          "code": None}})
 
     def anthropic_error(self, status: int, message: str) -> None:
-        kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "api_error")
+        kind = "not_found_error" if status == 404 else "invalid_request_error"
         self.send_json(status, {"type": "error", "error": {"type": kind, "message": message}})
 
     def dispatch(self) -> None:

@@ -145,7 +145,7 @@ def anthropic_client(gw, port: int) -> anthropic.Anthropic:
 
 def test_anthropic_sdk_message_and_its_stream(first_run, stand_in_port):
     client = anthropic_client(first_run, stand_in_port)
-    ask = {"model": "claude-sonnet-4-5", "max_tokens": 100, "system": "Be brief.",
+    ask = {"model": "claude-opus-5-5", "max_tokens": 100, "system": "Be brief.",
            "messages": [{"role": "user", "content": PROMPT}]}
     message = client.messages.create(**ask)
     assert [block.text for block in message.content] == [ECHO] and message.stop_reason == "end_turn"
