@@ -52,7 +52,7 @@ def first_run(start_gateway, stand_in_port):
         yield gw
 
 
-def gateway_headers(provider: str, port: int) -> dict[str, str]:
+def stand_in_headers(provider: str, port: int) -> dict[str, str]:
     return {"x-gateway-api-key": KEY, "x-gateway-provider": provider, "x-gateway-custom-host": stand_in_url(port)}
 
 
@@ -104,7 +104,7 @@ def test_readme_curl_streamed(first_run, stand_in_port):
 
 def test_openai_sdk_chat_and_its_stream(first_run, stand_in_port):
     client = openai.OpenAI(base_url=first_run.base_url, api_key=LOCAL_KEY, max_retries=0, timeout=30,
-                           default_headers=gateway_headers("openai", stand_in_port))
+                           default_headers=stand_in_headers("openai", stand_in_port))
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
     answer = client.chat.completions.create(model="my-model", messages=messages)
     assert answer.choices[0].message.content == ECHO
@@ -120,7 +120,7 @@ def test_openai_sdk_chat_and_its_stream(first_run, stand_in_port):
 
 def test_openai_sdk_responses_and_their_stream(first_run, stand_in_port):
     client = openai.OpenAI(base_url=first_run.base_url, api_key=LOCAL_KEY, max_retries=0, timeout=30,
-                           default_headers=gateway_headers("openai", stand_in_port))
+                           default_headers=stand_in_headers("openai", stand_in_port))
     response = client.responses.create(model="my-model", input=PROMPT)
     assert response.output_text == ECHO and response.status == "completed"
     assert (response.usage.input_tokens, response.usage.output_tokens) == (PROMPT_TOKENS, ECHO_TOKENS)
@@ -140,7 +140,7 @@ def test_openai_sdk_responses_and_their_stream(first_run, stand_in_port):
 
 def anthropic_client(gw, port: int) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gw.origin, api_key=LOCAL_KEY, max_retries=0, timeout=30,
-                               default_headers=gateway_headers("anthropic", port))
+                               default_headers=stand_in_headers("anthropic", port))
 
 
 def test_anthropic_sdk_message_and_its_stream(first_run, stand_in_port):
@@ -162,22 +162,23 @@ def test_anthropic_sdk_message_and_its_stream(first_run, stand_in_port):
 
 
 @pytest.fixture(scope="module")
-def agents_installed():
+def agents_ready():
+    """The agents at build.sh's pins, installed as test_agents requires them (not skipped)."""
     agents.install()
 
 
 @pytest.mark.agents
-def test_claude_code_answers_through_the_gateway(first_run, stand_in_port, agents_installed, tmp_path):
+def test_claude_code_answers_through_the_gateway(first_run, stand_in_port, agents_ready, tmp_path):
     run = agents.run_claude(first_run.origin, PROMPT, api_key=LOCAL_KEY,
-                            headers=gateway_headers("anthropic", stand_in_port), root=tmp_path)
+                            headers=stand_in_headers("anthropic", stand_in_port), root=tmp_path)
     assert run.returncode == 0, run
     assert run.json()["result"] == ECHO, run
 
 
 @pytest.mark.agents
-def test_codex_answers_through_the_gateway(first_run, stand_in_port, agents_installed, tmp_path):
+def test_codex_answers_through_the_gateway(first_run, stand_in_port, agents_ready, tmp_path):
     run = agents.run_codex(first_run.base_url, PROMPT, api_key=LOCAL_KEY,
-                           headers=gateway_headers("openai", stand_in_port), root=tmp_path)
+                           headers=stand_in_headers("openai", stand_in_port), root=tmp_path)
     assert run.returncode == 0, run
     assert run.stdout.strip().endswith(ECHO), run
 
@@ -210,6 +211,13 @@ def group_members(group: int) -> list[int]:
     return members
 
 
+def healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def test_a_bare_run_answers_with_its_own_key_and_stops_whole_on_sigterm(tmp_path):
     """Nothing set but ports, and no control plane (Envoy is then not `exec`ed any more): the key
     build.sh prints answers the README's curl, and one SIGTERM to build.sh stops Envoy and the
@@ -224,7 +232,7 @@ def test_a_bare_run_answers_with_its_own_key_and_stops_whole_on_sigterm(tmp_path
                                              GATEWAY_STATE_DIR=str(tmp_path / "state")))
     try:
         deadline = time.monotonic() + float(os.environ.get("GATEWAY_START_TIMEOUT", "120"))
-        while not _healthy(port):
+        while not healthy(port):
             assert proc.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
             assert time.monotonic() < deadline, "no /health 200 in time:\n" + (tmp_path / "stderr").read_text()[-3000:]
             time.sleep(0.25)
@@ -239,13 +247,6 @@ def test_a_bare_run_answers_with_its_own_key_and_stops_whole_on_sigterm(tmp_path
         assert not accepts(stand_in) and not accepts(port)
     finally:
         stop_group(proc)
-
-
-def _healthy(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_run_with_the_stand_in_port_taken_fails_fast_naming_the_switches():
