@@ -323,7 +323,7 @@ mod tests {
     fn each_request_leaves_the_window_a_window_after_it_was_admitted() {
         let bound = |grants: &[Grant], now: i64| decide(LimitKind::Requests, 3, Period::Month, grants, 1, 1, now);
         let mut grants = Vec::new();
-        let mut admit = |grants: &mut Vec<Grant>, at: i64| {
+        let admit = |grants: &mut Vec<Grant>, at: i64| {
             let d = bound(grants, at);
             assert_eq!(d.granted, 1, "admitted at {at}");
             assert!(d.reset_s <= WINDOW_MS / 1000, "reset {} s at {at}", d.reset_s);

@@ -75,7 +75,7 @@ fn ask(limit: &str, kind: LimitKind, need: i64, want: i64) -> Ask {
 }
 
 fn report(lease: &Option<String>, used: i64) -> Report {
-    Report { lease: lease.clone().unwrap(), used }
+    Report { lease: lease.clone().unwrap(), used, uses: Vec::new() }
 }
 
 /// One ask's answer at `now_ms`: (granted, lease, remaining, reset_s, ttl_ms).
@@ -388,7 +388,7 @@ async fn the_lease_call_answers_each_ask_in_order() {
     assert_eq!(
         first[0],
         json!({"limit": rpm, "kind": "requests", "lease": lease, "granted": 3, "ttl_ms": TTL_MS,
-        "bound": 10, "remaining": 7, "reset_s": UNREPORTED_MS / 1000})
+        "bound": 10, "remaining": 7, "reset_s": WINDOW_MS / 1000})
     );
     let gone_answer = |limit: &str, kind: &str| {
         json!({"limit": limit, "kind": kind, "lease": null, "granted": 0, "ttl_ms": 0, "bound": 0,
@@ -453,10 +453,11 @@ async fn a_request_window_frees_unused_allowance_at_the_report_and_used_allowanc
     let requests = |need, want| ask(&rpm, LimitKind::Requests, need, want);
 
     let (granted, all, remaining, reset_s, ttl_ms) = lease_at(&state, requests(10, 10), &[], T).await;
-    assert_eq!((granted, remaining, reset_s, ttl_ms), (10, 0, UNREPORTED_MS / 1000, TTL_MS));
-    // Unreported, the grant holds the window until its lease and a window ended.
+    assert_eq!((granted, remaining, reset_s, ttl_ms), (10, 0, 60, TTL_MS), "its first use leaves in a window");
+    // Unreported, the grant holds the window (until its lease and a window ended); while it is
+    // out, the reset is a window after its grant, when its first use leaves at the earliest.
     let (granted, lease, remaining, reset_s, _) = lease_at(&state, requests(1, 1), &[], T + 1000).await;
-    assert_eq!((granted, lease, remaining, reset_s), (0, None, 0, UNREPORTED_MS / 1000 - 1));
+    assert_eq!((granted, lease, remaining, reset_s), (0, None, 0, 59));
     // Reported (4 used) at T + 6 s: the 6 unused are free at once, a quarter of them granted.
     let (granted, quarter, remaining, reset_s, _) =
         lease_at(&state, requests(1, 100), &[report(&all, 4)], T + 6000).await;
@@ -474,6 +475,40 @@ async fn a_request_window_frees_unused_allowance_at_the_report_and_used_allowanc
     assert_eq!((granted, remaining, reset_s), (0, 8, 60));
     let (granted, _, _, _, _) = lease_at(&state, requests(10, 10), &[], T + 130_000).await;
     assert_eq!(granted, 10);
+}
+
+/// Issue 45: a use counts a window from its admission, whatever lease it came from and
+/// whenever that lease was reported.
+#[tokio::test]
+async fn each_use_a_report_places_leaves_the_window_a_window_after_its_admission() {
+    let Run { c, state, run, .. } = start().await;
+    let rpm = format!("rpm-{run}");
+    c.put_limit(&rpm, json!({"workspace": format!("ws-{run}"), "requests_per_minute": 3})).await;
+    let one = || ask(&rpm, LimitKind::Requests, 1, 1);
+    let placed = |lease: &Option<String>, uses: Vec<(i64, i64)>| Report {
+        lease: lease.clone().unwrap(),
+        used: uses.iter().map(|(_, amount)| amount).sum(),
+        uses,
+    };
+    // One admitted at T (reported with the next ask, 50.5 s old), two at T + 50.5 s.
+    let (_, first, _, reset_s, _) = lease_at(&state, one(), &[], T).await;
+    assert_eq!(reset_s, 60);
+    let (_, second, _, _, _) = lease_at(&state, one(), &[placed(&first, vec![(50_500, 1)])], T + 50_500).await;
+    let (_, third, _, _, _) = lease_at(&state, one(), &[], T + 50_500).await;
+    let (granted, _, _, reset_s, _) = lease_at(&state, one(), &[], T + 51_000).await;
+    assert_eq!((granted, reset_s), (0, 9), "the first leaves at T + 60 s");
+    // At T + 61.5 s the first has left: exactly one more.
+    let reports = [placed(&second, vec![(11_000, 1)]), placed(&third, vec![(11_000, 1)])];
+    let (granted, _, _, reset_s, _) = lease_at(&state, one(), &reports, T + 61_500).await;
+    assert_eq!((granted, reset_s), (1, 49), "the two of T + 50.5 s leave at T + 110.5 s");
+    assert_eq!(lease_at(&state, one(), &[], T + 61_500).await.0, 0);
+    // An age reaching back before the lease's grant counts from the grant (from the age, it
+    // would have left the window already).
+    let (_, late, _, _, _) = lease_at(&state, one(), &[], T + 200_000).await;
+    let report = Report { lease: late.clone().unwrap(), used: 1, uses: vec![(90_000, 1)] };
+    let (granted, _, remaining, _, _) =
+        lease_at(&state, ask(&rpm, LimitKind::Requests, 2, 2), &[report], T + 205_000).await;
+    assert_eq!((granted, remaining), (2, 0), "the one placed before the grant counts from it: 3 - 1");
 }
 
 #[tokio::test]

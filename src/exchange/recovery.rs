@@ -41,7 +41,8 @@ pub(super) struct Recovery {
 enum Outcome {
     Response(Head, Vec<u8>),
     Timeout,
-    Unreachable,
+    /// Why the target could not be reached.
+    Unreachable(String),
 }
 
 impl Outcome {
@@ -50,7 +51,9 @@ impl Outcome {
         match failure {
             Failure::Status(_) => Outcome::Response(head, body),
             Failure::Timeout => Outcome::Timeout,
-            Failure::Unreachable | Failure::CircuitOpen => Outcome::Unreachable,
+            Failure::Unreachable | Failure::CircuitOpen => {
+                Outcome::Unreachable("the connection failed before a response".into())
+            }
         }
     }
 }
@@ -164,9 +167,16 @@ impl Exchange {
                 env.tasks.calls.insert(token, (env.id, Task::Attempt));
                 None
             }
-            // The gateway's own fault (e.g. no such cluster), not the provider's.
+            // The gateway's own fault (e.g. no recovery cluster), not the provider's: the next
+            // target is tried. In `upstream` mode the call goes to the host's cluster for the
+            // target's host: that it has none is this target's answer unless a later one
+            // answers, as when a routed request finds none.
             None => {
                 log::warn!("dispatching to cluster {} failed", call.cluster);
+                if let (Some(_), Some(target)) = (&env.settings.upstream, target) {
+                    let detail = reply::no_route_detail(&call.cluster, &target.upstream.host, "cluster_not_found");
+                    recovery.latest = Outcome::Unreachable(detail);
+                }
                 Some(recovery.call.attempts.skip(env.io.host()))
             }
         }
@@ -202,13 +212,13 @@ impl Exchange {
             return;
         };
         recovery.answered = true;
-        let whole = match std::mem::replace(&mut recovery.latest, Outcome::Unreachable) {
+        let whole = match std::mem::replace(&mut recovery.latest, Outcome::Timeout) {
             Outcome::Response(head, body) => {
                 let mode = response_mode(&recovery.plan, head_request, head.status, expects_json, head.is_stream());
                 Whole::Provider { mode, head, body }
             }
             Outcome::Timeout => Whole::Gateway(reply::timeout_error()),
-            Outcome::Unreachable => Whole::Gateway(reply::unreachable_error("the connection failed before a response")),
+            Outcome::Unreachable(detail) => Whole::Gateway(reply::unreachable_error(&detail)),
         };
         self.finish_answer(env, whole, Delivery::Recovered);
     }

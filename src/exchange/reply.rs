@@ -141,6 +141,12 @@ pub(crate) fn timeout_error() -> GatewayError {
         .with_code("request_timeout")
 }
 
+/// Why a host Envoy (a mesh's, in `upstream` mode) cannot reach a target's host: it has no route
+/// or cluster for it (`details`: Envoy's response details, or what the gateway saw).
+pub(crate) fn no_route_detail(cluster: &str, host: &str, details: &str) -> String {
+    format!("the proxy has no route or cluster '{cluster}' for host {host} ({details})")
+}
+
 pub(crate) fn unreachable_error(detail: &str) -> GatewayError {
     GatewayError::new(502, "api_error", format!("provider unreachable: {detail}")).with_code("upstream_unreachable")
 }

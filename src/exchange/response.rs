@@ -30,7 +30,7 @@ fn missing_route(env: &Env, call: Option<&Call>, details: &str) -> Option<String
     }
     let target = call?.target(call?.attempts.current)?;
     let cluster = env.settings.routed_cluster(&target.upstream);
-    Some(format!("the proxy has no route or cluster '{cluster}' for host {} ({details})", target.upstream.host))
+    Some(reply::no_route_detail(&cluster, &target.upstream.host, details))
 }
 
 fn routed_call(phase: &Phase) -> Option<&Call> {

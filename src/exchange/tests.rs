@@ -721,6 +721,15 @@ fn in_a_hosts_clusters_the_route_header_names_each_hosts_cluster_and_calls_go_st
     assert_eq!(status, 502);
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("outbound|9001||127.0.0.1") && message.contains("host 127.0.0.1"), "{message}");
+    // Reached as a later attempt (the host has no such cluster: the call cannot start), the same
+    // 502 naming it, not the first target's 500.
+    let mut gw = Gateway::new(settings);
+    gw.io.dispatch_fails = true;
+    gw.post(3, chat_with_config("gw-key", &fallback(vec![openai("sk-first", 9001), openai("sk-second", 9002)])), CHAT);
+    let (_, status, _, body) = reply(&gw.response_headers(3, 500, &[], "via_upstream"));
+    assert_eq!((status, body["error"]["code"].as_str()), (502, Some("upstream_unreachable")));
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("outbound|9002||127.0.0.1") && message.contains("host 127.0.0.1"), "{message}");
 }
 
 #[test]

@@ -72,6 +72,13 @@ def test_a_host_without_a_cluster_is_a_502_naming_it(mesh, openai_mock):
     r = mesh.chat(config({"strategy": {"mode": "fallback"}, "targets": [missing, host(openai_mock)]}))
     assert r.status_code == 200, r.text
     assert r.headers["x-gateway-target"] == "targets[1]"
+    # Reached as a later attempt (the first host's 500 falls back to it), the missing cluster is
+    # the answer: the same 502 naming the host, not the first host's 500.
+    openai_mock.script(status=500)
+    r = mesh.chat(config({"strategy": {"mode": "fallback"}, "targets": [host(openai_mock), missing]}))
+    assert_error(r, 502, type="api_error", code="upstream_unreachable",
+                 contains=["127.0.0.1", f"outbound|{unused}||127.0.0.1"])
+    assert len(openai_mock.requests) >= 1
 
 
 def test_other_routes_pass_untouched(mesh):

@@ -237,7 +237,9 @@ fn a_stream_the_client_left_is_charged_at_most_its_input_and_what_reached_the_cl
     gw.advance_clock(5000);
     gw.tick();
     let (_, sent) = lease_call(&mut gw);
-    assert_eq!(sent["reports"], json!([{"lease": "t1", "used": body.len() + chunk.len()}]));
+    // Counted from its admission, 5 s before the report.
+    let used = body.len() + chunk.len();
+    assert_eq!(sent["reports"], json!([{"lease": "t1", "used": used, "uses": [[5000, used]]}]));
 }
 
 /// The leases' report among the calls a worker gone idle at `now_ms` would make (its records'
@@ -259,7 +261,8 @@ fn a_worker_gone_idle_reports_its_leases_only_when_its_idle_calls_went() {
 
     // The last stream ended: the lease is reported as if it ended now, and nothing changes.
     let now_ms = gw.io.host.now_ms.get();
-    assert_eq!(idle_report(&gw, now_ms), Some(json!({"grants": [], "reports": [{"lease": "l1", "used": 1}]})));
+    let report = json!({"lease": "l1", "used": 1, "uses": [[0, 1]]});
+    assert_eq!(idle_report(&gw, now_ms), Some(json!({"grants": [], "reports": [report]})));
     // A request came before the calls went: they were dropped, and the lease still serves.
     let calls = gw.io.sent.len();
     let (headers, body) = chat(SMALL);
@@ -269,7 +272,10 @@ fn a_worker_gone_idle_reports_its_leases_only_when_its_idle_calls_went() {
     assert_eq!(gw.io.sent.len(), calls);
 
     // This time the calls went: the lease ended then, and it is not reported again.
-    assert_eq!(idle_report(&gw, now_ms).map(|r| r["reports"].clone()), Some(json!([{"lease": "l1", "used": 2}])));
+    assert_eq!(
+        idle_report(&gw, now_ms).map(|r| r["reports"].clone()),
+        Some(json!([{"lease": "l1", "used": 2, "uses": [[0, 2]]}]))
+    );
     gw.worker.idle_sent(now_ms, false);
     assert_eq!(idle_report(&gw, now_ms), None, "nothing left to report");
     let (headers, body) = chat(SMALL);
