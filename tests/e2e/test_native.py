@@ -25,9 +25,9 @@ from _pytest.fixtures import FixtureFunctionDefinition
 
 import agents
 from conftest import REPO, session_cache
+from support import WASM, join_a_held_jwks_fetch, running_mesh
+# (test_filter_chain's own: its Envoy's filters in front, which its `chain` below runs natively.)
 from test_filter_chain import AuthorizationService, filters_in_front
-from test_guardrails import join_a_held_jwks_fetch
-from test_host_clusters import WASM, running_mesh
 
 # The suites that run against both builds: their tests and fixtures are taken into this module.
 SUITES = (
