@@ -25,6 +25,37 @@ ASKED = [("/v1/chat/completions", False), ("/v1/chat/completions", True), ("/v1/
          ("/v1/messages", True), ("/v1/responses", False), ("/v1/responses", True), ("/v1/embeddings", False)]
 
 
+# control_plane_bodies: (endpoint, path id, query, body), in control-plane/src/fuzz.rs's order.
+CONTROL_PLANE_REQUESTS = [
+    (0, "greeting", "", b'{"string": "Hi {{name}}", "model": "gpt-4o", "parameters": {"temperature": 0.1}, '
+                        b'"tools": [{"type": "function"}], "tool_choice": "auto", "is_raw_template": 0}'),
+    (0, "9f1c2b3a-0000-4000-8000-000000000000", "", b'{"patch": true, "model": "gpt-4.1"}'),
+    (1, "greeting", "", b'{"variables": {"name": "Ada", "items": ["a", "b"]}, "max_tokens": 5}'),
+    (2, "g", "", b'{"checks": [{"id": "default.regexMatch", "parameters": {"rule": "a+b"}}], "on_fail": {"deny": true}}'),
+    (3, "c", "", b'{"strategy": {"mode": "fallback"}, "targets": [{"provider": "openai", "api_key": "k"}, '
+                 b'{"provider": "anthropic", "api_key": "a", "retry": {"attempts": 2}}], "cache": {"mode": "simple"}}'),
+    (4, "p", "", b'{"provider": "azure-openai", "api_key": "k", "resource_name": "r", "deployment_id": "d", '
+                 b'"api_version": "v"}'),
+    (5, "", "", b'{"workspace": "team-a", "admin": false}'),
+    (6, "rpm", "", b'{"workspace": "w", "model": "m", "requests_per_minute": 5, "budget_usd": 1.5, "budget_period": "day"}'),
+    (7, "org/model_1", "workspace=w", b'{"input_per_million": 1, "output_per_million": 2.5}'),
+    (8, "", "", b'{"grants": [{"limit": "l", "kind": "tokens", "need": 5, "want": 50}], "reports": [{"lease": "x", "used": 0}]}'),
+    (9, "", "", b'{"records": [{"workspace": "w", "trace_id": "t", "timestamp_ms": 1700000000123, "record_id": "r-1", '
+                b'"status": 200, "provider": "openai", "prompt_tokens": 3, "cost_usd": 0.5, "metadata": {"_user": "u"}}]}'),
+    (10, "", "", b'{"trace_id": "t", "value": 1, "weight": 0.5, "metadata": {"k": "v"}}'),
+    (11, "", "trace_id=t&metadata.user=u&from=1&to=2&limit=5&status=200", b""),
+    (12, "", "start=0&end=100&group_by=model&group_by=provider&workspace=w", b""),
+    (13, "", "", b'{"input_file_id": "file-gw-1", "endpoint": "/v1/chat/completions", "completion_window": "immediate", '
+                 b'"metadata": {"k": "v"}}'),
+    (14, "", "", b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m"}}\n\n'
+                 b'{"custom_id": "a", "method": "GET", "url": "/v1/embeddings", "body": []}\nnot json'),
+    (15, "resp_1", "", b'{"response": {"id": "resp_1", "object": "response"}, "input": [{"role": "user", "content": "hi"}]}'),
+    (16, "", "wait_ms=100", b""),
+    (17, "", "limit=5&order=asc&after=msg_1&include[]=x", b""),
+    (18, "abc", "limit=5&after=batch_gw_1&before=b&purpose=batch", b"\x01"),
+]
+
+
 def piece(data: bytes) -> bytes:
     """A length-prefixed piece (two bytes, little-endian)."""
     data = data[:0xFFFF]
@@ -65,7 +96,7 @@ def exchange_seed(request: dict, provider: str, answer: dict) -> bytes:
 def seeds() -> dict[str, list[bytes]]:
     corpus: dict[str, list[bytes]] = {name: [] for name in ["plugin_settings", "sse", "event_stream", "query",
                                                             "prompt", "jwt", "exchange", "stored_items",
-                                                            "translations", "request"]}
+                                                            "translations", "request", "control_plane_bodies"]}
     for path in FIXTURES:
         fixture = json.loads(Path(path).read_text())
         request = fixture["client_request"]
@@ -123,6 +154,8 @@ def seeds() -> dict[str, list[bytes]]:
         b"\x02\x00" + piece(b"limit=2") + b'{"input_file_id": "f", "endpoint": "/v1/chat/completions", '
         b'"completion_window": "24h"}',
     ]
+    corpus["control_plane_bodies"] += [bytes([endpoint]) + piece(path_id.encode()) + piece(query.encode()) + body
+                                       for endpoint, path_id, query, body in CONTROL_PLANE_REQUESTS]
     for path in FIXTURES:
         body = json.loads(Path(path).read_text())["client_request"].get("body")
         if isinstance(body, dict) and "messages" in body:

@@ -143,6 +143,15 @@ async fn put_checked(
 ) -> ApiResult<Json<Value>> {
     let caller = auth::caller(s, h).await?;
     let target = put_target(id)?;
+    let value = checked_item(body, kind, check)?;
+    let existing = items::find(s, &caller.workspace, kind, &target).await?;
+    let (item, version_id) = items::put(s, &caller.workspace, kind, &target, existing, &value).await?;
+    Ok(Json(json!({"id": item.id, "slug": item.slug, "version_id": version_id})))
+}
+
+/// The body of a guardrail's, config's or provider's PUT as it is stored: a JSON object that
+/// `check` (the filter's own reading of it) accepts.
+pub(crate) fn checked_item(body: &[u8], kind: Kind, check: fn(&Value) -> Result<(), SharedError>) -> ApiResult<Value> {
     // A config (a stored provider is one) nested too deep is named as `check` names it.
     let configs = matches!(kind, Kind::Config | Kind::Provider);
     let object = json_object(body).map_err(|e| {
@@ -154,9 +163,7 @@ async fn put_checked(
     })?;
     let value = Value::Object(object);
     check(&value)?;
-    let existing = items::find(s, &caller.workspace, kind, &target).await?;
-    let (item, version_id) = items::put(s, &caller.workspace, kind, &target, existing, &value).await?;
-    Ok(Json(json!({"id": item.id, "slug": item.slug, "version_id": version_id})))
+    Ok(value)
 }
 
 /// GET of a guardrail, config or provider: the latest version; `nest` puts the value under

@@ -137,11 +137,38 @@ pub fn runner_id(state_dir: &std::path::Path) -> Result<String, String> {
 pub async fn create(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> ApiResult<Json<Value>> {
     auth::internal(&s, &h)?;
     let workspace = workspace(&h)?;
-    let body = json_object(&body)?;
+    let NewBatch { input, endpoint, metadata } = new_batch(&body)?;
+    let headers = Value::Object(caller_headers(&h)).to_string();
+    let sealed = s.key.seal(headers.as_bytes()).map_err(ApiError::internal)?;
+    let id = format!("{MANAGED_BATCH_PREFIX}{}", uuid::Uuid::new_v4().simple());
+    let until = now_ms().saturating_add(i64::try_from(s.batches.settings.lease_ms).unwrap_or(i64::MAX));
+    let lease = (s.batches.owner.as_str(), until);
+    s.db.insert_batch(&id, &workspace, endpoint, &input, "immediate", metadata.as_deref(), &sealed, lease).await?;
+    let row = s.db.batch(&id, Some(&workspace)).await?.ok_or_else(|| ApiError::internal("the new batch is gone"))?;
+    // Created with this process's lease: its task starts at once.
+    if s.batches.claim(&id) {
+        start(&s, &id);
+    }
+    Ok(Json(batch_object(&row)))
+}
+
+/// What a `POST /internal/v1/batches` body asks for.
+pub(crate) struct NewBatch {
+    pub input: String,
+    pub endpoint: &'static str,
+    /// The metadata object's JSON text.
+    pub metadata: Option<String>,
+}
+
+/// The body of a `POST /internal/v1/batches`: `input_file_id`, an `endpoint` of `ENDPOINTS`,
+/// `completion_window` `immediate` and `metadata` (an object, or none); a 400 naming the field
+/// at fault.
+pub(crate) fn new_batch(body: &[u8]) -> ApiResult<NewBatch> {
+    let body = json_object(body)?;
     let text = |field: &str| body.get(field).and_then(Value::as_str).filter(|t| !t.is_empty());
     let input = text("input_file_id").ok_or_else(|| ApiError::invalid("input_file_id", "input_file_id is required"))?;
     let endpoint = text("endpoint")
-        .filter(|e| ENDPOINTS.contains(e))
+        .and_then(|e| ENDPOINTS.iter().copied().find(|known| *known == e))
         .ok_or_else(|| ApiError::invalid("endpoint", &format!("endpoint must be one of {}", ENDPOINTS.join(", "))))?;
     if text("completion_window") != Some("immediate") {
         return Err(ApiError::invalid("completion_window", "managed batches have completion_window `immediate`"));
@@ -151,18 +178,7 @@ pub async fn create(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> Api
         Some(Value::Object(map)) => Some(Value::Object(map.clone()).to_string()),
         Some(_) => return Err(ApiError::invalid("metadata", "metadata must be an object")),
     };
-    let headers = Value::Object(caller_headers(&h)).to_string();
-    let sealed = s.key.seal(headers.as_bytes()).map_err(ApiError::internal)?;
-    let id = format!("{MANAGED_BATCH_PREFIX}{}", uuid::Uuid::new_v4().simple());
-    let until = now_ms().saturating_add(i64::try_from(s.batches.settings.lease_ms).unwrap_or(i64::MAX));
-    let lease = (s.batches.owner.as_str(), until);
-    s.db.insert_batch(&id, &workspace, endpoint, input, "immediate", metadata.as_deref(), &sealed, lease).await?;
-    let row = s.db.batch(&id, Some(&workspace)).await?.ok_or_else(|| ApiError::internal("the new batch is gone"))?;
-    // Created with this process's lease: its task starts at once.
-    if s.batches.claim(&id) {
-        start(&s, &id);
-    }
-    Ok(Json(batch_object(&row)))
+    Ok(NewBatch { input: input.to_string(), endpoint, metadata })
 }
 
 /// `GET /internal/v1/batches/{id}`.

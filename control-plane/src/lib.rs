@@ -12,6 +12,9 @@ pub mod crypto;
 pub mod db;
 pub mod errors;
 pub mod files;
+// The fuzz entry point (`./build.sh fuzz`), compiled with the unit tests too, which run it on fixed inputs.
+#[cfg(any(test, fuzzing))]
+pub mod fuzz;
 pub mod gateway;
 pub mod items;
 pub mod ledger;

@@ -10,7 +10,7 @@ use crate::db::{now_ms, now_s};
 use crate::errors::{ApiError, ApiResult};
 use crate::lists::list_json;
 use crate::logs::seconds;
-use crate::validate::{is_name, json_object, query_pairs, MAX_WORKSPACE};
+use crate::validate::{is_name, json_object, query_pairs, unknown_field, MAX_WORKSPACE};
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -18,7 +18,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Json;
-use gateway_schema::limits::{parse_limit, LimitKind, Policy, Scope};
+use gateway_schema::limits::{parse_limit, Limit, LimitKind, Policy, Scope};
 use gateway_schema::prices::{parse_price, Catalog, Price};
 use serde_json::{json, Map, Value};
 use std::sync::OnceLock;
@@ -54,7 +54,7 @@ fn workspace_name(name: &str) -> ApiResult<String> {
 }
 
 /// The workspace a call acts on: the caller's, or (`?workspace=`) another one for an admin key.
-fn acting_workspace(caller: &Caller, requested: Option<&str>) -> ApiResult<String> {
+pub(crate) fn acting_workspace(caller: &Caller, requested: Option<&str>) -> ApiResult<String> {
     let Some(name) = requested else { return Ok(caller.workspace.clone()) };
     let name = workspace_name(name)?;
     if name != caller.workspace {
@@ -64,7 +64,7 @@ fn acting_workspace(caller: &Caller, requested: Option<&str>) -> ApiResult<Strin
 }
 
 /// `?workspace=` and nothing else.
-fn workspace_parameter(pairs: &[(String, String)]) -> ApiResult<Option<&str>> {
+pub(crate) fn workspace_parameter(pairs: &[(String, String)]) -> ApiResult<Option<&str>> {
     let mut workspace = None;
     for (name, value) in pairs {
         match name.as_str() {
@@ -111,21 +111,31 @@ pub async fn put_limit(
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     auth::caller(&s, &h).await?.require_admin()?;
-    if !is_name(&id, MAX_LIMIT_ID) {
-        return Err(ApiError::invalid(
-            "id",
-            &format!("a limit id is 1 to {MAX_LIMIT_ID} characters from [A-Za-z0-9._-]"),
-        ));
-    }
-    let limit = parse_limit(&id, &Value::Object(json_object(&body)?)).map_err(field_error)?;
+    let limit = limit_request(&id, &body)?;
     let workspace = match &limit.scope {
-        Scope::Workspace(name) => workspace_name(name)?,
+        Scope::Workspace(name) => name.clone(),
         Scope::ApiKeyId(key) => s.db.key_workspace(key).await?.ok_or_else(|| {
             ApiError::invalid("api_key_id", "api_key_id names no API key (give an id from POST /v1/api-keys)")
         })?,
     };
     let stored = s.db.put_limit(&workspace, &limit).await?;
     Ok(Json(limit_json(&stored, None)?))
+}
+
+/// The limit a `PUT /v1/limits/{id}` makes of its path id and body, every field checked (the
+/// workspace it names too; a key it names is looked up by the handler).
+pub(crate) fn limit_request(id: &str, body: &[u8]) -> ApiResult<Limit> {
+    if !is_name(id, MAX_LIMIT_ID) {
+        return Err(ApiError::invalid(
+            "id",
+            &format!("a limit id is 1 to {MAX_LIMIT_ID} characters from [A-Za-z0-9._-]"),
+        ));
+    }
+    let limit = parse_limit(id, &Value::Object(json_object(body)?)).map_err(field_error)?;
+    if let Scope::Workspace(name) = &limit.scope {
+        workspace_name(name)?;
+    }
+    Ok(limit)
 }
 
 /// A limit the caller may read: any for an admin key, else one of its workspace.
@@ -170,13 +180,18 @@ fn catalog() -> &'static Catalog {
 }
 
 /// A model named in a price's path: `[A-Za-z0-9._:@/-]`, 1..=256 characters.
-fn model_name(model: &str) -> ApiResult<&str> {
+pub(crate) fn model_name(model: &str) -> ApiResult<&str> {
     let allowed = |b: u8| b.is_ascii_alphanumeric() || b"._:@/-".contains(&b);
     if (1..=MAX_MODEL).contains(&model.len()) && model.bytes().all(allowed) {
         Ok(model)
     } else {
         Err(ApiError::invalid("model", &format!("a model name is 1 to {MAX_MODEL} characters from [A-Za-z0-9._:@/-]")))
     }
+}
+
+/// The body of a `PUT /v1/prices/{model}`: a price, every field checked.
+pub(crate) fn price_body(body: &[u8]) -> ApiResult<Price> {
+    parse_price(&Value::Object(json_object(body)?)).map_err(field_error)
 }
 
 fn price_json(model: &str, price: &Price, source: &str, date: Option<&str>) -> ApiResult<Value> {
@@ -207,7 +222,7 @@ pub async fn put_price(
     let pairs = query_pairs(query)?;
     let workspace = acting_workspace(&caller, workspace_parameter(&pairs)?)?;
     let model = model_name(&model)?;
-    let price = parse_price(&Value::Object(json_object(&body)?)).map_err(field_error)?;
+    let price = price_body(&body)?;
     let text = serde_json::to_string(&price).map_err(ApiError::internal)?;
     s.db.put_price(&workspace, model, &text).await?;
     Ok(Json(price_json(model, &price, "workspace", None)?))
@@ -246,8 +261,40 @@ pub async fn usage(
 ) -> ApiResult<Json<Value>> {
     let caller = auth::caller(&s, &h).await?;
     let pairs = query_pairs(query)?;
+    let UsageQuery { start, end, workspace, group } = usage_query(&pairs, now_s())?;
+    let workspace = acting_workspace(&caller, workspace)?;
+    let rows = s.db.usage(&workspace, start * 1000, end * 1000, &group).await?;
+    let data: Vec<Value> = rows
+        .into_iter()
+        .map(|row| {
+            let mut out = Map::new();
+            for (key, value) in group.iter().zip(row.keys) {
+                out.insert(key.name().into(), json!(value));
+            }
+            out.insert("requests".into(), json!(row.requests));
+            out.insert("input_tokens".into(), json!(row.input_tokens));
+            out.insert("output_tokens".into(), json!(row.output_tokens));
+            out.insert("cost_usd".into(), json!(usd(row.cost_micro_usd)));
+            Value::Object(out)
+        })
+        .collect();
+    Ok(Json(json!({"object": "list", "data": data, "has_more": false, "start": start, "end": end})))
+}
+
+/// A usage query's parameters.
+pub(crate) struct UsageQuery<'a> {
+    pub start: i64,
+    pub end: i64,
+    pub workspace: Option<&'a str>,
+    pub group: Vec<UsageKey>,
+}
+
+/// What `GET /v1/usage` asks: its period (`now`: the end when none is given), the workspace it
+/// names (the caller's own unless an admin names another) and its groups; a parameter unknown,
+/// given twice or not valid is a 400 naming it.
+pub(crate) fn usage_query(pairs: &[(String, String)], now: i64) -> ApiResult<UsageQuery<'_>> {
     let (mut start, mut end, mut workspace, mut group) = (None, None, None, Vec::new());
-    for (name, value) in &pairs {
+    for (name, value) in pairs {
         let once = |seen: bool| {
             if seen {
                 Err(ApiError::invalid(name, &format!("{name} is given more than once")))
@@ -280,27 +327,11 @@ pub async fn usage(
             other => return Err(unknown_parameter(other, "start, end, group_by, workspace")),
         }
     }
-    let workspace = acting_workspace(&caller, workspace)?;
-    let (start, end) = (start.unwrap_or(0), end.unwrap_or_else(now_s));
+    let (start, end) = (start.unwrap_or(0), end.unwrap_or(now));
     if start > end {
         return Err(ApiError::invalid("start", "start must not be after end"));
     }
-    let rows = s.db.usage(&workspace, start * 1000, end * 1000, &group).await?;
-    let data: Vec<Value> = rows
-        .into_iter()
-        .map(|row| {
-            let mut out = Map::new();
-            for (key, value) in group.iter().zip(row.keys) {
-                out.insert(key.name().into(), json!(value));
-            }
-            out.insert("requests".into(), json!(row.requests));
-            out.insert("input_tokens".into(), json!(row.input_tokens));
-            out.insert("output_tokens".into(), json!(row.output_tokens));
-            out.insert("cost_usd".into(), json!(usd(row.cost_micro_usd)));
-            Value::Object(out)
-        })
-        .collect();
-    Ok(Json(json!({"object": "list", "data": data, "has_more": false, "start": start, "end": end})))
+    Ok(UsageQuery { start, end, workspace, group })
 }
 
 // ---- internal: the filter's policy and leases ----
@@ -349,9 +380,9 @@ fn answer_json(answer: &Answer) -> Value {
 
 /// The asks and reports of a lease call; every field checked, a 400 naming it
 /// (`grants[2].need`).
-fn lease_call(body: &Map<String, Value>) -> ApiResult<(Vec<Ask>, Vec<Report>)> {
+pub(crate) fn lease_call(body: &Map<String, Value>) -> ApiResult<(Vec<Ask>, Vec<Report>)> {
     if let Some(key) = body.keys().find(|k| !["grants", "reports"].contains(&k.as_str())) {
-        return Err(ApiError::invalid(key, &format!("unknown field `{key}` (a lease call has grants and reports)")));
+        return Err(unknown_field("", key, " (a lease call has grants and reports)"));
     }
     let asks = items(body, "grants")?
         .iter()
@@ -438,7 +469,7 @@ fn items<'a>(body: &'a Map<String, Value>, name: &str) -> ApiResult<&'a [Value]>
 fn fields_of<'a>(item: &'a Value, at: &str, known: &[&str]) -> ApiResult<&'a Map<String, Value>> {
     let fields = item.as_object().ok_or_else(|| ApiError::invalid(at, &format!("{at} must be an object")))?;
     match fields.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(key) => Err(ApiError::invalid(&format!("{at}.{key}"), &format!("unknown field `{key}`"))),
+        Some(key) => Err(unknown_field(at, key, "")),
         None => Ok(fields),
     }
 }

@@ -154,7 +154,7 @@ async fn position(own: &impl OwnItems, listing: &Listing, name: &str, id: &str) 
 /// The query of a page of the provider's list: the caller's parameters as given, in order,
 /// without `before` (and `after` unless `keep_after`: a provider id), with `limit` set to the
 /// room left on the page (`None`: the caller's default page, no `limit` written).
-fn provider_query(query: Option<&str>, limit: Option<usize>, keep_after: bool) -> String {
+pub(crate) fn provider_query(query: Option<&str>, limit: Option<usize>, keep_after: bool) -> String {
     let limit = limit.map(|n| format!("limit={n}"));
     let mut pairs: Vec<&str> = Vec::new();
     for pair in query.unwrap_or_default().split('&').filter(|pair| !pair.is_empty()) {

@@ -13,7 +13,7 @@ use crate::db::responses::KeptResponse;
 use crate::errors::{ApiError, ApiResult};
 use crate::gateway::workspace;
 use crate::lists::list_json;
-use crate::validate::{is_name, json_object, only_known_fields, MAX_WORKSPACE};
+use crate::validate::{is_name, json_object, only_known_fields, query_pairs, MAX_WORKSPACE};
 use crate::AppState;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
@@ -48,7 +48,7 @@ fn is_response_id(text: &str) -> bool {
 }
 
 /// A response id from a path, else a 400 naming `param`.
-fn response_id<'a>(text: &'a str, param: &str) -> ApiResult<&'a str> {
+pub(crate) fn response_id<'a>(text: &'a str, param: &str) -> ApiResult<&'a str> {
     if is_response_id(text) {
         return Ok(text);
     }
@@ -105,7 +105,7 @@ fn unreadable(e: axum::Error) -> ApiError {
 
 /// The PUT body, checked: `response` an object (its `id`, when given, the path's), `input` an
 /// array of objects.
-fn kept_response(body: &Map<String, Value>, id: &str) -> ApiResult<KeptResponse> {
+pub(crate) fn kept_response(body: &Map<String, Value>, id: &str) -> ApiResult<KeptResponse> {
     only_known_fields(body, |k| k == "response" || k == "input")?;
     let response = match body.get("response") {
         Some(Value::Object(response)) => response,
@@ -165,14 +165,8 @@ fn raw(text: &str) -> ApiResult<&RawValue> {
     serde_json::from_str(text).map_err(ApiError::internal)
 }
 
-fn query_pairs(query: Result<Query<Vec<(String, String)>>, QueryRejection>) -> ApiResult<Vec<(String, String)>> {
-    let Query(pairs) =
-        query.map_err(|e| ApiError::invalid("query", &format!("the query string cannot be read: {e}")))?;
-    Ok(pairs)
-}
-
 /// `wait_ms` of the filter's read (the only parameter it takes).
-fn wait_ms(pairs: &[(String, String)]) -> ApiResult<Duration> {
+pub(crate) fn wait_ms(pairs: &[(String, String)]) -> ApiResult<Duration> {
     let mut wait = None;
     for (name, value) in pairs {
         if name != "wait_ms" {
@@ -252,13 +246,13 @@ pub async fn cancel(State(s): State<AppState>, h: HeaderMap, Path(id): Path<Stri
 /// The `input_items` query: OpenAI's `limit`, `order`, `after` (`include` is accepted: items
 /// are kept whole).
 #[derive(Debug, PartialEq, Eq)]
-struct ItemsQuery {
+pub(crate) struct ItemsQuery {
     limit: usize,
     newest_first: bool,
     after: Option<String>,
 }
 
-fn items_query(pairs: &[(String, String)]) -> ApiResult<ItemsQuery> {
+pub(crate) fn items_query(pairs: &[(String, String)]) -> ApiResult<ItemsQuery> {
     let mut q = ItemsQuery { limit: DEFAULT_ITEMS, newest_first: true, after: None };
     let mut seen: Vec<&str> = Vec::new();
     for (name, value) in pairs {

@@ -64,10 +64,14 @@ pub fn json_object(body: &[u8]) -> ApiResult<Map<String, Value>> {
     }
 }
 
-/// The query string's pairs (decoded), or a 400 naming the query.
+/// The query string's pairs (decoded), or a 400 naming the query. A parameter without a name
+/// (`?=1`) is refused here: a refusal naming it would name nothing.
 pub fn query_pairs(query: Result<Query<Vec<(String, String)>>, QueryRejection>) -> ApiResult<Vec<(String, String)>> {
     let Query(pairs) =
         query.map_err(|e| ApiError::invalid("query", &format!("the query string cannot be read: {e}")))?;
+    if pairs.iter().any(|(name, _)| name.is_empty()) {
+        return Err(ApiError::invalid("query", "the query string has a parameter without a name (`=value`)"));
+    }
     Ok(pairs)
 }
 
@@ -80,9 +84,23 @@ pub fn only_known_fields(body: &Map<String, Value>, known: impl Fn(&str) -> bool
 /// `Map`, e.g. a record batch read in place).
 pub fn only_known_keys<'a>(keys: impl IntoIterator<Item = &'a str>, known: impl Fn(&str) -> bool) -> ApiResult<()> {
     match keys.into_iter().find(|k| !known(k)) {
-        Some(key) => Err(ApiError::invalid(key, &format!("unknown field `{key}`"))),
+        Some(key) => Err(unknown_field("", key, "")),
         None => Ok(()),
     }
+}
+
+/// A 400 for the field `key` that the object at `at` (empty: the body) does not have: `param`
+/// is the field's path (`grants[1].x`), or the object's when the field's name is empty (a
+/// `param` of `""` would name nothing); `hint` follows the message.
+pub fn unknown_field(at: &str, key: &str, hint: &str) -> ApiError {
+    let param = match (at, key) {
+        ("", "") => "body".to_string(),
+        ("", key) => key.to_string(),
+        (at, "") => at.to_string(),
+        (at, key) => format!("{at}.{key}"),
+    };
+    let name = if key.is_empty() { "with an empty name".to_string() } else { format!("`{key}`") };
+    ApiError::invalid(&param, &format!("unknown field {name}{hint}"))
 }
 
 /// `POST /api-keys`: `{"workspace": "<name>", "admin": false}`.
@@ -237,6 +255,22 @@ mod tests {
         assert_eq!((e.status, e.param().as_deref()), (400, Some("body")));
         assert!(e.message().contains("more than 127 levels deep"), "{}", e.message());
         assert!(json_object(b"{\"a\": oops}").unwrap_err().0.message().contains("not valid JSON"));
+    }
+
+    #[test]
+    fn a_field_without_a_name_is_named_by_its_object() {
+        let e = key_request(&map(json!({"workspace": "w", "": false}))).unwrap_err().0;
+        assert_eq!((e.param().as_deref(), e.message().as_str()), (Some("body"), "unknown field with an empty name"));
+        assert_eq!(unknown_field("grants[1]", "", "").0.param().as_deref(), Some("grants[1]"));
+        assert_eq!(unknown_field("grants[1]", "x", "").0.param().as_deref(), Some("grants[1].x"));
+    }
+
+    #[test]
+    fn a_query_parameter_without_a_name_is_refused_naming_the_query() {
+        let pairs = |query: &str| query_pairs(Query::try_from_uri(&format!("/p?{query}").parse().unwrap()));
+        let e = pairs("limit=1&=2").unwrap_err().0;
+        assert_eq!((e.status, e.param().as_deref()), (400, Some("query")));
+        assert_eq!(pairs("limit=1&&x").unwrap(), [("limit".to_string(), "1".to_string()), ("x".into(), "".into())]);
     }
 
     #[test]
