@@ -414,6 +414,7 @@ test_all() {
   lint
   log "unit tests"
   cargo test --quiet --workspace
+  cargo test --quiet --features native --lib native::
   log "the control plane's tests again, against PostgreSQL (a throwaway server, tests/e2e/pg_server.py)"
   "$VENV/bin/python" tests/e2e/pg_server.py control_plane_tests -- \
     cargo test --quiet --locked -p gateway-control-plane --test '*'

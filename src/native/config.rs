@@ -5,16 +5,13 @@ use super::calls::{
     self,
     ffi::{self, EnvoyFilter},
 };
-use super::io::{seed, ProcessStore};
+use super::io::ProcessStore;
 use super::relay::Relay;
-use super::thread::{Filter, Orphans, Stream, ThreadState, THREADS};
-use super::ticker::Ticker;
-use super::{guarded, MetricIds, ROOT};
-use crate::exchange::{self, metrics, Worker};
+use super::thread::{Filter, ThreadState, THREADS};
+use super::{guarded, MetricIds};
+use crate::exchange::{self, metrics};
 use crate::settings::Settings;
-use hashbrown::HashMap;
 use std::ffi::c_void;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -32,8 +29,6 @@ struct Config {
 /// The configs Envoy holds now, by number (a config's address may be reused by the next one).
 static LIVE_CONFIGS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 static NEXT_CONFIG: AtomicU64 = AtomicU64::new(1);
-/// Numbers each worker thread's state (the relay finds its mailbox by it).
-static NEXT_WORKER: AtomicU64 = AtomicU64::new(1);
 
 /// The `log` crate's lines (the core's) into Envoy's log, under its `dynamic_modules` component.
 struct EnvoyLogger;
@@ -144,46 +139,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(config: *const c_void,
                         keep
                     });
                 }
-                let settings = Settings::parse(&config_ref.bytes).ok()?;
-                let relayed = settings.control_plane.as_ref().map(|cp| cp.cluster.clone());
-                let worker = Worker::new(Rc::new(settings)).rooted(ROOT);
-                let number = NEXT_WORKER.fetch_add(1, Ordering::Relaxed);
-                let relay = Arc::clone(&config_ref.relay);
-                let idle_relay = Arc::downgrade(&relay);
-                let ticker = Ticker::start(move || {
-                    if let Some(relay) = idle_relay.upgrade() {
-                        relay.release(number);
-                    }
-                });
-                let mailbox = relay.mailbox(number, Arc::clone(&ticker.shared));
-                let state = ThreadState {
-                    worker,
-                    ticker,
-                    streams: HashMap::new(),
-                    calls: HashMap::new(),
-                    orphans: Orphans::default(),
-                    next_id: 1,
-                    next_token: 1,
-                    random: seed(),
-                    metrics: Arc::clone(&config_ref.metrics),
-                    number,
-                    relay,
-                    mailbox,
-                    relayed,
-                    idle: false,
-                };
+                let state = ThreadState::new(&config_ref.bytes, &config_ref.relay, &config_ref.metrics)?;
                 threads.insert(key, state);
             }
-            let state = threads.get_mut(&key)?;
-            if std::mem::take(&mut state.idle) {
-                state.ticker.shared.idle_until(None);
-                if let Some((idle_ms, stored)) = state.relay.woke(state.number) {
-                    state.worker.idle_sent(idle_ms, stored);
-                }
-            }
-            let id = state.next_id;
-            state.next_id = id.wrapping_add(1).max(1);
-            state.streams.insert(id, Stream { envoy, request_buffered: false, response_buffered: false });
+            let id = threads.get_mut(&key)?.stream_started(envoy);
             Some(id)
         });
         match id {
@@ -202,7 +161,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
 ) {
     guarded((), || {
         if let Some(config) = calls::module_ref::<Config>(config) {
-            config.relay.start_asked(envoy);
+            config.relay.start_asked(|call| calls::config_callout(envoy, call));
         }
     })
 }

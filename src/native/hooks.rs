@@ -194,26 +194,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
         };
         let idle = THREADS.with(|threads| {
             let mut threads = threads.try_borrow_mut().ok()?;
-            let state = threads.get_mut(&filter.config)?;
-            state.ticker.forget(filter.id);
-            state.streams.remove(&filter.id);
-            // Another live stream ticks from now on: a request paused for a timer (a retry's
-            // delay, a relayed answer) gets no hook of its own that would adopt the ticker.
-            let next = state.streams.iter().next().map(|(id, stream)| (*id, stream.envoy));
-            state.ticker.keep_awake(next, &state.mailbox);
-            let orphans = &mut state.orphans;
-            state.calls.retain(|(id, _), call| {
-                let ended = *id == filter.id;
-                if ended && call.carried {
-                    orphans.tokens.push(call.token);
-                }
-                !ended
-            });
-            if orphans.waker.as_ref().is_some_and(|(id, _)| *id == filter.id) {
-                orphans.waker = None;
-            }
-            orphans.wake(&state.streams);
-            Some(state.streams.is_empty() && state.relayed.is_some())
+            Some(threads.get_mut(&filter.config)?.stream_ended(filter.id))
         });
         // The last stream went: nothing ticks before the next one. The answers that came are
         // taken, and what the timer would send (records, leases' reports) goes if no request

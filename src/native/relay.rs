@@ -178,17 +178,26 @@ impl Relay {
         true
     }
 
+    /// How many times the relay asked the main thread to start calls (Envoy would run the
+    /// config's `scheduled` hook), once there were `count` or `timeout` passed.
+    #[cfg(test)]
+    pub(super) fn commits(&self, count: usize, timeout: std::time::Duration) -> usize {
+        let commits = locked(&self.scheduler).as_ref().map(ConfigScheduler::commits);
+        commits.map_or(0, |commits| commits.after(count, timeout))
+    }
+
     /// On the main thread, as Envoy destroys the config: its scheduler goes with it (worker
     /// threads may hold the relay longer).
     pub(super) fn close(&self) {
         drop(locked(&self.scheduler).take());
     }
 
-    /// On the main thread: starts the calls asked for.
-    pub(super) fn start_asked(&self, config: EnvoyConfig) {
+    /// On the main thread: starts the calls asked for, each by `start` (Envoy's callout id, or
+    /// None when it could not start).
+    pub(super) fn start_asked(&self, mut start: impl FnMut(&Dispatch) -> Option<u64>) {
         let asked = std::mem::take(&mut *locked(&self.asked));
         for Asked { worker, call, answer } in asked {
-            match calls::config_callout(config, &call) {
+            match start(&call) {
                 // Envoy answers a started call in the done hook, never inside the call.
                 Some(id) => {
                     locked(&self.flights).insert(id, (worker, answer));
@@ -269,4 +278,164 @@ impl Asker<'_> {
 /// one push, insert, remove or take).
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit_tests::test;
+    use std::time::{Duration, Instant};
+
+    /// Long enough for any machine; a test waits for an event, never this long when it holds.
+    const WAIT: Duration = Duration::from_secs(10);
+
+    fn relay() -> Relay {
+        Relay::new(std::ptr::null_mut())
+    }
+
+    fn call(body: &str) -> Dispatch {
+        Dispatch { cluster: "gateway_control_plane".into(), headers: Vec::new(), body: body.into(), timeout_ms: 3000 }
+    }
+
+    fn answer(status: u16) -> CallAnswer {
+        CallAnswer { status, headers: vec![(":status".into(), status.to_string().into())], body: b"{}".to_vec() }
+    }
+
+    /// The main thread's `scheduled` hook: starts what was asked, Envoy's callout ids counting
+    /// from `first`; the bodies started, by id.
+    fn start(relay: &Relay, first: u64) -> Vec<(u64, String)> {
+        let mut started = Vec::new();
+        relay.start_asked(|call| {
+            let id = first + started.len() as u64;
+            started.push((id, String::from_utf8_lossy(&call.body).into_owned()));
+            Some(id)
+        });
+        started
+    }
+
+    /// What a mailbox holds: (token, status) each.
+    fn mail(mailbox: &Mailbox) -> Vec<(u32, u16)> {
+        mailbox.take().into_iter().map(|(token, answer, _)| (token, answer.status)).collect()
+    }
+
+    #[test]
+    fn a_call_a_worker_asks_for_starts_on_the_main_thread_and_its_answer_waits_in_that_workers_mailbox() {
+        let relay = relay();
+        let mailbox = relay.mailbox(1, Arc::new(TickerShared::new()));
+        let other = relay.mailbox(2, Arc::new(TickerShared::new()));
+        assert!(relay.ask(&mailbox, 1, 7, &call("entries")));
+        assert!(mailbox.awaits(), "a stream of the worker keeps a scheduler for the answer");
+        assert_eq!(relay.commits(1, WAIT), 1, "the main thread is asked to start it");
+        assert_eq!(start(&relay, 100), [(100, "entries".to_string())]);
+        assert!(start(&relay, 200).is_empty(), "each asked call starts once");
+        assert!(!mailbox.has_answers());
+
+        let before = unix_ms();
+        relay.answered(100, answer(200));
+        assert!(mailbox.has_answers() && !other.has_answers());
+        let [(token, answered, arrived)]: [(u32, CallAnswer, u64); 1] = mailbox.take().try_into().ok().unwrap();
+        assert_eq!((token, answered.status, answered.body), (7, 200, b"{}".to_vec()));
+        assert!((before..=unix_ms()).contains(&arrived), "an answer carries when it arrived");
+        assert!(!mailbox.awaits() && !mailbox.has_answers(), "taken once");
+        relay.answered(100, answer(200));
+        assert!(mail(&mailbox).is_empty(), "a callout answers once");
+    }
+
+    #[test]
+    fn a_call_envoy_could_not_start_is_answered_as_failed_to_its_token() {
+        let relay = relay();
+        let mailbox = relay.mailbox(1, Arc::new(TickerShared::new()));
+        assert!(relay.ask(&mailbox, 1, 3, &call("batch")));
+        relay.start_asked(|_| None);
+        assert_eq!(mail(&mailbox), [(3, 0)]);
+    }
+
+    #[test]
+    fn once_its_config_is_gone_the_relay_asks_for_nothing() {
+        let relay = relay();
+        let mailbox = relay.mailbox(1, Arc::new(TickerShared::new()));
+        relay.close();
+        assert!(!relay.ask(&mailbox, 1, 3, &call("batch")), "the call fails to start");
+        assert!(!mailbox.awaits());
+        assert!(start(&relay, 1).is_empty());
+    }
+
+    #[test]
+    fn answers_for_a_worker_whose_config_was_replaced_are_dropped() {
+        let relay = relay();
+        let mailbox = relay.mailbox(1, Arc::new(TickerShared::new()));
+        assert!(relay.ask(&mailbox, 1, 3, &call("batch")));
+        let [(id, _)]: [(u64, String); 1] = start(&relay, 1).try_into().ok().unwrap();
+        relay.forget(1);
+        relay.answered(id, answer(200));
+        assert!(!mailbox.has_answers());
+    }
+
+    #[test]
+    fn an_idle_workers_calls_wait_for_the_ticker_then_go_and_answer_no_one() {
+        let relay = relay();
+        let mailbox = relay.mailbox(1, Arc::new(TickerShared::new()));
+        relay.defer(1, 5000, vec![call("leases"), call("records")]);
+        assert_eq!(relay.commits(0, Duration::ZERO), 0, "held until the grace is over");
+        assert!(start(&relay, 1).is_empty());
+
+        relay.release(1);
+        assert_eq!(relay.commits(1, WAIT), 1);
+        let started = start(&relay, 10);
+        assert_eq!(started, [(10, "leases".to_string()), (11, "records".to_string())]);
+        relay.answered(10, answer(200));
+        relay.answered(11, answer(201));
+        assert!(!mailbox.has_answers() && !mailbox.awaits(), "the worker asked for no answer");
+        assert_eq!(relay.woke(1), Some((5000, true)), "they went, every one answered");
+        assert_eq!(relay.woke(1), None, "told once");
+    }
+
+    #[test]
+    fn an_idle_call_that_fails_is_held_and_tried_again_two_seconds_later() {
+        let relay = relay();
+        let ticker = Arc::new(TickerShared::new());
+        let _mailbox = relay.mailbox(1, Arc::clone(&ticker));
+        relay.defer(1, 5000, vec![call("leases"), call("records")]);
+        relay.release(1);
+        assert_eq!(start(&relay, 10).len(), 2);
+        let before = Instant::now();
+        relay.answered(11, answer(503));
+        let due = ticker.idle_due().unwrap();
+        assert!(due >= before + Duration::from_millis(IDLE_RETRY_MS), "not before 2 s");
+        assert!(due <= Instant::now() + Duration::from_millis(IDLE_RETRY_MS));
+        relay.answered(10, CallAnswer::FAILED);
+
+        // The ticker's thread says the 2 s passed: both go again.
+        relay.release(1);
+        assert_eq!(relay.commits(2, WAIT), 2);
+        assert_eq!(start(&relay, 20), [(20, "records".to_string()), (21, "leases".to_string())]);
+        relay.answered(20, answer(200));
+        relay.answered(21, answer(200));
+        assert_eq!(relay.woke(1), Some((5000, true)));
+    }
+
+    #[test]
+    fn a_worker_that_wakes_before_its_idle_calls_are_answered_hears_they_may_not_have_been_stored() {
+        let relay = relay();
+        let _mailbox = relay.mailbox(1, Arc::new(TickerShared::new()));
+        relay.defer(1, 5000, vec![call("records")]);
+        relay.release(1);
+        let [(id, _)]: [(u64, String); 1] = start(&relay, 1).try_into().ok().unwrap();
+        assert_eq!(relay.woke(1), Some((5000, false)));
+        // Its answer comes late and fails: nothing is held for a worker that is not idle.
+        relay.answered(id, CallAnswer::FAILED);
+        relay.release(1);
+        assert!(start(&relay, 2).is_empty());
+    }
+
+    #[test]
+    fn idle_calls_a_stream_comes_before_are_dropped_unsent() {
+        let relay = relay();
+        let _mailbox = relay.mailbox(1, Arc::new(TickerShared::new()));
+        relay.defer(1, 5000, vec![call("records")]);
+        assert_eq!(relay.woke(1), None, "none went: the worker's timer sends what is due");
+        relay.release(1);
+        assert_eq!(relay.commits(0, Duration::ZERO), 0);
+        assert!(start(&relay, 1).is_empty());
+    }
 }

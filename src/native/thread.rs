@@ -2,13 +2,17 @@
 //! calls) and running one event on its worker.
 
 use super::calls::{self, ffi::EnvoyFilter};
+use super::io::seed;
 use super::io::NativeIo;
 use super::relay::{Mailbox, Relay};
 use super::ticker::{after, unix_ms, Ticker, ANSWER_ORPHANED};
-use super::MetricIds;
+use super::{MetricIds, ROOT};
 use crate::exchange::{Action, After, Output, Worker};
+use crate::settings::Settings;
 use hashbrown::HashMap;
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One stream, as the module holds it between hooks.
@@ -85,8 +89,98 @@ pub(super) struct ThreadState {
     /// The control plane's cluster: the root's calls to it are relayed.
     pub(super) relayed: Option<String>,
     /// The last stream ended and the worker's idle calls wait in the relay (see `went_idle`).
-    pub(super) idle: bool,
+    idle: bool,
 }
+
+impl ThreadState {
+    /// A new worker thread's state for a config (`relay`: the config's); None when the config's
+    /// settings do not parse (Envoy's `config_new` parsed them already).
+    pub(super) fn new(settings: &[u8], relay: &Arc<Relay>, metrics: &MetricIds) -> Option<ThreadState> {
+        let settings = Settings::parse(settings).ok()?;
+        let relayed = settings.control_plane.as_ref().map(|cp| cp.cluster.clone());
+        let worker = Worker::new(Rc::new(settings)).rooted(ROOT);
+        let number = NEXT_WORKER.fetch_add(1, Ordering::Relaxed);
+        let relay = Arc::clone(relay);
+        let idle_relay = Arc::downgrade(&relay);
+        let ticker = Ticker::start(move || {
+            if let Some(relay) = idle_relay.upgrade() {
+                relay.release(number);
+            }
+        });
+        let mailbox = relay.mailbox(number, Arc::clone(&ticker.shared));
+        Some(ThreadState {
+            worker,
+            ticker,
+            streams: HashMap::new(),
+            calls: HashMap::new(),
+            orphans: Orphans::default(),
+            next_id: 1,
+            next_token: 1,
+            random: seed(),
+            metrics: Arc::clone(metrics),
+            number,
+            relay,
+            mailbox,
+            relayed,
+            idle: false,
+        })
+    }
+
+    /// A stream starts (Envoy's `envoy` filter): its id. An idle worker's calls that wait in
+    /// the relay are dropped; those that went already say so to the worker.
+    pub(super) fn stream_started(&mut self, envoy: EnvoyFilter) -> u32 {
+        if std::mem::take(&mut self.idle) {
+            self.ticker.shared.idle_until(None);
+            if let Some((idle_ms, stored)) = self.relay.woke(self.number) {
+                self.worker.idle_sent(idle_ms, stored);
+            }
+        }
+        let id = self.next_id;
+        self.next_id = id.wrapping_add(1).max(1);
+        self.streams.insert(id, Stream { envoy, request_buffered: false, response_buffered: false });
+        id
+    }
+
+    /// Stream `id` ended: its calls go with it (the root's it carried are orphans, reported to
+    /// the worker from another live stream); true when it was the last one and the worker has
+    /// idle calls to make (see `went_idle`).
+    pub(super) fn stream_ended(&mut self, id: u32) -> bool {
+        self.ticker.forget(id);
+        self.streams.remove(&id);
+        // Another live stream ticks from now on: a request paused for a timer (a retry's
+        // delay, a relayed answer) gets no hook of its own that would adopt the ticker.
+        let next = self.streams.iter().next().map(|(id, stream)| (*id, stream.envoy));
+        self.ticker.keep_awake(next, &self.mailbox);
+        let orphans = &mut self.orphans;
+        self.calls.retain(|(carrier, _), call| {
+            let ended = *carrier == id;
+            if ended && call.carried {
+                orphans.tokens.push(call.token);
+            }
+            !ended
+        });
+        if orphans.waker.as_ref().is_some_and(|(waker, _)| *waker == id) {
+            orphans.waker = None;
+        }
+        orphans.wake(&self.streams);
+        self.streams.is_empty() && self.relayed.is_some()
+    }
+
+    /// The last stream ended at `now_ms`: the calls the worker's timer would make later (see
+    /// `Worker::idle_calls`) wait in the relay, which sends them when the ticker's thread says the
+    /// grace is over; a stream that starts first drops them (`stream_started`).
+    pub(super) fn went_idle(&mut self, now_ms: u64) {
+        let calls = self.worker.idle_calls(now_ms);
+        if !calls.is_empty() {
+            self.relay.defer(self.number, now_ms, calls);
+            self.idle = true;
+            self.ticker.shared.idle_until(after(IDLE_GRACE_MS));
+        }
+    }
+}
+
+/// Numbers each worker thread's state (the relay finds its mailbox by it).
+static NEXT_WORKER: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     /// By config number.
@@ -198,23 +292,186 @@ pub(super) fn answer_mail(worker: &mut Worker, io: &mut NativeIo) -> Output {
 /// a write (a lease given back is asked again by the next request).
 const IDLE_GRACE_MS: u64 = 1000;
 
-/// The last stream of `filter`'s worker thread ended: the calls its timer would make later (see
-/// `Worker::idle_calls`) wait in the relay, which sends them when the ticker's thread says the
-/// grace is over; a stream that starts first drops them (see `filter_new`).
+/// The last stream of `filter`'s worker thread ended (see `ThreadState::went_idle`).
 pub(super) fn went_idle(filter: &Filter) {
     THREADS.with(|threads| {
-        let Ok(mut threads) = threads.try_borrow_mut() else {
-            return;
-        };
-        let Some(state) = threads.get_mut(&filter.config) else {
-            return;
-        };
-        let now_ms = unix_ms();
-        let calls = state.worker.idle_calls(now_ms);
-        if !calls.is_empty() {
-            state.relay.defer(state.number, now_ms, calls);
-            state.idle = true;
-            state.ticker.shared.idle_until(after(IDLE_GRACE_MS));
+        if let Some(state) = threads.try_borrow_mut().ok().as_mut().and_then(|threads| threads.get_mut(&filter.config))
+        {
+            state.went_idle(unix_ms());
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exchange::metrics::Kind;
+    use crate::exchange::{Dispatch, Io};
+    use crate::ports::testing::FakeHost;
+    use crate::ports::Host;
+    use crate::unit_tests::test;
+    use std::time::{Duration, Instant};
+
+    const CP: &str = r#"{"api_keys": ["gw-key"],
+        "control_plane": {"cluster": "gateway_control_plane", "authority": "127.0.0.1:8790", "token": "cp-secret",
+                          "fresh_ms": 5000, "grace_ms": 600000, "timeout_ms": 3000}}"#;
+    const NO_CP: &str = r#"{"api_keys": ["gw-key"]}"#;
+
+    fn state(settings: &str) -> ThreadState {
+        let relay = Arc::new(Relay::new(std::ptr::null_mut()));
+        ThreadState::new(settings.as_bytes(), &relay, &MetricIds::from(Vec::new())).unwrap()
+    }
+
+    /// Envoy's filter of a stream; no Envoy runs in these tests, so no callback reads it.
+    fn envoy() -> EnvoyFilter {
+        std::ptr::null_mut()
+    }
+
+    /// Runs `test` with `state` as this thread's state of config 1 (each test has its thread).
+    fn on_thread<T>(state: ThreadState, test: impl FnOnce() -> T) -> T {
+        THREADS.with(|threads| threads.borrow_mut().insert(1, state));
+        let result = test();
+        THREADS.with(|threads| threads.borrow_mut().clear());
+        result
+    }
+
+    fn with_state<T>(then: impl FnOnce(&mut ThreadState) -> T) -> T {
+        THREADS.with(|threads| then(threads.borrow_mut().get_mut(&1).unwrap()))
+    }
+
+    /// A request with a key, answered at its headers (no call to the control plane can start
+    /// here: a 503), as the worker's host shows it; nothing else is asked of the host.
+    struct Answered(FakeHost);
+
+    impl Io for Answered {
+        fn host(&mut self) -> &mut dyn Host {
+            &mut self.0
+        }
+        fn request_headers(&mut self, _id: u32) -> Vec<(String, Vec<u8>)> {
+            vec![
+                (":method".into(), b"POST".to_vec()),
+                (":path".into(), b"/v1/chat/completions".to_vec()),
+                ("x-gateway-api-key".into(), b"gw-key".to_vec()),
+            ]
+        }
+        fn request_body(&mut self, _id: u32, _size: usize) -> Vec<u8> {
+            Vec::new()
+        }
+        fn set_request_headers(&mut self, _id: u32, _headers: &[(&str, &[u8])]) {}
+        fn set_request_header(&mut self, _id: u32, _name: &str, _value: &str) {}
+        fn set_request_body(&mut self, _id: u32, _size: usize, _body: &[u8]) {}
+        fn response_headers(&mut self, _id: u32) -> Vec<(String, Vec<u8>)> {
+            Vec::new()
+        }
+        fn response_details(&mut self, _id: u32) -> String {
+            String::new()
+        }
+        fn response_body(&mut self, _id: u32, _size: usize) -> Vec<u8> {
+            Vec::new()
+        }
+        fn set_response_header(&mut self, _id: u32, _name: &str, _value: Option<&str>) {}
+        fn set_response_body(&mut self, _id: u32, _size: usize, _body: &[u8]) {}
+        fn dispatch(&mut self, _id: u32, _call: &Dispatch) -> Option<u32> {
+            None
+        }
+        fn tick_every(&mut self, _period_ms: u64) {}
+        fn metric(&mut self, _kind: Kind, _name: &str, _value: u64) {}
+        fn add_to_gauge(&mut self, _name: &str, _delta: i64) {}
+        fn access_log(&mut self, _line: &[u8]) {}
+        fn publish_header(&mut self, _id: u32, _name: &str, _value: &str) {}
+    }
+
+    /// A stream of the thread's whose request the gateway answered ended: its record is queued
+    /// for the control plane. Its id.
+    fn answered_request() -> u32 {
+        with_state(|state| {
+            let id = state.stream_started(envoy());
+            let mut io = Answered(FakeHost::new(7));
+            io.0.now_ms.set(unix_ms());
+            let output = state.worker.request_headers(id, true, &mut io);
+            assert_eq!(output.action, Action::Pause, "answered at its headers");
+            assert_eq!(state.worker.finished(id, &mut io).map(|record| record.status), Some(503));
+            id
+        })
+    }
+
+    #[test]
+    fn stream_ids_start_at_one_and_never_take_the_roots() {
+        let mut state = state(NO_CP);
+        assert_eq!(state.stream_started(envoy()), 1);
+        state.next_id = u32::MAX;
+        assert_eq!(state.stream_started(envoy()), u32::MAX);
+        assert_eq!(state.stream_started(envoy()), 1, "past the last id, 0 is the root's");
+    }
+
+    #[test]
+    fn a_stream_that_ends_takes_its_calls_with_it_and_the_roots_it_carried_become_orphans() {
+        let mut state = state(CP);
+        let (one, two) = (state.stream_started(envoy()), state.stream_started(envoy()));
+        state.calls.insert((one, 10), Call { token: 5, carried: true });
+        state.calls.insert((one, 11), Call { token: 6, carried: false });
+        state.calls.insert((two, 12), Call { token: 7, carried: true });
+        assert!(!state.stream_ended(one), "another stream lives");
+        assert_eq!(state.orphans.tokens, [5], "the root's call is reported lost, the stream's own goes");
+        assert_eq!(state.calls.keys().copied().collect::<Vec<_>>(), [(two, 12)]);
+        assert!(state.stream_ended(two), "the last stream, with a control plane to call");
+        assert_eq!(state.orphans.tokens, [5, 7]);
+    }
+
+    #[test]
+    fn without_a_control_plane_a_worker_has_no_idle_calls_to_make() {
+        let mut state = state(NO_CP);
+        let id = state.stream_started(envoy());
+        assert!(!state.stream_ended(id));
+    }
+
+    #[test]
+    fn a_worker_whose_last_stream_ends_sends_its_records_copy_when_the_ticker_says_a_second_passed() {
+        on_thread(state(CP), || {
+            let id = answered_request();
+            let (relay, queued) = with_state(|state| {
+                assert!(state.stream_ended(id));
+                (Arc::clone(&state.relay), state.worker.idle_calls(unix_ms()))
+            });
+            assert_eq!(queued.len(), 1, "the record is queued");
+            let idle_ms = unix_ms();
+            let idled = Instant::now();
+            with_state(|state| state.went_idle(idle_ms));
+            assert_eq!(relay.commits(0, Duration::ZERO), 0, "nothing goes before the grace is over");
+            assert_eq!(relay.commits(1, Duration::from_secs(10)), 1, "the ticker's thread released them");
+            assert!(idled.elapsed() >= Duration::from_millis(IDLE_GRACE_MS));
+            let mut started = Vec::new();
+            relay.start_asked(|call| {
+                started.push(call.clone());
+                Some(1)
+            });
+            assert_eq!(started, queued, "the records copy went, as the worker made it");
+            relay.answered(1, crate::exchange::CallAnswer { status: 200, headers: Vec::new(), body: b"{}".to_vec() });
+
+            // The next stream tells the worker: the records copied are the control plane's.
+            with_state(|state| {
+                state.stream_started(envoy());
+                assert!(state.worker.idle_calls(unix_ms()).is_empty(), "nothing is left to copy");
+            });
+        });
+    }
+
+    #[test]
+    fn a_stream_that_starts_within_the_grace_drops_the_idle_calls() {
+        on_thread(state(CP), || {
+            let id = answered_request();
+            let relay = with_state(|state| {
+                assert!(state.stream_ended(id));
+                state.went_idle(unix_ms());
+                assert!(state.ticker.shared.idle_due().is_some());
+                state.stream_started(envoy());
+                assert_eq!(state.ticker.shared.idle_due(), None, "the ticker's thread has nothing to release");
+                assert_eq!(state.worker.idle_calls(unix_ms()).len(), 1, "the record stays queued for the timer");
+                Arc::clone(&state.relay)
+            });
+            // Had the ticker's thread released them late, nothing would go.
+            relay.release(with_state(|state| state.number));
+            assert_eq!(relay.commits(0, Duration::ZERO), 0);
+        });
+    }
 }

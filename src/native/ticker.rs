@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 /// of a worker thread's own). A thread sleeps for the period, then commits the scheduler of one
 /// live stream of the worker thread (the ticking stream), whose `scheduled` hook runs the
 /// worker's tick on the worker thread. When that stream ends, another live stream takes over.
-/// A worker with no stream left sends at once what its timer would send later (`Worker::idle`).
+/// A worker with no stream left has its thread run `on_idle` when the idle time set comes
+/// (`idle_until`): its idle calls go then (see `ThreadState::went_idle`).
 pub(super) struct Ticker {
     pub(super) shared: Arc<TickerShared>,
 }
@@ -34,9 +35,48 @@ struct Beat {
     /// 0: no ticks.
     period_ms: u64,
     next: Option<Instant>,
-    /// When the worker's idle calls go (see `went_idle`), unless a request comes first.
+    /// When the worker's idle calls go (see `ThreadState::went_idle`), unless a request comes first.
     idle_due: Option<Instant>,
     stopped: bool,
+}
+
+/// What the ticker's thread does next.
+#[derive(Debug, PartialEq)]
+enum Step {
+    /// Waits until the beat changes, or this long at most.
+    Wait(Option<Duration>),
+    /// Runs `on_idle`.
+    Idle,
+    /// Commits the ticking stream's scheduler.
+    Tick,
+}
+
+impl Beat {
+    /// A new period from `now` on; false when it is the period already (its beat goes on).
+    fn set_period(&mut self, period_ms: u64, now: Instant) -> bool {
+        if self.period_ms == period_ms {
+            return false;
+        }
+        self.period_ms = period_ms;
+        self.next = (period_ms > 0).then(|| later(now, period_ms)).flatten();
+        true
+    }
+
+    /// What is due at `now`: the idle time before a tick due too; a tick's next one a period on.
+    fn step(&mut self, now: Instant) -> Step {
+        match self.next.into_iter().chain(self.idle_due).min() {
+            None => Step::Wait(None),
+            Some(at) if at > now => Step::Wait(Some(at - now)),
+            Some(_) if self.idle_due.is_some_and(|due| due <= now) => {
+                self.idle_due = None;
+                Step::Idle
+            }
+            Some(_) => {
+                self.next = later(now, self.period_ms);
+                Step::Tick
+            }
+        }
+    }
 }
 
 /// The events a stream's scheduler runs in its `scheduled` hook.
@@ -48,11 +88,7 @@ pub(super) const ANSWERS: u64 = 2;
 impl Ticker {
     /// `on_idle`: run on the ticker's thread when the idle time set (`idle_until`) comes.
     pub(super) fn start(on_idle: impl Fn() + Send + 'static) -> Ticker {
-        let shared = Arc::new(TickerShared {
-            beat: Mutex::new(Beat::default()),
-            changed: Condvar::new(),
-            ticking: Mutex::new(None),
-        });
+        let shared = Arc::new(TickerShared::new());
         let ticker = Arc::clone(&shared);
         let started = std::thread::Builder::new().name("gateway-ticker".into()).spawn(move || ticker.run(on_idle));
         if let Err(error) = started {
@@ -62,10 +98,7 @@ impl Ticker {
     }
 
     pub(super) fn set_period(&self, period_ms: u64) {
-        let mut beat = self.shared.beat();
-        if beat.period_ms != period_ms {
-            beat.period_ms = period_ms;
-            beat.next = (period_ms > 0).then(|| after(period_ms)).flatten();
+        if self.shared.beat().set_period(period_ms, Instant::now()) {
             self.shared.changed.notify_one();
         }
     }
@@ -100,6 +133,10 @@ impl Ticker {
 }
 
 impl TickerShared {
+    pub(super) fn new() -> TickerShared {
+        TickerShared { beat: Mutex::new(Beat::default()), changed: Condvar::new(), ticking: Mutex::new(None) }
+    }
+
     /// When `on_idle` runs (None: not at all).
     pub(super) fn idle_until(&self, due: Option<Instant>) {
         let mut beat = self.beat();
@@ -107,6 +144,12 @@ impl TickerShared {
             beat.idle_due = due;
             self.changed.notify_one();
         }
+    }
+
+    /// When `on_idle` runs next (None: not at all).
+    #[cfg(test)]
+    pub(super) fn idle_due(&self) -> Option<Instant> {
+        self.beat().idle_due
     }
 
     /// The beat, also after a panic elsewhere (each use leaves it consistent).
@@ -128,23 +171,18 @@ impl TickerShared {
     fn run(&self, on_idle: impl Fn()) {
         let mut beat = self.beat();
         while !beat.stopped {
-            let now = Instant::now();
-            match beat.next.into_iter().chain(beat.idle_due).min() {
-                None => beat = self.changed.wait(beat).unwrap_or_else(PoisonError::into_inner),
-                Some(at) if at > now => {
-                    beat = self.changed.wait_timeout(beat, at - now).unwrap_or_else(PoisonError::into_inner).0;
+            match beat.step(Instant::now()) {
+                Step::Wait(None) => beat = self.changed.wait(beat).unwrap_or_else(PoisonError::into_inner),
+                Step::Wait(Some(time)) => {
+                    beat = self.changed.wait_timeout(beat, time).unwrap_or_else(PoisonError::into_inner).0;
                 }
-                Some(_) if beat.idle_due.is_some_and(|due| due <= now) => {
-                    beat.idle_due = None;
+                Step::Idle => {
                     // Not under the beat's lock: the relay takes its own.
                     drop(beat);
                     on_idle();
                     beat = self.beat();
                 }
-                Some(_) => {
-                    beat.next = after(beat.period_ms);
-                    self.wake(TICK);
-                }
+                Step::Tick => self.wake(TICK),
             }
         }
     }
@@ -159,7 +197,12 @@ pub(super) fn unix_ms() -> u64 {
 
 /// The instant `ms` from now; None past what the clock can say (a period that never ends).
 pub(super) fn after(ms: u64) -> Option<Instant> {
-    Instant::now().checked_add(Duration::from_millis(ms))
+    later(Instant::now(), ms)
+}
+
+/// The instant `ms` after `from`; None past what the clock can say.
+fn later(from: Instant, ms: u64) -> Option<Instant> {
+    from.checked_add(Duration::from_millis(ms))
 }
 
 impl Drop for Ticker {
@@ -169,5 +212,88 @@ impl Drop for Ticker {
         if let Ok(mut ticking) = self.shared.ticking.lock() {
             *ticking = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit_tests::test;
+
+    fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn without_ticks_or_an_idle_time_the_ticker_waits_for_a_change() {
+        assert_eq!(Beat::default().step(Instant::now()), Step::Wait(None));
+    }
+
+    #[test]
+    fn the_first_tick_comes_a_period_after_it_is_set_then_a_period_after_each_tick() {
+        let start = Instant::now();
+        let mut beat = Beat::default();
+        assert!(beat.set_period(100, start));
+        assert_eq!(beat.step(start), Step::Wait(Some(ms(100))));
+        assert_eq!(beat.step(start + ms(60)), Step::Wait(Some(ms(40))));
+        assert_eq!(beat.step(start + ms(100)), Step::Tick);
+        assert_eq!(beat.step(start + ms(100)), Step::Wait(Some(ms(100))));
+        // A late tick: the next one is a period after it.
+        assert_eq!(beat.step(start + ms(250)), Step::Tick);
+        assert_eq!(beat.step(start + ms(250)), Step::Wait(Some(ms(100))));
+    }
+
+    #[test]
+    fn the_same_period_set_again_keeps_the_beat_and_a_new_one_starts_over() {
+        let start = Instant::now();
+        let mut beat = Beat::default();
+        beat.set_period(100, start);
+        assert!(!beat.set_period(100, start + ms(90)), "the period it has");
+        assert_eq!(beat.step(start + ms(100)), Step::Tick);
+        // A shorter period set during a long wait takes effect at once.
+        let mut beat = Beat::default();
+        beat.set_period(60_000, start);
+        assert!(beat.set_period(100, start + ms(50)));
+        assert_eq!(beat.step(start + ms(150)), Step::Tick);
+    }
+
+    #[test]
+    fn a_period_of_zero_stops_the_ticks() {
+        let start = Instant::now();
+        let mut beat = Beat::default();
+        beat.set_period(100, start);
+        assert!(beat.set_period(0, start + ms(50)));
+        assert_eq!(beat.step(start + ms(1000)), Step::Wait(None));
+    }
+
+    #[test]
+    fn the_idle_time_comes_once_and_before_a_tick_due_with_it() {
+        let start = Instant::now();
+        let mut beat = Beat::default();
+        beat.set_period(100, start);
+        beat.idle_due = Some(start + ms(100));
+        assert_eq!(beat.step(start + ms(100)), Step::Idle);
+        assert_eq!(beat.step(start + ms(100)), Step::Tick);
+        assert_eq!(beat.step(start + ms(100)), Step::Wait(Some(ms(100))), "no second idle run");
+        // Without ticks, the ticker waits for the idle time alone.
+        let mut beat = Beat { idle_due: Some(start + ms(1000)), ..Beat::default() };
+        assert_eq!(beat.step(start), Step::Wait(Some(ms(1000))));
+        assert_eq!(beat.step(start + ms(1000)), Step::Idle);
+        assert_eq!(beat.step(start + ms(1000)), Step::Wait(None));
+    }
+
+    #[test]
+    fn the_tickers_thread_runs_on_idle_each_time_the_idle_time_set_comes() {
+        let (idled, idle) = std::sync::mpsc::channel();
+        let ticker = Ticker::start(move || {
+            let _ = idled.send(Instant::now());
+        });
+        let set = Instant::now();
+        ticker.shared.idle_until(Some(set + ms(50)));
+        let ran = idle.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(ran >= set + ms(50), "not before its time");
+        assert_eq!(ticker.shared.idle_due(), None, "once");
+        ticker.shared.idle_until(Some(Instant::now()));
+        assert!(idle.recv_timeout(Duration::from_secs(10)).is_ok(), "set again, it runs again");
     }
 }

@@ -120,6 +120,8 @@ pub(crate) const TRAILERS_STOP_ITERATION: u32 = 1;
 macro_rules! callbacks {
     ($($field:ident: $symbol:ident($($arg:ident: $type:ty),*) $(-> $ret:ty)?;)*) => {
         /// Envoy's callbacks, by what they do.
+        // The unit tests' config scheduler is a double (see `calls::ConfigScheduler`).
+        #[cfg_attr(test, allow(dead_code))]
         pub(crate) struct Callbacks {
             $(pub(crate) $field: unsafe extern "C" fn($($type),*) $(-> $ret)?,)*
         }

@@ -263,14 +263,18 @@ impl Drop for Scheduler {
 
 /// A scheduler Envoy made for a filter config, owned by it: committed from any thread, deleted
 /// once (on drop, with the config).
+#[cfg(not(test))]
 pub(crate) struct ConfigScheduler(ffi::Scheduler);
 
 // SAFETY: as `Scheduler`'s: Envoy's config scheduler posts to the main thread's dispatcher from
 // any thread, and the pointer itself is only read.
+#[cfg(not(test))]
 unsafe impl Send for ConfigScheduler {}
 // SAFETY: `commit` takes `&self` from several threads; Envoy's commit is made for that.
+#[cfg(not(test))]
 unsafe impl Sync for ConfigScheduler {}
 
+#[cfg(not(test))]
 impl ConfigScheduler {
     /// A scheduler of the config's, made in its `config_new` hook on the main thread.
     pub(crate) fn new(config: EnvoyConfig) -> Option<ConfigScheduler> {
@@ -290,6 +294,7 @@ impl ConfigScheduler {
     }
 }
 
+#[cfg(not(test))]
 impl Drop for ConfigScheduler {
     fn drop(&mut self) {
         let Some(envoy) = envoy() else {
@@ -297,6 +302,44 @@ impl Drop for ConfigScheduler {
         };
         // SAFETY: made by `new`; dropped once, with the config.
         unsafe { (envoy.config_scheduler_delete)(self.0) }
+    }
+}
+
+/// The unit tests' config scheduler, without Envoy: it counts its commits, for a test to wait on
+/// the main thread's `scheduled` hook that Envoy would run.
+#[cfg(test)]
+pub(crate) struct ConfigScheduler(std::sync::Arc<Commits>);
+
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Commits {
+    count: std::sync::Mutex<usize>,
+    changed: std::sync::Condvar,
+}
+
+#[cfg(test)]
+impl Commits {
+    /// How many commits there were, once there were `count` or `timeout` passed.
+    pub(crate) fn after(&self, count: usize, timeout: std::time::Duration) -> usize {
+        let commits = self.count.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let waited = self.changed.wait_timeout_while(commits, timeout, |commits| *commits < count);
+        waited.map_or(0, |(commits, _)| *commits)
+    }
+}
+
+#[cfg(test)]
+impl ConfigScheduler {
+    pub(crate) fn new(_config: EnvoyConfig) -> Option<ConfigScheduler> {
+        Some(ConfigScheduler(std::sync::Arc::default()))
+    }
+
+    pub(crate) fn commit(&self) {
+        *self.0.count.lock().unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+        self.0.changed.notify_all();
+    }
+
+    pub(crate) fn commits(&self) -> std::sync::Arc<Commits> {
+        std::sync::Arc::clone(&self.0)
     }
 }
 
