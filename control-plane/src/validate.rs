@@ -4,7 +4,9 @@
 
 use crate::errors::{ApiError, ApiResult};
 use axum::extract::rejection::QueryRejection;
-use axum::extract::Query;
+use axum::extract::{FromRequestParts, Query};
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 /// An item named in a path: its UUID, or its slug.
@@ -49,6 +51,22 @@ pub fn path_target(text: &str) -> Option<Target> {
         Some(Target::Slug(text.to_string()))
     } else {
         None
+    }
+}
+
+/// The path's parameters, as axum's `Path` reads them; a path it cannot read (a parameter not
+/// UTF-8 once decoded: `/v1/prompts/%FF`) is a 400 in the OpenAI shape naming the path, where
+/// axum's own answer is plain text.
+pub struct Path<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(params)) => Ok(Path(params)),
+            Err(e) => Err(ApiError::invalid("path", &e.body_text())),
+        }
     }
 }
 
@@ -255,6 +273,23 @@ mod tests {
         assert_eq!((e.status, e.param().as_deref()), (400, Some("body")));
         assert!(e.message().contains("more than 127 levels deep"), "{}", e.message());
         assert!(json_object(b"{\"a\": oops}").unwrap_err().0.message().contains("not valid JSON"));
+    }
+
+    /// A path parameter that is not UTF-8 once decoded is refused in the OpenAI shape, naming
+    /// the path (axum's own `Path` answers plain text).
+    #[tokio::test]
+    async fn a_path_that_cannot_be_read_is_refused_in_the_openai_shape() {
+        use axum::body::{to_bytes, Body};
+        use tower::ServiceExt;
+        let app = axum::Router::new().route("/items/{id}", axum::routing::get(|Path(id): Path<String>| async { id }));
+        let get = |uri: &str| axum::http::Request::get(uri).body(Body::empty()).unwrap();
+        let answer = app.clone().oneshot(get("/items/%FF")).await.unwrap();
+        assert_eq!(answer.status(), 400);
+        let body: Value = serde_json::from_slice(&to_bytes(answer.into_body(), 1 << 16).await.unwrap()).unwrap();
+        assert_eq!(body["error"]["param"], "path");
+        assert!(body["error"]["message"].as_str().unwrap().contains("Invalid UTF-8"), "{body}");
+        let answer = app.oneshot(get("/items/caf%C3%A9")).await.unwrap();
+        assert_eq!(to_bytes(answer.into_body(), 1 << 16).await.unwrap(), "café");
     }
 
     #[test]
