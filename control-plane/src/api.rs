@@ -12,9 +12,9 @@ use crate::limits;
 use crate::lists;
 use crate::logs;
 use crate::responses;
-use crate::validate::{self, json_object, path_target, put_target, Path};
+use crate::validate::{self, json_object, path_target, put_target, Path, WholeBody};
 use crate::AppState;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::DefaultBodyLimit;
 use axum::extract::{Query, State};
@@ -82,7 +82,7 @@ async fn put_prompt(
     State(s): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
-    body: Bytes,
+    WholeBody(body): WholeBody,
 ) -> ApiResult<Json<Value>> {
     let caller = auth::caller(&s, &h).await?;
     let target = put_target(&id)?;
@@ -121,7 +121,7 @@ async fn render_prompt(
     State(s): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
-    body: Bytes,
+    WholeBody(body): WholeBody,
 ) -> ApiResult<Json<Value>> {
     let caller = auth::caller(&s, &h).await?;
     let read = items::read(&s, &caller.workspace, Kind::Prompt, path_target(&id), None).await?;
@@ -190,7 +190,7 @@ async fn put_guardrail(
     State(s): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
-    body: Bytes,
+    WholeBody(body): WholeBody,
 ) -> ApiResult<Json<Value>> {
     put_checked(&s, &h, &id, &body, Kind::Guardrail, shared::check_guardrail).await
 }
@@ -203,7 +203,7 @@ async fn put_config(
     State(s): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
-    body: Bytes,
+    WholeBody(body): WholeBody,
 ) -> ApiResult<Json<Value>> {
     put_checked(&s, &h, &id, &body, Kind::Config, shared::check_config).await
 }
@@ -216,7 +216,7 @@ async fn put_provider(
     State(s): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
-    body: Bytes,
+    WholeBody(body): WholeBody,
 ) -> ApiResult<Json<Value>> {
     put_checked(&s, &h, &id, &body, Kind::Provider, shared::check_provider).await
 }
@@ -233,7 +233,7 @@ async fn admin(s: &AppState, h: &HeaderMap) -> ApiResult<Caller> {
     Ok(caller)
 }
 
-async fn create_key(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> ApiResult<Response> {
+async fn create_key(State(s): State<AppState>, h: HeaderMap, WholeBody(body): WholeBody) -> ApiResult<Response> {
     admin(&s, &h).await?;
     let (workspace, is_admin) = validate::key_request(&json_object(&body)?)?;
     let key = new_api_key().map_err(ApiError::internal)?;
@@ -335,7 +335,7 @@ async fn list_logs(
 }
 
 /// `POST /v1/feedback`: feedback on a trace of the caller's workspace, logged yet or not.
-async fn post_feedback(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> ApiResult<Response> {
+async fn post_feedback(State(s): State<AppState>, h: HeaderMap, WholeBody(body): WholeBody) -> ApiResult<Response> {
     let caller = auth::caller(&s, &h).await?;
     let feedback = logs::feedback(&json_object(&body)?)?;
     s.db.insert_feedback(&caller.workspace, &logs::index_key(&feedback.trace_id), &feedback).await?;

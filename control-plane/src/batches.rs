@@ -14,9 +14,8 @@ use crate::errors::{ApiError, ApiResult};
 use crate::files::{self, FILE_PREFIX};
 use crate::gateway::{caller_headers, send, send_full, workspace};
 use crate::lists::{Listing, OwnItems};
-use crate::validate::{json_object, Path};
+use crate::validate::{json_object, Path, WholeBody};
 use crate::AppState;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
@@ -134,7 +133,7 @@ pub fn runner_id(state_dir: &std::path::Path) -> Result<String, String> {
 // ---- endpoints (internal: the filter relays them) ----
 
 /// `POST /internal/v1/batches`: the batch, `validating`, at once; its task does the rest.
-pub async fn create(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> ApiResult<Json<Value>> {
+pub async fn create(State(s): State<AppState>, h: HeaderMap, WholeBody(body): WholeBody) -> ApiResult<Json<Value>> {
     auth::internal(&s, &h)?;
     let workspace = workspace(&h)?;
     let NewBatch { input, endpoint, metadata } = new_batch(&body)?;

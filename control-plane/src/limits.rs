@@ -10,9 +10,8 @@ use crate::db::{now_ms, now_s};
 use crate::errors::{ApiError, ApiResult};
 use crate::lists::list_json;
 use crate::logs::seconds;
-use crate::validate::{is_name, json_object, query_pairs, unknown_field, Path, MAX_WORKSPACE};
+use crate::validate::{is_name, json_object, query_pairs, unknown_field, Path, WholeBody, MAX_WORKSPACE};
 use crate::AppState;
-use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
@@ -108,7 +107,7 @@ pub async fn put_limit(
     State(s): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
-    body: Bytes,
+    WholeBody(body): WholeBody,
 ) -> ApiResult<Json<Value>> {
     auth::caller(&s, &h).await?.require_admin()?;
     let limit = limit_request(&id, &body)?;
@@ -216,7 +215,7 @@ pub async fn put_price(
     h: HeaderMap,
     Path(model): Path<String>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-    body: Bytes,
+    WholeBody(body): WholeBody,
 ) -> ApiResult<Json<Value>> {
     let caller = auth::caller(&s, &h).await?;
     let pairs = query_pairs(query)?;
@@ -354,7 +353,7 @@ pub async fn policy(State(s): State<AppState>, h: HeaderMap, Path(workspace): Pa
 /// [{"lease", "used"}]}` → `{"grants": [{"limit", "kind", "lease", "granted", "ttl_ms", "bound",
 /// "remaining", "reset_s", "retry_ms"?}]}` in the order asked (`"gone": true` for a limit that is no more, or
 /// no longer bounds that kind). Reports are applied first.
-pub async fn leases(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> ApiResult<Json<Value>> {
+pub async fn leases(State(s): State<AppState>, h: HeaderMap, WholeBody(body): WholeBody) -> ApiResult<Json<Value>> {
     auth::internal(&s, &h)?;
     let (asks, reports) = lease_call(&json_object(&body)?)?;
     let answers = s.db.lease(&asks, &reports, now_ms).await?;

@@ -3,9 +3,11 @@
 //! guardrails and prompt rendering are checked by the filter's code (the shared crate, `gateway_schema`).
 
 use crate::errors::{ApiError, ApiResult};
+use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{FromRequestParts, Query};
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
+use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
@@ -67,6 +69,23 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T>
             Ok(axum::extract::Path(params)) => Ok(Path(params)),
             Err(e) => Err(ApiError::invalid("path", &e.body_text())),
         }
+    }
+}
+
+/// The whole body, as axum's `Bytes` reads it (up to its `DefaultBodyLimit`); one over the limit
+/// is a 413 and one that broke off a 400, in the OpenAI shape naming the body, where axum's own
+/// answers are plain text.
+pub struct WholeBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for WholeBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        Bytes::from_request(request, state).await.map(WholeBody).map_err(|e| {
+            let too_large = e.status() == StatusCode::PAYLOAD_TOO_LARGE;
+            let code = too_large.then_some("body_too_large");
+            ApiError::new(e.status().as_u16(), "invalid_request_error", &e.body_text(), Some("body"), code)
+        })
     }
 }
 
@@ -290,6 +309,23 @@ mod tests {
         assert!(body["error"]["message"].as_str().unwrap().contains("Invalid UTF-8"), "{body}");
         let answer = app.oneshot(get("/items/caf%C3%A9")).await.unwrap();
         assert_eq!(to_bytes(answer.into_body(), 1 << 16).await.unwrap(), "café");
+    }
+
+    /// A body over the limit is a 413 in the OpenAI shape naming the body (axum's own answer
+    /// is plain text).
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_refused_in_the_openai_shape() {
+        use axum::body::{to_bytes, Body};
+        use tower::ServiceExt;
+        let echo = axum::routing::post(|WholeBody(body): WholeBody| async { body });
+        let app = axum::Router::new().route("/items", echo).layer(axum::extract::DefaultBodyLimit::max(8));
+        let post = |body: &'static str| axum::http::Request::post("/items").body(Body::from(body)).unwrap();
+        let answer = app.clone().oneshot(post("123456789")).await.unwrap();
+        assert_eq!(answer.status(), 413);
+        let body: Value = serde_json::from_slice(&to_bytes(answer.into_body(), 1 << 16).await.unwrap()).unwrap();
+        assert_eq!((&body["error"]["param"], &body["error"]["code"]), (&json!("body"), &json!("body_too_large")));
+        let answer = app.oneshot(post("12345678")).await.unwrap();
+        assert_eq!(to_bytes(answer.into_body(), 1 << 16).await.unwrap(), "12345678");
     }
 
     #[test]
