@@ -53,6 +53,7 @@ CONTROL_PLANE_REQUESTS = [
     (16, "", "wait_ms=100", b""),
     (17, "", "limit=5&order=asc&after=msg_1&include[]=x", b""),
     (18, "abc", "limit=5&after=batch_gw_1&before=b&purpose=batch", b"\x01"),
+    (19, "greeting", "version=v1&version=v2", b""),
 ]
 
 
@@ -96,7 +97,8 @@ def exchange_seed(request: dict, provider: str, answer: dict) -> bytes:
 def seeds() -> dict[str, list[bytes]]:
     corpus: dict[str, list[bytes]] = {name: [] for name in ["plugin_settings", "sse", "event_stream", "query",
                                                             "prompt", "jwt", "exchange", "stored_items",
-                                                            "translations", "request", "control_plane_bodies"]}
+                                                            "translations", "request", "control_plane_bodies",
+                                                            "native_abi"]}
     for path in FIXTURES:
         fixture = json.loads(Path(path).read_text())
         request = fixture["client_request"]
@@ -160,6 +162,16 @@ def seeds() -> dict[str, list[bytes]]:
         body = json.loads(Path(path).read_text())["client_request"].get("body")
         if isinstance(body, dict) and "messages" in body:
             corpus["request"].append(b"\x01" + json.dumps(body).encode())
+    # native_abi: result, nulls, headers (nulls, name, value: one-byte lengths), chunks (null, piece), config.
+    def header(name: bytes, value: bytes, nulls: int = 0) -> bytes:
+        return bytes([nulls, len(name)]) + name + bytes([len(value)]) + value
+    answer = header(b":status", b"200") + header(b"content-type", b"application/json") + header(b"x-empty", b"", 2)
+    corpus["native_abi"] += [
+        b"\x00\x00\x03" + answer + b"\x02" + b"\x01" + piece(b'{"data": ') + b"\x01" + piece(b"[]}")
+        + b'{"api_keys": ["gw-key"]}',
+        b"\x00\x00\x01" + header(b":status", b"+503") + b"\x00",
+        b"\xff\x03\x01" + header(b":status", b"200") + b"\x00" + b"{}",
+    ]
     corpus["sse"] += [b"\x03data: {\"a\":1}\r\n\r\nevent: x\ndata: y\n\n: comment\ndata: [DONE]\n\n"]
     return corpus
 

@@ -23,7 +23,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use gateway_schema::{self as shared, SharedError};
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 pub fn router(state: AppState) -> Router {
@@ -71,9 +70,14 @@ async fn health() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-#[derive(Deserialize)]
-struct VersionQuery {
-    version: Option<String>,
+/// `?version=<id>` of a prompt's GET (other parameters are ignored); given twice, a 400.
+pub(crate) fn version_query(pairs: &[(String, String)]) -> ApiResult<Option<&str>> {
+    let mut versions = pairs.iter().filter(|(name, _)| name == "version").map(|(_, value)| value.as_str());
+    let version = versions.next();
+    if versions.next().is_some() {
+        return Err(ApiError::invalid("version", "version is given more than once"));
+    }
+    Ok(version)
 }
 
 // ---- prompts (spec 4.1, 4.2) ----
@@ -104,10 +108,11 @@ async fn get_prompt(
     State(s): State<AppState>,
     h: HeaderMap,
     Path(id): Path<String>,
-    Query(q): Query<VersionQuery>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     let caller = auth::caller(&s, &h).await?;
-    let read = items::read(&s, &caller.workspace, Kind::Prompt, path_target(&id), q.version.as_deref()).await?;
+    let pairs = validate::query_pairs(query)?;
+    let read = items::read(&s, &caller.workspace, Kind::Prompt, path_target(&id), version_query(&pairs)?).await?;
     let mut out = Map::new();
     out.insert("id".into(), json!(read.item.id));
     out.insert("slug".into(), json!(read.item.slug));
@@ -341,4 +346,20 @@ async fn post_feedback(State(s): State<AppState>, h: HeaderMap, WholeBody(body):
     s.db.insert_feedback(&caller.workspace, &logs::index_key(&feedback.trace_id), &feedback).await?;
     let body = json!({"status": "accepted", "trace_id": feedback.trace_id});
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prompts_version_is_given_once() {
+        let pairs = |query: &[(&str, &str)]| -> Vec<(String, String)> {
+            query.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect()
+        };
+        assert_eq!(version_query(&pairs(&[("version", "v1"), ("other", "x")])).unwrap(), Some("v1"));
+        assert_eq!(version_query(&pairs(&[])).unwrap(), None);
+        let twice = version_query(&pairs(&[("version", "v1"), ("version", "v2")])).unwrap_err().0;
+        assert_eq!((twice.status, twice.param().as_deref()), (400, Some("version")));
+    }
 }

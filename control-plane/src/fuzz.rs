@@ -4,7 +4,7 @@
 //! with, before anything touches the database. What must hold for any input: no panic, and a
 //! request refused is refused with a 400 in the OpenAI shape whose `param` names what is wrong.
 
-use crate::api::checked_item;
+use crate::api::{checked_item, version_query};
 use crate::auth::Caller;
 use crate::batches::{check_input, new_batch};
 use crate::db::Kind;
@@ -22,7 +22,7 @@ use gateway_schema as shared;
 use serde_json::{json, Map, Value};
 
 /// The endpoints, in the order the input's first byte picks them.
-const ENDPOINTS: usize = 19;
+const ENDPOINTS: usize = 20;
 
 /// A request as the fuzzer's bytes give it: the endpoint (first byte), the path's id and the
 /// query (each a piece whose length the two bytes before it give, little-endian), the body
@@ -162,7 +162,7 @@ pub fn request_bodies(data: &[u8]) {
         }
         // GET /internal/v1/batches, /internal/v1/files: the provider's page asked with the
         // caller's query; the room left on the page is the id piece's length.
-        _ => {
+        18 => {
             let limit = (!id.is_empty()).then_some(id.len());
             let query = provider_query(Some(request.query), limit, body.first().is_some_and(|b| b & 1 == 1));
             let names = || query.split('&').map(|pair| pair.split('=').next().unwrap_or_default());
@@ -171,6 +171,11 @@ pub fn request_bodies(data: &[u8]) {
                 let limits: Vec<&str> = query.split('&').filter(|pair| pair.starts_with("limit=")).collect();
                 assert_eq!(limits, [format!("limit={limit}")], "{query}");
             }
+        }
+        // GET /v1/prompts/{id}?version=
+        _ => {
+            let Some(pairs) = request.pairs() else { return };
+            assert_named(pairs.and_then(|pairs| version_query(&pairs).map(|_| ())))
         }
     }
 }
