@@ -508,6 +508,93 @@ pub fn exchange(data: &[u8]) {
 
 /// Each entry point over a few fixed inputs, so a harness that panics on its own is caught by the
 /// unit tests too; an input a campaign crashed on is kept here once fixed (fuzz/README.md).
+/// What Envoy hands the native module through its ABI, decoded as the module's hooks decode it
+/// (`native::calls`): a call's answer (its result, its header array and its body's chunks, the
+/// arrays or any entry's buffer null) and a filter config's bytes. The answer is the reference
+/// decoding below: a failed call's is empty with status 0; a call's headers in order, names as
+/// text (invalid UTF-8 replaced), null buffers empty; the chunks one after the other; the status
+/// the first `:status` header's decimal value, 0 when there is none or it is not a `u16`.
+#[cfg(feature = "native")]
+pub fn native_abi(data: &[u8]) {
+    use crate::native::calls::ffi::{EnvoyBuffer, EnvoyHeader, CALLOUT_SUCCEEDED};
+    use crate::native::calls::{callout_answer, hook_bytes};
+
+    /// A buffer of the fuzzer's bytes, or null (with the same length) when `null`.
+    fn pointer(bytes: &[u8], null: bool) -> *const u8 {
+        if null {
+            std::ptr::null()
+        } else {
+            bytes.as_ptr()
+        }
+    }
+    fn reference_status(headers: &[(String, Vec<u8>)]) -> u16 {
+        let Some((_, value)) = headers.iter().find(|(name, _)| name == ":status") else {
+            return 0;
+        };
+        let digits = value.strip_prefix(b"+").unwrap_or(value);
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            return 0;
+        }
+        digits.iter().try_fold(0u16, |n, d| n.checked_mul(10)?.checked_add(u16::from(d - b'0'))).unwrap_or(0)
+    }
+
+    let mut input = Input(data);
+    let result = match input.byte() {
+        0..=223 => CALLOUT_SUCCEEDED,
+        other => u32::from(other),
+    };
+    let nulls = input.byte();
+    let (headers_null, chunks_null, config_null) = (nulls & 1 != 0, nulls & 2 != 0, nulls & 4 != 0);
+    let mut headers = Vec::new();
+    let mut expected_headers = Vec::new();
+    for _ in 0..input.byte() % 16 {
+        let nulls = input.byte();
+        let size = usize::from(input.byte());
+        let name = input.take(size);
+        let size = usize::from(input.byte());
+        let value = input.take(size);
+        let (name_null, value_null) = (nulls & 1 != 0, nulls & 2 != 0);
+        headers.push(EnvoyHeader {
+            key_ptr: pointer(name, name_null),
+            key_length: name.len(),
+            value_ptr: pointer(value, value_null),
+            value_length: value.len(),
+        });
+        let name = if name_null { "".into() } else { String::from_utf8_lossy(name) };
+        expected_headers.push((name.into_owned(), if value_null { Vec::new() } else { value.to_vec() }));
+    }
+    let mut chunks = Vec::new();
+    let mut expected_body = Vec::new();
+    for _ in 0..input.byte() % 8 {
+        let null = input.byte() % 4 == 0;
+        let chunk = input.piece();
+        chunks.push(EnvoyBuffer { ptr: pointer(chunk, null), length: chunk.len() });
+        if !null {
+            expected_body.extend_from_slice(chunk);
+        }
+    }
+    let answer = callout_answer(
+        result,
+        if headers_null { std::ptr::null() } else { headers.as_ptr() },
+        headers.len(),
+        if chunks_null { std::ptr::null() } else { chunks.as_ptr() },
+        chunks.len(),
+    );
+    if result != CALLOUT_SUCCEEDED || headers_null {
+        expected_headers.clear();
+    }
+    if result != CALLOUT_SUCCEEDED || chunks_null {
+        expected_body.clear();
+    }
+    let expected_status = reference_status(&expected_headers);
+    assert_eq!((answer.status, answer.headers, answer.body), (expected_status, expected_headers, expected_body));
+
+    let config = input.0;
+    let bytes = hook_bytes(EnvoyBuffer { ptr: pointer(config, config_null), length: config.len() });
+    assert_eq!(bytes, if config_null { &[][..] } else { config });
+    let _ = Settings::parse(&bytes);
+}
+
 #[cfg(test)]
 mod tests {
     use crate::unit_tests::test;
@@ -562,6 +649,8 @@ mod tests {
             super::translations(input);
             super::request(input);
             super::exchange(input);
+            #[cfg(feature = "native")]
+            super::native_abi(input);
         }
     }
 }

@@ -21,7 +21,7 @@
 //! | `relay.rs` | the control plane's calls, made from the main thread; each worker's mailbox |
 //! | `calls/` | Envoy's callbacks behind safe wrappers, and their declarations (`ffi.rs`) |
 
-mod calls;
+pub(crate) mod calls;
 mod config;
 mod hooks;
 mod io;

@@ -71,13 +71,8 @@ pub(crate) fn headers(filter: EnvoyFilter, map: u32) -> Vec<(String, Vec<u8>)> {
     if !unsafe { (envoy.get_headers)(filter, map, raw.as_mut_ptr()) } {
         return Vec::new();
     }
-    raw.iter()
-        .map(|h| {
-            // SAFETY: Envoy filled each entry with its own buffers, valid during this hook.
-            let (name, value) = unsafe { (copied(h.key_ptr, h.key_length), copied(h.value_ptr, h.value_length)) };
-            (String::from_utf8_lossy(&name).into_owned(), value)
-        })
-        .collect()
+    // SAFETY: Envoy filled each entry with its own buffers, valid during this hook.
+    unsafe { copied_headers(&raw) }
 }
 
 /// Sets header `name` of `map` to `value` (replacing every value it had); an empty value
@@ -125,12 +120,41 @@ pub(crate) fn body(filter: EnvoyFilter, body: u32) -> Vec<u8> {
     if !unsafe { (envoy.get_body_chunks)(filter, body, chunks.as_mut_ptr()) } {
         return Vec::new();
     }
+    // SAFETY: Envoy's slices, valid until the body changes or the hook returns.
+    unsafe { copied_chunks(&chunks) }
+}
+
+/// Envoy's headers, copied: each name as text (Envoy's are ASCII), each value as bytes. SAFETY
+/// (of the callers): each entry's buffers are as `copied` takes them.
+unsafe fn copied_headers(raw: &[EnvoyHeader]) -> Vec<(String, Vec<u8>)> {
+    raw.iter()
+        .map(|h| {
+            // SAFETY: as the callers say.
+            let (name, value) = unsafe { (copied(h.key_ptr, h.key_length), copied(h.value_ptr, h.value_length)) };
+            (String::from_utf8_lossy(&name).into_owned(), value)
+        })
+        .collect()
+}
+
+/// Envoy's chunks of a body, copied one after the other. SAFETY (of the callers): each chunk is
+/// as `copied` takes it.
+unsafe fn copied_chunks(chunks: &[EnvoyBuffer]) -> Vec<u8> {
     let mut bytes = Vec::new();
-    for chunk in &chunks {
-        // SAFETY: Envoy's slices, valid until the body changes or the hook returns.
+    for chunk in chunks {
+        // SAFETY: as the callers say.
         bytes.extend(unsafe { copied(chunk.ptr, chunk.length) });
     }
     bytes
+}
+
+/// Envoy's array of `length` items at `items`, or none when it is null. SAFETY (of the callers):
+/// a non-null `items` points to `length` items, valid while the slice is used.
+unsafe fn array<'a, T>(items: *const T, length: usize) -> &'a [T] {
+    if items.is_null() {
+        return &[];
+    }
+    // SAFETY: as the callers say.
+    unsafe { std::slice::from_raw_parts(items, length) }
 }
 
 pub(crate) fn body_size(filter: EnvoyFilter, body: u32) -> usize {
@@ -448,27 +472,92 @@ pub(crate) fn callout_answer(
     if result != ffi::CALLOUT_SUCCEEDED {
         return CallAnswer::FAILED;
     }
-    let headers: Vec<(String, Vec<u8>)> = if headers.is_null() {
-        Vec::new()
-    } else {
-        // SAFETY: Envoy's array of `headers_length` headers, each with its own buffers.
-        unsafe { std::slice::from_raw_parts(headers, headers_length) }
-            .iter()
-            .map(|h| {
-                // SAFETY: the header's buffers, valid during the hook.
-                let (name, value) = unsafe { (copied(h.key_ptr, h.key_length), copied(h.value_ptr, h.value_length)) };
-                (String::from_utf8_lossy(&name).into_owned(), value)
-            })
-            .collect()
-    };
-    let mut body = Vec::new();
-    if !chunks.is_null() {
-        // SAFETY: Envoy's array of `chunks_length` slices.
-        for chunk in unsafe { std::slice::from_raw_parts(chunks, chunks_length) } {
-            // SAFETY: each slice's bytes, valid during the hook.
-            body.extend(unsafe { copied(chunk.ptr, chunk.length) });
-        }
-    }
+    // SAFETY: Envoy's arrays of `headers_length` headers and `chunks_length` slices (or null),
+    // each header's and slice's buffers valid during the hook.
+    let (headers, body) =
+        unsafe { (copied_headers(array(headers, headers_length)), copied_chunks(array(chunks, chunks_length))) };
     let status = exchange::parse_status(headers::find(&headers, ":status"));
     CallAnswer { status, headers, body }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit_tests::test;
+
+    fn header(name: &[u8], value: &[u8]) -> EnvoyHeader {
+        EnvoyHeader {
+            key_ptr: name.as_ptr(),
+            key_length: name.len(),
+            value_ptr: value.as_ptr(),
+            value_length: value.len(),
+        }
+    }
+
+    fn chunk(bytes: &[u8]) -> EnvoyBuffer {
+        EnvoyBuffer { ptr: bytes.as_ptr(), length: bytes.len() }
+    }
+
+    #[test]
+    fn a_calls_answer_is_its_headers_in_order_its_chunks_joined_and_its_status() {
+        let headers = [header(b":status", b"429"), header(b"retry-after", b"2"), header(b"x-\xffname", b"\x00\xff")];
+        let chunks = [chunk(b"{\"error\": "), chunk(b""), chunk(b"{}}")];
+        let answer = callout_answer(ffi::CALLOUT_SUCCEEDED, headers.as_ptr(), 3, chunks.as_ptr(), 3);
+        assert_eq!(answer.status, 429);
+        let expected: Vec<(String, Vec<u8>)> = vec![
+            (":status".into(), b"429".to_vec()),
+            ("retry-after".into(), b"2".to_vec()),
+            ("x-\u{fffd}name".into(), b"\x00\xff".to_vec()),
+        ];
+        assert_eq!(answer.headers, expected);
+        assert_eq!(answer.body, b"{\"error\": {}}");
+    }
+
+    #[test]
+    fn a_failed_call_null_arrays_and_null_buffers_read_as_nothing() {
+        let headers = [header(b":status", b"200")];
+        let failed = callout_answer(1, headers.as_ptr(), 1, std::ptr::null(), 4);
+        assert_eq!((failed.status, failed.headers.len(), failed.body.len()), (0, 0, 0));
+        let bare = callout_answer(ffi::CALLOUT_SUCCEEDED, std::ptr::null(), 3, std::ptr::null(), 2);
+        assert_eq!((bare.status, bare.headers.len(), bare.body.len()), (0, 0, 0), "no :status: 0");
+        let nulls =
+            [EnvoyHeader { key_ptr: std::ptr::null(), key_length: 7, value_ptr: std::ptr::null(), value_length: 3 }];
+        let null_chunks = [EnvoyBuffer { ptr: std::ptr::null(), length: 5 }];
+        let answer = callout_answer(ffi::CALLOUT_SUCCEEDED, nulls.as_ptr(), 1, null_chunks.as_ptr(), 1);
+        assert_eq!(answer.headers, vec![(String::new(), Vec::new())]);
+        assert!(answer.body.is_empty());
+    }
+
+    #[test]
+    fn a_config_is_its_bytes() {
+        let config = br#"{"api_keys": ["gw-key"]}"#;
+        assert_eq!(hook_bytes(chunk(config)), config);
+        assert!(hook_bytes(EnvoyBuffer { ptr: std::ptr::null(), length: 9 }).is_empty());
+    }
+
+    /// The `native_abi` fuzz target's reference decoding holds on inputs that reach each branch:
+    /// a 200 with chunks and a config, a `+503`, a failed call, null arrays, status not a number.
+    #[test]
+    fn the_abi_fuzz_target_takes_these_inputs() {
+        let with = |status: &[u8]| {
+            let mut input = vec![0, 0, 2, 0, 7];
+            input.extend(b":status");
+            input.push(u8::try_from(status.len()).unwrap());
+            input.extend(status);
+            // A header whose value is null, then two chunks, the second null.
+            input.extend(b"\x02\x01x\x01y");
+            input.extend(b"\x02\x01\x03\x00{}}\x00\x02\x00ab");
+            input.extend(br#"{"api_keys": ["gw-key"]}"#);
+            input
+        };
+        for status in [&b"200"[..], b"+503", b"65536", b"2x", b"", b"-1"] {
+            crate::fuzz::native_abi(&with(status));
+        }
+        let mut failed = with(b"200");
+        failed[0] = 0xff;
+        crate::fuzz::native_abi(&failed);
+        let mut nulls = with(b"200");
+        nulls[1] = 7;
+        crate::fuzz::native_abi(&nulls);
+    }
 }
