@@ -6,7 +6,8 @@ use super::calls::{
     ffi::{self, EnvoyFilter},
 };
 use super::guarded;
-use super::thread::{answer_mail, run, unmarked, went_idle, with_worker, Filter, Stream, THREADS};
+use super::io::Stream;
+use super::thread::{answer_mail, run, unmarked, went_idle, with_worker, Filter, THREADS};
 use super::ticker::{ANSWERS, TICK};
 use crate::exchange::{Action, Io, Output, Worker};
 use std::ffi::c_void;

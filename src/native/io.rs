@@ -6,7 +6,6 @@ use super::calls::{
     ffi::{self, EnvoyFilter},
 };
 use super::relay;
-use super::thread::{Call, Stream};
 use super::ticker::{unix_ms, Ticker};
 use super::ROOT;
 use crate::exchange::metrics::{self, Kind};
@@ -15,6 +14,24 @@ use crate::ports::{compare_and_set, Entries, Host, SharedStore};
 use hashbrown::HashMap;
 use std::cell::Cell;
 use std::sync::{Mutex, OnceLock};
+
+/// One stream, as its thread's state knows it.
+pub(super) struct Stream {
+    pub(super) envoy: EnvoyFilter,
+    /// The filter held a request (response) body chunk: Envoy buffers it, and later chunks are
+    /// moved to that buffer so the core sees the whole body so far, as proxy-wasm shows it.
+    pub(super) request_buffered: bool,
+    pub(super) response_buffered: bool,
+}
+
+/// A call in flight: the worker's token, and whether it is the root's, carried by the stream
+/// that started it (the ABI starts a worker thread's calls only on a stream's behalf, and
+/// cancels them when the stream ends; the root's call is then lost, see `thread::Orphans`).
+#[derive(Clone, Copy)]
+pub(super) struct Call {
+    pub(super) token: u32,
+    pub(super) carried: bool,
+}
 
 /// The store every worker thread shares (proxy-wasm's shared data).
 static STORE: OnceLock<Mutex<Entries>> = OnceLock::new();

@@ -8,7 +8,7 @@
 //! of its live streams empties (see `TickerShared::wake`), else its next stream's first hook.
 
 use super::calls::{self, ffi::EnvoyConfig, ConfigScheduler};
-use super::ticker::{after, unix_ms, TickerShared, ANSWERS};
+use super::ticker::{after, unix_ms, MailState, TickerShared, ANSWERS};
 use crate::exchange::{CallAnswer, Dispatch};
 use hashbrown::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -77,6 +77,11 @@ impl Mailbox {
     /// Whether answers wait to be taken.
     pub(super) fn has_answers(&self) -> bool {
         !locked(&self.answers).is_empty()
+    }
+
+    /// Where it stands, for the ticker.
+    pub(super) fn state(&self) -> MailState {
+        MailState { awaits: self.awaits(), has_answers: self.has_answers() }
     }
 
     /// The answers that arrived (with when), each taken once.

@@ -2,8 +2,7 @@
 //! calls) and running one event on its worker.
 
 use super::calls::{self, ffi::EnvoyFilter};
-use super::io::seed;
-use super::io::NativeIo;
+use super::io::{seed, Call, NativeIo, Stream};
 use super::relay::{Mailbox, Relay};
 use super::ticker::{after, unix_ms, Ticker, ANSWER_ORPHANED};
 use super::{MetricIds, ROOT};
@@ -25,24 +24,6 @@ pub(super) struct Filter {
     /// control plane's read instead of being refused (the wasm filter's gate gets the same from
     /// Envoy for lack of `allow_on_headers_stop_iteration`).
     pub(super) gate: bool,
-}
-
-/// One stream, as its thread's state knows it.
-pub(super) struct Stream {
-    pub(super) envoy: EnvoyFilter,
-    /// The filter held a request (response) body chunk: Envoy buffers it, and later chunks are
-    /// moved to that buffer so the core sees the whole body so far, as proxy-wasm shows it.
-    pub(super) request_buffered: bool,
-    pub(super) response_buffered: bool,
-}
-
-/// A call in flight: the worker's token, and whether it is the root's, carried by the stream
-/// that started it (the ABI starts a worker thread's calls only on a stream's behalf, and
-/// cancels them when the stream ends; the root's call is then lost, see `Orphans`).
-#[derive(Clone, Copy)]
-pub(super) struct Call {
-    pub(super) token: u32,
-    pub(super) carried: bool,
 }
 
 /// The root's calls whose carrying stream ended before their answer, reported lost in the
@@ -150,7 +131,7 @@ impl ThreadState {
         // Another live stream ticks from now on: a request paused for a timer (a retry's
         // delay, a relayed answer) gets no hook of its own that would adopt the ticker.
         let next = self.streams.iter().next().map(|(id, stream)| (*id, stream.envoy));
-        self.ticker.keep_awake(next, &self.mailbox);
+        self.ticker.keep_awake(next, self.mailbox.state());
         let orphans = &mut self.orphans;
         self.calls.retain(|(carrier, _), call| {
             let ended = *carrier == id;
@@ -230,7 +211,7 @@ pub(super) fn with_worker<R, T>(
         };
         let result = event(worker, &mut io);
         // After the event: what it asked for (ticks, relayed calls) counts.
-        ticker.keep_awake(current.map(|envoy| (filter.id, envoy)), mailbox);
+        ticker.keep_awake(current.map(|envoy| (filter.id, envoy)), mailbox.state());
         Some(then(streams, result))
     })
 }

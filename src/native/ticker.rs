@@ -5,9 +5,17 @@ use super::calls::{
     self,
     ffi::{self, EnvoyFilter},
 };
-use super::relay::Mailbox;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+/// Where a worker's mailbox stands, for `Ticker::keep_awake`.
+#[derive(Clone, Copy)]
+pub(super) struct MailState {
+    /// A relayed answer is still to come.
+    pub(super) awaits: bool,
+    /// Answers wait to be taken.
+    pub(super) has_answers: bool,
+}
 
 /// A worker thread's timer: the wasm root's tick, which the ABI lacks (no timer or scheduler
 /// of a worker thread's own). A thread sleeps for the period, then commits the scheduler of one
@@ -107,9 +115,9 @@ impl Ticker {
     /// or the worker awaits a relayed answer (which wakes it the same way); then wakes the
     /// ticking stream for answers that came while none could be woken (they are taken in a
     /// `scheduled` hook of their own, never inside another event).
-    pub(super) fn keep_awake(&self, stream: Option<(u32, EnvoyFilter)>, mailbox: &Mailbox) {
+    pub(super) fn keep_awake(&self, stream: Option<(u32, EnvoyFilter)>, mail: MailState) {
         if let Some((id, envoy)) = stream {
-            if self.shared.beat().period_ms > 0 || mailbox.awaits() {
+            if self.shared.beat().period_ms > 0 || mail.awaits {
                 if let Ok(mut ticking) = self.shared.ticking.lock() {
                     if ticking.is_none() {
                         *ticking = calls::Scheduler::new(envoy).map(|scheduler| (id, scheduler));
@@ -117,7 +125,7 @@ impl Ticker {
                 }
             }
         }
-        if mailbox.has_answers() {
+        if mail.has_answers {
             self.shared.wake(ANSWERS);
         }
     }
