@@ -194,8 +194,9 @@ pub(super) fn jwt(id: &str, p: &Params, input: &Input, env: &Env) -> Evaluation 
     if let Some(cached) = (env.jwks)(&check.uri) {
         if env.now_s < cached.fetched_at_s.saturating_add(check.max_age_s) {
             match jwt::verify(&check.token, &cached.json, &check.rules, env.now_s) {
+                // Whole seconds both: only a later second than the limit's is surely over it.
                 Err(Failure::UnknownKid(_))
-                    if env.now_s >= cached.fetched_at_s.saturating_add(jwt::REFETCH_AFTER_S) => {}
+                    if env.now_s > cached.fetched_at_s.saturating_add(jwt::REFETCH_AFTER_S) => {}
                 verified => return Evaluation::Done(jwt_result(id, verified)),
             }
         }
