@@ -127,6 +127,13 @@ def test_sdk_client_lists_and_calls_tools_prompts_and_resources(gw, upstream, mo
             assert resource.contents[0].text == "static text from the server"
 
     asyncio.run(session())
+    # Each era reached the server as itself: 2025's session, or 2026-07-28's per-request headers.
+    if mode == "legacy":
+        assert any("mcp-session-id" in headers for headers in upstream.seen_headers)
+        assert not any("mcp-method" in headers for headers in upstream.seen_headers)
+    else:
+        assert {headers.get("mcp-protocol-version") for headers in upstream.seen_headers} == {mode}
+        assert {"tools/list", "tools/call"} <= {headers.get("mcp-method") for headers in upstream.seen_headers}
     # The server heard only the gateway: its own credential and authority, never the gateway key.
     assert upstream.seen_headers
     for headers in upstream.seen_headers:
