@@ -170,6 +170,19 @@ def test_gateway_key_in_x_gateway_api_key_works_too(gw):
     assert [block.text for block in asyncio.run(session()).content] == ["2"]
 
 
+def test_a_control_plane_key_works_as_a_bearer_token(gw, upstream):
+    """A key the control plane keeps: the filter reads it (the request held meanwhile), then routes."""
+    key = helpers.workspace_key(gw)
+    upstream.seen_headers.clear()
+
+    async def session():
+        async with client(gw, "legacy", headers={"authorization": f"Bearer {key}"}) as c:
+            return await c.call_tool("add", {"a": 20, "b": 22})
+
+    assert [block.text for block in asyncio.run(session()).content] == ["42"]
+    assert upstream.seen_headers and key not in json.dumps(upstream.seen_headers)
+
+
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                          "clientInfo": {"name": "curl", "version": "1"}}}
