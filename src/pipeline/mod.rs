@@ -355,8 +355,9 @@ fn missing_key() -> GatewayError {
     .with_code("missing_api_key")
 }
 
+/// (The catalog's answer for a key it does not know.)
 fn invalid_key() -> GatewayError {
-    GatewayError::new(401, "authentication_error", "invalid x-gateway-api-key").with_code("invalid_api_key")
+    catalog::not_found(Kind::Key, "")
 }
 
 /// The caller's workspace and key id, from the gateway key it `presented`: a key of the plugin
