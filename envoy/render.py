@@ -13,6 +13,7 @@ from here, so they cannot drift. Settings (environment variables):
   embeddings provider; see the README),
   GATEWAY_METRICS (JSON object: the metrics' model label bound, `models` and `max_models`),
   GATEWAY_RECORDS (JSON object: the request records' `max_queued`, `bodies` and `max_body_bytes`),
+  GATEWAY_MCP_SERVERS (JSON object: MCP server id -> {url, headers, timeout_ms}; docs/mcp.md),
   GATEWAY_ACCESS_LOG (file of the JSON access log; default /dev/stdout; "off": none),
   GATEWAY_STREAM_IDLE_TIMEOUT (seconds without a byte from the provider or the client before
   Envoy ends a request; default 300, Envoy's own; 0: never),
@@ -66,6 +67,7 @@ def render(env):
     cache = json_object(env, "GATEWAY_CACHE")
     metrics = json_object(env, "GATEWAY_METRICS")
     records = json_object(env, "GATEWAY_RECORDS")
+    mcp_servers = json_object(env, "GATEWAY_MCP_SERVERS")
     plugin = {
         "api_keys": keys,
         "allowed_custom_hosts": split_list(env.get("GATEWAY_ALLOWED_CUSTOM_HOSTS") or "loopback"),
@@ -77,6 +79,8 @@ def render(env):
         plugin["metrics"] = metrics
     if records:
         plugin["records"] = records
+    if mcp_servers:
+        plugin["mcp_servers"] = mcp_servers
     text = (HERE / "gateway.yaml.tmpl").read_text()
     host = env.get("GATEWAY_HOST") or "wasm"
     if host not in ("wasm", "native"):

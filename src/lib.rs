@@ -19,6 +19,7 @@ mod exchange;
 pub mod fuzz;
 mod guardrails;
 mod hash;
+mod mcp;
 mod percent;
 mod pipeline;
 mod ports;

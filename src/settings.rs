@@ -4,6 +4,7 @@
 use crate::cache::store::Layout;
 use crate::credential::Credential;
 use crate::errors::GatewayError;
+use crate::mcp::Servers;
 use crate::upstream::Upstream;
 use hashbrown::HashMap;
 use serde::Deserialize;
@@ -60,6 +61,9 @@ pub(crate) struct Settings {
     /// instead of filling Envoy's buffer (413).
     #[serde(default)]
     pub(crate) lookup_gate: bool,
+    /// MCP servers behind `/mcp/{server}`, by id (docs/mcp.md).
+    #[serde(default, deserialize_with = "crate::mcp::deserialize_servers")]
+    pub(crate) mcp_servers: Servers,
 }
 
 /// A host's clusters, one per provider host: the routed request names its cluster in
@@ -354,6 +358,7 @@ impl Default for Settings {
             control_plane: None,
             records: RecordsSettings::default(),
             lookup_gate: false,
+            mcp_servers: Servers::default(),
         }
     }
 }
@@ -411,6 +416,14 @@ impl Settings {
             };
             if !valid {
                 return Err(format!("invalid plugin configuration: allowed_custom_hosts rule '{rule}'"));
+            }
+        }
+        for (id, server) in settings.mcp_servers.iter() {
+            if !settings.custom_host_allowed(&server.upstream.host) {
+                return Err(format!(
+                    "invalid plugin configuration: mcp_servers.{id}.url: host '{}' is not in allowed_custom_hosts",
+                    server.upstream.host
+                ));
             }
         }
         settings.cache.check()?;
@@ -714,5 +727,21 @@ mod tests {
     fn errors_never_quote_keys() {
         let err = Settings::parse(br#"{"api_keys": "gw-secret-1,gw-secret-2"}"#).unwrap_err();
         assert!(!err.contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn mcp_servers_are_parsed_once_and_held_to_the_allow_list() {
+        let s = settings(r#"{"api_keys": ["k"], "mcp_servers": {"files": {"url": "http://127.0.0.1:9000/mcp"}}}"#);
+        assert_eq!(s.mcp_servers.get("files").map(|server| server.upstream.authority.as_str()), Some("127.0.0.1:9000"));
+        let error = |json: &str| Settings::parse(json.as_bytes()).unwrap_err();
+        let far = error(r#"{"api_keys": ["k"], "mcp_servers": {"files": {"url": "https://mcp.example.com"}}}"#);
+        assert_eq!(
+            far,
+            "invalid plugin configuration: mcp_servers.files.url: host 'mcp.example.com' is not in allowed_custom_hosts"
+        );
+        let missing = error(r#"{"api_keys": ["k"], "mcp_servers": {"files": {}}}"#);
+        assert!(missing.starts_with("invalid plugin configuration (mcp_servers.files.url is required"), "{missing}");
+        let secret = error(r#"{"api_keys": ["k"], "mcp_servers": {"f": {"url": "http://a", "headers": {"a": 1}}}}"#);
+        assert!(secret.contains("mcp_servers.f.headers.a must be a string"), "{secret}");
     }
 }

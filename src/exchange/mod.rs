@@ -34,6 +34,7 @@ mod guard;
 mod head;
 mod limits;
 mod lookups;
+mod mcp;
 pub(crate) mod metrics;
 pub(crate) mod record;
 mod recovery;
@@ -303,6 +304,8 @@ enum Phase {
     /// Routed and held until a limit's allowance is granted.
     AwaitingAllowance(Box<request::Held>),
     Forwarded(Box<Routed>),
+    /// Routed to the MCP server of this id.
+    Mcp(Box<str>),
     /// The first attempt failed; later ones run as dispatched calls.
     Recovering(Box<Recovery>),
     /// The gateway answered itself; its answer passes the response callbacks untouched.
@@ -346,6 +349,8 @@ struct Exchange {
     policy: Option<Rc<crate::usage_limits::Policy>>,
     /// What the request reserved of the limits that apply to it.
     limits: Option<Box<limits::Limited>>,
+    /// A request to an MCP endpoint: the gateway's errors are JSON-RPC errors.
+    mcp: bool,
 }
 
 impl Exchange {
@@ -358,9 +363,10 @@ impl Exchange {
             .then(|| Box::new(Bodies::new(settings.records.max_body_bytes)));
         let method = text(":method").unwrap_or_default();
         let path = text(":path").unwrap_or_default();
-        let client_api = match classify(&method, &path) {
-            Ok(Route::Api { endpoint, .. }) => endpoint.client_api(),
-            _ => ClientApi::Chat,
+        let (client_api, mcp) = match classify(&method, &path) {
+            Ok(Route::Api { endpoint, .. }) => (endpoint.client_api(), false),
+            Ok(Route::Mcp { .. }) => (ClientApi::Chat, true),
+            _ => (ClientApi::Chat, false),
         };
         let record =
             Record { trace_id, trace, bodies, method, path, client_api, start_ms: host.now_ms(), ..Record::default() };
@@ -380,6 +386,7 @@ impl Exchange {
             stream_ended: false,
             policy: None,
             limits: None,
+            mcp,
         }
     }
 
@@ -482,9 +489,16 @@ impl Exchange {
 
     /// Answers with a JSON body of the gateway's (an error in the shape of the client's API).
     fn answer(&mut self, env: &mut Env, status: u16, body: Vec<u8>) -> Action {
-        let body = if status >= 400 { client_api::error_body(self.record.client_api, status, body) } else { body };
+        let body = match status >= 400 {
+            true if self.mcp => crate::mcp::error_body(status, &body),
+            true => client_api::error_body(self.record.client_api, status, body),
+            false => body,
+        };
         self.record.status = status;
         let mut headers = json_headers();
+        if let Some((name, value)) = crate::mcp::error_header(status).filter(|_| self.mcp) {
+            headers.push((name.to_string(), value.to_string()));
+        }
         headers.extend(self.gateway_headers());
         self.phase = Phase::Answered;
         self.record.client_received(&body);

@@ -51,6 +51,7 @@ impl Exchange {
             Ok(Started::Ready(call)) => self.admit(env, call, raw, body),
             Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled::new(raw, body)),
             Ok(Started::Relay(relay)) => self.relay(env, &relay, &raw),
+            Ok(Started::Mcp { routed, key_id }) => self.route_mcp(env, routed, key_id, &raw),
             Ok(Started::NeedsBody(pending)) => {
                 unroute(env, &raw);
                 self.phase = Phase::AwaitingBody(Box::new((pending, raw)));

@@ -55,6 +55,7 @@ impl Exchange {
                 return if answered { Action::Continue } else { Action::Pause };
             }
             Phase::Forwarded(routed) => routed,
+            Phase::Mcp(server) => return self.mcp_response(env, server),
             // Envoy answered before the request went upstream (e.g. 413 for a huge body).
             phase => return self.answered_by_envoy(env, phase),
         };

@@ -16,6 +16,7 @@ use crate::errors::GatewayError;
 use crate::guardrails::spec::{parse_stored_guardrail, Guardrail};
 use crate::guardrails::verdict::Item;
 use crate::json_check::{beyond_depth, MAX_JSON_DEPTH};
+use crate::mcp;
 use crate::ports::Host;
 use crate::providers::{ProviderSpec, Translator};
 use crate::request::endpoint::{classify, BodyMode, ClientApi, Endpoint, Route};
@@ -26,6 +27,7 @@ use crate::routing::attempts::Attempts;
 use crate::routing::plan::{make_plan, Plan};
 use crate::routing::{config_header, saved_config_unavailable, ConfigHeader};
 use crate::settings::Settings;
+use crate::upstream::Upstream;
 use crate::wire_names::{
     control_plane_fetch_marker, CLIENT_AUTHORIZATION_HEADER, CONTROL_PLANE_FETCH_HEADER, WORKSPACE_HEADER,
 };
@@ -152,6 +154,11 @@ pub(crate) enum Started {
     /// A gateway-managed batch (or its file): the request goes as it came to the control
     /// plane, through Envoy's router, with `Relay::edits`.
     Relay(Relay),
+    /// A request to an MCP server, routed through Envoy's router with `routed`'s edits.
+    Mcp {
+        routed: mcp::Routed,
+        key_id: Option<String>,
+    },
 }
 
 /// Where the control plane serves a managed-batch request, and for whom.
@@ -224,29 +231,14 @@ fn start_pass(
 ) -> Result<Started, GatewayError> {
     let pseudo = |name: &str| headers::find(raw, name).map(String::from_utf8_lossy).unwrap_or_default();
     let method = pseudo(":method");
-    let Route::Api { endpoint, body, path, query, prompt } = classify(&method, &pseudo(":path"))? else {
-        return Ok(Started::Health);
+    let (endpoint, body, path, query, prompt) = match classify(&method, &pseudo(":path"))? {
+        Route::Health => return Ok(Started::Health),
+        Route::Mcp { path, query } => return start_mcp(settings, raw, &method, &path, query.as_deref(), host, catalog),
+        Route::Api { endpoint, body, path, query, prompt } => (endpoint, body, path, query, prompt),
     };
     // The key comes first: a caller without one learns nothing else about the request.
-    let (workspace, key_id) = match headers::api_key(raw) {
-        Some(key) if settings.authenticate(key) => (DEFAULT_WORKSPACE.to_string(), None),
-        Some(key) if catalog.enabled() => {
-            let owner = catalog.key_owner(key, host)?.ok_or_else(|| catalog::not_found(Kind::Key, ""))?;
-            (owner.workspace, owner.key_id)
-        }
-        Some(_) => {
-            return Err(GatewayError::new(401, "authentication_error", "invalid x-gateway-api-key")
-                .with_code("invalid_api_key"))
-        }
-        None => {
-            return Err(GatewayError::new(
-                401,
-                "authentication_error",
-                "missing x-gateway-api-key header: every request needs a gateway API key",
-            )
-            .with_code("missing_api_key"))
-        }
-    };
+    let refusals = Refusals { missing: missing_key, invalid: invalid_key };
+    let (workspace, key_id) = caller(settings, headers::api_key(raw), &refusals, host, catalog)?;
     // Without a control plane each key is its own tenant; with one, each workspace is.
     let tenant = match (catalog.enabled(), headers::api_key(raw)) {
         (false, Some(key)) => cache::tenant_of(key),
@@ -346,6 +338,75 @@ fn start_pass(
     }
     let attempts = Attempts::start(plan, host)?;
     Ok(Started::Ready(Call { intake, body: None, attempts, response_id: None }))
+}
+
+/// The answers to a request without a key, and with a wrong one.
+struct Refusals {
+    missing: fn() -> GatewayError,
+    invalid: fn() -> GatewayError,
+}
+
+fn missing_key() -> GatewayError {
+    GatewayError::new(
+        401,
+        "authentication_error",
+        "missing x-gateway-api-key header: every request needs a gateway API key",
+    )
+    .with_code("missing_api_key")
+}
+
+/// (The catalog's answer for a key it does not know.)
+fn invalid_key() -> GatewayError {
+    catalog::not_found(Kind::Key, "")
+}
+
+/// The caller's workspace and key id, from the gateway key it `presented`: a key of the plugin
+/// configuration (the default workspace), else with a control plane one of its keys.
+fn caller(
+    settings: &Settings,
+    presented: Option<&[u8]>,
+    refusals: &Refusals,
+    host: &mut dyn Host,
+    catalog: &mut Catalog,
+) -> Result<(String, Option<String>), GatewayError> {
+    match presented {
+        Some(key) if settings.authenticate(key) => Ok((DEFAULT_WORKSPACE.to_string(), None)),
+        Some(key) if catalog.enabled() => {
+            let owner = catalog.key_owner(key, host)?.ok_or_else(refusals.invalid)?;
+            Ok((owner.workspace, owner.key_id))
+        }
+        Some(_) => Err((refusals.invalid)()),
+        None => Err((refusals.missing)()),
+    }
+}
+
+/// A request to an MCP endpoint: the caller's key first (as `Authorization: Bearer` too), then
+/// where it goes (docs/mcp.md).
+fn start_mcp(
+    settings: &Settings,
+    raw: &RawHeaders,
+    method: &str,
+    path: &str,
+    query: Option<&str>,
+    host: &mut dyn Host,
+    catalog: &mut Catalog,
+) -> Result<Started, GatewayError> {
+    let refusals = Refusals { missing: mcp::missing_key, invalid: mcp::invalid_key };
+    let presented = mcp::presented_key(headers::api_key(raw), headers::find(raw, "authorization"));
+    let (workspace, key_id) = caller(settings, presented, &refusals, host, catalog)?;
+    catalog.workspace = workspace;
+    let cluster = |upstream: &Upstream| settings.routed_cluster(upstream);
+    let routing = mcp::Routing { route_header: settings.route_header(), cluster: &cluster };
+    let request = mcp::Request {
+        method,
+        path,
+        query,
+        origin: headers::find(raw, "origin"),
+        authority: headers::find(raw, ":authority"),
+        headers: raw,
+    };
+    let routed = mcp::route(&settings.mcp_servers, &routing, &request)?;
+    Ok(Started::Mcp { routed, key_id })
 }
 
 /// Where the control plane serves an operation on a response the gateway keeps (`path` is

@@ -1,6 +1,7 @@
 //! Which OpenAI endpoint a request calls, and how its body is handled.
 
 use crate::errors::GatewayError;
+use crate::mcp;
 use crate::request::resources;
 
 /// The OpenAI endpoints the gateway serves.
@@ -73,6 +74,11 @@ pub(crate) enum BodyMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Route {
     Health,
+    /// Under `/mcp`: an MCP server's endpoint (`src/mcp/`), with the query kept apart.
+    Mcp {
+        path: String,
+        query: Option<String>,
+    },
     Api {
         endpoint: Endpoint,
         body: BodyMode,
@@ -121,7 +127,13 @@ pub(crate) fn classify(method: &str, full_path: &str) -> Result<Route, GatewayEr
         GatewayError::new(404, "invalid_request_error", format!("unknown endpoint {method} {path}"))
             .with_code("unknown_endpoint")
     };
-    let rest = path.strip_prefix("/v1").filter(|rest| rest.starts_with('/')).ok_or_else(not_found)?;
+    let Some(rest) = path.strip_prefix("/v1").filter(|rest| rest.starts_with('/')) else {
+        // Asked only outside /v1: model requests never pay for MCP.
+        if mcp::is_mcp_path(path) {
+            return Ok(Route::Mcp { path: path.to_string(), query });
+        }
+        return Err(not_found());
+    };
     let post_only = || {
         GatewayError::new(405, "invalid_request_error", format!("{method} is not allowed on /v1{rest}; use POST"))
             .with_code("method_not_allowed")
@@ -213,7 +225,7 @@ mod tests {
         // File uploads stream; the bodies the spec limits are read.
         let body = |method, path| match classify(method, path).unwrap() {
             Route::Api { body, .. } => body,
-            Route::Health => panic!("an API route"),
+            _ => panic!("an API route"),
         };
         assert_eq!(body("POST", "/v1/files"), BodyMode::Passthrough);
         assert_eq!(body("POST", "/v1/uploads/u1/parts"), BodyMode::Passthrough);
@@ -229,13 +241,18 @@ mod tests {
         assert_eq!(classify("POST", "/v1").unwrap_err().status, 404);
         assert_eq!(classify("GET", "/v1/chat/completions").unwrap_err().status, 405);
         assert_eq!(classify("GET", "/health").unwrap(), Route::Health);
+        // MCP's endpoints, whatever the method (the MCP route decides, after the key check).
+        let mcp = |path: &str, query: Option<&str>| Route::Mcp { path: path.into(), query: query.map(Into::into) };
+        assert_eq!(classify("POST", "/mcp/files").unwrap(), mcp("/mcp/files", None));
+        assert_eq!(classify("PUT", "/mcp?x=1").unwrap(), mcp("/mcp", Some("x=1")));
+        assert_eq!(classify("POST", "/mcpx").unwrap_err().status, 404);
     }
 
     #[test]
     fn client_api_endpoints() {
         let endpoint = |method, path| match classify(method, path) {
             Ok(Route::Api { endpoint, body, .. }) => Ok((endpoint, body)),
-            Ok(Route::Health) => panic!("an API route"),
+            Ok(_) => panic!("an API route"),
             Err(e) => Err(e.status),
         };
         // Claude Code sends `?beta=true`.

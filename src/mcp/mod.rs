@@ -1,0 +1,366 @@
+//! MCP (Model Context Protocol) servers behind the gateway: a second kind of exchange in the
+//! same core (docs/mcp.md). What is MCP's own lives here as pure decisions: the endpoint a
+//! request names, the caller's key, the `Origin` check, the header edits that route a request
+//! to its server, and the gateway's errors as JSON-RPC. The exchange applies them.
+
+mod servers;
+
+pub(crate) use servers::{deserialize as deserialize_servers, Server, Servers};
+
+use crate::errors::GatewayError;
+use crate::upstream::Upstream;
+use serde_json::{json, Value};
+
+/// Where the MCP endpoints live: `/mcp/{server}` (and, later, the aggregate `/mcp`).
+const PREFIX: &str = "/mcp";
+
+/// The methods MCP's streamable HTTP transport uses (GET: the server's stream; DELETE: the end
+/// of a session).
+pub(crate) const ALLOWED_METHODS: &str = "GET, POST, DELETE";
+
+/// Whether `path` (without its query) is an MCP endpoint. Only asked of paths outside `/v1`,
+/// so model requests never pay for it.
+pub(crate) fn is_mcp_path(path: &str) -> bool {
+    path.strip_prefix(PREFIX).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// The caller's gateway key: the `x-gateway-api-key` header's, else the bearer token of its
+/// `authorization` header (what MCP clients let a user configure).
+pub(crate) fn presented_key<'a>(gateway_key: Option<&'a [u8]>, authorization: Option<&'a [u8]>) -> Option<&'a [u8]> {
+    gateway_key.or_else(|| {
+        let value = authorization?;
+        let scheme = value.get(..7)?;
+        scheme.eq_ignore_ascii_case(b"bearer ").then(|| value.get(7..)).flatten().filter(|key| !key.is_empty())
+    })
+}
+
+pub(crate) fn missing_key() -> GatewayError {
+    GatewayError::new(
+        401,
+        "authentication_error",
+        "missing gateway key: send Authorization: Bearer <gateway key> (or x-gateway-api-key)",
+    )
+    .with_code("missing_api_key")
+}
+
+pub(crate) fn invalid_key() -> GatewayError {
+    GatewayError::new(401, "authentication_error", "invalid gateway key").with_code("invalid_api_key")
+}
+
+/// A request to an MCP server: the server and the edits that send it there.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Routed {
+    pub(crate) server: String,
+    /// Request headers to remove, then to set.
+    pub(crate) remove: Vec<String>,
+    pub(crate) set: Vec<(String, String)>,
+}
+
+/// How a routed request reaches a server: the header Envoy's route reads, and the cluster
+/// that reaches an upstream (a custom host's way).
+pub(crate) struct Routing<'a> {
+    pub(crate) route_header: &'a str,
+    pub(crate) cluster: &'a dyn Fn(&Upstream) -> String,
+}
+
+/// What routing reads of a request to an MCP endpoint.
+pub(crate) struct Request<'a> {
+    pub(crate) method: &'a str,
+    /// Under `/mcp`, without the query.
+    pub(crate) path: &'a str,
+    pub(crate) query: Option<&'a str>,
+    pub(crate) origin: Option<&'a [u8]>,
+    pub(crate) authority: Option<&'a [u8]>,
+    /// Every request header (their names say which ones the server must not get).
+    pub(crate) headers: &'a [(String, Vec<u8>)],
+}
+
+/// Decides where an authenticated request goes, or why it goes nowhere: a foreign `Origin`
+/// (403), a method MCP does not use (405), the aggregate endpoint (not yet) or an unknown
+/// server (404).
+pub(crate) fn route(servers: &Servers, routing: &Routing, request: &Request) -> Result<Routed, GatewayError> {
+    let Request { method, path, query, .. } = *request;
+    if !origin_allowed(request.origin, request.authority) {
+        return Err(GatewayError::new(
+            403,
+            "permission_error",
+            "the request's Origin is not this gateway: MCP requests from other sites' pages are refused",
+        )
+        .with_code("origin_not_allowed"));
+    }
+    if !matches!(method, "GET" | "POST" | "DELETE") {
+        let message = format!("{method} is not allowed on an MCP endpoint; use {ALLOWED_METHODS}");
+        return Err(GatewayError::new(405, "invalid_request_error", message).with_code("method_not_allowed"));
+    }
+    let rest = path.get(PREFIX.len()..).unwrap_or_default();
+    let Some(id) = rest.strip_prefix('/').filter(|id| !id.is_empty()) else {
+        return Err(GatewayError::new(
+            404,
+            "invalid_request_error",
+            "the aggregate endpoint /mcp is not available yet: use /mcp/{server}",
+        )
+        .with_code("unknown_endpoint"));
+    };
+    let server = servers.get(id).filter(|_| servers::is_server_id(id)).ok_or_else(|| {
+        let shown: String = id.chars().take(64).collect();
+        GatewayError::new(404, "invalid_request_error", format!("unknown MCP server '{shown}'"))
+            .with_code("unknown_mcp_server")
+    })?;
+    Ok(edits(id, server, routing, query, request.headers))
+}
+
+/// The edits that send a request to `server`: its authority, path and stored headers, the
+/// client's query kept; nothing of the caller's that is the gateway's (its key, its
+/// `Authorization`, `x-gateway-*`), its browser's (`Origin`, cookies) or Envoy's reaches it.
+fn edits(id: &str, server: &Server, routing: &Routing, query: Option<&str>, raw: &[(String, Vec<u8>)]) -> Routed {
+    let withheld = |name: &str| {
+        matches!(name, "authorization" | "origin" | "cookie" | "proxy-authorization")
+            || name.starts_with("x-gateway-")
+            || name.starts_with("x-envoy-")
+    };
+    let remove = raw.iter().map(|(name, _)| name).filter(|name| withheld(name)).cloned().collect();
+    let upstream = &server.upstream;
+    let base = if upstream.base_path.is_empty() { "/" } else { upstream.base_path.as_str() };
+    let path = match query {
+        Some(query) => format!("{base}?{query}"),
+        None => base.to_string(),
+    };
+    let mut set = vec![
+        (":authority".to_string(), upstream.authority.clone()),
+        (":path".to_string(), path),
+        (routing.route_header.to_string(), (routing.cluster)(upstream)),
+    ];
+    if let Some(ms) = server.timeout_ms {
+        set.push(("x-envoy-upstream-rq-per-try-timeout-ms".to_string(), ms.to_string()));
+    }
+    set.extend(server.headers.iter().cloned());
+    Routed { server: id.to_string(), remove, set }
+}
+
+/// Whether a request may come from `origin`: none (not a browser), or the gateway's own
+/// `authority` (a page the gateway served). Others are refused, as the MCP spec asks of
+/// servers against DNS rebinding.
+fn origin_allowed(origin: Option<&[u8]>, authority: Option<&[u8]>) -> bool {
+    let Some(origin) = origin else {
+        return true;
+    };
+    let (Ok(origin), Some(authority)) = (std::str::from_utf8(origin), authority) else {
+        return false;
+    };
+    let Some((tls, host)) = origin
+        .strip_prefix("http://")
+        .map(|host| (false, host))
+        .or_else(|| origin.strip_prefix("https://").map(|host| (true, host)))
+    else {
+        return false;
+    };
+    let default_port = if tls { ":443" } else { ":80" };
+    let bare = |authority: &[u8]| -> Vec<u8> {
+        let lower = authority.to_ascii_lowercase();
+        match lower.strip_suffix(default_port.as_bytes()) {
+            Some(without) => without.to_vec(),
+            None => lower,
+        }
+    };
+    !host.is_empty() && bare(host.as_bytes()) == bare(authority)
+}
+
+/// The JSON-RPC error code of a gateway error with HTTP `status`: -32001 for a missing or
+/// wrong key, -32000 (a server error) for a server that failed or did not answer, -32600
+/// (invalid request) for the other refusals, -32603 (internal) for the gateway's own faults.
+fn error_code(status: u16) -> i64 {
+    match status {
+        401 => -32001,
+        408 | 502 | 503 | 504 => -32000,
+        s if s >= 500 => -32603,
+        _ => -32600,
+    }
+}
+
+/// The gateway's error (its OpenAI-shaped `openai` body) as a JSON-RPC error answer: its
+/// message, and the status, type and code in `data`. The request's id is not known (the
+/// gateway answers before reading the body), so it is null, as JSON-RPC allows.
+pub(crate) fn error_body(status: u16, openai: &[u8]) -> Vec<u8> {
+    let parsed: Value = serde_json::from_slice(openai).unwrap_or(Value::Null);
+    let error = parsed.get("error").unwrap_or(&Value::Null);
+    let field = |name: &str| error.get(name).cloned().unwrap_or(Value::Null);
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("the gateway refused the request");
+    let data = json!({"status": status, "type": field("type"), "code": field("code")});
+    let body =
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": error_code(status), "message": message, "data": data}});
+    body.to_string().into_bytes()
+}
+
+/// The header an error answer of `status` carries besides its body: the auth scheme with a 401,
+/// the allowed methods with a 405.
+pub(crate) fn error_header(status: u16) -> Option<(&'static str, &'static str)> {
+    match status {
+        401 => Some(("www-authenticate", "Bearer")),
+        405 => Some(("allow", ALLOWED_METHODS)),
+        _ => None,
+    }
+}
+
+/// Server `server` could not be reached (`detail`: Envoy's response details).
+pub(crate) fn unreachable_error(server: &str, detail: &str) -> GatewayError {
+    GatewayError::new(502, "api_error", format!("MCP server '{server}' is unreachable ({detail})"))
+        .with_code("upstream_unreachable")
+}
+
+/// Server `server` did not answer within its `timeout_ms`.
+pub(crate) fn timeout_error(server: &str) -> GatewayError {
+    GatewayError::new(504, "timeout_error", format!("MCP server '{server}' did not answer within its timeout_ms"))
+        .with_code("request_timeout")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit_tests::test;
+
+    fn raw(headers: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
+        headers.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect()
+    }
+
+    fn servers() -> Servers {
+        let value = json!({
+            "files": {"url": "http://127.0.0.1:9000/mcp", "headers": {"authorization": "Bearer server-own"}, "timeout_ms": 5000},
+            "root": {"url": "https://mcp.example.com"},
+        });
+        Servers::parse(value.as_object().unwrap()).unwrap()
+    }
+
+    fn route_of(
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Result<Routed, GatewayError> {
+        let cluster = |u: &Upstream| if u.tls { "tls".to_string() } else { "plain".to_string() };
+        let routing = Routing { route_header: "x-gateway-upstream-cluster", cluster: &cluster };
+        let raw = raw(headers);
+        let find = |name: &str| headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_bytes());
+        let request =
+            Request { method, path, query, origin: find("origin"), authority: find(":authority"), headers: &raw };
+        route(&servers(), &routing, &request)
+    }
+
+    #[test]
+    fn mcp_paths() {
+        assert!(is_mcp_path("/mcp") && is_mcp_path("/mcp/") && is_mcp_path("/mcp/files"));
+        assert!(!is_mcp_path("/mcpx") && !is_mcp_path("/v1/mcp") && !is_mcp_path("/"));
+    }
+
+    #[test]
+    fn keys_from_either_header() {
+        let key = |gateway: Option<&'static str>, authorization: Option<&'static str>| {
+            presented_key(gateway.map(str::as_bytes), authorization.map(str::as_bytes))
+        };
+        assert_eq!(key(Some("k1"), None), Some(&b"k1"[..]));
+        assert_eq!(key(None, Some("Bearer k2")), Some(&b"k2"[..]));
+        assert_eq!(key(None, Some("bearer k2")), Some(&b"k2"[..]));
+        // The gateway header wins over the Authorization one.
+        assert_eq!(key(Some("k1"), Some("Bearer k2")), Some(&b"k1"[..]));
+        assert_eq!(key(None, Some("Basic a2V5")), None);
+        assert_eq!(key(None, Some("Bearer ")), None);
+        assert_eq!(key(None, Some("Bear")), None);
+        assert_eq!(key(None, None), None);
+    }
+
+    #[test]
+    fn routes_to_the_server_with_its_own_authority_path_and_headers() {
+        let client = [
+            (":authority", "gateway:8787"),
+            ("authorization", "Bearer gw-key"),
+            ("x-gateway-api-key", "gw-key"),
+            ("x-gateway-trace-id", "t"),
+            ("x-envoy-upstream-rq-timeout-ms", "1"),
+            ("cookie", "c=1"),
+            ("mcp-session-id", "s1"),
+            ("mcp-protocol-version", "2025-11-25"),
+        ];
+        let routed = route_of("POST", "/mcp/files", Some("a=1"), &client).unwrap();
+        assert_eq!(routed.server, "files");
+        let mut removed = routed.remove.clone();
+        removed.sort();
+        assert_eq!(
+            removed,
+            ["authorization", "cookie", "x-envoy-upstream-rq-timeout-ms", "x-gateway-api-key", "x-gateway-trace-id"]
+        );
+        let set: Vec<(&str, &str)> = routed.set.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        assert_eq!(
+            set,
+            [
+                (":authority", "127.0.0.1:9000"),
+                (":path", "/mcp?a=1"),
+                ("x-gateway-upstream-cluster", "plain"),
+                ("x-envoy-upstream-rq-per-try-timeout-ms", "5000"),
+                ("authorization", "Bearer server-own"),
+            ]
+        );
+        // A URL without a path: the server's root; TLS by its scheme.
+        let root = route_of("GET", "/mcp/root", None, &[]).unwrap();
+        assert!(root.set.contains(&(":path".to_string(), "/".to_string())));
+        assert!(root.set.contains(&(":authority".to_string(), "mcp.example.com:443".to_string())));
+        assert!(root.set.contains(&("x-gateway-upstream-cluster".to_string(), "tls".to_string())));
+        assert!(route_of("DELETE", "/mcp/root", None, &[]).is_ok());
+    }
+
+    #[test]
+    fn refusals() {
+        let status = |method, path, headers: &[(&str, &str)]| route_of(method, path, None, headers).unwrap_err().status;
+        assert_eq!(status("PUT", "/mcp/files", &[]), 405);
+        assert_eq!(status("PATCH", "/mcp/nope", &[]), 405);
+        let unknown = route_of("POST", "/mcp/nope", None, &[]).unwrap_err();
+        assert_eq!((unknown.status, unknown.message.as_str()), (404, "unknown MCP server 'nope'"));
+        assert_eq!(status("POST", "/mcp", &[]), 404);
+        assert_eq!(status("POST", "/mcp/", &[]), 404);
+        assert_eq!(status("POST", "/mcp/files/extra", &[]), 404);
+        assert_eq!(status("POST", "/mcp/Files", &[]), 404);
+        let foreign = [(":authority", "gateway:8787"), ("origin", "http://evil.example")];
+        assert_eq!(status("POST", "/mcp/files", &foreign), 403);
+    }
+
+    #[test]
+    fn origins() {
+        let allowed = |origin: Option<&str>, authority: &str| {
+            origin_allowed(origin.map(str::as_bytes), Some(authority.as_bytes()))
+        };
+        assert!(allowed(None, "gw:8787"));
+        assert!(allowed(Some("http://gw:8787"), "gw:8787"));
+        assert!(allowed(Some("http://GW:8787"), "gw:8787"));
+        assert!(allowed(Some("https://gw.example"), "gw.example:443"));
+        assert!(allowed(Some("http://gw.example"), "gw.example"));
+        assert!(!allowed(Some("http://gw:8788"), "gw:8787"));
+        assert!(!allowed(Some("https://gw.example"), "gw.example:80"));
+        assert!(!allowed(Some("null"), "gw:8787"));
+        assert!(!allowed(Some("http://evil.example"), "gw:8787"));
+        assert!(!origin_allowed(Some(b"http://gw"), None));
+    }
+
+    #[test]
+    fn errors_are_json_rpc() {
+        let body: Value = serde_json::from_slice(&error_body(401, &missing_key().to_json())).unwrap();
+        assert_eq!(body["jsonrpc"], "2.0");
+        assert_eq!(body["id"], Value::Null);
+        assert_eq!(body["error"]["code"], -32001);
+        assert!(body["error"]["message"].as_str().unwrap().starts_with("missing gateway key"));
+        assert_eq!(
+            body["error"]["data"],
+            json!({"status": 401, "type": "authentication_error", "code": "missing_api_key"})
+        );
+        let unreachable: Value =
+            serde_json::from_slice(&error_body(502, &unreachable_error("files", "connection_failure").to_json()))
+                .unwrap();
+        assert_eq!(unreachable["error"]["code"], -32000);
+        assert!(unreachable["error"]["message"].as_str().unwrap().contains("'files'"));
+        assert_eq!(error_code(404), -32600);
+        assert_eq!(error_code(500), -32603);
+        // Not the gateway's JSON: still a JSON-RPC error.
+        let garbled: Value = serde_json::from_slice(&error_body(500, b"oops")).unwrap();
+        assert_eq!(garbled["error"]["code"], -32603);
+        assert_eq!(error_header(401), Some(("www-authenticate", "Bearer")));
+        assert_eq!(error_header(405), Some(("allow", ALLOWED_METHODS)));
+        assert_eq!(error_header(404), None);
+    }
+}

@@ -1,0 +1,259 @@
+"""MCP servers behind the gateway (docs/mcp.md, issue 46's first slice): `/mcp/{server}` routed to
+an MCP server written with the official Python SDK, reached by the SDK's own client through the
+gateway in both protocol eras (2025's sessions and 2026-07-28's stateless requests), under the
+gateway key; the gateway's refusals as JSON-RPC errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import anyio
+import httpx2 as httpx
+import pytest
+import uvicorn
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import Context, MCPServer
+
+import helpers
+from pg_server import free_ports
+
+SERVER_TOKEN = "mcp-server-own-token"  # the server's stored credential (its `headers`)
+ERAS = ["legacy", "2026-07-28"]
+# How long the progress tool waits for the client to see its progress before giving up.
+PROGRESS_WAIT_S = 15
+
+
+class UpstreamServer:
+    """An MCP server (the SDK's MCPServer under uvicorn) on a free loopback port, in a thread of the
+    test process, recording the headers of every request it receives."""
+
+    def __init__(self):
+        self.port = free_ports(1)[0]
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.seen_headers: list[dict[str, str]] = []
+        # Set by the client's progress callback; the progress tool returns once it is set.
+        self.progress_seen = threading.Event()
+        server = MCPServer("gateway-e2e")
+
+        @server.tool()
+        def add(a: int, b: int) -> int:
+            """Adds two numbers."""
+            return a + b
+
+        @server.tool()
+        async def count_with_progress(ctx: Context) -> str:
+            """Reports progress, then answers once the client has seen it (or gives up)."""
+            await ctx.report_progress(1, 2, "half way")
+            seen = await anyio.to_thread.run_sync(self.progress_seen.wait, PROGRESS_WAIT_S)
+            return "the client saw the progress first" if seen else "no progress reached the client"
+
+        @server.prompt()
+        def greet(name: str) -> str:
+            """Greets someone."""
+            return f"Hello, {name}!"
+
+        @server.resource("test://static-text")
+        def static_text() -> str:
+            """A fixed text."""
+            return "static text from the server"
+
+        app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+
+        async def recording(scope, receive, send):
+            if scope["type"] == "http":
+                self.seen_headers.append({k.decode().lower(): v.decode() for k, v in scope["headers"]})
+            await app(scope, receive, send)
+
+        config = uvicorn.Config(recording, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        for _ in range(200):
+            if self.server.started:
+                return self
+            if not self.thread.is_alive():
+                break
+            threading.Event().wait(0.05)
+        raise RuntimeError("the upstream MCP server did not start")
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    with UpstreamServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gw(upstream, start_gateway):
+    gone = free_ports(1)[0]  # nothing listens there
+    servers = {
+        "tools": {"url": upstream.url, "headers": {"authorization": f"Bearer {SERVER_TOKEN}"}},
+        "gone": {"url": f"http://127.0.0.1:{gone}/mcp"},
+    }
+    with start_gateway("mcp", None, {"GATEWAY_MCP_SERVERS": json.dumps(servers)}) as gateway:
+        yield gateway
+
+
+def client(gw, mode: str, headers: dict | None = None) -> Client:
+    """The SDK's client of `/mcp/tools` through the gateway, with the gateway key as a bearer token."""
+    http = httpx.AsyncClient(headers=headers or {"authorization": f"Bearer {helpers.KEY}"},
+                             timeout=httpx.Timeout(30.0))
+    return Client(streamable_http_client(f"{gw.origin}/mcp/tools", http_client=http), mode=mode)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_sdk_client_lists_and_calls_tools_prompts_and_resources(gw, upstream, mode):
+    upstream.seen_headers.clear()
+
+    async def session():
+        async with client(gw, mode) as c:
+            tools = await c.list_tools()
+            assert {t.name for t in tools.tools} == {"add", "count_with_progress"}
+            result = await c.call_tool("add", {"a": 2, "b": 3})
+            assert not result.is_error
+            assert [block.text for block in result.content] == ["5"]
+            prompt = await c.get_prompt("greet", {"name": "Ada"})
+            assert prompt.messages[0].content.text == "Hello, Ada!"
+            resource = await c.read_resource("test://static-text")
+            assert resource.contents[0].text == "static text from the server"
+
+    asyncio.run(session())
+    # Each era reached the server as itself: 2025's session, or 2026-07-28's per-request headers.
+    if mode == "legacy":
+        assert any("mcp-session-id" in headers for headers in upstream.seen_headers)
+        assert not any("mcp-method" in headers for headers in upstream.seen_headers)
+    else:
+        assert {headers.get("mcp-protocol-version") for headers in upstream.seen_headers} == {mode}
+        assert {"tools/list", "tools/call"} <= {headers.get("mcp-method") for headers in upstream.seen_headers}
+    # The server heard only the gateway: its own credential and authority, never the gateway key.
+    assert upstream.seen_headers
+    for headers in upstream.seen_headers:
+        assert headers.get("authorization") == f"Bearer {SERVER_TOKEN}"
+        assert headers.get("host") == f"127.0.0.1:{upstream.port}"
+        assert helpers.KEY not in json.dumps(headers)
+        assert not any(name.startswith("x-gateway-") for name in headers)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_progress_reaches_the_client_before_the_result(gw, upstream, mode):
+    upstream.progress_seen.clear()
+    progress = []
+
+    async def on_progress(value, total, message):
+        progress.append((value, total, message))
+        upstream.progress_seen.set()
+
+    async def session():
+        async with client(gw, mode) as c:
+            return await c.call_tool("count_with_progress", {}, progress_callback=on_progress)
+
+    result = asyncio.run(session())
+    # The tool answered only after the client had its progress: the stream was not held back.
+    assert [block.text for block in result.content] == ["the client saw the progress first"]
+    assert progress == [(1, 2, "half way")]
+
+
+def test_gateway_key_in_x_gateway_api_key_works_too(gw):
+    async def session():
+        async with client(gw, "2026-07-28", headers={"x-gateway-api-key": helpers.KEY}) as c:
+            return await c.call_tool("add", {"a": 1, "b": 1})
+
+    assert [block.text for block in asyncio.run(session()).content] == ["2"]
+
+
+def test_a_control_plane_key_works_as_a_bearer_token(gw, upstream):
+    """A key the control plane keeps: the filter reads it (the request held meanwhile), then routes."""
+    key = helpers.workspace_key(gw)
+    upstream.seen_headers.clear()
+
+    async def session():
+        async with client(gw, "legacy", headers={"authorization": f"Bearer {key}"}) as c:
+            return await c.call_tool("add", {"a": 20, "b": 22})
+
+    assert [block.text for block in asyncio.run(session()).content] == ["42"]
+    assert upstream.seen_headers and key not in json.dumps(upstream.seen_headers)
+
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                         "clientInfo": {"name": "curl", "version": "1"}}}
+MCP_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+def rpc_error(response, status: int, code: int) -> str:
+    """The JSON-RPC error of a refusal with `status` and `code`; its message."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert body["jsonrpc"] == "2.0" and body["id"] is None
+    assert body["error"]["code"] == code
+    assert body["error"]["data"]["status"] == status
+    return body["error"]["message"]
+
+
+@pytest.mark.parametrize("key_headers", [{}, {"authorization": "Bearer wrong-key"}, {"x-gateway-api-key": "wrong"}],
+                         ids=["none", "wrong-bearer", "wrong-header"])
+def test_no_or_wrong_key_is_401_with_www_authenticate(gw, upstream, key_headers):
+    before = len(upstream.seen_headers)
+    r = gw.http.post("/mcp/tools", json=INITIALIZE, headers={**MCP_HEADERS, **key_headers})
+    message = rpc_error(r, 401, -32001)
+    assert r.headers["www-authenticate"] == "Bearer"
+    assert "key" in message
+    assert len(upstream.seen_headers) == before
+
+
+def test_foreign_origin_is_403_and_own_origin_passes(gw):
+    auth = {**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}"}
+    r = gw.http.post("/mcp/tools", json=INITIALIZE, headers={**auth, "origin": "http://evil.example"})
+    assert "Origin" in rpc_error(r, 403, -32600)
+    r = gw.http.post("/mcp/tools", json=INITIALIZE, headers={**auth, "origin": gw.origin})
+    assert r.status_code == 200, r.text
+
+
+def test_unknown_server_is_404_naming_it(gw):
+    auth = {**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}"}
+    r = gw.http.post("/mcp/nowhere", json=INITIALIZE, headers=auth)
+    assert rpc_error(r, 404, -32600) == "unknown MCP server 'nowhere'"
+    r = gw.http.post("/mcp", json=INITIALIZE, headers=auth)
+    assert "/mcp/{server}" in rpc_error(r, 404, -32600)
+
+
+def test_other_methods_are_405(gw):
+    auth = {"authorization": f"Bearer {helpers.KEY}"}
+    for method in ["PUT", "PATCH"]:
+        r = gw.http.request(method, "/mcp/tools", headers=auth, content=b"{}")
+        rpc_error(r, 405, -32600)
+        assert r.headers["allow"] == "GET, POST, DELETE"
+
+
+def test_get_and_delete_reach_the_server(gw):
+    """A 2025-era session: its id comes from the server, GET opens the server's stream, DELETE ends it."""
+    auth = {**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}"}
+    r = gw.http.post("/mcp/tools", json=INITIALIZE, headers=auth)
+    assert r.status_code == 200, r.text
+    session = r.headers["mcp-session-id"]
+    session_headers = {**auth, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+    with gw.http.stream("GET", "/mcp/tools", headers={**session_headers, "accept": "text/event-stream"}) as stream:
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+    r = gw.http.delete("/mcp/tools", headers=session_headers)
+    assert r.status_code == 200, r.text
+    # The server ended it: its status passes as it is.
+    r = gw.http.post("/mcp/tools", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=session_headers)
+    assert r.status_code == 404, r.text
+
+
+def test_unreachable_server_is_a_json_rpc_error_naming_it(gw):
+    auth = {**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}"}
+    r = gw.http.post("/mcp/gone", json=INITIALIZE, headers=auth)
+    message = rpc_error(r, 502, -32000)
+    assert message.startswith("MCP server 'gone' is unreachable"), message
