@@ -9,7 +9,8 @@
 //! admitted, so a requests lease has nothing left to settle). A report says when each use was
 //! admitted: each use becomes a grant of its own counting 60 s from its admission (`db::limits`
 //! writes them), and what the report does not place counts 60 s from the report. A use never
-//! counts from before its admission (its age is counted back from when the report arrived), so
+//! counts from before its admission (its offset, which the replica measures from when it sent
+//! the ask that brought the lease, is added to when the lease was granted, which came after), so
 //! the window never admits more than the bound, and a use leaves the window 60 s after it was
 //! admitted whatever lease it came from. A grant made later than the time asked about (another
 //! control plane's clock ahead of this one's) counts too: counting more is safe.
@@ -82,10 +83,10 @@ pub fn reported_end_ms(reported_at_ms: i64) -> i64 {
     reported_at_ms.saturating_add(WINDOW_MS)
 }
 
-/// When a use reported with `age_ms` stops counting: a window after its admission, which is
-/// `age_ms` before the report arrived at `now_ms` and never before its lease was granted.
-pub fn admission_end_ms(granted_at_ms: i64, age_ms: i64, now_ms: i64) -> i64 {
-    now_ms.saturating_sub(age_ms.max(0)).max(granted_at_ms).saturating_add(WINDOW_MS)
+/// When a use reported with `offset_ms` stops counting: a window after its admission, which is
+/// `offset_ms` after its lease was granted and never after the report arrived at `now_ms`.
+pub fn admission_end_ms(granted_at_ms: i64, offset_ms: i64, now_ms: i64) -> i64 {
+    granted_at_ms.saturating_add(offset_ms.max(0)).min(now_ms).saturating_add(WINDOW_MS)
 }
 
 /// The budget period holding `now_ms`: its start (Unix s) and its end in ms (`i64::MAX`: never).
@@ -327,9 +328,9 @@ mod tests {
             let d = bound(grants, at);
             assert_eq!(d.granted, 1, "admitted at {at}");
             assert!(d.reset_s <= WINDOW_MS / 1000, "reset {} s at {at}", d.reset_s);
-            // Reported at its lease's end: the use told 5 s old, so it counts from `at`.
+            // Reported at its lease's end, admitted as the lease came: offset 0 from its grant.
             let reported = at + TTL_MS;
-            let use_end = admission_end_ms(at, TTL_MS, reported);
+            let use_end = admission_end_ms(at, 0, reported);
             grants.push(Grant {
                 amount: 1,
                 used: Some(1),
@@ -349,10 +350,10 @@ mod tests {
     }
 
     #[test]
-    fn a_use_counts_from_its_admission_never_before_its_grant() {
-        assert_eq!(admission_end_ms(NOW - 9000, 4000, NOW), NOW - 4000 + WINDOW_MS);
-        assert_eq!(admission_end_ms(NOW - 3000, 4000, NOW), NOW - 3000 + WINDOW_MS, "older than its grant");
-        assert_eq!(admission_end_ms(NOW - 3000, 0, NOW), NOW + WINDOW_MS);
+    fn a_use_counts_from_its_admission_never_after_its_report() {
+        assert_eq!(admission_end_ms(NOW - 9000, 4000, NOW), NOW - 5000 + WINDOW_MS);
+        assert_eq!(admission_end_ms(NOW - 3000, 4000, NOW), NOW + WINDOW_MS, "after its report: from the report");
+        assert_eq!(admission_end_ms(NOW - 3000, 0, NOW), NOW - 3000 + WINDOW_MS);
     }
 
     #[test]

@@ -414,7 +414,7 @@ pub(crate) fn lease_call(body: &Map<String, Value>) -> ApiResult<(Vec<Ask>, Vec<
     Ok((asks, reports))
 }
 
-/// A report's uses by admission (absent: none): at most `MAX_REPORTED_USES` `[age_ms, amount]`
+/// A report's uses by admission (absent: none): at most `MAX_REPORTED_USES` `[offset_ms, amount]`
 /// pairs of integers, not negative, whose amounts add up to no more than `used`.
 fn uses(value: Option<&Value>, at: &str, used: i64) -> ApiResult<Vec<(i64, i64)>> {
     let Some(value) = value else {
@@ -424,7 +424,7 @@ fn uses(value: Option<&Value>, at: &str, used: i64) -> ApiResult<Vec<(i64, i64)>
         ApiError::invalid(
             at,
             &format!(
-                "uses must be an array of at most {MAX_REPORTED_USES} [age_ms, amount] pairs of integers, not negative"
+                "uses must be an array of at most {MAX_REPORTED_USES} [offset_ms, amount] pairs of integers, not negative"
             ),
         )
     };
@@ -433,7 +433,7 @@ fn uses(value: Option<&Value>, at: &str, used: i64) -> ApiResult<Vec<(i64, i64)>
     let uses = items
         .iter()
         .map(|pair| match pair.as_array().map(Vec::as_slice) {
-            Some([age, amount]) => Some((integer(age)?, integer(amount)?)),
+            Some([offset, amount]) => Some((integer(offset)?, integer(amount)?)),
             _ => None,
         })
         .collect::<Option<Vec<(i64, i64)>>>()

@@ -490,25 +490,28 @@ async fn each_use_a_report_places_leaves_the_window_a_window_after_its_admission
         used: uses.iter().map(|(_, amount)| amount).sum(),
         uses,
     };
-    // One admitted at T (reported with the next ask, 50.5 s old), two at T + 50.5 s.
+    // One admitted at T (reported with the next ask; its offset from its grant is 0), two at
+    // T + 50.5 s, reported 11 s later.
     let (_, first, _, reset_s, _) = lease_at(&state, one(), &[], T).await;
     assert_eq!(reset_s, 60);
-    let (_, second, _, _, _) = lease_at(&state, one(), &[placed(&first, vec![(50_500, 1)])], T + 50_500).await;
+    let (_, second, _, _, _) = lease_at(&state, one(), &[placed(&first, vec![(0, 1)])], T + 50_500).await;
     let (_, third, _, _, _) = lease_at(&state, one(), &[], T + 50_500).await;
     let (granted, _, _, reset_s, _) = lease_at(&state, one(), &[], T + 51_000).await;
     assert_eq!((granted, reset_s), (0, 9), "the first leaves at T + 60 s");
     // At T + 61.5 s the first has left: exactly one more.
-    let reports = [placed(&second, vec![(11_000, 1)]), placed(&third, vec![(11_000, 1)])];
+    let reports = [placed(&second, vec![(0, 1)]), placed(&third, vec![(0, 1)])];
     let (granted, _, _, reset_s, _) = lease_at(&state, one(), &reports, T + 61_500).await;
     assert_eq!((granted, reset_s), (1, 49), "the two of T + 50.5 s leave at T + 110.5 s");
     assert_eq!(lease_at(&state, one(), &[], T + 61_500).await.0, 0);
-    // An age reaching back before the lease's grant counts from the grant (from the age, it
-    // would have left the window already).
+    // An offset reaching past the report counts from the report (from the offset, it would
+    // stay in the window longer).
     let (_, late, _, _, _) = lease_at(&state, one(), &[], T + 200_000).await;
     let report = Report { lease: late.clone().unwrap(), used: 1, uses: vec![(90_000, 1)] };
-    let (granted, _, remaining, _, _) =
-        lease_at(&state, ask(&rpm, LimitKind::Requests, 2, 2), &[report], T + 205_000).await;
-    assert_eq!((granted, remaining), (2, 0), "the one placed before the grant counts from it: 3 - 1");
+    let (granted, _, _, _, _) = lease_at(&state, one(), &[report], T + 205_000).await;
+    assert_eq!(granted, 1);
+    // At T + 266 s it has left (T + 265 s); the lease granted at T + 205 s still counts.
+    let two = ask(&rpm, LimitKind::Requests, 2, 2);
+    assert_eq!(lease_at(&state, two, &[], T + 266_000).await.0, 2, "placed at T + 290 s, it would still count");
 }
 
 #[tokio::test]

@@ -86,6 +86,11 @@ impl Waiters {
         self.0.get(fetch).filter(|pending| !pending.waiters.is_empty()).map(|pending| &pending.call)
     }
 
+    /// When the call for `fetch` on its way was started.
+    pub(super) fn since_ms(&self, fetch: &Fetch) -> Option<u64> {
+        self.0.get(fetch).map(|pending| pending.since_ms)
+    }
+
     /// The fetch answered: the requests still waiting for it.
     pub(super) fn answered(&mut self, fetch: &Fetch) -> Vec<Waiter> {
         self.0.remove(fetch).map(|pending| pending.waiters).unwrap_or_default()

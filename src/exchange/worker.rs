@@ -60,7 +60,8 @@ pub(super) enum Task {
     /// A kept response (its id) written to the control plane.
     Kept(String),
     /// The timer's renewals and reports of the limits' leases (the root context's call).
-    Leases(Box<(Vec<Report>, Vec<Ask>)>),
+    /// A lease call the timer sent at the time it holds (its reports and renewals).
+    Leases(Box<(Vec<Report>, Vec<Ask>, u64)>),
 }
 
 /// Dispatched calls in flight (token → request and purpose) and waiting calls.
@@ -339,7 +340,8 @@ impl Worker {
                 let grant = shipping::grants(&answer).and_then(|grants| grants.into_iter().next());
                 if let Some(grant) = &grant {
                     let now_ms = io.host().now_ms();
-                    self.tasks.leases.granted(key, grant, now_ms);
+                    let asked_ms = self.tasks.waiters.since_ms(&fetch).unwrap_or(now_ms);
+                    self.tasks.leases.granted(key, grant, asked_ms, now_ms);
                 } else {
                     log::warn!(
                         "the control plane granted no allowance of limit '{}': it answered {}",
@@ -511,21 +513,21 @@ impl Worker {
         }
         match io.dispatch(self.tasks.root, &shipping::leases(cp, &asks, &reports)) {
             Some(token) => {
-                self.tasks.calls.insert(token, (self.tasks.root, Task::Leases(Box::new((reports, asks)))));
+                self.tasks.calls.insert(token, (self.tasks.root, Task::Leases(Box::new((reports, asks, now_ms)))));
             }
             None => self.tasks.leases.call_failed(reports, &asks, now_ms),
         }
     }
 
     /// The timer's lease call answered: the renewals are installed.
-    fn renewed(&mut self, sent: (Vec<Report>, Vec<Ask>), answer: &CallAnswer, now_ms: u64) {
-        let (reports, asks) = sent;
+    fn renewed(&mut self, sent: (Vec<Report>, Vec<Ask>, u64), answer: &CallAnswer, now_ms: u64) {
+        let (reports, asks, asked_ms) = sent;
         let Some(grants) = shipping::grants(answer) else {
             log::warn!("the control plane did not take the limits' leases: it answered {}", answer.status);
             return self.tasks.leases.call_failed(reports, &asks, now_ms);
         };
         for (ask, grant) in asks.iter().zip(&grants) {
-            self.tasks.leases.granted(&ask.key(), grant, now_ms);
+            self.tasks.leases.granted(&ask.key(), grant, asked_ms, now_ms);
         }
     }
 

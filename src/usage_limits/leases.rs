@@ -90,10 +90,11 @@ impl Ask {
 pub(crate) struct Report {
     pub(crate) lease: String,
     pub(crate) used: u64,
-    /// A window kind's use by when it was admitted: `[age_ms, amount]`, the age counted back
-    /// from when the report was made (rounded down, so the control plane, which counts it back
-    /// from when the report reached it, never counts a use from before its admission). Each
-    /// use then counts in the window from its own admission, not from the report.
+    /// A window kind's use by when it was admitted: `[offset_ms, amount]`, the offset from when
+    /// the ask that brought the lease was sent (rounded down, so the control plane, which adds
+    /// it to when it granted the lease, later than that ask, never counts a use from before
+    /// its admission, however late the report comes). Each use then counts in the window from
+    /// its own admission, not from the report.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) uses: Vec<[u64; 2]>,
 }
@@ -129,6 +130,8 @@ struct Lease {
     /// Reservations not settled yet (tokens and budgets; a request counts when admitted).
     outstanding: u32,
     granted_ms: u64,
+    /// When the ask that brought it was sent: its admissions' offsets count from then.
+    asked_ms: u64,
     until_ms: u64,
     /// When requests stopped reserving from it.
     ended_ms: u64,
@@ -163,13 +166,13 @@ impl Lease {
         }
     }
 
-    /// The report of what it used, made at `now_ms`.
-    fn report(&self, now_ms: u64) -> Report {
+    /// The report of what it used.
+    fn report(&self) -> Report {
         let uses = self.admitted.iter().filter(|(_, amount)| *amount > 0);
         Report {
             lease: self.id.to_string(),
             used: self.used,
-            uses: uses.map(|&(slot, amount)| [now_ms.saturating_sub(slot), amount]).collect(),
+            uses: uses.map(|&(slot, amount)| [slot.saturating_sub(self.asked_ms), amount]).collect(),
         }
     }
 
@@ -318,7 +321,7 @@ impl Leases {
         ledger.draining.retain(|lease| {
             let settled = lease.outstanding == 0;
             if settled {
-                reports.push(lease.report(now_ms));
+                reports.push(lease.report());
             }
             !settled
         });
@@ -345,9 +348,9 @@ impl Leases {
         !active && lease.outstanding == 0
     }
 
-    /// What the control plane granted for `key`: a new active lease (the one before is reported
-    /// once settled).
-    pub(crate) fn granted(&mut self, key: &LedgerKey, grant: &Grant, now_ms: u64) {
+    /// What the control plane granted for `key` at `now_ms`, asked at `asked_ms`: a new active
+    /// lease (the one before is reported once settled).
+    pub(crate) fn granted(&mut self, key: &LedgerKey, grant: &Grant, asked_ms: u64, now_ms: u64) {
         if let Some(ledger) = self.ledger_mut(key) {
             ledger.renewing = false;
             if grant.granted == 0 {
@@ -376,6 +379,7 @@ impl Leases {
                 used: 0,
                 outstanding: 0,
                 granted_ms: now_ms,
+                asked_ms: asked_ms.min(now_ms),
                 until_ms: now_ms.saturating_add(grant.ttl_ms),
                 ended_ms: 0,
                 admitted: Vec::new(),
@@ -404,7 +408,7 @@ impl Leases {
             ledger.draining.retain(|lease| {
                 let done = lease.outstanding == 0 || now_ms.saturating_sub(lease.ended_ms) >= DRAIN_MS;
                 if done {
-                    reports.push(lease.report(now_ms));
+                    reports.push(lease.report());
                 }
                 !done
             });

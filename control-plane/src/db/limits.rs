@@ -33,8 +33,8 @@ pub struct Ask {
 pub struct Report {
     pub lease: String,
     pub used: i64,
-    /// A window kind's use by admission: `(age_ms, amount)`, the age counted back from when the
-    /// report arrives (see `ledger`).
+    /// A window kind's use by admission: `(offset_ms, amount)`, the offset from when the lease
+    /// was asked for, counted here from its grant (see `ledger`).
     pub uses: Vec<(i64, i64)>,
 }
 
@@ -280,9 +280,9 @@ async fn apply_report(conn: &mut AnyConnection, report: &Report, now_ms: i64) ->
     let window = kind != LimitKind::Budget.as_str();
     let mut placed = 0i64;
     if window {
-        for (index, &(age_ms, amount)) in report.uses.iter().enumerate() {
+        for (index, &(offset_ms, amount)) in report.uses.iter().enumerate() {
             placed = placed.saturating_add(amount);
-            let counts_until_ms = ledger::admission_end_ms(granted_at_ms, age_ms, now_ms);
+            let counts_until_ms = ledger::admission_end_ms(granted_at_ms, offset_ms, now_ms);
             if amount == 0 || counts_until_ms <= now_ms {
                 continue;
             }
