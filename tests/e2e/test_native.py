@@ -23,7 +23,6 @@ import jwt
 import pytest
 from _pytest.fixtures import FixtureFunctionDefinition
 
-import agents
 from conftest import REPO, session_cache
 from support import WASM, join_a_held_jwks_fetch, running_mesh
 # (test_filter_chain's own: its Envoy's filters in front, which its `chain` below runs natively.)
@@ -63,55 +62,56 @@ NOT_YET = {
 }
 
 
-@pytest.fixture(scope="module")
-def agents_installed():
-    """test_agents' install, which its autouse fixture makes: here for its tests only."""
-    agents.install()
-
-
-# What a suite's tests carry here besides their own marks: the suite's `pytestmark`, and the
-# fixtures its autouse ones stand for (autouse here would run for every test of this module).
-SUITE_MARKS = {
-    "test_agents": [pytest.mark.agents, pytest.mark.usefixtures("agents_installed")],
-    "test_azure": [pytest.mark.usefixtures("_reset_azure")],
-    "test_guardrails": [pytest.mark.usefixtures("_reset_hooks")],
-}
-
-
 def _marked(test, marks: list) -> object:
     """A copy of ``test`` carrying ``marks`` too (the suite's own function keeps only its own)."""
     @functools.wraps(test)
     def copy(*args, **kwargs):
         return test(*args, **kwargs)
-    copy.pytestmark = [*getattr(test, "pytestmark", []), *(mark.mark for mark in marks)]
+    copy.pytestmark = [*getattr(test, "pytestmark", []), *(getattr(mark, "mark", mark) for mark in marks)]
     return copy
 
 
+def _on_request(fixture: FixtureFunctionDefinition) -> FixtureFunctionDefinition:
+    """``fixture`` as one a test must ask for: autouse here would run it for every test of this
+    module, not only for its suite's."""
+    marker = fixture._fixture_function_marker
+    return pytest.fixture(fixture._get_wrapped_function(), scope=marker.scope, params=marker.params,
+                          ids=marker.ids, name=marker.name)
+
+
 def _collected(suite: ModuleType) -> dict:
-    """What pytest collects from ``suite``'s namespace: its tests and fixtures (as `import *`
-    gives them, so any it imported from another suite too)."""
-    return {name: value for name, value in vars(suite).items() if not name.startswith("_") and (
-        (name.startswith("test") and inspect.isfunction(value)) or isinstance(value, FixtureFunctionDefinition))}
+    """What pytest collects from ``suite``'s namespace: its tests, and its fixtures whatever their
+    names (its autouse ones are often private: `import *` would leave them out)."""
+    return {name: value for name, value in vars(suite).items() if isinstance(value, FixtureFunctionDefinition) or (
+        name.startswith("test") and inspect.isfunction(value))}
 
 
 def _take_suites() -> dict:
-    """The tests and fixtures of ``SUITES``, each test marked as its suite marks it and those in
-    ``NOT_YET`` skipped with their reason. A name two suites define fails collection: the later
-    suite's would shadow the earlier's, which would then run on the wasm build only."""
+    """The tests and fixtures of ``SUITES``. Each test carries its suite's `pytestmark` and asks
+    for its suite's autouse fixtures (taken as fixtures it must ask for); those in ``NOT_YET`` are
+    skipped with their reason. A name two suites define fails collection: the later suite's would
+    shadow the earlier's, which would then run on the wasm build only."""
     taken: dict = {}
-    owner: dict[str, str] = {}
+    origin: dict[str, tuple[str, object]] = {}
     for suite_name in SUITES:
-        for name, value in _collected(importlib.import_module(suite_name)).items():
-            if name in owner:
-                if value in (taken[name], getattr(taken[name], "__wrapped__", None)):
-                    continue  # one suite's test or fixture, imported by another
-                pytest.fail(f"{suite_name} and {owner[name]} both define {name}: rename one (only one of them "
+        suite = importlib.import_module(suite_name)
+        collected = _collected(suite)
+        autouse = {name: value.name for name, value in collected.items()
+                   if isinstance(value, FixtureFunctionDefinition) and value._fixture_function_marker.autouse}
+        own_marks = getattr(suite, "pytestmark", [])
+        suite_marks = [*(own_marks if isinstance(own_marks, list) else [own_marks]),
+                       *([pytest.mark.usefixtures(*autouse.values())] if autouse else [])]
+        for name, value in collected.items():
+            if name in origin:
+                if value is origin[name][1]:
+                    continue  # one suite's test or fixture (or one from support.py), imported by another
+                pytest.fail(f"{suite_name} and {origin[name][0]} both define {name}: rename one (only one of them "
                             "would run here)", pytrace=False)
-            owner[name] = suite_name
+            origin[name] = (suite_name, value)
             if isinstance(value, FixtureFunctionDefinition):
-                taken[name] = value
+                taken[name] = _on_request(value) if name in autouse else value
                 continue
-            marks = list(SUITE_MARKS.get(suite_name, []))
+            marks = [*suite_marks]
             if name in NOT_YET:
                 marks.append(pytest.mark.skip(reason=f"not on the native build: {NOT_YET[name]}"))
             taken[name] = _marked(value, marks) if marks else value
