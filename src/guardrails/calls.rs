@@ -195,8 +195,8 @@ pub(super) fn jwt(id: &str, p: &Params, input: &Input, env: &Env) -> Evaluation 
         if env.now_s < cached.fetched_at_s.saturating_add(check.max_age_s) {
             match jwt::verify(&check.token, &cached.json, &check.rules, env.now_s) {
                 // Whole seconds both: only a later second than the limit's is surely over it.
-                Err(Failure::UnknownKid(_))
-                    if env.now_s > cached.fetched_at_s.saturating_add(jwt::REFETCH_AFTER_S) => {}
+                Err(Failure::UnknownKid(_)) if env.now_s > cached.fetched_at_s.saturating_add(jwt::REFETCH_AFTER_S) => {
+                }
                 verified => return Evaluation::Done(jwt_result(id, verified)),
             }
         }
