@@ -265,55 +265,52 @@ impl Db {
 /// (those whose window already passed count no more); the rest of what was used counts a
 /// window from the report.
 async fn apply_report(conn: &mut AnyConnection, report: &Report, now_ms: i64) -> DbResult<()> {
+    // The update claims the lease (`reported_at_ms IS NULL`) in one statement, so a report sent
+    // twice by calls running at once is applied by one of them only.
+    let placed = report.uses.iter().fold(0i64, |sum, (_, amount)| sum.saturating_add(*amount));
     let row = sqlx::query(
-        "SELECT limit_id, kind, granted_at_ms, active_until_ms, period_start FROM limit_grants \
-         WHERE id = $1 AND reported_at_ms IS NULL",
+        "UPDATE limit_grants SET used = CASE WHEN kind = $3 THEN $1 ELSE $6 END, reported_at_ms = $2, \
+         counts_until_ms = CASE WHEN kind = $3 THEN counts_until_ms ELSE $4 END \
+         WHERE id = $5 AND reported_at_ms IS NULL \
+         RETURNING limit_id, kind, granted_at_ms, active_until_ms, period_start",
     )
+    .bind(report.used)
+    .bind(now_ms)
+    .bind(LimitKind::Budget.as_str())
+    .bind(ledger::reported_end_ms(now_ms))
     .bind(&report.lease)
+    .bind(report.used.saturating_sub(placed).max(0))
     .fetch_optional(&mut *conn)
     .await?;
     let Some(row) = row else {
         return Ok(());
     };
     let kind: String = row.try_get("kind")?;
-    let granted_at_ms: i64 = row.try_get("granted_at_ms")?;
-    let window = kind != LimitKind::Budget.as_str();
-    let mut placed = 0i64;
-    if window {
-        for (index, &(offset_ms, amount)) in report.uses.iter().enumerate() {
-            placed = placed.saturating_add(amount);
-            let counts_until_ms = ledger::admission_end_ms(granted_at_ms, offset_ms, now_ms);
-            if amount == 0 || counts_until_ms <= now_ms {
-                continue;
-            }
-            sqlx::query(
-                "INSERT INTO limit_grants (id, limit_id, kind, amount, used, granted_at_ms, active_until_ms, \
-                     reported_at_ms, period_start, counts_until_ms) VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8, $9)",
-            )
-            .bind(format!("{}/{index}", report.lease))
-            .bind(row.try_get::<String, _>("limit_id")?)
-            .bind(&kind)
-            .bind(amount)
-            .bind(granted_at_ms)
-            .bind(row.try_get::<i64, _>("active_until_ms")?)
-            .bind(now_ms)
-            .bind(row.try_get::<i64, _>("period_start")?)
-            .bind(counts_until_ms)
-            .execute(&mut *conn)
-            .await?;
-        }
+    if kind == LimitKind::Budget.as_str() {
+        return Ok(());
     }
-    sqlx::query(
-        "UPDATE limit_grants SET used = $1, reported_at_ms = $2, \
-         counts_until_ms = CASE WHEN kind = $3 THEN counts_until_ms ELSE $4 END WHERE id = $5",
-    )
-    .bind(report.used.saturating_sub(placed).max(0))
-    .bind(now_ms)
-    .bind(LimitKind::Budget.as_str())
-    .bind(ledger::reported_end_ms(now_ms))
-    .bind(&report.lease)
-    .execute(&mut *conn)
-    .await?;
+    let granted_at_ms: i64 = row.try_get("granted_at_ms")?;
+    for (index, &(offset_ms, amount)) in report.uses.iter().enumerate() {
+        let counts_until_ms = ledger::admission_end_ms(granted_at_ms, offset_ms, now_ms);
+        if amount == 0 || counts_until_ms <= now_ms {
+            continue;
+        }
+        sqlx::query(
+            "INSERT INTO limit_grants (id, limit_id, kind, amount, used, granted_at_ms, active_until_ms, \
+                 reported_at_ms, period_start, counts_until_ms) VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(format!("{}/{index}", report.lease))
+        .bind(row.try_get::<String, _>("limit_id")?)
+        .bind(&kind)
+        .bind(amount)
+        .bind(granted_at_ms)
+        .bind(row.try_get::<i64, _>("active_until_ms")?)
+        .bind(now_ms)
+        .bind(row.try_get::<i64, _>("period_start")?)
+        .bind(counts_until_ms)
+        .execute(&mut *conn)
+        .await?;
+    }
     Ok(())
 }
 
