@@ -259,7 +259,7 @@ class Hooks:
         self.jwks: dict = {"keys": []}
         self.hold_jwks: threading.Event | None = None  # a JWKS answer waits for it
         self.received = threading.Event()
-        self.jwks_asked = threading.Event()
+        self.arrived = threading.Condition(self.lock)  # notified as each request is recorded
         hooks = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -280,8 +280,8 @@ class Hooks:
             def do_GET(self):
                 with hooks.lock:
                     hooks.requests.append(("GET", self.path, {}))
+                    hooks.arrived.notify_all()
                     jwks, hold = hooks.jwks, hooks.hold_jwks
-                hooks.jwks_asked.set()
                 if hold is not None:
                     hold.wait(15)
                 self._answer(200, jwks)
@@ -290,6 +290,7 @@ class Hooks:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
                 with hooks.lock:
                     hooks.requests.append(("POST", self.path, body))
+                    hooks.arrived.notify_all()
                     hold, status, verdict = hooks.hold, hooks.status, hooks.verdict
                 hooks.received.set()
                 if hold is not None:
@@ -306,11 +307,16 @@ class Hooks:
             self.requests.clear()
             self.verdict, self.status, self.hold, self.hold_jwks = True, 200, None, None
             self.received.clear()
-            self.jwks_asked.clear()
 
     def of(self, path: str) -> list:
         with self.lock:
             return [r for r in self.requests if r[1] == path]
+
+    def wait_for(self, path: str, count: int = 1, timeout: float = 10) -> bool:
+        """Whether ``count`` requests for ``path`` arrived within ``timeout`` seconds (a path of
+        the test's own: the server is its module's, and earlier tests' requests stay)."""
+        with self.lock:
+            return self.arrived.wait_for(lambda: sum(r[1] == path for r in self.requests) >= count, timeout)
 
 
 @pytest.fixture(scope="module")
@@ -365,7 +371,7 @@ def join_a_held_jwks_fetch(gw, openai_mock, hooks: Hooks, name: str, first_heade
         return connection
 
     first = send(first_headers or {})
-    assert hooks.jwks_asked.wait(10), "the first request started the JWKS fetch"
+    assert hooks.wait_for(f"/jwks-{name}.json"), "the first request started the JWKS fetch"
     joined = send({})
     assert gw.get("/health", key=None).status_code == 200
     first.close()

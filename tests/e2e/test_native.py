@@ -16,7 +16,6 @@ import importlib
 import inspect
 import json
 import subprocess
-import time
 from types import ModuleType
 
 import jwt
@@ -230,10 +229,7 @@ def test_a_shared_fetch_whose_request_ends_is_sent_again_for_the_request_that_jo
     on with it: test_faults.py), not answered after the 70 s bound on lost fetches; the joined
     request then passes, and the next one uses the JWKS fetched."""
     joined, checked = join_a_held_jwks_fetch(one_worker, openai_mock, hooks, "carried")
-    deadline = time.monotonic() + 10
-    while len(hooks.of("/jwks-carried.json")) < 2:
-        assert time.monotonic() < deadline, "the fetch was not sent again for the joined request"
-        time.sleep(0.05)
+    assert hooks.wait_for("/jwks-carried.json", 2), "the fetch was not sent again for the joined request"
     hooks.hold_jwks.set()
     answer = joined.getresponse()
     text = answer.read().decode()
