@@ -56,6 +56,15 @@ fn stat_names() -> Vec<String> {
     let settings = MetricsSettings::default();
     let mut names: Vec<String> =
         metrics::of_request(&record, &settings, &mut ModelLabels::default()).into_iter().map(|m| m.name).collect();
+    let facts = crate::mcp::Facts {
+        server: "files".into(),
+        id: None,
+        method: Some("tools/call".into()),
+        tool: Some("read".into()),
+        outcome: crate::mcp::Outcome::ToolError,
+    };
+    let mcp = Record { method: "POST".into(), mcp: Some(Box::new(facts)), duration_ms: 3, ..Record::default() };
+    names.extend(metrics::of_request(&mcp, &settings, &mut ModelLabels::default()).into_iter().map(|m| m.name));
     names.push(metrics::lookup("found"));
     names.push(metrics::limit_refusal(gateway_schema::limits::LimitKind::Budget));
     for bare in [metrics::CIRCUITS_OPENED, metrics::CIRCUITS_OPEN, metrics::RECORDS_DROPPED] {

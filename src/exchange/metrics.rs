@@ -40,6 +40,8 @@ pub(crate) const CONTROL_PLANE_LOOKUPS: &str = "gen_ai_gateway_control_plane_loo
 pub(crate) const COST: &str = "gen_ai_gateway_cost_micro_usd_total";
 /// Requests refused by a limit, by `kind` (`requests`, `tokens`, `budget`).
 pub(crate) const LIMIT_REFUSALS: &str = "gen_ai_gateway_limit_refusals_total";
+pub(crate) const MCP_REQUESTS: &str = "gen_ai_gateway_mcp_requests_total";
+pub(crate) const MCP_DURATION: &str = "gen_ai_gateway_mcp_request_duration";
 
 /// How a host keeps a family of stats.
 #[cfg(any(test, feature = "native"))]
@@ -69,6 +71,8 @@ pub(crate) const FAMILIES: &[(&str, Keeping, &[&str])] = &[
     (RECORDS_DROPPED, Keeping::Counter, &[]),
     (CONTROL_PLANE_LOOKUPS, Keeping::Counter, &["result"]),
     (LIMIT_REFUSALS, Keeping::Counter, &["kind"]),
+    (MCP_REQUESTS, Keeping::Counter, &["server", "method", "outcome"]),
+    (MCP_DURATION, Keeping::Histogram, &["server", "method"]),
 ];
 
 /// A stat name read back: its family (an index into `FAMILIES`) and its label values, in the
@@ -160,6 +164,44 @@ pub(crate) fn sanitise(value: &str) -> String {
 }
 
 /// `status_class`: `2xx`, `4xx`, ...; `none` when no status was sent (the client left).
+/// The methods MCP defines (both eras): the `method` label's values, with `stream` (a GET, the
+/// server's stream), `session_end` (a DELETE), `response` (a client's answer to a server's
+/// request) and `other` (a method MCP does not define: a client names it, so it is no label).
+const MCP_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "subscriptions/listen",
+    "completion/complete",
+    "logging/setLevel",
+    "tasks/get",
+    "tasks/list",
+    "tasks/result",
+    "tasks/cancel",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/roots/list_changed",
+];
+
+fn mcp_method(http_method: &str, method: Option<&str>) -> &'static str {
+    match (http_method, method) {
+        ("GET", _) => "stream",
+        ("DELETE", _) => "session_end",
+        (_, None) => "response",
+        (_, Some(method)) => MCP_METHODS.iter().find(|known| **known == method).copied().unwrap_or(OTHER),
+    }
+}
+
 fn status_class(status: u16) -> &'static str {
     match status {
         100..=199 => "1xx",
@@ -217,6 +259,12 @@ pub(crate) fn of_request(record: &Record, settings: &MetricsSettings, models: &m
     if let Some(bytes) = record.cache_stored {
         out.push(counter(CACHE_STORES.to_string(), 1));
         out.push(counter(CACHE_STORED_BYTES.to_string(), bytes));
+    }
+    if let Some(facts) = &record.mcp {
+        let (server, method) = (sanitise(&facts.server), mcp_method(&record.method, facts.method.as_deref()));
+        let labels = [("server", server.as_str()), ("method", method), ("outcome", facts.outcome.as_str())];
+        out.push(counter(name(MCP_REQUESTS, &labels), 1));
+        out.push(histogram(name(MCP_DURATION, &[("server", server.as_str()), ("method", method)]), record.duration_ms));
     }
     if record.provider.is_empty() {
         return out;

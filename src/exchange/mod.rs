@@ -304,8 +304,11 @@ enum Phase {
     /// Routed and held until a limit's allowance is granted.
     AwaitingAllowance(Box<request::Held>),
     Forwarded(Box<Routed>),
-    /// Routed to the MCP server of this id.
-    Mcp(Box<str>),
+    /// An MCP POST held (with its routing and raw headers) until its JSON-RPC message is in.
+    McpAwaitingBody(Box<(crate::mcp::Routed, RawHeaders)>),
+    /// Routed to its MCP server (`record.mcp` says which); the answer to a request is watched
+    /// for its outcome as it passes.
+    Mcp(Option<Box<crate::mcp::AnswerWatch>>),
     /// The first attempt failed; later ones run as dispatched calls.
     Recovering(Box<Recovery>),
     /// The gateway answered itself; its answer passes the response callbacks untouched.
@@ -490,7 +493,14 @@ impl Exchange {
     /// Answers with a JSON body of the gateway's (an error in the shape of the client's API).
     fn answer(&mut self, env: &mut Env, status: u16, body: Vec<u8>) -> Action {
         let body = match status >= 400 {
-            true if self.mcp => crate::mcp::error_body(status, &body),
+            true if self.mcp => {
+                let facts = self.record.mcp.as_deref_mut();
+                let id = facts.and_then(|facts| {
+                    facts.outcome = crate::mcp::Outcome::Error;
+                    facts.id.as_ref()
+                });
+                crate::mcp::error_body(status, &body, id)
+            }
             true => client_api::error_body(self.record.client_api, status, body),
             false => body,
         };

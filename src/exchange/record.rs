@@ -62,6 +62,8 @@ pub(crate) struct Record {
     pub(crate) cost_micro_usd: Option<u64>,
     /// The request and response bodies, for the shipped record only (`records.bodies`).
     pub(crate) bodies: Option<Box<Bodies>>,
+    /// A request to an MCP server: which, what it asked and how it ended.
+    pub(crate) mcp: Option<Box<crate::mcp::Facts>>,
 }
 
 /// When a hook or guardrail ran.
@@ -145,7 +147,10 @@ impl Record {
             metadata: self.metadata.as_ref(),
             method: &self.method,
             path: self.path.split('?').next().unwrap_or_default(),
-            client_api: (self.client_api != ClientApi::Chat).then(|| self.client_api.name()),
+            client_api: match &self.mcp {
+                Some(_) => Some("mcp"),
+                None => (self.client_api != ClientApi::Chat).then(|| self.client_api.name()),
+            },
             provider: text(self.provider),
             model: text(&self.model),
             target: reached.then_some(self.target.as_str()),
@@ -164,6 +169,12 @@ impl Record {
             workspace: text(&self.workspace),
             api_key_id: self.api_key_id.as_deref(),
             guardrails: Guardrails(&self.guardrails),
+            mcp: self.mcp.as_deref().map(|facts| McpLine {
+                mcp_server: &facts.server,
+                mcp_method: facts.method.as_deref(),
+                mcp_tool: facts.tool.as_deref(),
+                is_error: facts.outcome == crate::mcp::Outcome::ToolError,
+            }),
         };
         serde_json::to_vec(&line).unwrap_or_default()
     }
@@ -306,6 +317,20 @@ struct AccessLine<'a> {
     /// Present when hooks or guardrails ran.
     #[serde(skip_serializing_if = "Guardrails::is_empty")]
     guardrails: Guardrails<'a>,
+    #[serde(flatten)]
+    mcp: Option<McpLine<'a>>,
+}
+
+/// What an MCP request's line adds (`client_api` is `mcp`): the server, the JSON-RPC method
+/// and tool its message named, and whether a tool's result was an error (`isError`).
+#[derive(Serialize)]
+struct McpLine<'a> {
+    mcp_server: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mcp_method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mcp_tool: Option<&'a str>,
+    is_error: bool,
 }
 
 /// Each item in the access log and request logs: its stage, id, verdict and feedback (no check

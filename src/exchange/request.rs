@@ -51,7 +51,7 @@ impl Exchange {
             Ok(Started::Ready(call)) => self.admit(env, call, raw, body),
             Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled::new(raw, body)),
             Ok(Started::Relay(relay)) => self.relay(env, &relay, &raw),
-            Ok(Started::Mcp { routed, key_id }) => self.route_mcp(env, routed, key_id, &raw),
+            Ok(Started::Mcp { routed, key_id }) => self.route_mcp(env, routed, key_id, raw, body),
             Ok(Started::NeedsBody(pending)) => {
                 unroute(env, &raw);
                 self.phase = Phase::AwaitingBody(Box::new((pending, raw)));
@@ -64,7 +64,7 @@ impl Exchange {
     /// Envoy withholds the body the request is held for (see [`super::worker::BODY_WAIT_MS`]).
     pub(super) fn body_withheld(&mut self, env: &mut Env) -> Action {
         let waits_for_body = match &self.phase {
-            Phase::AwaitingBody(_) => true,
+            Phase::AwaitingBody(_) | Phase::McpAwaitingBody(_) => true,
             Phase::AwaitingLookup(stalled) => !stalled.ended,
             _ => false,
         };
@@ -84,11 +84,14 @@ impl Exchange {
             }
             return Action::Pause;
         }
-        if !matches!(self.phase, Phase::AwaitingBody(..)) {
+        if !matches!(self.phase, Phase::AwaitingBody(..) | Phase::McpAwaitingBody(..)) {
             return Action::Continue;
         }
         if !end_of_stream {
             return Action::Pause;
+        }
+        if matches!(self.phase, Phase::McpAwaitingBody(..)) {
+            return self.mcp_body(env, size);
         }
         let Phase::AwaitingBody(held) = std::mem::replace(&mut self.phase, Phase::Headers) else {
             return Action::Continue;
@@ -107,7 +110,7 @@ impl Exchange {
 
     pub(super) fn request_trailers(&mut self, env: &mut Env) -> Action {
         let incomplete = matches!(&self.phase, Phase::AwaitingLookup(stalled) if !stalled.ended);
-        if matches!(self.phase, Phase::AwaitingBody(..)) || incomplete {
+        if matches!(self.phase, Phase::AwaitingBody(..) | Phase::McpAwaitingBody(..)) || incomplete {
             return self.answer_error(env, &trailers_refused());
         }
         Action::Continue

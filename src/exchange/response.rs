@@ -55,7 +55,7 @@ impl Exchange {
                 return if answered { Action::Continue } else { Action::Pause };
             }
             Phase::Forwarded(routed) => routed,
-            Phase::Mcp(server) => return self.mcp_response(env, server),
+            Phase::Mcp(_) => return self.mcp_response(env),
             // Envoy answered before the request went upstream (e.g. 413 for a huge body).
             phase => return self.answered_by_envoy(env, phase),
         };
@@ -108,7 +108,7 @@ impl Exchange {
     /// waiting for a token, a check or a control-plane read is over: what arrives later finds
     /// nothing to send.
     fn answered_by_envoy(&mut self, env: &mut Env, phase: Phase) -> Action {
-        if matches!(phase, Phase::Headers | Phase::AwaitingBody(..)) {
+        if matches!(phase, Phase::Headers | Phase::AwaitingBody(..) | Phase::McpAwaitingBody(..)) {
             self.phase = phase;
         }
         self.record.status = Head::read(env).status;
@@ -245,6 +245,7 @@ impl Exchange {
                 return Action::Pause;
             }
             Phase::Forwarded(routed) => routed,
+            Phase::Mcp(_) => return self.mcp_answer_body(env, size, end_of_stream),
             _ => return Action::Continue,
         };
         if self.awaiting_first_byte {

@@ -3,8 +3,10 @@
 //! request names, the caller's key, the `Origin` check, the header edits that route a request
 //! to its server, and the gateway's errors as JSON-RPC. The exchange applies them.
 
+mod message;
 mod servers;
 
+pub(crate) use message::{read as read_message, AnswerWatch, Outcome};
 pub(crate) use servers::{deserialize as deserialize_servers, Server, Servers};
 
 use crate::errors::GatewayError;
@@ -45,6 +47,18 @@ pub(crate) fn missing_key() -> GatewayError {
 
 pub(crate) fn invalid_key() -> GatewayError {
     GatewayError::new(401, "authentication_error", "invalid gateway key").with_code("invalid_api_key")
+}
+
+/// What an MCP request was, for its record and metric: the server, and (for a POST) the
+/// JSON-RPC method and tool its message named, and how it ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Facts {
+    pub(crate) server: String,
+    /// The message's JSON-RPC id: the gateway's own answers carry it (not recorded).
+    pub(crate) id: Option<Value>,
+    pub(crate) method: Option<String>,
+    pub(crate) tool: Option<String>,
+    pub(crate) outcome: Outcome,
 }
 
 /// A request to an MCP server: the server and the edits that send it there.
@@ -165,29 +179,31 @@ fn origin_allowed(origin: Option<&[u8]>, authority: Option<&[u8]>) -> bool {
     !host.is_empty() && bare(host.as_bytes()) == bare(authority)
 }
 
-/// The JSON-RPC error code of a gateway error with HTTP `status`: -32001 for a missing or
-/// wrong key, -32000 (a server error) for a server that failed or did not answer, -32600
-/// (invalid request) for the other refusals, -32603 (internal) for the gateway's own faults.
-fn error_code(status: u16) -> i64 {
-    match status {
-        401 => -32001,
-        408 | 502 | 503 | 504 => -32000,
-        s if s >= 500 => -32603,
+/// The JSON-RPC error code of a gateway error with HTTP `status` and `code`: -32700 for a body
+/// that is not JSON, -32001 for a missing or wrong key, -32000 (a server error) for a server
+/// that failed or did not answer, -32600 (invalid request) for the other refusals, -32603
+/// (internal) for the gateway's own faults.
+fn error_code(status: u16, code: Option<&str>) -> i64 {
+    match (status, code) {
+        (_, Some("parse_error")) => -32700,
+        (401, _) => -32001,
+        (408 | 502 | 503 | 504, _) => -32000,
+        (s, _) if s >= 500 => -32603,
         _ => -32600,
     }
 }
 
-/// The gateway's error (its OpenAI-shaped `openai` body) as a JSON-RPC error answer: its
-/// message, and the status, type and code in `data`. The request's id is not known (the
-/// gateway answers before reading the body), so it is null, as JSON-RPC allows.
-pub(crate) fn error_body(status: u16, openai: &[u8]) -> Vec<u8> {
+/// The gateway's error (its OpenAI-shaped `openai` body) as a JSON-RPC error answer to the
+/// request with `id` (null when the gateway answers before reading the body, or the message
+/// had none, as JSON-RPC allows): its message, and the status, type and code in `data`.
+pub(crate) fn error_body(status: u16, openai: &[u8], id: Option<&Value>) -> Vec<u8> {
     let parsed: Value = serde_json::from_slice(openai).unwrap_or(Value::Null);
     let error = parsed.get("error").unwrap_or(&Value::Null);
     let field = |name: &str| error.get(name).cloned().unwrap_or(Value::Null);
     let message = error.get("message").and_then(Value::as_str).unwrap_or("the gateway refused the request");
+    let code = error_code(status, error.get("code").and_then(Value::as_str));
     let data = json!({"status": status, "type": field("type"), "code": field("code")});
-    let body =
-        json!({"jsonrpc": "2.0", "id": null, "error": {"code": error_code(status), "message": message, "data": data}});
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}});
     body.to_string().into_bytes()
 }
 
@@ -340,7 +356,7 @@ mod tests {
 
     #[test]
     fn errors_are_json_rpc() {
-        let body: Value = serde_json::from_slice(&error_body(401, &missing_key().to_json())).unwrap();
+        let body: Value = serde_json::from_slice(&error_body(401, &missing_key().to_json(), None)).unwrap();
         assert_eq!(body["jsonrpc"], "2.0");
         assert_eq!(body["id"], Value::Null);
         assert_eq!(body["error"]["code"], -32001);
@@ -350,14 +366,21 @@ mod tests {
             json!({"status": 401, "type": "authentication_error", "code": "missing_api_key"})
         );
         let unreachable: Value =
-            serde_json::from_slice(&error_body(502, &unreachable_error("files", "connection_failure").to_json()))
+            serde_json::from_slice(&error_body(502, &unreachable_error("files", "connection_failure").to_json(), None))
                 .unwrap();
         assert_eq!(unreachable["error"]["code"], -32000);
         assert!(unreachable["error"]["message"].as_str().unwrap().contains("'files'"));
-        assert_eq!(error_code(404), -32600);
-        assert_eq!(error_code(500), -32603);
+        assert_eq!(error_code(404, None), -32600);
+        assert_eq!(error_code(500, None), -32603);
+        // Once the message is read, the answer carries its id; a body that is no JSON is -32700.
+        let not_json = read_message(b"{").unwrap_err();
+        let parse: Value = serde_json::from_slice(&error_body(400, &not_json.to_json(), None)).unwrap();
+        assert_eq!(parse["error"]["code"], -32700);
+        let id = json!("call-9");
+        let denied: Value = serde_json::from_slice(&error_body(404, &missing_key().to_json(), Some(&id))).unwrap();
+        assert_eq!(denied["id"], "call-9");
         // Not the gateway's JSON: still a JSON-RPC error.
-        let garbled: Value = serde_json::from_slice(&error_body(500, b"oops")).unwrap();
+        let garbled: Value = serde_json::from_slice(&error_body(500, b"oops", None)).unwrap();
         assert_eq!(garbled["error"]["code"], -32603);
         assert_eq!(error_header(401), Some(("www-authenticate", "Bearer")));
         assert_eq!(error_header(405), Some(("allow", ALLOWED_METHODS)));

@@ -204,11 +204,14 @@ fn or_lookup(result: Result<Started, GatewayError>, catalog: &mut Catalog) -> Re
     }
 }
 
-/// Whether the gateway reads the body of the request with headers `raw` (a JSON POST).
+/// Whether the gateway reads the body of the request with headers `raw` (a JSON POST, or a
+/// POST's JSON-RPC message to an MCP endpoint).
 pub(crate) fn reads_body(raw: &RawHeaders) -> bool {
     let pseudo = |name: &str| headers::find(raw, name).map(String::from_utf8_lossy).unwrap_or_default();
     let method = pseudo(":method");
-    matches!(classify(&method, &pseudo(":path")), Ok(Route::Api { body: BodyMode::Json, .. })) && method == "POST"
+    let read =
+        matches!(classify(&method, &pseudo(":path")), Ok(Route::Api { body: BodyMode::Json, .. } | Route::Mcp { .. }));
+    read && method == "POST"
 }
 
 /// Request headers arrived: authenticate, parse the gateway headers and the config, and route

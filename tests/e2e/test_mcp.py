@@ -1,13 +1,14 @@
-"""MCP servers behind the gateway (docs/mcp.md, issue 46's first slice): `/mcp/{server}` routed to
-an MCP server written with the official Python SDK, reached by the SDK's own client through the
-gateway in both protocol eras (2025's sessions and 2026-07-28's stateless requests), under the
-gateway key; the gateway's refusals as JSON-RPC errors."""
+"""MCP servers behind the gateway (docs/mcp.md, issue 46): `/mcp/{server}` routed to an MCP server
+written with the official Python SDK, reached by the SDK's own client through the gateway in both
+protocol eras (2025's sessions and 2026-07-28's stateless requests), under the gateway key; the
+gateway's refusals as JSON-RPC errors; each request's record and metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import threading
+import uuid
 
 import anyio
 import httpx2 as httpx
@@ -19,6 +20,7 @@ from mcp.server.mcpserver import Context, MCPServer
 
 import helpers
 from pg_server import free_ports
+from support import access_lines, value
 
 SERVER_TOKEN = "mcp-server-own-token"  # the server's stored credential (its `headers`)
 ERAS = ["legacy", "2026-07-28"]
@@ -42,6 +44,11 @@ class UpstreamServer:
         def add(a: int, b: int) -> int:
             """Adds two numbers."""
             return a + b
+
+        @server.tool()
+        def fail() -> str:
+            """Always fails (the SDK answers a result with isError)."""
+            raise ValueError("the tool failed on purpose")
 
         @server.tool()
         async def count_with_progress(ctx: Context) -> str:
@@ -100,6 +107,7 @@ def gw(upstream, start_gateway):
         "gone": {"url": f"http://127.0.0.1:{gone}/mcp"},
     }
     with start_gateway("mcp", None, {"GATEWAY_MCP_SERVERS": json.dumps(servers)}) as gateway:
+        gateway.access_log = gateway.log_path  # by default the access log goes to Envoy's stdout
         yield gateway
 
 
@@ -117,7 +125,7 @@ def test_sdk_client_lists_and_calls_tools_prompts_and_resources(gw, upstream, mo
     async def session():
         async with client(gw, mode) as c:
             tools = await c.list_tools()
-            assert {t.name for t in tools.tools} == {"add", "count_with_progress"}
+            assert {t.name for t in tools.tools} == {"add", "fail", "count_with_progress"}
             result = await c.call_tool("add", {"a": 2, "b": 3})
             assert not result.is_error
             assert [block.text for block in result.content] == ["5"]
@@ -189,12 +197,13 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
 MCP_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 
 
-def rpc_error(response, status: int, code: int) -> str:
-    """The JSON-RPC error of a refusal with `status` and `code`; its message."""
+def rpc_error(response, status: int, code: int, rpc_id=None) -> str:
+    """The JSON-RPC error of a refusal with `status` and `code`, answering the message with
+    `rpc_id` (None: the gateway answered before reading it, or it had none); its message."""
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/json"
     body = response.json()
-    assert body["jsonrpc"] == "2.0" and body["id"] is None
+    assert body["jsonrpc"] == "2.0" and body["id"] == rpc_id
     assert body["error"]["code"] == code
     assert body["error"]["data"]["status"] == status
     return body["error"]["message"]
@@ -255,5 +264,67 @@ def test_get_and_delete_reach_the_server(gw):
 def test_unreachable_server_is_a_json_rpc_error_naming_it(gw):
     auth = {**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}"}
     r = gw.http.post("/mcp/gone", json=INITIALIZE, headers=auth)
-    message = rpc_error(r, 502, -32000)
+    message = rpc_error(r, 502, -32000, rpc_id=INITIALIZE["id"])
     assert message.startswith("MCP server 'gone' is unreachable"), message
+
+
+@pytest.mark.parametrize("body, code, says", [
+    (b"{not json", -32700, "not JSON"),
+    (b"", -32700, "not JSON"),
+    (b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', -32600, "batch"),
+    (b'{"id": 1, "method": "ping"}', -32600, '"jsonrpc": "2.0"'),
+    (b'{"jsonrpc": "2.0", "id": [1], "method": "ping"}', -32600, "id"),
+    (b'{"jsonrpc": "2.0", "id": 1}', -32600, "no method"),
+], ids=["not-json", "empty", "batch", "no-version", "array-id", "no-method"])
+def test_a_body_that_is_not_one_json_rpc_message_is_refused_before_the_server(gw, upstream, body, code, says):
+    before = len(upstream.seen_headers)
+    auth = {**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}"}
+    r = gw.http.post("/mcp/tools", content=body, headers=auth)
+    assert says in rpc_error(r, 400, code)
+    assert len(upstream.seen_headers) == before, "the server never hears of it"
+
+
+def test_each_request_is_recorded_with_its_server_method_tool_and_outcome(gw, upstream):
+    """The access log's line of each MCP request names the API, server, JSON-RPC method and tool,
+    and `is_error` for a tool result with `isError`; the MCP metric counts each by outcome."""
+    trace = f"mcp-{uuid.uuid4().hex[:12]}"
+    sent_before = len(upstream.seen_headers)
+    labels = {"server": "tools", "method": "tools/call"}
+    before = {outcome: value(gw, "gen_ai_gateway_mcp_requests_total", **labels, outcome=outcome)
+              for outcome in ["ok", "tool_error"]}
+
+    async def session():
+        async with client(gw, "legacy", {"authorization": f"Bearer {helpers.KEY}", "x-gateway-trace-id": trace}) as c:
+            assert not (await c.call_tool("add", {"a": 1, "b": 1})).is_error
+            assert (await c.call_tool("fail", {})).is_error
+
+    asyncio.run(session())
+    # One line per request the server got (Envoy writes the log in batches).
+    lines = access_lines(gw, trace, count=len(upstream.seen_headers) - sent_before)
+    calls = {line.get("mcp_tool"): line for line in lines if line.get("mcp_method") == "tools/call"}
+    assert set(calls) == {"add", "fail"}, lines
+    for tool, is_error in [("add", False), ("fail", True)]:
+        line = calls[tool]
+        assert (line["client_api"], line["mcp_server"], line["status"], line["is_error"]) == \
+            ("mcp", "tools", 200, is_error), line
+    assert any(line.get("mcp_method") == "initialize" and "mcp_tool" not in line for line in lines), lines
+    after = {outcome: value(gw, "gen_ai_gateway_mcp_requests_total", **labels, outcome=outcome)
+             for outcome in ["ok", "tool_error"]}
+    assert (after["ok"] - before["ok"], after["tool_error"] - before["tool_error"]) == (1, 1)
+
+
+def test_an_unreachable_server_and_a_refused_call_count_as_errors(gw):
+    auth = {**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}"}
+    gone = {"server": "gone", "method": "initialize", "outcome": "error"}
+    before = value(gw, "gen_ai_gateway_mcp_requests_total", **gone)
+    assert gw.http.post("/mcp/gone", json=INITIALIZE, headers=auth).status_code == 502
+    assert value(gw, "gen_ai_gateway_mcp_requests_total", **gone) == before + 1
+    # A method MCP does not define, outside a session: the server refuses it (its status passes).
+    # Its label is `other`, never the client's text.
+    other = {"server": "tools", "method": "other", "outcome": "error"}
+    before = value(gw, "gen_ai_gateway_mcp_requests_total", **other)
+    r = gw.http.post("/mcp/tools", json={"jsonrpc": "2.0", "id": 5, "method": "made/up"}, headers=auth)
+    assert r.status_code >= 400, r.text
+    assert value(gw, "gen_ai_gateway_mcp_requests_total", **other) == before + 1
+    scrape = httpx.get(f"http://127.0.0.1:{gw.admin_port}/stats/prometheus", timeout=5).text
+    assert "made" not in scrape
