@@ -169,12 +169,10 @@ impl Record {
             workspace: text(&self.workspace),
             api_key_id: self.api_key_id.as_deref(),
             guardrails: Guardrails(&self.guardrails),
-            mcp: self.mcp.as_deref().map(|facts| McpLine {
-                mcp_server: &facts.server,
-                mcp_method: facts.method.as_deref(),
-                mcp_tool: facts.tool.as_deref(),
-                is_error: facts.outcome == crate::mcp::Outcome::ToolError,
-            }),
+            mcp_server: self.mcp.as_deref().map(|facts| facts.server.as_str()),
+            mcp_method: self.mcp.as_deref().and_then(|facts| facts.method.as_deref()),
+            mcp_tool: self.mcp.as_deref().and_then(|facts| facts.tool.as_deref()),
+            is_error: self.mcp.as_deref().map(|facts| facts.outcome == crate::mcp::Outcome::ToolError),
         };
         serde_json::to_vec(&line).unwrap_or_default()
     }
@@ -317,20 +315,16 @@ struct AccessLine<'a> {
     /// Present when hooks or guardrails ran.
     #[serde(skip_serializing_if = "Guardrails::is_empty")]
     guardrails: Guardrails<'a>,
-    #[serde(flatten)]
-    mcp: Option<McpLine<'a>>,
-}
-
-/// What an MCP request's line adds (`client_api` is `mcp`): the server, the JSON-RPC method
-/// and tool its message named, and whether a tool's result was an error (`isError`).
-#[derive(Serialize)]
-struct McpLine<'a> {
-    mcp_server: &'a str,
+    /// An MCP request's (`client_api` is `mcp`): the server, the JSON-RPC method and tool its
+    /// message named, and whether a tool's result was an error (`isError`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mcp_server: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mcp_method: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mcp_tool: Option<&'a str>,
-    is_error: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    is_error: Option<bool>,
 }
 
 /// Each item in the access log and request logs: its stage, id, verdict and feedback (no check
