@@ -53,7 +53,9 @@ CONTROL_PLANE_REQUESTS = [
     (16, "", "wait_ms=100", b""),
     (17, "", "limit=5&order=asc&after=msg_1&include[]=x", b""),
     (18, "abc", "limit=5&after=batch_gw_1&before=b&purpose=batch", b"\x01"),
-    (19, "greeting", "version=v1&version=v2", b""),
+    (19, "files-2", "", b'{"url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer t"}, '
+                      b'"tools": {"allow": ["read_*"]}, "timeout_ms": 5000, "failure": "closed"}'),
+    (20, "greeting", "version=v1&version=v2", b""),
 ]
 
 

@@ -11,6 +11,7 @@ use crate::items::{self, mask_secrets};
 use crate::limits;
 use crate::lists;
 use crate::logs;
+use crate::mcp_servers;
 use crate::responses;
 use crate::validate::{self, json_object, path_target, put_target, Path, WholeBody};
 use crate::AppState;
@@ -33,6 +34,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/guardrails/{id}", put(put_guardrail).get(get_guardrail))
         .route("/v1/configs/{id}", put(put_config).get(get_config))
         .route("/v1/providers/{id}", put(put_provider).get(get_provider))
+        .route("/v1/mcp-servers", get(mcp_servers::list))
+        .route("/v1/mcp-servers/{id}", put(mcp_servers::put).get(mcp_servers::get).delete(mcp_servers::delete))
         .route("/v1/api-keys", post(create_key).get(list_keys))
         .route("/v1/api-keys/{id}", delete(delete_key))
         .route("/v1/limits", get(limits::list_limits))
@@ -57,6 +60,7 @@ pub fn router(state: AppState) -> Router {
         .route("/internal/v1/files/{id}", get(files::file).delete(files::delete))
         .route("/internal/v1/files/{id}/content", get(files::content))
         .route("/internal/v1/workspaces/{workspace}/{kind}/{id}", get(internal_item))
+        .route("/internal/v1/workspaces/{workspace}/mcp-servers", get(mcp_servers::internal_list))
         // The static segment wins over `{kind}` above.
         .route("/internal/v1/workspaces/{workspace}/responses/{id}", put(responses::put).get(responses::get))
         .route("/internal/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))

@@ -1,5 +1,5 @@
-//! All database access: workspaces, API keys, items (prompts, guardrails, configs, providers)
-//! and their versions; request logs and feedback in `logs`; kept responses in `responses`;
+//! All database access: workspaces, API keys, items (prompts, guardrails, configs, providers,
+//! MCP servers) and their versions; request logs and feedback in `logs`; kept responses in `responses`;
 //! limits, prices and the limits' ledger in `limits`.
 //! sqlx's Any driver over SQLite or PostgreSQL; `$n` placeholders and portable SQL only, so both
 //! run the same statements.
@@ -31,13 +31,14 @@ pub struct Db {
     sqlite: bool,
 }
 
-/// What is stored: the four kinds of versioned items.
+/// What is stored: the kinds of versioned items.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Prompt,
     Guardrail,
     Config,
     Provider,
+    McpServer,
 }
 
 impl Kind {
@@ -47,6 +48,7 @@ impl Kind {
             Kind::Guardrail => "guardrail",
             Kind::Config => "config",
             Kind::Provider => "provider",
+            Kind::McpServer => "mcp-server",
         }
     }
 
@@ -57,6 +59,7 @@ impl Kind {
             "guardrails" => Some(Kind::Guardrail),
             "configs" => Some(Kind::Config),
             "providers" => Some(Kind::Provider),
+            "mcp-servers" => Some(Kind::McpServer),
             _ => None,
         }
     }
@@ -281,6 +284,47 @@ impl Db {
         .await?;
         tx.commit().await?;
         Ok((item, version_id))
+    }
+
+    /// Deletes the item `slug` of the workspace with its versions; whether there was one.
+    pub async fn delete_item(&self, workspace: &str, kind: Kind, slug: &str) -> DbResult<bool> {
+        let _one_writer = self.writes.lock().await;
+        let mut tx = self.pool.begin().await?;
+        // The versions first: they refer to the item.
+        sqlx::query(
+            "DELETE FROM versions WHERE item_id IN \
+             (SELECT id FROM items WHERE workspace = $1 AND kind = $2 AND slug = $3)",
+        )
+        .bind(workspace)
+        .bind(kind.as_str())
+        .bind(slug)
+        .execute(&mut *tx)
+        .await?;
+        let done = sqlx::query("DELETE FROM items WHERE workspace = $1 AND kind = $2 AND slug = $3")
+            .bind(workspace)
+            .bind(kind.as_str())
+            .bind(slug)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Every item of `kind` in the workspace with its latest version, by slug.
+    pub async fn latest_items(&self, workspace: &str, kind: Kind) -> DbResult<Vec<(Item, Version)>> {
+        let rows = sqlx::query(
+            "SELECT i.id AS item_id, i.slug AS slug, v.id AS id, v.value AS value, v.created_at AS created_at \
+             FROM items i JOIN versions v ON v.item_id = i.id \
+             WHERE i.workspace = $1 AND i.kind = $2 AND v.seq = (SELECT MAX(seq) FROM versions WHERE item_id = i.id) \
+             ORDER BY i.slug",
+        )
+        .bind(workspace)
+        .bind(kind.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((Item { id: r.try_get("item_id")?, slug: r.try_get("slug")? }, version_row(r)?)))
+            .collect()
     }
 
     pub async fn latest(&self, item_id: &str) -> DbResult<Option<Version>> {

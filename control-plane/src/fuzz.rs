@@ -14,6 +14,7 @@ use crate::limits::{
 };
 use crate::lists::provider_query;
 use crate::logs;
+use crate::mcp_servers;
 use crate::responses::{items_query, kept_response, response_id, wait_ms};
 use crate::validate::{json_object, key_request, prompt_version, put_target, query_pairs};
 use axum::extract::Query;
@@ -22,7 +23,7 @@ use gateway_schema as shared;
 use serde_json::{json, Map, Value};
 
 /// The endpoints, in the order the input's first byte picks them.
-const ENDPOINTS: usize = 20;
+const ENDPOINTS: usize = 21;
 
 /// A request as the fuzzer's bytes give it: the endpoint (first byte), the path's id and the
 /// query (each a piece whose length the two bytes before it give, little-endian), the body
@@ -172,6 +173,8 @@ pub fn request_bodies(data: &[u8]) {
                 assert_eq!(limits, [format!("limit={limit}")], "{query}");
             }
         }
+        // PUT /v1/mcp-servers/{id}
+        19 => assert_named(mcp_servers::put_target(id).and_then(|_| mcp_servers::server_body(body))),
         // GET /v1/prompts/{id}?version=
         _ => {
             let Some(pairs) = request.pairs() else { return };

@@ -1,5 +1,5 @@
-//! Versioned items of a workspace: how values are written (providers sealed with the master
-//! key) and read back, and how provider secrets are masked for public reads.
+//! Versioned items of a workspace: how values are written (providers and MCP servers sealed
+//! with the master key) and read back, and how their secrets are masked for public reads.
 
 use crate::db::{Item, Kind, Version};
 use crate::errors::{ApiError, ApiResult};
@@ -41,16 +41,18 @@ pub async fn put(
     if existing.is_none() && matches!(target, Target::Id(_)) {
         return Err(ApiError::not_found(kind.as_str()));
     }
-    let stored = match kind {
-        Kind::Provider => state.key.seal(value.to_string().as_bytes()).map_err(ApiError::internal)?,
-        _ => value.to_string(),
+    let stored = if sealed(kind) {
+        state.key.seal(value.to_string().as_bytes()).map_err(ApiError::internal)?
+    } else {
+        value.to_string()
     };
     // Two writers of one item can race for its next version number (or its creation): the
-    // loser's unique violation is retried against what the winner wrote.
+    // loser's unique violation is retried against what the winner wrote. A version of an
+    // item deleted meanwhile (a foreign key violation) makes the item again.
     let mut existing = existing;
     for _ in 0..5 {
         match state.db.add_version(workspace, kind, existing.clone(), target.text(), &stored).await {
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() || e.is_foreign_key_violation() => {
                 existing = find(state, workspace, kind, target).await?;
             }
             done => return Ok(done?),
@@ -79,11 +81,23 @@ pub async fn read(
     Ok(Read { item, version, value })
 }
 
+/// The latest version of every item of `kind` in the workspace, by slug.
+pub async fn list(state: &AppState, workspace: &str, kind: Kind) -> ApiResult<Vec<Read>> {
+    let items = state.db.latest_items(workspace, kind).await?;
+    items
+        .into_iter()
+        .map(|(item, version)| Ok(Read { value: decode(state, kind, &version.value)?, item, version }))
+        .collect()
+}
+
+/// Whether values of `kind` hold secrets, so are sealed at rest.
+fn sealed(kind: Kind) -> bool {
+    matches!(kind, Kind::Provider | Kind::McpServer)
+}
+
 fn decode(state: &AppState, kind: Kind, stored: &str) -> ApiResult<Value> {
-    let text = match kind {
-        Kind::Provider => state.key.open(stored).map_err(ApiError::internal)?,
-        _ => stored.as_bytes().to_vec(),
-    };
+    let text =
+        if sealed(kind) { state.key.open(stored).map_err(ApiError::internal)? } else { stored.as_bytes().to_vec() };
     serde_json::from_slice(&text).map_err(|e| ApiError::internal(format!("a stored value is not JSON: {e}")))
 }
 
@@ -101,6 +115,18 @@ pub fn mask_secrets(value: &Value) -> Value {
         Value::Array(items) => Value::Array(items.iter().map(mask_secrets).collect()),
         other => other.clone(),
     }
+}
+
+/// An MCP server with each of its `headers` (the server's credentials) replaced by its last
+/// four characters, as `mask_secrets` shows a provider's.
+pub fn mask_headers(value: &Value) -> Value {
+    let mut masked = value.clone();
+    if let Some(Value::Object(headers)) = masked.get_mut("headers") {
+        for secret in headers.values_mut() {
+            *secret = last_four(secret);
+        }
+    }
+    masked
 }
 
 fn last_four(secret: &Value) -> Value {
@@ -127,5 +153,17 @@ mod tests {
             json!({"provider": "openai", "api_key": "3456", "custom_host": "http://h",
                 "deployments": [{"api_key": "9876", "deployment_id": "d"}], "cloud_c_secret_access_key": ""})
         );
+    }
+
+    #[test]
+    fn an_mcp_servers_headers_show_their_last_four_only() {
+        let stored = json!({"url": "http://h/mcp", "headers": {"Authorization": "Bearer tok-123456", "X-Short": "abc"},
+            "tools": {"allow": ["api_key"]}});
+        assert_eq!(
+            mask_headers(&stored),
+            json!({"url": "http://h/mcp", "headers": {"Authorization": "3456", "X-Short": ""},
+                "tools": {"allow": ["api_key"]}})
+        );
+        assert_eq!(mask_headers(&json!({"url": "http://h"})), json!({"url": "http://h"}));
     }
 }

@@ -1,8 +1,8 @@
 //! The model gateway's control plane (issue 13): prompts, guardrails, saved configs, stored
-//! providers and API keys in SQLite or PostgreSQL, behind the gateway's `/v1` paths, and the
-//! internal endpoints the filter reads them from; and the request logs the filter ships, with
-//! their feedback (issue 15); the Responses API answers the gateway keeps (issue 25); limits,
-//! prices, usage and the limits' ledger (issue 26). What it
+//! providers, MCP servers (issue 46) and API keys in SQLite or PostgreSQL, behind the gateway's
+//! `/v1` paths, and the internal endpoints the filter reads them from; and the request logs the
+//! filter ships, with their feedback (issue 15); the Responses API answers the gateway keeps
+//! (issue 25); limits, prices, usage and the limits' ledger (issue 26). What it
 //! stores is checked by the code the filter reads it with (the shared crate, `gateway_schema`).
 
 pub mod api;
@@ -21,6 +21,7 @@ pub mod ledger;
 pub mod limits;
 pub mod lists;
 pub mod logs;
+pub mod mcp_servers;
 pub mod responses;
 pub mod retention;
 pub mod validate;

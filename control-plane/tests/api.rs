@@ -293,3 +293,155 @@ async fn a_stored_providers_key_and_the_gateway_keys_are_sealed_at_rest() {
     common::assert_sealed(&raw, &gateway_key);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn mcp_servers_are_kept_per_workspace_checked_masked_and_sealed() {
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let dir = std::env::temp_dir().join(format!("cp-test-{}", &run[..8]));
+    let settings = settings(&dir);
+    let (c, state) = start(&settings).await;
+    let (files, search, team) = (format!("files-{}", &run[..8]), format!("search-{}", &run[..8]), format!("mcp-{run}"));
+    let (token, api_key) = (format!("Bearer tok-{run}"), format!("key-{run}"));
+    let server = json!({"url": "https://mcp.example.com/files",
+        "headers": {"Authorization": token, "X-Api-Key": api_key},
+        "tools": {"allow": ["read_*", "list"]}, "timeout_ms": 30000, "failure": "closed"});
+    let path = format!("/v1/mcp-servers/{files}");
+
+    // Created: answered as a GET answers, every header as its last four characters.
+    let put = c.ok("PUT", &path, ADMIN, Some(server.clone())).await;
+    let masked = json!({"Authorization": &token[token.len() - 4..], "X-Api-Key": &api_key[api_key.len() - 4..]});
+    assert_eq!((&put["id"], &put["headers"]), (&json!(files), &masked));
+    assert_eq!(
+        (&put["url"], &put["tools"], &put["timeout_ms"], &put["failure"]),
+        (&server["url"], &server["tools"], &json!(30000), &json!("closed"))
+    );
+    assert!(put["version_id"].as_str().unwrap().len() == 36 && put["updated_at"].as_i64().unwrap() > 0);
+    let got = c.ok("GET", &path, ADMIN, None).await;
+    assert_eq!(got, put);
+    for answer in [&put, &got] {
+        assert!(!answer.to_string().contains(&run), "{answer}");
+    }
+    // Only `url` is required.
+    let plain =
+        c.ok("PUT", &format!("/v1/mcp-servers/{search}"), ADMIN, Some(json!({"url": "http://127.0.0.1:9/mcp"}))).await;
+    assert_eq!((&plain["id"], plain.get("headers")), (&json!(search), None));
+    let listed = c.ok("GET", "/v1/mcp-servers", ADMIN, None).await;
+    assert_eq!(listed["object"], "list");
+    let ours: Vec<&serde_json::Value> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["id"] == files.as_str() || s["id"] == search.as_str())
+        .collect();
+    assert_eq!(ours, [&got, &plain], "by id");
+    assert!(!listed.to_string().contains(&run));
+
+    // A PUT replaces the server (a new version); what it leaves out is gone.
+    let replaced = c
+        .ok(
+            "PUT",
+            &path,
+            ADMIN,
+            Some(json!({"url": "https://mcp.example.com/v2", "headers": {"Authorization": token}})),
+        )
+        .await;
+    assert_ne!(replaced["version_id"], put["version_id"]);
+    let got = c.ok("GET", &path, ADMIN, None).await;
+    assert_eq!(
+        (&got["url"], &got["headers"], got.get("tools")),
+        (&json!("https://mcp.example.com/v2"), &json!({"Authorization": &token[token.len() - 4..]}), None)
+    );
+
+    // Bad input: a 400 naming the field; nothing stored.
+    for (body, param) in [
+        (json!({"headers": {}}), "url"),
+        (json!({"url": "ftp://mcp.example.com"}), "url"),
+        (json!({"url": "http://a", "name": "x"}), "name"),
+        (json!({"url": "http://a", "headers": {"Host": "x"}}), "headers.Host"),
+        (json!({"url": "http://a", "headers": {"x-api-key": 5}}), "headers.x-api-key"),
+        (json!({"url": "http://a", "tools": {"allow": ["ok", "no spaces"]}}), "tools.allow[1]"),
+        (json!({"url": "http://a", "tools": {"allow": ["a"], "deny": ["b"]}}), "tools"),
+        (json!({"url": "http://a", "tools": {"except": ["b"]}}), "tools.except"),
+        (json!({"url": "http://a", "timeout_ms": 0}), "timeout_ms"),
+        (json!({"url": "http://a", "timeout_ms": 3_600_001}), "timeout_ms"),
+        (json!({"url": "http://a", "failure": "sometimes"}), "failure"),
+        (json!(["http://a"]), "body"),
+    ] {
+        assert_eq!(c.err(400, "PUT", &path, Some(ADMIN), Some(body.clone())).await, param, "{body}");
+    }
+    let secret_in_error =
+        c.call("PUT", &path, Some(ADMIN), Some(json!({"url": "http://a", "headers": {"a": format!("{run}\n")}}))).await;
+    assert_eq!(
+        (secret_in_error.0, &secret_in_error.1["error"]["param"]),
+        (StatusCode::BAD_REQUEST, &json!("headers.a"))
+    );
+    assert!(!secret_in_error.1.to_string().contains(&run));
+    for id in ["Files", "files_2", &"a".repeat(33)] {
+        assert_eq!(
+            c.err(400, "PUT", &format!("/v1/mcp-servers/{id}"), Some(ADMIN), Some(json!({"url": "http://a"}))).await,
+            "id"
+        );
+        c.err(404, "GET", &format!("/v1/mcp-servers/{id}"), Some(ADMIN), None).await;
+    }
+    assert_eq!(c.ok("GET", &path, ADMIN, None).await["version_id"], replaced["version_id"]);
+    c.err(401, "GET", &path, None, None).await;
+    c.err(401, "GET", "/v1/mcp-servers", Some("nope"), None).await;
+
+    // Another workspace sees none of it, and keeps its own server of the same id.
+    let created = c.call("POST", "/v1/api-keys", Some(ADMIN), Some(json!({"workspace": team}))).await;
+    let team_key = created.1["key"].as_str().unwrap().to_string();
+    c.err(404, "GET", &path, Some(&team_key), None).await;
+    c.err(404, "DELETE", &path, Some(&team_key), None).await;
+    assert_eq!(c.ok("GET", "/v1/mcp-servers", &team_key, None).await["data"], json!([]));
+    let theirs = c.ok("PUT", &path, &team_key, Some(json!({"url": "http://127.0.0.1:8/team"}))).await;
+    assert_eq!(c.ok("GET", "/v1/mcp-servers", &team_key, None).await["data"], json!([theirs]));
+    assert_eq!(c.ok("GET", &path, ADMIN, None).await["url"], "https://mcp.example.com/v2");
+
+    // The filter's reads: the server opened, one or all of a workspace.
+    let internal = format!("/internal/v1/workspaces/default/mcp-servers/{files}");
+    let read = c.ok("GET", &internal, TOKEN, None).await;
+    assert_eq!((&read["slug"], &read["version_id"]), (&json!(files), &replaced["version_id"]));
+    assert_eq!(read["value"], json!({"url": "https://mcp.example.com/v2", "headers": {"Authorization": token}}));
+    let read = c.ok("GET", &format!("/internal/v1/workspaces/{team}/mcp-servers/{files}"), TOKEN, None).await;
+    assert_eq!(read["value"], json!({"url": "http://127.0.0.1:8/team"}));
+    c.err(401, "GET", &internal, Some(ADMIN), None).await;
+    let all = c.ok("GET", "/internal/v1/workspaces/default/mcp-servers", TOKEN, None).await;
+    let opened = all["data"].as_array().unwrap().iter().find(|s| s["id"] == files.as_str()).unwrap();
+    assert_eq!(
+        (&opened["version_id"], &opened["value"]["headers"]["Authorization"]),
+        (&replaced["version_id"], &json!(token))
+    );
+    let all = c.ok("GET", &format!("/internal/v1/workspaces/{team}/mcp-servers"), TOKEN, None).await;
+    assert_eq!(
+        all["data"],
+        json!([{"id": files, "version_id": theirs["version_id"], "value": {"url": "http://127.0.0.1:8/team"}}])
+    );
+    assert_eq!(
+        c.ok("GET", "/internal/v1/workspaces/no-such-workspace-here/mcp-servers", TOKEN, None).await["data"],
+        json!([])
+    );
+    c.err(401, "GET", "/internal/v1/workspaces/default/mcp-servers", None, None).await;
+
+    // Deleted: gone for every read, in this workspace only.
+    assert_eq!(c.ok("DELETE", &path, &team_key, None).await, json!({"id": files, "deleted": true}));
+    c.err(404, "GET", &path, Some(&team_key), None).await;
+    c.err(404, "GET", &format!("/internal/v1/workspaces/{team}/mcp-servers/{files}"), Some(TOKEN), None).await;
+    assert_eq!(c.ok("GET", "/v1/mcp-servers", &team_key, None).await["data"], json!([]));
+    c.err(404, "DELETE", &path, Some(&team_key), None).await;
+    c.err(404, "DELETE", "/v1/mcp-servers/Bad", Some(&team_key), None).await;
+    assert_eq!(c.ok("GET", &path, ADMIN, None).await["version_id"], replaced["version_id"]);
+    c.ok("DELETE", &format!("/v1/mcp-servers/{search}"), ADMIN, None).await;
+    // Put again after its deletion, a server starts over.
+    let again = c.ok("PUT", &path, &team_key, Some(json!({"url": "http://127.0.0.1:8/again"}))).await;
+    assert_ne!(again["version_id"], theirs["version_id"]);
+    assert_eq!(c.ok("GET", "/v1/mcp-servers", &team_key, None).await["data"], json!([again]));
+
+    // The headers are stored sealed.
+    state.db.close().await;
+    drop((c, state));
+    let raw = common::raw_database(&settings).await;
+    assert!(raw.windows(files.len()).any(|w| w == files.as_bytes()), "{files} is not in the dump");
+    common::assert_sealed(&raw, &token);
+    common::assert_sealed(&raw, &api_key);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -13,6 +13,7 @@ pub mod errors;
 pub mod guardrails;
 pub mod json_check;
 pub mod limits;
+pub mod mcp_servers;
 pub mod memo;
 pub mod prices;
 pub mod prompts;
