@@ -42,6 +42,8 @@ pub(crate) enum Kind {
     Response,
     /// A workspace's limits and prices (one entry per workspace, id [`POLICY_ID`]).
     Policy,
+    /// An MCP server of the workspace (`/v1/mcp-servers/{id}`).
+    McpServer,
 }
 
 /// The id of a workspace's policy entry.
@@ -58,6 +60,7 @@ impl Kind {
             Kind::Prompt => "prompts",
             Kind::Response => "responses",
             Kind::Policy => "policy",
+            Kind::McpServer => "mcp-servers",
         }
     }
 
@@ -70,6 +73,7 @@ impl Kind {
             Kind::Prompt => "prompt",
             Kind::Response => "stored response",
             Kind::Policy => "limits and prices",
+            Kind::McpServer => "MCP server",
         }
     }
 }
@@ -204,7 +208,10 @@ impl<'a> Catalog<'a> {
         let entry = self.get(Ref::key(key), host)?;
         Ok(entry.and_then(|value| {
             let text = |name: &str| value.get(name).and_then(Value::as_str).map(str::to_string);
-            Some(KeyOwner { workspace: text("workspace")?, key_id: text("id") })
+            let mcp_tools = value.get("mcp_tools").and_then(Value::as_array).map(|patterns| {
+                patterns.iter().filter_map(Value::as_str).map(str::to_string).collect::<Rc<[String]>>()
+            });
+            Some(KeyOwner { workspace: text("workspace")?, key_id: text("id"), mcp_tools })
         }))
     }
 
@@ -223,6 +230,8 @@ impl<'a> Catalog<'a> {
 pub(crate) struct KeyOwner {
     pub(crate) workspace: String,
     pub(crate) key_id: Option<String>,
+    /// The MCP tools the key may use (`{server}__{tool}` patterns); None: every tool.
+    pub(crate) mcp_tools: Option<Rc<[String]>>,
 }
 
 /// The 404 of an unknown item, in the OpenAI error shape. A stored provider's name may be a
@@ -238,6 +247,7 @@ pub(crate) fn not_found(kind: Kind, id: &str) -> GatewayError {
         Kind::Prompt => ("prompt_not_found", format!("prompt '{}' not found in this workspace", shorten(id))),
         Kind::Response => ("response_not_found", format!("Previous response with id '{}' not found.", shorten(id))),
         Kind::Policy => ("policy_not_found", "the workspace's limits were not found".to_string()),
+        Kind::McpServer => ("unknown_mcp_server", format!("unknown MCP server '{}'", shorten(id))),
     };
     let kind_name = if kind == Kind::Key { "authentication_error" } else { "invalid_request_error" };
     let status = if kind == Kind::Key { 401 } else { 404 };

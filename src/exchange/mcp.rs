@@ -7,7 +7,7 @@
 use super::head::Head;
 use super::reply;
 use super::{unroute, Action, Env, Exchange, Phase, RawHeaders};
-use crate::mcp::{self, AnswerWatch, Facts, Outcome};
+use crate::mcp::{self, AnswerWatch, Facts, ListRewrite, Outcome, ToolPolicy};
 use crate::pipeline::HeaderEdits;
 use crate::routing::plan::Failure;
 
@@ -26,7 +26,7 @@ impl Exchange {
         let facts = Facts { server: routed.server.clone(), id: None, method: None, tool: None, outcome: Outcome::Ok };
         self.record.mcp = Some(Box::new(facts));
         if self.record.method != "POST" {
-            return self.send_mcp(env, routed, &raw);
+            return self.send_mcp(env, routed, &raw, None);
         }
         match body {
             Some((_, body)) => self.read_mcp_message(env, routed, &raw, &body),
@@ -50,31 +50,56 @@ impl Exchange {
     }
 
     /// Reads the POSTed JSON-RPC message for the record (a body that is none is the client's
-    /// JSON-RPC error), then sends it on unchanged.
-    fn read_mcp_message(&mut self, env: &mut Env, routed: mcp::Routed, raw: &RawHeaders, body: &[u8]) -> Action {
+    /// JSON-RPC error), then sends it on unchanged; a call of a tool the caller may not use is
+    /// answered here, as the server answers a tool it does not have.
+    fn read_mcp_message(&mut self, env: &mut Env, mut routed: mcp::Routed, raw: &RawHeaders, body: &[u8]) -> Action {
         let message = match mcp::read_message(body) {
             Ok(message) => message,
             Err(error) => return self.answer_error(env, &error),
         };
+        let policy = routed.tools.take();
+        let method = message.method.as_deref();
+        if let (Some(policy), Some("tools/call"), Some(tool)) = (&policy, method, &message.tool) {
+            if !policy.permits(tool) {
+                let body = mcp::unknown_tool(message.id.as_ref(), tool);
+                self.note_mcp(message, Outcome::Error);
+                return self.answer(env, 200, body);
+            }
+        }
+        // Only a list's answer is rewritten; the other requests' answers pass as they come.
+        let list = policy.filter(|_| method == Some("tools/list") && message.id.is_some());
+        self.note_mcp(message, Outcome::Ok);
+        self.send_mcp(env, routed, raw, list)
+    }
+
+    fn note_mcp(&mut self, message: mcp::Message, outcome: Outcome) {
         if let Some(facts) = self.record.mcp.as_deref_mut() {
             facts.id = message.id;
             facts.method = message.method;
             facts.tool = message.tool;
+            facts.outcome = outcome;
         }
-        self.send_mcp(env, routed, raw)
     }
 
-    fn send_mcp(&mut self, env: &mut Env, routed: mcp::Routed, raw: &RawHeaders) -> Action {
+    fn send_mcp(
+        &mut self,
+        env: &mut Env,
+        routed: mcp::Routed,
+        raw: &RawHeaders,
+        list: Option<Box<ToolPolicy>>,
+    ) -> Action {
         let edits = HeaderEdits { remove: routed.remove, set: routed.set };
         env.io.set_request_headers(env.id, &edits.apply(raw));
-        self.phase = Phase::Mcp(None);
+        self.phase = Phase::Mcp(list);
         Action::Continue
     }
 
     /// The server's answer passes as it comes, with the gateway's headers; Envoy's own answer
     /// for a server it could not reach, or that outlived its `timeout_ms`, becomes the gateway's.
-    /// The answer to a request (a message with an id) is watched for its outcome.
-    pub(super) fn mcp_response(&mut self, env: &mut Env) -> Action {
+    /// The answer to a request (a message with an id) is watched for its outcome; a
+    /// `tools/list` answer loses the tools the caller may not use (`list`), or, when it cannot
+    /// be read, is not passed.
+    pub(super) fn mcp_response(&mut self, env: &mut Env, list: Option<Box<ToolPolicy>>) -> Action {
         let head = Head::read(env);
         let status = head.status;
         self.record.status = status;
@@ -93,28 +118,65 @@ impl Exchange {
                 Some(Failure::Status(_)) | None => {}
             }
         }
-        // A compressed answer is not read (its outcome is its status's).
-        let content_type = head.content_type().filter(|_| head.unencoded()).unwrap_or_default();
-        let watch = facts.id.clone().and_then(|id| AnswerWatch::new(id, content_type)).map(Box::new);
-        self.phase = Phase::Mcp(watch);
+        let readable = head.content_type().filter(|_| head.unencoded());
+        let answer = match (list, facts.id.clone()) {
+            (Some(policy), Some(id)) if (200..300).contains(&status) => {
+                let Some(rewrite) = readable.and_then(|content_type| ListRewrite::new(id, *policy, content_type))
+                else {
+                    let error = mcp::unreadable_list_error(&facts.server);
+                    return self.answer_error(env, &error);
+                };
+                // Its length changes.
+                env.io.set_response_header(env.id, "content-length", None);
+                Some(Box::new(McpAnswer::Rewrite(rewrite)))
+            }
+            (_, Some(id)) => {
+                let watch = AnswerWatch::new(id, readable.unwrap_or_default());
+                watch.map(|watch| Box::new(McpAnswer::Watch(watch)))
+            }
+            (_, None) => None,
+        };
+        self.phase = Phase::McpAnswer(answer);
         self.set_gateway_headers(env);
         Action::Continue
     }
 
-    /// A chunk of the server's answer passes; the watch reads it.
+    /// A chunk of the server's answer: watched as it passes, or rewritten (a list's).
     pub(super) fn mcp_answer_body(&mut self, env: &mut Env, size: usize, end_of_stream: bool) -> Action {
-        let Phase::Mcp(Some(watch)) = &mut self.phase else {
+        let Phase::McpAnswer(Some(answer)) = &mut self.phase else {
             return Action::Continue;
         };
-        if size > 0 {
-            watch.push(&env.io.response_body(env.id, size));
+        // A held list is read whole at its end (Envoy buffers it meanwhile).
+        if matches!(answer.as_ref(), McpAnswer::Rewrite(rewrite) if rewrite.holds()) && !end_of_stream {
+            return Action::Pause;
         }
-        if end_of_stream {
-            let outcome = watch.finish();
-            if let (Some(outcome), Some(facts)) = (outcome, self.record.mcp.as_deref_mut()) {
-                facts.outcome = outcome;
+        let chunk = if size > 0 { env.io.response_body(env.id, size) } else { Vec::new() };
+        let outcome = match answer.as_mut() {
+            McpAnswer::Watch(watch) => {
+                watch.push(&chunk);
+                if end_of_stream {
+                    watch.finish()
+                } else {
+                    None
+                }
             }
+            McpAnswer::Rewrite(rewrite) => {
+                let out = rewrite.push(&chunk, end_of_stream);
+                env.io.set_response_body(env.id, size, &out);
+                rewrite.outcome()
+            }
+        };
+        if let (Some(outcome), Some(facts)) = (outcome, self.record.mcp.as_deref_mut()) {
+            facts.outcome = outcome;
         }
         Action::Continue
     }
+}
+
+/// How the gateway reads a server's answer to a request.
+pub(super) enum McpAnswer {
+    /// For its outcome, as it passes.
+    Watch(AnswerWatch),
+    /// A `tools/list` answer, without the tools the caller may not use.
+    Rewrite(ListRewrite),
 }

@@ -306,9 +306,11 @@ enum Phase {
     Forwarded(Box<Routed>),
     /// An MCP POST held (with its routing and raw headers) until its JSON-RPC message is in.
     McpAwaitingBody(Box<(crate::mcp::Routed, RawHeaders)>),
-    /// Routed to its MCP server (`record.mcp` says which); the answer to a request is watched
-    /// for its outcome as it passes.
-    Mcp(Option<Box<crate::mcp::AnswerWatch>>),
+    /// Sent to its MCP server (`record.mcp` says which); with the policy that filters the
+    /// answer when it is a `tools/list` whose caller may not use every tool.
+    Mcp(Option<Box<crate::mcp::ToolPolicy>>),
+    /// The MCP server's answer, read as it passes (see `mcp::McpAnswer`).
+    McpAnswer(Option<Box<mcp::McpAnswer>>),
     /// The first attempt failed; later ones run as dispatched calls.
     Recovering(Box<Recovery>),
     /// The gateway answered itself; its answer passes the response callbacks untouched.

@@ -55,7 +55,7 @@ impl Exchange {
                 return if answered { Action::Continue } else { Action::Pause };
             }
             Phase::Forwarded(routed) => routed,
-            Phase::Mcp(_) => return self.mcp_response(env),
+            Phase::Mcp(list) => return self.mcp_response(env, list),
             // Envoy answered before the request went upstream (e.g. 413 for a huge body).
             phase => return self.answered_by_envoy(env, phase),
         };
@@ -245,7 +245,7 @@ impl Exchange {
                 return Action::Pause;
             }
             Phase::Forwarded(routed) => routed,
-            Phase::Mcp(_) => return self.mcp_answer_body(env, size, end_of_stream),
+            Phase::McpAnswer(_) => return self.mcp_answer_body(env, size, end_of_stream),
             _ => return Action::Continue,
         };
         if self.awaiting_first_byte {

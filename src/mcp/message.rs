@@ -107,6 +107,24 @@ fn answer_outcome(message: &Value, id: &Value) -> Option<Outcome> {
     })
 }
 
+/// How a server's answer carries its JSON-RPC message (streamable HTTP has two ways).
+pub(super) enum AnswerForm {
+    Json,
+    Sse,
+}
+
+/// The form of an answer of `content_type`; None for a type that carries no message.
+pub(super) fn answer_form(content_type: &[u8]) -> Option<AnswerForm> {
+    let essence = content_type.split(|b| *b == b';').next().unwrap_or_default().trim_ascii();
+    if essence.eq_ignore_ascii_case(b"text/event-stream") {
+        Some(AnswerForm::Sse)
+    } else if essence.eq_ignore_ascii_case(b"application/json") {
+        Some(AnswerForm::Json)
+    } else {
+        None
+    }
+}
+
 /// Watches a server's answer to one request as it passes, for its outcome: a JSON body
 /// (gathered up to [`MAX_WATCHED_JSON`]) or an SSE stream (each event read as it completes;
 /// the stream's other messages, progress notifications and the server's own requests, are not
@@ -129,13 +147,9 @@ impl AnswerWatch {
     /// A watch on the answer to request `id` whose content type is `content_type`; none for
     /// a type that carries no JSON-RPC message.
     pub(crate) fn new(id: Value, content_type: &[u8]) -> Option<AnswerWatch> {
-        let essence = content_type.split(|b| *b == b';').next().unwrap_or_default().trim_ascii();
-        let form = if essence.eq_ignore_ascii_case(b"text/event-stream") {
-            Form::Sse(Box::default())
-        } else if essence.eq_ignore_ascii_case(b"application/json") {
-            Form::Json(Some(Vec::new()))
-        } else {
-            return None;
+        let form = match answer_form(content_type)? {
+            AnswerForm::Sse => Form::Sse(Box::default()),
+            AnswerForm::Json => Form::Json(Some(Vec::new())),
         };
         Some(AnswerWatch { id, form, outcome: None })
     }

@@ -5,9 +5,11 @@
 
 mod message;
 mod servers;
+mod tools;
 
-pub(crate) use message::{read as read_message, AnswerWatch, Outcome};
+pub(crate) use message::{read as read_message, AnswerWatch, Message, Outcome};
 pub(crate) use servers::{deserialize as deserialize_servers, Server, Servers};
+pub(crate) use tools::{unknown_tool, ListRewrite, ToolPolicy};
 
 use crate::errors::GatewayError;
 use crate::upstream::Upstream;
@@ -68,6 +70,8 @@ pub(crate) struct Routed {
     /// Request headers to remove, then to set.
     pub(crate) remove: Vec<String>,
     pub(crate) set: Vec<(String, String)>,
+    /// What the caller may use of the server's tools, when something is withheld.
+    pub(crate) tools: Option<Box<ToolPolicy>>,
 }
 
 /// How a routed request reaches a server: the header Envoy's route reads, and the cluster
@@ -89,11 +93,11 @@ pub(crate) struct Request<'a> {
     pub(crate) headers: &'a [(String, Vec<u8>)],
 }
 
-/// Decides where an authenticated request goes, or why it goes nowhere: a foreign `Origin`
-/// (403), a method MCP does not use (405), the aggregate endpoint (not yet) or an unknown
-/// server (404).
-pub(crate) fn route(servers: &Servers, routing: &Routing, request: &Request) -> Result<Routed, GatewayError> {
-    let Request { method, path, query, .. } = *request;
+/// The server an authenticated request names, or why it goes nowhere: a foreign `Origin`
+/// (403), a method MCP does not use (405), the aggregate endpoint (not yet) or no server id
+/// (404).
+pub(crate) fn server_id<'a>(request: &Request<'a>) -> Result<&'a str, GatewayError> {
+    let Request { method, path, .. } = *request;
     if !origin_allowed(request.origin, request.authority) {
         return Err(GatewayError::new(
             403,
@@ -115,20 +119,44 @@ pub(crate) fn route(servers: &Servers, routing: &Routing, request: &Request) -> 
         )
         .with_code("unknown_endpoint"));
     };
-    let server = servers.get(id).filter(|_| servers::is_server_id(id)).ok_or_else(|| {
-        let shown: String = id.chars().take(64).collect();
-        GatewayError::new(404, "invalid_request_error", format!("unknown MCP server '{shown}'"))
-            .with_code("unknown_mcp_server")
-    })?;
-    Ok(edits(id, server, routing, query, request.headers))
+    if !servers::is_server_id(id) {
+        return Err(unknown_server(id));
+    }
+    Ok(id)
+}
+
+pub(crate) fn unknown_server(id: &str) -> GatewayError {
+    let shown: String = id.chars().take(64).collect();
+    GatewayError::new(404, "invalid_request_error", format!("unknown MCP server '{shown}'"))
+        .with_code("unknown_mcp_server")
+}
+
+/// A server the control plane keeps (its stored object), parsed as the plugin
+/// configuration's are; one that does not parse is the gateway's fault, named, never quoted.
+pub(crate) fn stored_server(id: &str, value: &Value) -> Result<Server, GatewayError> {
+    let parsed = value.as_object().ok_or_else(|| "it is not an object".to_string()).and_then(|fields| {
+        gateway_schema::mcp_servers::parse_server(fields).map_err(|(path, _)| format!("its {path} is not valid"))
+    });
+    parsed.map_err(|why| {
+        GatewayError::new(502, "api_error", format!("the stored MCP server '{id}' cannot be used: {why}"))
+            .with_code("invalid_mcp_server")
+    })
 }
 
 /// The edits that send a request to `server`: its authority, path and stored headers, the
 /// client's query kept; nothing of the caller's that is the gateway's (its key, its
-/// `Authorization`, `x-gateway-*`), its browser's (`Origin`, cookies) or Envoy's reaches it.
-fn edits(id: &str, server: &Server, routing: &Routing, query: Option<&str>, raw: &[(String, Vec<u8>)]) -> Routed {
+/// `Authorization`, `x-gateway-*`), its browser's (`Origin`, cookies) or Envoy's reaches it,
+/// nor its `Accept-Encoding` (the gateway reads the answer). `tools`: what the caller may use.
+pub(crate) fn edits(
+    id: &str,
+    server: &Server,
+    routing: &Routing,
+    request: &Request,
+    tools: Option<ToolPolicy>,
+) -> Routed {
+    let (query, raw) = (request.query, request.headers);
     let withheld = |name: &str| {
-        matches!(name, "authorization" | "origin" | "cookie" | "proxy-authorization")
+        matches!(name, "authorization" | "origin" | "cookie" | "proxy-authorization" | "accept-encoding")
             || name.starts_with("x-gateway-")
             || name.starts_with("x-envoy-")
     };
@@ -148,7 +176,7 @@ fn edits(id: &str, server: &Server, routing: &Routing, query: Option<&str>, raw:
         set.push(("x-envoy-upstream-rq-per-try-timeout-ms".to_string(), ms.to_string()));
     }
     set.extend(server.headers.iter().cloned());
-    Routed { server: id.to_string(), remove, set }
+    Routed { server: id.to_string(), remove, set, tools: tools.map(Box::new) }
 }
 
 /// Whether a request may come from `origin`: none (not a browser), or the gateway's own
@@ -223,6 +251,13 @@ pub(crate) fn unreachable_error(server: &str, detail: &str) -> GatewayError {
         .with_code("upstream_unreachable")
 }
 
+/// Server `server`'s `tools/list` answer cannot be read (compressed, or not JSON-RPC's types),
+/// so it cannot lose the tools the caller may not use: it is not passed.
+pub(crate) fn unreadable_list_error(server: &str) -> GatewayError {
+    let message = format!("MCP server '{server}' answered tools/list in a form the gateway cannot read");
+    GatewayError::new(502, "api_error", message).with_code("unreadable_answer")
+}
+
 /// Server `server` did not answer within its `timeout_ms`.
 pub(crate) fn timeout_error(server: &str) -> GatewayError {
     GatewayError::new(504, "timeout_error", format!("MCP server '{server}' did not answer within its timeout_ms"))
@@ -258,7 +293,10 @@ mod tests {
         let find = |name: &str| headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_bytes());
         let request =
             Request { method, path, query, origin: find("origin"), authority: find(":authority"), headers: &raw };
-        route(&servers(), &routing, &request)
+        let id = server_id(&request)?;
+        let servers = servers();
+        let server = servers.get(id).ok_or_else(|| unknown_server(id))?;
+        Ok(edits(id, server, &routing, &request, None))
     }
 
     #[test]

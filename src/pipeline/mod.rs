@@ -10,7 +10,7 @@ mod target_api;
 pub(crate) use target_api::{in_target_api, TargetRequest};
 
 use crate::cache::{self, Lookup, Tenant};
-use crate::catalog::{self, Catalog, Entry, Kind, Ref, DEFAULT_WORKSPACE};
+use crate::catalog::{self, Catalog, Entry, KeyOwner, Kind, Ref, DEFAULT_WORKSPACE};
 use crate::config::{parse_config, Config, StrategyMode};
 use crate::errors::GatewayError;
 use crate::guardrails::spec::{parse_stored_guardrail, Guardrail};
@@ -241,7 +241,7 @@ fn start_pass(
     };
     // The key comes first: a caller without one learns nothing else about the request.
     let refusals = Refusals { missing: missing_key, invalid: invalid_key };
-    let (workspace, key_id) = caller(settings, headers::api_key(raw), &refusals, host, catalog)?;
+    let KeyOwner { workspace, key_id, .. } = caller(settings, headers::api_key(raw), &refusals, host, catalog)?;
     // Without a control plane each key is its own tenant; with one, each workspace is.
     let tenant = match (catalog.enabled(), headers::api_key(raw)) {
         (false, Some(key)) => cache::tenant_of(key),
@@ -363,21 +363,21 @@ fn invalid_key() -> GatewayError {
     catalog::not_found(Kind::Key, "")
 }
 
-/// The caller's workspace and key id, from the gateway key it `presented`: a key of the plugin
-/// configuration (the default workspace), else with a control plane one of its keys.
+/// The caller's workspace, key id and MCP tools, from the gateway key it `presented`: a key of
+/// the plugin configuration (the default workspace, every tool), else with a control plane one
+/// of its keys.
 fn caller(
     settings: &Settings,
     presented: Option<&[u8]>,
     refusals: &Refusals,
     host: &mut dyn Host,
     catalog: &mut Catalog,
-) -> Result<(String, Option<String>), GatewayError> {
+) -> Result<KeyOwner, GatewayError> {
     match presented {
-        Some(key) if settings.authenticate(key) => Ok((DEFAULT_WORKSPACE.to_string(), None)),
-        Some(key) if catalog.enabled() => {
-            let owner = catalog.key_owner(key, host)?.ok_or_else(refusals.invalid)?;
-            Ok((owner.workspace, owner.key_id))
+        Some(key) if settings.authenticate(key) => {
+            Ok(KeyOwner { workspace: DEFAULT_WORKSPACE.to_string(), key_id: None, mcp_tools: None })
         }
+        Some(key) if catalog.enabled() => catalog.key_owner(key, host)?.ok_or_else(refusals.invalid),
         Some(_) => Err((refusals.invalid)()),
         None => Err((refusals.missing)()),
     }
@@ -396,10 +396,8 @@ fn start_mcp(
 ) -> Result<Started, GatewayError> {
     let refusals = Refusals { missing: mcp::missing_key, invalid: mcp::invalid_key };
     let presented = mcp::presented_key(headers::api_key(raw), headers::find(raw, "authorization"));
-    let (workspace, key_id) = caller(settings, presented, &refusals, host, catalog)?;
-    catalog.workspace = workspace;
-    let cluster = |upstream: &Upstream| settings.routed_cluster(upstream);
-    let routing = mcp::Routing { route_header: settings.route_header(), cluster: &cluster };
+    let owner = caller(settings, presented, &refusals, host, catalog)?;
+    catalog.workspace = owner.workspace;
     let request = mcp::Request {
         method,
         path,
@@ -408,8 +406,24 @@ fn start_mcp(
         authority: headers::find(raw, ":authority"),
         headers: raw,
     };
-    let routed = mcp::route(&settings.mcp_servers, &routing, &request)?;
-    Ok(Started::Mcp { routed, key_id })
+    let id = mcp::server_id(&request)?;
+    // The plugin configuration's servers, then the workspace's in the control plane.
+    let stored;
+    let server = match settings.mcp_servers.get(id) {
+        Some(server) => server,
+        None if catalog.enabled() => {
+            let entry = catalog.item(Kind::McpServer, id, host)?.ok_or_else(|| mcp::unknown_server(id))?;
+            stored = mcp::stored_server(id, &entry)?;
+            settings.require_allowed("MCP server host", &stored.upstream.host)?;
+            &stored
+        }
+        None => return Err(mcp::unknown_server(id)),
+    };
+    let cluster = |upstream: &Upstream| settings.routed_cluster(upstream);
+    let routing = mcp::Routing { route_header: settings.route_header(), cluster: &cluster };
+    let tools = mcp::ToolPolicy::new(id, &server.tools, owner.mcp_tools.as_ref());
+    let routed = mcp::edits(id, server, &routing, &request, tools);
+    Ok(Started::Mcp { routed, key_id: owner.key_id })
 }
 
 /// Where the control plane serves an operation on a response the gateway keeps (`path` is

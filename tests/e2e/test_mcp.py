@@ -105,17 +105,22 @@ def gw(upstream, start_gateway):
     servers = {
         "tools": {"url": upstream.url, "headers": {"authorization": f"Bearer {SERVER_TOKEN}"}},
         "gone": {"url": f"http://127.0.0.1:{gone}/mcp"},
+        # The same server with tools withheld, each way.
+        "no-fail": {"url": upstream.url, "headers": {"authorization": f"Bearer {SERVER_TOKEN}"},
+                    "tools": {"deny": ["fail"]}},
+        "adder": {"url": upstream.url, "headers": {"authorization": f"Bearer {SERVER_TOKEN}"},
+                  "tools": {"allow": ["ad*"]}},
     }
     with start_gateway("mcp", None, {"GATEWAY_MCP_SERVERS": json.dumps(servers)}) as gateway:
         gateway.access_log = gateway.log_path  # by default the access log goes to Envoy's stdout
         yield gateway
 
 
-def client(gw, mode: str, headers: dict | None = None) -> Client:
-    """The SDK's client of `/mcp/tools` through the gateway, with the gateway key as a bearer token."""
+def client(gw, mode: str, headers: dict | None = None, server: str = "tools") -> Client:
+    """The SDK's client of `/mcp/{server}` through the gateway, with the gateway key as a bearer token."""
     http = httpx.AsyncClient(headers=headers or {"authorization": f"Bearer {helpers.KEY}"},
                              timeout=httpx.Timeout(30.0))
-    return Client(streamable_http_client(f"{gw.origin}/mcp/tools", http_client=http), mode=mode)
+    return Client(streamable_http_client(f"{gw.origin}/mcp/{server}", http_client=http), mode=mode)
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -328,3 +333,48 @@ def test_an_unreachable_server_and_a_refused_call_count_as_errors(gw):
     assert value(gw, "gen_ai_gateway_mcp_requests_total", **other) == before + 1
     scrape = httpx.get(f"http://127.0.0.1:{gw.admin_port}/stats/prometheus", timeout=5).text
     assert "made" not in scrape
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("server, seen", [("no-fail", {"add", "count_with_progress"}), ("adder", {"add"})])
+def test_tools_a_server_withholds_are_not_listed_and_a_call_never_reaches_it(gw, upstream, mode, server, seen):
+    """`tools` (deny or allow patterns) narrows what callers see and call: the list, JSON or an SSE
+    stream, loses the others; a call to one is "Unknown tool", answered by the gateway."""
+    calls_before = len(upstream.seen_headers)
+
+    async def session():
+        async with client(gw, mode, server=server) as c:
+            assert {t.name for t in (await c.list_tools()).tools} == seen
+            listed = len(upstream.seen_headers)
+            with pytest.raises(Exception, match="Unknown tool: fail"):
+                result = await c.call_tool("fail", {})
+                # An SDK that returns the error as a result rather than raising it.
+                raise RuntimeError(result.content[0].text if result.is_error else "the call passed")
+            assert len(upstream.seen_headers) == listed, "the server never heard of the call"
+            assert [b.text for b in (await c.call_tool("add", {"a": 2, "b": 2})).content] == ["4"]
+
+    asyncio.run(session())
+    assert len(upstream.seen_headers) > calls_before
+
+
+def test_a_workspace_keeps_its_own_servers_in_the_control_plane(gw, upstream):
+    """`PUT /v1/mcp-servers/{id}` (through the gateway to its control plane) makes `/mcp/{id}` a
+    server of that workspace alone, its stored headers sent to it and its `tools` applied."""
+    key, other = helpers.workspace_key(gw), helpers.workspace_key(gw)
+    stored = {"url": upstream.url, "headers": {"authorization": f"Bearer {SERVER_TOKEN}"},
+              "tools": {"deny": ["count_*"]}}
+    r = gw.http.put("/v1/mcp-servers/kept", json=stored, headers={"x-gateway-api-key": key})
+    assert r.status_code in (200, 201), r.text
+    assert SERVER_TOKEN not in r.text, "a stored header is shown by its last four characters only"
+    upstream.seen_headers.clear()
+
+    async def session(caller: str):
+        async with client(gw, "legacy", {"authorization": f"Bearer {caller}"}, server="kept") as c:
+            return {t.name for t in (await c.list_tools()).tools}
+
+    assert asyncio.run(session(key)) == {"add", "fail"}
+    assert upstream.seen_headers and all(h.get("authorization") == f"Bearer {SERVER_TOKEN}"
+                                         for h in upstream.seen_headers)
+    # Another workspace has no such server.
+    r = gw.http.post("/mcp/kept", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {other}"})
+    assert rpc_error(r, 404, -32600) == "unknown MCP server 'kept'"

@@ -164,15 +164,17 @@ mod tests {
 
     #[test]
     fn pathological_patterns_run_in_linear_time() {
-        // Backtracking would take exponential time on these and never finish; the clock is
-        // checked natively only (wasm32-unknown-unknown has none).
+        // Backtracking would take exponential time on these and never finish (2^10000 steps);
+        // linear time takes seconds at most in a debug build on a busy machine, so a minute
+        // tells the two apart without being a timing test. The clock is checked natively only
+        // (wasm32-unknown-unknown has none).
         let many_a = "a".repeat(10_000);
         for pattern in ["(a*)*b", "(a|a)*b", "(a+)+b", "^(a|aa)+$c", "(?:a?){100}a{100}b", "(.*)*b"] {
             #[cfg(not(target_arch = "wasm32"))]
             let start = std::time::Instant::now();
             assert!(!is_match(pattern, &many_a), "{pattern}");
             #[cfg(not(target_arch = "wasm32"))]
-            assert!(start.elapsed() < std::time::Duration::from_secs(5), "{pattern} took {:?}", start.elapsed());
+            assert!(start.elapsed() < std::time::Duration::from_secs(60), "{pattern} took {:?}", start.elapsed());
         }
         assert!(is_match("(a*)*b", &format!("{many_a}b")));
         assert!(is_match("^(a|aa)+$", &many_a));

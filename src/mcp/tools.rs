@@ -1,0 +1,352 @@
+//! Which of a server's tools a caller may see and call: the server's own `tools` (allow or
+//! deny patterns) and the caller's key's `mcp_tools` (`{server}__{tool}` patterns). A call to a
+//! tool outside them is answered "unknown tool" without reaching the server; a `tools/list`
+//! answer reaches the client without them, JSON or an SSE stream rewritten as it passes.
+
+use super::message::Outcome;
+use crate::stream::sse::MAX_EVENT_BYTES;
+use gateway_schema::mcp_servers::{glob_matches, Tools};
+use serde_json::{json, Value};
+use std::rc::Rc;
+
+/// What a caller may use of one server; made only when something is withheld.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolPolicy {
+    server_id: String,
+    server: Tools,
+    /// The key's patterns, `{server}__{tool}`.
+    key: Option<Rc<[String]>>,
+}
+
+impl ToolPolicy {
+    /// The policy of `server_id` (its `tools`) for a key with `key` patterns; None when every
+    /// tool is permitted.
+    pub(crate) fn new(server_id: &str, server: &Tools, key: Option<&Rc<[String]>>) -> Option<ToolPolicy> {
+        if *server == Tools::All && key.is_none() {
+            return None;
+        }
+        Some(ToolPolicy { server_id: server_id.to_string(), server: server.clone(), key: key.cloned() })
+    }
+
+    /// Whether the caller may see and call the server's tool `name`.
+    pub(crate) fn permits(&self, name: &str) -> bool {
+        let key_permits = || {
+            let full = format!("{}__{name}", self.server_id);
+            self.key.as_ref().is_none_or(|patterns| patterns.iter().any(|p| glob_matches(p, &full)))
+        };
+        self.server.permits(name) && key_permits()
+    }
+
+    /// Removes the tools the caller may not use from `message` when it is the answer to
+    /// the `tools/list` with `id`; its outcome then (None: another message).
+    fn filter_answer(&self, message: &mut Value, id: &Value) -> Option<Outcome> {
+        if message.get("id") != Some(id) {
+            return None;
+        }
+        if message.get("error").is_some() {
+            return Some(Outcome::Error);
+        }
+        let tools = message.get_mut("result")?.get_mut("tools")?.as_array_mut()?;
+        tools.retain(|tool| tool.get("name").and_then(Value::as_str).is_some_and(|name| self.permits(name)));
+        Some(Outcome::Ok)
+    }
+}
+
+/// The answer to a call of a tool the caller may not use, as a server answers a tool it does
+/// not have (JSON-RPC's invalid params): it says no more.
+pub(crate) fn unknown_tool(id: Option<&Value>, name: &str) -> Vec<u8> {
+    let message = format!("Unknown tool: {}", name.chars().take(128).collect::<String>());
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": message}}).to_string().into_bytes()
+}
+
+/// A `tools/list` answer on its way to a caller whose policy withholds tools: a JSON answer
+/// held whole and rewritten at its end; an SSE stream rewritten event by event (the answer's
+/// event loses the tools withheld; every other event, and the answer's `id:` and `event:`
+/// lines, pass as they came).
+#[derive(Debug)]
+pub(crate) struct ListRewrite {
+    id: Value,
+    policy: ToolPolicy,
+    form: Form,
+    outcome: Option<Outcome>,
+}
+
+#[derive(Debug)]
+enum Form {
+    Json(Vec<u8>),
+    Sse(Events),
+}
+
+impl ListRewrite {
+    /// The rewrite of the answer to the `tools/list` with `id`, of content type
+    /// `content_type`; None for a type that carries no JSON-RPC message.
+    pub(crate) fn new(id: Value, policy: ToolPolicy, content_type: &[u8]) -> Option<ListRewrite> {
+        let form = match super::message::answer_form(content_type)? {
+            super::message::AnswerForm::Json => Form::Json(Vec::new()),
+            super::message::AnswerForm::Sse => Form::Sse(Events::default()),
+        };
+        Some(ListRewrite { id, policy, form, outcome: None })
+    }
+
+    /// Whether the whole answer is held until its end (JSON), rather than passed as it comes.
+    pub(crate) fn holds(&self) -> bool {
+        matches!(self.form, Form::Json(_))
+    }
+
+    /// A chunk of the answer (`end`: the last): what goes to the client in its place. A JSON
+    /// answer gives everything at its end; one that is not the answer's JSON becomes a
+    /// JSON-RPC error rather than pass unfiltered.
+    pub(crate) fn push(&mut self, chunk: &[u8], end: bool) -> Vec<u8> {
+        match &mut self.form {
+            Form::Json(held) => {
+                held.extend_from_slice(chunk);
+                if !end {
+                    return Vec::new();
+                }
+                let mut message: Value = serde_json::from_slice(held).unwrap_or(Value::Null);
+                self.outcome = self.policy.filter_answer(&mut message, &self.id);
+                match self.outcome {
+                    Some(_) => message.to_string().into_bytes(),
+                    None => unreadable_list(&self.id),
+                }
+            }
+            Form::Sse(events) => {
+                let mut out = Vec::with_capacity(chunk.len());
+                for event in events.push(chunk, end) {
+                    match event {
+                        Ok(event) => self.rewrite_event(event, &mut out),
+                        // Too big to read: withheld, and the request answered with an error.
+                        Err(Oversized) => {
+                            out.extend_from_slice(b"event: message\ndata: ");
+                            out.extend_from_slice(&unreadable_list(&self.id));
+                            out.extend_from_slice(b"\n\n");
+                            self.outcome = Some(Outcome::Error);
+                        }
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    /// How the answer ended, once its message passed.
+    pub(crate) fn outcome(&self) -> Option<Outcome> {
+        self.outcome
+    }
+
+    fn rewrite_event(&mut self, event: Vec<Vec<u8>>, out: &mut Vec<u8>) {
+        let data: Vec<&[u8]> = event.iter().filter_map(|line| data_of(line)).collect();
+        let mut message: Option<Value> = match data.as_slice() {
+            [] => None,
+            lines => serde_json::from_slice(&lines.join(&b'\n')).ok(),
+        };
+        let filtered = match (self.outcome, &mut message) {
+            (None, Some(message)) => self.policy.filter_answer(message, &self.id),
+            _ => None,
+        };
+        let Some(outcome) = filtered else {
+            for line in &event {
+                out.extend_from_slice(line);
+                out.push(b'\n');
+            }
+            out.push(b'\n');
+            return;
+        };
+        self.outcome = Some(outcome);
+        let mut wrote_data = false;
+        for line in &event {
+            if data_of(line).is_none() {
+                out.extend_from_slice(line);
+                out.push(b'\n');
+            } else if !wrote_data {
+                wrote_data = true;
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(message.as_ref().map(Value::to_string).unwrap_or_default().as_bytes());
+                out.push(b'\n');
+            }
+        }
+        out.push(b'\n');
+    }
+}
+
+/// The error in place of a list the gateway could not read (so could not filter).
+fn unreadable_list(id: &Value) -> Vec<u8> {
+    let message = "the MCP server's tools/list answer could not be read, so it was not passed";
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": message}}).to_string().into_bytes()
+}
+
+/// The value of a `data` line (`data:value`, one space after the colon dropped).
+fn data_of(line: &[u8]) -> Option<&[u8]> {
+    let value = line.strip_prefix(b"data")?;
+    match value {
+        [] => Some(value),
+        [b':', b' ', rest @ ..] => Some(rest),
+        [b':', rest @ ..] => Some(rest),
+        _ => None,
+    }
+}
+
+/// An event past [`MAX_EVENT_BYTES`].
+#[derive(Debug)]
+struct Oversized;
+
+/// Splits an SSE stream into events (their lines, without terminators) at blank lines,
+/// whatever the chunks: a line may end in `\n`, `\r\n` or `\r`, and a chunk anywhere.
+#[derive(Debug, Default)]
+struct Events {
+    line: Vec<u8>,
+    /// The current line has a byte (kept or, past the bound, dropped).
+    line_started: bool,
+    lines: Vec<Vec<u8>>,
+    /// Bytes of the current event so far.
+    size: usize,
+    after_cr: bool,
+    /// The current event outgrew the bound: its bytes are dropped until it ends.
+    oversized: bool,
+}
+
+impl Events {
+    fn push(&mut self, chunk: &[u8], end: bool) -> Vec<Result<Vec<Vec<u8>>, Oversized>> {
+        let mut events = Vec::new();
+        for &byte in chunk {
+            if std::mem::take(&mut self.after_cr) && byte == b'\n' {
+                continue;
+            }
+            if byte == b'\n' || byte == b'\r' {
+                self.after_cr = byte == b'\r';
+                self.end_line(&mut events);
+                continue;
+            }
+            self.line_started = true;
+            self.size += 1;
+            if self.size > MAX_EVENT_BYTES {
+                self.oversized = true;
+                self.line = Vec::new();
+                self.lines = Vec::new();
+            } else if !self.oversized {
+                self.line.push(byte);
+            }
+        }
+        if end {
+            if self.line_started {
+                self.end_line(&mut events);
+            }
+            self.end_line(&mut events);
+        }
+        events
+    }
+
+    fn end_line(&mut self, events: &mut Vec<Result<Vec<Vec<u8>>, Oversized>>) {
+        if std::mem::take(&mut self.line_started) {
+            let line = std::mem::take(&mut self.line);
+            if !self.oversized {
+                self.lines.push(line);
+            }
+            return;
+        }
+        // A blank line: the event ends.
+        self.size = 0;
+        if std::mem::take(&mut self.oversized) {
+            events.push(Err(Oversized));
+        } else if !self.lines.is_empty() {
+            events.push(Ok(std::mem::take(&mut self.lines)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit_tests::test;
+
+    fn policy(server: Tools, key: Option<&[&str]>) -> Option<ToolPolicy> {
+        let key: Option<Rc<[String]>> = key.map(|patterns| patterns.iter().map(|p| p.to_string()).collect());
+        ToolPolicy::new("files", &server, key.as_ref())
+    }
+
+    #[test]
+    fn the_server_and_the_key_both_decide() {
+        assert_eq!(policy(Tools::All, None), None, "nothing withheld: no policy");
+        let allow = policy(Tools::Allow(vec!["read_*".into()]), None).unwrap();
+        assert!(allow.permits("read_file") && !allow.permits("write_file"));
+        let deny = policy(Tools::Deny(vec!["write_*".into()]), None).unwrap();
+        assert!(deny.permits("read_file") && !deny.permits("write_file"));
+        let key = policy(Tools::All, Some(&["files__read_*", "search__*"])).unwrap();
+        assert!(key.permits("read_file") && !key.permits("write_file"));
+        let other_server = policy(Tools::All, Some(&["search__*"])).unwrap();
+        assert!(!other_server.permits("read_file"), "a key's patterns name their server");
+        let both = policy(Tools::Deny(vec!["read_secret".into()]), Some(&["*__read_*"])).unwrap();
+        assert!(both.permits("read_file") && !both.permits("read_secret") && !both.permits("list"));
+    }
+
+    #[test]
+    fn an_unknown_tool_is_answered_as_a_server_would() {
+        let body: Value = serde_json::from_slice(&unknown_tool(Some(&json!(4)), "write_file")).unwrap();
+        assert_eq!(
+            body,
+            json!({"jsonrpc": "2.0", "id": 4, "error": {"code": -32602, "message": "Unknown tool: write_file"}})
+        );
+    }
+
+    const LIST: &str = r#"{"jsonrpc":"2.0","id":9,"result":{"tools":[{"name":"read_file","inputSchema":{}},{"name":"write_file"}],"nextCursor":"c2"}}"#;
+
+    fn rewrite(content_type: &str) -> ListRewrite {
+        let policy = policy(Tools::Deny(vec!["write_*".into()]), None).unwrap();
+        ListRewrite::new(json!(9), policy, content_type.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_json_list_is_held_and_loses_the_tools_withheld() {
+        let mut list = rewrite("application/json");
+        assert!(list.holds());
+        let out: Value = serde_json::from_slice(&list.push(LIST.as_bytes(), true)).unwrap();
+        assert_eq!(out["result"]["tools"], json!([{"name": "read_file", "inputSchema": {}}]));
+        assert_eq!(out["result"]["nextCursor"], "c2", "pagination passes");
+        assert_eq!(list.outcome(), Some(Outcome::Ok));
+        let mut garbled = rewrite("application/json");
+        let out: Value = serde_json::from_slice(&garbled.push(b"{\"tools\": [", true)).unwrap();
+        assert_eq!(out["error"]["code"], -32603, "never passed unfiltered");
+        assert!(ListRewrite::new(json!(9), policy(Tools::Deny(vec![]), None).unwrap(), b"text/html").is_none());
+    }
+
+    #[test]
+    fn a_streamed_list_is_rewritten_event_by_event_whatever_the_chunks() {
+        let stream = format!(
+            "id: e1\r\nevent: message\r\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}}\r\n\r\n\
+             : keep-alive\n\nid: e2\nevent: message\ndata: {LIST}\n\n"
+        );
+        let expected_list =
+            r#"{"id":9,"jsonrpc":"2.0","result":{"nextCursor":"c2","tools":[{"inputSchema":{},"name":"read_file"}]}}"#;
+        for at in 0..stream.len() {
+            let mut list = rewrite("text/event-stream");
+            assert!(!list.holds());
+            let (head, tail) = stream.as_bytes().split_at(at);
+            let mut out = list.push(head, false);
+            out.extend(list.push(tail, true));
+            let text = String::from_utf8(out).unwrap();
+            let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+            assert_eq!(events.len(), 3, "cut at {at}: {text}");
+            assert!(events[0].starts_with("id: e1\nevent: message\ndata: {\"jsonrpc\""), "{text}");
+            assert_eq!(events[1], ": keep-alive");
+            let (head, data) = events[2].split_once("data: ").unwrap();
+            assert_eq!(head, "id: e2\nevent: message\n");
+            let data: Value = serde_json::from_str(data).unwrap();
+            assert_eq!(data, serde_json::from_str::<Value>(expected_list).unwrap(), "cut at {at}");
+            assert_eq!(list.outcome(), Some(Outcome::Ok));
+        }
+    }
+
+    #[test]
+    fn an_event_past_the_bound_is_not_passed() {
+        let mut list = rewrite("text/event-stream");
+        let mut out = list.push(b"data: ", false);
+        let big = vec![b'x'; 1024 * 1024];
+        for _ in 0..MAX_EVENT_BYTES / big.len() + 1 {
+            out.extend(list.push(&big, false));
+        }
+        out.extend(list.push(b"\n\n", true));
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.len() < 1024 && text.contains("-32603"), "{}", &text[..text.len().min(200)]);
+        assert_eq!(list.outcome(), Some(Outcome::Error));
+    }
+}
