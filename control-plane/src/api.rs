@@ -4,7 +4,7 @@
 use crate::auth::{self, Caller};
 use crate::batches;
 use crate::crypto::{key_hash, new_api_key};
-use crate::db::Kind;
+use crate::db::{Kind, NewKey};
 use crate::errors::{ApiError, ApiResult};
 use crate::files;
 use crate::items::{self, mask_secrets};
@@ -244,12 +244,21 @@ async fn admin(s: &AppState, h: &HeaderMap) -> ApiResult<Caller> {
 
 async fn create_key(State(s): State<AppState>, h: HeaderMap, WholeBody(body): WholeBody) -> ApiResult<Response> {
     admin(&s, &h).await?;
-    let (workspace, is_admin) = validate::key_request(&json_object(&body)?)?;
+    let request = validate::key_request(&json_object(&body)?)?;
     let key = new_api_key().map_err(ApiError::internal)?;
     let id = uuid::Uuid::new_v4().to_string();
     let last_four: String = key.chars().skip(key.len().saturating_sub(4)).collect();
-    s.db.insert_key(&id, &workspace, &key_hash(&key), is_admin, &last_four).await?;
-    let body = json!({"id": id, "key": key, "workspace": workspace, "admin": is_admin});
+    let new_key = NewKey {
+        id: &id,
+        workspace: &request.workspace,
+        hash: &key_hash(&key),
+        admin: request.admin,
+        last_four: &last_four,
+        mcp_tools: request.mcp_tools.as_deref(),
+    };
+    s.db.insert_key(&new_key).await?;
+    let mut body = json!({"id": id, "key": key, "workspace": request.workspace, "admin": request.admin});
+    with_mcp_tools(&mut body, request.mcp_tools.as_deref());
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -260,9 +269,20 @@ async fn list_keys(State(s): State<AppState>, h: HeaderMap) -> ApiResult<Json<Va
         .list_keys()
         .await?
         .into_iter()
-        .map(|k| json!({"id": k.id, "workspace": k.workspace, "admin": k.admin, "last_four": k.last_four, "created_at": k.created_at}))
+        .map(|k| {
+            let mut key = json!({"id": k.id, "workspace": k.workspace, "admin": k.admin, "last_four": k.last_four, "created_at": k.created_at});
+            with_mcp_tools(&mut key, k.mcp_tools.as_deref());
+            key
+        })
         .collect();
     Ok(Json(json!({"object": "list", "data": data})))
+}
+
+/// A key as shown carries `mcp_tools` only when it is narrowed to some tools.
+fn with_mcp_tools(key: &mut Value, mcp_tools: Option<&[String]>) {
+    if let (Value::Object(fields), Some(tools)) = (key, mcp_tools) {
+        fields.insert("mcp_tools".into(), json!(tools));
+    }
 }
 
 async fn delete_key(State(s): State<AppState>, h: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Value>> {
@@ -282,7 +302,9 @@ async fn internal_key(State(s): State<AppState>, h: HeaderMap, Path(hash): Path<
         return Ok(Json(json!({"workspace": caller.workspace, "admin": caller.admin})));
     }
     let stored = s.db.key_by_hash(&hash).await?.ok_or_else(|| ApiError::not_found("api key"))?;
-    Ok(Json(json!({"id": stored.id, "workspace": stored.workspace, "admin": stored.admin})))
+    let mut key = json!({"id": stored.id, "workspace": stored.workspace, "admin": stored.admin});
+    with_mcp_tools(&mut key, stored.mcp_tools.as_deref());
+    Ok(Json(key))
 }
 
 async fn internal_item(

@@ -85,6 +85,18 @@ pub struct KeyRow {
     pub admin: bool,
     pub last_four: String,
     pub created_at: i64,
+    pub mcp_tools: Option<Vec<String>>,
+}
+
+/// A key to store: `hash` is its SHA-256, `mcp_tools` the tool patterns it is narrowed to
+/// (`None`: every tool).
+pub struct NewKey<'a> {
+    pub id: &'a str,
+    pub workspace: &'a str,
+    pub hash: &'a str,
+    pub admin: bool,
+    pub last_four: &'a str,
+    pub mcp_tools: Option<&'a [String]>,
 }
 
 pub fn now_s() -> i64 {
@@ -101,6 +113,7 @@ pub struct StoredKey {
     pub id: String,
     pub workspace: String,
     pub admin: bool,
+    pub mcp_tools: Option<Vec<String>>,
 }
 
 /// SQLite's own default page cache (2 MB), and the record connection's (8 MB); negative
@@ -165,25 +178,21 @@ impl Db {
         Ok(())
     }
 
-    pub async fn insert_key(
-        &self,
-        id: &str,
-        workspace: &str,
-        hash: &str,
-        admin: bool,
-        last_four: &str,
-    ) -> DbResult<i64> {
-        self.ensure_workspace(workspace).await?;
+    pub async fn insert_key(&self, key: &NewKey<'_>) -> DbResult<i64> {
+        self.ensure_workspace(key.workspace).await?;
         let created_at = now_s();
+        let mcp_tools = key.mcp_tools.map(|tools| serde_json::Value::from(tools).to_string());
         sqlx::query(
-            "INSERT INTO api_keys (id, workspace, key_hash, admin, last_four, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO api_keys (id, workspace, key_hash, admin, last_four, created_at, mcp_tools) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
-        .bind(id)
-        .bind(workspace)
-        .bind(hash)
-        .bind(i64::from(admin))
-        .bind(last_four)
+        .bind(key.id)
+        .bind(key.workspace)
+        .bind(key.hash)
+        .bind(i64::from(key.admin))
+        .bind(key.last_four)
         .bind(created_at)
+        .bind(mcp_tools)
         .execute(&self.pool)
         .await?;
         Ok(created_at)
@@ -191,7 +200,7 @@ impl Db {
 
     /// A stored key by its hash.
     pub async fn key_by_hash(&self, hash: &str) -> DbResult<Option<StoredKey>> {
-        let row = sqlx::query("SELECT id, workspace, admin FROM api_keys WHERE key_hash = $1")
+        let row = sqlx::query("SELECT id, workspace, admin, mcp_tools FROM api_keys WHERE key_hash = $1")
             .bind(hash)
             .fetch_optional(&self.pool)
             .await?;
@@ -200,6 +209,7 @@ impl Db {
                 id: r.try_get("id")?,
                 workspace: r.try_get("workspace")?,
                 admin: r.try_get::<i64, _>("admin")? != 0,
+                mcp_tools: mcp_tools(&r)?,
             })
         })
         .transpose()
@@ -213,10 +223,11 @@ impl Db {
     }
 
     pub async fn list_keys(&self) -> DbResult<Vec<KeyRow>> {
-        let rows =
-            sqlx::query("SELECT id, workspace, admin, last_four, created_at FROM api_keys ORDER BY created_at, id")
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = sqlx::query(
+            "SELECT id, workspace, admin, last_four, created_at, mcp_tools FROM api_keys ORDER BY created_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(key_row).collect()
     }
 
@@ -357,5 +368,12 @@ fn key_row(r: &AnyRow) -> DbResult<KeyRow> {
         admin: r.try_get::<i64, _>("admin")? != 0,
         last_four: r.try_get("last_four")?,
         created_at: r.try_get("created_at")?,
+        mcp_tools: mcp_tools(r)?,
     })
+}
+
+/// A key's `mcp_tools` column: the JSON list of its tool patterns, NULL for every tool.
+fn mcp_tools(r: &AnyRow) -> DbResult<Option<Vec<String>>> {
+    let text: Option<String> = r.try_get("mcp_tools")?;
+    text.map(|text| serde_json::from_str(&text).map_err(|e| sqlx::Error::Decode(Box::new(e)))).transpose()
 }

@@ -8,6 +8,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
+use gateway_schema::mcp_servers::parse_key_tools;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
@@ -140,9 +141,18 @@ pub fn unknown_field(at: &str, key: &str, hint: &str) -> ApiError {
     ApiError::invalid(&param, &format!("unknown field {name}{hint}"))
 }
 
-/// `POST /api-keys`: `{"workspace": "<name>", "admin": false}`.
-pub fn key_request(body: &Map<String, Value>) -> ApiResult<(String, bool)> {
-    only_known_fields(body, |k| ["workspace", "admin"].contains(&k))?;
+/// What a `POST /api-keys` body asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRequest {
+    pub workspace: String,
+    pub admin: bool,
+    /// The MCP tools the key may see and call (`{server}__{tool pattern}`); `None`: every tool.
+    pub mcp_tools: Option<Vec<String>>,
+}
+
+/// `POST /api-keys`: `{"workspace": "<name>", "admin": false, "mcp_tools": ["files__*"]}`.
+pub fn key_request(body: &Map<String, Value>) -> ApiResult<KeyRequest> {
+    only_known_fields(body, |k| ["workspace", "admin", "mcp_tools"].contains(&k))?;
     let workspace = match body.get("workspace") {
         Some(Value::String(name)) if is_name(name, MAX_WORKSPACE) => name.clone(),
         Some(_) => {
@@ -158,7 +168,12 @@ pub fn key_request(body: &Map<String, Value>) -> ApiResult<(String, bool)> {
         Some(Value::Bool(admin)) => *admin,
         Some(_) => return Err(ApiError::invalid("admin", "admin must be a boolean")),
     };
-    Ok((workspace, admin))
+    let mcp_tools = body
+        .get("mcp_tools")
+        .map(parse_key_tools)
+        .transpose()
+        .map_err(|(path, message)| ApiError::invalid(&path, &message))?;
+    Ok(KeyRequest { workspace, admin, mcp_tools })
 }
 
 /// The JSON type a prompt field must have (spec 4.2).
@@ -357,8 +372,19 @@ mod tests {
         assert_eq!(put_target("greeting").unwrap(), Target::Slug("greeting".into()));
         assert_eq!(put_target("bad slug").unwrap_err().0.status, 400);
         assert_eq!(path_target("bad slug"), None);
-        assert_eq!(key_request(&map(json!({"workspace": "team-a"}))).unwrap(), ("team-a".into(), false));
-        assert_eq!(key_request(&map(json!({"workspace": "t", "admin": true}))).unwrap(), ("t".into(), true));
+        let request = |workspace: &str, admin: bool, mcp_tools: Option<&[&str]>| KeyRequest {
+            workspace: workspace.into(),
+            admin,
+            mcp_tools: mcp_tools.map(|tools| tools.iter().map(|t| t.to_string()).collect()),
+        };
+        assert_eq!(key_request(&map(json!({"workspace": "team-a"}))).unwrap(), request("team-a", false, None));
+        assert_eq!(key_request(&map(json!({"workspace": "t", "admin": true}))).unwrap(), request("t", true, None));
+        assert_eq!(
+            key_request(&map(json!({"workspace": "t", "mcp_tools": ["files__*"]}))).unwrap(),
+            request("t", false, Some(&["files__*"]))
+        );
+        let bad_tool = key_request(&map(json!({"workspace": "t", "mcp_tools": ["files__*", "files"]})));
+        assert_eq!(bad_tool.unwrap_err().0.param().unwrap(), "mcp_tools[1]");
         assert_eq!(key_request(&map(json!({"workspace": "a b"}))).unwrap_err().0.param().unwrap(), "workspace");
         assert_eq!(key_request(&map(json!({}))).unwrap_err().0.param().unwrap(), "workspace");
     }

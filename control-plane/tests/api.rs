@@ -295,6 +295,77 @@ async fn a_stored_providers_key_and_the_gateway_keys_are_sealed_at_rest() {
 }
 
 #[tokio::test]
+async fn a_key_may_be_narrowed_to_mcp_tools() {
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let dir = std::env::temp_dir().join(format!("cp-test-{}", &run[..8]));
+    let settings = settings(&dir);
+    let (c, state) = start(&settings).await;
+    let team = format!("tools-{run}");
+    let longest = format!("{}__{}", "s".repeat(32), "t".repeat(128));
+    let tools = json!(["files__*", "search__web_search", "*__read_*", longest]);
+
+    // Narrowed: the create answer, the list and the filter's read carry the patterns as given.
+    let created =
+        c.call("POST", "/v1/api-keys", Some(ADMIN), Some(json!({"workspace": team, "mcp_tools": tools}))).await;
+    assert_eq!(created.0, StatusCode::CREATED, "{}", created.1);
+    let (key, id) = (created.1["key"].as_str().unwrap().to_string(), created.1["id"].clone());
+    assert_eq!(created.1, json!({"id": id, "key": key, "workspace": team, "admin": false, "mcp_tools": tools}));
+    // Not narrowed: no `mcp_tools` anywhere.
+    let plain = c.ok("POST", "/v1/api-keys", ADMIN, Some(json!({"workspace": team}))).await;
+    assert_eq!(plain.get("mcp_tools"), None, "{plain}");
+    let listed = c.ok("GET", "/v1/api-keys", ADMIN, None).await;
+    let entry = |id: &serde_json::Value| listed["data"].as_array().unwrap().iter().find(|k| k["id"] == *id).cloned();
+    let narrowed = entry(&id).unwrap();
+    assert_eq!((&narrowed["workspace"], &narrowed["mcp_tools"]), (&json!(team), &tools));
+    assert_eq!(entry(&plain["id"]).unwrap().get("mcp_tools"), None);
+    let read = c.ok("GET", &format!("/internal/v1/keys/{}", key_hash(&key)), TOKEN, None).await;
+    assert_eq!(read, json!({"id": id, "workspace": team, "admin": false, "mcp_tools": tools}));
+    let plain_key = plain["key"].as_str().unwrap();
+    let read = c.ok("GET", &format!("/internal/v1/keys/{}", key_hash(plain_key)), TOKEN, None).await;
+    assert_eq!(read, json!({"id": plain["id"], "workspace": team, "admin": false}));
+    // A narrowed key is still a key of its workspace at the control plane.
+    assert_eq!(c.ok("GET", "/v1/mcp-servers", &key, None).await["data"], json!([]));
+
+    // Bad values: a 400 naming the list or the pattern at fault; no key made.
+    let too_many: Vec<String> = (0..257).map(|i| format!("s__t{i}")).collect();
+    for (value, param) in [
+        (json!([]), "mcp_tools"),
+        (json!("files__*"), "mcp_tools"),
+        (json!(null), "mcp_tools"),
+        (json!({"allow": ["files__*"]}), "mcp_tools"),
+        (json!(too_many), "mcp_tools"),
+        (json!(["files"]), "mcp_tools[0]"),
+        (json!(["files__*", "files__"]), "mcp_tools[1]"),
+        (json!(["files__*", "ok__x", "__x"]), "mcp_tools[2]"),
+        (json!(["Files__x"]), "mcp_tools[0]"),
+        (json!(["files_x__y"]), "mcp_tools[0]"),
+        (json!(["f*__x"]), "mcp_tools[0]"),
+        (json!(["files__a b"]), "mcp_tools[0]"),
+        (json!(["files__a/b"]), "mcp_tools[0]"),
+        (json!([format!("{}__x", "s".repeat(33))]), "mcp_tools[0]"),
+        (json!([format!("s__{}", "t".repeat(129))]), "mcp_tools[0]"),
+        (json!(["files__*", 7]), "mcp_tools[1]"),
+    ] {
+        let body = json!({"workspace": format!("refused-{run}"), "mcp_tools": value});
+        assert_eq!(c.err(400, "POST", "/v1/api-keys", Some(ADMIN), Some(body)).await, param, "{value}");
+    }
+    let (_, empty) =
+        c.call("POST", "/v1/api-keys", Some(ADMIN), Some(json!({"workspace": team, "mcp_tools": []}))).await;
+    assert_eq!(empty["error"]["message"], "mcp_tools must not be empty: omit mcp_tools to allow every tool");
+    let listed = c.ok("GET", "/v1/api-keys", ADMIN, None).await;
+    assert!(!listed.to_string().contains(&format!("refused-{run}")), "a refused key was made");
+
+    // Kept across a restart.
+    state.db.close().await;
+    drop((c, state));
+    let (c, state) = start(&settings).await;
+    let read = c.ok("GET", &format!("/internal/v1/keys/{}", key_hash(&key)), TOKEN, None).await;
+    assert_eq!(read["mcp_tools"], tools);
+    state.db.close().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
 async fn mcp_servers_are_kept_per_workspace_checked_masked_and_sealed() {
     let run = uuid::Uuid::new_v4().simple().to_string();
     let dir = std::env::temp_dir().join(format!("cp-test-{}", &run[..8]));

@@ -20,6 +20,9 @@ pub const MAX_HEADER_VALUE: usize = 8192;
 /// At most this many tool patterns, each at most `MAX_PATTERN` characters (MCP's longest tool name).
 pub const MAX_PATTERNS: usize = 256;
 pub const MAX_PATTERN: usize = 128;
+/// A key's `mcp_tools` holds at most this many patterns (each `{server}__{tool pattern}`, so at
+/// most `MAX_SERVER_ID + 2 + MAX_PATTERN` characters).
+pub const MAX_KEY_TOOL_PATTERNS: usize = 256;
 /// The longest `timeout_ms`: an hour.
 pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 
@@ -118,6 +121,63 @@ pub fn glob_matches(pattern: &str, name: &str) -> bool {
 fn is_pattern(text: &str) -> bool {
     (1..=MAX_PATTERN).contains(&text.len())
         && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'*'))
+}
+
+/// Whether `text` is a pattern of a key's `mcp_tools`: `{server}__{tool pattern}`, the server
+/// a server id or `*` (any server), the tool pattern as in a server's `tools`.
+pub fn is_key_tool_pattern(text: &str) -> bool {
+    split_key_tool_pattern(text).is_some()
+}
+
+/// A key's pattern as its server (`*` for any) and its tool pattern; `None` when it is not one.
+/// Server ids hold no `_`, so the first `__` ends the server.
+fn split_key_tool_pattern(text: &str) -> Option<(&str, &str)> {
+    let (server, tool) = text.split_once("__")?;
+    ((server == "*" || is_server_id(server)) && is_pattern(tool)).then_some((server, tool))
+}
+
+/// Whether a key narrowed to `patterns` (its `mcp_tools`) may see and call the tool `tool` of
+/// the server `server`: some pattern's server is `server` or `*` and its tool pattern matches
+/// all of `tool`. (Matched part by part, so a `*` in the tool pattern never reaches into the
+/// server id, nor a tool name's own `__` into the server part.)
+pub fn key_permits(patterns: &[String], server: &str, tool: &str) -> bool {
+    patterns.iter().filter_map(|p| split_key_tool_pattern(p)).any(|(server_pattern, tool_pattern)| {
+        (server_pattern == "*" || server_pattern == server) && glob_matches(tool_pattern, tool)
+    })
+}
+
+/// Parses a key's `mcp_tools`: a list of 1 to `MAX_KEY_TOOL_PATTERNS` key tool patterns. Err:
+/// the path at fault (`mcp_tools`, `mcp_tools[2]`) and a message that starts with it.
+pub fn parse_key_tools(value: &Value) -> Result<Vec<String>, (String, String)> {
+    let fail = |path: String, message: &str| Err((path.clone(), format!("{path} {message}")));
+    let list = match value {
+        Value::Array(list) if list.is_empty() => {
+            return fail("mcp_tools".into(), "must not be empty: omit mcp_tools to allow every tool")
+        }
+        Value::Array(list) if list.len() <= MAX_KEY_TOOL_PATTERNS => list,
+        Value::Array(_) => return fail("mcp_tools".into(), &format!("holds at most {MAX_KEY_TOOL_PATTERNS} patterns")),
+        other => {
+            let message = format!(
+                "must be a list of patterns such as \"files__*\", got {} (omit mcp_tools to allow every tool)",
+                kind_of(other)
+            );
+            return fail("mcp_tools".into(), &message);
+        }
+    };
+    let mut parsed = Vec::with_capacity(list.len());
+    for (i, pattern) in list.iter().enumerate() {
+        match pattern {
+            Value::String(text) if is_key_tool_pattern(text) => parsed.push(text.clone()),
+            _ => {
+                let message = format!(
+                    "must be {{server}}__{{tool}}: a server id (1 to {MAX_SERVER_ID} of a-z, 0-9 and -) or *, then __, \
+                     then a tool name pattern (1 to {MAX_PATTERN} of A-Z, a-z, 0-9, _, -, . and *, any run of characters)"
+                );
+                return fail(format!("mcp_tools[{i}]"), &message);
+            }
+        }
+    }
+    Ok(parsed)
 }
 
 /// Parses one server's object. Err: the path of the value at fault (`url`, `headers.x`,
@@ -392,6 +452,88 @@ mod tests {
         let deny = Tools::Deny(vec!["delete*".into()]);
         assert!(deny.permits("read") && !deny.permits("delete_all"));
         assert!(Tools::All.permits("anything"));
+    }
+
+    #[test]
+    fn key_tool_patterns() {
+        let longest = format!("{}__{}", "s".repeat(MAX_SERVER_ID), "t".repeat(MAX_PATTERN));
+        for good in ["files__*", "search__web_search", "*__read_*", "*__*", "a-1__x.y-z", "s__a__b", longest.as_str()] {
+            assert!(is_key_tool_pattern(good), "{good}");
+        }
+        let too_long_server = format!("{}__t", "s".repeat(MAX_SERVER_ID + 1));
+        let too_long_tool = format!("s__{}", "t".repeat(MAX_PATTERN + 1));
+        for bad in [
+            "",
+            "files",
+            "files__",
+            "__x",
+            "Files__x",
+            "fi_les__x",
+            "f*__x",
+            "**__x",
+            "files__a b",
+            "files__a/b",
+            "files_x",
+            too_long_server.as_str(),
+            too_long_tool.as_str(),
+        ] {
+            assert!(!is_key_tool_pattern(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_key_permits_the_tools_its_patterns_match() {
+        let patterns: Vec<String> = ["files__*", "search__web_search", "*__read_*"].map(String::from).into();
+        for (server, tool, permitted) in [
+            ("files", "anything", true),
+            ("files", "", true),
+            ("search", "web_search", true),
+            ("search", "web_search2", false),
+            ("search", "image_search", false),
+            ("mail", "read_inbox", true),
+            ("mail", "send", false),
+            // The server is matched whole: `files__*` is not `files-2`.
+            ("files-2", "x", false),
+            // A tool name's own `__` does not make it another server's tool.
+            ("mail", "x__read_y", false),
+            ("search", "web_search__x", false),
+        ] {
+            assert_eq!(key_permits(&patterns, server, tool), permitted, "{server} {tool}");
+        }
+        assert!(key_permits(&["*__*".to_string()], "any", "tool"));
+        assert!(!key_permits(&[], "files", "x"));
+        // A string that is not a pattern permits nothing.
+        assert!(!key_permits(&["files".to_string(), "files__".to_string()], "files", ""));
+    }
+
+    #[test]
+    fn key_tools_are_a_list_of_patterns_and_errors_name_the_index() {
+        assert_eq!(
+            parse_key_tools(&json!(["files__*", "*__read_*"])).unwrap(),
+            vec!["files__*".to_string(), "*__read_*".to_string()]
+        );
+        let error = |value: Value| parse_key_tools(&value).unwrap_err();
+        assert_eq!(
+            error(json!([])),
+            ("mcp_tools".to_string(), "mcp_tools must not be empty: omit mcp_tools to allow every tool".to_string())
+        );
+        let (path, message) = error(json!("files__*"));
+        assert_eq!(path, "mcp_tools");
+        assert!(message.starts_with("mcp_tools must be a list") && message.contains("got a string"), "{message}");
+        assert_eq!(error(Value::Null).0, "mcp_tools");
+        let many: Vec<String> = (0..=MAX_KEY_TOOL_PATTERNS).map(|i| format!("s__t{i}")).collect();
+        assert_eq!(error(json!(many)), ("mcp_tools".to_string(), "mcp_tools holds at most 256 patterns".to_string()));
+        assert_eq!(parse_key_tools(&json!(many[..MAX_KEY_TOOL_PATTERNS])).unwrap().len(), MAX_KEY_TOOL_PATTERNS);
+        for (value, path) in [
+            (json!(["files__*", "files"]), "mcp_tools[1]"),
+            (json!(["files__*", "ok__x", 5]), "mcp_tools[2]"),
+            (json!(["Files__x"]), "mcp_tools[0]"),
+            (json!(["files__a b"]), "mcp_tools[0]"),
+        ] {
+            let (at, message) = error(value.clone());
+            assert_eq!(at, path, "{value}");
+            assert!(message.starts_with(&format!("{path} must be {{server}}__{{tool}}: ")), "{message}");
+        }
     }
 
     #[test]
