@@ -5,7 +5,7 @@
 
 use super::message::Outcome;
 use crate::stream::sse::MAX_EVENT_BYTES;
-use gateway_schema::mcp_servers::{glob_matches, Tools};
+use gateway_schema::mcp_servers::{key_permits, Tools};
 use serde_json::{json, Value};
 use std::rc::Rc;
 
@@ -30,11 +30,8 @@ impl ToolPolicy {
 
     /// Whether the caller may see and call the server's tool `name`.
     pub(crate) fn permits(&self, name: &str) -> bool {
-        let key_permits = || {
-            let full = format!("{}__{name}", self.server_id);
-            self.key.as_ref().is_none_or(|patterns| patterns.iter().any(|p| glob_matches(p, &full)))
-        };
-        self.server.permits(name) && key_permits()
+        let by_key = self.key.as_ref().is_none_or(|patterns| key_permits(patterns, &self.server_id, name));
+        self.server.permits(name) && by_key
     }
 
     /// Removes the tools the caller may not use from `message` when it is the answer to
@@ -277,6 +274,8 @@ mod tests {
         assert!(!other_server.permits("read_file"), "a key's patterns name their server");
         let both = policy(Tools::Deny(vec!["read_secret".into()]), Some(&["*__read_*"])).unwrap();
         assert!(both.permits("read_file") && !both.permits("read_secret") && !both.permits("list"));
+        let across = policy(Tools::All, Some(&["*__read_*"])).unwrap();
+        assert!(across.permits("read_y") && !across.permits("x__read_y"), "a pattern's * never reaches across __");
     }
 
     #[test]

@@ -378,3 +378,25 @@ def test_a_workspace_keeps_its_own_servers_in_the_control_plane(gw, upstream):
     # Another workspace has no such server.
     r = gw.http.post("/mcp/kept", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {other}"})
     assert rpc_error(r, 404, -32600) == "unknown MCP server 'kept'"
+
+
+def test_a_key_narrowed_to_tools_sees_and_calls_only_those(gw, upstream):
+    """A key made with `mcp_tools` (`{server}__{tool}` patterns) sees only the tools they match, on
+    every server; a call to another is "Unknown tool" and never reaches the server."""
+    r = gw.post("/v1/api-keys", {"workspace": f"team-{uuid.uuid4().hex[:8]}", "mcp_tools": ["tools__add", "*__count_*"]})
+    assert r.status_code == 201, r.text
+    key = r.json()["key"]
+
+    async def session(server: str):
+        async with client(gw, "2026-07-28", {"authorization": f"Bearer {key}"}, server=server) as c:
+            listed = {t.name for t in (await c.list_tools()).tools}
+            with pytest.raises(Exception, match="Unknown tool: fail"):
+                result = await c.call_tool("fail", {})
+                raise RuntimeError(result.content[0].text if result.is_error else "the call passed")
+            return listed
+
+    before = len(upstream.seen_headers)
+    assert asyncio.run(session("tools")) == {"add", "count_with_progress"}
+    assert asyncio.run(session("adder")) == set(), "the server's allow and the key's patterns both apply"
+    calls = len(upstream.seen_headers) - before
+    assert calls > 0 and not any(h.get("mcp-name") == "fail" for h in upstream.seen_headers[before:])
