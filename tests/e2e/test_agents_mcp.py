@@ -26,7 +26,9 @@ SERVER_ID = "words"  # the MCP server's id in the gateway's configuration
 SERVER_TOKEN = "words-server-own-token"  # its stored credential: only the gateway sends it
 # The gateway's MCP endpoint the agents are given and the name the tool has there: today one
 # server's endpoint, names unchanged. For the aggregate endpoint (every server as one) these two
-# lines become MCP_PATH = "/mcp" and TOOL = f"{SERVER_ID}__lookup_word".
+# lines become MCP_PATH = "/mcp" and TOOL = f"{SERVER_ID}__lookup_word". (Each test's last lines
+# check the agent's protocol era in what the server heard, true while the gateway passes a message
+# on as it is; on the aggregate the gateway chooses the era it speaks to the server.)
 MCP_PATH = f"/mcp/{SERVER_ID}"
 TOOL = "lookup_word"
 AGENT_SERVER = "gw"  # the name each agent's own configuration gives the gateway's MCP endpoint
