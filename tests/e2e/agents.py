@@ -8,6 +8,9 @@ killed then, and the run says so.
     run = run_claude(gateway_origin, "Read note.txt", api_key=..., headers={"x-portkey-provider": "anthropic"},
                      files={"note.txt": "..."})
     run = run_codex(f"{gateway_origin}/v1", "Run cat note.txt", api_key=..., headers={...})
+    # an MCP server over HTTP, in each agent's own terms (Claude Code's --mcp-config, Codex's config.toml)
+    run_claude(..., mcp_servers={"gw": {"type": "http", "url": ..., "headers": {"Authorization": "Bearer ..."}}})
+    run_codex(..., mcp_servers={"gw": {"url": ..., "bearer_token_env_var": "GW_KEY"}}, env={"GW_KEY": ...})
     run.returncode, run.stdout, run.stderr, run.cwd, run.timed_out
 
 Claude Code posts to `{base_url}/v1/messages?beta=true`; Codex to `{base_url}/responses`.
@@ -93,11 +96,12 @@ def _run(args: list[str], env: dict[str, str], home: Path, cwd: Path, timeout: f
 def run_claude(base_url: str, prompt: str, *, api_key: str | None = None, auth_token: str | None = None,
                headers: dict[str, str] | None = None, model: str | None = None, files: dict[str, str] | None = None,
                allowed_tools: tuple[str, ...] = ("Bash", "Read"), timeout: float = 120, root: Path | None = None,
-               env: dict[str, str] | None = None) -> AgentRun:
+               env: dict[str, str] | None = None, mcp_servers: dict[str, dict] | None = None) -> AgentRun:
     """`claude -p prompt --output-format json` against ``base_url`` (an origin: Claude Code adds
     `/v1/messages`), with the key as `x-api-key` (``api_key``) or `Authorization: Bearer`
     (``auth_token``), ``headers`` in ANTHROPIC_CUSTOM_HEADERS, ``files`` written in its working
-    directory and ``allowed_tools`` usable without asking."""
+    directory and ``allowed_tools`` usable without asking; ``mcp_servers`` (name to Claude Code's
+    server entry) as its only MCP servers (`--mcp-config`, `--strict-mcp-config`)."""
     home, cwd = _workspace(root, files or {})
     agent_env = {"ANTHROPIC_BASE_URL": base_url, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
     if api_key is not None:
@@ -110,6 +114,8 @@ def run_claude(base_url: str, prompt: str, *, api_key: str | None = None, auth_t
             "--allowedTools", ",".join(allowed_tools)]
     if model is not None:
         args += ["--model", model]
+    if mcp_servers is not None:
+        args += ["--mcp-config", json.dumps({"mcpServers": mcp_servers}), "--strict-mcp-config"]
     return _run(args, {**agent_env, **(env or {})}, home, cwd, timeout)
 
 
@@ -117,12 +123,21 @@ def _toml(value: str) -> str:
     return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
 
 
-def codex_config(base_url: str, headers: dict[str, str] | None = None, model: str = CODEX_MODEL) -> str:
+def _toml_table(values: dict[str, str]) -> str:
+    return "{ " + ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in values.items()) + " }"
+
+
+def codex_config(base_url: str, headers: dict[str, str] | None = None, model: str = CODEX_MODEL,
+                 mcp_servers: dict[str, dict[str, str | dict[str, str]]] | None = None) -> str:
     """A CODEX_HOME/config.toml naming ``base_url`` as a provider of the Responses API, its key in
     the environment variable CODEX_GATEWAY_KEY, ``headers`` sent with every request; no retries
     (each request a test scripts is sent once), no plugin sync or analytics (they would reach out to
-    the network)."""
-    header_table = ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in (headers or {}).items())
+    the network); ``mcp_servers`` (name to the keys of its `[mcp_servers.<name>]` table: strings,
+    or a table of strings such as `http_headers`)."""
+    servers = [line for name, keys in (mcp_servers or {}).items()
+               for line in ["", f"[mcp_servers.{_toml(name)}]",
+                            *(f"{key} = {_toml_table(value) if isinstance(value, dict) else _toml(value)}"
+                              for key, value in keys.items())]]
     return "\n".join([
         f"model = {_toml(model)}",
         'model_provider = "gateway"',
@@ -132,7 +147,7 @@ def codex_config(base_url: str, headers: dict[str, str] | None = None, model: st
         f"base_url = {_toml(base_url)}",
         'wire_api = "responses"',
         'env_key = "CODEX_GATEWAY_KEY"',
-        f"http_headers = {{ {header_table} }}",
+        f"http_headers = {_toml_table(headers or {})}",
         "request_max_retries = 0",
         "stream_max_retries = 0",
         "",
@@ -141,21 +156,26 @@ def codex_config(base_url: str, headers: dict[str, str] | None = None, model: st
         "",
         "[analytics]",
         "enabled = false",
+        *servers,
         "",
     ])
 
 
 def run_codex(base_url: str, prompt: str, *, api_key: str, headers: dict[str, str] | None = None,
               model: str = CODEX_MODEL, files: dict[str, str] | None = None, timeout: float = 120,
-              root: Path | None = None, env: dict[str, str] | None = None) -> AgentRun:
+              root: Path | None = None, env: dict[str, str] | None = None,
+              mcp_servers: dict[str, dict[str, str | dict[str, str]]] | None = None,
+              features: tuple[str, ...] = ()) -> AgentRun:
     """`codex exec prompt` against ``base_url`` (with `/v1`: Codex adds `/responses`), the key sent
     as `Authorization: Bearer`, ``headers`` as the provider's `http_headers`, ``files`` written in
-    its working directory; commands run without asking and without Codex's sandbox."""
+    its working directory, ``mcp_servers`` in its config (``codex_config``), ``features`` enabled
+    (`--enable`); commands and MCP tools run without asking and without Codex's sandbox."""
     home, cwd = _workspace(root, files or {})
     codex_home = home / ".codex"
     codex_home.mkdir()
-    (codex_home / "config.toml").write_text(codex_config(base_url, headers, model))
+    (codex_home / "config.toml").write_text(codex_config(base_url, headers, model, mcp_servers))
     args = [str(CODEX), "exec", "--skip-git-repo-check", "--color", "never",
-            "--dangerously-bypass-approvals-and-sandbox", "-C", str(cwd), prompt]
+            "--dangerously-bypass-approvals-and-sandbox", "-C", str(cwd),
+            *(arg for feature in features for arg in ("--enable", feature)), prompt]
     return _run(args, {"CODEX_HOME": str(codex_home), "CODEX_GATEWAY_KEY": api_key, **(env or {})}, home, cwd,
                 timeout)

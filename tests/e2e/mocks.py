@@ -70,11 +70,13 @@ __all__ = [
 @dataclass
 class ToolCall:
     """A tool call the scripted model makes. ``id`` is generated in the provider's style
-    (``call_...`` / ``toolu_...``) when left empty."""
+    (``call_...`` / ``toolu_...``) when left empty. ``namespace``: the Responses API's
+    namespace tool the function is in (Codex puts an MCP server's tools in one)."""
 
     name: str
     arguments: dict
     id: str = ""
+    namespace: str | None = None
 
 
 @dataclass(eq=False)
@@ -1754,9 +1756,11 @@ class OpenAIMock(MockProvider):
             output.append({"id": f"msg_mock{_hex(24)}", "type": "message", "status": "completed", "role": "assistant",
                            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]})
         for tc in reply.tool_calls:
-            output.append({"id": f"fc_mock{_hex(24)}", "type": "function_call", "status": "completed",
-                           "arguments": json.dumps(tc.arguments), "call_id": tc.id or f"call_mock{_hex(16)}",
-                           "name": tc.name})
+            call = {"id": f"fc_mock{_hex(24)}", "type": "function_call", "status": "completed",
+                    "arguments": json.dumps(tc.arguments), "call_id": tc.id or f"call_mock{_hex(16)}", "name": tc.name}
+            if tc.namespace is not None:
+                call["namespace"] = tc.namespace
+            output.append(call)
         response = self.response_object(body, "completed", output, usage)
         if reply.stop_reason in ("max_output_tokens", "content_filter"):
             response.update(status="incomplete", incomplete_details={"reason": reply.stop_reason})

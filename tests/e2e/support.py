@@ -1,7 +1,7 @@
 """What several suites share beyond helpers.py: waiting on an outcome, the guards every Envoy a
 test starts runs under, the control plane's API, Envoy's metrics and access log, the providers'
-configs, the hooks server (webhooks and JWKS) and the mesh-shaped Envoy. Test files import these
-from here, never from one another."""
+configs, the hooks server (webhooks and JWKS), an MCP server of the official SDK and the mesh-shaped
+Envoy. Test files import these from here, never from one another."""
 
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ import anthropic
 import httpx2 as httpx
 import jwt
 import pytest
+import uvicorn
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
+from mcp.server.mcpserver import MCPServer
 
 import helpers
 from helpers import AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, CHAT, KEY, chat_body, config, provider_config
@@ -324,6 +326,44 @@ def hooks():
     server = Hooks()
     yield server
     server.server.shutdown()
+
+
+# --------------------------------------------------------------------------- an MCP server
+
+
+class McpUpstream:
+    """An MCP server written with the official SDK (``server``, its tools the caller's) served by
+    uvicorn on a free loopback port, in a thread of the test process, at ``url``; it records the
+    headers of every request it receives in ``seen_headers``: ``with McpUpstream(server) as up:``."""
+
+    def __init__(self, server: MCPServer):
+        self.port = free_ports(1)[0]
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.seen_headers: list[dict[str, str]] = []
+        app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+
+        async def recording(scope, receive, send):
+            if scope["type"] == "http":
+                self.seen_headers.append({k.decode().lower(): v.decode() for k, v in scope["headers"]})
+            await app(scope, receive, send)
+
+        config = uvicorn.Config(recording, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        for _ in range(200):
+            if self.server.started:
+                return self
+            if not self.thread.is_alive():
+                break
+            threading.Event().wait(0.05)
+        raise RuntimeError("the MCP server did not start")
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(10)
 
 
 def guarded(openai_mock, **checks) -> dict:
