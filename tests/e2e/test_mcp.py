@@ -13,14 +13,13 @@ import uuid
 import anyio
 import httpx2 as httpx
 import pytest
-import uvicorn
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import Context, MCPServer
 
 import helpers
 from pg_server import free_ports
-from support import access_lines, value
+from support import McpUpstream, access_lines, value
 
 SERVER_TOKEN = "mcp-server-own-token"  # the server's stored credential (its `headers`)
 ERAS = ["legacy", "2026-07-28"]
@@ -28,14 +27,11 @@ ERAS = ["legacy", "2026-07-28"]
 PROGRESS_WAIT_S = 15
 
 
-class UpstreamServer:
-    """An MCP server (the SDK's MCPServer under uvicorn) on a free loopback port, in a thread of the
-    test process, recording the headers of every request it receives."""
+class UpstreamServer(McpUpstream):
+    """The MCP server behind the gateway in these tests: tools (one that fails, one that streams
+    progress), a prompt and a resource; it records the headers of every request it receives."""
 
     def __init__(self):
-        self.port = free_ports(1)[0]
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.seen_headers: list[dict[str, str]] = []
         # Set by the client's progress callback; the progress tool returns once it is set.
         self.progress_seen = threading.Event()
         server = MCPServer("gateway-e2e")
@@ -67,30 +63,7 @@ class UpstreamServer:
             """A fixed text."""
             return "static text from the server"
 
-        app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
-
-        async def recording(scope, receive, send):
-            if scope["type"] == "http":
-                self.seen_headers.append({k.decode().lower(): v.decode() for k, v in scope["headers"]})
-            await app(scope, receive, send)
-
-        config = uvicorn.Config(recording, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        for _ in range(200):
-            if self.server.started:
-                return self
-            if not self.thread.is_alive():
-                break
-            threading.Event().wait(0.05)
-        raise RuntimeError("the upstream MCP server did not start")
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(10)
+        super().__init__(server)
 
 
 @pytest.fixture(scope="module")
