@@ -483,7 +483,7 @@ image() {
 # (target/fuzz/corpus/<target>, seeded by fuzz/seeds.py from the golden fixtures). A crash
 # leaves its input in target/fuzz/artifacts/<target>/ and fails the command. FUZZ_SEED fixes
 # libFuzzer's seed (the test suite's short runs use 1, so they repeat).
-FUZZ_TARGETS=(plugin_settings sse event_stream query prompt jwt stored_items request translations exchange control_plane_bodies native_abi)
+FUZZ_TARGETS=(plugin_settings sse mcp event_stream query prompt jwt stored_items request translations exchange control_plane_bodies native_abi)
 fuzz() {
   local seconds="${1:-60}"
   [ $# -gt 0 ] && shift

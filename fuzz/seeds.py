@@ -97,7 +97,7 @@ def exchange_seed(request: dict, provider: str, answer: dict) -> bytes:
 
 
 def seeds() -> dict[str, list[bytes]]:
-    corpus: dict[str, list[bytes]] = {name: [] for name in ["plugin_settings", "sse", "event_stream", "query",
+    corpus: dict[str, list[bytes]] = {name: [] for name in ["plugin_settings", "sse", "mcp", "event_stream", "query",
                                                             "prompt", "jwt", "exchange", "stored_items",
                                                             "translations", "request", "control_plane_bodies",
                                                             "native_abi"]}
@@ -175,6 +175,16 @@ def seeds() -> dict[str, list[bytes]]:
         b"\xff\x03\x01" + header(b":status", b"200") + b"\x00" + b"{}",
     ]
     corpus["sse"] += [b"\x03data: {\"a\":1}\r\n\r\nevent: x\ndata: y\n\n: comment\ndata: [DONE]\n\n"]
+    # mcp: (cut seed, content type index, the request's id as a piece, the body).
+    tools_list = (b'{"jsonrpc":"2.0","id":7,"result":{"tools":[{"name":"read"},{"name":"write"}],'
+                  b'"nextCursor":"c"}}')
+    corpus["mcp"] += [
+        bytes([5, 0]) + piece(b"7") + tools_list,
+        bytes([9, 1]) + piece(b"7") + b"id: 1\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":"
+        b"\"notifications/progress\"}\r\n\r\n: ping\n\nevent: message\ndata: " + tools_list + b"\n\n",
+        bytes([3, 0]) + piece(b'"call-1"') + b'{"jsonrpc":"2.0","id":"call-1","result":{"content":[],"isError":true}}',
+        bytes([1, 2]) + piece(b"1") + b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add"}}',
+    ]
     return corpus
 
 

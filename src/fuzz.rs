@@ -77,6 +77,43 @@ pub fn sse(data: &[u8]) {
     assert_eq!(events(&[text]), events(&cut(text, seed)));
 }
 
+/// MCP: a client's JSON-RPC message read (never a panic; names cut for the record), and a
+/// server's answer watched for its outcome and a `tools/list` answer rewritten, each the same
+/// however the answer is cut into chunks.
+pub fn mcp(data: &[u8]) {
+    use crate::mcp::{read_message, AnswerWatch, ListRewrite, ToolPolicy};
+    use gateway_schema::mcp_servers::Tools;
+    let mut input = Input(data);
+    let seed = input.byte();
+    let content_type = input.choose(&["application/json", "text/event-stream", "text/plain"]);
+    let id: serde_json::Value = serde_json::from_slice(input.piece()).unwrap_or(serde_json::Value::Null);
+    let body = input.0;
+    if let Ok(message) = read_message(body) {
+        assert!(message.method.iter().chain(&message.tool).all(|name| name.chars().count() <= 128));
+    }
+    let watched = |pieces: &[&[u8]]| {
+        let mut watch = AnswerWatch::new(id.clone(), content_type.as_bytes())?;
+        pieces.iter().for_each(|piece| watch.push(piece));
+        watch.finish()
+    };
+    assert_eq!(watched(&[body]), watched(&cut(body, seed)));
+    let Some(policy) = ToolPolicy::new("files", &Tools::Deny(vec!["w*".into()]), None) else {
+        return;
+    };
+    let rewritten = |pieces: &[&[u8]]| {
+        let mut list = ListRewrite::new(id.clone(), policy.clone(), content_type.as_bytes())?;
+        let mut out = Vec::new();
+        for (i, piece) in pieces.iter().enumerate() {
+            out.extend(list.push(piece, i + 1 == pieces.len()));
+        }
+        if pieces.is_empty() {
+            out.extend(list.push(&[], true));
+        }
+        Some((out, list.outcome()))
+    };
+    assert_eq!(rewritten(&[body]), rewritten(&cut(body, seed)));
+}
+
 /// AWS event-stream frames (Bedrock's streams): the frames and the error do not depend on where
 /// the chunks end.
 pub fn event_stream(data: &[u8]) {
@@ -641,6 +678,7 @@ mod tests {
         for input in &inputs {
             super::plugin_settings(input);
             super::sse(input);
+            super::mcp(input);
             super::event_stream(input);
             super::query(input);
             super::prompt(input);
