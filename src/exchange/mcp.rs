@@ -8,7 +8,7 @@ use super::head::Head;
 use super::reply;
 use super::{unroute, Action, Env, Exchange, Phase, RawHeaders};
 use crate::mcp::{self, AnswerWatch, Facts, ListRewrite, Outcome, ToolPolicy};
-use crate::pipeline::HeaderEdits;
+use crate::pipeline::{HeaderEdits, TRACE_HEADER};
 use crate::routing::plan::Failure;
 
 impl Exchange {
@@ -88,7 +88,9 @@ impl Exchange {
         raw: &RawHeaders,
         list: Option<Box<ToolPolicy>>,
     ) -> Action {
-        let edits = HeaderEdits { remove: routed.remove, set: routed.set };
+        let mut edits = HeaderEdits { remove: routed.remove, set: routed.set };
+        // The server's logs can name the request as the gateway's do.
+        edits.set.push((TRACE_HEADER.to_string(), self.record.trace_id.clone()));
         env.io.set_request_headers(env.id, &edits.apply(raw));
         self.phase = Phase::Mcp(list);
         Action::Continue

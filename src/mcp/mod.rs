@@ -147,18 +147,33 @@ pub(crate) fn stored_server(id: &str, value: &Value) -> Result<Server, GatewayEr
 /// client's query kept; nothing of the caller's that is the gateway's (its key, its
 /// `Authorization`, `x-gateway-*`), its browser's (`Origin`, cookies) or Envoy's reaches it,
 /// nor its `Accept-Encoding` (the gateway reads the answer). `tools`: what the caller may use.
+///
+/// `x-gateway-forward-headers` may name others of the caller's to pass (its `Origin`, a
+/// cookie, a gateway header), never its credentials (`Authorization` carries the gateway key
+/// for MCP clients), Envoy's controls or `Accept-Encoding`.
 pub(crate) fn edits(
     id: &str,
     server: &Server,
     routing: &Routing,
     request: &Request,
     tools: Option<ToolPolicy>,
-) -> Routed {
+) -> Result<Routed, GatewayError> {
     let (query, raw) = (request.query, request.headers);
-    let withheld = |name: &str| {
-        matches!(name, "authorization" | "origin" | "cookie" | "proxy-authorization" | "accept-encoding")
-            || name.starts_with("x-gateway-")
+    let forwarded = match crate::request::headers::find(raw, FORWARD_HEADER) {
+        Some(value) => {
+            let value = std::str::from_utf8(value)
+                .map_err(|_| GatewayError::invalid_header(FORWARD_HEADER, "must be a list of header names"))?;
+            crate::request::headers::parse_header_list(FORWARD_HEADER, value)?
+        }
+        None => Vec::new(),
+    };
+    let never = |name: &str| {
+        matches!(name, "authorization" | "proxy-authorization" | "accept-encoding" | "x-gateway-api-key")
             || name.starts_with("x-envoy-")
+    };
+    let withheld = |name: &str| {
+        let private = matches!(name, "origin" | "cookie") || name.starts_with("x-gateway-");
+        never(name) || (private && !forwarded.iter().any(|f| f == name))
     };
     let remove = raw.iter().map(|(name, _)| name).filter(|name| withheld(name)).cloned().collect();
     let upstream = &server.upstream;
@@ -176,8 +191,11 @@ pub(crate) fn edits(
         set.push(("x-envoy-upstream-rq-per-try-timeout-ms".to_string(), ms.to_string()));
     }
     set.extend(server.headers.iter().cloned());
-    Routed { server: id.to_string(), remove, set, tools: tools.map(Box::new) }
+    Ok(Routed { server: id.to_string(), remove, set, tools: tools.map(Box::new) })
 }
+
+/// The caller's list of headers to pass to the server.
+const FORWARD_HEADER: &str = "x-gateway-forward-headers";
 
 /// Whether a request may come from `origin`: none (not a browser), or the gateway's own
 /// `authority` (a page the gateway served). Others are refused, as the MCP spec asks of
@@ -296,7 +314,7 @@ mod tests {
         let id = server_id(&request)?;
         let servers = servers();
         let server = servers.get(id).ok_or_else(|| unknown_server(id))?;
-        Ok(edits(id, server, &routing, &request, None))
+        edits(id, server, &routing, &request, None)
     }
 
     #[test]
@@ -352,6 +370,18 @@ mod tests {
                 ("authorization", "Bearer server-own"),
             ]
         );
+        // Named in x-gateway-forward-headers, a cookie or a gateway header passes; the caller's
+        // credentials never do.
+        let forwarding = [
+            ("authorization", "Bearer gw-key"),
+            ("cookie", "c=1"),
+            ("x-gateway-metadata", "{}"),
+            ("x-gateway-forward-headers", "cookie, x-gateway-metadata, authorization, x-gateway-api-key"),
+        ];
+        let routed = route_of("POST", "/mcp/files", None, &forwarding).unwrap();
+        assert_eq!(routed.remove, ["authorization", "x-gateway-forward-headers"]);
+        let bad = [("x-gateway-forward-headers", "not a name!")];
+        assert_eq!(route_of("POST", "/mcp/files", None, &bad).unwrap_err().status, 400);
         // A URL without a path: the server's root; TLS by its scheme.
         let root = route_of("GET", "/mcp/root", None, &[]).unwrap();
         assert!(root.set.contains(&(":path".to_string(), "/".to_string())));

@@ -422,7 +422,7 @@ fn start_mcp(
     let cluster = |upstream: &Upstream| settings.routed_cluster(upstream);
     let routing = mcp::Routing { route_header: settings.route_header(), cluster: &cluster };
     let tools = mcp::ToolPolicy::new(id, &server.tools, owner.mcp_tools.as_ref());
-    let routed = mcp::edits(id, server, &routing, &request, tools);
+    let routed = mcp::edits(id, server, &routing, &request, tools)?;
     Ok(Started::Mcp { routed, key_id: owner.key_id })
 }
 

@@ -317,7 +317,7 @@ fn parse_timeout(header: &str, value: &str) -> Result<u64, GatewayError> {
 }
 
 /// A JSON array of header names or a comma-separated list; names are lowercased.
-fn parse_header_list(header: &str, value: &str) -> Result<Vec<String>, GatewayError> {
+pub(crate) fn parse_header_list(header: &str, value: &str) -> Result<Vec<String>, GatewayError> {
     let value = value.trim();
     let names: Vec<String> = if value.starts_with('[') {
         let items: Vec<Value> = serde_json::from_str(value).map_err(|_| {

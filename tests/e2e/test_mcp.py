@@ -126,7 +126,8 @@ def test_sdk_client_lists_and_calls_tools_prompts_and_resources(gw, upstream, mo
         assert headers.get("authorization") == f"Bearer {SERVER_TOKEN}"
         assert headers.get("host") == f"127.0.0.1:{upstream.port}"
         assert helpers.KEY not in json.dumps(headers)
-        assert not any(name.startswith("x-gateway-") for name in headers)
+        # Of the gateway's headers, only the request's trace id.
+        assert [name for name in headers if name.startswith("x-gateway-")] == ["x-gateway-trace-id"]
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -277,8 +278,12 @@ def test_each_request_is_recorded_with_its_server_method_tool_and_outcome(gw, up
             assert (await c.call_tool("fail", {})).is_error
 
     asyncio.run(session())
+    # The server got the trace id with each request, and nothing else of the gateway's.
+    seen = upstream.seen_headers[sent_before:]
+    assert seen and all(h.get("x-gateway-trace-id") == trace for h in seen), seen
+    assert not any(name.startswith("x-gateway-") and name != "x-gateway-trace-id" for h in seen for name in h)
     # One line per request the server got (Envoy writes the log in batches).
-    lines = access_lines(gw, trace, count=len(upstream.seen_headers) - sent_before)
+    lines = access_lines(gw, trace, count=len(seen))
     calls = {line.get("mcp_tool"): line for line in lines if line.get("mcp_method") == "tools/call"}
     assert set(calls) == {"add", "fail"}, lines
     for tool, is_error in [("add", False), ("fail", True)]:
