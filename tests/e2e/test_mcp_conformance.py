@@ -110,7 +110,9 @@ def run_suite(suite: str, url: str, out: Path, gateway_origin: str | None = None
 
 @pytest.fixture(scope="module")
 def server():
-    subprocess.run(["bash", str(REPO / "build.sh"), "conformance"], check=True, capture_output=True, timeout=600)
+    installed = subprocess.run(["bash", str(REPO / "build.sh"), "conformance"], capture_output=True, text=True,
+                               timeout=600)
+    assert installed.returncode == 0, f"./build.sh conformance failed:\n{installed.stderr[-3000:]}"
     with ConformanceServer() as running:
         yield running
 
