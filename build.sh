@@ -17,6 +17,8 @@
 #   ./build.sh bench    the benchmark (bench/README.md)
 #   ./build.sh size     the module's code size by crate and its largest functions (bench/README.md)
 #   ./build.sh agents   install the coding agents the end-to-end tests run (Claude Code, Codex)
+#   ./build.sh conformance
+#                       install the official MCP conformance suite the end-to-end tests run
 #   ./build.sh fixtures write the translation fixtures' snapshots again after an intended change
 #                       (src/providers/fixtures/README.md); review their diff
 #   ./build.sh image [TAG] [--push REF [--insecure]]
@@ -246,6 +248,48 @@ JSON
   install_step codex-version "$AGENTS/node_modules/.bin/codex" --version
 }
 
+# The official MCP conformance suite (npm @modelcontextprotocol/conformance), which
+# tests/e2e/test_mcp_conformance.py runs against an MCP server directly and through the gateway, at
+# pinned versions in .tools/conformance: 0.1.16 for the 2025 protocol era's server scenarios, the
+# pre-release for `--requirements 2026-07-28` (two npm aliases of the one package). It needs
+# Node.js 22 (on 20 it crashes): npm's `node` package brings that binary, whose install script
+# (it fetches the platform's build) is the one allowed.
+CONFORMANCE_NODE_VERSION="22.23.3"
+CONFORMANCE_VERSION="0.1.16"
+CONFORMANCE_NEXT_VERSION="0.2.0-alpha.12"
+CONFORMANCE="$TOOLS/conformance"
+install_conformance() {
+  local node="$CONFORMANCE/node_modules/.bin/node" suites="$CONFORMANCE/node_modules"
+  if "$node" --version 2>/dev/null | grep -qxF "v$CONFORMANCE_NODE_VERSION" \
+     && "$node" "$suites/conformance-2025/dist/index.js" --version 2>/dev/null | grep -qxF "$CONFORMANCE_VERSION" \
+     && "$node" "$suites/conformance-2026/dist/index.js" --version 2>/dev/null | grep -qxF "$CONFORMANCE_NEXT_VERSION"; then
+    return
+  fi
+  if ! command -v npm >/dev/null; then
+    log "installing Node.js and npm (they install the MCP conformance suite)"
+    apt_install nodejs npm
+  fi
+  log "installing the MCP conformance suite $CONFORMANCE_VERSION and $CONFORMANCE_NEXT_VERSION with Node.js $CONFORMANCE_NODE_VERSION into .tools/conformance (about 30 s)"
+  mkdir -p "$CONFORMANCE"
+  cat >"$CONFORMANCE/package.json" <<JSON
+{
+  "private": true,
+  "dependencies": {
+    "node": "$CONFORMANCE_NODE_VERSION",
+    "conformance-2025": "npm:@modelcontextprotocol/conformance@$CONFORMANCE_VERSION",
+    "conformance-2026": "npm:@modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION"
+  },
+  "allowScripts": {"node@$CONFORMANCE_NODE_VERSION": true}
+}
+JSON
+  # As for the agents: the system's CA store, where a TLS-inspecting proxy's authority is.
+  install_step npm-conformance env NODE_OPTIONS="${NODE_OPTIONS:+$NODE_OPTIONS }--use-openssl-ca" \
+    npm install --prefix "$CONFORMANCE" --engine-strict=false --no-audit --no-fund
+  install_step conformance-node-version "$node" --version
+  install_step conformance-version "$node" "$suites/conformance-2025/dist/index.js" --version
+  install_step conformance-next-version "$node" "$suites/conformance-2026/dist/index.js" --version
+}
+
 # PostgreSQL, for the control plane's end-to-end tests against it (the suite starts its own
 # server on a loopback port; nothing runs as a system service).
 install_postgres() {
@@ -409,6 +453,7 @@ test_all() {
   build_native
   install_test_deps
   install_agents
+  install_conformance
   install_postgres
   install_registry_tools
   lint
@@ -525,10 +570,11 @@ case "$COMMAND" in
   size) shift; size_breakdown "$@" ;;
   profile) shift; v8_profile "$@" ;;
   agents) install_agents ;;
+  conformance) install_conformance ;;
   fixtures) UPDATE_SNAPSHOTS=1 cargo test --quiet -p model-gateway --lib providers::fixtures
             git status --short -- src/providers/fixtures/snapshots ;;
   image) shift; image "$@" ;;
   fuzz) shift; fuzz "$@" ;;
   soak) shift; build; exec "$VENV/bin/python" bench/soak.py --requests "${1:-1000000}" ;;
-  *) echo "usage: $0 [build|run|local-model|test|lint|config|bench|size|profile|agents|fixtures|image|fuzz|soak]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|run|local-model|test|lint|config|bench|size|profile|agents|conformance|fixtures|image|fuzz|soak]" >&2; exit 2 ;;
 esac

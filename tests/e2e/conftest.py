@@ -285,3 +285,5 @@ def pytest_configure(config):
                                        "deselect with -m 'not slow'")
     config.addinivalue_line("markers", "agents: runs a coding agent (Claude Code or Codex, which build.sh agents "
                                        "installs); runs in the default suite, deselect with -m 'not agents'")
+    config.addinivalue_line("markers", "conformance: runs the official MCP conformance suite (Node.js, which build.sh "
+                                       "conformance installs); runs in the default suite, deselect with -m 'not conformance'")
