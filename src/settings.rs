@@ -64,6 +64,26 @@ pub(crate) struct Settings {
     /// MCP servers behind `/mcp/{server}`, by id (docs/mcp.md).
     #[serde(default, deserialize_with = "crate::mcp::deserialize_servers")]
     pub(crate) mcp_servers: Servers,
+    /// Browser origins (`scheme://host[:port]`) whose pages may call the MCP endpoints, besides
+    /// the gateway's own pages on loopback names (docs/mcp.md); normalized once.
+    #[serde(default, deserialize_with = "deserialize_origins")]
+    pub(crate) mcp_allowed_origins: Vec<String>,
+}
+
+fn deserialize_origins<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    let texts = Vec::<String>::deserialize(deserializer)?;
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            crate::mcp::normalized_origin(text).ok_or_else(|| {
+                let shown: String = text.chars().take(80).collect();
+                serde::de::Error::custom(format!(
+                    "mcp_allowed_origins[{i}]: '{shown}' is not an origin (scheme://host[:port])"
+                ))
+            })
+        })
+        .collect()
 }
 
 /// A host's clusters, one per provider host: the routed request names its cluster in
@@ -359,6 +379,7 @@ impl Default for Settings {
             records: RecordsSettings::default(),
             lookup_gate: false,
             mcp_servers: Servers::default(),
+            mcp_allowed_origins: Vec::new(),
         }
     }
 }
@@ -727,6 +748,15 @@ mod tests {
     fn errors_never_quote_keys() {
         let err = Settings::parse(br#"{"api_keys": "gw-secret-1,gw-secret-2"}"#).unwrap_err();
         assert!(!err.contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn mcp_allowed_origins_are_normalized_once() {
+        let s = settings(r#"{"api_keys": ["k"], "mcp_allowed_origins": ["HTTPS://Console.example.com:443"]}"#);
+        assert_eq!(s.mcp_allowed_origins, ["https://console.example.com"]);
+        let bad =
+            Settings::parse(br#"{"api_keys": ["k"], "mcp_allowed_origins": ["https://a.example/page"]}"#).unwrap_err();
+        assert!(bad.contains("mcp_allowed_origins[0]: 'https://a.example/page' is not an origin"), "{bad}");
     }
 
     #[test]

@@ -89,6 +89,8 @@ pub(crate) struct Request<'a> {
     pub(crate) query: Option<&'a str>,
     pub(crate) origin: Option<&'a [u8]>,
     pub(crate) authority: Option<&'a [u8]>,
+    /// Browser origins allowed besides the gateway's own pages on loopback names.
+    pub(crate) allowed_origins: &'a [String],
     /// Every request header (their names say which ones the server must not get).
     pub(crate) headers: &'a [(String, Vec<u8>)],
 }
@@ -98,7 +100,7 @@ pub(crate) struct Request<'a> {
 /// (404).
 pub(crate) fn server_id<'a>(request: &Request<'a>) -> Result<&'a str, GatewayError> {
     let Request { method, path, .. } = *request;
-    if !origin_allowed(request.origin, request.authority) {
+    if !origin_allowed(request.origin, request.authority, request.allowed_origins) {
         return Err(GatewayError::new(
             403,
             "permission_error",
@@ -197,32 +199,50 @@ pub(crate) fn edits(
 /// The caller's list of headers to pass to the server.
 const FORWARD_HEADER: &str = "x-gateway-forward-headers";
 
-/// Whether a request may come from `origin`: none (not a browser), or the gateway's own
-/// `authority` (a page the gateway served). Others are refused, as the MCP spec asks of
-/// servers against DNS rebinding.
-fn origin_allowed(origin: Option<&[u8]>, authority: Option<&[u8]>) -> bool {
+/// Whether a request may come from `origin`: none (not a browser); a page the gateway served
+/// on a loopback name (`localhost`, `127.0.0.1`, `[::1]`: the origin is the request's own
+/// authority); or an origin of `allowed` (`mcp_allowed_origins`). A page of another name is
+/// refused even when the request's `Host` is that name too: a DNS-rebinding page controls both
+/// (the MCP spec asks servers to refuse it).
+fn origin_allowed(origin: Option<&[u8]>, authority: Option<&[u8]>, allowed: &[String]) -> bool {
     let Some(origin) = origin else {
         return true;
     };
-    let (Ok(origin), Some(authority)) = (std::str::from_utf8(origin), authority) else {
+    let Some(origin) = std::str::from_utf8(origin).ok().and_then(normalized_origin) else {
         return false;
     };
-    let Some((tls, host)) = origin
-        .strip_prefix("http://")
-        .map(|host| (false, host))
-        .or_else(|| origin.strip_prefix("https://").map(|host| (true, host)))
-    else {
-        return false;
+    if allowed.contains(&origin) {
+        return true;
+    }
+    let (scheme, host) = origin.split_once("://").unwrap_or_default();
+    let own = authority
+        .and_then(|authority| std::str::from_utf8(authority).ok())
+        .and_then(|authority| normalized_origin(&format!("{scheme}://{authority}")));
+    own.as_deref() == Some(origin.as_str()) && is_loopback(host)
+}
+
+/// An origin as compared: `scheme://host[:port]`, lowercase, without its scheme's default
+/// port; None for what is not an http(s) origin.
+pub(crate) fn normalized_origin(text: &str) -> Option<String> {
+    let lower = text.to_ascii_lowercase();
+    let (scheme, rest) = lower.split_once("://")?;
+    let default_port = match scheme {
+        "http" => ":80",
+        "https" => ":443",
+        _ => return None,
     };
-    let default_port = if tls { ":443" } else { ":80" };
-    let bare = |authority: &[u8]| -> Vec<u8> {
-        let lower = authority.to_ascii_lowercase();
-        match lower.strip_suffix(default_port.as_bytes()) {
-            Some(without) => without.to_vec(),
-            None => lower,
-        }
+    let host = rest.strip_suffix(default_port).unwrap_or(rest);
+    let valid = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']' | b'_');
+    (!host.is_empty() && host.bytes().all(valid)).then(|| format!("{scheme}://{host}"))
+}
+
+/// Whether `host` (`name[:port]`) is a loopback name.
+fn is_loopback(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if !name.ends_with(':') && port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
     };
-    !host.is_empty() && bare(host.as_bytes()) == bare(authority)
+    matches!(name, "localhost" | "127.0.0.1" | "[::1]")
 }
 
 /// The JSON-RPC error code of a gateway error with HTTP `status` and `code`: -32700 for a body
@@ -309,8 +329,15 @@ mod tests {
         let routing = Routing { route_header: "x-gateway-upstream-cluster", cluster: &cluster };
         let raw = raw(headers);
         let find = |name: &str| headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_bytes());
-        let request =
-            Request { method, path, query, origin: find("origin"), authority: find(":authority"), headers: &raw };
+        let request = Request {
+            method,
+            path,
+            query,
+            origin: find("origin"),
+            authority: find(":authority"),
+            allowed_origins: &[],
+            headers: &raw,
+        };
         let id = server_id(&request)?;
         let servers = servers();
         let server = servers.get(id).ok_or_else(|| unknown_server(id))?;
@@ -407,19 +434,29 @@ mod tests {
 
     #[test]
     fn origins() {
+        let console = ["https://console.example.com".to_string()];
         let allowed = |origin: Option<&str>, authority: &str| {
-            origin_allowed(origin.map(str::as_bytes), Some(authority.as_bytes()))
+            origin_allowed(origin.map(str::as_bytes), Some(authority.as_bytes()), &console)
         };
-        assert!(allowed(None, "gw:8787"));
-        assert!(allowed(Some("http://gw:8787"), "gw:8787"));
-        assert!(allowed(Some("http://GW:8787"), "gw:8787"));
-        assert!(allowed(Some("https://gw.example"), "gw.example:443"));
-        assert!(allowed(Some("http://gw.example"), "gw.example"));
-        assert!(!allowed(Some("http://gw:8788"), "gw:8787"));
-        assert!(!allowed(Some("https://gw.example"), "gw.example:80"));
+        assert!(allowed(None, "gw:8787"), "not a browser");
+        // The gateway's own pages on loopback names.
+        assert!(allowed(Some("http://127.0.0.1:8787"), "127.0.0.1:8787"));
+        assert!(allowed(Some("http://LOCALHOST:8787"), "localhost:8787"));
+        assert!(allowed(Some("http://[::1]:8787"), "[::1]:8787"));
+        assert!(allowed(Some("http://localhost"), "localhost:80"));
+        assert!(!allowed(Some("http://localhost:3000"), "localhost:8787"), "another local page");
+        // DNS rebinding: the page's name is the request's Host too.
+        assert!(!allowed(Some("http://evil.example.com"), "evil.example.com"));
+        assert!(!allowed(Some("http://gw:8787"), "gw:8787"), "a name of its own, unless configured");
+        // Configured origins, from any authority.
+        assert!(allowed(Some("https://console.example.com"), "gw:8787"));
+        assert!(allowed(Some("https://Console.example.com:443"), "gw:8787"));
+        assert!(!allowed(Some("http://console.example.com"), "gw:8787"), "another scheme");
         assert!(!allowed(Some("null"), "gw:8787"));
-        assert!(!allowed(Some("http://evil.example"), "gw:8787"));
-        assert!(!origin_allowed(Some(b"http://gw"), None));
+        assert!(!origin_allowed(Some(b"http://localhost"), None, &[]));
+        assert_eq!(normalized_origin("HTTPS://A.example:443").as_deref(), Some("https://a.example"));
+        assert_eq!(normalized_origin("https://a.example/path"), None);
+        assert_eq!(normalized_origin("ftp://a.example"), None);
     }
 
     #[test]

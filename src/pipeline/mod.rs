@@ -404,6 +404,7 @@ fn start_mcp(
         query,
         origin: headers::find(raw, "origin"),
         authority: headers::find(raw, ":authority"),
+        allowed_origins: &settings.mcp_allowed_origins,
         headers: raw,
     };
     let id = mcp::server_id(&request)?;

@@ -69,12 +69,7 @@ SUITES = {
 }
 # Gateway defects the suite finds (scenarios that pass directly and fail through the gateway), each
 # an expected failure until fixed: strict, so the fix shows as an unexpected pass.
-GATEWAY_DEFECTS = {
-    "dns-rebinding-protection": (
-        "DNS rebinding: a request with `Host: evil.example.com` and `Origin: http://evil.example.com` "
-        "is forwarded (200) where the server alone answers 4xx: the gateway checks the Origin against "
-        "the request's own Host, which a rebinding page controls, not against the gateway's own names"),
-}
+GATEWAY_DEFECTS: dict[str, str] = {}
 # A check with another status (FAILURE) fails its scenario; a WARNING is a SHOULD the suite scores as passed.
 PASSING = {"SUCCESS", "WARNING", "INFO", "SKIPPED"}
 # How much of a failed check's details (statuses, bodies) a report quotes.
