@@ -45,6 +45,14 @@ COMPLETION = json.dumps({
 })
 REQUEST = json.dumps({"model": "bench-model", "messages": [
     {"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]})
+CHAT = ("/v1/chat/completions", REQUEST)
+# An MCP tools/call (2026-07-28: one stateless POST) and its server's answer.
+TOOL_CALL = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                        "params": {"name": "lookup", "arguments": {"key": "bench"}}})
+TOOL_RESULT = json.dumps({"jsonrpc": "2.0", "id": 1,
+                          "result": {"content": [{"type": "text", "text": "the value"}], "isError": False}})
+MCP_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+               "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "lookup"}
 
 MOCK = """
 static_resources:
@@ -61,6 +69,10 @@ static_resources:
             - name: mock
               domains: ["*"]
               routes:
+              # An MCP server's answer to a tools/call (the MCP variants' server).
+              - match: {prefix: "/mcp"}
+                direct_response: {status: 200, body: {inline_string: %(mcp_body)s}}
+                response_headers_to_add: [{header: {key: content-type, value: application/json}}]
               - match: {prefix: "/"}
                 direct_response: {status: 200, body: {inline_string: %(body)s}}
                 response_headers_to_add: [{header: {key: content-type, value: application/json}}]
@@ -138,11 +150,11 @@ def start_envoy(config_text, workdir, name, concurrency, cpus=None):
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def wait_ready(port, headers, body):
+def wait_ready(port, headers, body, path="/v1/chat/completions"):
     deadline = time.time() + 60
     while time.time() < deadline:
         try:
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body.encode(),
+            req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body.encode(),
                                          headers=headers, method="POST")
             with urllib.request.urlopen(req, timeout=2) as resp:
                 if resp.status == 200:
@@ -211,20 +223,23 @@ def resident_mb(pid):
     return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1)) / 1024
 
 
-def run_wrk(port, headers, connections, duration, workdir, pid=None, control_plane_pid=None, cpus=None):
-    """One wrk run; with `pid`, also the CPU time that process spent per request served and its
-    resident memory after the run; with `control_plane_pid`, the control plane's CPU per request
-    too (on a shared machine it competes with the proxy for the same cores)."""
+def run_wrk(port, headers, connections, duration, workdir, pid=None, control_plane_pid=None, cpus=None,
+            request=CHAT):
+    """One wrk run of `request` (path, body); with `pid`, also the CPU time that process spent per
+    request served and its resident memory after the run; with `control_plane_pid`, the control
+    plane's CPU per request too (on a shared machine it competes with the proxy for the same
+    cores)."""
+    path, body = request
     script = workdir / "request.lua"
     script.write_text(WRK_SCRIPT % {
-        "body": json.dumps(REQUEST),
+        "body": json.dumps(body),
         "headers": "\n".join(f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items()),
     })
     cpu_before = cpu_seconds(pid) if pid else None
     control_plane_before = cpu_seconds(control_plane_pid) if control_plane_pid else None
     out = subprocess.run(
         on_cpus(["wrk", "-t", str(min(2, connections)), "-c", str(connections), "-d", f"{duration}s", "--latency",
-                 "-s", str(script), f"http://127.0.0.1:{port}/v1/chat/completions"], cpus),
+                 "-s", str(script), f"http://127.0.0.1:{port}{path}"], cpus),
         check=True, capture_output=True, text=True).stdout
     cpu_after = cpu_seconds(pid) if pid else None
     control_plane_after = cpu_seconds(control_plane_pid) if control_plane_pid else None
@@ -286,7 +301,8 @@ def main():
     parser.add_argument("--variants", help="measure only these variants (comma-separated, e.g. uncached,guardrail; "
                         "names: bare, minimal, gateway, uncached, saved, fallback, cache_hit, guardrail, compare, "
                         "compare_uncached, compare_guardrail: the last three through --compare-wasm; native, native_uncached, "
-                        "native_cache_hit, native_guardrail, native_keyed, native_limited, compare_native (through "
+                        "native_cache_hit, native_guardrail, native_keyed, native_limited, bare_mcp, mcp, native_mcp, "
+                        "compare_native (through "
                         "--compare-native)); "
                         "tables whose variants were not measured are left out")
     parser.add_argument("--pin", action="store_true", help="the proxies on the last core, the load (wrk, the mock "
@@ -304,11 +320,13 @@ def main():
     if not MINIMAL_WASM.exists():
         sys.exit(f"bench: {MINIMAL_WASM} is missing: run the benchmark with ./build.sh bench, which builds it")
     mock_port, bare_port, gateway_port, minimal_port = free_port(), free_port(), free_port(), free_port()
-    procs = [start_envoy(MOCK % {"port": mock_port, "body": json.dumps(COMPLETION)}, workdir, "mock", 1, load_cpus)]
+    procs = [start_envoy(MOCK % {"port": mock_port, "body": json.dumps(COMPLETION), "mcp_body": json.dumps(TOOL_RESULT)},
+                         workdir, "mock", 1, load_cpus)]
     procs.append(start_envoy(BARE % {"port": bare_port, "mock_port": mock_port}, workdir, "bare", args.concurrency,
                              proxy_cpus))
     env = {**os.environ, "GATEWAY_PORT": str(gateway_port), "GATEWAY_ADMIN_PORT": str(free_port()),
-           "GATEWAY_API_KEYS": API_KEY, "GATEWAY_WASM": str(ROOT / "target/model_gateway.wasm")}
+           "GATEWAY_API_KEYS": API_KEY, "GATEWAY_WASM": str(ROOT / "target/model_gateway.wasm"),
+           "GATEWAY_MCP_SERVERS": json.dumps({"bench": {"url": f"http://127.0.0.1:{mock_port}/mcp"}})}
     # The gateway's control plane, for the saved-config variant (its CPU is not the proxy's).
     control_plane_addr = f"127.0.0.1:{free_port()}"
     control_plane = subprocess.Popen(
@@ -394,6 +412,7 @@ def main():
         store(gateway_port, "/v1/limits/bench-limits", {"workspace": "bench-limited", "requests_per_minute": 10**9,
                                                         "budget_usd": 10**9, "budget_period": "total"})
         keyed_headers = {**gateway_headers, "x-gateway-api-key": keyed_key}
+        mcp_headers = {**MCP_HEADERS, "authorization": f"Bearer {API_KEY}"}
         limited_headers = {**gateway_headers, "x-gateway-api-key": limited_key}
         wait_ready(gateway_port, keyed_headers, REQUEST)
         wait_ready(gateway_port, limited_headers, REQUEST)
@@ -411,6 +430,8 @@ def main():
         wait_ready(native_port, limited_headers, REQUEST)
         wait_ready(native_port, cache_hit_headers, REQUEST)
         wait_ready(native_port, guardrail_headers, REQUEST)
+        for port, headers in ((bare_port, MCP_HEADERS), (gateway_port, mcp_headers), (native_port, mcp_headers)):
+            wait_ready(port, headers, TOOL_CALL, "/mcp/bench" if port != bare_port else "/mcp")
         for port in (gateway_port, native_port):
             status = cache_status(port, cache_hit_headers, REQUEST)
             if status != "HIT":
@@ -429,7 +450,10 @@ def main():
                         ("native_uncached", native_port, uncached_headers),
                         ("native_cache_hit", native_port, cache_hit_headers),
                         ("native_guardrail", native_port, guardrail_headers),
-                        ("native_keyed", native_port, keyed_headers), ("native_limited", native_port, limited_headers))
+                        ("native_keyed", native_port, keyed_headers), ("native_limited", native_port, limited_headers),
+                        ("bare_mcp", bare_port, MCP_HEADERS, ("/mcp", TOOL_CALL)),
+                        ("mcp", gateway_port, mcp_headers, ("/mcp/bench", TOOL_CALL)),
+                        ("native_mcp", native_port, mcp_headers, ("/mcp/bench", TOOL_CALL)))
             if compare_native_port:
                 variants += (("compare_native", compare_native_port, gateway_headers),)
             if compare_port:
@@ -439,15 +463,15 @@ def main():
             if args.variants:
                 wanted = args.variants.split(",")
                 variants = tuple(v for v in variants if v[0] in wanted)
-            for _, port, headers in variants:
-                run_wrk(port, headers, connections, 2, workdir, cpus=load_cpus)
-            runs = {name: [] for name, _, _ in variants}
+            for _, port, headers, *request in variants:
+                run_wrk(port, headers, connections, 2, workdir, cpus=load_cpus, request=(request or [CHAT])[0])
+            runs = {name: [] for name, *_ in variants}
             for turn in range(args.repeat):
                 # The variant run later in a turn measures differently from the first (see
                 # paired_difference): every other turn runs them in reverse order.
-                for name, port, headers in variants if turn % 2 == 0 else variants[::-1]:
+                for name, port, headers, *request in variants if turn % 2 == 0 else variants[::-1]:
                     runs[name].append(run_wrk(port, headers, connections, args.duration, workdir, pids[port],
-                                                 control_plane.pid, load_cpus))
+                                                 control_plane.pid, load_cpus, (request or [CHAT])[0]))
             rows.append((connections, {name: median_run(measured) for name, measured in runs.items()}))
             turns[connections] = runs
     finally:
@@ -474,6 +498,8 @@ def main():
              "native_guardrail": "Envoy + native module, one-target config, input regexMatch guardrail",
              "native_keyed": "Envoy + native module, a control-plane key (provider headers)",
              "native_limited": "Envoy + native module, a control-plane key under a rate limit and a budget",
+             "bare_mcp": "bare Envoy, an MCP tools/call", "mcp": "Envoy + filter, an MCP tools/call (/mcp/{server})",
+             "native_mcp": "Envoy + native module, an MCP tools/call (/mcp/{server})",
              "compare_native": f"Envoy + {args.compare_native} (provider headers)",
              "compare": f"Envoy + {args.compare_wasm} (provider headers)",
              "compare_uncached": f"Envoy + {args.compare_wasm}, one-target config (uncached)",
@@ -532,6 +558,18 @@ def main():
             plain, guarded, hit, bare = (runs[key]["cpu_us"] for key in
                                          ("native_uncached", "native_guardrail", "native_cache_hit", "bare"))
             print(f"| {connections} | {plain:.0f} | {guarded:.0f} | {guarded - plain:+.0f} | {hit:.0f} | {bare:.0f} |")
+
+    if measured.issuperset(("bare_mcp", "mcp", "native_mcp")):
+        print("\nAn MCP tools/call (2026-07-28, one POST) through `/mcp/{server}` against the same call through bare"
+              " Envoy, CPU per request:\n")
+        print("| connections | bare Envoy µs | wasm filter µs | native module µs | wasm over bare µs "
+              "| native over bare µs | wasm throughput of bare's |")
+        print("|---|---|---|---|---|---|---|")
+        for connections, runs in rows:
+            bare, wasm, native = (runs[key] for key in ("bare_mcp", "mcp", "native_mcp"))
+            print(f"| {connections} | {bare['cpu_us']:.0f} | {wasm['cpu_us']:.0f} | {native['cpu_us']:.0f} "
+                  f"| {wasm['cpu_us'] - bare['cpu_us']:+.0f} | {native['cpu_us'] - bare['cpu_us']:+.0f} "
+                  f"| {wasm['rps'] / bare['rps']:.1%} |")
 
     if measured.issuperset(("uncached", "guardrail")):
         print("\nAn inline input guardrail (`default.regexMatch`, passing), CPU per request:\n")
