@@ -12,16 +12,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import threading
 from typing import Annotated
 
-import uvicorn
 from mcp import MCPError, types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import UserMessage
 from pydantic import BaseModel, Field
 
-from pg_server import free_ports
+from support import McpUpstream
 
 # A 1x1 PNG and a tiny WAV: the scenarios check the type and MIME type of the content, not its pixels.
 IMAGE_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
@@ -327,30 +325,11 @@ def build_server() -> MCPServer:
     return server
 
 
-class ConformanceServer:
+class ConformanceServer(McpUpstream):
     """The conformance server under uvicorn on a free loopback port, in a thread."""
 
     def __init__(self):
-        self.port = free_ports(1)[0]
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        app = build_server().streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        for _ in range(200):
-            if self.server.started:
-                return self
-            if not self.thread.is_alive():
-                break
-            threading.Event().wait(0.05)
-        raise RuntimeError("the conformance MCP server did not start")
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(10)
+        super().__init__(build_server())
 
 
 if __name__ == "__main__":
