@@ -383,6 +383,9 @@ fn caller(
     }
 }
 
+/// The header naming what else of the caller's an MCP server gets (docs/mcp.md).
+const MCP_FORWARD_HEADER: &str = "x-gateway-forward-headers";
+
 /// A request to an MCP endpoint: the caller's key first (as `Authorization: Bearer` too), then
 /// where it goes (docs/mcp.md).
 fn start_mcp(
@@ -398,6 +401,14 @@ fn start_mcp(
     let presented = mcp::presented_key(headers::api_key(raw), headers::find(raw, "authorization"));
     let owner = caller(settings, presented, &refusals, host, catalog)?;
     catalog.workspace = owner.workspace;
+    let forwarded = match headers::find(raw, MCP_FORWARD_HEADER) {
+        Some(list) => {
+            let list = std::str::from_utf8(list)
+                .map_err(|_| GatewayError::invalid_header(MCP_FORWARD_HEADER, "must be a list of header names"))?;
+            headers::parse_header_list(MCP_FORWARD_HEADER, list)?
+        }
+        None => Vec::new(),
+    };
     let request = mcp::Request {
         method,
         path,
@@ -405,6 +416,7 @@ fn start_mcp(
         origin: headers::find(raw, "origin"),
         authority: headers::find(raw, ":authority"),
         allowed_origins: &settings.mcp_allowed_origins,
+        forwarded: &forwarded,
         headers: raw,
     };
     let id = mcp::server_id(&request)?;
@@ -423,7 +435,7 @@ fn start_mcp(
     let cluster = |upstream: &Upstream| settings.routed_cluster(upstream);
     let routing = mcp::Routing { route_header: settings.route_header(), cluster: &cluster };
     let tools = mcp::ToolPolicy::new(id, &server.tools, owner.mcp_tools.as_ref());
-    let routed = mcp::edits(id, server, &routing, &request, tools)?;
+    let routed = mcp::edits(id, server, &routing, &request, tools);
     Ok(Started::Mcp { routed, key_id: owner.key_id })
 }
 

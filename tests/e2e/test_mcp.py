@@ -378,3 +378,19 @@ def test_a_key_narrowed_to_tools_sees_and_calls_only_those(gw, upstream):
     assert asyncio.run(session("adder")) == set(), "the server's allow and the key's patterns both apply"
     calls = len(upstream.seen_headers) - before
     assert calls > 0 and not any(h.get("mcp-name") == "fail" for h in upstream.seen_headers[before:])
+
+
+def test_forwarded_headers_reach_the_server_but_never_the_gateway_key(gw, upstream):
+    """`x-gateway-forward-headers` passes what it names (here a cookie and a gateway header), never
+    the caller's `Authorization` (the gateway key); a list that is not header names is a 400."""
+    auth = {**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}", "cookie": "theme=dark",
+            "x-gateway-metadata": '{"team": "a"}'}
+    before = len(upstream.seen_headers)
+    named = {**auth, "x-gateway-forward-headers": "cookie, x-gateway-metadata, authorization"}
+    assert gw.http.post("/mcp/tools", json=INITIALIZE, headers=named).status_code == 200
+    (seen,) = upstream.seen_headers[before:]
+    assert (seen.get("cookie"), seen.get("x-gateway-metadata")) == ("theme=dark", '{"team": "a"}')
+    assert seen.get("authorization") == f"Bearer {SERVER_TOKEN}" and helpers.KEY not in json.dumps(seen)
+    r = gw.http.post("/mcp/tools", json=INITIALIZE, headers={**auth, "x-gateway-forward-headers": "not a name!"})
+    assert "x-gateway-forward-headers" in rpc_error(r, 400, -32600)
+    assert len(upstream.seen_headers) == before + 1
