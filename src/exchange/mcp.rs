@@ -156,10 +156,11 @@ impl Exchange {
         let outcome = match answer.as_mut() {
             McpAnswer::Watch(watch) => {
                 watch.push(&chunk);
+                // A stream's outcome counts as soon as it is read: the client may leave first.
                 if end_of_stream {
                     watch.finish()
                 } else {
-                    None
+                    watch.outcome()
                 }
             }
             McpAnswer::Rewrite(rewrite) => {

@@ -177,6 +177,12 @@ impl AnswerWatch {
         }
     }
 
+    /// The outcome read so far (a stream's, as soon as its answer event passed: the client may
+    /// leave before the stream ends).
+    pub(crate) fn outcome(&self) -> Option<Outcome> {
+        self.outcome
+    }
+
     /// The answer ended: its outcome, when it carried the request's answer.
     pub(crate) fn finish(&mut self) -> Option<Outcome> {
         if let (None, Form::Json(Some(body))) = (self.outcome, &self.form) {
@@ -279,6 +285,10 @@ mod tests {
             let (head, tail) = stream.split_at(at);
             assert_eq!(watched("text/event-stream", &[head, tail]), Some(Outcome::ToolError), "cut at {at}");
         }
+        // Known once the answer's event passed, before the stream ends.
+        let mut watch = AnswerWatch::new(json!(3), b"text/event-stream").unwrap();
+        watch.push(stream);
+        assert_eq!(watch.outcome(), Some(Outcome::ToolError));
         let unanswered = b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n";
         assert_eq!(watched("text/event-stream", &[unanswered]), None);
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import uuid
 
 import anyio
@@ -282,9 +283,14 @@ def test_each_request_is_recorded_with_its_server_method_tool_and_outcome(gw, up
     seen = upstream.seen_headers[sent_before:]
     assert seen and all(h.get("x-gateway-trace-id") == trace for h in seen), seen
     assert not any(name.startswith("x-gateway-") and name != "x-gateway-trace-id" for h in seen for name in h)
-    # One line per request the server got (Envoy writes the log in batches).
-    lines = access_lines(gw, trace, count=len(seen))
-    calls = {line.get("mcp_tool"): line for line in lines if line.get("mcp_method") == "tools/call"}
+    # One line per request the server got, written as each ends (the client's GET stream may
+    # reach the server after `seen` was taken) and in batches: read until both calls' are in.
+    deadline = time.monotonic() + 10
+    while True:
+        lines = access_lines(gw, trace, count=len(seen) + 1, timeout=1)
+        calls = {line.get("mcp_tool"): line for line in lines if line.get("mcp_method") == "tools/call"}
+        if set(calls) == {"add", "fail"} or time.monotonic() > deadline:
+            break
     assert set(calls) == {"add", "fail"}, lines
     for tool, is_error in [("add", False), ("fail", True)]:
         line = calls[tool]
