@@ -6,10 +6,12 @@
 //! the catalog notes it and routing stops with a placeholder error, which the pipeline turns
 //! into a lookup (the exchange fetches it with a dispatched call and replays the request).
 //!
-//! Shared data holds what was read in a fixed number of slots picked by a hash of the ref
-//! (keys and items in slots of their own, so callers with made-up keys cannot push items
-//! out); each value names its ref in full, so a collision is a miss, never another ref's
-//! data, and an absent entry never replaces another ref's entry that is still usable.
+//! Shared data holds what was read in a fixed number of slots (keys and items in slots of
+//! their own, so callers with made-up keys cannot push items out). A ref may sit in either of
+//! two slots picked by its hash, so another ref landing on one of them does not push it out
+//! (what was read must keep serving while the control plane is down); each value names its
+//! ref in full, so a collision is a miss, never another ref's data, and an absent entry never
+//! replaces another ref's entry that is still usable.
 
 use crate::errors::GatewayError;
 use crate::hash::Hasher;
@@ -112,12 +114,11 @@ impl Ref {
         format!("{}\n{}\n{}", self.kind.segment(), self.workspace, self.id)
     }
 
-    fn slot(&self) -> String {
+    /// The two slots the ref may sit in (from the hash's low bits and from bits 32 and up).
+    fn slots(&self) -> [String; 2] {
         let hash = Hasher::seeded(3).part(Some(self.identity().as_bytes())).finish();
-        match self.kind {
-            Kind::Key => format!("cp:key:{}", hash % SLOTS),
-            _ => format!("cp:{}", hash % SLOTS),
-        }
+        let prefix = if self.kind == Kind::Key { "cp:key:" } else { "cp:" };
+        [format!("{prefix}{}", hash % SLOTS), format!("{prefix}{}", (hash >> 32) % SLOTS)]
     }
 }
 
@@ -328,9 +329,15 @@ fn read_slot(value: &[u8]) -> Option<Slot<'_>> {
     })
 }
 
-/// `r`'s slot, when it holds `r`.
-fn own_slot<'a>(value: &'a [u8], r: &Ref) -> Option<Slot<'a>> {
-    read_slot(value).filter(|slot| slot.identity == r.identity().as_bytes())
+/// The slot that holds `r`: its key, its value (which [`read_slot`] reads) and the value's
+/// compare-and-set token.
+fn find(store: &dyn SharedStore, r: &Ref) -> Option<(String, Vec<u8>, u32)> {
+    let identity = r.identity();
+    r.slots().into_iter().find_map(|key| {
+        let (value, cas) = store.get(&key)?;
+        read_slot(&value).filter(|slot| slot.identity == identity.as_bytes())?;
+        Some((key, value, cas))
+    })
 }
 
 fn entry_of(slot: &Slot) -> Option<Entry> {
@@ -343,37 +350,46 @@ fn entry_of(slot: &Slot) -> Option<Entry> {
 /// The entry of `r` in shared data while it is fresh (used without asking again), with the
 /// end of its freshness.
 pub(crate) fn fresh(store: &dyn SharedStore, r: &Ref, now_ms: u64) -> Option<(Entry, u64)> {
-    let (value, _) = store.get(&r.slot())?;
-    let slot = own_slot(&value, r).filter(|slot| now_ms <= slot.fresh_until_ms)?;
+    let (_, value, _) = find(store, r)?;
+    let slot = read_slot(&value).filter(|slot| now_ms <= slot.fresh_until_ms)?;
     entry_of(&slot).map(|entry| (entry, slot.fresh_until_ms))
 }
 
 /// The entry of `r` in shared data, when it was read at most `max_age_ms` before `now_ms`.
 pub(crate) fn within(store: &dyn SharedStore, r: &Ref, now_ms: u64, max_age_ms: u64) -> Option<Entry> {
-    let (value, _) = store.get(&r.slot())?;
-    own_slot(&value, r).filter(|slot| now_ms.saturating_sub(slot.fetched_ms) <= max_age_ms).as_ref().and_then(entry_of)
+    let (_, value, _) = find(store, r)?;
+    read_slot(&value).filter(|slot| now_ms.saturating_sub(slot.fetched_ms) <= max_age_ms).as_ref().and_then(entry_of)
 }
 
 /// `r`'s entry is used without asking again until `fresh_until_ms` (the control plane could
 /// not answer: one call per window asks again, not one per request). When it was read is
 /// kept, so the grace period still counts from there.
 pub(crate) fn extend(store: &dyn SharedStore, r: &Ref, fresh_until_ms: u64) {
-    let Some((mut value, cas)) = store.get(&r.slot()) else {
+    let Some((key, mut value, cas)) = find(store, r) else {
         return;
     };
-    if own_slot(&value, r).is_none() {
-        return;
-    }
     if let Some(field) = value.get_mut(8..16) {
         field.copy_from_slice(&fresh_until_ms.to_le_bytes());
         // Another worker's newer write wins.
-        store.set(&r.slot(), &value, cas);
+        store.set(&key, &value, cas);
     }
 }
 
-/// Keeps `entry` of `r`, read at `now_ms`, in its slot (unless it is too large). An absent
-/// entry does not replace another ref's found entry read within `grace_ms`: unknown ids (or
-/// made-up keys) never push out what serves others while the control plane is down.
+/// How much a slot's current value is worth keeping, lowest first: nothing (or garbage), an
+/// absent entry, a found entry past the grace period, then found entries by when they were read.
+fn worth(value: Option<&[u8]>, now_ms: u64, grace_ms: u64) -> (u8, u64) {
+    match value.and_then(read_slot) {
+        None => (0, 0),
+        Some(slot) if !slot.found => (1, slot.fetched_ms),
+        Some(slot) if now_ms.saturating_sub(slot.fetched_ms) > grace_ms => (2, slot.fetched_ms),
+        Some(slot) => (3, slot.fetched_ms),
+    }
+}
+
+/// Keeps `entry` of `r`, read at `now_ms`, in the slot that holds `r`, else in whichever of
+/// its two slots is worth least (unless the entry is too large). An absent entry does not
+/// replace another ref's found entry read within `grace_ms`: unknown ids (or made-up keys)
+/// never push out what serves others while the control plane is down.
 pub(crate) fn remember(store: &dyn SharedStore, r: &Ref, entry: &Entry, now_ms: u64, fresh_ms: u64, grace_ms: u64) {
     let payload = match entry {
         Some(value) => match serde_json::to_vec(value.as_ref()) {
@@ -386,15 +402,19 @@ pub(crate) fn remember(store: &dyn SharedStore, r: &Ref, entry: &Entry, now_ms: 
     if payload.len() + identity.len() > MAX_ENTRY_BYTES {
         return;
     }
-    if entry.is_none() {
-        let current = store.get(&r.slot());
-        let usable = current.as_ref().and_then(|(value, _)| read_slot(value)).is_some_and(|slot| {
-            slot.found && slot.identity != identity.as_bytes() && now_ms.saturating_sub(slot.fetched_ms) <= grace_ms
-        });
-        if usable {
-            return;
+    let key = match find(store, r) {
+        Some((key, _, _)) => key,
+        None => {
+            let [first, second] = r.slots();
+            let worth_of = |key: &str| worth(store.get(key).as_ref().map(|(v, _)| v.as_slice()), now_ms, grace_ms);
+            let (first_worth, second_worth) = (worth_of(&first), worth_of(&second));
+            let (key, worth) = if second_worth < first_worth { (second, second_worth) } else { (first, first_worth) };
+            if entry.is_none() && worth.0 == 3 {
+                return;
+            }
+            key
         }
-    }
+    };
     let Ok(length) = u32::try_from(identity.len()) else {
         return;
     };
@@ -406,7 +426,7 @@ pub(crate) fn remember(store: &dyn SharedStore, r: &Ref, entry: &Entry, now_ms: 
     value.extend_from_slice(identity.as_bytes());
     value.extend_from_slice(&payload);
     // Unconditional: the latest read wins the slot.
-    if !store.set(&r.slot(), &value, 0) {
+    if !store.set(&key, &value, 0) {
         log::warn!("a control-plane entry could not be kept in shared data");
     }
 }
@@ -469,22 +489,45 @@ mod tests {
         let b = config("ws", "b");
         remember(store, &b, &None, 1000, FRESH, GRACE);
         assert_eq!(fresh(store, &b, 1000).map(|(e, _)| e), Some(None));
-        // A ref whose slot holds another ref's value is a miss.
-        let slot = a.slot();
-        let other = (0..5000).map(|i| config("ws", &format!("x{i}"))).find(|r| r.slot() == slot).unwrap();
+        // A ref sharing a slot with `a` is a miss there, and never extends `a`'s entry.
+        let [first, second] = a.slots();
+        let sharing = |slot: &str, from: usize| {
+            (from..100_000).map(|i| config("ws", &format!("x{i}"))).find(|r| r.slots().contains(&slot.to_string()))
+        };
+        let other = sharing(&first, 0).unwrap();
         assert_eq!(fresh(store, &other, 1000), None);
         extend(store, &other, 99_999);
         assert_eq!(fresh(store, &other, 1000), None, "never extends another's entry");
-        // Absent never pushes out a usable found entry; found does, and so does absent later.
-        remember(store, &other, &None, 1000, FRESH, GRACE);
-        assert!(fresh(store, &a, 1000).is_some(), "kept");
-        remember(store, &other, &None, 1000 + GRACE + 1, FRESH, GRACE);
-        assert_eq!(within(store, &a, 1000, GRACE), None, "replaced once past grace");
-        remember(store, &a, &Some(Rc::new(json!(1))), 1000, FRESH, GRACE);
-        remember(store, &other, &Some(Rc::new(json!(2))), 1000, FRESH, GRACE);
-        assert_eq!(fresh(store, &a, 1000), None, "overwritten");
+        // Writes 5,000 other refs' entries (five times the slots) at `at`: whether `target` is gone.
+        let push_out = |target: &Ref, entry: Entry, at: u64| {
+            for i in 0..5000 {
+                remember(store, &config(&format!("p{at}"), &format!("{i}")), &entry, at, FRESH, GRACE);
+            }
+            within(store, target, at, u64::MAX).is_none()
+        };
+        // Absent never pushes out a usable found entry.
+        assert!(!push_out(&a, None, 2000), "kept");
+        // A found entry takes the other slot: both serve.
+        let beside = (0..100_000)
+            .map(|i| config("ws", &format!("y{i}")))
+            .find(|r| r.slots().contains(&first) && !r.slots().contains(&second))
+            .unwrap();
+        remember(store, &beside, &Some(Rc::new(json!(2))), 3000, FRESH, GRACE);
+        assert!(fresh(store, &a, 3000).is_some(), "a kept beside it");
+        assert_eq!(fresh(store, &beside, 3000).map(|(e, _)| e), Some(Some(Rc::new(json!(2)))));
+        // A hundred later reads of other refs leave it in place.
+        for i in 0..100 {
+            remember(store, &config("many", &format!("{i}")), &Some(Rc::new(json!(i))), 3500, FRESH, GRACE);
+        }
+        assert!(within(store, &a, 3500, GRACE).is_some(), "still read");
+        // Later reads of other refs in both of its slots push it out.
+        assert!(push_out(&a, Some(Rc::new(json!(3))), 4000), "pushed out by later reads");
+        // Absent entries replace found ones past the grace period.
+        let late = config("ws", "late");
+        remember(store, &late, &Some(Rc::new(json!(1))), 0, FRESH, GRACE);
+        assert!(push_out(&late, None, GRACE + 1), "replaced once past grace");
         // Keys have slots of their own.
-        assert!(Ref::key(b"k").slot().starts_with("cp:key:"));
+        assert!(Ref::key(b"k").slots().iter().all(|slot| slot.starts_with("cp:key:")));
     }
 
     #[test]
