@@ -4,8 +4,9 @@
 //! same parse however the input is cut into chunks, at most one answer per request.
 
 use crate::exchange::{self, After, CallAnswer, Dispatch, Io, Worker};
-use crate::ports::testing::{prefix, replace_prefix, set_header, FakeHost};
+use crate::ports::testing::{prefix, replace_prefix, FakeHost};
 use crate::ports::Host;
+use crate::request::headers::set as set_header;
 use crate::settings::Settings;
 use std::collections::HashMap;
 use std::rc::Rc;

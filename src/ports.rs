@@ -77,9 +77,6 @@ pub(crate) mod testing {
         }
     }
 
-    /// A fake host's request or response headers: header `name` set to `value`, or removed.
-    pub(crate) use crate::request::headers::set as set_header;
-
     /// A fake host's body buffer: its first `size` bytes, as Envoy hands them to the filter.
     pub(crate) fn prefix(buffer: &[u8], size: usize) -> Vec<u8> {
         buffer.get(..size).unwrap_or(buffer).to_vec()

@@ -7,7 +7,7 @@
 use super::head::Head;
 use super::reply;
 use super::{unroute, Action, Env, Exchange, Phase, RawHeaders};
-use crate::mcp::{self, AnswerWatch, Facts, ListRewrite, Outcome, ToolPolicy};
+use crate::mcp::{self, AnswerWatch, Facts, ListRewrite, Outcome, Target, ToolPolicy};
 use crate::pipeline::{HeaderEdits, TRACE_HEADER};
 use crate::routing::plan::Failure;
 
@@ -17,22 +17,30 @@ impl Exchange {
     pub(super) fn route_mcp(
         &mut self,
         env: &mut Env,
-        routed: mcp::Routed,
+        target: Target,
         key_id: Option<String>,
         raw: RawHeaders,
         body: Option<(usize, Vec<u8>)>,
     ) -> Action {
         self.record.api_key_id = key_id;
-        let facts = Facts { server: routed.server.clone(), id: None, method: None, tool: None, outcome: Outcome::Ok };
+        let server = match &target {
+            Target::Server(routed) => routed.server.clone(),
+            // The aggregate's own requests name no server.
+            Target::Aggregate(_) => String::new(),
+        };
+        let facts = Facts { server, id: None, method: None, tool: None, outcome: Outcome::Ok };
         self.record.mcp = Some(Box::new(facts));
         if self.record.method != "POST" {
-            return self.send_mcp(env, routed, &raw, None);
+            return match target {
+                Target::Server(routed) => self.send_mcp(env, routed, &raw, None),
+                Target::Aggregate(aggregate) => self.aggregate_without_body(env, &aggregate),
+            };
         }
         match body {
-            Some((_, body)) => self.read_mcp_message(env, routed, &raw, &body),
+            Some((size, body)) => self.read_mcp_message(env, target, raw, size, &body),
             None => {
                 unroute(env, &raw);
-                self.phase = Phase::McpAwaitingBody(Box::new((routed, raw)));
+                self.phase = Phase::McpAwaitingBody(Box::new((target, raw)));
                 Action::Pause
             }
         }
@@ -43,20 +51,25 @@ impl Exchange {
         let Phase::McpAwaitingBody(held) = std::mem::replace(&mut self.phase, Phase::Headers) else {
             return Action::Continue;
         };
-        let (routed, raw) = *held;
+        let (target, raw) = *held;
         let body = env.io.request_body(env.id, size);
         self.record.client_sent(&body);
-        self.read_mcp_message(env, routed, &raw, &body)
+        self.read_mcp_message(env, target, raw, size, &body)
     }
 
     /// Reads the POSTed JSON-RPC message for the record (a body that is none is the client's
     /// JSON-RPC error), then sends it on unchanged; a call of a tool the caller may not use is
     /// answered here, as the server answers a tool it does not have.
-    fn read_mcp_message(&mut self, env: &mut Env, mut routed: mcp::Routed, raw: &RawHeaders, body: &[u8]) -> Action {
+    fn read_mcp_message(&mut self, env: &mut Env, target: Target, raw: RawHeaders, size: usize, body: &[u8]) -> Action {
         let message = match mcp::read_message(body) {
             Ok(message) => message,
             Err(error) => return self.answer_error(env, &error),
         };
+        let mut routed = match target {
+            Target::Server(routed) => routed,
+            Target::Aggregate(aggregate) => return self.aggregate_message(env, *aggregate, raw, message, (size, body)),
+        };
+        let raw = &raw;
         let policy = routed.tools.take();
         let method = message.method.as_deref();
         if let (Some(policy), Some("tools/call"), Some(tool)) = (&policy, method, &message.tool) {
@@ -69,10 +82,10 @@ impl Exchange {
         // Only a list's answer is rewritten; the other requests' answers pass as they come.
         let list = policy.filter(|_| method == Some("tools/list") && message.id.is_some());
         self.note_mcp(message, Outcome::Ok);
-        self.send_mcp(env, routed, raw, list)
+        self.send_mcp(env, routed, raw, list.map(|list| Box::new(Sent { list: Some(*list), session: None })))
     }
 
-    fn note_mcp(&mut self, message: mcp::Message, outcome: Outcome) {
+    pub(super) fn note_mcp(&mut self, message: mcp::Message, outcome: Outcome) {
         if let Some(facts) = self.record.mcp.as_deref_mut() {
             facts.id = message.id;
             facts.method = message.method;
@@ -81,18 +94,12 @@ impl Exchange {
         }
     }
 
-    fn send_mcp(
-        &mut self,
-        env: &mut Env,
-        routed: mcp::Routed,
-        raw: &RawHeaders,
-        list: Option<Box<ToolPolicy>>,
-    ) -> Action {
+    fn send_mcp(&mut self, env: &mut Env, routed: mcp::Routed, raw: &RawHeaders, sent: Option<Box<Sent>>) -> Action {
         let mut edits = HeaderEdits { remove: routed.remove, set: routed.set };
         // The server's logs can name the request as the gateway's do.
         edits.set.push((TRACE_HEADER.to_string(), self.record.trace_id.clone()));
         env.io.set_request_headers(env.id, &edits.apply(raw));
-        self.phase = Phase::Mcp(list);
+        self.phase = Phase::Mcp(sent);
         Action::Continue
     }
 
@@ -101,10 +108,14 @@ impl Exchange {
     /// The answer to a request (a message with an id) is watched for its outcome; a
     /// `tools/list` answer loses the tools the caller may not use (`list`), or, when it cannot
     /// be read, is not passed.
-    pub(super) fn mcp_response(&mut self, env: &mut Env, list: Option<Box<ToolPolicy>>) -> Action {
+    pub(super) fn mcp_response(&mut self, env: &mut Env, sent: Option<Box<Sent>>) -> Action {
         let head = Head::read(env);
         let status = head.status;
         self.record.status = status;
+        let Sent { list, session } = sent.map(|sent| *sent).unwrap_or_default();
+        if let (404, Some(identity)) = (status, session) {
+            mcp::keep_session(env.io.host().store(), &identity, None);
+        }
         let Some(facts) = self.record.mcp.as_deref_mut() else {
             return Action::Continue;
         };
@@ -123,8 +134,7 @@ impl Exchange {
         let readable = head.content_type().filter(|_| head.unencoded());
         let answer = match (list, facts.id.clone()) {
             (Some(policy), Some(id)) if (200..300).contains(&status) => {
-                let Some(rewrite) = readable.and_then(|content_type| ListRewrite::new(id, *policy, content_type))
-                else {
+                let Some(rewrite) = readable.and_then(|content_type| ListRewrite::new(id, policy, content_type)) else {
                     let error = mcp::unreadable_list_error(&facts.server);
                     return self.answer_error(env, &error);
                 };
@@ -174,6 +184,15 @@ impl Exchange {
         }
         Action::Continue
     }
+}
+
+/// What the exchange keeps of an MCP request it sent: the policy that filters its answer when
+/// it is a `tools/list` whose caller may not use every tool, and (through the aggregate) whose
+/// server session it was sent in, forgotten when the server no longer knows it.
+#[derive(Debug, Default)]
+pub(super) struct Sent {
+    pub(super) list: Option<ToolPolicy>,
+    pub(super) session: Option<String>,
 }
 
 /// How the gateway reads a server's answer to a request.

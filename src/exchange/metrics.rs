@@ -193,6 +193,24 @@ const MCP_METHODS: &[&str] = &[
     "notifications/roots/list_changed",
 ];
 
+/// The `server` label: the server's id, or `_gateway` for a request the aggregate endpoint
+/// answered itself (server ids never start with `_`).
+fn mcp_server(server: &str) -> String {
+    match server {
+        "" => "_gateway".to_string(),
+        server => sanitise(server),
+    }
+}
+
+/// The counter of one request to MCP server `server` with JSON-RPC `method` that ended so
+/// (the aggregate's calls to its servers count there too).
+pub(crate) fn mcp_request(server: &str, method: &str, outcome: crate::mcp::Outcome) -> String {
+    let server = mcp_server(server);
+    let labels =
+        [("server", server.as_str()), ("method", mcp_method("POST", Some(method))), ("outcome", outcome.as_str())];
+    name(MCP_REQUESTS, &labels)
+}
+
 fn mcp_method(http_method: &str, method: Option<&str>) -> &'static str {
     match (http_method, method) {
         ("GET", _) => "stream",
@@ -261,7 +279,7 @@ pub(crate) fn of_request(record: &Record, settings: &MetricsSettings, models: &m
         out.push(counter(CACHE_STORED_BYTES.to_string(), bytes));
     }
     if let Some(facts) = &record.mcp {
-        let (server, method) = (sanitise(&facts.server), mcp_method(&record.method, facts.method.as_deref()));
+        let (server, method) = (mcp_server(&facts.server), mcp_method(&record.method, facts.method.as_deref()));
         let labels = [("server", server.as_str()), ("method", method), ("outcome", facts.outcome.as_str())];
         out.push(counter(name(MCP_REQUESTS, &labels), 1));
         out.push(histogram(name(MCP_DURATION, &[("server", server.as_str()), ("method", method)]), record.duration_ms));

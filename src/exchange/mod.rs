@@ -35,6 +35,7 @@ mod head;
 mod limits;
 mod lookups;
 mod mcp;
+mod mcp_aggregate;
 pub(crate) mod metrics;
 pub(crate) mod record;
 mod recovery;
@@ -305,10 +306,13 @@ enum Phase {
     AwaitingAllowance(Box<request::Held>),
     Forwarded(Box<Routed>),
     /// An MCP POST held (with its routing and raw headers) until its JSON-RPC message is in.
-    McpAwaitingBody(Box<(crate::mcp::Routed, RawHeaders)>),
+    McpAwaitingBody(Box<(crate::mcp::Target, RawHeaders)>),
+    /// An MCP request to the aggregate endpoint, held while the gateway speaks to its servers
+    /// (see `mcp_aggregate`).
+    McpBackends(Box<mcp_aggregate::Backends>),
     /// Sent to its MCP server (`record.mcp` says which); with the policy that filters the
     /// answer when it is a `tools/list` whose caller may not use every tool.
-    Mcp(Option<Box<crate::mcp::ToolPolicy>>),
+    Mcp(Option<Box<mcp::Sent>>),
     /// The MCP server's answer, read as it passes (see `mcp::McpAnswer`).
     McpAnswer(Option<Box<mcp::McpAnswer>>),
     /// The first attempt failed; later ones run as dispatched calls.
@@ -494,6 +498,11 @@ impl Exchange {
 
     /// Answers with a JSON body of the gateway's (an error in the shape of the client's API).
     fn answer(&mut self, env: &mut Env, status: u16, body: Vec<u8>) -> Action {
+        self.answer_with(env, status, body, Vec::new())
+    }
+
+    /// Answers as [`Exchange::answer`] does, with `extra` headers.
+    fn answer_with(&mut self, env: &mut Env, status: u16, body: Vec<u8>, extra: Vec<(String, String)>) -> Action {
         let body = match status >= 400 {
             true if self.mcp => {
                 let facts = self.record.mcp.as_deref_mut();
@@ -508,9 +517,11 @@ impl Exchange {
         };
         self.record.status = status;
         let mut headers = json_headers();
-        if let Some((name, value)) = crate::mcp::error_header(status).filter(|_| self.mcp) {
+        let aggregate = self.record.mcp.as_deref().is_some_and(|facts| facts.server.is_empty());
+        if let Some((name, value)) = crate::mcp::error_header(status, aggregate).filter(|_| self.mcp) {
             headers.push((name.to_string(), value.to_string()));
         }
+        headers.extend(extra);
         headers.extend(self.gateway_headers());
         self.phase = Phase::Answered;
         self.record.client_received(&body);

@@ -169,7 +169,8 @@ impl Record {
             workspace: text(&self.workspace),
             api_key_id: self.api_key_id.as_deref(),
             guardrails: Guardrails(&self.guardrails),
-            mcp_server: self.mcp.as_deref().map(|facts| facts.server.as_str()),
+            // None for a request the aggregate endpoint answered itself.
+            mcp_server: self.mcp.as_deref().map(|facts| facts.server.as_str()).filter(|server| !server.is_empty()),
             mcp_method: self.mcp.as_deref().and_then(|facts| facts.method.as_deref()),
             mcp_tool: self.mcp.as_deref().and_then(|facts| facts.tool.as_deref()),
             is_error: self.mcp.as_deref().map(|facts| facts.outcome == crate::mcp::Outcome::ToolError),

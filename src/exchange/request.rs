@@ -51,7 +51,7 @@ impl Exchange {
             Ok(Started::Ready(call)) => self.admit(env, call, raw, body),
             Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled::new(raw, body)),
             Ok(Started::Relay(relay)) => self.relay(env, &relay, &raw),
-            Ok(Started::Mcp { routed, key_id }) => self.route_mcp(env, routed, key_id, raw, body),
+            Ok(Started::Mcp { target, key_id }) => self.route_mcp(env, target, key_id, raw, body),
             Ok(Started::NeedsBody(pending)) => {
                 unroute(env, &raw);
                 self.phase = Phase::AwaitingBody(Box::new((pending, raw)));

@@ -3,7 +3,8 @@
 //! shared store), and each test tells one request's story event by event.
 
 use super::*;
-use crate::ports::testing::{prefix, replace_prefix, set_header, FakeHost};
+use crate::ports::testing::{prefix, replace_prefix, FakeHost};
+use crate::request::headers::set as set_header;
 use crate::settings::CLUSTER_HEADER;
 use crate::unit_tests::test;
 use serde_json::{json, Value};

@@ -51,6 +51,8 @@ pub(super) enum Task {
     Embedding,
     /// A guardrail check's call (a webhook).
     Check,
+    /// A call the aggregate MCP endpoint makes to one of its servers.
+    McpBackend,
     /// What every request waiting for it needs (see [`Waiters`]).
     Fetch(Fetch),
     /// The control plane's health, for the gateway's own `/health`.
@@ -276,6 +278,7 @@ impl Worker {
                         exchange.health_answered(env, answer.status);
                     }
                     Task::Check => exchange.check_answered(env, token, answer),
+                    Task::McpBackend => exchange.backend_answered(env, token, answer),
                     _ => exchange.attempt_answered(env, answer),
                 }
                 Action::Continue

@@ -125,6 +125,22 @@ pub(super) fn answer_form(content_type: &[u8]) -> Option<AnswerForm> {
     }
 }
 
+/// The answer to the request with `id` in a server's whole answer body of `content_type` (a
+/// dispatched call's): the JSON body, or the SSE event that carries it; None when there is
+/// none.
+pub(crate) fn answer_in(content_type: &[u8], body: &[u8], id: &Value) -> Option<Value> {
+    let is_answer = |message: &Value| message.get("id") == Some(id);
+    match answer_form(content_type)? {
+        AnswerForm::Json => serde_json::from_slice(body).ok().filter(is_answer),
+        AnswerForm::Sse => {
+            let mut parser = SseParser::new();
+            let mut events = parser.push(body);
+            events.extend(parser.finish());
+            events.iter().filter_map(|event| serde_json::from_str(&event.data).ok()).find(is_answer)
+        }
+    }
+}
+
 /// Watches a server's answer to one request as it passes, for its outcome: a JSON body
 /// (gathered up to [`MAX_WATCHED_JSON`]) or an SSE stream (each event read as it completes;
 /// the stream's other messages, progress notifications and the server's own requests, are not

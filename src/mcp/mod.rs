@@ -3,10 +3,12 @@
 //! request names, the caller's key, the `Origin` check, the header edits that route a request
 //! to its server, and the gateway's errors as JSON-RPC. The exchange applies them.
 
+pub(crate) mod aggregate;
 mod message;
 mod servers;
 mod tools;
 
+pub(crate) use aggregate::{client_session, keep_session, kept_session, Backend, List, Plan};
 pub(crate) use message::{read as read_message, AnswerWatch, Message, Outcome};
 pub(crate) use servers::{deserialize as deserialize_servers, Server, Servers};
 pub(crate) use tools::{unknown_tool, ListRewrite, ToolPolicy};
@@ -15,12 +17,14 @@ use crate::errors::GatewayError;
 use crate::upstream::Upstream;
 use serde_json::{json, Value};
 
-/// Where the MCP endpoints live: `/mcp/{server}` (and, later, the aggregate `/mcp`).
+/// Where the MCP endpoints live: the aggregate `/mcp` and one server's `/mcp/{server}`.
 const PREFIX: &str = "/mcp";
 
 /// The methods MCP's streamable HTTP transport uses (GET: the server's stream; DELETE: the end
 /// of a session).
 pub(crate) const ALLOWED_METHODS: &str = "GET, POST, DELETE";
+/// The aggregate endpoint has no stream of its own: no GET.
+pub(crate) const AGGREGATE_METHODS: &str = "POST, DELETE";
 
 /// Whether `path` (without its query) is an MCP endpoint. Only asked of paths outside `/v1`,
 /// so model requests never pay for it.
@@ -63,6 +67,44 @@ pub(crate) struct Facts {
     pub(crate) outcome: Outcome,
 }
 
+/// Where an MCP request goes: one server, or every server the caller may use.
+#[derive(Debug)]
+pub(crate) enum Target {
+    Server(Routed),
+    Aggregate(Box<Aggregate>),
+}
+
+/// A request to the aggregate endpoint: who asks (for the servers' sessions), in which of the
+/// gateway's sessions, and the servers it may use.
+#[derive(Debug)]
+pub(crate) struct Aggregate {
+    /// The caller's identity: its key's id, or its key's hash (never the key).
+    pub(crate) caller: String,
+    /// The client's session with the gateway (its `Mcp-Session-Id`).
+    pub(crate) client_session: Option<String>,
+    pub(crate) members: Vec<Member>,
+}
+
+/// A server of the aggregate: the server, and the edits that send the caller's request there.
+#[derive(Debug)]
+pub(crate) struct Member {
+    pub(crate) id: String,
+    pub(crate) server: Server,
+    pub(crate) routed: Routed,
+}
+
+impl Aggregate {
+    /// The members' ids with what the caller may use of their tools.
+    pub(crate) fn policies(&self) -> Vec<(&str, Option<&ToolPolicy>)> {
+        self.members.iter().map(|m| (m.id.as_str(), m.routed.tools.as_deref())).collect()
+    }
+
+    /// Whose member `server`'s session is.
+    pub(crate) fn session_identity(&self, server: &str) -> String {
+        aggregate::session_identity(&self.caller, self.client_session.as_deref(), server)
+    }
+}
+
 /// A request to an MCP server: the server and the edits that send it there.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Routed {
@@ -97,10 +139,9 @@ pub(crate) struct Request<'a> {
     pub(crate) headers: &'a [(String, Vec<u8>)],
 }
 
-/// The server an authenticated request names, or why it goes nowhere: a foreign `Origin`
-/// (403), a method MCP does not use (405), the aggregate endpoint (not yet) or no server id
-/// (404).
-pub(crate) fn server_id<'a>(request: &Request<'a>) -> Result<&'a str, GatewayError> {
+/// The server an authenticated request names (None: the aggregate endpoint), or why it goes
+/// nowhere: a foreign `Origin` (403), a method MCP does not use (405), or no server id (404).
+pub(crate) fn server_id<'a>(request: &Request<'a>) -> Result<Option<&'a str>, GatewayError> {
     let Request { method, path, .. } = *request;
     if !origin_allowed(request.origin, request.authority, request.allowed_origins) {
         return Err(GatewayError::new(
@@ -115,18 +156,14 @@ pub(crate) fn server_id<'a>(request: &Request<'a>) -> Result<&'a str, GatewayErr
         return Err(GatewayError::new(405, "invalid_request_error", message).with_code("method_not_allowed"));
     }
     let rest = path.get(PREFIX.len()..).unwrap_or_default();
-    let Some(id) = rest.strip_prefix('/').filter(|id| !id.is_empty()) else {
-        return Err(GatewayError::new(
-            404,
-            "invalid_request_error",
-            "the aggregate endpoint /mcp is not available yet: use /mcp/{server}",
-        )
-        .with_code("unknown_endpoint"));
-    };
+    if rest.is_empty() {
+        return Ok(None);
+    }
+    let id = rest.strip_prefix('/').unwrap_or(rest);
     if !servers::is_server_id(id) {
         return Err(unknown_server(id));
     }
-    Ok(id)
+    Ok(Some(id))
 }
 
 pub(crate) fn unknown_server(id: &str) -> GatewayError {
@@ -265,13 +302,21 @@ pub(crate) fn error_body(status: u16, openai: &[u8], id: Option<&Value>) -> Vec<
 }
 
 /// The header an error answer of `status` carries besides its body: the auth scheme with a 401,
-/// the allowed methods with a 405.
-pub(crate) fn error_header(status: u16) -> Option<(&'static str, &'static str)> {
+/// the allowed methods with a 405 (of the aggregate endpoint, or of one server's).
+pub(crate) fn error_header(status: u16, aggregate: bool) -> Option<(&'static str, &'static str)> {
     match status {
         401 => Some(("www-authenticate", "Bearer")),
+        405 if aggregate => Some(("allow", AGGREGATE_METHODS)),
         405 => Some(("allow", ALLOWED_METHODS)),
         _ => None,
     }
+}
+
+/// The aggregate endpoint's answer to a GET: it has no stream of its own (servers speak on
+/// the streams of the requests they answer).
+pub(crate) fn no_aggregate_stream() -> GatewayError {
+    let message = "the aggregate endpoint /mcp has no stream of its own: POST messages (DELETE ends a session)";
+    GatewayError::new(405, "invalid_request_error", message).with_code("method_not_allowed")
 }
 
 /// Server `server` could not be reached (`detail`: Envoy's response details).
@@ -333,7 +378,7 @@ mod tests {
             forwarded: &forwarded,
             headers: &raw,
         };
-        let id = server_id(&request)?;
+        let id = server_id(&request)?.unwrap_or("(aggregate)");
         let servers = servers();
         let server = servers.get(id).ok_or_else(|| unknown_server(id))?;
         Ok(edits(id, server, &routing, &request, None))
@@ -417,7 +462,6 @@ mod tests {
         assert_eq!(status("PATCH", "/mcp/nope", &[]), 405);
         let unknown = route_of("POST", "/mcp/nope", None, &[]).unwrap_err();
         assert_eq!((unknown.status, unknown.message.as_str()), (404, "unknown MCP server 'nope'"));
-        assert_eq!(status("POST", "/mcp", &[]), 404);
         assert_eq!(status("POST", "/mcp/", &[]), 404);
         assert_eq!(status("POST", "/mcp/files/extra", &[]), 404);
         assert_eq!(status("POST", "/mcp/Files", &[]), 404);
@@ -480,8 +524,9 @@ mod tests {
         // Not the gateway's JSON: still a JSON-RPC error.
         let garbled: Value = serde_json::from_slice(&error_body(500, b"oops", None)).unwrap();
         assert_eq!(garbled["error"]["code"], -32603);
-        assert_eq!(error_header(401), Some(("www-authenticate", "Bearer")));
-        assert_eq!(error_header(405), Some(("allow", ALLOWED_METHODS)));
-        assert_eq!(error_header(404), None);
+        assert_eq!(error_header(401, false), Some(("www-authenticate", "Bearer")));
+        assert_eq!(error_header(405, false), Some(("allow", ALLOWED_METHODS)));
+        assert_eq!(error_header(405, true), Some(("allow", AGGREGATE_METHODS)));
+        assert_eq!(error_header(404, false), None);
     }
 }

@@ -156,7 +156,7 @@ pub(crate) enum Started {
     Relay(Relay),
     /// A request to an MCP server, routed through Envoy's router with `routed`'s edits.
     Mcp {
-        routed: mcp::Routed,
+        target: mcp::Target,
         key_id: Option<String>,
     },
 }
@@ -419,7 +419,24 @@ fn start_mcp(
         forwarded: &forwarded,
         headers: raw,
     };
-    let id = mcp::server_id(&request)?;
+    let cluster = |upstream: &Upstream| settings.routed_cluster(upstream);
+    let routing = mcp::Routing { route_header: settings.route_header(), cluster: &cluster };
+    let key_tools = owner.mcp_tools.as_ref();
+    let Some(id) = mcp::server_id(&request)? else {
+        // Every server of the plugin configuration.
+        let members = settings.mcp_servers.iter().map(|(id, server)| {
+            let tools = mcp::ToolPolicy::new(id, &server.tools, key_tools);
+            let routed = mcp::edits(id, server, &routing, &request, tools);
+            mcp::Member { id: id.to_string(), server: server.clone(), routed }
+        });
+        let caller = match (&owner.key_id, presented) {
+            (Some(key_id), _) => key_id.clone(),
+            (None, key) => Ref::key(key.unwrap_or_default()).id,
+        };
+        let client_session = mcp::client_session(headers::find(raw, "mcp-session-id")).map(str::to_string);
+        let aggregate = mcp::Aggregate { caller, client_session, members: members.collect() };
+        return Ok(Started::Mcp { target: mcp::Target::Aggregate(Box::new(aggregate)), key_id: owner.key_id });
+    };
     // The plugin configuration's servers, then the workspace's in the control plane.
     let stored;
     let server = match settings.mcp_servers.get(id) {
@@ -432,11 +449,9 @@ fn start_mcp(
         }
         None => return Err(mcp::unknown_server(id)),
     };
-    let cluster = |upstream: &Upstream| settings.routed_cluster(upstream);
-    let routing = mcp::Routing { route_header: settings.route_header(), cluster: &cluster };
-    let tools = mcp::ToolPolicy::new(id, &server.tools, owner.mcp_tools.as_ref());
+    let tools = mcp::ToolPolicy::new(id, &server.tools, key_tools);
     let routed = mcp::edits(id, server, &routing, &request, tools);
-    Ok(Started::Mcp { routed, key_id: owner.key_id })
+    Ok(Started::Mcp { target: mcp::Target::Server(routed), key_id: owner.key_id })
 }
 
 /// Where the control plane serves an operation on a response the gateway keeps (`path` is

@@ -212,8 +212,6 @@ def test_unknown_server_is_404_naming_it(gw):
     auth = {**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}"}
     r = gw.http.post("/mcp/nowhere", json=INITIALIZE, headers=auth)
     assert rpc_error(r, 404, -32600) == "unknown MCP server 'nowhere'"
-    r = gw.http.post("/mcp", json=INITIALIZE, headers=auth)
-    assert "/mcp/{server}" in rpc_error(r, 404, -32600)
 
 
 def test_other_methods_are_405(gw):
@@ -400,3 +398,137 @@ def test_forwarded_headers_reach_the_server_but_never_the_gateway_key(gw, upstre
     r = gw.http.post("/mcp/tools", json=INITIALIZE, headers={**auth, "x-gateway-forward-headers": "not a name!"})
     assert "x-gateway-forward-headers" in rpc_error(r, 400, -32600)
     assert len(upstream.seen_headers) == before + 1
+
+
+# --------------------------------------------------------------------------- the aggregate `/mcp`
+
+def aggregate(gw, headers: dict | None = None) -> Client:
+    """The SDK's client of the aggregate endpoint `/mcp` (2025 era), with the gateway key."""
+    http = httpx.AsyncClient(headers=headers or {"authorization": f"Bearer {helpers.KEY}"},
+                             timeout=httpx.Timeout(30.0))
+    return Client(streamable_http_client(f"{gw.origin}/mcp", http_client=http), mode="legacy")
+
+
+# The module's servers as one: `gone` (nothing listens) is left out of every list.
+AGGREGATE_TOOLS = {"tools__add", "tools__fail", "tools__count_with_progress",
+                   "no-fail__add", "no-fail__count_with_progress", "adder__add"}
+
+
+def test_the_aggregate_lists_every_servers_tools_prefixed_and_calls_each_through_its_prefix(gw, upstream):
+    left_out = [{"server": "gone", "method": method, "outcome": "error"} for method in ["tools/list", "prompts/list"]]
+    left_out_before = [value(gw, "gen_ai_gateway_mcp_requests_total", **labels) for labels in left_out]
+    upstream.seen_headers.clear()
+    progress = []
+
+    async def on_progress(value, total, message):
+        progress.append((value, total, message))
+        upstream.progress_seen.set()
+
+    async def session():
+        async with aggregate(gw) as c:
+            tools = (await c.list_tools()).tools
+            assert {t.name for t in tools} == AGGREGATE_TOOLS
+            # A tool's description and schema are kept as the server gave them.
+            add = next(t for t in tools if t.name == "tools__add")
+            assert add.description == "Adds two numbers."
+            assert set(add.input_schema["properties"]) == {"a", "b"}
+            assert [b.text for b in (await c.call_tool("tools__add", {"a": 2, "b": 3})).content] == ["5"]
+            assert [b.text for b in (await c.call_tool("adder__add", {"a": 1, "b": 1})).content] == ["2"]
+            assert (await c.call_tool("tools__fail", {})).is_error
+            # A withheld tool, a server that is not one, and an unprefixed name are unknown.
+            for name in ["no-fail__fail", "adder__fail", "nope__add", "add"]:
+                with pytest.raises(Exception, match=f"Unknown tool: {name}"):
+                    result = await c.call_tool(name, {})
+                    raise RuntimeError(result.content[0].text if result.is_error else "the call passed")
+            prompts = (await c.list_prompts()).prompts
+            assert {p.name for p in prompts} == {"tools__greet", "no-fail__greet", "adder__greet"}
+            prompt = await c.get_prompt("tools__greet", {"name": "Ada"})
+            assert prompt.messages[0].content.text == "Hello, Ada!"
+            upstream.progress_seen.clear()
+            result = await c.call_tool("tools__count_with_progress", {}, progress_callback=on_progress)
+            assert [b.text for b in result.content] == ["the client saw the progress first"]
+
+    asyncio.run(session())
+    assert progress == [(1, 2, "half way")], "the progress passed as it came"
+    # The servers heard only the gateway, in sessions of their own.
+    assert upstream.seen_headers
+    for headers in upstream.seen_headers:
+        assert headers.get("authorization") == f"Bearer {SERVER_TOKEN}"
+        assert helpers.KEY not in json.dumps(headers)
+    calls = [h for h in upstream.seen_headers if "mcp-session-id" in h]
+    assert calls, "the servers' sessions were used"
+    assert [value(gw, "gen_ai_gateway_mcp_requests_total", **labels) - before
+            for labels, before in zip(left_out, left_out_before)] == [1, 1], \
+        "the unreachable server counted once per list it was left out of"
+
+
+def test_the_aggregate_reopens_a_server_session_the_server_ended(gw, upstream):
+    """A server that forgot the gateway's session (it ended, or restarted) gets a new one and the
+    client never notices: the list asks again in a new session."""
+    upstream.seen_headers.clear()
+
+    async def session():
+        async with aggregate(gw) as c:
+            assert {t.name for t in (await c.list_tools()).tools} == AGGREGATE_TOOLS
+            # End every session the server holds for the gateway, behind its back.
+            ended = {h["mcp-session-id"] for h in upstream.seen_headers if "mcp-session-id" in h}
+            assert ended
+            async with httpx.AsyncClient() as direct:
+                for session_id in ended:
+                    r = await direct.delete(upstream.url, headers={"mcp-session-id": session_id,
+                                                                  "authorization": f"Bearer {SERVER_TOKEN}"})
+                    assert r.status_code in (200, 204), r.text
+            assert {t.name for t in (await c.list_tools()).tools} == AGGREGATE_TOOLS
+            # A call's first try in the ended session is refused by the server; the next works.
+            for _ in range(2):
+                try:
+                    result = await c.call_tool("tools__add", {"a": 4, "b": 4})
+                    if not result.is_error:
+                        return [b.text for b in result.content]
+                except Exception:  # noqa: BLE001 - the one refusal the session's end costs
+                    pass
+            return None
+
+    assert asyncio.run(session()) == ["8"]
+
+
+def test_the_aggregate_answers_its_own_requests_and_refuses_a_get(gw):
+    auth = {**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}"}
+    r = gw.http.post("/mcp", json=INITIALIZE, headers=auth)
+    assert r.status_code == 200, r.text
+    assert r.json()["result"]["protocolVersion"] == "2025-11-25"
+    session = r.headers["mcp-session-id"]
+    assert len(session) == 32
+    in_session = {**auth, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+    note = gw.http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=in_session)
+    assert (note.status_code, note.text) == (202, "")
+    assert gw.http.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=in_session).json() == \
+        {"jsonrpc": "2.0", "id": 2, "result": {}}
+    made_up = gw.http.post("/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "made/up"}, headers=in_session)
+    assert made_up.status_code == 200
+    assert made_up.json() == {"jsonrpc": "2.0", "id": 3, "error": {"code": -32601, "message": "Method not found: made/up"}}
+    rpc_error(gw.http.post("/mcp", content=b"[]", headers=in_session), 400, -32600)
+    get = gw.http.get("/mcp", headers=in_session)
+    assert (get.status_code, get.headers["allow"]) == (405, "POST, DELETE")
+    assert gw.http.delete("/mcp", headers=in_session).status_code == 204
+    rpc_error(gw.http.post("/mcp", json=INITIALIZE, headers=MCP_HEADERS), 401, -32001)
+
+
+def test_the_aggregates_requests_are_recorded(gw, upstream):
+    trace = f"agg-{uuid.uuid4().hex[:12]}"
+
+    async def session():
+        async with aggregate(gw, {"authorization": f"Bearer {helpers.KEY}", "x-gateway-trace-id": trace}) as c:
+            await c.list_tools()
+            assert not (await c.call_tool("tools__add", {"a": 1, "b": 2})).is_error
+
+    asyncio.run(session())
+    deadline = time.monotonic() + 10
+    while True:
+        lines = access_lines(gw, trace, count=4, timeout=1)
+        methods = {line.get("mcp_method"): line for line in lines}
+        if {"tools/list", "tools/call"} <= set(methods) or time.monotonic() > deadline:
+            break
+    listed, called = methods["tools/list"], methods["tools/call"]
+    assert (listed["client_api"], listed["status"], listed.get("mcp_server")) == ("mcp", 200, None), listed
+    assert (called["mcp_server"], called["mcp_tool"], called["is_error"]) == ("tools", "add", False), called

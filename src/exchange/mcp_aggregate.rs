@@ -1,0 +1,243 @@
+//! A request to the aggregate endpoint `/mcp` on its way through the exchange (docs/mcp.md):
+//! answered by the gateway (`initialize`, `ping`, notifications), gathered from every server
+//! with dispatched calls (`tools/list`, `prompts/list`), or routed to one server through
+//! Envoy's router (`tools/call`, `prompts/get`) once the gateway holds a session there, its
+//! answer passing as `/mcp/{server}`'s does. `crate::mcp::aggregate` decides; this applies.
+
+use super::mcp::Sent;
+use super::worker::Task;
+use super::{Action, After, Dispatch, Env, Exchange, Phase, RawHeaders};
+use crate::mcp::{self, Aggregate, Backend, List, Outcome, Plan};
+use crate::pipeline::HeaderEdits;
+use crate::request::headers;
+use serde_json::Value;
+
+/// How long a call the gateway makes to a server may take when the server sets no
+/// `timeout_ms`.
+const BACKEND_TIMEOUT_MS: u64 = 10_000;
+
+/// What the held request waits for: its servers' answers.
+#[derive(Debug)]
+pub(super) struct Backends {
+    purpose: Purpose,
+    spoken: Spoken,
+}
+
+/// The servers the gateway speaks to for one request.
+#[derive(Debug)]
+struct Spoken {
+    aggregate: Aggregate,
+    /// The client's request id.
+    id: Value,
+    /// One per member (gathering) or the one routed to (by the member's index); with the token
+    /// of its call in flight.
+    backends: Vec<(usize, Backend, Option<u32>)>,
+}
+
+#[derive(Debug)]
+enum Purpose {
+    Gather(List),
+    /// The request goes to the member once its session is open: its raw headers, and its body
+    /// (Envoy's buffer holds `size` bytes) as the server gets it.
+    Route {
+        raw: RawHeaders,
+        size: usize,
+        body: Vec<u8>,
+    },
+}
+
+impl Exchange {
+    /// A GET (the aggregate has no stream of its own) or a DELETE (the client's session ends:
+    /// the servers' sessions kept for it are forgotten).
+    pub(super) fn aggregate_without_body(&mut self, env: &mut Env, aggregate: &Aggregate) -> Action {
+        if self.record.method != "DELETE" {
+            return self.answer_error(env, &mcp::no_aggregate_stream());
+        }
+        if aggregate.client_session.is_some() {
+            for member in &aggregate.members {
+                mcp::keep_session(env.io.host().store(), &aggregate.session_identity(&member.id), None);
+            }
+        }
+        self.answer(env, 204, Vec::new())
+    }
+
+    /// The message POSTed to the aggregate, read (`body`: its bytes, `size` of them in Envoy's
+    /// buffer).
+    pub(super) fn aggregate_message(
+        &mut self,
+        env: &mut Env,
+        aggregate: Aggregate,
+        raw: RawHeaders,
+        message: mcp::Message,
+        (size, body): (usize, &[u8]),
+    ) -> Action {
+        let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let id = message.id.clone();
+        let plan = mcp::aggregate::plan(&value, id.as_ref(), &aggregate.policies());
+        self.note_mcp(message, Outcome::Ok);
+        let id = id.unwrap_or(Value::Null);
+        match plan {
+            Plan::Result { result, new_session } => {
+                let extra = match new_session {
+                    true => {
+                        let host = env.io.host();
+                        let session = mcp::aggregate::new_session_id(&mut || host.random());
+                        vec![("mcp-session-id".to_string(), session)]
+                    }
+                    false => Vec::new(),
+                };
+                self.answer_with(env, 200, mcp::aggregate::result(&id, result), extra)
+            }
+            Plan::Accepted => self.answer(env, 202, Vec::new()),
+            Plan::Error(body) => {
+                self.note_outcome(Outcome::Error);
+                self.answer(env, 200, body)
+            }
+            Plan::Gather(list) => {
+                let store = env.io.host().store();
+                let backends = aggregate.members.iter().enumerate().map(|(index, member)| {
+                    let kept = mcp::kept_session(store, &aggregate.session_identity(&member.id));
+                    (index, Backend::new(&member.id, kept, Some(list)), None)
+                });
+                let backends = backends.collect();
+                self.speak(env, Backends { purpose: Purpose::Gather(list), spoken: Spoken { aggregate, id, backends } })
+            }
+            Plan::Route { member, name } => {
+                let Some(server) = aggregate.members.get(member).map(|m| m.id.clone()) else {
+                    return self.answer(env, 200, mcp::aggregate::error(&id, -32603, "no such server"));
+                };
+                if let Some(facts) = self.record.mcp.as_deref_mut() {
+                    facts.server = server.clone();
+                    facts.tool = (facts.method.as_deref() == Some("tools/call")).then(|| name.clone());
+                }
+                let kept = mcp::kept_session(env.io.host().store(), &aggregate.session_identity(&server));
+                let body = mcp::aggregate::unprefixed(value, &name);
+                let backends = vec![(member, Backend::new(&server, kept, None), None)];
+                let purpose = Purpose::Route { raw, size, body };
+                self.speak(env, Backends { purpose, spoken: Spoken { aggregate, id, backends } })
+            }
+        }
+    }
+
+    fn note_outcome(&mut self, outcome: Outcome) {
+        if let Some(facts) = self.record.mcp.as_deref_mut() {
+            facts.outcome = outcome;
+        }
+    }
+
+    /// Makes each backend's next call; once every backend is done, answers (a list) or sends
+    /// the request on (a routed one).
+    fn speak(&mut self, env: &mut Env, mut held: Backends) -> Action {
+        let spoken = &mut held.spoken;
+        for (index, backend, token) in spoken.backends.iter_mut() {
+            if token.is_some() || backend.is_done() {
+                continue;
+            }
+            let (Some(call), Some(member)) = (backend.next_call(), spoken.aggregate.members.get(*index)) else {
+                continue;
+            };
+            let server = &member.server;
+            let path = if server.upstream.base_path.is_empty() { "/" } else { server.upstream.base_path.as_str() };
+            let mut extra = call.headers;
+            extra.extend(server.headers.iter().cloned());
+            extra.push((crate::pipeline::TRACE_HEADER.to_string(), self.record.trace_id.clone()));
+            let timeout_ms = server.timeout_ms.unwrap_or(BACKEND_TIMEOUT_MS);
+            let dispatch =
+                Dispatch::post(env.settings, &server.upstream, path, "application/json", call.body, extra, timeout_ms);
+            match env.io.dispatch(env.id, &dispatch) {
+                Some(call) => {
+                    env.tasks.calls.insert(call, (env.id, Task::McpBackend));
+                    *token = Some(call);
+                }
+                None => backend.answered(0, None, b"", b""),
+            }
+        }
+        if spoken.backends.iter().any(|(_, backend, token)| token.is_some() || !backend.is_done()) {
+            self.phase = Phase::McpBackends(Box::new(held));
+            return Action::Pause;
+        }
+        let store = env.io.host().store();
+        for (_, backend, _) in &spoken.backends {
+            if let Some(session) = backend.opened_session() {
+                mcp::keep_session(store, &spoken.aggregate.session_identity(&backend.server), Some(session));
+            }
+        }
+        match held.purpose {
+            Purpose::Gather(list) => self.gathered(env, list, &held.spoken),
+            Purpose::Route { raw, size, body } => self.route_to_member(env, &held.spoken, raw, size, body),
+        }
+    }
+
+    /// A server answered one of the gateway's calls.
+    pub(super) fn backend_answered(&mut self, env: &mut Env, token: u32, answer: super::CallAnswer) {
+        let Phase::McpBackends(mut held) = std::mem::replace(&mut self.phase, Phase::Headers) else {
+            return;
+        };
+        if let Some((_, backend, waiting)) =
+            held.spoken.backends.iter_mut().find(|(_, _, waiting)| *waiting == Some(token))
+        {
+            *waiting = None;
+            let session = headers::find(&answer.headers, "mcp-session-id").and_then(|v| std::str::from_utf8(v).ok());
+            let content_type = headers::find(&answer.headers, "content-type").unwrap_or_default();
+            backend.answered(answer.status, session, content_type, &answer.body);
+        }
+        if self.speak(env, *held) == Action::Continue {
+            env.after.push(After::ResumeRequest(env.id));
+        }
+    }
+
+    /// Every server of a list answered (or failed): the merged list, or the error of a server
+    /// whose failure fails it.
+    fn gathered(&mut self, env: &mut Env, list: List, held: &Spoken) -> Action {
+        let mut parts = Vec::with_capacity(held.backends.len());
+        for (index, backend, _) in &held.backends {
+            let Some(member) = held.aggregate.members.get(*index) else {
+                continue;
+            };
+            if let Some(why) = backend.failure() {
+                log::warn!("MCP server '{}' left out of {}: {why}", member.id, list.method());
+                let name = super::metrics::mcp_request(&member.id, list.method(), Outcome::Error);
+                env.io.metric(super::metrics::Kind::Counter, &name, 1);
+            }
+            parts.push((backend, member.routed.tools.as_deref(), member.server.failure));
+        }
+        match mcp::aggregate::merged(list, &held.id, &parts) {
+            Ok(body) => self.answer(env, 200, body),
+            Err(body) => {
+                self.note_outcome(Outcome::Error);
+                self.answer(env, 200, body)
+            }
+        }
+    }
+
+    /// The member's session is open: the request goes there through Envoy's router, its name
+    /// unprefixed, in the gateway's session with the server.
+    fn route_to_member(&mut self, env: &mut Env, held: &Spoken, raw: RawHeaders, size: usize, body: Vec<u8>) -> Action {
+        let Some((index, backend, _)) = held.backends.first() else {
+            return Action::Continue;
+        };
+        let member = held.aggregate.members.get(*index);
+        let (Some(member), None) = (member, backend.failure()) else {
+            let why = backend.failure().unwrap_or("it is unknown");
+            let message = format!("MCP server '{}' could not be reached: {why}", backend.server);
+            self.note_outcome(Outcome::Error);
+            return self.answer(env, 200, mcp::aggregate::error(&held.id, -32000, &message));
+        };
+        let mut routed = member.routed.clone();
+        routed.tools = None;
+        // The client's session and version are the gateway's; the server's are its own.
+        for name in ["mcp-session-id", "mcp-protocol-version", "content-length"] {
+            routed.remove.push(name.to_string());
+        }
+        routed.set.extend(backend.session_headers().into_iter().filter(|(name, _)| name != "accept"));
+        routed.set.push(("content-length".to_string(), body.len().to_string()));
+        env.io.set_request_body(env.id, size, &body);
+        let mut edits = HeaderEdits { remove: routed.remove, set: routed.set };
+        edits.set.push((crate::pipeline::TRACE_HEADER.to_string(), self.record.trace_id.clone()));
+        env.io.set_request_headers(env.id, &edits.apply(&raw));
+        // A session the server no longer knows is not used again.
+        let session = Some(held.aggregate.session_identity(&backend.server));
+        self.phase = Phase::Mcp(Some(Box::new(Sent { list: None, session })));
+        Action::Continue
+    }
+}

@@ -1,0 +1,388 @@
+//! The aggregate endpoint `POST /mcp` (docs/mcp.md): every server the caller may use, as one
+//! MCP server of the 2025 era. The gateway answers `initialize`, `ping` and notifications
+//! itself; a list (`tools/list`, `prompts/list`) is gathered from every server, each name
+//! prefixed `{server}__` (server ids never hold `__`, so the prefix is unambiguous); a
+//! `tools/call` or `prompts/get` goes to the server its prefix names, the name unprefixed.
+//!
+//! The gateway speaks to each server in a session of the server's own for each client
+//! session ([`Backend`]): opened on first use (`initialize`, then `notifications/initialized`)
+//! and kept in shared data, so any worker finds it; one that expired, or that another replica
+//! never saw, is opened again without the client noticing.
+
+use super::message::answer_in;
+use super::tools::ToolPolicy;
+use crate::hash::Hasher;
+use crate::ports::SharedStore;
+use gateway_schema::mcp_servers::Failure;
+use serde_json::{json, Value};
+
+/// Between a server's id and a name of its own in the aggregate's names.
+pub(crate) const SEPARATOR: &str = "__";
+/// The protocol versions the endpoint speaks, newest first.
+const VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// Pages of one server's list followed at most (a server whose cursor never ends is cut).
+const MAX_PAGES: u32 = 20;
+/// Slots of the servers' sessions in shared data (`mcp:session:0` ..).
+const SESSION_SLOTS: u64 = 1024;
+/// A client's session id longer than this is not one of the gateway's.
+const MAX_SESSION_ID: usize = 128;
+/// A server's session id longer than this is not kept (the server then keeps none for us).
+const MAX_SERVER_SESSION_ID: usize = 1024;
+
+/// What a list gathers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum List {
+    Tools,
+    Prompts,
+}
+
+impl List {
+    pub(crate) fn method(self) -> &'static str {
+        match self {
+            List::Tools => "tools/list",
+            List::Prompts => "prompts/list",
+        }
+    }
+
+    /// The result's field that holds the items.
+    fn field(self) -> &'static str {
+        match self {
+            List::Tools => "tools",
+            List::Prompts => "prompts",
+        }
+    }
+}
+
+/// What the gateway does with a message POSTed to the aggregate endpoint.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Plan {
+    /// Answered with this result; `initialize` also starts a session.
+    Result { result: Value, new_session: bool },
+    /// A notification or a client's answer: accepted, nothing to say (202).
+    Accepted,
+    /// Gathered from every server.
+    Gather(List),
+    /// Sent to one server (by its index among the members), the name unprefixed.
+    Route { member: usize, name: String },
+    /// A JSON-RPC error answer (200: the request was read).
+    Error(Vec<u8>),
+}
+
+/// The plan for `message` (already read as one JSON-RPC message, `id` its id) among `members`:
+/// the servers the caller may use, each with what it may use of their tools (None: every tool).
+pub(crate) fn plan(message: &Value, id: Option<&Value>, members: &[(&str, Option<&ToolPolicy>)]) -> Plan {
+    let Some(method) = message.get("method").and_then(Value::as_str) else {
+        return Plan::Accepted; // a client's answer: no server asked the aggregate anything
+    };
+    let Some(id) = id else {
+        return Plan::Accepted;
+    };
+    let params = message.get("params");
+    match method {
+        "initialize" => {
+            let asked = params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str);
+            let version = VERSIONS.iter().find(|v| Some(**v) == asked).unwrap_or(&VERSIONS[0]);
+            let result = json!({
+                "protocolVersion": version,
+                "capabilities": {"tools": {"listChanged": false}, "prompts": {"listChanged": false}},
+                "serverInfo": {"name": "model-gateway", "version": env!("CARGO_PKG_VERSION")},
+                "instructions": "Every MCP server this gateway key may use; each tool and prompt is named {server}__{name}.",
+            });
+            Plan::Result { result, new_session: true }
+        }
+        "ping" => Plan::Result { result: json!({}), new_session: false },
+        "tools/list" => Plan::Gather(List::Tools),
+        "prompts/list" => Plan::Gather(List::Prompts),
+        "resources/list" => Plan::Result { result: json!({"resources": []}), new_session: false },
+        "resources/templates/list" => Plan::Result { result: json!({"resourceTemplates": []}), new_session: false },
+        "tools/call" | "prompts/get" => {
+            let what = if method == "tools/call" { "tool" } else { "prompt" };
+            let full = params.and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default();
+            let unknown = || Plan::Error(error(id, -32602, &format!("Unknown {what}: {}", cut(full))));
+            let Some((server, name)) = full.split_once(SEPARATOR) else {
+                return unknown();
+            };
+            let Some(member) = members.iter().position(|(id, _)| *id == server) else {
+                return unknown();
+            };
+            let policy = members.get(member).and_then(|(_, policy)| *policy);
+            let withheld = what == "tool" && policy.is_some_and(|policy| !policy.permits(name));
+            if withheld || name.is_empty() {
+                return unknown();
+            }
+            Plan::Route { member, name: name.to_string() }
+        }
+        _ => Plan::Error(error(id, -32601, &format!("Method not found: {}", cut(method)))),
+    }
+}
+
+fn cut(text: &str) -> String {
+    text.chars().take(128).collect()
+}
+
+/// A JSON-RPC error answer to request `id`.
+pub(crate) fn error(id: &Value, code: i64, message: &str) -> Vec<u8> {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string().into_bytes()
+}
+
+/// A JSON-RPC result answer to request `id`.
+pub(crate) fn result(id: &Value, result: Value) -> Vec<u8> {
+    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string().into_bytes()
+}
+
+/// `message` (a `tools/call` or `prompts/get`) as its server gets it: its name unprefixed.
+pub(crate) fn unprefixed(mut message: Value, name: &str) -> Vec<u8> {
+    if let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) {
+        params.insert("name".to_string(), Value::String(name.to_string()));
+    }
+    message.to_string().into_bytes()
+}
+
+/// A new session id of the gateway's: 128 random bits.
+pub(crate) fn new_session_id(random: &mut dyn FnMut() -> u64) -> String {
+    format!("{:016x}{:016x}", random(), random())
+}
+
+/// The client's session id, when it may be one of the gateway's.
+pub(crate) fn client_session(header: Option<&[u8]>) -> Option<&str> {
+    std::str::from_utf8(header?).ok().filter(|id| is_session_id(id, MAX_SESSION_ID))
+}
+
+/// Whether `id` may be a session id (visible ASCII, as MCP says), at most `max` bytes.
+fn is_session_id(id: &str, max: usize) -> bool {
+    (1..=max).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// A server's session, as the gateway holds it: the server's `Mcp-Session-Id` (none for a
+/// server that keeps none) and the protocol version it answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Session {
+    pub(crate) id: Option<String>,
+    pub(crate) version: String,
+}
+
+/// Whose a server's session is: the caller (its key), the client's session with the gateway,
+/// and the server. Never the key itself.
+pub(crate) fn session_identity(caller: &str, client_session: Option<&str>, server: &str) -> String {
+    format!("{caller}\n{}\n{server}", client_session.unwrap_or_default())
+}
+
+fn session_slot(identity: &str) -> String {
+    let hash = Hasher::seeded(7).part(Some(identity.as_bytes())).finish();
+    format!("mcp:session:{}", hash % SESSION_SLOTS)
+}
+
+/// The session kept for `identity`, if its slot still holds it.
+pub(crate) fn kept_session(store: &dyn SharedStore, identity: &str) -> Option<Session> {
+    let (value, _) = store.get(&session_slot(identity))?;
+    let text = std::str::from_utf8(&value).ok()?;
+    let mut parts = text.split('\0');
+    if parts.next() != Some(identity) {
+        return None;
+    }
+    let (id, version) = (parts.next()?, parts.next()?);
+    let id = (!id.is_empty()).then(|| id.to_string());
+    Some(Session { id, version: version.to_string() })
+}
+
+/// Keeps `session` for `identity` (the latest wins the slot); None forgets it.
+pub(crate) fn keep_session(store: &dyn SharedStore, identity: &str, session: Option<&Session>) {
+    let value = match session {
+        Some(session) => format!("{identity}\0{}\0{}", session.id.as_deref().unwrap_or_default(), session.version),
+        None if kept_session(store, identity).is_some() => String::new(),
+        None => return,
+    };
+    store.set(&session_slot(identity), value.as_bytes(), 0);
+}
+
+/// One call the gateway makes to a server: its body and the MCP headers it carries.
+#[derive(Debug, PartialEq)]
+pub(crate) struct BackendCall {
+    pub(crate) body: Vec<u8>,
+    pub(crate) headers: Vec<(String, String)>,
+}
+
+/// What the gateway wants of one server: its session opened (to route a request there), or a
+/// list gathered from it.
+#[derive(Debug)]
+pub(crate) struct Backend {
+    pub(crate) server: String,
+    session: Option<Session>,
+    /// Whether the session was opened by this backend (to be kept).
+    opened: bool,
+    step: Step,
+    list: Option<List>,
+    /// The list's items so far, as the server named them.
+    pub(crate) items: Vec<Value>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Step {
+    Initialize,
+    Initialized,
+    /// Asking for the list's page after `cursor`.
+    Page {
+        cursor: Option<String>,
+        pages: u32,
+    },
+    Ready,
+    Failed(String),
+}
+
+/// The ids of the gateway's own requests to servers.
+const INITIALIZE_ID: &str = "gateway-initialize";
+const LIST_ID: &str = "gateway-list";
+
+impl Backend {
+    /// `server`'s backend, with the session kept for it (if any); `list`: what to gather.
+    pub(crate) fn new(server: &str, session: Option<Session>, list: Option<List>) -> Backend {
+        let step = match (&session, list) {
+            (None, _) => Step::Initialize,
+            (Some(_), Some(_)) => Step::Page { cursor: None, pages: 0 },
+            (Some(_), None) => Step::Ready,
+        };
+        Backend { server: server.to_string(), session, opened: false, step, list, items: Vec::new() }
+    }
+
+    /// The call to make now; None once ready or failed.
+    pub(crate) fn next_call(&self) -> Option<BackendCall> {
+        let body = match &self.step {
+            Step::Initialize => json!({"jsonrpc": "2.0", "id": INITIALIZE_ID, "method": "initialize", "params": {
+                "protocolVersion": VERSIONS[0],
+                "capabilities": {},
+                "clientInfo": {"name": "model-gateway", "version": env!("CARGO_PKG_VERSION")},
+            }}),
+            Step::Initialized => json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            Step::Page { cursor, .. } => {
+                let method = self.list.map(List::method).unwrap_or_default();
+                let params = match cursor {
+                    Some(cursor) => json!({"cursor": cursor}),
+                    None => json!({}),
+                };
+                json!({"jsonrpc": "2.0", "id": LIST_ID, "method": method, "params": params})
+            }
+            Step::Ready | Step::Failed(_) => return None,
+        };
+        Some(BackendCall { body: body.to_string().into_bytes(), headers: self.session_headers() })
+    }
+
+    /// The headers that put a request in the server's session.
+    pub(crate) fn session_headers(&self) -> Vec<(String, String)> {
+        let mut headers = vec![("accept".to_string(), "application/json, text/event-stream".to_string())];
+        if let Some(session) = &self.session {
+            headers.push(("mcp-protocol-version".to_string(), session.version.clone()));
+            if let Some(id) = &session.id {
+                headers.push(("mcp-session-id".to_string(), id.clone()));
+            }
+        }
+        headers
+    }
+
+    /// The answer to the last call: `status` (0: none), the answer's `session_id` header
+    /// and content type, and its body.
+    pub(crate) fn answered(&mut self, status: u16, session_id: Option<&str>, content_type: &[u8], body: &[u8]) {
+        let step = std::mem::replace(&mut self.step, Step::Ready);
+        self.step = match step {
+            // A session the server no longer knows (it expired, or was another replica's):
+            // opened again, once.
+            _ if status == 404 && self.session.is_some() && !self.opened => {
+                self.session = None;
+                Step::Initialize
+            }
+            _ if !(200..300).contains(&status) => Step::Failed(match status {
+                0 => "it did not answer".to_string(),
+                status => format!("it answered HTTP {status}"),
+            }),
+            Step::Initialize => match answer_in(content_type, body, &json!(INITIALIZE_ID)) {
+                Some(answer) => match answer.pointer("/result/protocolVersion").and_then(Value::as_str) {
+                    Some(version) => {
+                        let id = session_id.filter(|id| is_session_id(id, MAX_SERVER_SESSION_ID));
+                        self.session = Some(Session { id: id.map(str::to_string), version: version.to_string() });
+                        self.opened = true;
+                        Step::Initialized
+                    }
+                    None => Step::Failed("it refused to initialize".to_string()),
+                },
+                None => Step::Failed("its answer to initialize is not JSON-RPC".to_string()),
+            },
+            Step::Initialized => match self.list {
+                Some(_) => Step::Page { cursor: None, pages: 0 },
+                None => Step::Ready,
+            },
+            Step::Page { pages, .. } => self.page(content_type, body, pages + 1),
+            done => done,
+        };
+    }
+
+    fn page(&mut self, content_type: &[u8], body: &[u8], pages: u32) -> Step {
+        let field = self.list.map(List::field).unwrap_or_default();
+        let Some(answer) = answer_in(content_type, body, &json!(LIST_ID)) else {
+            return Step::Failed("its list is not JSON-RPC".to_string());
+        };
+        if let Some(message) = answer.pointer("/error/message").and_then(Value::as_str) {
+            return Step::Failed(format!("it answered the list with an error: {}", cut(message)));
+        }
+        let Some(items) = answer.get("result").and_then(|r| r.get(field)).and_then(Value::as_array) else {
+            return Step::Failed(format!("its list has no {field}"));
+        };
+        self.items.extend(items.iter().cloned());
+        match answer.pointer("/result/nextCursor").and_then(Value::as_str) {
+            Some(cursor) if pages < MAX_PAGES => Step::Page { cursor: Some(cursor.to_string()), pages },
+            _ => Step::Ready,
+        }
+    }
+
+    /// Why the server could not serve, once it could not.
+    pub(crate) fn failure(&self) -> Option<&str> {
+        match &self.step {
+            Step::Failed(why) => Some(why),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        matches!(self.step, Step::Ready | Step::Failed(_))
+    }
+
+    /// The session this backend opened, to be kept for the next request.
+    pub(crate) fn opened_session(&self) -> Option<&Session> {
+        self.session.as_ref().filter(|_| self.opened && self.step == Step::Ready)
+    }
+}
+
+/// The aggregate's answer to a list: every server's items, in the members' order, each name
+/// prefixed with its server's id, the tools a caller may not use left out. A server that
+/// failed is left out (`failure: open`), or fails the list (`closed`): the error then.
+pub(crate) fn merged(
+    list: List,
+    id: &Value,
+    backends: &[(&Backend, Option<&ToolPolicy>, Failure)],
+) -> Result<Vec<u8>, Vec<u8>> {
+    let mut items = Vec::new();
+    for (backend, policy, failure) in backends {
+        if let Some(why) = backend.failure() {
+            if *failure == Failure::Closed {
+                let message = format!("MCP server '{}' could not list its {}: {why}", backend.server, list.field());
+                return Err(error(id, -32000, &message));
+            }
+            continue;
+        }
+        for item in &backend.items {
+            let Some(name) = item.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            if list == List::Tools && policy.is_some_and(|policy| !policy.permits(name)) {
+                continue;
+            }
+            let mut item = item.clone();
+            if let Some(fields) = item.as_object_mut() {
+                fields.insert("name".to_string(), Value::String(format!("{}{SEPARATOR}{name}", backend.server)));
+            }
+            items.push(item);
+        }
+    }
+    Ok(result(id, json!({ list.field(): items })))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,213 @@
+use super::*;
+use crate::ports::testing::FakeHost;
+use crate::ports::Host;
+use crate::unit_tests::test;
+use gateway_schema::mcp_servers::Tools;
+
+fn request(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
+}
+
+fn json_answer(id: &str, result: Value) -> Vec<u8> {
+    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string().into_bytes()
+}
+
+#[test]
+fn the_gateway_answers_initialize_ping_and_notifications_itself() {
+    let id = json!(7);
+    let Plan::Result { result, new_session: true } =
+        plan(&request("initialize", json!({"protocolVersion": "2025-06-18"})), Some(&id), &[])
+    else {
+        panic!("initialize is the gateway's");
+    };
+    assert_eq!(result["protocolVersion"], "2025-06-18", "the client's version, when spoken");
+    assert_eq!(result["capabilities"]["tools"], json!({"listChanged": false}));
+    let Plan::Result { result, .. } =
+        plan(&request("initialize", json!({"protocolVersion": "1999-01-01"})), Some(&id), &[])
+    else {
+        panic!();
+    };
+    assert_eq!(result["protocolVersion"], VERSIONS[0], "else the newest");
+    assert_eq!(
+        plan(&request("ping", json!({})), Some(&id), &[]),
+        Plan::Result { result: json!({}), new_session: false }
+    );
+    let notification = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(plan(&notification, None, &[]), Plan::Accepted);
+    assert_eq!(plan(&json!({"jsonrpc": "2.0", "id": 1, "result": {}}), Some(&json!(1)), &[]), Plan::Accepted);
+    let Plan::Error(body) = plan(&request("sampling/createMessage", json!({})), Some(&id), &[]) else {
+        panic!();
+    };
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (id, json!(-32601)));
+}
+
+#[test]
+fn calls_go_to_the_server_their_prefix_names_unless_withheld() {
+    let id = json!(7);
+    let policy = ToolPolicy::new("files", &Tools::Deny(vec!["delete".into()]), None).unwrap();
+    let members: [(&str, Option<&ToolPolicy>); 2] = [("search", None), ("files", Some(&policy))];
+    let call = |name: &str| plan(&request("tools/call", json!({"name": name, "arguments": {}})), Some(&id), &members);
+    assert_eq!(call("files__read"), Plan::Route { member: 1, name: "read".into() });
+    assert_eq!(call("search__web__deep"), Plan::Route { member: 0, name: "web__deep".into() }, "the first __ splits");
+    for refused in ["files__delete", "nope__read", "read", "files__", ""] {
+        let Plan::Error(body) = call(refused) else {
+            panic!("{refused}");
+        };
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["code"], -32602);
+        assert_eq!(body["error"]["message"], format!("Unknown tool: {refused}"));
+    }
+    // Prompts are not tools: the tool policy leaves them alone.
+    let prompt = plan(&request("prompts/get", json!({"name": "files__delete"})), Some(&id), &members);
+    assert_eq!(prompt, Plan::Route { member: 1, name: "delete".into() });
+    let message = request("tools/call", json!({"name": "files__read", "arguments": {"path": "a__b"}}));
+    let sent: Value = serde_json::from_slice(&unprefixed(message, "read")).unwrap();
+    assert_eq!(sent["params"], json!({"name": "read", "arguments": {"path": "a__b"}}));
+    assert_eq!(sent["id"], 7);
+}
+
+#[test]
+fn a_backend_opens_a_session_then_follows_the_list_pages() {
+    let mut backend = Backend::new("files", None, Some(List::Tools));
+    let first = backend.next_call().unwrap();
+    let body: Value = serde_json::from_slice(&first.body).unwrap();
+    assert_eq!(body["method"], "initialize");
+    assert!(!first.headers.iter().any(|(name, _)| name == "mcp-session-id"));
+    // The answer as SSE, split anywhere, with a notification before it.
+    let answer = json_answer(INITIALIZE_ID, json!({"protocolVersion": "2025-06-18", "capabilities": {}}));
+    let mut sse = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n".to_vec();
+    sse.extend_from_slice(b"event: message\r\ndata: ");
+    sse.extend_from_slice(&answer);
+    sse.extend_from_slice(b"\r\n\r\n");
+    backend.answered(200, Some("s-1"), b"text/event-stream", &sse);
+    let initialized = backend.next_call().unwrap();
+    assert!(initialized.headers.contains(&("mcp-session-id".into(), "s-1".into())));
+    assert!(initialized.headers.contains(&("mcp-protocol-version".into(), "2025-06-18".into())));
+    backend.answered(202, None, b"", b"");
+    let page = json_answer(LIST_ID, json!({"tools": [{"name": "a"}], "nextCursor": "c2"}));
+    backend.answered(200, None, b"application/json", &page);
+    let second: Value = serde_json::from_slice(&backend.next_call().unwrap().body).unwrap();
+    assert_eq!(second["params"], json!({"cursor": "c2"}));
+    backend.answered(
+        200,
+        None,
+        b"application/json; charset=utf-8",
+        &json_answer(LIST_ID, json!({"tools": [{"name": "b"}]})),
+    );
+    assert!(backend.is_done() && backend.failure().is_none());
+    assert_eq!(backend.items, [json!({"name": "a"}), json!({"name": "b"})]);
+    assert_eq!(backend.opened_session(), Some(&Session { id: Some("s-1".into()), version: "2025-06-18".into() }));
+}
+
+#[test]
+fn a_kept_session_the_server_lost_is_opened_again_once() {
+    let kept = Session { id: Some("old".into()), version: "2025-11-25".into() };
+    let backend = Backend::new("files", Some(kept), None);
+    assert!(backend.is_done(), "ready at once");
+    let mut backend =
+        Backend::new("files", Some(Session { id: Some("old".into()), version: "v".into() }), Some(List::Prompts));
+    assert!(backend.next_call().unwrap().headers.contains(&("mcp-session-id".into(), "old".into())));
+    backend.answered(404, None, b"application/json", b"{}");
+    let again: Value = serde_json::from_slice(&backend.next_call().unwrap().body).unwrap();
+    assert_eq!(again["method"], "initialize");
+    backend.answered(
+        200,
+        Some("new"),
+        b"application/json",
+        &json_answer(INITIALIZE_ID, json!({"protocolVersion": "2025-11-25"})),
+    );
+    backend.answered(404, None, b"", b"");
+    assert_eq!(backend.failure(), Some("it answered HTTP 404"), "a session it just opened is not opened again");
+}
+
+#[test]
+fn backends_fail_with_a_reason() {
+    let cases: [(u16, &[u8], &[u8], &str); 4] = [
+        (0, b"", b"", "it did not answer"),
+        (500, b"application/json", b"{}", "it answered HTTP 500"),
+        (200, b"text/html", b"<html>", "its answer to initialize is not JSON-RPC"),
+        (
+            200,
+            b"application/json",
+            br#"{"jsonrpc":"2.0","id":"gateway-initialize","error":{"code":-32600,"message":"no"}}"#,
+            "it refused to initialize",
+        ),
+    ];
+    for (status, content_type, body, why) in cases {
+        let mut backend = Backend::new("s", None, Some(List::Tools));
+        backend.answered(status, None, content_type, body);
+        assert_eq!(backend.failure(), Some(why));
+        assert_eq!(backend.next_call(), None);
+    }
+    let session = Session { id: None, version: "2025-06-18".into() };
+    let mut backend = Backend::new("s", Some(session), Some(List::Tools));
+    let error = br#"{"jsonrpc":"2.0","id":"gateway-list","error":{"code":-32601,"message":"Method not found"}}"#;
+    backend.answered(200, None, b"application/json", error);
+    assert_eq!(backend.failure(), Some("it answered the list with an error: Method not found"));
+}
+
+#[test]
+fn lists_merge_prefixed_without_withheld_tools_and_failures_follow_the_servers_failure() {
+    let ready = |server: &str, items: Value| {
+        let session = Session { id: None, version: "2025-06-18".into() };
+        let mut backend = Backend::new(server, Some(session), Some(List::Tools));
+        backend.answered(200, None, b"application/json", &json_answer(LIST_ID, json!({ "tools": items })));
+        backend
+    };
+    let files = ready(
+        "files",
+        json!([{"name": "read", "inputSchema": {"type": "object"}}, {"name": "delete"}, {"no": "name"}]),
+    );
+    let search = ready("search", json!([{"name": "web", "annotations": {"readOnlyHint": true}}]));
+    let mut broken = Backend::new("broken", None, Some(List::Tools));
+    broken.answered(0, None, b"", b"");
+    let policy = ToolPolicy::new("files", &Tools::Deny(vec!["delete".into()]), None).unwrap();
+    let id = json!("l1");
+    let open = merged(
+        List::Tools,
+        &id,
+        &[(&files, Some(&policy), Failure::Open), (&broken, None, Failure::Open), (&search, None, Failure::Open)],
+    )
+    .unwrap();
+    let open: Value = serde_json::from_slice(&open).unwrap();
+    assert_eq!(open["id"], "l1");
+    assert_eq!(
+        open["result"]["tools"],
+        json!([
+            {"name": "files__read", "inputSchema": {"type": "object"}},
+            {"name": "search__web", "annotations": {"readOnlyHint": true}},
+        ])
+    );
+    let closed =
+        merged(List::Tools, &id, &[(&files, None, Failure::Open), (&broken, None, Failure::Closed)]).unwrap_err();
+    let closed: Value = serde_json::from_slice(&closed).unwrap();
+    assert_eq!(closed["error"]["code"], -32000);
+    assert_eq!(closed["error"]["message"], "MCP server 'broken' could not list its tools: it did not answer");
+}
+
+#[test]
+fn sessions_are_kept_per_identity_and_forgotten() {
+    let host = FakeHost::new(0);
+    let store = host.store();
+    let mine = session_identity("key-a", Some("c1"), "files");
+    let theirs = session_identity("key-b", Some("c1"), "files");
+    let session = Session { id: Some("s-1".into()), version: "2025-06-18".into() };
+    keep_session(store, &mine, Some(&session));
+    assert_eq!(kept_session(store, &mine), Some(session));
+    assert_eq!(kept_session(store, &theirs), None, "another caller's identity");
+    keep_session(store, &mine, None);
+    assert_eq!(kept_session(store, &mine), None);
+    let stateless = Session { id: None, version: "2025-06-18".into() };
+    keep_session(store, &mine, Some(&stateless));
+    assert_eq!(kept_session(store, &mine), Some(stateless));
+    assert_eq!(client_session(Some(b"abc")), Some("abc"));
+    assert_eq!(client_session(Some(b"a b")), None);
+    assert_eq!(client_session(Some(&[b'a'; 129])), None);
+    let mut n = 0;
+    let id = new_session_id(&mut || {
+        n += 1;
+        n
+    });
+    assert_eq!(id, "00000000000000010000000000000002");
+}
