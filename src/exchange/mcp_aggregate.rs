@@ -37,12 +37,13 @@ struct Spoken {
 #[derive(Debug)]
 enum Purpose {
     Gather(List),
-    /// The request goes to the member once its session is open: its raw headers, and its body
-    /// (Envoy's buffer holds `size` bytes) as the server gets it.
+    /// The request goes to the member once its session is open: its raw headers, its body
+    /// (Envoy's buffer holds `size` bytes) as the server gets it, and the name unprefixed.
     Route {
         raw: RawHeaders,
         size: usize,
         body: Vec<u8>,
+        name: String,
     },
 }
 
@@ -86,6 +87,7 @@ impl Exchange {
                     }
                     false => Vec::new(),
                 };
+                let result = mcp::aggregate::for_era(result, aggregate.stateless);
                 self.answer_with(env, 200, mcp::aggregate::result(&id, result), extra)
             }
             Plan::Accepted => self.answer(env, 202, Vec::new()),
@@ -110,10 +112,16 @@ impl Exchange {
                     facts.server = server.clone();
                     facts.tool = (facts.method.as_deref() == Some("tools/call")).then(|| name.clone());
                 }
-                let kept = mcp::kept_session(env.io.host().store(), &aggregate.session_identity(&server));
+                let backend = match aggregate.stateless {
+                    true => Backend::stateless(&server),
+                    false => {
+                        let kept = mcp::kept_session(env.io.host().store(), &aggregate.session_identity(&server));
+                        Backend::new(&server, kept, None)
+                    }
+                };
                 let body = mcp::aggregate::unprefixed(value, &name);
-                let backends = vec![(member, Backend::new(&server, kept, None), None)];
-                let purpose = Purpose::Route { raw, size, body };
+                let backends = vec![(member, backend, None)];
+                let purpose = Purpose::Route { raw, size, body, name };
                 self.speak(env, Backends { purpose, spoken: Spoken { aggregate, id, backends } })
             }
         }
@@ -164,7 +172,9 @@ impl Exchange {
         }
         match held.purpose {
             Purpose::Gather(list) => self.gathered(env, list, &held.spoken),
-            Purpose::Route { raw, size, body } => self.route_to_member(env, &held.spoken, raw, size, body),
+            Purpose::Route { raw, size, body, name } => {
+                self.route_to_member(env, &held.spoken, raw, (size, body), &name)
+            }
         }
     }
 
@@ -201,7 +211,7 @@ impl Exchange {
             }
             parts.push((backend, member.routed.tools.as_deref(), member.server.failure));
         }
-        match mcp::aggregate::merged(list, &held.id, &parts) {
+        match mcp::aggregate::merged(list, &held.id, &parts, held.aggregate.stateless) {
             Ok(body) => self.answer(env, 200, body),
             Err(body) => {
                 self.note_outcome(Outcome::Error);
@@ -211,8 +221,16 @@ impl Exchange {
     }
 
     /// The member's session is open: the request goes there through Envoy's router, its name
-    /// unprefixed, in the gateway's session with the server.
-    fn route_to_member(&mut self, env: &mut Env, held: &Spoken, raw: RawHeaders, size: usize, body: Vec<u8>) -> Action {
+    /// unprefixed (`body`, of which Envoy's buffer holds `size` bytes), in the gateway's session
+    /// with the server (a stateless-era request in none, its `Mcp-Name` unprefixed too).
+    fn route_to_member(
+        &mut self,
+        env: &mut Env,
+        held: &Spoken,
+        raw: RawHeaders,
+        (size, body): (usize, Vec<u8>),
+        name: &str,
+    ) -> Action {
         let Some((index, backend, _)) = held.backends.first() else {
             return Action::Continue;
         };
@@ -226,8 +244,11 @@ impl Exchange {
         let mut routed = member.routed.clone();
         routed.tools = None;
         // The client's session and version are the gateway's; the server's are its own.
-        for name in ["mcp-session-id", "mcp-protocol-version", "content-length"] {
-            routed.remove.push(name.to_string());
+        for header in ["mcp-session-id", "mcp-protocol-version", "mcp-name", "content-length"] {
+            routed.remove.push(header.to_string());
+        }
+        if held.aggregate.stateless {
+            routed.set.push(("mcp-name".to_string(), mcp::aggregate::name_header(name)));
         }
         routed.set.extend(backend.session_headers().into_iter().filter(|(name, _)| name != "accept"));
         routed.set.push(("content-length".to_string(), body.len().to_string()));

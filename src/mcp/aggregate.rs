@@ -13,13 +13,17 @@ use super::message::answer_in;
 use super::tools::ToolPolicy;
 use crate::hash::Hasher;
 use crate::ports::SharedStore;
+use base64::Engine as _;
 use gateway_schema::mcp_servers::Failure;
 use serde_json::{json, Value};
 
 /// Between a server's id and a name of its own in the aggregate's names.
 pub(crate) const SEPARATOR: &str = "__";
-/// The protocol versions the endpoint speaks, newest first.
+/// The protocol versions of the session era the endpoint speaks, newest first.
 const VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// The stateless era's version: a client of it sends it on every request, asks
+/// `server/discover` instead of `initialize`, and refuses a result without `resultType`.
+pub(crate) const STATELESS_VERSION: &str = "2026-07-28";
 /// Pages of one server's list followed at most (a server whose cursor never ends is cut).
 const MAX_PAGES: u32 = 20;
 /// Slots of the servers' sessions in shared data (`mcp:session:0` ..).
@@ -84,11 +88,23 @@ pub(crate) fn plan(message: &Value, id: Option<&Value>, members: &[(&str, Option
             let version = VERSIONS.iter().find(|v| Some(**v) == asked).unwrap_or(&VERSIONS[0]);
             let result = json!({
                 "protocolVersion": version,
-                "capabilities": {"tools": {"listChanged": false}, "prompts": {"listChanged": false}},
+                "capabilities": capabilities(),
                 "serverInfo": {"name": "model-gateway", "version": env!("CARGO_PKG_VERSION")},
-                "instructions": "Every MCP server this gateway key may use; each tool and prompt is named {server}__{name}.",
+                "instructions": INSTRUCTIONS,
             });
             Plan::Result { result, new_session: true }
+        }
+        "server/discover" => {
+            let mut versions = vec![STATELESS_VERSION];
+            versions.extend(VERSIONS);
+            let result = json!({
+                "supportedVersions": versions,
+                "capabilities": capabilities(),
+                "instructions": INSTRUCTIONS,
+                "ttlMs": 0,
+                "cacheScope": "private",
+            });
+            Plan::Result { result, new_session: false }
         }
         "ping" => Plan::Result { result: json!({}), new_session: false },
         "tools/list" => Plan::Gather(List::Tools),
@@ -116,6 +132,20 @@ pub(crate) fn plan(message: &Value, id: Option<&Value>, members: &[(&str, Option
     }
 }
 
+const INSTRUCTIONS: &str = "Every MCP server this gateway key may use; each tool and prompt is named {server}__{name}.";
+
+fn capabilities() -> Value {
+    json!({"tools": {"listChanged": false}, "prompts": {"listChanged": false}})
+}
+
+/// A result as a client of `era` reads it: a stateless-era client's carries `resultType`.
+pub(crate) fn for_era(mut result: Value, stateless: bool) -> Value {
+    if let (true, Some(fields)) = (stateless, result.as_object_mut()) {
+        fields.insert("resultType".to_string(), Value::String("complete".to_string()));
+    }
+    result
+}
+
 fn cut(text: &str) -> String {
     text.chars().take(128).collect()
 }
@@ -136,6 +166,16 @@ pub(crate) fn unprefixed(mut message: Value, name: &str) -> Vec<u8> {
         params.insert("name".to_string(), Value::String(name.to_string()));
     }
     message.to_string().into_bytes()
+}
+
+/// The `Mcp-Name` header of a stateless-era request naming `name`: the name as it is when it is
+/// printable ASCII without edge spaces, else in the spec's `=?base64?...?=` form.
+pub(crate) fn name_header(name: &str) -> String {
+    let plain = name.bytes().all(|b| b.is_ascii_graphic() || b == b' ') && name.trim() == name;
+    if plain && !(name.starts_with("=?base64?") && name.ends_with("?=")) {
+        return name.to_string();
+    }
+    format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode(name))
 }
 
 /// A new session id of the gateway's: 128 random bits.
@@ -234,6 +274,13 @@ const INITIALIZE_ID: &str = "gateway-initialize";
 const LIST_ID: &str = "gateway-list";
 
 impl Backend {
+    /// `server`'s backend for a request of a stateless-era client: the request goes as it is,
+    /// in no session (the server speaks that era).
+    pub(crate) fn stateless(server: &str) -> Backend {
+        let session = Session { id: None, version: STATELESS_VERSION.to_string() };
+        Backend::new(server, Some(session), None)
+    }
+
     /// `server`'s backend, with the session kept for it (if any); `list`: what to gather.
     pub(crate) fn new(server: &str, session: Option<Session>, list: Option<List>) -> Backend {
         let step = match (&session, list) {
@@ -357,6 +404,7 @@ pub(crate) fn merged(
     list: List,
     id: &Value,
     backends: &[(&Backend, Option<&ToolPolicy>, Failure)],
+    stateless: bool,
 ) -> Result<Vec<u8>, Vec<u8>> {
     let mut items = Vec::new();
     for (backend, policy, failure) in backends {
@@ -381,7 +429,13 @@ pub(crate) fn merged(
             items.push(item);
         }
     }
-    Ok(result(id, json!({ list.field(): items })))
+    let list = match stateless {
+        // Lists are the stateless era's cacheable results: this one is the caller's own, and
+        // asked again each time (the servers' own ttlMs are not read yet).
+        true => json!({ list.field(): items, "ttlMs": 0, "cacheScope": "private" }),
+        false => json!({ list.field(): items }),
+    };
+    Ok(result(id, for_era(list, stateless)))
 }
 
 #[cfg(test)]

@@ -82,6 +82,8 @@ pub(crate) struct Aggregate {
     pub(crate) caller: String,
     /// The client's session with the gateway (its `Mcp-Session-Id`).
     pub(crate) client_session: Option<String>,
+    /// Whether the client speaks the stateless era (2026-07-28).
+    pub(crate) stateless: bool,
     pub(crate) members: Vec<Member>,
 }
 

@@ -434,7 +434,9 @@ fn start_mcp(
             (None, key) => Ref::key(key.unwrap_or_default()).id,
         };
         let client_session = mcp::client_session(headers::find(raw, "mcp-session-id")).map(str::to_string);
-        let aggregate = mcp::Aggregate { caller, client_session, members: members.collect() };
+        let version = headers::find(raw, "mcp-protocol-version");
+        let stateless = version == Some(mcp::aggregate::STATELESS_VERSION.as_bytes());
+        let aggregate = mcp::Aggregate { caller, client_session, stateless, members: members.collect() };
         return Ok(Started::Mcp { target: mcp::Target::Aggregate(Box::new(aggregate)), key_id: owner.key_id });
     };
     // The plugin configuration's servers, then the workspace's in the control plane.

@@ -1,6 +1,7 @@
 """Claude Code and Codex using an MCP server through the gateway (issue 46): each agent is given the
-gateway's MCP endpoint as an HTTP MCP server with the gateway key as a bearer token, lists the
-server's tools through it, and calls the one the scripted model asks for; the tool's answer, which
+gateway's aggregate MCP endpoint `/mcp` as an HTTP MCP server with the gateway key as a bearer
+token, lists the servers' tools through it (named `{server}__{tool}`), and calls the one the
+scripted model asks for; the tool's answer, which
 no model could know, reaches the model's next turn. The server (the Python SDK's, in the test
 process) hears only the gateway: its own stored credential, never the gateway key.
 
@@ -24,13 +25,10 @@ pytestmark = pytest.mark.agents
 
 SERVER_ID = "words"  # the MCP server's id in the gateway's configuration
 SERVER_TOKEN = "words-server-own-token"  # its stored credential: only the gateway sends it
-# The gateway's MCP endpoint the agents are given and the name the tool has there: today one
-# server's endpoint, names unchanged. For the aggregate endpoint (every server as one) these two
-# lines become MCP_PATH = "/mcp" and TOOL = f"{SERVER_ID}__lookup_word". (Each test's last lines
-# check the agent's protocol era in what the server heard, true while the gateway passes a message
-# on as it is; on the aggregate the gateway chooses the era it speaks to the server.)
-MCP_PATH = f"/mcp/{SERVER_ID}"
-TOOL = "lookup_word"
+# The gateway's MCP endpoint the agents are given, the aggregate (every server as one), and the
+# name the tool has there.
+MCP_PATH = "/mcp"
+TOOL = f"{SERVER_ID}__lookup_word"
 AGENT_SERVER = "gw"  # the name each agent's own configuration gives the gateway's MCP endpoint
 # Claude Code calls an MCP tool `mcp__<server>__<tool>`; Codex puts a server's tools in a namespace
 # tool `mcp__<server>` and the model calls one as `lookup_word` in that namespace.
@@ -105,6 +103,21 @@ def assert_only_the_gateway_reached(server: WordServer) -> None:
         assert [name for name in headers if name.startswith("x-gateway-")] == ["x-gateway-trace-id"], headers
 
 
+def assert_era_reached(server: WordServer, era: str) -> None:
+    """What the server heard of an agent of `era` through the aggregate: the gateway gathered the
+    list in a session of its own with the server (the newest version of that era); the call went in
+    that session (a 2025 agent) or as the agent's own stateless request (2026-07-28), naming the tool
+    as the server names it."""
+    assert any("mcp-session-id" in h for h in server.seen_headers), "the list was gathered in a session"
+    if era == "2026-07-28":
+        calls = [h for h in server.seen_headers if h.get("mcp-method") == "tools/call"]
+        assert [(h.get("mcp-protocol-version"), h.get("mcp-name")) for h in calls] == [(era, "lookup_word")], calls
+    else:
+        # (The first request of a session, `initialize`, names no version yet.)
+        assert {h.get("mcp-protocol-version") for h in server.seen_headers} - {None} == {"2025-11-25"}
+        assert not any("mcp-method" in h for h in server.seen_headers)
+
+
 def test_claude_code_calls_an_mcp_tool_through_the_gateway(gw, server, anthropic_mock, tmp_path):
     anthropic_mock.script(Reply(tool_calls=[ToolCall(CLAUDE_TOOL, {"key": WORD_KEY}, id="toolu_mcp_1")]))
     anthropic_mock.script(Reply(text=ANSWER))
@@ -125,9 +138,7 @@ def test_claude_code_calls_an_mcp_tool_through_the_gateway(gw, server, anthropic
     for req in (first, second):
         assert_clean_upstream(req, KEY)
     assert_only_the_gateway_reached(server)
-    # Claude Code spoke 2026-07-28: stateless POSTs naming their method.
-    assert {h.get("mcp-protocol-version") for h in server.seen_headers} == {"2026-07-28"}
-    assert {"tools/list", "tools/call"} <= {h.get("mcp-method") for h in server.seen_headers}
+    assert_era_reached(server, "2026-07-28")
 
 
 # Codex's MCP protocol version, and the features that make it speak it.
@@ -155,9 +166,4 @@ def test_codex_calls_an_mcp_tool_through_the_gateway(gw, server, openai_mock, tm
     for req in (first, second):
         assert_clean_upstream(req, KEY)
     assert_only_the_gateway_reached(server)
-    # (The first request of a session, `initialize`, names no version yet.)
-    assert {h.get("mcp-protocol-version") for h in server.seen_headers} - {None} == {era}
-    if era == "2025-06-18":
-        assert any("mcp-session-id" in h for h in server.seen_headers)
-    else:
-        assert {"tools/list", "tools/call"} <= {h.get("mcp-method") for h in server.seen_headers}
+    assert_era_reached(server, era)

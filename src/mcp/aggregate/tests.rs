@@ -168,6 +168,7 @@ fn lists_merge_prefixed_without_withheld_tools_and_failures_follow_the_servers_f
         List::Tools,
         &id,
         &[(&files, Some(&policy), Failure::Open), (&broken, None, Failure::Open), (&search, None, Failure::Open)],
+        false,
     )
     .unwrap();
     let open: Value = serde_json::from_slice(&open).unwrap();
@@ -180,7 +181,7 @@ fn lists_merge_prefixed_without_withheld_tools_and_failures_follow_the_servers_f
         ])
     );
     let closed =
-        merged(List::Tools, &id, &[(&files, None, Failure::Open), (&broken, None, Failure::Closed)]).unwrap_err();
+        merged(List::Tools, &id, &[(&files, None, Failure::Open), (&broken, None, Failure::Closed)], true).unwrap_err();
     let closed: Value = serde_json::from_slice(&closed).unwrap();
     assert_eq!(closed["error"]["code"], -32000);
     assert_eq!(closed["error"]["message"], "MCP server 'broken' could not list its tools: it did not answer");
@@ -210,4 +211,14 @@ fn sessions_are_kept_per_identity_and_forgotten() {
         n
     });
     assert_eq!(id, "00000000000000010000000000000002");
+}
+
+#[test]
+fn stateless_names_travel_in_a_header() {
+    assert_eq!(name_header("read_file"), "read_file");
+    assert_eq!(name_header("café"), "=?base64?Y2Fmw6k=?=");
+    assert_eq!(name_header(" edge"), "=?base64?IGVkZ2U=?=");
+    let backend = Backend::stateless("files");
+    assert!(backend.is_done() && backend.opened_session().is_none());
+    assert_eq!(backend.session_headers()[1], ("mcp-protocol-version".to_string(), STATELESS_VERSION.to_string()));
 }
