@@ -46,7 +46,12 @@ pub(crate) enum Kind {
     Policy,
     /// An MCP server of the workspace (`/v1/mcp-servers/{id}`).
     McpServer,
+    /// Every MCP server of the workspace (one entry per workspace, id [`ALL_ID`]).
+    McpServers,
 }
+
+/// The id of a workspace's entry that holds all of its items of a kind.
+pub(crate) const ALL_ID: &str = "all";
 
 /// The id of a workspace's policy entry.
 pub(crate) const POLICY_ID: &str = "policy";
@@ -62,7 +67,7 @@ impl Kind {
             Kind::Prompt => "prompts",
             Kind::Response => "responses",
             Kind::Policy => "policy",
-            Kind::McpServer => "mcp-servers",
+            Kind::McpServer | Kind::McpServers => "mcp-servers",
         }
     }
 
@@ -76,6 +81,7 @@ impl Kind {
             Kind::Response => "stored response",
             Kind::Policy => "limits and prices",
             Kind::McpServer => "MCP server",
+            Kind::McpServers => "MCP servers",
         }
     }
 }
@@ -105,13 +111,16 @@ impl Ref {
         match self.kind {
             Kind::Key => format!("/internal/v1/keys/{}", self.id),
             Kind::Policy => format!("/internal/v1/workspaces/{}/policy", self.workspace),
+            Kind::McpServers => format!("/internal/v1/workspaces/{}/mcp-servers", self.workspace),
             kind => format!("/internal/v1/workspaces/{}/{}/{}", self.workspace, kind.segment(), self.id),
         }
     }
 
     /// How the ref is written in its shared-data value.
     fn identity(&self) -> String {
-        format!("{}\n{}\n{}", self.kind.segment(), self.workspace, self.id)
+        // A server's id may be the list's ("all"): the list's entry is told apart.
+        let kind = if self.kind == Kind::McpServers { "mcp-server-list" } else { self.kind.segment() };
+        format!("{kind}\n{}\n{}", self.workspace, self.id)
     }
 
     /// The two slots the ref may sit in (from the hash's low bits and from bits 32 and up).
@@ -218,11 +227,21 @@ impl<'a> Catalog<'a> {
 
     /// The caller's workspace's limits and prices.
     pub(crate) fn policy(&mut self, host: &dyn Host) -> Result<Entry, GatewayError> {
+        self.whole(Kind::Policy, POLICY_ID, host)
+    }
+
+    /// Every MCP server of the caller's workspace: the control plane's list (`data`, each with
+    /// its `id` and `value`).
+    pub(crate) fn mcp_servers(&mut self, host: &dyn Host) -> Result<Entry, GatewayError> {
+        self.whole(Kind::McpServers, ALL_ID, host)
+    }
+
+    /// The workspace's one entry of `kind`, named `id`.
+    fn whole(&mut self, kind: Kind, id: &str, host: &dyn Host) -> Result<Entry, GatewayError> {
         if !valid_workspace(&self.workspace) {
             return Ok(None);
         }
-        let r = Ref { kind: Kind::Policy, workspace: self.workspace.clone(), id: POLICY_ID.to_string() };
-        self.get(r, host)
+        self.get(Ref { kind, workspace: self.workspace.clone(), id: id.to_string() }, host)
     }
 }
 
@@ -249,6 +268,7 @@ pub(crate) fn not_found(kind: Kind, id: &str) -> GatewayError {
         Kind::Response => ("response_not_found", format!("Previous response with id '{}' not found.", shorten(id))),
         Kind::Policy => ("policy_not_found", "the workspace's limits were not found".to_string()),
         Kind::McpServer => ("unknown_mcp_server", format!("unknown MCP server '{}'", shorten(id))),
+        Kind::McpServers => ("unknown_mcp_server", "the workspace's MCP servers were not found".to_string()),
     };
     let kind_name = if kind == Kind::Key { "authentication_error" } else { "invalid_request_error" };
     let status = if kind == Kind::Key { 401 } else { 404 };
@@ -291,9 +311,9 @@ pub(crate) fn from_answer(r: &Ref, status: u16, body: &[u8]) -> Result<Entry, St
             }
             value
         }
-        // The policy is the answer itself.
-        Kind::Policy if value.is_object() => value,
-        Kind::Policy => return Err("its answer is not an object".to_string()),
+        // The policy and a list are the answer itself.
+        Kind::Policy | Kind::McpServers if value.is_object() => value,
+        Kind::Policy | Kind::McpServers => return Err("its answer is not an object".to_string()),
         _ => match value {
             Value::Object(mut fields) => fields.remove("value").ok_or("its answer has no value")?,
             _ => return Err("its answer is not an object".to_string()),

@@ -5,6 +5,7 @@
 //! API's request as chat for a target that does not speak it) in `target_api.rs`.
 
 mod call;
+mod mcp_start;
 mod target_api;
 
 pub(crate) use target_api::{in_target_api, TargetRequest};
@@ -27,7 +28,6 @@ use crate::routing::attempts::Attempts;
 use crate::routing::plan::{make_plan, Plan};
 use crate::routing::{config_header, saved_config_unavailable, ConfigHeader};
 use crate::settings::Settings;
-use crate::upstream::Upstream;
 use crate::wire_names::{
     control_plane_fetch_marker, CLIENT_AUTHORIZATION_HEADER, CONTROL_PLANE_FETCH_HEADER, WORKSPACE_HEADER,
 };
@@ -236,7 +236,9 @@ fn start_pass(
     let method = pseudo(":method");
     let (endpoint, body, path, query, prompt) = match classify(&method, &pseudo(":path"))? {
         Route::Health => return Ok(Started::Health),
-        Route::Mcp { path, query } => return start_mcp(settings, raw, &method, &path, query.as_deref(), host, catalog),
+        Route::Mcp { path, query } => {
+            return mcp_start::start_mcp(settings, raw, &method, &path, query.as_deref(), host, catalog)
+        }
         Route::Api { endpoint, body, path, query, prompt } => (endpoint, body, path, query, prompt),
     };
     // The key comes first: a caller without one learns nothing else about the request.
@@ -381,79 +383,6 @@ fn caller(
         Some(_) => Err((refusals.invalid)()),
         None => Err((refusals.missing)()),
     }
-}
-
-/// The header naming what else of the caller's an MCP server gets (docs/mcp.md).
-const MCP_FORWARD_HEADER: &str = "x-gateway-forward-headers";
-
-/// A request to an MCP endpoint: the caller's key first (as `Authorization: Bearer` too), then
-/// where it goes (docs/mcp.md).
-fn start_mcp(
-    settings: &Settings,
-    raw: &RawHeaders,
-    method: &str,
-    path: &str,
-    query: Option<&str>,
-    host: &mut dyn Host,
-    catalog: &mut Catalog,
-) -> Result<Started, GatewayError> {
-    let refusals = Refusals { missing: mcp::missing_key, invalid: mcp::invalid_key };
-    let presented = mcp::presented_key(headers::api_key(raw), headers::find(raw, "authorization"));
-    let owner = caller(settings, presented, &refusals, host, catalog)?;
-    catalog.workspace = owner.workspace;
-    let forwarded = match headers::find(raw, MCP_FORWARD_HEADER) {
-        Some(list) => {
-            let list = std::str::from_utf8(list)
-                .map_err(|_| GatewayError::invalid_header(MCP_FORWARD_HEADER, "must be a list of header names"))?;
-            headers::parse_header_list(MCP_FORWARD_HEADER, list)?
-        }
-        None => Vec::new(),
-    };
-    let request = mcp::Request {
-        method,
-        path,
-        query,
-        origin: headers::find(raw, "origin"),
-        authority: headers::find(raw, ":authority"),
-        allowed_origins: &settings.mcp_allowed_origins,
-        forwarded: &forwarded,
-        headers: raw,
-    };
-    let cluster = |upstream: &Upstream| settings.routed_cluster(upstream);
-    let routing = mcp::Routing { route_header: settings.route_header(), cluster: &cluster };
-    let key_tools = owner.mcp_tools.as_ref();
-    let Some(id) = mcp::server_id(&request)? else {
-        // Every server of the plugin configuration.
-        let members = settings.mcp_servers.iter().map(|(id, server)| {
-            let tools = mcp::ToolPolicy::new(id, &server.tools, key_tools);
-            let routed = mcp::edits(id, server, &routing, &request, tools);
-            mcp::Member { id: id.to_string(), server: server.clone(), routed }
-        });
-        let caller = match (&owner.key_id, presented) {
-            (Some(key_id), _) => key_id.clone(),
-            (None, key) => Ref::key(key.unwrap_or_default()).id,
-        };
-        let client_session = mcp::client_session(headers::find(raw, "mcp-session-id")).map(str::to_string);
-        let version = headers::find(raw, "mcp-protocol-version");
-        let stateless = version == Some(mcp::aggregate::STATELESS_VERSION.as_bytes());
-        let aggregate = mcp::Aggregate { caller, client_session, stateless, members: members.collect() };
-        return Ok(Started::Mcp { target: mcp::Target::Aggregate(Box::new(aggregate)), key_id: owner.key_id });
-    };
-    // The plugin configuration's servers, then the workspace's in the control plane.
-    let stored;
-    let server = match settings.mcp_servers.get(id) {
-        Some(server) => server,
-        None if catalog.enabled() => {
-            let entry = catalog.item(Kind::McpServer, id, host)?.ok_or_else(|| mcp::unknown_server(id))?;
-            stored = mcp::stored_server(id, &entry)?;
-            settings.require_allowed("MCP server host", &stored.upstream.host)?;
-            &stored
-        }
-        None => return Err(mcp::unknown_server(id)),
-    };
-    let tools = mcp::ToolPolicy::new(id, &server.tools, key_tools);
-    let routed = mcp::edits(id, server, &routing, &request, tools);
-    Ok(Started::Mcp { target: mcp::Target::Server(routed), key_id: owner.key_id })
 }
 
 /// Where the control plane serves an operation on a response the gateway keeps (`path` is

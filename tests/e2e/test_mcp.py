@@ -361,6 +361,18 @@ def test_a_workspace_keeps_its_own_servers_in_the_control_plane(gw, upstream):
     r = gw.http.post("/mcp/kept", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {other}"})
     assert rpc_error(r, 404, -32600) == "unknown MCP server 'kept'"
 
+    # The aggregate: the plugin configuration's servers and the workspace's own, one list.
+    async def aggregated(caller: str):
+        async with aggregate(gw, {"authorization": f"Bearer {caller}"}) as c:
+            listed = {t.name for t in (await c.list_tools()).tools}
+            called = None
+            if "kept__add" in listed:
+                called = [b.text for b in (await c.call_tool("kept__add", {"a": 3, "b": 4})).content]
+            return listed, called
+
+    assert asyncio.run(aggregated(key)) == (AGGREGATE_TOOLS | {"kept__add", "kept__fail"}, ["7"])
+    assert asyncio.run(aggregated(other)) == (AGGREGATE_TOOLS, None)
+
 
 def test_a_key_narrowed_to_tools_sees_and_calls_only_those(gw, upstream):
     """A key made with `mcp_tools` (`{server}__{tool}` patterns) sees only the tools they match, on

@@ -1,0 +1,120 @@
+//! A request to an MCP endpoint as routing sees it (docs/mcp.md): the caller's key, then the
+//! server it names (the plugin configuration's, else the workspace's in the control plane) or,
+//! for the aggregate endpoint, every server the caller may use.
+
+use super::{caller, RawHeaders, Refusals, Started};
+use crate::catalog::{Catalog, Kind, Ref};
+use crate::errors::GatewayError;
+use crate::mcp;
+use crate::ports::Host;
+use crate::request::headers;
+use crate::settings::Settings;
+use crate::upstream::Upstream;
+use serde_json::Value;
+
+/// The header naming what else of the caller's an MCP server gets (docs/mcp.md).
+const MCP_FORWARD_HEADER: &str = "x-gateway-forward-headers";
+
+/// A request to an MCP endpoint: the caller's key first (as `Authorization: Bearer` too), then
+/// where it goes (docs/mcp.md).
+pub(super) fn start_mcp(
+    settings: &Settings,
+    raw: &RawHeaders,
+    method: &str,
+    path: &str,
+    query: Option<&str>,
+    host: &mut dyn Host,
+    catalog: &mut Catalog,
+) -> Result<Started, GatewayError> {
+    let refusals = Refusals { missing: mcp::missing_key, invalid: mcp::invalid_key };
+    let presented = mcp::presented_key(headers::api_key(raw), headers::find(raw, "authorization"));
+    let owner = caller(settings, presented, &refusals, host, catalog)?;
+    catalog.workspace = owner.workspace;
+    let forwarded = match headers::find(raw, MCP_FORWARD_HEADER) {
+        Some(list) => {
+            let list = std::str::from_utf8(list)
+                .map_err(|_| GatewayError::invalid_header(MCP_FORWARD_HEADER, "must be a list of header names"))?;
+            headers::parse_header_list(MCP_FORWARD_HEADER, list)?
+        }
+        None => Vec::new(),
+    };
+    let request = mcp::Request {
+        method,
+        path,
+        query,
+        origin: headers::find(raw, "origin"),
+        authority: headers::find(raw, ":authority"),
+        allowed_origins: &settings.mcp_allowed_origins,
+        forwarded: &forwarded,
+        headers: raw,
+    };
+    let cluster = |upstream: &Upstream| settings.routed_cluster(upstream);
+    let routing = mcp::Routing { route_header: settings.route_header(), cluster: &cluster };
+    let key_tools = owner.mcp_tools.as_ref();
+    let Some(id) = mcp::server_id(&request)? else {
+        // Every server of the plugin configuration, then the workspace's.
+        let mut servers: Vec<(String, mcp::Server)> =
+            settings.mcp_servers.iter().map(|(id, server)| (id.to_string(), server.clone())).collect();
+        if catalog.enabled() {
+            let list = catalog.mcp_servers(host)?;
+            servers.extend(stored_servers(settings, list.as_deref(), &servers));
+        }
+        let members = servers.into_iter().map(|(id, server)| {
+            let tools = mcp::ToolPolicy::new(&id, &server.tools, key_tools);
+            let routed = mcp::edits(&id, &server, &routing, &request, tools);
+            mcp::Member { id, server, routed }
+        });
+        let caller = match (&owner.key_id, presented) {
+            (Some(key_id), _) => key_id.clone(),
+            (None, key) => Ref::key(key.unwrap_or_default()).id,
+        };
+        let client_session = mcp::client_session(headers::find(raw, "mcp-session-id")).map(str::to_string);
+        let version = headers::find(raw, "mcp-protocol-version");
+        let stateless = version == Some(mcp::aggregate::STATELESS_VERSION.as_bytes());
+        let aggregate = mcp::Aggregate { caller, client_session, stateless, members: members.collect() };
+        return Ok(Started::Mcp { target: mcp::Target::Aggregate(Box::new(aggregate)), key_id: owner.key_id });
+    };
+    // The plugin configuration's servers, then the workspace's in the control plane.
+    let stored;
+    let server = match settings.mcp_servers.get(id) {
+        Some(server) => server,
+        None if catalog.enabled() => {
+            let entry = catalog.item(Kind::McpServer, id, host)?.ok_or_else(|| mcp::unknown_server(id))?;
+            stored = mcp::stored_server(id, &entry)?;
+            settings.require_allowed("MCP server host", &stored.upstream.host)?;
+            &stored
+        }
+        None => return Err(mcp::unknown_server(id)),
+    };
+    let tools = mcp::ToolPolicy::new(id, &server.tools, key_tools);
+    let routed = mcp::edits(id, server, &routing, &request, tools);
+    Ok(Started::Mcp { target: mcp::Target::Server(routed), key_id: owner.key_id })
+}
+
+/// The servers of the workspace's list (the control plane's `data`) that the aggregate may
+/// use: not one of `configured` (the plugin configuration's id wins), parsed, and on an allowed
+/// host; any other is left out with a log line, never failing the caller's request.
+fn stored_servers(
+    settings: &Settings,
+    list: Option<&Value>,
+    configured: &[(String, mcp::Server)],
+) -> Vec<(String, mcp::Server)> {
+    let entries = list.and_then(|list| list.get("data")).and_then(Value::as_array);
+    let mut servers = Vec::new();
+    for entry in entries.into_iter().flatten() {
+        let Some(id) = entry.get("id").and_then(Value::as_str).filter(|id| mcp::is_server_id(id)) else {
+            continue;
+        };
+        if configured.iter().any(|(known, _)| known == id) {
+            continue;
+        }
+        let value = entry.get("value").unwrap_or(&Value::Null);
+        let server = mcp::stored_server(id, value)
+            .and_then(|server| settings.require_allowed("MCP server host", &server.upstream.host).map(|_| server));
+        match server {
+            Ok(server) => servers.push((id.to_string(), server)),
+            Err(error) => log::warn!("MCP server '{id}' left out of the aggregate endpoint: {}", error.message),
+        }
+    }
+    servers
+}
