@@ -78,11 +78,12 @@ pub fn sse(data: &[u8]) {
     assert_eq!(events(&[text]), events(&cut(text, seed)));
 }
 
-/// MCP: a client's JSON-RPC message read (never a panic; names cut for the record), and a
-/// server's answer watched for its outcome and a `tools/list` answer rewritten, each the same
-/// however the answer is cut into chunks.
+/// MCP: a client's JSON-RPC message read (never a panic; names cut for the record) and planned
+/// by the aggregate endpoint; a server's answer read by the aggregate's backend, watched for its
+/// outcome and a `tools/list` answer rewritten, each the same however the answer is cut into
+/// chunks.
 pub fn mcp(data: &[u8]) {
-    use crate::mcp::{read_message, AnswerWatch, ListRewrite, ToolPolicy};
+    use crate::mcp::{aggregate, read_message, AnswerWatch, Backend, List, ListRewrite, Plan, ToolPolicy};
     use gateway_schema::mcp_servers::Tools;
     let mut input = Input(data);
     let seed = input.byte();
@@ -91,7 +92,19 @@ pub fn mcp(data: &[u8]) {
     let body = input.0;
     if let Ok(message) = read_message(body) {
         assert!(message.method.iter().chain(&message.tool).all(|name| name.chars().count() <= 128));
+        // The aggregate's plan of it: a route names a member and a name without its prefix.
+        let value: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let members: [(&str, Option<&ToolPolicy>); 2] = [("files", None), ("web-2", None)];
+        if let Plan::Route { member, name } = aggregate::plan(&value, message.id.as_ref(), &members) {
+            assert!(member < members.len() && !name.is_empty());
+        }
     }
+    // A server's answer to each of the aggregate's calls to it: never a panic, always an end.
+    let mut backend = Backend::new("files", None, Some(List::Tools));
+    for _ in 0..4 {
+        backend.answered(200, Some("s"), content_type.as_bytes(), body);
+    }
+    assert!(backend.is_done() || backend.next_call().is_some());
     let watched = |pieces: &[&[u8]]| {
         let mut watch = AnswerWatch::new(id.clone(), content_type.as_bytes())?;
         pieces.iter().for_each(|piece| watch.push(piece));
