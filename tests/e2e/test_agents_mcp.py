@@ -65,7 +65,7 @@ class WordServer(McpUpstream):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _installed():
+def _agents_installed_for_mcp():
     agents.install()
 
 
@@ -76,14 +76,14 @@ def words():
 
 
 @pytest.fixture(scope="module")
-def gw(words, start_gateway):
+def words_gw(words, start_gateway):
     servers = {SERVER_ID: {"url": words.url, "headers": {"authorization": f"Bearer {SERVER_TOKEN}"}}}
     with start_gateway("mcp-agents", None, {"GATEWAY_MCP_SERVERS": json.dumps(servers)}) as gateway:
         yield gateway
 
 
 @pytest.fixture
-def server(words):
+def word_server(words):
     words.reset()
     return words
 
@@ -118,27 +118,27 @@ def assert_era_reached(server: WordServer, era: str) -> None:
         assert not any("mcp-method" in h for h in server.seen_headers)
 
 
-def test_claude_code_calls_an_mcp_tool_through_the_gateway(gw, server, anthropic_mock, tmp_path):
+def test_claude_code_calls_an_mcp_tool_through_the_gateway(words_gw, word_server, anthropic_mock, tmp_path):
     anthropic_mock.script(Reply(tool_calls=[ToolCall(CLAUDE_TOOL, {"key": WORD_KEY}, id="toolu_mcp_1")]))
     anthropic_mock.script(Reply(text=ANSWER))
-    mcp = {"type": "http", "url": f"{gw.origin}{MCP_PATH}", "headers": {"Authorization": f"Bearer {KEY}"}}
+    mcp = {"type": "http", "url": f"{words_gw.origin}{MCP_PATH}", "headers": {"Authorization": f"Bearer {KEY}"}}
     # ENABLE_TOOL_SEARCH=false: Claude Code sends the MCP tools up front rather than behind its
     # ToolSearch, so the first request shows what it listed through the gateway.
-    run = agents.run_claude(gw.origin, QUESTION, api_key="sk-ant-agent",
+    run = agents.run_claude(words_gw.origin, QUESTION, api_key="sk-ant-agent",
                             headers=model_headers("anthropic", anthropic_mock), allowed_tools=(CLAUDE_TOOL,),
                             mcp_servers={AGENT_SERVER: mcp}, env={"ENABLE_TOOL_SEARCH": "false"}, root=tmp_path,
                             timeout=60)
     assert run.returncode == 0, run
     assert run.json()["result"] == ANSWER
-    assert server.calls == [{"key": WORD_KEY}]
+    assert word_server.calls == [{"key": WORD_KEY}]
     first, second = anthropic_mock.requests_to("/v1/messages")
     assert CLAUDE_TOOL in {tool["name"] for tool in first.json["tools"]}
     [result] = [block for block in second.json["messages"][-1]["content"] if block["type"] == "tool_result"]
     assert result["tool_use_id"] == "toolu_mcp_1" and SECRET in json.dumps(result["content"])
     for req in (first, second):
         assert_clean_upstream(req, KEY)
-    assert_only_the_gateway_reached(server)
-    assert_era_reached(server, "2026-07-28")
+    assert_only_the_gateway_reached(word_server)
+    assert_era_reached(word_server, "2026-07-28")
 
 
 # Codex's MCP protocol version, and the features that make it speak it.
@@ -146,18 +146,18 @@ CODEX_ERAS = {"2025-06-18": (), "2026-07-28": ("mcp_2026_07_28",)}
 
 
 @pytest.mark.parametrize("era", CODEX_ERAS)
-def test_codex_calls_an_mcp_tool_through_the_gateway(gw, server, openai_mock, tmp_path, era):
+def test_codex_calls_an_mcp_tool_through_the_gateway(words_gw, word_server, openai_mock, tmp_path, era):
     call = ToolCall(TOOL, {"key": WORD_KEY}, id="call_mcp_2", namespace=CODEX_NAMESPACE)
     openai_mock.script(Reply(tool_calls=[call]), path="/v1/responses")
     openai_mock.script(Reply(text=ANSWER), path="/v1/responses")
     # The gateway key from the environment variable Codex is told to read it from.
-    mcp = {"url": f"{gw.origin}{MCP_PATH}", "bearer_token_env_var": "GATEWAY_MCP_KEY"}
-    run = agents.run_codex(gw.base_url, QUESTION, api_key=CLIENT_TOKEN, headers=model_headers("openai", openai_mock),
+    mcp = {"url": f"{words_gw.origin}{MCP_PATH}", "bearer_token_env_var": "GATEWAY_MCP_KEY"}
+    run = agents.run_codex(words_gw.base_url, QUESTION, api_key=CLIENT_TOKEN, headers=model_headers("openai", openai_mock),
                            model=CODEX_MCP_MODEL, mcp_servers={AGENT_SERVER: mcp}, env={"GATEWAY_MCP_KEY": KEY},
                            features=CODEX_ERAS[era], root=tmp_path, timeout=60)
     assert run.returncode == 0, run
     assert run.stdout.strip().endswith(ANSWER), run
-    assert server.calls == [{"key": WORD_KEY}]
+    assert word_server.calls == [{"key": WORD_KEY}]
     first, second = openai_mock.requests_to("/v1/responses")
     [namespace] = [tool for tool in first.json["tools"] if tool.get("name") == CODEX_NAMESPACE]
     assert namespace["type"] == "namespace" and TOOL in {tool["name"] for tool in namespace["tools"]}
@@ -165,5 +165,5 @@ def test_codex_calls_an_mcp_tool_through_the_gateway(gw, server, openai_mock, tm
     assert output["call_id"] == "call_mcp_2" and SECRET in output["output"]
     for req in (first, second):
         assert_clean_upstream(req, KEY)
-    assert_only_the_gateway_reached(server)
-    assert_era_reached(server, era)
+    assert_only_the_gateway_reached(word_server)
+    assert_era_reached(word_server, era)

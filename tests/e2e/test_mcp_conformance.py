@@ -104,7 +104,7 @@ def run_suite(suite: str, url: str, out: Path, gateway_origin: str | None = None
 
 
 @pytest.fixture(scope="module")
-def server():
+def conformance_server():
     installed = subprocess.run(["bash", str(REPO / "build.sh"), "conformance"], capture_output=True, text=True,
                                timeout=600)
     assert installed.returncode == 0, f"./build.sh conformance failed:\n{installed.stderr[-3000:]}"
@@ -113,21 +113,21 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def gw(server, start_gateway):
-    servers = {SERVER_ID: {"url": server.url}}
+def conformance_gw(conformance_server, start_gateway):
+    servers = {SERVER_ID: {"url": conformance_server.url}}
     with start_gateway("mcp-conformance", None, {"GATEWAY_MCP_SERVERS": json.dumps(servers)}) as gateway:
         yield gateway
 
 
 @pytest.fixture(scope="module")
-def results(server, gw, tmp_path_factory):
+def results(conformance_server, conformance_gw, tmp_path_factory):
     """Each suite's results, directly and through the gateway: {suite: {"direct"|"gateway": {scenario: failures}}}."""
     runs = {}
     for suite in SUITES:
         runs[suite] = {
-            "direct": run_suite(suite, server.url, tmp_path_factory.mktemp(f"direct-{suite}")),
-            "gateway": run_suite(suite, f"{gw.origin}/mcp/{SERVER_ID}", tmp_path_factory.mktemp(f"gateway-{suite}"),
-                                 gateway_origin=gw.origin),
+            "direct": run_suite(suite, conformance_server.url, tmp_path_factory.mktemp(f"direct-{suite}")),
+            "gateway": run_suite(suite, f"{conformance_gw.origin}/mcp/{SERVER_ID}",
+                                 tmp_path_factory.mktemp(f"gateway-{suite}"), gateway_origin=conformance_gw.origin),
         }
     return runs
 
@@ -143,11 +143,11 @@ def test_the_suite_runs_the_scenarios_named_here(results, suite):
     pytest.param(suite, scenario, marks=[pytest.mark.xfail(strict=True, reason=GATEWAY_DEFECTS[scenario])]
                  if scenario in GATEWAY_DEFECTS else [])
     for suite, (_, _, names) in SUITES.items() for scenario in names])
-def test_a_scenario_passing_directly_passes_through_the_gateway(results, gw, suite, scenario):
+def test_a_scenario_passing_directly_passes_through_the_gateway(results, conformance_gw, suite, scenario):
     direct = results[suite]["direct"].get(scenario)
     through = results[suite]["gateway"].get(scenario)
     assert direct is not None and through is not None, f"the {suite} suite did not run {scenario}"
     if direct:
         pytest.skip(f"fails against the conformance server directly: {'; '.join(direct)}")
     assert not through, (f"{scenario} passes directly but not through the gateway:\n" + "\n".join(through)
-                         + f"\n--- gateway log\n{gw.log_tail(60)}")
+                         + f"\n--- gateway log\n{conformance_gw.log_tail(60)}")

@@ -32,7 +32,8 @@ SUITES = (
     "test_agents", "test_anthropic", "test_auth_headers", "test_azure", "test_bedrock", "test_broken_providers",
     "test_cache", "test_client_apis", "test_client_apis_clouds", "test_control_plane", "test_endpoints",
     "test_faults", "test_filter_chain", "test_guardrails", "test_hardening", "test_host_clusters", "test_limits",
-    "test_limits_robustness", "test_managed_batches", "test_mcp", "test_observability", "test_providers", "test_request_logs",
+    "test_limits_robustness", "test_managed_batches", "test_mcp", "test_mcp_conformance", "test_agents_mcp",
+    "test_observability", "test_providers", "test_request_logs",
     "test_resource_passthrough", "test_resources", "test_routing", "test_streaming", "test_tls_timeouts",
     "test_vertex",
 )
