@@ -83,7 +83,7 @@ pub fn sse(data: &[u8]) {
 /// outcome and a `tools/list` answer rewritten, each the same however the answer is cut into
 /// chunks.
 pub fn mcp(data: &[u8]) {
-    use crate::mcp::{aggregate, read_message, AnswerWatch, Backend, List, ListRewrite, Plan, ToolPolicy};
+    use crate::mcp::{aggregate, read_message, AnswerRewrite, AnswerWatch, Backend, Edit, List, Plan, ToolPolicy};
     use gateway_schema::mcp_servers::Tools;
     let mut input = Input(data);
     let seed = input.byte();
@@ -95,8 +95,8 @@ pub fn mcp(data: &[u8]) {
         // The aggregate's plan of it: a route names a member and a name without its prefix.
         let value: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
         let members: [(&str, Option<&ToolPolicy>); 2] = [("files", None), ("web-2", None)];
-        if let Plan::Route { member, name } = aggregate::plan(&value, message.id.as_ref(), &members) {
-            assert!(member < members.len() && !name.is_empty());
+        if let Plan::Route { member, name, .. } = aggregate::plan(&value, message.id.as_ref(), &members) {
+            assert!(member < members.len() && name.is_none_or(|name| !name.is_empty()));
         }
     }
     // A server's answer to each of the aggregate's calls to it: never a panic, always an end.
@@ -115,7 +115,7 @@ pub fn mcp(data: &[u8]) {
         return;
     };
     let rewritten = |pieces: &[&[u8]]| {
-        let mut list = ListRewrite::new(id.clone(), policy.clone(), content_type.as_bytes())?;
+        let mut list = AnswerRewrite::new(id.clone(), Edit::Tools(policy.clone()), content_type.as_bytes())?;
         let mut out = Vec::new();
         for (i, piece) in pieces.iter().enumerate() {
             out.extend(list.push(piece, i + 1 == pieces.len()));

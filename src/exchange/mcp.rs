@@ -7,7 +7,7 @@
 use super::head::Head;
 use super::reply;
 use super::{unroute, Action, Env, Exchange, Phase, RawHeaders};
-use crate::mcp::{self, AnswerWatch, Facts, ListRewrite, Outcome, Target, ToolPolicy};
+use crate::mcp::{self, AnswerRewrite, AnswerWatch, Edit, Facts, Outcome, Target};
 use crate::pipeline::{HeaderEdits, TRACE_HEADER};
 use crate::routing::plan::Failure;
 
@@ -82,7 +82,12 @@ impl Exchange {
         // Only a list's answer is rewritten; the other requests' answers pass as they come.
         let list = policy.filter(|_| method == Some("tools/list") && message.id.is_some());
         self.note_mcp(message, Outcome::Ok);
-        self.send_mcp(env, routed, raw, list.map(|list| Box::new(Sent { list: Some(*list), session: None })))
+        self.send_mcp(
+            env,
+            routed,
+            raw,
+            list.map(|list| Box::new(Sent { edit: Some(Edit::Tools(*list)), session: None })),
+        )
     }
 
     pub(super) fn note_mcp(&mut self, message: mcp::Message, outcome: Outcome) {
@@ -112,7 +117,7 @@ impl Exchange {
         let head = Head::read(env);
         let status = head.status;
         self.record.status = status;
-        let Sent { list, session } = sent.map(|sent| *sent).unwrap_or_default();
+        let Sent { edit, session } = sent.map(|sent| *sent).unwrap_or_default();
         if let (404, Some(identity)) = (status, session) {
             mcp::keep_session(env.io.host().store(), &identity, None);
         }
@@ -132,15 +137,22 @@ impl Exchange {
             }
         }
         let readable = head.content_type().filter(|_| head.unencoded());
-        let answer = match (list, facts.id.clone()) {
-            (Some(policy), Some(id)) if (200..300).contains(&status) => {
-                let Some(rewrite) = readable.and_then(|content_type| ListRewrite::new(id, policy, content_type)) else {
+        let ok = (200..300).contains(&status);
+        let answer = match (edit, facts.id.clone()) {
+            (Some(edit @ Edit::Tools(_)), Some(id)) if ok => {
+                let Some(rewrite) = readable.and_then(|content_type| AnswerRewrite::new(id, edit, content_type)) else {
                     let error = mcp::unreadable_list_error(&facts.server);
                     return self.answer_error(env, &error);
                 };
                 // Its length changes.
                 env.io.set_response_header(env.id, "content-length", None);
                 Some(Box::new(McpAnswer::Rewrite(rewrite)))
+            }
+            (Some(edit @ Edit::ServerRequests(_)), Some(id)) if ok => {
+                match readable.and_then(|content_type| AnswerRewrite::new(id.clone(), edit, content_type)) {
+                    Some(rewrite) => Some(Box::new(McpAnswer::Rewrite(rewrite))),
+                    None => AnswerWatch::new(id, readable.unwrap_or_default()).map(|w| Box::new(McpAnswer::Watch(w))),
+                }
             }
             (_, Some(id)) => {
                 let watch = AnswerWatch::new(id, readable.unwrap_or_default());
@@ -186,12 +198,13 @@ impl Exchange {
     }
 }
 
-/// What the exchange keeps of an MCP request it sent: the policy that filters its answer when
-/// it is a `tools/list` whose caller may not use every tool, and (through the aggregate) whose
-/// server session it was sent in, forgotten when the server no longer knows it.
+/// What the exchange keeps of an MCP request it sent: what to change in its answer (a
+/// `tools/list` whose caller may not use every tool; the server's requests on a call's stream
+/// through the aggregate), and (through the aggregate) whose server session it was sent in,
+/// forgotten when the server no longer knows it.
 #[derive(Debug, Default)]
 pub(super) struct Sent {
-    pub(super) list: Option<ToolPolicy>,
+    pub(super) edit: Option<Edit>,
     pub(super) session: Option<String>,
 }
 
@@ -199,6 +212,6 @@ pub(super) struct Sent {
 pub(super) enum McpAnswer {
     /// For its outcome, as it passes.
     Watch(AnswerWatch),
-    /// A `tools/list` answer, without the tools the caller may not use.
-    Rewrite(ListRewrite),
+    /// Rewritten as it passes (see `mcp::Edit`).
+    Rewrite(AnswerRewrite),
 }

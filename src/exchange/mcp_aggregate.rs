@@ -7,7 +7,7 @@
 use super::mcp::Sent;
 use super::worker::Task;
 use super::{Action, After, Dispatch, Env, Exchange, Phase, RawHeaders};
-use crate::mcp::{self, Aggregate, Backend, List, Outcome, Plan};
+use crate::mcp::{self, Aggregate, Backend, Edit, List, Outcome, Plan};
 use crate::pipeline::HeaderEdits;
 use crate::request::headers;
 use serde_json::Value;
@@ -38,12 +38,12 @@ struct Spoken {
 enum Purpose {
     Gather(List),
     /// The request goes to the member once its session is open: its raw headers, its body
-    /// (Envoy's buffer holds `size` bytes) as the server gets it, and the name unprefixed.
+    /// (Envoy's buffer holds `size` bytes) as the server gets it, and a call's name unprefixed.
     Route {
         raw: RawHeaders,
         size: usize,
         body: Vec<u8>,
-        name: String,
+        name: Option<String>,
     },
 }
 
@@ -104,13 +104,13 @@ impl Exchange {
                 let backends = backends.collect();
                 self.speak(env, Backends { purpose: Purpose::Gather(list), spoken: Spoken { aggregate, id, backends } })
             }
-            Plan::Route { member, name } => {
+            Plan::Route { member, name, body } => {
                 let Some(server) = aggregate.members.get(member).map(|m| m.id.clone()) else {
                     return self.answer(env, 200, mcp::aggregate::error(&id, -32603, "no such server"));
                 };
                 if let Some(facts) = self.record.mcp.as_deref_mut() {
                     facts.server = server.clone();
-                    facts.tool = (facts.method.as_deref() == Some("tools/call")).then(|| name.clone());
+                    facts.tool = name.clone().filter(|_| facts.method.as_deref() == Some("tools/call"));
                 }
                 let backend = match aggregate.stateless {
                     true => Backend::stateless(&server),
@@ -119,7 +119,6 @@ impl Exchange {
                         Backend::new(&server, kept, None)
                     }
                 };
-                let body = mcp::aggregate::unprefixed(value, &name);
                 let backends = vec![(member, backend, None)];
                 let purpose = Purpose::Route { raw, size, body, name };
                 self.speak(env, Backends { purpose, spoken: Spoken { aggregate, id, backends } })
@@ -173,7 +172,7 @@ impl Exchange {
         match held.purpose {
             Purpose::Gather(list) => self.gathered(env, list, &held.spoken),
             Purpose::Route { raw, size, body, name } => {
-                self.route_to_member(env, &held.spoken, raw, (size, body), &name)
+                self.route_to_member(env, &held.spoken, raw, (size, body), name.as_deref())
             }
         }
     }
@@ -229,7 +228,7 @@ impl Exchange {
         held: &Spoken,
         raw: RawHeaders,
         (size, body): (usize, Vec<u8>),
-        name: &str,
+        name: Option<&str>,
     ) -> Action {
         let Some((index, backend, _)) = held.backends.first() else {
             return Action::Continue;
@@ -247,7 +246,7 @@ impl Exchange {
         for header in ["mcp-session-id", "mcp-protocol-version", "mcp-name", "content-length"] {
             routed.remove.push(header.to_string());
         }
-        if held.aggregate.stateless {
+        if let (true, Some(name)) = (held.aggregate.stateless, name) {
             routed.set.push(("mcp-name".to_string(), mcp::aggregate::name_header(name)));
         }
         routed.set.extend(backend.session_headers().into_iter().filter(|(name, _)| name != "accept"));
@@ -256,9 +255,11 @@ impl Exchange {
         let mut edits = HeaderEdits { remove: routed.remove, set: routed.set };
         edits.set.push((crate::pipeline::TRACE_HEADER.to_string(), self.record.trace_id.clone()));
         env.io.set_request_headers(env.id, &edits.apply(&raw));
-        // A session the server no longer knows is not used again.
+        // A session the server no longer knows is not used again; the server's own requests on
+        // the answer's stream (the session era's) carry ids its answers are routed back by.
         let session = Some(held.aggregate.session_identity(&backend.server));
-        self.phase = Phase::Mcp(Some(Box::new(Sent { list: None, session })));
+        let edit = (!held.aggregate.stateless).then(|| Edit::ServerRequests(backend.server.clone()));
+        self.phase = Phase::Mcp(Some(Box::new(Sent { edit, session })));
         Action::Continue
     }
 }

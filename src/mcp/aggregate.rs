@@ -10,6 +10,7 @@
 //! never saw, is opened again without the client noticing.
 
 use super::message::answer_in;
+use super::message::SEPARATOR;
 use super::tools::ToolPolicy;
 use crate::hash::Hasher;
 use crate::ports::SharedStore;
@@ -17,8 +18,6 @@ use base64::Engine as _;
 use gateway_schema::mcp_servers::Failure;
 use serde_json::{json, Value};
 
-/// Between a server's id and a name of its own in the aggregate's names.
-pub(crate) const SEPARATOR: &str = "__";
 /// The protocol versions of the session era the endpoint speaks, newest first.
 const VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 /// The stateless era's version: a client of it sends it on every request, asks
@@ -66,8 +65,9 @@ pub(crate) enum Plan {
     Accepted,
     /// Gathered from every server.
     Gather(List),
-    /// Sent to one server (by its index among the members), the name unprefixed.
-    Route { member: usize, name: String },
+    /// Sent to one server (by its index among the members) as `body`: a call with the name
+    /// unprefixed (`name`), or a client's answer to the server's request, its id restored.
+    Route { member: usize, name: Option<String>, body: Vec<u8> },
     /// A JSON-RPC error answer (200: the request was read).
     Error(Vec<u8>),
 }
@@ -76,7 +76,7 @@ pub(crate) enum Plan {
 /// the servers the caller may use, each with what it may use of their tools (None: every tool).
 pub(crate) fn plan(message: &Value, id: Option<&Value>, members: &[(&str, Option<&ToolPolicy>)]) -> Plan {
     let Some(method) = message.get("method").and_then(Value::as_str) else {
-        return Plan::Accepted; // a client's answer: no server asked the aggregate anything
+        return answer_plan(message, id, members);
     };
     let Some(id) = id else {
         return Plan::Accepted;
@@ -126,7 +126,7 @@ pub(crate) fn plan(message: &Value, id: Option<&Value>, members: &[(&str, Option
             if withheld || name.is_empty() {
                 return unknown();
             }
-            Plan::Route { member, name: name.to_string() }
+            Plan::Route { member, name: Some(name.to_string()), body: unprefixed(message.clone(), name) }
         }
         _ => Plan::Error(error(id, -32601, &format!("Method not found: {}", cut(method)))),
     }
@@ -146,6 +146,26 @@ pub(crate) fn for_era(mut result: Value, stateless: bool) -> Value {
     result
 }
 
+/// A client's answer (`result` or `error`) to a server's request: to the server whose request
+/// id it carries (`server_request_id`), the id restored. An answer to none of theirs is
+/// accepted and dropped: no server waits for it.
+fn answer_plan(message: &Value, id: Option<&Value>, members: &[(&str, Option<&ToolPolicy>)]) -> Plan {
+    let routed = id.and_then(Value::as_str).and_then(|id| {
+        let (server, original) = id.split_once(SEPARATOR)?;
+        let member = members.iter().position(|(known, _)| *known == server)?;
+        let original = serde_json::from_str::<Value>(original).ok().filter(|v| v.is_string() || v.is_number())?;
+        Some((member, original))
+    });
+    let Some((member, original)) = routed else {
+        return Plan::Accepted;
+    };
+    let mut message = message.clone();
+    if let Some(fields) = message.as_object_mut() {
+        fields.insert("id".to_string(), original);
+    }
+    Plan::Route { member, name: None, body: message.to_string().into_bytes() }
+}
+
 fn cut(text: &str) -> String {
     text.chars().take(128).collect()
 }
@@ -161,7 +181,7 @@ pub(crate) fn result(id: &Value, result: Value) -> Vec<u8> {
 }
 
 /// `message` (a `tools/call` or `prompts/get`) as its server gets it: its name unprefixed.
-pub(crate) fn unprefixed(mut message: Value, name: &str) -> Vec<u8> {
+fn unprefixed(mut message: Value, name: &str) -> Vec<u8> {
     if let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) {
         params.insert("name".to_string(), Value::String(name.to_string()));
     }
@@ -296,7 +316,9 @@ impl Backend {
         let body = match &self.step {
             Step::Initialize => json!({"jsonrpc": "2.0", "id": INITIALIZE_ID, "method": "initialize", "params": {
                 "protocolVersion": VERSIONS[0],
-                "capabilities": {},
+                // What the server may ask on a call's stream: the client answers through the
+                // gateway (one that cannot answers an error, as it would the server directly).
+                "capabilities": {"elicitation": {}, "sampling": {}},
                 "clientInfo": {"name": "model-gateway", "version": env!("CARGO_PKG_VERSION")},
             }}),
             Step::Initialized => json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),

@@ -72,6 +72,16 @@ fn cut(name: &str) -> String {
     name.chars().take(MAX_NAME_CHARS).collect()
 }
 
+/// Between a server's id and a name (or request id) of its own in the aggregate endpoint's
+/// names (server ids never hold `__`, so the first one splits).
+pub(crate) const SEPARATOR: &str = "__";
+
+/// The id a server's request `id` carries to the client through the aggregate endpoint: the
+/// server's id, then the request's id as JSON (a number stays told apart from a string).
+pub(crate) fn server_request_id(server: &str, id: &Value) -> String {
+    format!("{server}{SEPARATOR}{id}")
+}
+
 /// How an MCP request ended, for its record and metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
@@ -93,7 +103,7 @@ impl Outcome {
 }
 
 /// The outcome `message` tells, when it is the answer to the request with `id`.
-fn answer_outcome(message: &Value, id: &Value) -> Option<Outcome> {
+pub(super) fn answer_outcome(message: &Value, id: &Value) -> Option<Outcome> {
     if message.get("id") != Some(id) {
         return None;
     }

@@ -35,7 +35,8 @@ impl ToolPolicy {
     }
 
     /// Removes the tools the caller may not use from `message` when it is the answer to
-    /// the `tools/list` with `id`; its outcome then (None: another message).
+    /// the `tools/list` with `id`; its outcome then (None: another message, or one that is not
+    /// a list's answer).
     fn filter_answer(&self, message: &mut Value, id: &Value) -> Option<Outcome> {
         if message.get("id") != Some(id) {
             return None;
@@ -56,14 +57,24 @@ pub(crate) fn unknown_tool(id: Option<&Value>, name: &str) -> Vec<u8> {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": message}}).to_string().into_bytes()
 }
 
-/// A `tools/list` answer on its way to a caller whose policy withholds tools: a JSON answer
-/// held whole and rewritten at its end; an SSE stream rewritten event by event (the answer's
-/// event loses the tools withheld; every other event, and the answer's `id:` and `event:`
-/// lines, pass as they came).
+/// What a rewrite changes in a server's answer to one request.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Edit {
+    /// A `tools/list` answer loses the tools the caller may not use.
+    Tools(ToolPolicy),
+    /// The server's own requests on a call's stream (elicitation, sampling) carry ids the
+    /// aggregate endpoint routes the client's answers back by (`super::message::server_request_id`).
+    ServerRequests(String),
+}
+
+/// A server's answer on its way to the caller, rewritten (`Edit`): a JSON answer held whole and
+/// rewritten at its end (a list's only: a JSON answer carries no request of the server's); an
+/// SSE stream rewritten event by event (an event changed keeps its other lines, `id:` and
+/// `event:`; every other event passes as it came).
 #[derive(Debug)]
-pub(crate) struct ListRewrite {
+pub(crate) struct AnswerRewrite {
     id: Value,
-    policy: ToolPolicy,
+    edit: Edit,
     form: Form,
     outcome: Option<Outcome>,
 }
@@ -74,15 +85,17 @@ enum Form {
     Sse(Events),
 }
 
-impl ListRewrite {
-    /// The rewrite of the answer to the `tools/list` with `id`, of content type
-    /// `content_type`; None for a type that carries no JSON-RPC message.
-    pub(crate) fn new(id: Value, policy: ToolPolicy, content_type: &[u8]) -> Option<ListRewrite> {
-        let form = match super::message::answer_form(content_type)? {
-            super::message::AnswerForm::Json => Form::Json(Vec::new()),
-            super::message::AnswerForm::Sse => Form::Sse(Events::default()),
+impl AnswerRewrite {
+    /// The rewrite of the answer to the request with `id`, of content type `content_type`; None
+    /// for a type that carries no JSON-RPC message, or for a JSON answer with nothing to change
+    /// (a server's requests travel on streams only).
+    pub(crate) fn new(id: Value, edit: Edit, content_type: &[u8]) -> Option<AnswerRewrite> {
+        let form = match (super::message::answer_form(content_type)?, &edit) {
+            (super::message::AnswerForm::Json, Edit::Tools(_)) => Form::Json(Vec::new()),
+            (super::message::AnswerForm::Json, Edit::ServerRequests(_)) => return None,
+            (super::message::AnswerForm::Sse, _) => Form::Sse(Events::default()),
         };
-        Some(ListRewrite { id, policy, form, outcome: None })
+        Some(AnswerRewrite { id, edit, form, outcome: None })
     }
 
     /// Whether the whole answer is held until its end (JSON), rather than passed as it comes.
@@ -91,8 +104,8 @@ impl ListRewrite {
     }
 
     /// A chunk of the answer (`end`: the last): what goes to the client in its place. A JSON
-    /// answer gives everything at its end; one that is not the answer's JSON becomes a
-    /// JSON-RPC error rather than pass unfiltered.
+    /// list gives everything at its end; one that is not the answer's JSON becomes a JSON-RPC
+    /// error rather than pass unfiltered.
     pub(crate) fn push(&mut self, chunk: &[u8], end: bool) -> Vec<u8> {
         match &mut self.form {
             Form::Json(held) => {
@@ -101,10 +114,10 @@ impl ListRewrite {
                     return Vec::new();
                 }
                 let mut message: Value = serde_json::from_slice(held).unwrap_or(Value::Null);
-                self.outcome = self.policy.filter_answer(&mut message, &self.id);
+                self.edit_message(&mut message);
                 match self.outcome {
                     Some(_) => message.to_string().into_bytes(),
-                    None => unreadable_list(&self.id),
+                    None => unreadable(&self.id),
                 }
             }
             Form::Sse(events) => {
@@ -115,7 +128,7 @@ impl ListRewrite {
                         // Too big to read: withheld, and the request answered with an error.
                         Err(Oversized) => {
                             out.extend_from_slice(b"event: message\ndata: ");
-                            out.extend_from_slice(&unreadable_list(&self.id));
+                            out.extend_from_slice(&unreadable(&self.id));
                             out.extend_from_slice(b"\n\n");
                             self.outcome = Some(Outcome::Error);
                         }
@@ -131,25 +144,46 @@ impl ListRewrite {
         self.outcome
     }
 
+    /// Edits one message of the answer; whether it changed. The answer to the request sets the
+    /// outcome.
+    fn edit_message(&mut self, message: &mut Value) -> bool {
+        if self.outcome.is_some() {
+            return false;
+        }
+        match &self.edit {
+            Edit::Tools(policy) => {
+                self.outcome = policy.filter_answer(message, &self.id);
+                self.outcome.is_some()
+            }
+            Edit::ServerRequests(server) => {
+                self.outcome = super::message::answer_outcome(message, &self.id);
+                let request = message.get("method").is_some();
+                match message.get_mut("id").filter(|_| request) {
+                    Some(id) => {
+                        *id = Value::String(super::message::server_request_id(server, id));
+                        true
+                    }
+                    None => false,
+                }
+            }
+        }
+    }
+
     fn rewrite_event(&mut self, event: Vec<Vec<u8>>, out: &mut Vec<u8>) {
         let data: Vec<&[u8]> = event.iter().filter_map(|line| data_of(line)).collect();
         let mut message: Option<Value> = match data.as_slice() {
             [] => None,
             lines => serde_json::from_slice(&lines.join(&b'\n')).ok(),
         };
-        let filtered = match (self.outcome, &mut message) {
-            (None, Some(message)) => self.policy.filter_answer(message, &self.id),
-            _ => None,
-        };
-        let Some(outcome) = filtered else {
+        let changed = message.as_mut().is_some_and(|message| self.edit_message(message));
+        if !changed {
             for line in &event {
                 out.extend_from_slice(line);
                 out.push(b'\n');
             }
             out.push(b'\n');
             return;
-        };
-        self.outcome = Some(outcome);
+        }
         let mut wrote_data = false;
         for line in &event {
             if data_of(line).is_none() {
@@ -166,9 +200,9 @@ impl ListRewrite {
     }
 }
 
-/// The error in place of a list the gateway could not read (so could not filter).
-fn unreadable_list(id: &Value) -> Vec<u8> {
-    let message = "the MCP server's tools/list answer could not be read, so it was not passed";
+/// The error in place of an answer the gateway could not read (so could not rewrite).
+fn unreadable(id: &Value) -> Vec<u8> {
+    let message = "the MCP server's answer could not be read, so it was not passed";
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": message}}).to_string().into_bytes()
 }
 
@@ -289,9 +323,9 @@ mod tests {
 
     const LIST: &str = r#"{"jsonrpc":"2.0","id":9,"result":{"tools":[{"name":"read_file","inputSchema":{}},{"name":"write_file"}],"nextCursor":"c2"}}"#;
 
-    fn rewrite(content_type: &str) -> ListRewrite {
+    fn rewrite(content_type: &str) -> AnswerRewrite {
         let policy = policy(Tools::Deny(vec!["write_*".into()]), None).unwrap();
-        ListRewrite::new(json!(9), policy, content_type.as_bytes()).unwrap()
+        AnswerRewrite::new(json!(9), Edit::Tools(policy), content_type.as_bytes()).unwrap()
     }
 
     #[test]
@@ -305,7 +339,8 @@ mod tests {
         let mut garbled = rewrite("application/json");
         let out: Value = serde_json::from_slice(&garbled.push(b"{\"tools\": [", true)).unwrap();
         assert_eq!(out["error"]["code"], -32603, "never passed unfiltered");
-        assert!(ListRewrite::new(json!(9), policy(Tools::Deny(vec![]), None).unwrap(), b"text/html").is_none());
+        assert!(AnswerRewrite::new(json!(9), Edit::Tools(policy(Tools::Deny(vec![]), None).unwrap()), b"text/html")
+            .is_none());
     }
 
     #[test]
@@ -347,5 +382,30 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.len() < 1024 && text.contains("-32603"), "{}", &text[..text.len().min(200)]);
         assert_eq!(list.outcome(), Some(Outcome::Error));
+    }
+
+    #[test]
+    fn a_servers_requests_on_a_calls_stream_get_routable_ids() {
+        let edit = Edit::ServerRequests("files".into());
+        assert!(AnswerRewrite::new(json!(4), edit.clone(), b"application/json").is_none(), "JSON carries none");
+        let mut rewrite = AnswerRewrite::new(json!(4), edit, b"text/event-stream").unwrap();
+        let stream = concat!(
+            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n",
+            "id: e1\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"elicitation/create\"}\n\n",
+            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"isError\":true}}\n\n",
+        );
+        let mut out = Vec::new();
+        for (i, piece) in stream.as_bytes().chunks(7).enumerate() {
+            out.extend(rewrite.push(piece, (i + 1) * 7 >= stream.len()));
+        }
+        let text = String::from_utf8(out).unwrap();
+        let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+        assert_eq!(events.len(), 3, "{text}");
+        assert!(events[0].contains("notifications/progress"), "a notification passes as it came");
+        assert!(events[1].starts_with("id: e1\nevent: message\ndata: "), "{}", events[1]);
+        let request: Value = serde_json::from_str(events[1].rsplit("data: ").next().unwrap()).unwrap();
+        assert_eq!(request["id"], "files__0");
+        assert!(events[2].contains("\"id\":4"), "the answer passes as it came");
+        assert_eq!(rewrite.outcome(), Some(Outcome::ToolError));
     }
 }

@@ -13,10 +13,12 @@ import uuid
 
 import anyio
 import httpx2 as httpx
+import mcp_types as types
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
 
 import helpers
 from pg_server import free_ports
@@ -26,6 +28,10 @@ SERVER_TOKEN = "mcp-server-own-token"  # the server's stored credential (its `he
 ERAS = ["legacy", "2026-07-28"]
 # How long the progress tool waits for the client to see its progress before giving up.
 PROGRESS_WAIT_S = 15
+
+
+class Answer(BaseModel):
+    reply: str
 
 
 class UpstreamServer(McpUpstream):
@@ -53,6 +59,12 @@ class UpstreamServer(McpUpstream):
             await ctx.report_progress(1, 2, "half way")
             seen = await anyio.to_thread.run_sync(self.progress_seen.wait, PROGRESS_WAIT_S)
             return "the client saw the progress first" if seen else "no progress reached the client"
+
+        @server.tool()
+        async def confirm(question: str, ctx: Context) -> str:
+            """Asks the user (elicitation, a request of the server's on the call's stream)."""
+            result = await ctx.elicit(message=question, schema=Answer)
+            return f"{result.action}: {result.data.reply if result.action == 'accept' else '-'}"
 
         @server.prompt()
         def greet(name: str) -> str:
@@ -104,7 +116,7 @@ def test_sdk_client_lists_and_calls_tools_prompts_and_resources(gw, upstream, mo
     async def session():
         async with client(gw, mode) as c:
             tools = await c.list_tools()
-            assert {t.name for t in tools.tools} == {"add", "fail", "count_with_progress"}
+            assert {t.name for t in tools.tools} == {"add", "fail", "count_with_progress", "confirm"}
             result = await c.call_tool("add", {"a": 2, "b": 3})
             assert not result.is_error
             assert [block.text for block in result.content] == ["5"]
@@ -318,7 +330,7 @@ def test_an_unreachable_server_and_a_refused_call_count_as_errors(gw):
 
 
 @pytest.mark.parametrize("mode", ERAS)
-@pytest.mark.parametrize("server, seen", [("no-fail", {"add", "count_with_progress"}), ("adder", {"add"})])
+@pytest.mark.parametrize("server, seen", [("no-fail", {"add", "count_with_progress", "confirm"}), ("adder", {"add"})])
 def test_tools_a_server_withholds_are_not_listed_and_a_call_never_reaches_it(gw, upstream, mode, server, seen):
     """`tools` (deny or allow patterns) narrows what callers see and call: the list, JSON or an SSE
     stream, loses the others; a call to one is "Unknown tool", answered by the gateway."""
@@ -354,7 +366,7 @@ def test_a_workspace_keeps_its_own_servers_in_the_control_plane(gw, upstream):
         async with client(gw, "legacy", {"authorization": f"Bearer {caller}"}, server="kept") as c:
             return {t.name for t in (await c.list_tools()).tools}
 
-    assert asyncio.run(session(key)) == {"add", "fail"}
+    assert asyncio.run(session(key)) == {"add", "fail", "confirm"}
     assert upstream.seen_headers and all(h.get("authorization") == f"Bearer {SERVER_TOKEN}"
                                          for h in upstream.seen_headers)
     # Another workspace has no such server.
@@ -370,7 +382,7 @@ def test_a_workspace_keeps_its_own_servers_in_the_control_plane(gw, upstream):
                 called = [b.text for b in (await c.call_tool("kept__add", {"a": 3, "b": 4})).content]
             return listed, called
 
-    assert asyncio.run(aggregated(key)) == (AGGREGATE_TOOLS | {"kept__add", "kept__fail"}, ["7"])
+    assert asyncio.run(aggregated(key)) == (AGGREGATE_TOOLS | {"kept__add", "kept__fail", "kept__confirm"}, ["7"])
     assert asyncio.run(aggregated(other)) == (AGGREGATE_TOOLS, None)
 
 
@@ -422,8 +434,8 @@ def aggregate(gw, headers: dict | None = None, mode: str = "legacy") -> Client:
 
 
 # The module's servers as one: `gone` (nothing listens) is left out of every list.
-AGGREGATE_TOOLS = {"tools__add", "tools__fail", "tools__count_with_progress",
-                   "no-fail__add", "no-fail__count_with_progress", "adder__add"}
+AGGREGATE_TOOLS = {"tools__add", "tools__fail", "tools__count_with_progress", "tools__confirm",
+                   "no-fail__add", "no-fail__count_with_progress", "no-fail__confirm", "adder__add"}
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -549,3 +561,23 @@ def test_the_aggregates_requests_are_recorded(gw, upstream):
     listed, called = methods["tools/list"], methods["tools/call"]
     assert (listed["client_api"], listed["status"], listed.get("mcp_server")) == ("mcp", 200, None), listed
     assert (called["mcp_server"], called["mcp_tool"], called["is_error"]) == ("tools", "add", False), called
+
+
+def test_a_servers_request_on_a_call_reaches_the_client_and_its_answer_the_server(gw, upstream):
+    """Elicitation through the aggregate: the server's request on the call's stream reaches the
+    client with an id the gateway routes the client's answer back by, to that server."""
+    asked = []
+
+    async def on_elicit(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"reply": "yes, go ahead"})
+
+    async def session():
+        http = httpx.AsyncClient(headers={"authorization": f"Bearer {helpers.KEY}"}, timeout=httpx.Timeout(30.0))
+        transport = streamable_http_client(f"{gw.origin}/mcp", http_client=http)
+        async with Client(transport, mode="legacy", elicitation_callback=on_elicit) as c:
+            result = await c.call_tool("tools__confirm", {"question": "Delete the draft?"})
+            return [b.text for b in result.content]
+
+    assert asyncio.run(session()) == ["accept: yes, go ahead"]
+    assert asked == ["Delete the draft?"]

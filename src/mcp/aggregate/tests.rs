@@ -1,4 +1,5 @@
 use super::*;
+use crate::mcp::message::server_request_id;
 use crate::ports::testing::FakeHost;
 use crate::ports::Host;
 use crate::unit_tests::test;
@@ -47,9 +48,19 @@ fn calls_go_to_the_server_their_prefix_names_unless_withheld() {
     let id = json!(7);
     let policy = ToolPolicy::new("files", &Tools::Deny(vec!["delete".into()]), None).unwrap();
     let members: [(&str, Option<&ToolPolicy>); 2] = [("search", None), ("files", Some(&policy))];
-    let call = |name: &str| plan(&request("tools/call", json!({"name": name, "arguments": {}})), Some(&id), &members);
-    assert_eq!(call("files__read"), Plan::Route { member: 1, name: "read".into() });
-    assert_eq!(call("search__web__deep"), Plan::Route { member: 0, name: "web__deep".into() }, "the first __ splits");
+    let call = |name: &str| {
+        plan(&request("tools/call", json!({"name": name, "arguments": {"path": "a__b"}})), Some(&id), &members)
+    };
+    let routed = |plan: Plan| match plan {
+        Plan::Route { member, name, body } => (member, name, serde_json::from_slice::<Value>(&body).unwrap()),
+        other => panic!("{other:?}"),
+    };
+    let (member, name, sent) = routed(call("files__read"));
+    assert_eq!((member, name.as_deref()), (1, Some("read")));
+    assert_eq!(sent["params"], json!({"name": "read", "arguments": {"path": "a__b"}}), "the arguments as they came");
+    assert_eq!(sent["id"], 7);
+    let (member, name, _) = routed(call("search__web__deep"));
+    assert_eq!((member, name.as_deref()), (0, Some("web__deep")), "the first __ splits");
     for refused in ["files__delete", "nope__read", "read", "files__", ""] {
         let Plan::Error(body) = call(refused) else {
             panic!("{refused}");
@@ -59,12 +70,27 @@ fn calls_go_to_the_server_their_prefix_names_unless_withheld() {
         assert_eq!(body["error"]["message"], format!("Unknown tool: {refused}"));
     }
     // Prompts are not tools: the tool policy leaves them alone.
-    let prompt = plan(&request("prompts/get", json!({"name": "files__delete"})), Some(&id), &members);
-    assert_eq!(prompt, Plan::Route { member: 1, name: "delete".into() });
-    let message = request("tools/call", json!({"name": "files__read", "arguments": {"path": "a__b"}}));
-    let sent: Value = serde_json::from_slice(&unprefixed(message, "read")).unwrap();
-    assert_eq!(sent["params"], json!({"name": "read", "arguments": {"path": "a__b"}}));
-    assert_eq!(sent["id"], 7);
+    let (member, name, _) =
+        routed(plan(&request("prompts/get", json!({"name": "files__delete"})), Some(&id), &members));
+    assert_eq!((member, name.as_deref()), (1, Some("delete")));
+}
+
+#[test]
+fn a_clients_answer_goes_to_the_server_whose_request_it_answers() {
+    let members: [(&str, Option<&ToolPolicy>); 2] = [("search", None), ("files", None)];
+    for original in [json!(0), json!("elicit-1")] {
+        let id = json!(server_request_id("files", &original));
+        let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"action": "accept"}});
+        let Plan::Route { member: 1, name: None, body } = plan(&answer, Some(&id), &members) else {
+            panic!("{original}");
+        };
+        let sent: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((sent["id"].clone(), sent["result"].clone()), (original, json!({"action": "accept"})));
+    }
+    // An answer to no server's request, or to a server that is not one: no server waits for it.
+    for id in [json!(3), json!("plain"), json!("nope__1"), json!("files__[1]"), json!("files__{")] {
+        assert_eq!(plan(&json!({"jsonrpc": "2.0", "id": id, "result": {}}), Some(&id), &members), Plan::Accepted);
+    }
 }
 
 #[test]
