@@ -115,7 +115,8 @@ pub enum Scope {
     ApiKeyId(String),
 }
 
-/// One limit: its scope, optionally narrowed to a model, and what it bounds.
+/// One limit: its scope, optionally narrowed to a model (or, for MCP tool calls, to a server and
+/// a tool), and what it bounds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Limit {
     pub id: String,
@@ -123,6 +124,12 @@ pub struct Limit {
     pub scope: Scope,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// An MCP limit: it counts the `tools/call` requests to this server (and no model request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_server: Option<String>,
+    /// ... to this tool of it alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_tool: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_minute: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,14 +155,25 @@ impl Limit {
         LimitKind::ALL.into_iter().filter(|kind| self.bound(*kind).is_some())
     }
 
-    /// Whether the limit applies to a request of `workspace`, made with key `key_id` (none for
-    /// the plugin configuration's keys), for `model`.
+    /// Whether the limit applies to a model request of `workspace`, made with key `key_id` (none
+    /// for the plugin configuration's keys), for `model`. An MCP limit never does.
     pub fn applies(&self, workspace: &str, key_id: Option<&str>, model: &str) -> bool {
-        let scoped = match &self.scope {
+        self.mcp_server.is_none() && self.scoped(workspace, key_id) && self.model.as_deref().is_none_or(|m| m == model)
+    }
+
+    /// Whether the limit applies to a call of MCP server `server`'s tool `tool`: an MCP limit of
+    /// that server (and tool, when it names one).
+    pub fn applies_to_tool(&self, workspace: &str, key_id: Option<&str>, server: &str, tool: &str) -> bool {
+        self.mcp_server.as_deref() == Some(server)
+            && self.mcp_tool.as_deref().is_none_or(|t| t == tool)
+            && self.scoped(workspace, key_id)
+    }
+
+    fn scoped(&self, workspace: &str, key_id: Option<&str>) -> bool {
+        match &self.scope {
             Scope::Workspace(name) => name == workspace,
             Scope::ApiKeyId(id) => key_id == Some(id.as_str()),
-        };
-        scoped && self.model.as_deref().is_none_or(|m| m == model)
+        }
     }
 }
 
@@ -165,8 +183,17 @@ const MAX_BUDGET_USD: f64 = 1e12;
 /// The most ids, names and models may be long.
 const MAX_NAME: usize = 256;
 
-const FIELDS: [&str; 7] =
-    ["workspace", "api_key_id", "model", "requests_per_minute", "tokens_per_minute", "budget_usd", "budget_period"];
+const FIELDS: [&str; 9] = [
+    "workspace",
+    "api_key_id",
+    "model",
+    "mcp_server",
+    "mcp_tool",
+    "requests_per_minute",
+    "tokens_per_minute",
+    "budget_usd",
+    "budget_period",
+];
 
 /// A limit as `PUT /v1/limits/{id}` gives it (the id comes from the path). Err: the field at
 /// fault (empty: the body) and why.
@@ -221,10 +248,25 @@ pub fn parse_limit(id: &str, body: &Value) -> Result<Limit, (String, String)> {
         Some(Value::String(p)) if p == "total" => Period::Total,
         Some(_) => return fail("budget_period", "budget_period must be \"day\", \"month\" or \"total\"".to_string()),
     };
+    let (model, mcp_server, mcp_tool) = (text("model")?, text("mcp_server")?, text("mcp_tool")?);
+    match (&model, &mcp_server, &mcp_tool) {
+        (Some(_), Some(_), _) => return fail("mcp_server", "give model or mcp_server, not both".to_string()),
+        (_, None, Some(_)) => return fail("mcp_tool", "mcp_tool needs mcp_server".to_string()),
+        _ => {}
+    }
+    if mcp_server.is_some() {
+        if let Some(field) =
+            ["tokens_per_minute", "budget_usd", "budget_period"].into_iter().find(|f| object.contains_key(*f))
+        {
+            return fail(field, format!("an MCP limit counts tool calls: give requests_per_minute, not {field}"));
+        }
+    }
     let limit = Limit {
         id: id.to_string(),
         scope,
-        model: text("model")?,
+        model,
+        mcp_server,
+        mcp_tool,
         requests_per_minute: count("requests_per_minute")?,
         tokens_per_minute: count("tokens_per_minute")?,
         budget_usd,
@@ -302,5 +344,36 @@ mod tests {
         assert!(!key_model.applies("any", None, "gpt-4o"));
         let workspace = parse_limit("w", &json!({"workspace": "default", "requests_per_minute": 9})).unwrap();
         assert!(workspace.applies("default", None, "m") && !workspace.applies("other", None, "m"));
+        assert!(!workspace.applies_to_tool("default", None, "files", "read"), "a model limit counts no tool call");
+    }
+
+    #[test]
+    fn an_mcp_limit_counts_its_servers_tool_calls_and_no_model_request() {
+        let server =
+            parse_limit("s", &json!({"workspace": "w", "mcp_server": "files", "requests_per_minute": 2})).unwrap();
+        assert!(
+            server.applies_to_tool("w", None, "files", "read") && server.applies_to_tool("w", None, "files", "write")
+        );
+        assert!(
+            !server.applies_to_tool("w", None, "web", "read") && !server.applies_to_tool("x", None, "files", "read")
+        );
+        assert!(!server.applies("w", None, "gpt-4o"), "never a model request");
+        let tool = parse_limit(
+            "t",
+            &json!({"api_key_id": "k", "mcp_server": "files", "mcp_tool": "write", "requests_per_minute": 1}),
+        )
+        .unwrap();
+        assert!(
+            tool.applies_to_tool("any", Some("k"), "files", "write")
+                && !tool.applies_to_tool("any", Some("k"), "files", "read")
+        );
+        let refused = |body: Value| parse_limit("x", &body).unwrap_err().0;
+        assert_eq!(
+            refused(json!({"workspace": "w", "model": "m", "mcp_server": "f", "requests_per_minute": 1})),
+            "mcp_server"
+        );
+        assert_eq!(refused(json!({"workspace": "w", "mcp_tool": "t", "requests_per_minute": 1})), "mcp_tool");
+        assert_eq!(refused(json!({"workspace": "w", "mcp_server": "f", "tokens_per_minute": 1})), "tokens_per_minute");
+        assert_eq!(refused(json!({"workspace": "w", "mcp_server": "f", "budget_usd": 1})), "budget_usd");
     }
 }

@@ -51,11 +51,26 @@ impl Exchange {
         let Some(policy) = self.policy.as_ref().filter(|p| p.has_limits()) else {
             return Allowance::Admitted;
         };
-        let (demands, input_estimate) = match usage_limits::demands(policy, &call.limits_ask()) {
-            Ok((demands, _)) if demands.is_empty() => return Allowance::Admitted,
-            Ok(found) => found,
-            Err(error) => return Allowance::Refused(error),
+        match usage_limits::demands(policy, &call.limits_ask()) {
+            Ok((demands, input_estimate)) => self.reserve_demands(env, demands, input_estimate),
+            Err(error) => Allowance::Refused(error),
+        }
+    }
+
+    /// Reserves one request of every MCP limit that applies to a call of `server`'s `tool`.
+    pub(super) fn reserve_tool_call(&mut self, env: &mut Env, server: &str, tool: &str) -> Allowance {
+        let Some(policy) = self.policy.as_ref().filter(|p| p.has_limits()) else {
+            return Allowance::Admitted;
         };
+        let (workspace, key_id) = (self.record.workspace.as_str(), self.record.api_key_id.as_deref());
+        let demands = usage_limits::tool_demands(policy, workspace, key_id, server, tool);
+        self.reserve_demands(env, demands, 0)
+    }
+
+    fn reserve_demands(&mut self, env: &mut Env, demands: Vec<Demand>, input_estimate: u64) -> Allowance {
+        if demands.is_empty() {
+            return Allowance::Admitted;
+        }
         let since_ms = env.io.host().now_ms();
         self.limits = Some(Box::new(Limited {
             holds: Vec::with_capacity(demands.len()),

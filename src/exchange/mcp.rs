@@ -5,8 +5,9 @@
 //! JSON-RPC error naming the server.
 
 use super::head::Head;
+use super::limits::Allowance;
 use super::reply;
-use super::{unroute, Action, Env, Exchange, Phase, RawHeaders};
+use super::{unroute, Action, Env, Exchange, McpHeld, Phase, RawHeaders, Sent};
 use crate::mcp::{self, AnswerRewrite, AnswerWatch, Edit, Facts, Outcome, Target};
 use crate::pipeline::{HeaderEdits, TRACE_HEADER};
 use crate::routing::plan::Failure;
@@ -69,7 +70,6 @@ impl Exchange {
             Target::Server(routed) => routed,
             Target::Aggregate(aggregate) => return self.aggregate_message(env, *aggregate, raw, message, (size, body)),
         };
-        let raw = &raw;
         let policy = routed.tools.take();
         let method = message.method.as_deref();
         if let (Some(policy), Some("tools/call"), Some(tool)) = (&policy, method, &message.tool) {
@@ -81,13 +81,14 @@ impl Exchange {
         }
         // Only a list's answer is rewritten; the other requests' answers pass as they come.
         let list = policy.filter(|_| method == Some("tools/list") && message.id.is_some());
+        let sent = list.map(|list| Box::new(Sent { edit: Some(Edit::Tools(*list)), session: None }));
+        let call = message.tool.clone().filter(|_| method == Some("tools/call"));
         self.note_mcp(message, Outcome::Ok);
-        self.send_mcp(
-            env,
-            routed,
-            raw,
-            list.map(|list| Box::new(Sent { edit: Some(Edit::Tools(*list)), session: None })),
-        )
+        let held = McpHeld::Server(Box::new((routed, raw, sent)));
+        match call {
+            Some(tool) => self.limit_tool_call(env, &tool, held),
+            None => self.mcp_admitted(env, held),
+        }
     }
 
     pub(super) fn note_mcp(&mut self, message: mcp::Message, outcome: Outcome) {
@@ -96,6 +97,31 @@ impl Exchange {
             facts.method = message.method;
             facts.tool = message.tool;
             facts.outcome = outcome;
+        }
+    }
+
+    /// A `tools/call` of `tool` (as its server names it) reserves what the MCP limits that apply
+    /// to it count, then goes on (`held`), waits for an allowance, or is refused (429).
+    pub(super) fn limit_tool_call(&mut self, env: &mut Env, tool: &str, held: McpHeld) -> Action {
+        let server = self.record.mcp.as_deref().map(|facts| facts.server.clone()).unwrap_or_default();
+        match self.reserve_tool_call(env, &server, tool) {
+            Allowance::Admitted => self.mcp_admitted(env, held),
+            Allowance::Waiting => {
+                self.phase = Phase::McpAwaitingAllowance(Box::new(held));
+                Action::Pause
+            }
+            Allowance::Refused(error) => self.answer_error(env, &error),
+        }
+    }
+
+    /// A request every limit admitted goes on.
+    pub(super) fn mcp_admitted(&mut self, env: &mut Env, held: McpHeld) -> Action {
+        match held {
+            McpHeld::Server(held) => {
+                let (routed, raw, sent) = *held;
+                self.send_mcp(env, routed, &raw, sent)
+            }
+            McpHeld::Aggregate(backends) => self.speak(env, *backends),
         }
     }
 
@@ -196,16 +222,6 @@ impl Exchange {
         }
         Action::Continue
     }
-}
-
-/// What the exchange keeps of an MCP request it sent: what to change in its answer (a
-/// `tools/list` whose caller may not use every tool; the server's requests on a call's stream
-/// through the aggregate), and (through the aggregate) whose server session it was sent in,
-/// forgotten when the server no longer knows it.
-#[derive(Debug, Default)]
-pub(super) struct Sent {
-    pub(super) edit: Option<Edit>,
-    pub(super) session: Option<String>,
 }
 
 /// How the gateway reads a server's answer to a request.

@@ -4,9 +4,8 @@
 //! Envoy's router (`tools/call`, `prompts/get`) once the gateway holds a session there, its
 //! answer passing as `/mcp/{server}`'s does. `crate::mcp::aggregate` decides; this applies.
 
-use super::mcp::Sent;
 use super::worker::Task;
-use super::{Action, After, Dispatch, Env, Exchange, Phase, RawHeaders};
+use super::{Action, After, Dispatch, Env, Exchange, McpHeld, Phase, RawHeaders, Sent};
 use crate::mcp::{self, Aggregate, Backend, Edit, List, Outcome, Plan};
 use crate::pipeline::HeaderEdits;
 use crate::request::headers;
@@ -75,6 +74,7 @@ impl Exchange {
         let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let id = message.id.clone();
         let plan = mcp::aggregate::plan(&value, id.as_ref(), &aggregate.policies());
+        let message_is_call = message.method.as_deref() == Some("tools/call");
         self.note_mcp(message, Outcome::Ok);
         let id = id.unwrap_or(Value::Null);
         match plan {
@@ -120,8 +120,13 @@ impl Exchange {
                     }
                 };
                 let backends = vec![(member, backend, None)];
+                let call = name.clone().filter(|_| message_is_call);
                 let purpose = Purpose::Route { raw, size, body, name };
-                self.speak(env, Backends { purpose, spoken: Spoken { aggregate, id, backends } })
+                let held = Backends { purpose, spoken: Spoken { aggregate, id, backends } };
+                match call {
+                    Some(tool) => self.limit_tool_call(env, &tool, McpHeld::Aggregate(Box::new(held))),
+                    None => self.speak(env, held),
+                }
             }
         }
     }
@@ -134,7 +139,7 @@ impl Exchange {
 
     /// Makes each backend's next call; once every backend is done, answers (a list) or sends
     /// the request on (a routed one).
-    fn speak(&mut self, env: &mut Env, mut held: Backends) -> Action {
+    pub(super) fn speak(&mut self, env: &mut Env, mut held: Backends) -> Action {
         let spoken = &mut held.spoken;
         for (index, backend, token) in spoken.backends.iter_mut() {
             if token.is_some() || backend.is_done() {

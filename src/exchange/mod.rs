@@ -307,18 +307,37 @@ enum Phase {
     Forwarded(Box<Routed>),
     /// An MCP POST held (with its routing and raw headers) until its JSON-RPC message is in.
     McpAwaitingBody(Box<(crate::mcp::Target, RawHeaders)>),
+    /// An MCP tool call held until a limit's allowance is granted.
+    McpAwaitingAllowance(Box<McpHeld>),
     /// An MCP request to the aggregate endpoint, held while the gateway speaks to its servers
     /// (see `mcp_aggregate`).
     McpBackends(Box<mcp_aggregate::Backends>),
     /// Sent to its MCP server (`record.mcp` says which); with the policy that filters the
     /// answer when it is a `tools/list` whose caller may not use every tool.
-    Mcp(Option<Box<mcp::Sent>>),
+    Mcp(Option<Box<Sent>>),
     /// The MCP server's answer, read as it passes (see `mcp::McpAnswer`).
     McpAnswer(Option<Box<mcp::McpAnswer>>),
     /// The first attempt failed; later ones run as dispatched calls.
     Recovering(Box<Recovery>),
     /// The gateway answered itself; its answer passes the response callbacks untouched.
     Answered,
+}
+
+/// What the exchange keeps of an MCP request it sent: what to change in its answer (a
+/// `tools/list` whose caller may not use every tool; the server's requests on a call's stream
+/// through the aggregate), and (through the aggregate) whose server session it was sent in,
+/// forgotten when the server no longer knows it.
+#[derive(Debug, Default)]
+struct Sent {
+    edit: Option<crate::mcp::Edit>,
+    session: Option<String>,
+}
+
+/// An MCP request on its way once its limits admit it: to one server with its edits, raw
+/// headers and what to change in its answer; or through the aggregate, to its servers.
+enum McpHeld {
+    Server(Box<(crate::mcp::Routed, RawHeaders, Option<Box<Sent>>)>),
+    Aggregate(Box<mcp_aggregate::Backends>),
 }
 
 /// A request routed through Envoy's router.

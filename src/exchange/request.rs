@@ -51,7 +51,10 @@ impl Exchange {
             Ok(Started::Ready(call)) => self.admit(env, call, raw, body),
             Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled::new(raw, body)),
             Ok(Started::Relay(relay)) => self.relay(env, &relay, &raw),
-            Ok(Started::Mcp { target, key_id }) => self.route_mcp(env, target, key_id, raw, body),
+            Ok(Started::Mcp { target, key_id, policy }) => {
+                self.policy = env.tasks.policies.of(policy.as_ref());
+                self.route_mcp(env, target, key_id, raw, body)
+            }
             Ok(Started::NeedsBody(pending)) => {
                 unroute(env, &raw);
                 self.phase = Phase::AwaitingBody(Box::new((pending, raw)));
@@ -210,16 +213,18 @@ impl Exchange {
     /// A request held for a limit's allowance: admitted (it goes on), refused, or still
     /// waiting.
     pub(super) fn allowed(&mut self, env: &mut Env, allowance: Allowance) {
-        if matches!(allowance, Allowance::Waiting) || !matches!(self.phase, Phase::AwaitingAllowance(_)) {
+        let held = matches!(self.phase, Phase::AwaitingAllowance(_) | Phase::McpAwaitingAllowance(_));
+        if matches!(allowance, Allowance::Waiting) || !held {
             return;
         }
-        let Phase::AwaitingAllowance(held) = std::mem::replace(&mut self.phase, Phase::Headers) else {
-            return;
-        };
-        let Held { call, raw, body } = *held;
-        let action = match allowance {
-            Allowance::Refused(error) => self.answer_error(env, &error),
-            _ => self.check(env, call, raw, body),
+        let action = match (std::mem::replace(&mut self.phase, Phase::Headers), allowance) {
+            (_, Allowance::Refused(error)) => self.answer_error(env, &error),
+            (Phase::AwaitingAllowance(held), _) => {
+                let Held { call, raw, body } = *held;
+                self.check(env, call, raw, body)
+            }
+            (Phase::McpAwaitingAllowance(held), _) => self.mcp_admitted(env, *held),
+            _ => Action::Continue,
         };
         if action == Action::Continue {
             env.after.push(After::ResumeRequest(env.id));

@@ -48,6 +48,10 @@ pub(super) fn start_mcp(
         forwarded: &forwarded,
         headers: raw,
     };
+    let policy = match catalog.enabled() {
+        true => catalog.policy(host)?,
+        false => None,
+    };
     let cluster = |upstream: &Upstream| settings.routed_cluster(upstream);
     let routing = mcp::Routing { route_header: settings.route_header(), cluster: &cluster };
     let key_tools = owner.mcp_tools.as_ref();
@@ -72,7 +76,8 @@ pub(super) fn start_mcp(
         let version = headers::find(raw, "mcp-protocol-version");
         let stateless = version == Some(mcp::aggregate::STATELESS_VERSION.as_bytes());
         let aggregate = mcp::Aggregate { caller, client_session, stateless, members: members.collect() };
-        return Ok(Started::Mcp { target: mcp::Target::Aggregate(Box::new(aggregate)), key_id: owner.key_id });
+        let target = mcp::Target::Aggregate(Box::new(aggregate));
+        return Ok(Started::Mcp { target, key_id: owner.key_id, policy });
     };
     // The plugin configuration's servers, then the workspace's in the control plane.
     let stored;
@@ -88,7 +93,7 @@ pub(super) fn start_mcp(
     };
     let tools = mcp::ToolPolicy::new(id, &server.tools, key_tools);
     let routed = mcp::edits(id, server, &routing, &request, tools);
-    Ok(Started::Mcp { target: mcp::Target::Server(routed), key_id: owner.key_id })
+    Ok(Started::Mcp { target: mcp::Target::Server(routed), key_id: owner.key_id, policy })
 }
 
 /// The servers of the workspace's list (the control plane's `data`) that the aggregate may

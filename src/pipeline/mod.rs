@@ -158,6 +158,8 @@ pub(crate) enum Started {
     Mcp {
         target: mcp::Target,
         key_id: Option<String>,
+        /// The workspace's limits (its MCP limits count tool calls).
+        policy: Entry,
     },
 }
 

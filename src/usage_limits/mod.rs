@@ -219,6 +219,25 @@ pub(crate) fn demands(policy: &Policy, ask: &Ask) -> Result<(Vec<Demand>, u64), 
     Ok((demands, tokens.map_or(0, |t| t.input)))
 }
 
+/// What an MCP `tools/call` of `server`'s `tool` must reserve: one request of each MCP limit
+/// of `policy` that applies to it (an MCP limit bounds requests alone).
+pub(crate) fn tool_demands(
+    policy: &Policy,
+    workspace: &str,
+    key_id: Option<&str>,
+    server: &str,
+    tool: &str,
+) -> Vec<Demand> {
+    let applying = policy.limits.iter().filter(|(_, l)| l.applies_to_tool(workspace, key_id, server, tool));
+    applying
+        .filter_map(|(id, limit)| {
+            let bound = limit.bound(LimitKind::Requests)?;
+            let key = LedgerKey { limit: Rc::clone(id), kind: LimitKind::Requests };
+            Some(Demand { key, amount: 1, bound, period: limit.budget_period })
+        })
+        .collect()
+}
+
 /// The most tokens the request can use: its input estimate and its output bound (computed
 /// once per request).
 fn worst_tokens(policy: &Policy, ask: &Ask, limit: &Limit, known: &mut Option<Tokens>) -> Result<Tokens, GatewayError> {

@@ -581,3 +581,38 @@ def test_a_servers_request_on_a_call_reaches_the_client_and_its_answer_the_serve
 
     assert asyncio.run(session()) == ["accept: yes, go ahead"]
     assert asked == ["Delete the draft?"]
+
+
+def test_an_mcp_limit_counts_a_servers_tool_calls_and_refuses_past_it_with_429(gw, upstream):
+    """`PUT /v1/limits/{id}` with `mcp_server` (and `mcp_tool`): such a limit counts the calls of that
+    tool, through `/mcp` and `/mcp/{server}` alike; past it a call is HTTP 429 carrying a JSON-RPC
+    error and `retry-after`, and never reaches the server. Lists and other tools are not counted."""
+    workspace = f"team-{uuid.uuid4().hex[:8]}"
+    r = gw.post("/v1/api-keys", {"workspace": workspace})
+    assert r.status_code == 201, r.text
+    key = r.json()["key"]
+    limit = {"workspace": workspace, "mcp_server": "tools", "mcp_tool": "add", "requests_per_minute": 2}
+    r = gw.http.put(f"/v1/limits/mcp-{uuid.uuid4().hex[:8]}", json=limit, headers={"x-gateway-api-key": helpers.KEY})
+    assert r.status_code in (200, 201), r.text
+    auth = {**MCP_HEADERS, "authorization": f"Bearer {key}"}
+
+    def call(name: str, rpc_id: int):
+        body = {"jsonrpc": "2.0", "id": rpc_id, "method": "tools/call",
+                "params": {"name": name, "arguments": {"a": 1, "b": 2}}}
+        return gw.http.post("/mcp", json=body, headers=auth)
+
+    listed = gw.http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=auth)
+    assert listed.status_code == 200 and "tools__add" in listed.text
+    assert [call("tools__add", n).status_code for n in (2, 3)] == [200, 200]
+    assert call("tools__fail", 4).status_code == 200, "another tool of the server is not counted"
+    seen = len(upstream.seen_headers)
+    refused = call("tools__add", 5)
+    message = rpc_error(refused, 429, -32600, 5)
+    assert "limit" in message, message
+    assert int(refused.headers["retry-after"]) >= 1
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert len(upstream.seen_headers) == seen, "a refused call never reaches the server"
+    # The same server's endpoint counts against the same limit.
+    direct = {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 1, "b": 2}}}
+    rpc_error(gw.http.post("/mcp/tools", json=direct, headers=auth), 429, -32600, 6)
+    assert len(upstream.seen_headers) == seen
