@@ -254,6 +254,9 @@ pub fn parse_limit(id: &str, body: &Value) -> Result<Limit, (String, String)> {
         (_, None, Some(_)) => return fail("mcp_tool", "mcp_tool needs mcp_server".to_string()),
         _ => {}
     }
+    if mcp_server.as_deref().is_some_and(|id| !crate::mcp_servers::is_server_id(id)) {
+        return fail("mcp_server", "mcp_server must be a server id: 1 to 32 of a-z, 0-9 and -".to_string());
+    }
     if mcp_server.is_some() {
         if let Some(field) =
             ["tokens_per_minute", "budget_usd", "budget_period"].into_iter().find(|f| object.contains_key(*f))
@@ -375,5 +378,6 @@ mod tests {
         assert_eq!(refused(json!({"workspace": "w", "mcp_tool": "t", "requests_per_minute": 1})), "mcp_tool");
         assert_eq!(refused(json!({"workspace": "w", "mcp_server": "f", "tokens_per_minute": 1})), "tokens_per_minute");
         assert_eq!(refused(json!({"workspace": "w", "mcp_server": "f", "budget_usd": 1})), "budget_usd");
+        assert_eq!(refused(json!({"workspace": "w", "mcp_server": "Files", "requests_per_minute": 1})), "mcp_server");
     }
 }

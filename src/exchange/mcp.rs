@@ -144,8 +144,8 @@ impl Exchange {
         let status = head.status;
         self.record.status = status;
         let Sent { edit, session } = sent.map(|sent| *sent).unwrap_or_default();
-        if let (404, Some(identity)) = (status, session) {
-            mcp::keep_session(env.io.host().store(), &identity, None);
+        if let (404, Some((identity, id))) = (status, session) {
+            mcp::forget_session(env.io.host().store(), &identity, id.as_deref());
         }
         let Some(facts) = self.record.mcp.as_deref_mut() else {
             return Action::Continue;
@@ -176,7 +176,11 @@ impl Exchange {
             }
             (Some(edit @ Edit::ServerRequests(_)), Some(id)) if ok => {
                 match readable.and_then(|content_type| AnswerRewrite::new(id.clone(), edit, content_type)) {
-                    Some(rewrite) => Some(Box::new(McpAnswer::Rewrite(rewrite))),
+                    Some(rewrite) => {
+                        // Its length changes.
+                        env.io.set_response_header(env.id, "content-length", None);
+                        Some(Box::new(McpAnswer::Rewrite(rewrite)))
+                    }
                     None => AnswerWatch::new(id, readable.unwrap_or_default()).map(|w| Box::new(McpAnswer::Watch(w))),
                 }
             }

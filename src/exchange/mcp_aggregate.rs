@@ -145,7 +145,11 @@ impl Exchange {
             if token.is_some() || backend.is_done() {
                 continue;
             }
-            let (Some(call), Some(member)) = (backend.next_call(), spoken.aggregate.members.get(*index)) else {
+            let Some(call) = backend.next_call() else {
+                continue;
+            };
+            let Some(member) = spoken.aggregate.members.get(*index) else {
+                backend.answered(0, None, b"", b"");
                 continue;
             };
             let server = &member.server;
@@ -184,6 +188,9 @@ impl Exchange {
 
     /// A server answered one of the gateway's calls.
     pub(super) fn backend_answered(&mut self, env: &mut Env, token: u32, answer: super::CallAnswer) {
+        if !matches!(self.phase, Phase::McpBackends(_)) {
+            return;
+        }
         let Phase::McpBackends(mut held) = std::mem::replace(&mut self.phase, Phase::Headers) else {
             return;
         };
@@ -236,7 +243,7 @@ impl Exchange {
         name: Option<&str>,
     ) -> Action {
         let Some((index, backend, _)) = held.backends.first() else {
-            return Action::Continue;
+            return self.answer(env, 200, mcp::aggregate::error(&held.id, -32603, "no server to send the request to"));
         };
         let member = held.aggregate.members.get(*index);
         let (Some(member), None) = (member, backend.failure()) else {
@@ -262,7 +269,8 @@ impl Exchange {
         env.io.set_request_headers(env.id, &edits.apply(&raw));
         // A session the server no longer knows is not used again; the server's own requests on
         // the answer's stream (the session era's) carry ids its answers are routed back by.
-        let session = Some(held.aggregate.session_identity(&backend.server));
+        let identity = held.aggregate.session_identity(&backend.server);
+        let session = Some((identity, backend.session_id().map(str::to_string)));
         let edit = (!held.aggregate.stateless).then(|| Edit::ServerRequests(backend.server.clone()));
         self.phase = Phase::Mcp(Some(Box::new(Sent { edit, session })));
         Action::Continue

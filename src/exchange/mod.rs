@@ -330,7 +330,8 @@ enum Phase {
 #[derive(Debug, Default)]
 struct Sent {
     edit: Option<crate::mcp::Edit>,
-    session: Option<String>,
+    /// Whose server session, and its id.
+    session: Option<(String, Option<String>)>,
 }
 
 /// An MCP request on its way once its limits admit it: to one server with its edits, raw

@@ -128,7 +128,7 @@ pub(crate) fn plan(message: &Value, id: Option<&Value>, members: &[(&str, Option
             }
             Plan::Route { member, name: Some(name.to_string()), body: unprefixed(message.clone(), name) }
         }
-        _ => Plan::Error(error(id, -32601, &format!("Method not found: {}", cut(method)))),
+        _ => Plan::Error(error(id, METHOD_NOT_FOUND, &format!("Method not found: {}", cut(method)))),
     }
 }
 
@@ -245,6 +245,14 @@ pub(crate) fn kept_session(store: &dyn SharedStore, identity: &str) -> Option<Se
     Some(Session { id, version: version.to_string() })
 }
 
+/// Forgets the session kept for `identity` when it is still the one with `id` (a session
+/// opened since by another request stays).
+pub(crate) fn forget_session(store: &dyn SharedStore, identity: &str, id: Option<&str>) {
+    if kept_session(store, identity).is_some_and(|kept| kept.id.as_deref() == id) {
+        keep_session(store, identity, None);
+    }
+}
+
 /// Keeps `session` for `identity` (the latest wins the slot); None forgets it.
 pub(crate) fn keep_session(store: &dyn SharedStore, identity: &str, session: Option<&Session>) {
     let value = match session {
@@ -268,8 +276,10 @@ pub(crate) struct BackendCall {
 pub(crate) struct Backend {
     pub(crate) server: String,
     session: Option<Session>,
-    /// Whether the session was opened by this backend (to be kept).
+    /// Whether the session was opened by this backend (to be kept once the server took
+    /// `notifications/initialized`).
     opened: bool,
+    initialized: bool,
     step: Step,
     list: Option<List>,
     /// The list's items so far, as the server named them.
@@ -288,6 +298,9 @@ enum Step {
     Ready,
     Failed(String),
 }
+
+/// JSON-RPC's code for a method the server does not have.
+const METHOD_NOT_FOUND: i64 = -32601;
 
 /// The ids of the gateway's own requests to servers.
 const INITIALIZE_ID: &str = "gateway-initialize";
@@ -308,7 +321,15 @@ impl Backend {
             (Some(_), Some(_)) => Step::Page { cursor: None, pages: 0 },
             (Some(_), None) => Step::Ready,
         };
-        Backend { server: server.to_string(), session, opened: false, step, list, items: Vec::new() }
+        Backend {
+            server: server.to_string(),
+            session,
+            opened: false,
+            initialized: false,
+            step,
+            list,
+            items: Vec::new(),
+        }
     }
 
     /// The call to make now; None once ready or failed.
@@ -356,6 +377,8 @@ impl Backend {
             // opened again, once.
             _ if status == 404 && self.session.is_some() && !self.opened => {
                 self.session = None;
+                // The list starts again in the new session.
+                self.items.clear();
                 Step::Initialize
             }
             _ if !(200..300).contains(&status) => Step::Failed(match status {
@@ -374,10 +397,13 @@ impl Backend {
                 },
                 None => Step::Failed("its answer to initialize is not JSON-RPC".to_string()),
             },
-            Step::Initialized => match self.list {
-                Some(_) => Step::Page { cursor: None, pages: 0 },
-                None => Step::Ready,
-            },
+            Step::Initialized => {
+                self.initialized = true;
+                match self.list {
+                    Some(_) => Step::Page { cursor: None, pages: 0 },
+                    None => Step::Ready,
+                }
+            }
             Step::Page { pages, .. } => self.page(content_type, body, pages + 1),
             done => done,
         };
@@ -388,6 +414,10 @@ impl Backend {
         let Some(answer) = answer_in(content_type, body, &json!(LIST_ID)) else {
             return Step::Failed("its list is not JSON-RPC".to_string());
         };
+        // A server without prompts (or tools) may not know the list's method: it has none.
+        if answer.pointer("/error/code").and_then(Value::as_i64) == Some(METHOD_NOT_FOUND) {
+            return Step::Ready;
+        }
         if let Some(message) = answer.pointer("/error/message").and_then(Value::as_str) {
             return Step::Failed(format!("it answered the list with an error: {}", cut(message)));
         }
@@ -413,9 +443,15 @@ impl Backend {
         matches!(self.step, Step::Ready | Step::Failed(_))
     }
 
-    /// The session this backend opened, to be kept for the next request.
+    /// The server's id of the session requests go in.
+    pub(crate) fn session_id(&self) -> Option<&str> {
+        self.session.as_ref().and_then(|session| session.id.as_deref())
+    }
+
+    /// The session this backend opened, to be kept for the next request (its list may still
+    /// have failed).
     pub(crate) fn opened_session(&self) -> Option<&Session> {
-        self.session.as_ref().filter(|_| self.opened && self.step == Step::Ready)
+        self.session.as_ref().filter(|_| self.opened && self.initialized)
     }
 }
 

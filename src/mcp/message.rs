@@ -139,7 +139,10 @@ pub(super) fn answer_form(content_type: &[u8]) -> Option<AnswerForm> {
 /// dispatched call's): the JSON body, or the SSE event that carries it; None when there is
 /// none.
 pub(crate) fn answer_in(content_type: &[u8], body: &[u8], id: &Value) -> Option<Value> {
-    let is_answer = |message: &Value| message.get("id") == Some(id);
+    // An answer carries the id and a result or an error (a request of the server's may reuse it).
+    let is_answer = |message: &Value| {
+        message.get("id") == Some(id) && (message.get("result").is_some() || message.get("error").is_some())
+    };
     match answer_form(content_type)? {
         AnswerForm::Json => serde_json::from_slice(body).ok().filter(is_answer),
         AnswerForm::Sse => {

@@ -168,9 +168,9 @@ fn backends_fail_with_a_reason() {
     }
     let session = Session { id: None, version: "2025-06-18".into() };
     let mut backend = Backend::new("s", Some(session), Some(List::Tools));
-    let error = br#"{"jsonrpc":"2.0","id":"gateway-list","error":{"code":-32601,"message":"Method not found"}}"#;
+    let error = br#"{"jsonrpc":"2.0","id":"gateway-list","error":{"code":-32000,"message":"database down"}}"#;
     backend.answered(200, None, b"application/json", error);
-    assert_eq!(backend.failure(), Some("it answered the list with an error: Method not found"));
+    assert_eq!(backend.failure(), Some("it answered the list with an error: database down"));
 }
 
 #[test]
@@ -247,4 +247,52 @@ fn stateless_names_travel_in_a_header() {
     let backend = Backend::stateless("files");
     assert!(backend.is_done() && backend.opened_session().is_none());
     assert_eq!(backend.session_headers()[1], ("mcp-protocol-version".to_string(), STATELESS_VERSION.to_string()));
+}
+
+#[test]
+fn a_server_without_the_list_has_none_and_its_session_is_kept_even_when_its_list_fails() {
+    let opened = |list: List, answer: &[u8]| {
+        let mut backend = Backend::new("s", None, Some(list));
+        let init = json_answer(INITIALIZE_ID, json!({"protocolVersion": "2025-06-18"}));
+        backend.answered(200, Some("s-9"), b"application/json", &init);
+        backend.answered(202, None, b"", b"");
+        backend.answered(200, None, b"application/json", answer);
+        backend
+    };
+    let none = br#"{"jsonrpc":"2.0","id":"gateway-list","error":{"code":-32601,"message":"Method not found"}}"#;
+    let backend = opened(List::Prompts, none);
+    assert!(backend.is_done() && backend.failure().is_none() && backend.items.is_empty());
+    let broken = opened(List::Tools, br#"{"jsonrpc":"2.0","id":"gateway-list","error":{"code":-32603,"message":"x"}}"#);
+    assert!(broken.failure().is_some());
+    assert_eq!(broken.opened_session().and_then(|s| s.id.as_deref()), Some("s-9"), "kept for the next request");
+}
+
+#[test]
+fn a_list_started_again_in_a_new_session_has_no_items_twice() {
+    let session = Session { id: Some("old".into()), version: "2025-06-18".into() };
+    let mut backend = Backend::new("s", Some(session), Some(List::Tools));
+    let first = json_answer(LIST_ID, json!({"tools": [{"name": "a"}], "nextCursor": "2"}));
+    backend.answered(200, None, b"application/json", &first);
+    backend.answered(404, None, b"", b"");
+    backend.answered(
+        200,
+        Some("new"),
+        b"application/json",
+        &json_answer(INITIALIZE_ID, json!({"protocolVersion": "2025-06-18"})),
+    );
+    backend.answered(202, None, b"", b"");
+    backend.answered(200, None, b"application/json", &json_answer(LIST_ID, json!({"tools": [{"name": "a"}]})));
+    assert_eq!(backend.items, [json!({"name": "a"})]);
+}
+
+#[test]
+fn a_session_is_forgotten_only_while_it_is_the_one_kept() {
+    let host = FakeHost::new(0);
+    let store = host.store();
+    let identity = session_identity("k", Some("c"), "files");
+    keep_session(store, &identity, Some(&Session { id: Some("newer".into()), version: "v".into() }));
+    forget_session(store, &identity, Some("older"));
+    assert!(kept_session(store, &identity).is_some(), "a newer session stays");
+    forget_session(store, &identity, Some("newer"));
+    assert_eq!(kept_session(store, &identity), None);
 }
