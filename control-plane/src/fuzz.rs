@@ -220,6 +220,8 @@ mod tests {
         request_bodies(include_bytes!("../../fuzz/regressions/control_plane_bodies/unnamed-query-parameter"));
         // An API key's body with a field whose name is empty: refused naming `` too.
         request_bodies(include_bytes!("../../fuzz/regressions/control_plane_bodies/unnamed-body-field"));
+        // An MCP server's body with a field whose name is empty: refused naming `` as well.
+        request_bodies(include_bytes!("../../fuzz/regressions/control_plane_bodies/unnamed-mcp-server-field"));
     }
 
     /// A refusal that names nothing fails the check (a harness whose check cannot fail would

@@ -48,7 +48,9 @@ fn public(read: &Read) -> Value {
 /// filter's parser accepts it.
 pub(crate) fn server_body(body: &[u8]) -> ApiResult<Value> {
     let fields = json_object(body)?;
-    parse_server(&fields).map_err(|(path, message)| ApiError::invalid(&path, &message))?;
+    // A field without a name is the body's fault: it names no field of its own.
+    parse_server(&fields)
+        .map_err(|(path, message)| ApiError::invalid(if path.is_empty() { "body" } else { &path }, &message))?;
     Ok(Value::Object(fields))
 }
 

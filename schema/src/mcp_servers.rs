@@ -185,7 +185,7 @@ pub fn parse_key_tools(value: &Value) -> Result<Vec<String>, (String, String)> {
 pub fn parse_server(fields: &Map<String, Value>) -> Result<McpServer, (String, String)> {
     let fail = |path: &str, message: String| Err((path.to_string(), message));
     if let Some(unknown) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        let shown = shorten(unknown);
+        let shown = if unknown.is_empty() { "\"\"".to_string() } else { shorten(unknown) };
         return fail(unknown, format!("{shown}: unknown field (known: {})", FIELDS.join(", ")));
     }
     let url = match fields.get("url") {
