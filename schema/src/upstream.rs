@@ -14,6 +14,15 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// The URL's path, `/` when it has none (a request to the host's root).
+    pub fn path_or_root(&self) -> &str {
+        if self.base_path.is_empty() {
+            "/"
+        } else {
+            &self.base_path
+        }
+    }
+
     /// The port `authority` names (always there: the scheme's when the URL gave none).
     pub fn port(&self) -> u16 {
         let named = self.authority.rsplit_once(':').and_then(|(_, port)| port.parse().ok());

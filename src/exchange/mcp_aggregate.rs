@@ -153,7 +153,7 @@ impl Exchange {
                 continue;
             };
             let server = &member.server;
-            let path = if server.upstream.base_path.is_empty() { "/" } else { server.upstream.base_path.as_str() };
+            let path = server.upstream.path_or_root();
             let mut extra = call.headers;
             extra.extend(server.headers.iter().cloned());
             extra.push((crate::pipeline::TRACE_HEADER.to_string(), self.record.trace_id.clone()));

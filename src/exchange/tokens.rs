@@ -53,7 +53,7 @@ pub(crate) fn call(settings: &Settings, request: &TokenRequest) -> Result<Dispat
     if !KNOWN_HOSTS.contains(&upstream.host.as_str()) {
         settings.require_allowed("token endpoint host", &upstream.host)?;
     }
-    let path = if upstream.base_path.is_empty() { "/" } else { &upstream.base_path };
+    let path = upstream.path_or_root();
     let headers = vec![("accept".to_string(), "application/json".to_string())];
     Ok(Dispatch::post(settings, &upstream, path, request.content_type, request.body.clone(), headers, FETCH_TIMEOUT_MS))
 }

@@ -212,7 +212,7 @@ pub(crate) fn edits(
     };
     let remove = raw.iter().map(|(name, _)| name).filter(|name| withheld(name)).cloned().collect();
     let upstream = &server.upstream;
-    let base = if upstream.base_path.is_empty() { "/" } else { upstream.base_path.as_str() };
+    let base = upstream.path_or_root();
     let path = match query {
         Some(query) => format!("{base}?{query}"),
         None => base.to_string(),

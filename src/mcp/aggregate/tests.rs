@@ -13,6 +13,12 @@ fn json_answer(id: &str, result: Value) -> Vec<u8> {
     json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string().into_bytes()
 }
 
+/// The server's answer to the gateway's `initialize`: session `session`, at `version`.
+fn initialized_as(backend: &mut Backend, session: &str, version: &str) {
+    let answer = json_answer(INITIALIZE_ID, json!({"protocolVersion": version}));
+    backend.answered(200, Some(session), b"application/json", &answer);
+}
+
 #[test]
 fn the_gateway_answers_initialize_ping_and_notifications_itself() {
     let id = json!(7);
@@ -137,12 +143,7 @@ fn a_kept_session_the_server_lost_is_opened_again_once() {
     backend.answered(404, None, b"application/json", b"{}");
     let again: Value = serde_json::from_slice(&backend.next_call().unwrap().body).unwrap();
     assert_eq!(again["method"], "initialize");
-    backend.answered(
-        200,
-        Some("new"),
-        b"application/json",
-        &json_answer(INITIALIZE_ID, json!({"protocolVersion": "2025-11-25"})),
-    );
+    initialized_as(&mut backend, "new", "2025-11-25");
     backend.answered(404, None, b"", b"");
     assert_eq!(backend.failure(), Some("it answered HTTP 404"), "a session it just opened is not opened again");
 }
@@ -253,8 +254,7 @@ fn stateless_names_travel_in_a_header() {
 fn a_server_without_the_list_has_none_and_its_session_is_kept_even_when_its_list_fails() {
     let opened = |list: List, answer: &[u8]| {
         let mut backend = Backend::new("s", None, Some(list));
-        let init = json_answer(INITIALIZE_ID, json!({"protocolVersion": "2025-06-18"}));
-        backend.answered(200, Some("s-9"), b"application/json", &init);
+        initialized_as(&mut backend, "s-9", "2025-06-18");
         backend.answered(202, None, b"", b"");
         backend.answered(200, None, b"application/json", answer);
         backend
@@ -274,12 +274,7 @@ fn a_list_started_again_in_a_new_session_has_no_items_twice() {
     let first = json_answer(LIST_ID, json!({"tools": [{"name": "a"}], "nextCursor": "2"}));
     backend.answered(200, None, b"application/json", &first);
     backend.answered(404, None, b"", b"");
-    backend.answered(
-        200,
-        Some("new"),
-        b"application/json",
-        &json_answer(INITIALIZE_ID, json!({"protocolVersion": "2025-06-18"})),
-    );
+    initialized_as(&mut backend, "new", "2025-06-18");
     backend.answered(202, None, b"", b"");
     backend.answered(200, None, b"application/json", &json_answer(LIST_ID, json!({"tools": [{"name": "a"}]})));
     assert_eq!(backend.items, [json!({"name": "a"})]);
