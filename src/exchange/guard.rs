@@ -9,12 +9,13 @@ use super::worker::Task;
 use super::{Dispatch, Env, RawHeaders};
 use crate::cache::completion::{self, StreamAssembler};
 use crate::client_api;
+use crate::config::Config;
 use crate::errors::GatewayError;
 use crate::guardrails::calls::{CallSpec, Continuation, JwksUpdate, Reply};
 use crate::guardrails::inject::{BeforeDone, Edit, ObjectSplice};
 use crate::guardrails::verdict::{self, Item, ItemResult, Outcome, Slot, StageRun, Started};
-use crate::guardrails::{request_text, response_text, CachedJwks, Env as CheckEnv, Input, Stage};
-use crate::pipeline::Call;
+use crate::guardrails::{arguments_text, request_text, response_text, CachedJwks, Env as CheckEnv, Input, Stage};
+use crate::pipeline::{Call, ToolChecks};
 use crate::ports::SharedStore;
 use crate::request::endpoint::{ClientApi, Endpoint};
 use crate::routing::not_implemented;
@@ -97,8 +98,12 @@ impl Kept {
 /// The checks of one request and what they decided so far.
 pub(super) struct Guard {
     kept: Kept,
+    /// The model asked for; a tool call's full name (`{server}__{tool}`).
     model: String,
     endpoint: Endpoint,
+    /// The checks of a tool call (docs/mcp.md): the request's text is its arguments' strings,
+    /// the answer's its result's text parts.
+    tool_call: bool,
     before_items: Vec<Item>,
     after_items: Vec<Item>,
     async_items: Vec<Item>,
@@ -127,26 +132,45 @@ impl Guard {
         let Some(config) = call.root_config() else {
             return Ok(None);
         };
+        let Some(mut guard) = Guard::of(config, &|reference| call.stored_guardrail(reference).cloned())? else {
+            return Ok(None);
+        };
+        let seen = Seen::of(call, raw);
+        if !(guard.after_items.is_empty() && guard.async_items.is_empty()) {
+            guard.kept = Kept::of(seen);
+        }
+        let request = seen.request;
+        guard.model = request.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
+        guard.include_usage = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
+        guard.endpoint = call.endpoint();
+        Ok(Some(guard))
+    }
+
+    /// The checks of an MCP request's config, run on its tool call if it is one (see
+    /// `start_tool_call`); None when the config has none.
+    pub(super) fn for_tool_calls(checks: &ToolChecks) -> Result<Option<Guard>, GatewayError> {
+        let guard = Guard::of(&checks.config, &|reference| checks.stored_guardrail(reference).cloned())?;
+        Ok(guard.map(|guard| Guard { tool_call: true, ..guard }))
+    }
+
+    /// The items of `config`'s hooks and guardrails (`stored`: the stored ones it refers to);
+    /// None when it has none.
+    fn of(config: &Config, stored: &dyn Fn(&str) -> Option<Item>) -> Result<Option<Guard>, GatewayError> {
         let refused = |_| not_implemented("a stored guardrail (it needs the control plane)");
-        let stored = |reference: &str| call.stored_guardrail(reference).cloned();
         let before_items =
-            verdict::items(&config.before_request_hooks, &config.input_guardrails, Stage::Before, &stored)
+            verdict::items(&config.before_request_hooks, &config.input_guardrails, Stage::Before, stored)
                 .map_err(refused)?;
-        let after = verdict::items(&config.after_request_hooks, &config.output_guardrails, Stage::After, &stored)
+        let after = verdict::items(&config.after_request_hooks, &config.output_guardrails, Stage::After, stored)
             .map_err(refused)?;
         if before_items.is_empty() && after.is_empty() {
             return Ok(None);
         }
         let (async_items, after_items): (Vec<Item>, Vec<Item>) = after.into_iter().partition(|item| item.is_async);
-        let seen = Seen::of(call, raw);
-        let kept = if after_items.is_empty() && async_items.is_empty() { Kept::default() } else { Kept::of(seen) };
-        let request = seen.request;
-        let model = request.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
-        let include_usage = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
         Ok(Some(Guard {
-            kept,
-            model,
-            endpoint: call.endpoint(),
+            kept: Kept::default(),
+            model: String::new(),
+            endpoint: Endpoint::ChatCompletions,
+            tool_call: false,
             before_items,
             after_items,
             async_items,
@@ -157,7 +181,7 @@ impl Guard {
             held: None,
             watch: None,
             stream_header: Map::new(),
-            include_usage,
+            include_usage: false,
             splice: None,
             before_done: None,
         }))
@@ -167,6 +191,36 @@ impl Guard {
     pub(super) fn start_before(&mut self, env: &mut Env, seen: Seen) -> Progress {
         let items = std::mem::take(&mut self.before_items);
         self.start(env, Stage::Before, items, None, Some(seen))
+    }
+
+    /// The tool call the checks see (`params`: its JSON-RPC params; `tool`: its full name).
+    pub(super) fn keep_tool_call(&mut self, params: Value, raw: &RawHeaders, tool: String) {
+        self.kept = Kept { request: params, metadata: None, headers: raw.to_vec() };
+        self.model = tool;
+    }
+
+    /// Runs the input checks on the kept tool call.
+    pub(super) fn start_tool_call(&mut self, env: &mut Env) -> Progress {
+        let items = std::mem::take(&mut self.before_items);
+        self.start(env, Stage::Before, items, None, None)
+    }
+
+    /// Whether output checks read a tool call's result (its answer is then held whole).
+    pub(super) fn checks_results(&self) -> bool {
+        !(self.after_items.is_empty() && self.async_items.is_empty())
+    }
+
+    /// Runs the output checks on a tool call's `result` (async ones at once: they never change
+    /// the answer).
+    pub(super) fn start_result(&mut self, env: &mut Env, result: &Value) -> Progress {
+        self.run_async(env, result);
+        let items = std::mem::take(&mut self.after_items);
+        self.start(env, Stage::After, items, Some(result), None)
+    }
+
+    /// Every item's result so far, as `hook_results`.
+    pub(super) fn hook_results(&self) -> Vec<u8> {
+        verdict::hook_results(&self.before, &self.after)
     }
 
     /// Whether the answer changes with the checks: some check ran before, or will after.
@@ -203,7 +257,7 @@ impl Guard {
     }
 
     pub(super) fn denied_body(&self) -> Vec<u8> {
-        verdict::denied_body(&verdict::hook_results(&self.before, &self.after))
+        verdict::denied_body(&self.hook_results())
     }
 
     /// Runs the output checks on `answer` (a 2xx), kept in `held` until they decided.
@@ -353,7 +407,9 @@ impl Guard {
     ) -> Started {
         let seen = seen.unwrap_or_else(|| self.kept.seen());
         let text = match response {
+            // A tool's result has the `content` parts a Messages answer has.
             Some(answer) => response_text(answer),
+            None if self.tool_call => arguments_text(seen.request),
             None => request_text(seen.request),
         };
         let input = Input {

@@ -4,13 +4,16 @@
 //! watched for its outcome; only a server Envoy could not reach gets the gateway's answer, a
 //! JSON-RPC error naming the server.
 
+use super::guard::{Answer, Guard, Progress};
 use super::head::Head;
 use super::limits::Allowance;
 use super::reply;
-use super::{unroute, Action, Env, Exchange, McpHeld, Phase, RawHeaders, Sent};
+use super::{unroute, Action, After, Env, Exchange, McpHeld, Phase, RawHeaders, Sent};
+use crate::guardrails::verdict;
 use crate::mcp::{self, AnswerRewrite, AnswerWatch, Edit, Facts, Outcome, Target};
 use crate::pipeline::{HeaderEdits, TRACE_HEADER};
 use crate::routing::plan::Failure;
+use serde_json::Value;
 
 impl Exchange {
     /// Sends the request to its MCP server; a POST first waits for its message (`body`: the
@@ -62,7 +65,7 @@ impl Exchange {
     /// JSON-RPC error), then sends it on unchanged; a call of a tool the caller may not use is
     /// answered here, as the server answers a tool it does not have.
     fn read_mcp_message(&mut self, env: &mut Env, target: Target, raw: RawHeaders, size: usize, body: &[u8]) -> Action {
-        let message = match mcp::read_message(body) {
+        let mut message = match mcp::read_message(body) {
             Ok(message) => message,
             Err(error) => return self.answer_error(env, &error),
         };
@@ -83,7 +86,11 @@ impl Exchange {
         let list = policy.filter(|_| method == Some("tools/list") && message.id.is_some());
         let sent = list.map(|list| Box::new(Sent { edit: Some(Edit::Tools(*list)), session: None }));
         let call = message.tool.clone().filter(|_| method == Some("tools/call"));
+        let params = message.params.take();
         self.note_mcp(message, Outcome::Ok);
+        if call.is_some() {
+            self.keep_tool_call(params, &raw);
+        }
         let held = McpHeld::Server(Box::new((routed, raw, sent)));
         match call {
             Some(tool) => self.limit_tool_call(env, &tool, held),
@@ -100,6 +107,16 @@ impl Exchange {
         }
     }
 
+    /// A tool call (its `params`, and the server and tool `record.mcp` names) is kept for the
+    /// config's checks, if it has some.
+    pub(super) fn keep_tool_call(&mut self, params: Option<Value>, raw: &RawHeaders) {
+        let (Some(guard), Some(facts)) = (self.guard.as_mut(), self.record.mcp.as_deref()) else {
+            return;
+        };
+        let tool = mcp::prefixed(&facts.server, facts.tool.as_deref().unwrap_or_default());
+        guard.keep_tool_call(params.unwrap_or(Value::Null), raw, tool);
+    }
+
     /// A `tools/call` of `tool` (as its server names it) reserves what the MCP limits that apply
     /// to it count, then goes on (`held`), waits for an allowance, or is refused (429).
     pub(super) fn limit_tool_call(&mut self, env: &mut Env, tool: &str, held: McpHeld) -> Action {
@@ -114,8 +131,28 @@ impl Exchange {
         }
     }
 
-    /// A request every limit admitted goes on.
+    /// A request every limit admitted goes on: a tool call once the config's input checks
+    /// passed it.
     pub(super) fn mcp_admitted(&mut self, env: &mut Env, held: McpHeld) -> Action {
+        let call = self.record.mcp.as_deref().is_some_and(|facts| facts.method.as_deref() == Some("tools/call"));
+        if let Some(guard) = self.guard.as_mut().filter(|_| call) {
+            if guard.start_tool_call(env) == Progress::Waiting {
+                self.phase = Phase::McpAwaitingChecks(Box::new(held));
+                return Action::Pause;
+            }
+        }
+        self.mcp_checked(env, held)
+    }
+
+    /// The input checks decided: a denied call is answered with a JSON-RPC error carrying
+    /// their verdicts (its server never hears of it), the others go on.
+    pub(super) fn mcp_checked(&mut self, env: &mut Env, held: McpHeld) -> Action {
+        if let Some(guard) = self.guard.as_deref().filter(|guard| guard.outcome() == verdict::Outcome::Deny) {
+            let id = self.record.mcp.as_deref().and_then(|facts| facts.id.as_ref());
+            let body = mcp::denied_answer(b"application/json", id, &guard.hook_results());
+            self.note_outcome(Outcome::Error);
+            return self.answer(env, 200, body);
+        }
         match held {
             McpHeld::Server(held) => {
                 let (routed, raw, sent) = *held;
@@ -147,6 +184,7 @@ impl Exchange {
         if let (404, Some((identity, id))) = (status, session) {
             mcp::forget_session(env.io.host().store(), &identity, id.as_deref());
         }
+        let checks_result = self.guard.as_deref().is_some_and(Guard::checks_results);
         let Some(facts) = self.record.mcp.as_deref_mut() else {
             return Action::Continue;
         };
@@ -167,7 +205,7 @@ impl Exchange {
         let answer = match (edit, facts.id.clone()) {
             (Some(edit @ Edit::Tools(_)), Some(id)) if ok => {
                 let Some(rewrite) = readable.and_then(|content_type| AnswerRewrite::new(id, edit, content_type)) else {
-                    let error = mcp::unreadable_list_error(&facts.server);
+                    let error = mcp::unreadable_answer_error(&facts.server, "tools/list");
                     return self.answer_error(env, &error);
                 };
                 // Its length changes.
@@ -190,6 +228,17 @@ impl Exchange {
             }
             (_, None) => None,
         };
+        if checks_result && ok && facts.method.as_deref() == Some("tools/call") {
+            // Held whole: its result passes the config's output checks before the client sees it.
+            let id = facts.id.clone().unwrap_or(Value::Null);
+            let Some(checked) = readable.and_then(|content_type| Checked::new(id, content_type, answer)) else {
+                let error = mcp::unreadable_answer_error(&facts.server, "tools/call");
+                return self.answer_error(env, &error);
+            };
+            self.phase = Phase::McpAnswer(Some(Box::new(McpAnswer::Checked(checked))));
+            self.set_gateway_headers(env);
+            return Action::Pause;
+        }
         self.phase = Phase::McpAnswer(answer);
         self.set_gateway_headers(env);
         Action::Continue
@@ -200,9 +249,15 @@ impl Exchange {
         let Phase::McpAnswer(Some(answer)) = &mut self.phase else {
             return Action::Continue;
         };
-        // A held list is read whole at its end (Envoy buffers it meanwhile).
+        // A held list or checked call is read whole at its end (Envoy buffers it meanwhile).
         if matches!(answer.as_ref(), McpAnswer::Rewrite(rewrite) if rewrite.holds()) && !end_of_stream {
             return Action::Pause;
+        }
+        if matches!(answer.as_ref(), McpAnswer::Checked(_)) {
+            return match end_of_stream {
+                true => self.check_result(env, size),
+                false => Action::Pause,
+            };
         }
         let chunk = if size > 0 { env.io.response_body(env.id, size) } else { Vec::new() };
         let outcome = match answer.as_mut() {
@@ -220,11 +275,89 @@ impl Exchange {
                 env.io.set_response_body(env.id, size, &out);
                 rewrite.outcome()
             }
+            McpAnswer::Checked(_) => None,
         };
         if let (Some(outcome), Some(facts)) = (outcome, self.record.mcp.as_deref_mut()) {
             facts.outcome = outcome;
         }
         Action::Continue
+    }
+
+    /// A tool call's answer held whole (`size` bytes in Envoy's buffer) is in: its result
+    /// passes the config's output checks, or waits for their calls (then it is sent as a local
+    /// reply).
+    fn check_result(&mut self, env: &mut Env, size: usize) -> Action {
+        let Phase::McpAnswer(Some(answer)) = std::mem::replace(&mut self.phase, Phase::McpAnswer(None)) else {
+            return Action::Continue;
+        };
+        let McpAnswer::Checked(mut checked) = *answer else {
+            return Action::Continue;
+        };
+        let mut body = env.io.response_body(env.id, size);
+        if let Some(rewrite) = &mut checked.rewrite {
+            body = rewrite.push(&body, true);
+        }
+        checked.watch.push(&body);
+        if let Some(outcome) = checked.watch.finish() {
+            self.note_outcome(outcome);
+        }
+        // An error has no result to check.
+        let result = mcp::answer_in(&checked.content_type, &body, &checked.id)
+            .and_then(|mut m| m.get_mut("result").map(Value::take));
+        let progress = match (result, self.guard.as_deref_mut()) {
+            (Some(result), Some(guard)) => guard.start_result(env, &result),
+            _ => Progress::Done,
+        };
+        checked.body = body;
+        if progress == Progress::Waiting {
+            self.phase = Phase::McpAnswer(Some(Box::new(McpAnswer::Checked(checked))));
+            return Action::Pause;
+        }
+        let body = self.checked_body(*checked);
+        env.io.set_response_header(env.id, "content-length", Some(&body.len().to_string()));
+        env.io.set_response_body(env.id, size, &body);
+        self.record.client_received(&body);
+        Action::Continue
+    }
+
+    /// A held tool call's answer once its output checks decided: as the server gave it, or,
+    /// denied, a JSON-RPC error carrying their verdicts.
+    fn checked_body(&mut self, checked: Checked) -> Vec<u8> {
+        let Checked { id, content_type, body, .. } = checked;
+        match self.guard.as_deref().filter(|guard| guard.outcome() == verdict::Outcome::Deny) {
+            Some(guard) => {
+                let denied = mcp::denied_answer(&content_type, Some(&id), &guard.hook_results());
+                self.note_outcome(Outcome::Error);
+                denied
+            }
+            None => body,
+        }
+    }
+
+    /// A check's call answered while an MCP request waited for its checks: the held call goes
+    /// on (or is denied), or the held answer is sent. False when no MCP request waited.
+    pub(super) fn mcp_checks_decided(&mut self, env: &mut Env) -> bool {
+        match std::mem::replace(&mut self.phase, Phase::Headers) {
+            Phase::McpAwaitingChecks(held) => {
+                if self.mcp_checked(env, *held) == Action::Continue {
+                    env.after.push(After::ResumeRequest(env.id));
+                }
+                true
+            }
+            Phase::McpAnswer(Some(answer)) if matches!(answer.as_ref(), McpAnswer::Checked(_)) => {
+                let McpAnswer::Checked(checked) = *answer else {
+                    return true;
+                };
+                let content_type = String::from_utf8_lossy(&checked.content_type).into_owned();
+                let body = self.checked_body(*checked);
+                self.reply(env, Answer { status: self.record.status, content_type, body });
+                true
+            }
+            phase => {
+                self.phase = phase;
+                false
+            }
+        }
     }
 }
 
@@ -234,4 +367,29 @@ pub(super) enum McpAnswer {
     Watch(AnswerWatch),
     /// Rewritten as it passes (see `mcp::Edit`).
     Rewrite(AnswerRewrite),
+    /// Held whole for the config's output checks (a tool call's).
+    Checked(Box<Checked>),
+}
+
+/// A tool call's answer held for the output checks: watched for its outcome, with the rewrite
+/// its server's requests get through the aggregate, and its bytes while the checks wait.
+pub(super) struct Checked {
+    id: Value,
+    content_type: Vec<u8>,
+    watch: AnswerWatch,
+    rewrite: Option<AnswerRewrite>,
+    body: Vec<u8>,
+}
+
+impl Checked {
+    /// The answer to request `id` of `content_type`, which would have been read as `answer`;
+    /// none when it carries no JSON-RPC message.
+    fn new(id: Value, content_type: &[u8], answer: Option<Box<McpAnswer>>) -> Option<Box<Checked>> {
+        let watch = AnswerWatch::new(id.clone(), content_type)?;
+        let rewrite = match answer.map(|answer| *answer) {
+            Some(McpAnswer::Rewrite(rewrite)) => Some(rewrite),
+            _ => None,
+        };
+        Some(Box::new(Checked { id, content_type: content_type.to_vec(), watch, rewrite, body: Vec::new() }))
+    }
 }

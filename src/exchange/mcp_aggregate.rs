@@ -68,13 +68,14 @@ impl Exchange {
         env: &mut Env,
         aggregate: Aggregate,
         raw: RawHeaders,
-        message: mcp::Message,
+        mut message: mcp::Message,
         (size, body): (usize, &[u8]),
     ) -> Action {
         let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let id = message.id.clone();
         let plan = mcp::aggregate::plan(&value, id.as_ref(), &aggregate.policies());
         let message_is_call = message.method.as_deref() == Some("tools/call");
+        let params = message.params.take();
         self.note_mcp(message, Outcome::Ok);
         let id = id.unwrap_or(Value::Null);
         match plan {
@@ -121,6 +122,9 @@ impl Exchange {
                 };
                 let backends = vec![(member, backend, None)];
                 let call = name.clone().filter(|_| message_is_call);
+                if call.is_some() {
+                    self.keep_tool_call(params, &raw);
+                }
                 let purpose = Purpose::Route { raw, size, body, name };
                 let held = Backends { purpose, spoken: Spoken { aggregate, id, backends } };
                 match call {
@@ -131,7 +135,7 @@ impl Exchange {
         }
     }
 
-    fn note_outcome(&mut self, outcome: Outcome) {
+    pub(super) fn note_outcome(&mut self, outcome: Outcome) {
         if let Some(facts) = self.record.mcp.as_deref_mut() {
             facts.outcome = outcome;
         }

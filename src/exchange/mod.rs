@@ -309,6 +309,8 @@ enum Phase {
     McpAwaitingBody(Box<(crate::mcp::Target, RawHeaders)>),
     /// An MCP tool call held until a limit's allowance is granted.
     McpAwaitingAllowance(Box<McpHeld>),
+    /// An MCP tool call held until the config's input checks' calls answered.
+    McpAwaitingChecks(Box<McpHeld>),
     /// An MCP request to the aggregate endpoint, held while the gateway speaks to its servers
     /// (see `mcp_aggregate`).
     McpBackends(Box<mcp_aggregate::Backends>),

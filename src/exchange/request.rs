@@ -51,9 +51,15 @@ impl Exchange {
             Ok(Started::Ready(call)) => self.admit(env, call, raw, body),
             Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled::new(raw, body)),
             Ok(Started::Relay(relay)) => self.relay(env, &relay, &raw),
-            Ok(Started::Mcp { target, key_id, policy }) => {
+            Ok(Started::Mcp { target, key_id, policy, checks }) => {
                 self.policy = env.tasks.policies.of(policy.as_ref());
-                self.route_mcp(env, target, key_id, raw, body)
+                match checks.as_deref().map(Guard::for_tool_calls).transpose() {
+                    Ok(guard) => {
+                        self.guard = guard.flatten().map(Box::new);
+                        self.route_mcp(env, target, key_id, raw, body)
+                    }
+                    Err(error) => self.answer_error(env, &error),
+                }
             }
             Ok(Started::NeedsBody(pending)) => {
                 unroute(env, &raw);
@@ -269,6 +275,9 @@ impl Exchange {
         if guard.answer(env, token, answer.status, &answer.body) != Some(Progress::Done) {
             return;
         }
+        if self.mcp_checks_decided(env) {
+            return;
+        }
         if matches!(self.phase, Phase::AwaitingChecks(_)) {
             let Phase::AwaitingChecks(held) = std::mem::replace(&mut self.phase, Phase::Headers) else {
                 return;
@@ -279,6 +288,9 @@ impl Exchange {
             }
             return;
         }
+        let Some(guard) = &mut self.guard else {
+            return;
+        };
         if let Some(held) = guard.held.take() {
             let answer = guard.compose(env, held);
             self.reply(env, answer);

@@ -191,6 +191,33 @@ pub(crate) fn response_text(body: &Value) -> String {
     body.get("content").map(content_text).unwrap_or_default()
 }
 
+/// The text input checks see of a tool call (its JSON-RPC `params`): every value in its
+/// `arguments` (strings as they are, numbers and booleans as JSON), a line each; the names of
+/// the arguments are the tool's, not the caller's words.
+pub(crate) fn arguments_text(params: &Value) -> String {
+    fn line(out: &mut String, text: &str) {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(text);
+    }
+    fn values(value: &Value, out: &mut String) {
+        match value {
+            Value::String(text) => line(out, text),
+            Value::Number(number) => line(out, &number.to_string()),
+            Value::Bool(flag) => line(out, if *flag { "true" } else { "false" }),
+            Value::Array(items) => items.iter().for_each(|item| values(item, out)),
+            Value::Object(fields) => fields.values().for_each(|field| values(field, out)),
+            Value::Null => {}
+        }
+    }
+    let mut text = String::new();
+    if let Some(arguments) = params.get("arguments") {
+        values(arguments, &mut text);
+    }
+    text
+}
+
 /// A string, or the text of an array of parts (`{"type": "text", "text": ...}` or strings).
 fn content_text(v: &Value) -> String {
     match v {

@@ -915,3 +915,13 @@ fn every_listed_check_id_is_one_evaluate_runs() {
     let unknown = done(evaluated("default.nope", json!({}), &before("hi", &request), &env));
     assert!(unknown.error.unwrap_or_default().starts_with("unknown check"));
 }
+
+#[test]
+fn a_tool_calls_text_is_its_arguments_values_and_its_results_its_text_parts() {
+    let params = json!({"name": "send", "arguments": {"to": ["ann", "bob"], "body": {"text": "hi", "urgent": true}, "n": 3, "none": null}});
+    // Object members in key order (serde_json's maps are sorted); names never count.
+    assert_eq!(arguments_text(&params), "hi\ntrue\n3\nann\nbob");
+    assert_eq!(arguments_text(&json!({"name": "ping"})), "");
+    let result = json!({"content": [{"type": "text", "text": "one"}, {"type": "image", "data": "AAAA"}, {"type": "text", "text": "two"}], "isError": false});
+    assert_eq!(response_text(&result), "one\ntwo");
+}

@@ -10,7 +10,7 @@
 //! never saw, is opened again without the client noticing.
 
 use super::message::answer_in;
-use super::message::SEPARATOR;
+use super::message::{prefixed, SEPARATOR};
 use super::tools::ToolPolicy;
 use crate::hash::Hasher;
 use crate::ports::SharedStore;
@@ -482,7 +482,7 @@ pub(crate) fn merged(
             }
             let mut item = item.clone();
             if let Some(fields) = item.as_object_mut() {
-                fields.insert("name".to_string(), Value::String(format!("{}{SEPARATOR}{name}", backend.server)));
+                fields.insert("name".to_string(), Value::String(prefixed(&backend.server, name)));
             }
             items.push(item);
         }

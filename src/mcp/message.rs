@@ -25,6 +25,8 @@ pub(crate) struct Message {
     pub(crate) method: Option<String>,
     /// The tool a `tools/call` names.
     pub(crate) tool: Option<String>,
+    /// A `tools/call`'s params, for the config's checks.
+    pub(crate) params: Option<Value>,
 }
 
 /// Reads the body of a POST: one JSON-RPC 2.0 message (MCP has had no batches since
@@ -34,7 +36,7 @@ pub(crate) fn read(body: &[u8]) -> Result<Message, GatewayError> {
         GatewayError::new(400, "invalid_request_error", format!("the body is not JSON: {error}"))
             .with_code("parse_error")
     })?;
-    let fields = match value {
+    let mut fields = match value {
         Value::Object(fields) => fields,
         Value::Array(_) => {
             return Err(invalid(
@@ -57,11 +59,9 @@ pub(crate) fn read(body: &[u8]) -> Result<Message, GatewayError> {
         Some(Value::String(method)) => Some(cut(method)),
         Some(_) => return Err(invalid("a message's method must be a string")),
     };
-    let tool = match method.as_deref() {
-        Some("tools/call") => fields.get("params").and_then(|p| p.get("name")).and_then(Value::as_str).map(cut),
-        _ => None,
-    };
-    Ok(Message { id, method, tool })
+    let params = fields.remove("params").filter(|_| method.as_deref() == Some("tools/call"));
+    let tool = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).map(cut);
+    Ok(Message { id, method, tool, params })
 }
 
 fn invalid(message: &str) -> GatewayError {
@@ -75,6 +75,11 @@ fn cut(name: &str) -> String {
 /// Between a server's id and a name (or request id) of its own in the aggregate endpoint's
 /// names (server ids never hold `__`, so the first one splits).
 pub(crate) const SEPARATOR: &str = "__";
+
+/// A tool's or prompt's name through the aggregate endpoint: its server's id, then its name.
+pub(crate) fn prefixed(server: &str, name: &str) -> String {
+    format!("{server}{SEPARATOR}{name}")
+}
 
 /// The id a server's request `id` carries to the client through the aggregate endpoint: the
 /// server's id, then the request's id as JSON (a number stays told apart from a string).
@@ -115,6 +120,23 @@ pub(super) fn answer_outcome(message: &Value, id: &Value) -> Option<Outcome> {
         Some(Value::Bool(true)) => Outcome::ToolError,
         _ => Outcome::Ok,
     })
+}
+
+/// The JSON-RPC error code of a tool call the config's guardrails denied.
+const DENIED_CODE: i64 = -32003;
+const DENIED_MESSAGE: &str = "the gateway's guardrails denied this tool call: see hook_results";
+
+/// The answer to a tool call (request `id`) that the config's guardrails denied, their
+/// verdicts (`hook_results`) in the error's data: JSON, or the one event of a stream when
+/// the server's answer (of `content_type`) was one.
+pub(crate) fn denied_answer(content_type: &[u8], id: Option<&Value>, hook_results: &[u8]) -> Vec<u8> {
+    let results: Value = serde_json::from_slice(hook_results).unwrap_or(Value::Null);
+    let data = serde_json::json!({"hook_results": results});
+    let error = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": DENIED_CODE, "message": DENIED_MESSAGE, "data": data}});
+    match answer_form(content_type) {
+        Some(AnswerForm::Sse) => format!("event: message\ndata: {error}\n\n").into_bytes(),
+        _ => error.to_string().into_bytes(),
+    }
 }
 
 /// How a server's answer carries its JSON-RPC message (streamable HTTP has two ways).
@@ -234,7 +256,12 @@ mod tests {
         let message = read(call).unwrap();
         assert_eq!(
             message,
-            Message { id: Some(json!(7)), method: Some("tools/call".into()), tool: Some("add".into()) }
+            Message {
+                id: Some(json!(7)),
+                method: Some("tools/call".into()),
+                tool: Some("add".into()),
+                params: Some(json!({"name": "add", "arguments": {"a": 1}}))
+            }
         );
         let note = read(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
         assert_eq!((note.id, note.method.as_deref(), note.tool), (None, Some("notifications/initialized"), None));

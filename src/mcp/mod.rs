@@ -9,7 +9,7 @@ mod servers;
 mod tools;
 
 pub(crate) use aggregate::{client_session, forget_session, keep_session, kept_session, Backend, List, Plan};
-pub(crate) use message::{read as read_message, AnswerWatch, Message, Outcome};
+pub(crate) use message::{answer_in, denied_answer, prefixed, read as read_message, AnswerWatch, Message, Outcome};
 pub(crate) use servers::{deserialize as deserialize_servers, is_server_id, Server, Servers};
 pub(crate) use tools::{unknown_tool, AnswerRewrite, Edit, ToolPolicy};
 
@@ -327,10 +327,11 @@ pub(crate) fn unreachable_error(server: &str, detail: &str) -> GatewayError {
         .with_code("upstream_unreachable")
 }
 
-/// Server `server`'s `tools/list` answer cannot be read (compressed, or not JSON-RPC's types),
-/// so it cannot lose the tools the caller may not use: it is not passed.
-pub(crate) fn unreadable_list_error(server: &str) -> GatewayError {
-    let message = format!("MCP server '{server}' answered tools/list in a form the gateway cannot read");
+/// Server `server`'s answer to `method` cannot be read (compressed, or not JSON-RPC's types),
+/// so the gateway cannot do what it must with it (a `tools/list` loses the tools the caller
+/// may not use, a `tools/call`'s result passes the config's output checks): it is not passed.
+pub(crate) fn unreadable_answer_error(server: &str, method: &str) -> GatewayError {
+    let message = format!("MCP server '{server}' answered {method} in a form the gateway cannot read");
     GatewayError::new(502, "api_error", message).with_code("unreadable_answer")
 }
 

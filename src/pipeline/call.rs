@@ -227,7 +227,7 @@ impl Call {
 
     /// A stored guardrail of the top-level config, as the control plane gave it.
     pub(crate) fn stored_guardrail(&self, reference: &str) -> Option<&Item> {
-        self.intake.guardrails.iter().find(|(known, _)| known == reference).map(|(_, item)| item)
+        super::find_stored(&self.intake.guardrails, reference)
     }
 
     /// The top-level config node, whose hooks and guardrails apply to the request.

@@ -2,7 +2,7 @@
 //! server it names (the plugin configuration's, else the workspace's in the control plane) or,
 //! for the aggregate endpoint, every server the caller may use.
 
-use super::{caller, RawHeaders, Refusals, Started};
+use super::{caller, RawHeaders, Refusals, Started, ToolChecks};
 use crate::catalog::{Catalog, Kind, Ref};
 use crate::errors::GatewayError;
 use crate::mcp;
@@ -14,6 +14,8 @@ use serde_json::Value;
 
 /// The header naming what else of the caller's an MCP server gets (docs/mcp.md).
 const MCP_FORWARD_HEADER: &str = "x-gateway-forward-headers";
+/// The header naming the config whose hooks and guardrails check tool calls.
+const CONFIG_HEADER: &str = "x-gateway-config";
 
 /// A request to an MCP endpoint: the caller's key first (as `Authorization: Bearer` too), then
 /// where it goes (docs/mcp.md).
@@ -52,6 +54,13 @@ pub(super) fn start_mcp(
         true => catalog.policy(host)?,
         false => None,
     };
+    let checks = match headers::find(raw, CONFIG_HEADER) {
+        Some(value) => {
+            let value = headers::decode_value(CONFIG_HEADER, value)?;
+            Some(Box::new(ToolChecks::of(&value, catalog, host)?))
+        }
+        None => None,
+    };
     let cluster = |upstream: &Upstream| settings.routed_cluster(upstream);
     let routing = mcp::Routing { route_header: settings.route_header(), cluster: &cluster };
     let key_tools = owner.mcp_tools.as_ref();
@@ -77,7 +86,7 @@ pub(super) fn start_mcp(
         let stateless = version == Some(mcp::aggregate::STATELESS_VERSION.as_bytes());
         let aggregate = mcp::Aggregate { caller, client_session, stateless, members: members.collect() };
         let target = mcp::Target::Aggregate(Box::new(aggregate));
-        return Ok(Started::Mcp { target, key_id: owner.key_id, policy });
+        return Ok(Started::Mcp { target, key_id: owner.key_id, policy, checks });
     };
     // The plugin configuration's servers, then the workspace's in the control plane.
     let stored;
@@ -93,7 +102,7 @@ pub(super) fn start_mcp(
     };
     let tools = mcp::ToolPolicy::new(id, &server.tools, key_tools);
     let routed = mcp::edits(id, server, &routing, &request, tools);
-    Ok(Started::Mcp { target: mcp::Target::Server(routed), key_id: owner.key_id, policy })
+    Ok(Started::Mcp { target: mcp::Target::Server(routed), key_id: owner.key_id, policy, checks })
 }
 
 /// The servers of the workspace's list (the control plane's `data`) that the aggregate may

@@ -160,7 +160,37 @@ pub(crate) enum Started {
         key_id: Option<String>,
         /// The workspace's limits (its MCP limits count tool calls).
         policy: Entry,
+        /// The config header's hooks and guardrails, which check tool calls.
+        checks: Option<Box<ToolChecks>>,
     },
+}
+
+/// The config an MCP request names (`x-gateway-config`) and the stored guardrails it refers
+/// to: its hooks and guardrails check each tool call's arguments and result (docs/mcp.md).
+pub(crate) struct ToolChecks {
+    pub(crate) config: Rc<Config>,
+    pub(crate) stored: Vec<(String, Item)>,
+}
+
+impl ToolChecks {
+    /// The checks of the config header `raw` names (inline, or saved in the workspace).
+    fn of(raw: &str, catalog: &mut Catalog, host: &dyn Host) -> Result<ToolChecks, GatewayError> {
+        let config = config_of(raw, catalog, host)?;
+        let stored = match catalog.enabled() {
+            true => stored_guardrails(&config, catalog, host)?,
+            false => Vec::new(),
+        };
+        Ok(ToolChecks { config, stored })
+    }
+
+    /// A stored guardrail the config refers to, as the control plane gave it.
+    pub(crate) fn stored_guardrail(&self, reference: &str) -> Option<&Item> {
+        find_stored(&self.stored, reference)
+    }
+}
+
+fn find_stored<'a>(stored: &'a [(String, Item)], reference: &str) -> Option<&'a Item> {
+    stored.iter().find(|(known, _)| known == reference).map(|(_, item)| item)
 }
 
 /// Where the control plane serves a managed-batch request, and for whom.

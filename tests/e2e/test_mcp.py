@@ -18,11 +18,12 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 import helpers
 from pg_server import free_ports
-from support import McpUpstream, access_lines, value
+from support import McpUpstream, access_lines, hooks, value  # noqa: F401 (hooks: a fixture)
 
 SERVER_TOKEN = "mcp-server-own-token"  # the server's stored credential (its `headers`)
 ERAS = ["legacy", "2026-07-28"]
@@ -41,11 +42,13 @@ class UpstreamServer(McpUpstream):
     def __init__(self):
         # Set by the client's progress callback; the progress tool returns once it is set.
         self.progress_seen = threading.Event()
+        self.added: list[tuple[int, int]] = []  # each call of `add` the server ran
         server = MCPServer("gateway-e2e")
 
         @server.tool()
         def add(a: int, b: int) -> int:
             """Adds two numbers."""
+            self.added.append((a, b))
             return a + b
 
         @server.tool()
@@ -616,3 +619,88 @@ def test_an_mcp_limit_counts_a_servers_tool_calls_and_refuses_past_it_with_429(g
     direct = {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 1, "b": 2}}}
     rpc_error(gw.http.post("/mcp/tools", json=direct, headers=auth), 429, -32600, 6)
     assert len(upstream.seen_headers) == seen
+
+
+# --------------------------------------------------------------------------- guardrails on tool calls
+
+def refuses(word: str) -> dict:
+    return {"id": f"no-{word}", "deny": True, "default.contains": {"words": [word], "operator": "none"}}
+
+
+def checked_by(config: dict) -> dict:
+    return {"authorization": f"Bearer {helpers.KEY}", "x-gateway-config": json.dumps(config)}
+
+
+def denied_stage(denied: MCPError, stage: str) -> list:
+    """The verdicts of `stage` in a denied call's JSON-RPC error (-32003)."""
+    assert denied.code == -32003, denied
+    return [(item["id"], item["verdict"]) for item in denied.data["hook_results"][stage]]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("endpoint", ["server", "aggregate"])
+def test_a_configs_guardrails_check_a_tool_calls_arguments_and_its_result(gw, upstream, mode, endpoint):
+    """The config in `x-gateway-config` checks tool calls: its input guardrails read the arguments (a
+    denied call never reaches the server), its output guardrails the result (a denied result never
+    reaches the client); a deny is a JSON-RPC error carrying the verdicts. Lists are not checked."""
+    headers = checked_by({"input_guardrails": [refuses("666")], "output_guardrails": [refuses("42")]})
+    name = "add" if endpoint == "server" else "tools__add"
+    upstream.added.clear()
+
+    async def session():
+        async with client(gw, mode, headers) if endpoint == "server" else aggregate(gw, headers, mode) as c:
+            assert name in {tool.name for tool in (await c.list_tools()).tools}
+            passed = await c.call_tool(name, {"a": 2, "b": 3})
+            assert [block.text for block in passed.content] == ["5"]
+            with pytest.raises(MCPError) as before:
+                await c.call_tool(name, {"a": 666, "b": 1})
+            assert denied_stage(before.value, "before_request_hooks") == [("no-666", False)]
+            with pytest.raises(MCPError) as after:
+                await c.call_tool(name, {"a": 40, "b": 2})
+            assert denied_stage(after.value, "before_request_hooks") == [("no-666", True)]
+            assert denied_stage(after.value, "after_request_hooks") == [("no-42", False)]
+
+    asyncio.run(session())
+    assert upstream.added == [(2, 3), (40, 2)], "the call denied before never reached the server"
+
+
+def test_a_tool_calls_webhooks_see_its_call_and_result_and_decide(gw, upstream, hooks):
+    """A webhook check (a dispatched call the tool call waits for) gets the call's params before, and
+    its result after; its verdict decides; every verdict is in the call's record."""
+    hooks.reset()
+
+    def webhook(path: str) -> dict:
+        return {"id": f"wh-{path.strip('/')}", "type": "guardrail",
+                "checks": [{"id": "default.webhook", "parameters": {"webhookURL": hooks.url + path}}]}
+
+    trace = f"mcp-{uuid.uuid4().hex[:12]}"
+    config = {"before_request_hooks": [{**webhook("/mcp-in"), "on_fail": {"deny": True}}],
+              "after_request_hooks": [webhook("/mcp-out")]}
+    headers = {**checked_by(config), "x-gateway-trace-id": trace}
+    upstream.added.clear()
+
+    async def call(a: int):
+        async with client(gw, "2026-07-28", headers) as c:
+            try:
+                return await c.call_tool("add", {"a": a, "b": 1})
+            except MCPError as error:
+                return error
+
+    assert [block.text for block in asyncio.run(call(1)).content] == ["2"]
+    ((_, _, before),) = hooks.of("/mcp-in")
+    assert (before["request"]["name"], before["request"]["arguments"]) == ("add", {"a": 1, "b": 1})
+    ((_, _, after),) = hooks.of("/mcp-out")
+    assert after["response"]["content"] == [{"type": "text", "text": "2"}]
+    hooks.verdict = False
+    assert denied_stage(asyncio.run(call(7)), "before_request_hooks") == [("wh-mcp-in", False)]
+    assert upstream.added == [(1, 1)]
+    # Each call's line carries its verdicts (the denied call's has no output stage).
+    deadline = time.monotonic() + 10
+    while True:
+        lines = access_lines(gw, trace, count=2, timeout=1)
+        calls = [line for line in lines if line.get("mcp_method") == "tools/call"]
+        if len(calls) == 2 or time.monotonic() > deadline:
+            break
+    verdicts = sorted(sorted((item["stage"], item["id"], item["verdict"]) for item in line["guardrails"]) for line in calls)
+    assert verdicts == [[("after", "wh-mcp-out", True), ("before", "wh-mcp-in", True)],
+                        [("before", "wh-mcp-in", False)]], calls
