@@ -92,6 +92,13 @@ impl Exchange {
                 self.answer_with(env, 200, mcp::aggregate::result(&id, result), extra)
             }
             Plan::Accepted => self.answer(env, 202, Vec::new()),
+            Plan::Broadcast(body) => match self.broadcast(env, &aggregate, &body) {
+                0 => self.answer(env, 202, Vec::new()),
+                sent => {
+                    self.phase = Phase::McpNotifying(sent);
+                    Action::Pause
+                }
+            },
             Plan::Error(body) => {
                 self.note_outcome(Outcome::Error);
                 self.answer(env, 200, body)
@@ -156,14 +163,7 @@ impl Exchange {
                 backend.answered(0, None, b"", b"");
                 continue;
             };
-            let server = &member.server;
-            let path = server.upstream.path_or_root();
-            let mut extra = call.headers;
-            extra.extend(server.headers.iter().cloned());
-            extra.push((crate::pipeline::TRACE_HEADER.to_string(), self.record.trace_id.clone()));
-            let timeout_ms = server.timeout_ms.unwrap_or(BACKEND_TIMEOUT_MS);
-            let dispatch =
-                Dispatch::post(env.settings, &server.upstream, path, "application/json", call.body, extra, timeout_ms);
+            let dispatch = self.member_call(env, &member.server, call.body, call.headers);
             match env.io.dispatch(env.id, &dispatch) {
                 Some(call) => {
                     env.tasks.calls.insert(call, (env.id, Task::McpBackend));
@@ -190,8 +190,58 @@ impl Exchange {
         }
     }
 
+    /// The gateway's call of `server` with a message (`body`) and `headers` (the session's),
+    /// besides the server's own headers and the trace id.
+    fn member_call(
+        &self,
+        env: &Env,
+        server: &mcp::Server,
+        body: Vec<u8>,
+        mut headers: Vec<(String, String)>,
+    ) -> Dispatch {
+        headers.extend(server.headers.iter().cloned());
+        headers.push((crate::pipeline::TRACE_HEADER.to_string(), self.record.trace_id.clone()));
+        let timeout_ms = server.timeout_ms.unwrap_or(BACKEND_TIMEOUT_MS);
+        let path = server.upstream.path_or_root();
+        Dispatch::post(env.settings, &server.upstream, path, "application/json", body, headers, timeout_ms)
+    }
+
+    /// A client's notification (`body`) goes to every server the gateway holds a session with
+    /// for the client's session: how many calls went (the client is answered once they are
+    /// answered: a call would end with the client's request). A stateless-era client has no
+    /// session there: its requests end with their own exchanges.
+    fn broadcast(&mut self, env: &mut Env, aggregate: &Aggregate, body: &[u8]) -> usize {
+        if aggregate.stateless || aggregate.client_session.is_none() {
+            return 0;
+        }
+        let mut sent = 0;
+        for member in &aggregate.members {
+            let kept = mcp::kept_session(env.io.host().store(), &aggregate.session_identity(&member.id));
+            let Some(session) = kept else {
+                continue;
+            };
+            let headers = Backend::new(&member.id, Some(session), None).session_headers();
+            let dispatch = self.member_call(env, &member.server, body.to_vec(), headers);
+            match env.io.dispatch(env.id, &dispatch) {
+                Some(call) => {
+                    env.tasks.calls.insert(call, (env.id, Task::McpBackend));
+                    sent += 1;
+                }
+                None => log::warn!("a notification to MCP server '{}' could not start", member.id),
+            }
+        }
+        sent
+    }
+
     /// A server answered one of the gateway's calls.
     pub(super) fn backend_answered(&mut self, env: &mut Env, token: u32, answer: super::CallAnswer) {
+        if let Phase::McpNotifying(waiting) = &mut self.phase {
+            *waiting = waiting.saturating_sub(1);
+            if *waiting == 0 && self.answer(env, 202, Vec::new()) == Action::Continue {
+                env.after.push(After::ResumeRequest(env.id));
+            }
+            return;
+        }
         if !matches!(self.phase, Phase::McpBackends(_)) {
             return;
         }

@@ -314,6 +314,8 @@ enum Phase {
     /// An MCP request to the aggregate endpoint, held while the gateway speaks to its servers
     /// (see `mcp_aggregate`).
     McpBackends(Box<mcp_aggregate::Backends>),
+    /// A client's notification to the aggregate, held until this many servers answered it.
+    McpNotifying(usize),
     /// Sent to its MCP server (`record.mcp` says which); with the policy that filters the
     /// answer when it is a `tools/list` whose caller may not use every tool.
     Mcp(Option<Box<Sent>>),

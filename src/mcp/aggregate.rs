@@ -63,6 +63,8 @@ pub(crate) enum Plan {
     Result { result: Value, new_session: bool },
     /// A notification or a client's answer: accepted, nothing to say (202).
     Accepted,
+    /// A notification every server of the client's session gets as it is (202 to the client).
+    Broadcast(Vec<u8>),
     /// Gathered from every server.
     Gather(List),
     /// Sent to one server (by its index among the members) as `body`: a call with the name
@@ -79,6 +81,11 @@ pub(crate) fn plan(message: &Value, id: Option<&Value>, members: &[(&str, Option
         return answer_plan(message, id, members);
     };
     let Some(id) = id else {
+        // The server the cancelled request went to stops it; the others ignore a request id
+        // they do not know, as the spec lets them.
+        if method == "notifications/cancelled" {
+            return Plan::Broadcast(message.to_string().into_bytes());
+        }
         return Plan::Accepted;
     };
     let params = message.get("params");

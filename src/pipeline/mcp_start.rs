@@ -50,6 +50,9 @@ pub(super) fn start_mcp(
         forwarded: &forwarded,
         headers: raw,
     };
+    // Refused before anything is read for it: a foreign Origin, a method or a path no MCP
+    // endpoint has.
+    let id = mcp::server_id(&request)?;
     let policy = match catalog.enabled() {
         true => catalog.policy(host)?,
         false => None,
@@ -64,7 +67,7 @@ pub(super) fn start_mcp(
     let cluster = |upstream: &Upstream| settings.routed_cluster(upstream);
     let routing = mcp::Routing { route_header: settings.route_header(), cluster: &cluster };
     let key_tools = owner.mcp_tools.as_ref();
-    let Some(id) = mcp::server_id(&request)? else {
+    let Some(id) = id else {
         // Every server of the plugin configuration, then the workspace's.
         let mut servers: Vec<(String, mcp::Server)> =
             settings.mcp_servers.iter().map(|(id, server)| (id.to_string(), server.clone())).collect();

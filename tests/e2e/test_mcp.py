@@ -43,6 +43,8 @@ class UpstreamServer(McpUpstream):
         # Set by the client's progress callback; the progress tool returns once it is set.
         self.progress_seen = threading.Event()
         self.added: list[tuple[int, int]] = []  # each call of `add` the server ran
+        self.waiting = threading.Event()  # `wait_for_cancel` runs
+        self.cancelled = threading.Event()  # and was cancelled
         server = MCPServer("gateway-e2e")
 
         @server.tool()
@@ -68,6 +70,17 @@ class UpstreamServer(McpUpstream):
             """Asks the user (elicitation, a request of the server's on the call's stream)."""
             result = await ctx.elicit(message=question, schema=Answer)
             return f"{result.action}: {result.data.reply if result.action == 'accept' else '-'}"
+
+        @server.tool()
+        async def wait_for_cancel() -> str:
+            """Waits until the call is cancelled (or gives up)."""
+            self.waiting.set()
+            try:
+                await anyio.sleep(PROGRESS_WAIT_S)
+            except anyio.get_cancelled_exc_class():
+                self.cancelled.set()
+                raise
+            return "never cancelled"
 
         @server.prompt()
         def greet(name: str) -> str:
@@ -119,7 +132,7 @@ def test_sdk_client_lists_and_calls_tools_prompts_and_resources(gw, upstream, mo
     async def session():
         async with client(gw, mode) as c:
             tools = await c.list_tools()
-            assert {t.name for t in tools.tools} == {"add", "fail", "count_with_progress", "confirm"}
+            assert {t.name for t in tools.tools} == {"add", "fail", "count_with_progress", "confirm", "wait_for_cancel"}
             result = await c.call_tool("add", {"a": 2, "b": 3})
             assert not result.is_error
             assert [block.text for block in result.content] == ["5"]
@@ -146,14 +159,21 @@ def test_sdk_client_lists_and_calls_tools_prompts_and_resources(gw, upstream, mo
         assert [name for name in headers if name.startswith("x-gateway-")] == ["x-gateway-trace-id"]
 
 
-@pytest.mark.parametrize("mode", ERAS)
-def test_progress_reaches_the_client_before_the_result(gw, upstream, mode):
-    upstream.progress_seen.clear()
+def progress_recorder(upstream):
+    """The progress a client's callback gets, and the callback (which lets the progress tool answer)."""
     progress = []
 
     async def on_progress(value, total, message):
         progress.append((value, total, message))
         upstream.progress_seen.set()
+
+    return progress, on_progress
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_progress_reaches_the_client_before_the_result(gw, upstream, mode):
+    upstream.progress_seen.clear()
+    progress, on_progress = progress_recorder(upstream)
 
     async def session():
         async with client(gw, mode) as c:
@@ -333,7 +353,7 @@ def test_an_unreachable_server_and_a_refused_call_count_as_errors(gw):
 
 
 @pytest.mark.parametrize("mode", ERAS)
-@pytest.mark.parametrize("server, seen", [("no-fail", {"add", "count_with_progress", "confirm"}), ("adder", {"add"})])
+@pytest.mark.parametrize("server, seen", [("no-fail", {"add", "count_with_progress", "confirm", "wait_for_cancel"}), ("adder", {"add"})])
 def test_tools_a_server_withholds_are_not_listed_and_a_call_never_reaches_it(gw, upstream, mode, server, seen):
     """`tools` (deny or allow patterns) narrows what callers see and call: the list, JSON or an SSE
     stream, loses the others; a call to one is "Unknown tool", answered by the gateway."""
@@ -369,7 +389,7 @@ def test_a_workspace_keeps_its_own_servers_in_the_control_plane(gw, upstream):
         async with client(gw, "legacy", {"authorization": f"Bearer {caller}"}, server="kept") as c:
             return {t.name for t in (await c.list_tools()).tools}
 
-    assert asyncio.run(session(key)) == {"add", "fail", "confirm"}
+    assert asyncio.run(session(key)) == {"add", "fail", "confirm", "wait_for_cancel"}
     assert upstream.seen_headers and all(h.get("authorization") == f"Bearer {SERVER_TOKEN}"
                                          for h in upstream.seen_headers)
     # Another workspace has no such server.
@@ -385,7 +405,7 @@ def test_a_workspace_keeps_its_own_servers_in_the_control_plane(gw, upstream):
                 called = [b.text for b in (await c.call_tool("kept__add", {"a": 3, "b": 4})).content]
             return listed, called
 
-    assert asyncio.run(aggregated(key)) == (AGGREGATE_TOOLS | {"kept__add", "kept__fail", "kept__confirm"}, ["7"])
+    assert asyncio.run(aggregated(key)) == (AGGREGATE_TOOLS | {"kept__add", "kept__fail", "kept__confirm", "kept__wait_for_cancel"}, ["7"])
     assert asyncio.run(aggregated(other)) == (AGGREGATE_TOOLS, None)
 
 
@@ -437,8 +457,9 @@ def aggregate(gw, headers: dict | None = None, mode: str = "legacy") -> Client:
 
 
 # The module's servers as one: `gone` (nothing listens) is left out of every list.
-AGGREGATE_TOOLS = {"tools__add", "tools__fail", "tools__count_with_progress", "tools__confirm",
-                   "no-fail__add", "no-fail__count_with_progress", "no-fail__confirm", "adder__add"}
+AGGREGATE_TOOLS = {"tools__add", "tools__fail", "tools__count_with_progress", "tools__confirm", "tools__wait_for_cancel",
+                   "no-fail__add", "no-fail__count_with_progress", "no-fail__confirm", "no-fail__wait_for_cancel",
+                   "adder__add"}
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -446,11 +467,7 @@ def test_the_aggregate_lists_every_servers_tools_prefixed_and_calls_each_through
     left_out = [{"server": "gone", "method": method, "outcome": "error"} for method in ["tools/list", "prompts/list"]]
     left_out_before = [value(gw, "gen_ai_gateway_mcp_requests_total", **labels) for labels in left_out]
     upstream.seen_headers.clear()
-    progress = []
-
-    async def on_progress(value, total, message):
-        progress.append((value, total, message))
-        upstream.progress_seen.set()
+    progress, on_progress = progress_recorder(upstream)
 
     async def session():
         async with aggregate(gw, mode=mode) as c:
@@ -704,3 +721,20 @@ def test_a_tool_calls_webhooks_see_its_call_and_result_and_decide(gw, upstream, 
     verdicts = sorted(sorted((item["stage"], item["id"], item["verdict"]) for item in line["guardrails"]) for line in calls)
     assert verdicts == [[("after", "wh-mcp-out", True), ("before", "wh-mcp-in", True)],
                         [("before", "wh-mcp-in", False)]], calls
+
+
+def test_a_call_the_client_cancels_through_the_aggregate_is_cancelled_at_its_server(gw, upstream):
+    """A client that gives up on a call sends `notifications/cancelled` to the aggregate; it reaches
+    the servers of the client's session, and the one running the call cancels it."""
+    upstream.waiting.clear()
+    upstream.cancelled.clear()
+
+    async def session():
+        async with aggregate(gw) as c:
+            with pytest.raises(Exception):
+                # The SDK cancels the request when it times out.
+                await c.call_tool("tools__wait_for_cancel", {}, read_timeout_seconds=2)
+            assert upstream.waiting.is_set(), "the call reached the server"
+            return await anyio.to_thread.run_sync(upstream.cancelled.wait, 10)
+
+    assert asyncio.run(session()), "the server's call was not cancelled"

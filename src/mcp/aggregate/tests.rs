@@ -41,6 +41,9 @@ fn the_gateway_answers_initialize_ping_and_notifications_itself() {
     );
     let notification = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     assert_eq!(plan(&notification, None, &[]), Plan::Accepted);
+    // A cancellation goes to the servers, as it came.
+    let cancelled = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}});
+    assert_eq!(plan(&cancelled, None, &[]), Plan::Broadcast(cancelled.to_string().into_bytes()));
     assert_eq!(plan(&json!({"jsonrpc": "2.0", "id": 1, "result": {}}), Some(&json!(1)), &[]), Plan::Accepted);
     let Plan::Error(body) = plan(&request("sampling/createMessage", json!({})), Some(&id), &[]) else {
         panic!();
