@@ -84,7 +84,7 @@ impl Exchange {
         }
         // Only a list's answer is rewritten; the other requests' answers pass as they come.
         let list = policy.filter(|_| method == Some("tools/list") && message.id.is_some());
-        let sent = list.map(|list| Box::new(Sent { edit: Some(Edit::Tools(*list)), session: None }));
+        let sent = list.map(|list| Box::new(Sent { edit: Some(Edit::Tools(*list)), session: None, resend: None }));
         let call = message.tool.clone().filter(|_| method == Some("tools/call"));
         let params = message.params.take();
         self.note_mcp(message, Outcome::Ok);
@@ -180,9 +180,12 @@ impl Exchange {
         let head = Head::read(env);
         let status = head.status;
         self.record.status = status;
-        let Sent { edit, session } = sent.map(|sent| *sent).unwrap_or_default();
+        let Sent { edit, session, resend } = sent.map(|sent| *sent).unwrap_or_default();
         if let (404, Some((identity, id))) = (status, session) {
             mcp::forget_session(env.io.host().store(), &identity, id.as_deref());
+            if let Some(resend) = resend {
+                return self.resend(env, *resend);
+            }
         }
         let checks_result = self.guard.as_deref().is_some_and(Guard::checks_results);
         let Some(facts) = self.record.mcp.as_deref_mut() else {

@@ -6,7 +6,7 @@
 
 use super::worker::Task;
 use super::{Action, After, Dispatch, Env, Exchange, McpHeld, Phase, RawHeaders, Sent};
-use crate::mcp::{self, Aggregate, Backend, Edit, List, Outcome, Plan};
+use crate::mcp::{self, Aggregate, AnswerRewrite, AnswerWatch, Backend, Edit, List, Outcome, Plan};
 use crate::pipeline::HeaderEdits;
 use crate::request::headers;
 use serde_json::Value;
@@ -14,6 +14,10 @@ use serde_json::Value;
 /// How long a call the gateway makes to a server may take when the server sets no
 /// `timeout_ms`.
 const BACKEND_TIMEOUT_MS: u64 = 10_000;
+/// How long a request sent again (a tool call, perhaps a long one) may take when the server
+/// sets no `timeout_ms`: it is a dispatched call, which needs a bound (a routed one has the
+/// stream idle timeout instead).
+const RESENT_TIMEOUT_MS: u64 = 300_000;
 
 /// What the held request waits for: its servers' answers.
 #[derive(Debug)]
@@ -33,9 +37,29 @@ struct Spoken {
     backends: Vec<(usize, Backend, Option<u32>)>,
 }
 
+/// A request routed to a member in a session the gateway kept: what sends it again, in a new
+/// session, when the server answers 404 (it no longer knows the kept one).
+#[derive(Debug)]
+pub(super) struct Resend {
+    spoken: Spoken,
+    /// The request as the server gets it.
+    body: Vec<u8>,
+}
+
+/// A request sent again: to which server, and in which client era.
+#[derive(Debug)]
+pub(super) struct Resent {
+    server: String,
+    id: Value,
+    stateless: bool,
+}
+
 #[derive(Debug)]
 enum Purpose {
     Gather(List),
+    /// The request goes again once a new session is open, as a dispatched call: its server's
+    /// first answer (404) is being drained, the call's answer is sent as a local reply.
+    Resend(Vec<u8>),
     /// The request goes to the member once its session is open: its raw headers, its body
     /// (Envoy's buffer holds `size` bytes) as the server gets it, and a call's name unprefixed.
     Route {
@@ -163,7 +187,7 @@ impl Exchange {
                 backend.answered(0, None, b"", b"");
                 continue;
             };
-            let dispatch = self.member_call(env, &member.server, call.body, call.headers);
+            let dispatch = self.member_call(env, &member.server, (call.body, call.headers), BACKEND_TIMEOUT_MS);
             match env.io.dispatch(env.id, &dispatch) {
                 Some(call) => {
                     env.tasks.calls.insert(call, (env.id, Task::McpBackend));
@@ -185,23 +209,82 @@ impl Exchange {
         match held.purpose {
             Purpose::Gather(list) => self.gathered(env, list, &held.spoken),
             Purpose::Route { raw, size, body, name } => {
-                self.route_to_member(env, &held.spoken, raw, (size, body), name.as_deref())
+                self.route_to_member(env, held.spoken, raw, (size, body), name.as_deref())
             }
+            Purpose::Resend(body) => self.send_again(env, &held.spoken, body),
         }
     }
 
+    /// The server answered 404 to a request in the session the gateway kept for it (it ended, or
+    /// the server restarted): a new session is opened and the request sent again, unnoticed by
+    /// the client (its answer is then sent whole).
+    pub(super) fn resend(&mut self, env: &mut Env, resend: Resend) -> Action {
+        let Resend { mut spoken, body } = resend;
+        for (_, backend, token) in spoken.backends.iter_mut() {
+            *backend = Backend::new(&backend.server, None, None);
+            *token = None;
+        }
+        self.speak(env, Backends { purpose: Purpose::Resend(body), spoken })
+    }
+
+    /// The new session is open (or could not be): the request goes as a dispatched call.
+    fn send_again(&mut self, env: &mut Env, held: &Spoken, body: Vec<u8>) -> Action {
+        let member = match self.member_of(env, held) {
+            Ok(member) => member,
+            Err(action) => return action,
+        };
+        let Some((_, backend, _)) = held.backends.first() else {
+            return Action::Continue;
+        };
+        let dispatch = self.member_call(env, &member.server, (body, backend.session_headers()), RESENT_TIMEOUT_MS);
+        let Some(call) = env.io.dispatch(env.id, &dispatch) else {
+            let error = mcp::unreachable_error(&backend.server, "the call could not start");
+            return self.answer_error(env, &error);
+        };
+        env.tasks.calls.insert(call, (env.id, Task::McpBackend));
+        let resent =
+            Resent { server: backend.server.clone(), id: held.id.clone(), stateless: held.aggregate.stateless };
+        self.phase = Phase::McpResent(Box::new(resent));
+        Action::Pause
+    }
+
+    /// The request sent again was answered (status 0: it failed): the client's answer, with
+    /// the server's requests on it named for the aggregate.
+    fn resent_answered(&mut self, env: &mut Env, resent: Resent, answer: super::CallAnswer) {
+        if answer.status == 0 {
+            let error = mcp::unreachable_error(&resent.server, "the request sent again in a new session failed");
+            self.answer_error(env, &error);
+            return;
+        }
+        let content_type = headers::find(&answer.headers, "content-type").unwrap_or_default();
+        let mut body = answer.body.clone();
+        let edit = (!resent.stateless).then(|| Edit::ServerRequests(resent.server.clone()));
+        if let Some(mut rewrite) = edit.and_then(|edit| AnswerRewrite::new(resent.id.clone(), edit, content_type)) {
+            body = rewrite.push(&body, true);
+        }
+        if let Some(mut watch) = AnswerWatch::new(resent.id, content_type) {
+            watch.push(&body);
+            if let Some(outcome) = watch.finish() {
+                self.note_outcome(outcome);
+            }
+        }
+        let content_type = String::from_utf8_lossy(content_type).into_owned();
+        self.reply(env, super::guard::Answer { status: answer.status, content_type, body });
+    }
+
     /// The gateway's call of `server` with a message (`body`) and `headers` (the session's),
-    /// besides the server's own headers and the trace id.
+    /// besides the server's own headers and the trace id; bounded by the server's `timeout_ms`,
+    /// else `default_timeout_ms`.
     fn member_call(
         &self,
         env: &Env,
         server: &mcp::Server,
-        body: Vec<u8>,
-        mut headers: Vec<(String, String)>,
+        (body, mut headers): (Vec<u8>, Vec<(String, String)>),
+        default_timeout_ms: u64,
     ) -> Dispatch {
         headers.extend(server.headers.iter().cloned());
         headers.push((crate::pipeline::TRACE_HEADER.to_string(), self.record.trace_id.clone()));
-        let timeout_ms = server.timeout_ms.unwrap_or(BACKEND_TIMEOUT_MS);
+        let timeout_ms = server.timeout_ms.unwrap_or(default_timeout_ms);
         let path = server.upstream.path_or_root();
         Dispatch::post(env.settings, &server.upstream, path, "application/json", body, headers, timeout_ms)
     }
@@ -221,7 +304,7 @@ impl Exchange {
                 continue;
             };
             let headers = Backend::new(&member.id, Some(session), None).session_headers();
-            let dispatch = self.member_call(env, &member.server, body.to_vec(), headers);
+            let dispatch = self.member_call(env, &member.server, (body.to_vec(), headers), BACKEND_TIMEOUT_MS);
             match env.io.dispatch(env.id, &dispatch) {
                 Some(call) => {
                     env.tasks.calls.insert(call, (env.id, Task::McpBackend));
@@ -235,6 +318,12 @@ impl Exchange {
 
     /// A server answered one of the gateway's calls.
     pub(super) fn backend_answered(&mut self, env: &mut Env, token: u32, answer: super::CallAnswer) {
+        if matches!(self.phase, Phase::McpResent(_)) {
+            if let Phase::McpResent(resent) = std::mem::replace(&mut self.phase, Phase::Headers) {
+                self.resent_answered(env, *resent, answer);
+            }
+            return;
+        }
         if let Phase::McpNotifying(waiting) = &mut self.phase {
             *waiting = waiting.saturating_sub(1);
             if *waiting == 0 && self.answer(env, 202, Vec::new()) == Action::Continue {
@@ -291,20 +380,17 @@ impl Exchange {
     fn route_to_member(
         &mut self,
         env: &mut Env,
-        held: &Spoken,
+        held: Spoken,
         raw: RawHeaders,
         (size, body): (usize, Vec<u8>),
         name: Option<&str>,
     ) -> Action {
-        let Some((index, backend, _)) = held.backends.first() else {
-            return self.answer(env, 200, mcp::aggregate::error(&held.id, -32603, "no server to send the request to"));
+        let member = match self.member_of(env, &held) {
+            Ok(member) => member,
+            Err(action) => return action,
         };
-        let member = held.aggregate.members.get(*index);
-        let (Some(member), None) = (member, backend.failure()) else {
-            let why = backend.failure().unwrap_or("it is unknown");
-            let message = format!("MCP server '{}' could not be reached: {why}", backend.server);
-            self.note_outcome(Outcome::Error);
-            return self.answer(env, 200, mcp::aggregate::error(&held.id, -32000, &message));
+        let Some((_, backend, _)) = held.backends.first() else {
+            return Action::Continue;
         };
         let mut routed = member.routed.clone();
         routed.tools = None;
@@ -326,7 +412,28 @@ impl Exchange {
         let identity = held.aggregate.session_identity(&backend.server);
         let session = Some((identity, backend.session_id().map(str::to_string)));
         let edit = (!held.aggregate.stateless).then(|| Edit::ServerRequests(backend.server.clone()));
-        self.phase = Phase::Mcp(Some(Box::new(Sent { edit, session })));
+        // Only a kept session may have ended unseen: one opened for this request is not tried
+        // again.
+        let kept = !held.aggregate.stateless && backend.opened_session().is_none();
+        let resend = kept.then(|| Box::new(Resend { spoken: held, body }));
+        self.phase = Phase::Mcp(Some(Box::new(Sent { edit, session, resend })));
         Action::Continue
+    }
+
+    /// The member a request goes to, once its session is open; else the client's answer (an
+    /// error naming the server).
+    fn member_of<'a>(&mut self, env: &mut Env, held: &'a Spoken) -> Result<&'a mcp::Member, Action> {
+        let Some((index, backend, _)) = held.backends.first() else {
+            let error = mcp::aggregate::error(&held.id, -32603, "no server to send the request to");
+            return Err(self.answer(env, 200, error));
+        };
+        let member = held.aggregate.members.get(*index);
+        let (Some(member), None) = (member, backend.failure()) else {
+            let why = backend.failure().unwrap_or("it is unknown");
+            let message = format!("MCP server '{}' could not be reached: {why}", backend.server);
+            self.note_outcome(Outcome::Error);
+            return Err(self.answer(env, 200, mcp::aggregate::error(&held.id, -32000, &message)));
+        };
+        Ok(member)
     }
 }

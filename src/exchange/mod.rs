@@ -316,6 +316,9 @@ enum Phase {
     McpBackends(Box<mcp_aggregate::Backends>),
     /// A client's notification to the aggregate, held until this many servers answered it.
     McpNotifying(usize),
+    /// A request the aggregate sent again (in a new server session) as a dispatched call, its
+    /// server's first answer drained; the call's answer is the client's.
+    McpResent(Box<mcp_aggregate::Resent>),
     /// Sent to its MCP server (`record.mcp` says which); with the policy that filters the
     /// answer when it is a `tools/list` whose caller may not use every tool.
     Mcp(Option<Box<Sent>>),
@@ -336,6 +339,9 @@ struct Sent {
     edit: Option<crate::mcp::Edit>,
     /// Whose server session, and its id.
     session: Option<(String, Option<String>)>,
+    /// What sends the request again in a new session, should the server no longer know the
+    /// kept one it went in (through the aggregate).
+    resend: Option<Box<mcp_aggregate::Resend>>,
 }
 
 /// An MCP request on its way once its limits admit it: to one server with its edits, raw

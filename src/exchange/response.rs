@@ -246,6 +246,12 @@ impl Exchange {
             }
             Phase::Forwarded(routed) => routed,
             Phase::McpAnswer(_) => return self.mcp_answer_body(env, size, end_of_stream),
+            // An MCP server's 404 to a request sent again (see `mcp_aggregate::Resend`): emptied
+            // chunk by chunk, as a failed attempt's.
+            Phase::McpBackends(_) | Phase::McpResent(_) => {
+                env.io.set_response_body(env.id, size, &[]);
+                return Action::Pause;
+            }
             _ => return Action::Continue,
         };
         if self.awaiting_first_byte {

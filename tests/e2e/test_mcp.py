@@ -511,34 +511,39 @@ def test_the_aggregate_lists_every_servers_tools_prefixed_and_calls_each_through
         "the unreachable server counted once per list it was left out of"
 
 
-def test_the_aggregate_reopens_a_server_session_the_server_ended(gw, upstream):
+@pytest.mark.parametrize("first", ["list", "call"])
+def test_the_aggregate_reopens_a_server_session_the_server_ended(gw, upstream, first):
     """A server that forgot the gateway's session (it ended, or restarted) gets a new one and the
-    client never notices: the list asks again in a new session."""
+    client never notices: a list asks again, a call is sent again, in a new session."""
     upstream.seen_headers.clear()
+    upstream.added.clear()
+
+    async def end_the_servers_sessions():
+        """Ends every session the server holds for the gateway, behind its back."""
+        ended = {h["mcp-session-id"] for h in upstream.seen_headers if "mcp-session-id" in h}
+        assert ended
+        async with httpx.AsyncClient() as direct:
+            for session_id in ended:
+                r = await direct.delete(upstream.url, headers={"mcp-session-id": session_id,
+                                                              "authorization": f"Bearer {SERVER_TOKEN}"})
+                assert r.status_code in (200, 204), r.text
 
     async def session():
         async with aggregate(gw) as c:
             assert {t.name for t in (await c.list_tools()).tools} == AGGREGATE_TOOLS
-            # End every session the server holds for the gateway, behind its back.
-            ended = {h["mcp-session-id"] for h in upstream.seen_headers if "mcp-session-id" in h}
-            assert ended
-            async with httpx.AsyncClient() as direct:
-                for session_id in ended:
-                    r = await direct.delete(upstream.url, headers={"mcp-session-id": session_id,
-                                                                  "authorization": f"Bearer {SERVER_TOKEN}"})
-                    assert r.status_code in (200, 204), r.text
-            assert {t.name for t in (await c.list_tools()).tools} == AGGREGATE_TOOLS
-            # A call's first try in the ended session is refused by the server; the next works.
-            for _ in range(2):
-                try:
-                    result = await c.call_tool("tools__add", {"a": 4, "b": 4})
-                    if not result.is_error:
-                        return [b.text for b in result.content]
-                except Exception:  # noqa: BLE001 - the one refusal the session's end costs
-                    pass
-            return None
+            await end_the_servers_sessions()
+            if first == "list":
+                assert {t.name for t in (await c.list_tools()).tools} == AGGREGATE_TOOLS
+            result = await c.call_tool("tools__add", {"a": 4, "b": 4})
+            assert not result.is_error
+            texts = [b.text for b in result.content]
+            # The session the call opened is kept: the next call goes in it at once.
+            before = len(upstream.seen_headers)
+            assert [b.text for b in (await c.call_tool("tools__add", {"a": 1, "b": 2})).content] == ["3"]
+            return texts, len(upstream.seen_headers) - before
 
-    assert asyncio.run(session()) == ["8"]
+    assert asyncio.run(session()) == (["8"], 1)
+    assert upstream.added == [(4, 4), (1, 2)], "each call ran once"
 
 
 def test_the_aggregate_answers_its_own_requests_and_refuses_a_get(gw):
