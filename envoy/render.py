@@ -15,6 +15,8 @@ from here, so they cannot drift. Settings (environment variables):
   GATEWAY_RECORDS (JSON object: the request records' `max_queued`, `bodies` and `max_body_bytes`),
   GATEWAY_MCP_SERVERS (JSON object: MCP server id -> {url, headers, timeout_ms}; docs/mcp.md),
   GATEWAY_MCP_ALLOWED_ORIGINS (comma-separated browser origins that may call /mcp; docs/mcp.md),
+  GATEWAY_MCP_OAUTH (JSON object: the OAuth issuer whose access tokens the MCP endpoints take,
+  {issuer, jwks_uri, resource, workspace_claim}; docs/mcp.md),
   GATEWAY_ACCESS_LOG (file of the JSON access log; default /dev/stdout; "off": none),
   GATEWAY_STREAM_IDLE_TIMEOUT (seconds without a byte from the provider or the client before
   Envoy ends a request; default 300, Envoy's own; 0: never),
@@ -85,6 +87,9 @@ def render(env):
     mcp_origins = split_list(env.get("GATEWAY_MCP_ALLOWED_ORIGINS", ""))
     if mcp_origins:
         plugin["mcp_allowed_origins"] = mcp_origins
+    mcp_oauth = json_object(env, "GATEWAY_MCP_OAUTH")
+    if mcp_oauth:
+        plugin["mcp_oauth"] = mcp_oauth
     text = (HERE / "gateway.yaml.tmpl").read_text()
     host = env.get("GATEWAY_HOST") or "wasm"
     if host not in ("wasm", "native"):

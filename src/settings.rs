@@ -68,6 +68,10 @@ pub(crate) struct Settings {
     /// the gateway's own pages on loopback names (docs/mcp.md); normalized once.
     #[serde(default, deserialize_with = "deserialize_origins")]
     pub(crate) mcp_allowed_origins: Vec<String>,
+    /// The MCP endpoints as an OAuth resource server: access tokens of this issuer are taken
+    /// besides gateway keys (docs/mcp.md).
+    #[serde(default, deserialize_with = "crate::mcp::oauth::deserialize")]
+    pub(crate) mcp_oauth: Option<crate::mcp::oauth::OAuth>,
 }
 
 fn deserialize_origins<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
@@ -380,6 +384,7 @@ impl Default for Settings {
             lookup_gate: false,
             mcp_servers: Servers::default(),
             mcp_allowed_origins: Vec::new(),
+            mcp_oauth: None,
         }
     }
 }
@@ -444,6 +449,14 @@ impl Settings {
                 return Err(format!(
                     "invalid plugin configuration: mcp_servers.{id}.url: host '{}' is not in allowed_custom_hosts",
                     server.upstream.host
+                ));
+            }
+        }
+        if let Some(oauth) = &settings.mcp_oauth {
+            if !settings.custom_host_allowed(&oauth.jwks.host) {
+                return Err(format!(
+                    "invalid plugin configuration: mcp_oauth.jwks_uri: host '{}' is not in allowed_custom_hosts",
+                    oauth.jwks.host
                 ));
             }
         }
@@ -757,6 +770,22 @@ mod tests {
         let bad =
             Settings::parse(br#"{"api_keys": ["k"], "mcp_allowed_origins": ["https://a.example/page"]}"#).unwrap_err();
         assert!(bad.contains("mcp_allowed_origins[0]: 'https://a.example/page' is not an origin"), "{bad}");
+    }
+
+    #[test]
+    fn mcp_oauth_fetches_its_jwks_only_from_an_allowed_host() {
+        let oauth = |jwks_uri: &str| {
+            let config = serde_json::json!({"api_keys": ["k"], "mcp_oauth": {"issuer": "https://idp.example.com",
+                                "jwks_uri": jwks_uri, "resource": "https://gw.example.com/mcp"}});
+            Settings::parse(config.to_string().as_bytes())
+        };
+        assert!(oauth("http://127.0.0.1:9/jwks").unwrap().mcp_oauth.is_some());
+        let refused = oauth("https://idp.example.com/jwks").unwrap_err();
+        assert!(
+            refused.contains("mcp_oauth.jwks_uri: host 'idp.example.com' is not in allowed_custom_hosts"),
+            "{refused}"
+        );
+        assert!(oauth("not a url").unwrap_err().contains("mcp_oauth.jwks_uri"));
     }
 
     #[test]

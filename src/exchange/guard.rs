@@ -11,12 +11,12 @@ use crate::cache::completion::{self, StreamAssembler};
 use crate::client_api;
 use crate::config::Config;
 use crate::errors::GatewayError;
-use crate::guardrails::calls::{CallSpec, Continuation, JwksUpdate, Reply};
+use crate::guardrails::calls::{CallSpec, Continuation, Reply};
 use crate::guardrails::inject::{BeforeDone, Edit, ObjectSplice};
 use crate::guardrails::verdict::{self, Item, ItemResult, Outcome, Slot, StageRun, Started};
-use crate::guardrails::{arguments_text, request_text, response_text, CachedJwks, Env as CheckEnv, Input, Stage};
+use crate::guardrails::{arguments_text, cached_jwks, remember_jwks, request_text, response_text};
+use crate::guardrails::{Env as CheckEnv, Input, Stage};
 use crate::pipeline::{Call, ToolChecks};
-use crate::ports::SharedStore;
 use crate::request::endpoint::{ClientApi, Endpoint};
 use crate::routing::not_implemented;
 use hashbrown::HashMap;
@@ -492,7 +492,7 @@ impl Guard {
         let elapsed = now_ms.saturating_sub(waiting.started_ms);
         let update = running.run.answer(waiting.slot, waiting.then, Reply { status, body }, now_ms / 1000, elapsed);
         if let Some(update) = update {
-            remember_jwks(env.io.host().store(), &update, now_ms / 1000);
+            remember_jwks(env.io.host().store(), &update.uri, &update.json, now_ms / 1000);
         }
         if !running.run.is_done() {
             return Some(Progress::Waiting);
@@ -551,23 +551,4 @@ fn started_or_logged(call: &CallSpec, token: Option<u32>) -> Option<u32> {
 /// Sends a call whose answer nobody awaits.
 fn send(env: &mut Env, call: &CallSpec) {
     dispatch(env, call);
-}
-
-fn jwks_key(uri: &str) -> String {
-    format!("jwks:{uri}")
-}
-
-/// The JWKS of `uri` in shared data: the fetch time (Unix seconds, little-endian) then the JSON.
-fn cached_jwks(store: &dyn SharedStore, uri: &str) -> Option<CachedJwks> {
-    let (value, _) = store.get(&jwks_key(uri))?;
-    let (fetched_at, json) = value.split_first_chunk::<8>()?;
-    (!json.is_empty()).then(|| CachedJwks { json: json.to_vec(), fetched_at_s: u64::from_le_bytes(*fetched_at) })
-}
-
-fn remember_jwks(store: &dyn SharedStore, update: &JwksUpdate, now_s: u64) {
-    let mut value = now_s.to_le_bytes().to_vec();
-    value.extend_from_slice(&update.json);
-    if !store.set(&jwks_key(&update.uri), &value, 0) {
-        log::warn!("a JWKS could not be cached in shared data");
-    }
 }

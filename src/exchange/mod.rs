@@ -389,6 +389,9 @@ struct Exchange {
     /// What the request reserved of the limits that apply to it.
     limits: Option<Box<limits::Limited>>,
     /// A request to an MCP endpoint: the gateway's errors are JSON-RPC errors.
+    /// The OAuth issuer's JWKS was fetched for this request (it is fetched once: see
+    /// `jwks_arrived`).
+    jwks_fetched: bool,
     mcp: bool,
 }
 
@@ -426,6 +429,7 @@ impl Exchange {
             policy: None,
             limits: None,
             mcp,
+            jwks_fetched: false,
         }
     }
 
@@ -548,7 +552,8 @@ impl Exchange {
         self.record.status = status;
         let mut headers = json_headers();
         let aggregate = self.record.mcp.as_deref().is_some_and(|facts| facts.server.is_empty());
-        if let Some((name, value)) = crate::mcp::error_header(status, aggregate).filter(|_| self.mcp) {
+        let oauth = env.settings.mcp_oauth.as_ref();
+        if let Some((name, value)) = crate::mcp::error_header(status, aggregate, oauth).filter(|_| self.mcp) {
             headers.push((name.to_string(), value.to_string()));
         }
         headers.extend(extra);

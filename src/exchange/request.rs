@@ -10,7 +10,7 @@ use super::lookups::{Read, Stalled};
 use super::waiters::{Fetch, Waiter};
 use super::worker::Task;
 use super::{lookups, tokens, trailers_refused, unroute};
-use super::{Action, After, CallAnswer, Env, Exchange, Phase, RawHeaders, Routed};
+use super::{Action, After, CallAnswer, Dispatch, Env, Exchange, Phase, RawHeaders, Routed};
 use crate::cache::semantic;
 use crate::catalog::{Entry, Ref};
 use crate::errors::GatewayError;
@@ -32,6 +32,9 @@ pub(super) enum Token {
     Awaited,
 }
 
+/// How long the OAuth issuer's JWKS may take to arrive.
+const JWKS_TIMEOUT_MS: u64 = 5_000;
+
 impl Exchange {
     pub(super) fn request_headers(&mut self, env: &mut Env, raw: RawHeaders, end_of_stream: bool) -> Action {
         // Without a body to read, the request can be sent again only when it has none.
@@ -48,6 +51,11 @@ impl Exchange {
         match started {
             Err(error) => self.answer_error(env, &error),
             Ok(Started::Health) => self.health(env),
+            Ok(Started::McpMetadata) => match &env.settings.mcp_oauth {
+                Some(oauth) => self.answer(env, 200, oauth.metadata.clone()),
+                None => self.answer_error(env, &crate::mcp::no_oauth_metadata()),
+            },
+            Ok(Started::Jwks(uri)) => self.fetch_jwks(env, uri, Stalled::new(raw, body)),
             Ok(Started::Ready(call)) => self.admit(env, call, raw, body),
             Ok(Started::Lookup(r)) => self.look_up(env, r, Stalled::new(raw, body)),
             Ok(Started::Relay(relay)) => self.relay(env, &relay, &raw),
@@ -145,6 +153,55 @@ impl Exchange {
             }
             Ok(Read::Known) => self.process(env, stalled.raw, stalled.body),
             Err(error) => self.answer_error(env, &error),
+        }
+    }
+
+    /// Holds an MCP request until the OAuth issuer's JWKS at `uri` is fetched (one call serves
+    /// every request waiting for it).
+    fn fetch_jwks(&mut self, env: &mut Env, uri: String, stalled: Box<Stalled>) -> Action {
+        let Some(oauth) = env.settings.mcp_oauth.as_ref().filter(|_| !self.jwks_fetched) else {
+            return self.answer_error(env, &crate::mcp::jwks_unavailable(0));
+        };
+        self.jwks_fetched = true;
+        let fetch = Fetch::Jwks(uri);
+        let id = env.id;
+        if !env.tasks.waiters.join(&fetch, || Waiter::request(id)) {
+            let accept = vec![("accept".to_string(), "application/json".to_string())];
+            let path = oauth.jwks.path_or_root();
+            let call = Dispatch::request(env.settings, &oauth.jwks, "GET", path, Vec::new(), accept, JWKS_TIMEOUT_MS);
+            if super::start_fetch(env, &call, fetch, |_| Waiter::request(id)).is_none() {
+                return self.answer_error(env, &crate::mcp::jwks_unavailable(0));
+            }
+        }
+        self.phase = Phase::AwaitingLookup(stalled);
+        Action::Pause
+    }
+
+    /// The OAuth issuer's JWKS at `uri` answered: kept for every worker, and the held request
+    /// processed again; a JWKS that could not be had fails the request (never fetched again for
+    /// it: that could go on for ever).
+    pub(super) fn jwks_arrived(&mut self, env: &mut Env, uri: &str, answer: &CallAnswer) {
+        if !matches!(self.phase, Phase::AwaitingLookup(_)) {
+            return;
+        }
+        let Phase::AwaitingLookup(stalled) = std::mem::replace(&mut self.phase, Phase::Headers) else {
+            return;
+        };
+        let jwks = serde_json::from_slice::<serde_json::Value>(&answer.body).ok();
+        let action = match jwks.filter(|jwks| answer.status == 200 && jwks.get("keys").is_some_and(|k| k.is_array())) {
+            Some(_) => {
+                let now_s = env.io.host().now_ms() / 1000;
+                crate::guardrails::remember_jwks(env.io.host().store(), uri, &answer.body, now_s);
+                let Stalled { raw, body, .. } = *stalled;
+                self.process(env, raw, body)
+            }
+            None => {
+                log::warn!("the OAuth issuer's JWKS at '{uri}' could not be fetched: it answered {}", answer.status);
+                self.answer_error(env, &crate::mcp::jwks_unavailable(answer.status))
+            }
+        };
+        if action == Action::Continue {
+            env.after.push(After::ResumeRequest(env.id));
         }
     }
 

@@ -329,11 +329,15 @@ impl Worker {
                     after.extend(output.after);
                 }
             }
-            Fetch::Jwks(_) => {
+            Fetch::Jwks(uri) => {
                 for waiter in self.tasks.waiters.answered(&fetch) {
                     let copy = CallAnswer { status: answer.status, headers: Vec::new(), body: answer.body.clone() };
                     let output = self.on(waiter.id, io, |exchange, env| {
-                        exchange.check_answered(env, waiter.token, copy);
+                        // A check waits under its call's token; a request's OAuth token under none.
+                        match waiter.token {
+                            0 => exchange.jwks_arrived(env, uri, &copy),
+                            token => exchange.check_answered(env, token, copy),
+                        }
                         Action::Continue
                     });
                     after.extend(output.after);

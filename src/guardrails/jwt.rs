@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use sha2::{Sha256, Sha384, Sha512};
 
 /// A token whose `kid` the cached JWKS lacks refetches it at most this often (seconds).
-pub(super) const REFETCH_AFTER_S: u64 = 30;
+pub(crate) const REFETCH_AFTER_S: u64 = 30;
 /// Weaker RSA keys are refused.
 const MIN_RSA_BITS: usize = 2048;
 /// A JWKS without `kid` matching tries at most this many keys.
@@ -42,6 +42,13 @@ pub(crate) struct Token {
     signed: String,
     signature: Vec<u8>,
     claims: Map<String, Value>,
+}
+
+impl Token {
+    /// The claims, verified once `verify` said so.
+    pub(crate) fn claims(&self) -> &Map<String, Value> {
+        &self.claims
+    }
 }
 
 /// Splits and decodes a compact JWS; `Err` says why it is malformed.

@@ -28,9 +28,10 @@ pub(crate) mod verdict;
 pub(crate) use gateway_schema::guardrails::{params, spec};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use crate::json_check::shorten;
+use crate::ports::SharedStore;
 use calls::{CallSpec, Continuation};
 use params::CheckParams;
 pub(crate) use params::CHECK_IDS;
@@ -81,6 +82,26 @@ pub(crate) struct CachedJwks {
     /// When it was fetched (Unix seconds): decides freshness (`cacheMaxAge`) and the
     /// unknown-`kid` refetch (at most once per `jwt::REFETCH_AFTER_S`).
     pub(crate) fetched_at_s: u64,
+}
+
+fn jwks_key(uri: &str) -> String {
+    format!("jwks:{uri}")
+}
+
+/// The JWKS of `uri` in shared data: the fetch time (Unix seconds, little-endian) then the JSON.
+pub(crate) fn cached_jwks(store: &dyn SharedStore, uri: &str) -> Option<CachedJwks> {
+    let (value, _) = store.get(&jwks_key(uri))?;
+    let (fetched_at, json) = value.split_first_chunk::<8>()?;
+    (!json.is_empty()).then(|| CachedJwks { json: json.to_vec(), fetched_at_s: u64::from_le_bytes(*fetched_at) })
+}
+
+/// Keeps the JWKS of `uri` (its `json`, fetched at `now_s`) in shared data for every worker.
+pub(crate) fn remember_jwks(store: &dyn SharedStore, uri: &str, json: &[u8], now_s: u64) {
+    let mut value = now_s.to_le_bytes().to_vec();
+    value.extend_from_slice(json);
+    if !store.set(&jwks_key(uri), &value, 0) {
+        log::warn!("a JWKS could not be cached in shared data");
+    }
 }
 
 /// The result of one check, in `hook_results` as `{id, verdict, data, error, execution_time}`.

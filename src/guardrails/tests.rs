@@ -436,7 +436,8 @@ fn log_passes_at_once_and_sends() {
 
 // ---- default.jwt ----
 
-mod jwt_tests {
+/// Keys and tokens made at test time (the MCP endpoints' OAuth tests sign with them too).
+pub(crate) mod jwt_tests {
     use super::*;
     use crate::unit_tests::test;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -472,7 +473,7 @@ mod jwt_tests {
     type Sign = Box<dyn Fn(&[u8]) -> Vec<u8>>;
 
     /// A signer: its algorithm, its public JWK (with `kid`), and a signing function.
-    struct Key {
+    pub(crate) struct Key {
         alg: &'static str,
         jwk: Value,
         sign: Sign,
@@ -485,7 +486,7 @@ mod jwt_tests {
     /// An EC key made at test time from a seed: `$curve` is the crate, `$hash` sizes the scalar.
     macro_rules! ec_key {
         ($name:ident, $curve:ident, $hash:ty, $crv:literal, $alg:literal) => {
-            fn $name(kid: &str, seed: &str) -> Key {
+            pub(crate) fn $name(kid: &str, seed: &str) -> Key {
                 let key = $curve::ecdsa::SigningKey::from_slice(&<$hash>::digest(seed)).unwrap();
                 let point = key.verifying_key().to_encoded_point(false);
                 let (x, y) = (b64(point.x().unwrap()), b64(point.y().unwrap()));
@@ -518,7 +519,7 @@ mod jwt_tests {
         Key { alg, jwk, sign: Box::new(sign) }
     }
 
-    fn token(key: &Key, claims: Value) -> String {
+    pub(crate) fn token(key: &Key, claims: Value) -> String {
         token_with(key, json!({"alg": key.alg, "typ": "JWT", "kid": key.jwk["kid"]}), claims)
     }
 
@@ -528,7 +529,7 @@ mod jwt_tests {
         format!("{signed}.{}", b64(&signature))
     }
 
-    fn jwks(keys: &[&Key]) -> Vec<u8> {
+    pub(crate) fn jwks(keys: &[&Key]) -> Vec<u8> {
         json!({"keys": keys.iter().map(|k| k.jwk.clone()).collect::<Vec<_>>()}).to_string().into_bytes()
     }
 

@@ -5,6 +5,7 @@
 
 pub(crate) mod aggregate;
 mod message;
+pub(crate) mod oauth;
 mod servers;
 mod tools;
 
@@ -53,6 +54,23 @@ pub(crate) fn missing_key() -> GatewayError {
 
 pub(crate) fn invalid_key() -> GatewayError {
     GatewayError::new(401, "authentication_error", "invalid gateway key").with_code("invalid_api_key")
+}
+
+/// An access token that is not accepted (`mcp_oauth`), and why.
+pub(crate) fn invalid_token(why: &str) -> GatewayError {
+    GatewayError::new(401, "authentication_error", format!("invalid access token: {why}")).with_code("invalid_token")
+}
+
+/// The OAuth metadata asked for while the gateway is no resource server (no `mcp_oauth`).
+pub(crate) fn no_oauth_metadata() -> GatewayError {
+    let message = "this gateway takes no OAuth access tokens (mcp_oauth is not set): use a gateway key";
+    GatewayError::new(404, "invalid_request_error", message).with_code("unknown_endpoint")
+}
+
+/// The issuer's JWKS could not be fetched (`status` 0: no answer), so no token can be checked.
+pub(crate) fn jwks_unavailable(status: u16) -> GatewayError {
+    let message = format!("the OAuth issuer's keys (jwks_uri) could not be fetched (status {status}): try again");
+    GatewayError::new(503, "api_error", message).with_code("jwks_unavailable")
 }
 
 /// What an MCP request was, for its record and metric: the server, and (for a POST) the
@@ -305,9 +323,10 @@ pub(crate) fn error_body(status: u16, openai: &[u8], id: Option<&Value>) -> Vec<
 
 /// The header an error answer of `status` carries besides its body: the auth scheme with a 401,
 /// the allowed methods with a 405 (of the aggregate endpoint, or of one server's).
-pub(crate) fn error_header(status: u16, aggregate: bool) -> Option<(&'static str, &'static str)> {
+pub(crate) fn error_header(status: u16, aggregate: bool, oauth: Option<&oauth::OAuth>) -> Option<(&'static str, &str)> {
     match status {
-        401 => Some(("www-authenticate", "Bearer")),
+        // With OAuth, the challenge names where the resource's metadata is (RFC 9728).
+        401 => Some(("www-authenticate", oauth.map_or("Bearer", |oauth| oauth.challenge.as_str()))),
         405 if aggregate => Some(("allow", AGGREGATE_METHODS)),
         405 => Some(("allow", ALLOWED_METHODS)),
         _ => None,
@@ -527,9 +546,9 @@ mod tests {
         // Not the gateway's JSON: still a JSON-RPC error.
         let garbled: Value = serde_json::from_slice(&error_body(500, b"oops", None)).unwrap();
         assert_eq!(garbled["error"]["code"], -32603);
-        assert_eq!(error_header(401, false), Some(("www-authenticate", "Bearer")));
-        assert_eq!(error_header(405, false), Some(("allow", ALLOWED_METHODS)));
-        assert_eq!(error_header(405, true), Some(("allow", AGGREGATE_METHODS)));
-        assert_eq!(error_header(404, false), None);
+        assert_eq!(error_header(401, false, None), Some(("www-authenticate", "Bearer")));
+        assert_eq!(error_header(405, false, None), Some(("allow", ALLOWED_METHODS)));
+        assert_eq!(error_header(405, true, None), Some(("allow", AGGREGATE_METHODS)));
+        assert_eq!(error_header(404, false, None), None);
     }
 }

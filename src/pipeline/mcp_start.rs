@@ -3,9 +3,11 @@
 //! for the aggregate endpoint, every server the caller may use.
 
 use super::{caller, RawHeaders, Refusals, Started, ToolChecks};
-use crate::catalog::{Catalog, Kind, Ref};
+use crate::catalog::{Catalog, KeyOwner, Kind, Ref};
 use crate::errors::GatewayError;
+use crate::guardrails::cached_jwks;
 use crate::mcp;
+use crate::mcp::oauth::{self, Verified};
 use crate::ports::Host;
 use crate::request::headers;
 use crate::settings::Settings;
@@ -30,7 +32,21 @@ pub(super) fn start_mcp(
 ) -> Result<Started, GatewayError> {
     let refusals = Refusals { missing: mcp::missing_key, invalid: mcp::invalid_key };
     let presented = mcp::presented_key(headers::api_key(raw), headers::find(raw, "authorization"));
-    let owner = caller(settings, presented, &refusals, host, catalog)?;
+    // An access token of the OAuth issuer, else a gateway key; `subject` names the token's caller.
+    let (owner, subject) = match (&settings.mcp_oauth, presented) {
+        (Some(oauth), Some(token)) if oauth::looks_like_jwt(token) => {
+            let token = std::str::from_utf8(token).map_err(|_| mcp::invalid_token("it is not text"))?;
+            let cached = cached_jwks(host.store(), &oauth.jwks_uri);
+            match oauth.verify(token, cached.as_ref(), host.now_ms() / 1000) {
+                Verified::Caller { workspace, subject } => {
+                    (KeyOwner { workspace, key_id: None, mcp_tools: None }, Some(subject))
+                }
+                Verified::NeedsJwks => return Ok(Started::Jwks(oauth.jwks_uri.clone())),
+                Verified::Refused(why) => return Err(mcp::invalid_token(&why)),
+            }
+        }
+        _ => (caller(settings, presented, &refusals, host, catalog)?, None),
+    };
     catalog.workspace = owner.workspace;
     let forwarded = match headers::find(raw, MCP_FORWARD_HEADER) {
         Some(list) => {
@@ -80,9 +96,10 @@ pub(super) fn start_mcp(
             let routed = mcp::edits(&id, &server, &routing, &request, tools);
             mcp::Member { id, server, routed }
         });
-        let caller = match (&owner.key_id, presented) {
-            (Some(key_id), _) => key_id.clone(),
-            (None, key) => Ref::key(key.unwrap_or_default()).id,
+        let caller = match (&owner.key_id, subject, presented) {
+            (Some(key_id), _, _) => key_id.clone(),
+            (None, Some(subject), _) => subject,
+            (None, None, key) => Ref::key(key.unwrap_or_default()).id,
         };
         let client_session = mcp::client_session(headers::find(raw, "mcp-session-id")).map(str::to_string);
         let version = headers::find(raw, "mcp-protocol-version");

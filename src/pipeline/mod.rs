@@ -146,6 +146,11 @@ pub(crate) struct Facts {
 
 pub(crate) enum Started {
     Health,
+    /// The MCP endpoints' OAuth metadata (RFC 9728), when `mcp_oauth` is set.
+    McpMetadata,
+    /// An MCP request whose access token needs the issuer's JWKS at this URI first; it is
+    /// processed again once the JWKS is in.
+    Jwks(String),
     Ready(Call),
     NeedsBody(Pending),
     /// The request needs this control-plane entry first; it is processed again once the entry
@@ -268,6 +273,7 @@ fn start_pass(
     let method = pseudo(":method");
     let (endpoint, body, path, query, prompt) = match classify(&method, &pseudo(":path"))? {
         Route::Health => return Ok(Started::Health),
+        Route::McpMetadata => return Ok(Started::McpMetadata),
         Route::Mcp { path, query } => {
             return mcp_start::start_mcp(settings, raw, &method, &path, query.as_deref(), host, catalog)
         }

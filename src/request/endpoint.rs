@@ -74,6 +74,8 @@ pub(crate) enum BodyMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Route {
     Health,
+    /// Under `/.well-known/oauth-protected-resource`: the MCP endpoints' OAuth metadata.
+    McpMetadata,
     /// Under `/mcp`: an MCP server's endpoint (`src/mcp/`), with the query kept apart.
     Mcp {
         path: String,
@@ -131,6 +133,10 @@ pub(crate) fn classify(method: &str, full_path: &str) -> Result<Route, GatewayEr
         // Asked only outside /v1: model requests never pay for MCP.
         if mcp::is_mcp_path(path) {
             return Ok(Route::Mcp { path: path.to_string(), query });
+        }
+        let metadata = path.strip_prefix(mcp::oauth::METADATA_PREFIX);
+        if metadata.is_some_and(|rest| rest.is_empty() || rest.starts_with('/')) {
+            return Ok(Route::McpMetadata);
         }
         return Err(not_found());
     };

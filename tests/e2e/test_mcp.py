@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 import helpers
 from pg_server import free_ports
-from support import McpUpstream, access_lines, hooks, value  # noqa: F401 (hooks: a fixture)
+from support import McpUpstream, access_lines, hooks, jwk, new_key, token, value  # noqa: F401 (hooks: a fixture)
 
 SERVER_TOKEN = "mcp-server-own-token"  # the server's stored credential (its `headers`)
 ERAS = ["legacy", "2026-07-28"]
@@ -743,3 +743,87 @@ def test_a_call_the_client_cancels_through_the_aggregate_is_cancelled_at_its_ser
             return await anyio.to_thread.run_sync(upstream.cancelled.wait, 10)
 
     assert asyncio.run(session()), "the server's call was not cancelled"
+
+
+# --------------------------------------------------------------------------- OAuth (resource server)
+
+RESOURCE = "https://mcp.gateway.test/mcp"  # the gateway's MCP URL, as tokens' `aud` names it
+ISSUER = "https://idp.test"
+
+
+@pytest.fixture(scope="module")
+def idp_key():
+    return new_key()
+
+
+@pytest.fixture(scope="module")
+def oauth_gw(upstream, hooks, idp_key, start_gateway):
+    """A gateway that also takes access tokens of ISSUER, whose JWKS the hooks server serves."""
+    hooks.jwks = {"keys": [jwk(idp_key, "idp-1")]}
+    oauth = {"issuer": ISSUER, "jwks_uri": hooks.url + "/oauth-jwks", "resource": RESOURCE, "workspace_claim": "team"}
+    servers = {"tools": {"url": upstream.url, "headers": {"authorization": f"Bearer {SERVER_TOKEN}"}}}
+    env = {"GATEWAY_MCP_SERVERS": json.dumps(servers), "GATEWAY_MCP_OAUTH": json.dumps(oauth)}
+    with start_gateway("mcp-oauth", None, env) as gateway:
+        gateway.access_log = gateway.log_path
+        yield gateway
+
+
+def test_the_gateway_serves_its_oauth_metadata_and_names_it_in_each_401(oauth_gw, gw):
+    """RFC 9728: the resource's metadata at its well-known path, named in `WWW-Authenticate`."""
+    r = oauth_gw.http.get("/.well-known/oauth-protected-resource/mcp")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"resource": RESOURCE, "authorization_servers": [ISSUER], "bearer_methods_supported": ["header"]}
+    r = oauth_gw.http.post("/mcp/tools", json=INITIALIZE, headers=MCP_HEADERS)
+    assert r.status_code == 401
+    assert r.headers["www-authenticate"] == \
+        'Bearer resource_metadata="https://mcp.gateway.test/.well-known/oauth-protected-resource/mcp"'
+    # A gateway without `mcp_oauth` is no resource server.
+    assert gw.http.get("/.well-known/oauth-protected-resource/mcp").status_code == 404
+    assert gw.http.post("/mcp/tools", json=INITIALIZE, headers=MCP_HEADERS).headers["www-authenticate"] == "Bearer"
+
+
+def test_an_access_token_of_the_issuer_calls_tools_in_its_claims_workspace(oauth_gw, upstream, hooks, idp_key):
+    """A token for the gateway's MCP URL reaches the servers through `/mcp/{server}` and `/mcp` as a
+    gateway key does; its `team` claim is the workspace; the token never reaches a server; the
+    issuer's JWKS is fetched once for every request."""
+    fetched_before = len(hooks.of("/oauth-jwks"))
+    access = token(idp_key, "idp-1", iss=ISSUER, aud=RESOURCE, team="research")
+    trace = f"mcp-{uuid.uuid4().hex[:12]}"
+    headers = {"authorization": f"Bearer {access}", "x-gateway-trace-id": trace}
+    upstream.seen_headers.clear()
+
+    async def session():
+        async with client(oauth_gw, "legacy", headers) as c:
+            one = [b.text for b in (await c.call_tool("add", {"a": 2, "b": 2})).content]
+        async with aggregate(oauth_gw, headers) as c:
+            both = [b.text for b in (await c.call_tool("tools__add", {"a": 3, "b": 3})).content]
+        return one, both
+
+    assert asyncio.run(session()) == (["4"], ["6"])
+    assert upstream.seen_headers and access not in json.dumps(upstream.seen_headers)
+    assert {h.get("authorization") for h in upstream.seen_headers} == {f"Bearer {SERVER_TOKEN}"}
+    assert len(hooks.of("/oauth-jwks")) - fetched_before <= 1, "one fetch serves every request"
+    lines = access_lines(oauth_gw, trace, count=2)
+    assert lines and {line["workspace"] for line in lines} == {"research"}, lines
+
+
+@pytest.mark.parametrize("claims, says", [
+    ({"aud": "https://elsewhere.test/mcp"}, "aud"),
+    ({"iss": "https://evil.test"}, "issuer"),
+    ({"exp": 1_000_000}, "expired"),
+    ({"team": None}, "team"),
+])
+def test_a_token_not_for_this_gateway_is_refused_with_401(oauth_gw, upstream, idp_key, claims, says):
+    base = {"iss": ISSUER, "aud": RESOURCE, "team": "research"}
+    # A claim set to None is left out.
+    access = token(idp_key, "idp-1", **{k: v for k, v in {**base, **claims}.items() if v is not None})
+    before = len(upstream.seen_headers)
+    r = oauth_gw.http.post("/mcp/tools", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {access}"})
+    message = rpc_error(r, 401, -32001)
+    assert message.startswith("invalid access token") and says in message, message
+    assert "resource_metadata=" in r.headers["www-authenticate"]
+    # Another key's token, made to look like the issuer's, is refused too.
+    forged = token(new_key(), "idp-1", **base)
+    r = oauth_gw.http.post("/mcp/tools", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {forged}"})
+    assert "invalid access token" in rpc_error(r, 401, -32001)
+    assert len(upstream.seen_headers) == before, "no server heard of a refused token"
