@@ -187,12 +187,8 @@ impl Exchange {
                 backend.answered(0, None, b"", b"");
                 continue;
             };
-            let dispatch = self.member_call(env, &member.server, (call.body, call.headers), BACKEND_TIMEOUT_MS);
-            match env.io.dispatch(env.id, &dispatch) {
-                Some(call) => {
-                    env.tasks.calls.insert(call, (env.id, Task::McpBackend));
-                    *token = Some(call);
-                }
+            match self.call_member(env, &member.server, (call.body, call.headers), BACKEND_TIMEOUT_MS) {
+                Some(call) => *token = Some(call),
                 None => backend.answered(0, None, b"", b""),
             }
         }
@@ -236,12 +232,11 @@ impl Exchange {
         let Some((_, backend, _)) = held.backends.first() else {
             return Action::Continue;
         };
-        let dispatch = self.member_call(env, &member.server, (body, backend.session_headers()), RESENT_TIMEOUT_MS);
-        let Some(call) = env.io.dispatch(env.id, &dispatch) else {
+        let message = (body, backend.session_headers());
+        if self.call_member(env, &member.server, message, RESENT_TIMEOUT_MS).is_none() {
             let error = mcp::unreachable_error(&backend.server, "the call could not start");
             return self.answer_error(env, &error);
-        };
-        env.tasks.calls.insert(call, (env.id, Task::McpBackend));
+        }
         let resent =
             Resent { server: backend.server.clone(), id: held.id.clone(), stateless: held.aggregate.stateless };
         self.phase = Phase::McpResent(Box::new(resent));
@@ -272,21 +267,26 @@ impl Exchange {
         self.reply(env, super::guard::Answer { status: answer.status, content_type, body });
     }
 
-    /// The gateway's call of `server` with a message (`body`) and `headers` (the session's),
-    /// besides the server's own headers and the trace id; bounded by the server's `timeout_ms`,
-    /// else `default_timeout_ms`.
-    fn member_call(
+    /// Starts the gateway's call of `server` with a message (`body`) and `headers` (the
+    /// session's), besides the server's own headers and the trace id; bounded by the server's
+    /// `timeout_ms`, else `default_timeout_ms`. Its answer comes to `backend_answered`; its
+    /// token, or None when it could not start.
+    fn call_member(
         &self,
-        env: &Env,
+        env: &mut Env,
         server: &mcp::Server,
         (body, mut headers): (Vec<u8>, Vec<(String, String)>),
         default_timeout_ms: u64,
-    ) -> Dispatch {
+    ) -> Option<u32> {
         headers.extend(server.headers.iter().cloned());
         headers.push((crate::pipeline::TRACE_HEADER.to_string(), self.record.trace_id.clone()));
         let timeout_ms = server.timeout_ms.unwrap_or(default_timeout_ms);
         let path = server.upstream.path_or_root();
-        Dispatch::post(env.settings, &server.upstream, path, "application/json", body, headers, timeout_ms)
+        let dispatch =
+            Dispatch::post(env.settings, &server.upstream, path, "application/json", body, headers, timeout_ms);
+        let call = env.io.dispatch(env.id, &dispatch)?;
+        env.tasks.calls.insert(call, (env.id, Task::McpBackend));
+        Some(call)
     }
 
     /// A client's notification (`body`) goes to every server the gateway holds a session with
@@ -304,12 +304,8 @@ impl Exchange {
                 continue;
             };
             let headers = Backend::new(&member.id, Some(session), None).session_headers();
-            let dispatch = self.member_call(env, &member.server, (body.to_vec(), headers), BACKEND_TIMEOUT_MS);
-            match env.io.dispatch(env.id, &dispatch) {
-                Some(call) => {
-                    env.tasks.calls.insert(call, (env.id, Task::McpBackend));
-                    sent += 1;
-                }
+            match self.call_member(env, &member.server, (body.to_vec(), headers), BACKEND_TIMEOUT_MS) {
+                Some(_) => sent += 1,
                 None => log::warn!("a notification to MCP server '{}' could not start", member.id),
             }
         }
