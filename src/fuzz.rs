@@ -100,7 +100,7 @@ pub fn mcp(data: &[u8]) {
         }
     }
     // A server's answer to each of the aggregate's calls to it: never a panic, always an end.
-    let mut backend = Backend::new("files", None, Some(List::Tools));
+    let mut backend = Backend::new("files", false, None, Some(List::Tools));
     for _ in 0..4 {
         backend.answered(200, Some("s"), content_type.as_bytes(), body);
     }

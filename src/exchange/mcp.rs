@@ -215,7 +215,7 @@ impl Exchange {
                 env.io.set_response_header(env.id, "content-length", None);
                 Some(Box::new(McpAnswer::Rewrite(rewrite)))
             }
-            (Some(edit @ Edit::ServerRequests(_)), Some(id)) if ok => {
+            (Some(edit @ Edit::Member { .. }), Some(id)) if ok => {
                 match readable.and_then(|content_type| AnswerRewrite::new(id.clone(), edit, content_type)) {
                     Some(rewrite) => {
                         // Its length changes.

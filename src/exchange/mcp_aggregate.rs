@@ -46,12 +46,12 @@ pub(super) struct Resend {
     body: Vec<u8>,
 }
 
-/// A request sent again: to which server, and in which client era.
+/// A request sent again: to which server, and what its answer's edit is.
 #[derive(Debug)]
 pub(super) struct Resent {
     server: String,
     id: Value,
-    stateless: bool,
+    edit: Option<Edit>,
 }
 
 #[derive(Debug)]
@@ -112,7 +112,7 @@ impl Exchange {
                     }
                     false => Vec::new(),
                 };
-                let result = mcp::aggregate::for_era(result, aggregate.stateless);
+                let result = mcp::for_era(result, aggregate.stateless);
                 self.answer_with(env, 200, mcp::aggregate::result(&id, result), extra)
             }
             Plan::Accepted => self.answer(env, 202, Vec::new()),
@@ -131,7 +131,7 @@ impl Exchange {
                 let store = env.io.host().store();
                 let backends = aggregate.members.iter().enumerate().map(|(index, member)| {
                     let kept = mcp::kept_session(store, &aggregate.session_identity(&member.id));
-                    (index, Backend::new(&member.id, kept, Some(list)), None)
+                    (index, Backend::new(&member.id, aggregate.stateless, kept, Some(list)), None)
                 });
                 let backends = backends.collect();
                 self.speak(env, Backends { purpose: Purpose::Gather(list), spoken: Spoken { aggregate, id, backends } })
@@ -144,13 +144,8 @@ impl Exchange {
                     facts.server = server.clone();
                     facts.tool = name.clone().filter(|_| facts.method.as_deref() == Some("tools/call"));
                 }
-                let backend = match aggregate.stateless {
-                    true => Backend::stateless(&server),
-                    false => {
-                        let kept = mcp::kept_session(env.io.host().store(), &aggregate.session_identity(&server));
-                        Backend::new(&server, kept, None)
-                    }
-                };
+                let kept = mcp::kept_session(env.io.host().store(), &aggregate.session_identity(&server));
+                let backend = Backend::new(&server, aggregate.stateless, kept, None);
                 let backends = vec![(member, backend, None)];
                 let call = name.clone().filter(|_| message_is_call);
                 if call.is_some() {
@@ -217,7 +212,7 @@ impl Exchange {
     pub(super) fn resend(&mut self, env: &mut Env, resend: Resend) -> Action {
         let Resend { mut spoken, body } = resend;
         for (_, backend, token) in spoken.backends.iter_mut() {
-            *backend = Backend::new(&backend.server, None, None);
+            *backend = Backend::new(&backend.server, spoken.aggregate.stateless, None, None);
             *token = None;
         }
         self.speak(env, Backends { purpose: Purpose::Resend(body), spoken })
@@ -237,8 +232,8 @@ impl Exchange {
             let error = mcp::unreachable_error(&backend.server, "the call could not start");
             return self.answer_error(env, &error);
         }
-        let resent =
-            Resent { server: backend.server.clone(), id: held.id.clone(), stateless: held.aggregate.stateless };
+        let edit = answer_edit(&held.aggregate, backend);
+        let resent = Resent { server: backend.server.clone(), id: held.id.clone(), edit };
         self.phase = Phase::McpResent(Box::new(resent));
         Action::Pause
     }
@@ -253,8 +248,9 @@ impl Exchange {
         }
         let content_type = headers::find(&answer.headers, "content-type").unwrap_or_default();
         let mut body = answer.body.clone();
-        let edit = (!resent.stateless).then(|| Edit::ServerRequests(resent.server.clone()));
-        if let Some(mut rewrite) = edit.and_then(|edit| AnswerRewrite::new(resent.id.clone(), edit, content_type)) {
+        if let Some(mut rewrite) =
+            resent.edit.and_then(|edit| AnswerRewrite::new(resent.id.clone(), edit, content_type))
+        {
             body = rewrite.push(&body, true);
         }
         if let Some(mut watch) = AnswerWatch::new(resent.id, content_type) {
@@ -300,10 +296,11 @@ impl Exchange {
         let mut sent = 0;
         for member in &aggregate.members {
             let kept = mcp::kept_session(env.io.host().store(), &aggregate.session_identity(&member.id));
-            let Some(session) = kept else {
+            // A server of the stateless era has no session the notification could go in.
+            let Some(session) = kept.filter(|session| session.id.is_some()) else {
                 continue;
             };
-            let headers = Backend::new(&member.id, Some(session), None).session_headers();
+            let headers = Backend::new(&member.id, false, Some(session), None).session_headers();
             match self.call_member(env, &member.server, (body.to_vec(), headers), BACKEND_TIMEOUT_MS) {
                 Some(_) => sent += 1,
                 None => log::warn!("a notification to MCP server '{}' could not start", member.id),
@@ -372,7 +369,8 @@ impl Exchange {
 
     /// The member's session is open: the request goes there through Envoy's router, its name
     /// unprefixed (`body`, of which Envoy's buffer holds `size` bytes), in the gateway's session
-    /// with the server (a stateless-era request in none, its `Mcp-Name` unprefixed too).
+    /// with the server, or to a server of the stateless era in none (with its `Mcp-Method`, its
+    /// `Mcp-Name` unprefixed, and a session-era client's request given the era's envelope).
     fn route_to_member(
         &mut self,
         env: &mut Env,
@@ -391,12 +389,18 @@ impl Exchange {
         let mut routed = member.routed.clone();
         routed.tools = None;
         // The client's session and version are the gateway's; the server's are its own.
-        for header in ["mcp-session-id", "mcp-protocol-version", "mcp-name", "content-length"] {
+        for header in ["mcp-session-id", "mcp-protocol-version", "mcp-name", "mcp-method", "content-length"] {
             routed.remove.push(header.to_string());
         }
-        if let (true, Some(name)) = (held.aggregate.stateless, name) {
+        let method = self.record.mcp.as_deref().and_then(|facts| facts.method.as_deref());
+        routed.set.extend(method.and_then(|method| backend.method_header(method)));
+        if let (true, Some(name)) = (backend.is_stateless(), name) {
             routed.set.push(("mcp-name".to_string(), mcp::aggregate::name_header(name)));
         }
+        let body = match backend.is_stateless() && !held.aggregate.stateless {
+            true => mcp::aggregate::enveloped(&body),
+            false => body,
+        };
         routed.set.extend(backend.session_headers().into_iter().filter(|(name, _)| name != "accept"));
         routed.set.push(("content-length".to_string(), body.len().to_string()));
         env.io.set_request_body(env.id, size, &body);
@@ -407,10 +411,10 @@ impl Exchange {
         // the answer's stream (the session era's) carry ids its answers are routed back by.
         let identity = held.aggregate.session_identity(&backend.server);
         let session = Some((identity, backend.session_id().map(str::to_string)));
-        let edit = (!held.aggregate.stateless).then(|| Edit::ServerRequests(backend.server.clone()));
+        let edit = answer_edit(&held.aggregate, backend);
         // Only a kept session may have ended unseen: one opened for this request is not tried
         // again.
-        let kept = !held.aggregate.stateless && backend.opened_session().is_none();
+        let kept = !backend.is_stateless() && backend.opened_session().is_none();
         let resend = kept.then(|| Box::new(Resend { spoken: held, body }));
         self.phase = Phase::Mcp(Some(Box::new(Sent { edit, session, resend })));
         Action::Continue
@@ -432,4 +436,13 @@ impl Exchange {
         };
         Ok(member)
     }
+}
+
+/// How a member's answer is edited on its way to the client: the server's requests on a
+/// session-era stream get routable ids, and a stateless-era client's result from a session-era
+/// server gains its `resultType`. Between two of the stateless era it passes as it is.
+fn answer_edit(aggregate: &Aggregate, backend: &Backend) -> Option<Edit> {
+    let result_type = aggregate.stateless && !backend.is_stateless();
+    let edit = Edit::Member { server: backend.server.clone(), result_type };
+    (!aggregate.stateless || result_type).then_some(edit)
 }

@@ -4,12 +4,14 @@
 //! prefixed `{server}__` (server ids never hold `__`, so the prefix is unambiguous); a
 //! `tools/call` or `prompts/get` goes to the server its prefix names, the name unprefixed.
 //!
-//! The gateway speaks to each server in a session of the server's own for each client
-//! session ([`Backend`]): opened on first use (`initialize`, then `notifications/initialized`)
-//! and kept in shared data, so any worker finds it; one that expired, or that another replica
+//! The gateway speaks to each server in the client's era when the server has it, else in the
+//! other ([`Backend`]): in the session era, in a session of the server's own for each client
+//! session, opened on first use (`initialize`, then `notifications/initialized`); in the
+//! stateless era, in none, once `server/discover` said the server speaks it. What was found is
+//! kept in shared data, so any worker finds it; a session that expired, or that another replica
 //! never saw, is opened again without the client noticing.
 
-use super::message::answer_in;
+use super::message::{answer_in, for_era};
 use super::message::{prefixed, SEPARATOR};
 use super::tools::ToolPolicy;
 use crate::hash::Hasher;
@@ -145,14 +147,6 @@ fn capabilities() -> Value {
     json!({"tools": {"listChanged": false}, "prompts": {"listChanged": false}})
 }
 
-/// A result as a client of `era` reads it: a stateless-era client's carries `resultType`.
-pub(crate) fn for_era(mut result: Value, stateless: bool) -> Value {
-    if let (true, Some(fields)) = (stateless, result.as_object_mut()) {
-        fields.insert("resultType".to_string(), Value::String("complete".to_string()));
-    }
-    result
-}
-
 /// A client's answer (`result` or `error`) to a server's request: to the server whose request
 /// id it carries (`server_request_id`), the id restored. An answer to none of theirs is
 /// accepted and dropped: no server waits for it.
@@ -221,11 +215,18 @@ fn is_session_id(id: &str, max: usize) -> bool {
 }
 
 /// A server's session, as the gateway holds it: the server's `Mcp-Session-Id` (none for a
-/// server that keeps none) and the protocol version it answered.
+/// server that keeps none) and the protocol version it answered ([`STATELESS_VERSION`]: the
+/// server speaks the stateless era, and there is no session).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Session {
     pub(crate) id: Option<String>,
     pub(crate) version: String,
+}
+
+impl Session {
+    fn is_stateless(&self) -> bool {
+        self.version == STATELESS_VERSION
+    }
 }
 
 /// Whose a server's session is: the caller (its key), the client's session with the gateway,
@@ -278,11 +279,16 @@ pub(crate) struct BackendCall {
 }
 
 /// What the gateway wants of one server: its session opened (to route a request there), or a
-/// list gathered from it.
+/// list gathered from it. Without a kept session, the handshake of the client's era goes first
+/// (`server/discover` or `initialize`); a server that refuses it gets the other era's.
 #[derive(Debug)]
 pub(crate) struct Backend {
     pub(crate) server: String,
     session: Option<Session>,
+    /// Whether the client speaks the stateless era (its handshake goes first).
+    client_stateless: bool,
+    /// Handshakes tried since the session was last opened (the second is the last).
+    handshakes: u8,
     /// Whether the session was opened by this backend (to be kept once the server took
     /// `notifications/initialized`).
     opened: bool,
@@ -295,6 +301,7 @@ pub(crate) struct Backend {
 
 #[derive(Debug, PartialEq)]
 enum Step {
+    Discover,
     Initialize,
     Initialized,
     /// Asking for the list's page after `cursor`.
@@ -311,37 +318,62 @@ const METHOD_NOT_FOUND: i64 = -32601;
 
 /// The ids of the gateway's own requests to servers.
 const INITIALIZE_ID: &str = "gateway-initialize";
+const DISCOVER_ID: &str = "gateway-discover";
 const LIST_ID: &str = "gateway-list";
 
 impl Backend {
-    /// `server`'s backend for a request of a stateless-era client: the request goes as it is,
-    /// in no session (the server speaks that era).
-    pub(crate) fn stateless(server: &str) -> Backend {
-        let session = Session { id: None, version: STATELESS_VERSION.to_string() };
-        Backend::new(server, Some(session), None)
-    }
-
-    /// `server`'s backend, with the session kept for it (if any); `list`: what to gather.
-    pub(crate) fn new(server: &str, session: Option<Session>, list: Option<List>) -> Backend {
+    /// `server`'s backend for a client of the stateless era or not, with the session kept for
+    /// it (if any); `list`: what to gather.
+    pub(crate) fn new(server: &str, client_stateless: bool, session: Option<Session>, list: Option<List>) -> Backend {
         let step = match (&session, list) {
             (None, _) => Step::Initialize,
             (Some(_), Some(_)) => Step::Page { cursor: None, pages: 0 },
             (Some(_), None) => Step::Ready,
         };
-        Backend {
+        let mut backend = Backend {
             server: server.to_string(),
             session,
+            client_stateless,
+            handshakes: 0,
             opened: false,
             initialized: false,
             step,
             list,
             items: Vec::new(),
+        };
+        if backend.step == Step::Initialize {
+            backend.step = backend.handshake();
         }
+        backend
+    }
+
+    /// The next handshake to try: the client's era's first, then the other's (None once both
+    /// were tried).
+    fn handshake(&mut self) -> Step {
+        self.handshakes += 1;
+        match (self.handshakes, self.client_stateless) {
+            (1, true) | (2, false) => Step::Discover,
+            (1, false) | (2, true) => Step::Initialize,
+            _ => Step::Failed("it speaks neither protocol era the gateway does".to_string()),
+        }
+    }
+
+    /// Whether requests to the server go in the stateless era.
+    pub(crate) fn is_stateless(&self) -> bool {
+        self.session.as_ref().is_some_and(Session::is_stateless)
     }
 
     /// The call to make now; None once ready or failed.
     pub(crate) fn next_call(&self) -> Option<BackendCall> {
         let body = match &self.step {
+            Step::Discover => {
+                let params = json!({"_meta": envelope()});
+                let body = json!({"jsonrpc": "2.0", "id": DISCOVER_ID, "method": "server/discover", "params": params});
+                let mut headers = self.session_headers();
+                headers.push(("mcp-protocol-version".to_string(), STATELESS_VERSION.to_string()));
+                headers.push(("mcp-method".to_string(), "server/discover".to_string()));
+                return Some(BackendCall { body: body.to_string().into_bytes(), headers });
+            }
             Step::Initialize => json!({"jsonrpc": "2.0", "id": INITIALIZE_ID, "method": "initialize", "params": {
                 "protocolVersion": VERSIONS[0],
                 // What the server may ask on a call's stream: the client answers through the
@@ -352,15 +384,26 @@ impl Backend {
             Step::Initialized => json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
             Step::Page { cursor, .. } => {
                 let method = self.list.map(List::method).unwrap_or_default();
-                let params = match cursor {
+                let mut params = match cursor {
                     Some(cursor) => json!({"cursor": cursor}),
                     None => json!({}),
                 };
-                json!({"jsonrpc": "2.0", "id": LIST_ID, "method": method, "params": params})
+                if let (true, Some(fields)) = (self.is_stateless(), params.as_object_mut()) {
+                    fields.insert("_meta".to_string(), envelope());
+                }
+                let mut headers = self.session_headers();
+                headers.extend(self.method_header(method));
+                let body = json!({"jsonrpc": "2.0", "id": LIST_ID, "method": method, "params": params});
+                return Some(BackendCall { body: body.to_string().into_bytes(), headers });
             }
             Step::Ready | Step::Failed(_) => return None,
         };
         Some(BackendCall { body: body.to_string().into_bytes(), headers: self.session_headers() })
+    }
+
+    /// The `Mcp-Method` header a request of `method` carries to a server of the stateless era.
+    pub(crate) fn method_header(&self, method: &str) -> Option<(String, String)> {
+        self.is_stateless().then(|| ("mcp-method".to_string(), method.to_string()))
     }
 
     /// The headers that put a request in the server's session.
@@ -386,12 +429,30 @@ impl Backend {
                 self.session = None;
                 // The list starts again in the new session.
                 self.items.clear();
-                Step::Initialize
+                self.handshakes = 0;
+                self.handshake()
             }
-            _ if !(200..300).contains(&status) => Step::Failed(match status {
-                0 => "it did not answer".to_string(),
-                status => format!("it answered HTTP {status}"),
-            }),
+            // A server that refuses one era's handshake (as a bad request, an unknown path or
+            // method, or with an error) may speak the other; one that refuses the caller (401,
+            // 403, 429) fails with its status.
+            Step::Discover | Step::Initialize if matches!(status, 400 | 404 | 405 | 406) => self.handshake(),
+            Step::Discover => match answer_in(content_type, body, &json!(DISCOVER_ID)) {
+                Some(answer) => {
+                    let versions = answer.pointer("/result/supportedVersions").and_then(Value::as_array);
+                    match versions.is_some_and(|v| v.iter().any(|v| v == STATELESS_VERSION)) {
+                        true => {
+                            self.session = Some(Session { id: None, version: STATELESS_VERSION.to_string() });
+                            self.opened = true;
+                            self.initialized = true;
+                            self.after_handshake()
+                        }
+                        false => self.handshake(),
+                    }
+                }
+                None if (200..300).contains(&status) => self.handshake(),
+                None => Step::Failed(Backend::unanswered(status)),
+            },
+            _ if !(200..300).contains(&status) => Step::Failed(Backend::unanswered(status)),
             Step::Initialize => match answer_in(content_type, body, &json!(INITIALIZE_ID)) {
                 Some(answer) => match answer.pointer("/result/protocolVersion").and_then(Value::as_str) {
                     Some(version) => {
@@ -400,20 +461,31 @@ impl Backend {
                         self.opened = true;
                         Step::Initialized
                     }
-                    None => Step::Failed("it refused to initialize".to_string()),
+                    None => self.handshake(),
                 },
                 None => Step::Failed("its answer to initialize is not JSON-RPC".to_string()),
             },
             Step::Initialized => {
                 self.initialized = true;
-                match self.list {
-                    Some(_) => Step::Page { cursor: None, pages: 0 },
-                    None => Step::Ready,
-                }
+                self.after_handshake()
             }
             Step::Page { pages, .. } => self.page(content_type, body, pages + 1),
             done => done,
         };
+    }
+
+    fn after_handshake(&self) -> Step {
+        match self.list {
+            Some(_) => Step::Page { cursor: None, pages: 0 },
+            None => Step::Ready,
+        }
+    }
+
+    fn unanswered(status: u16) -> String {
+        match status {
+            0 => "it did not answer".to_string(),
+            status => format!("it answered HTTP {status}"),
+        }
     }
 
     fn page(&mut self, content_type: &[u8], body: &[u8], pages: u32) -> Step {
@@ -460,6 +532,36 @@ impl Backend {
     pub(crate) fn opened_session(&self) -> Option<&Session> {
         self.session.as_ref().filter(|_| self.opened && self.initialized)
     }
+}
+
+/// The envelope a request of the stateless era carries in `params._meta`: the version, and
+/// what the gateway can answer of the server's (nothing: a stateless server cannot ask).
+fn envelope() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": STATELESS_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "model-gateway", "version": env!("CARGO_PKG_VERSION")},
+    })
+}
+
+/// A session-era client's request (`body`) as a server of the stateless era takes it: with the
+/// envelope in `params._meta` (what the client put there stays).
+pub(crate) fn enveloped(body: &[u8]) -> Vec<u8> {
+    let Ok(mut message) = serde_json::from_slice::<Value>(body) else {
+        return body.to_vec();
+    };
+    if let Some(fields) = message.as_object_mut() {
+        let params = fields.entry("params").or_insert_with(|| json!({}));
+        if let Some(params) = params.as_object_mut() {
+            let meta = params.entry("_meta").or_insert_with(|| json!({}));
+            if let (Some(meta), Value::Object(envelope)) = (meta.as_object_mut(), envelope()) {
+                for (key, value) in envelope {
+                    meta.entry(key).or_insert(value);
+                }
+            }
+        }
+    }
+    message.to_string().into_bytes()
 }
 
 /// The aggregate's answer to a list: every server's items, in the members' order, each name

@@ -122,6 +122,14 @@ pub(super) fn answer_outcome(message: &Value, id: &Value) -> Option<Outcome> {
     })
 }
 
+/// A result as a client of `era` reads it: a stateless-era client's carries `resultType`.
+pub(crate) fn for_era(mut result: Value, stateless: bool) -> Value {
+    if let (true, Some(fields)) = (stateless, result.as_object_mut()) {
+        fields.insert("resultType".to_string(), Value::String("complete".to_string()));
+    }
+    result
+}
+
 /// The JSON-RPC error code of a tool call the config's guardrails denied.
 const DENIED_CODE: i64 = -32003;
 const DENIED_MESSAGE: &str = "the gateway's guardrails denied this tool call: see hook_results";

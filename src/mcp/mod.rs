@@ -10,7 +10,9 @@ mod servers;
 mod tools;
 
 pub(crate) use aggregate::{client_session, forget_session, keep_session, kept_session, Backend, List, Plan};
-pub(crate) use message::{answer_in, denied_answer, prefixed, read as read_message, AnswerWatch, Message, Outcome};
+pub(crate) use message::{
+    answer_in, denied_answer, for_era, prefixed, read as read_message, AnswerWatch, Message, Outcome,
+};
 pub(crate) use servers::{deserialize as deserialize_servers, is_server_id, Server, Servers};
 pub(crate) use tools::{unknown_tool, AnswerRewrite, Edit, ToolPolicy};
 

@@ -62,9 +62,11 @@ pub(crate) fn unknown_tool(id: Option<&Value>, name: &str) -> Vec<u8> {
 pub(crate) enum Edit {
     /// A `tools/list` answer loses the tools the caller may not use.
     Tools(ToolPolicy),
-    /// The server's own requests on a call's stream (elicitation, sampling) carry ids the
-    /// aggregate endpoint routes the client's answers back by (`super::message::server_request_id`).
-    ServerRequests(String),
+    /// An answer routed through the aggregate endpoint from `server`: the server's own requests
+    /// on a call's stream (elicitation, sampling) carry ids the endpoint routes the client's
+    /// answers back by (`super::message::server_request_id`); with `result_type`, the result
+    /// gains the `resultType` a stateless-era client needs (its server speaks the session era).
+    Member { server: String, result_type: bool },
 }
 
 /// A server's answer on its way to the caller, rewritten (`Edit`): a JSON answer held whole and
@@ -92,7 +94,8 @@ impl AnswerRewrite {
     pub(crate) fn new(id: Value, edit: Edit, content_type: &[u8]) -> Option<AnswerRewrite> {
         let form = match (super::message::answer_form(content_type)?, &edit) {
             (super::message::AnswerForm::Json, Edit::Tools(_)) => Form::Json(Vec::new()),
-            (super::message::AnswerForm::Json, Edit::ServerRequests(_)) => return None,
+            (super::message::AnswerForm::Json, Edit::Member { result_type: false, .. }) => return None,
+            (super::message::AnswerForm::Json, Edit::Member { .. }) => Form::Json(Vec::new()),
             (super::message::AnswerForm::Sse, _) => Form::Sse(Events::default()),
         };
         Some(AnswerRewrite { id, edit, form, outcome: None })
@@ -155,8 +158,12 @@ impl AnswerRewrite {
                 self.outcome = policy.filter_answer(message, &self.id);
                 self.outcome.is_some()
             }
-            Edit::ServerRequests(server) => {
+            Edit::Member { server, result_type } => {
                 self.outcome = super::message::answer_outcome(message, &self.id);
+                if let (true, Some(_), Some(result)) = (*result_type, self.outcome, message.get_mut("result")) {
+                    *result = super::message::for_era(std::mem::take(result), true);
+                    return true;
+                }
                 let request = message.get("method").is_some();
                 match message.get_mut("id").filter(|_| request) {
                     Some(id) => {
@@ -386,7 +393,7 @@ mod tests {
 
     #[test]
     fn a_servers_requests_on_a_calls_stream_get_routable_ids() {
-        let edit = Edit::ServerRequests("files".into());
+        let edit = Edit::Member { server: "files".into(), result_type: false };
         assert!(AnswerRewrite::new(json!(4), edit.clone(), b"application/json").is_none(), "JSON carries none");
         let mut rewrite = AnswerRewrite::new(json!(4), edit, b"text/event-stream").unwrap();
         let stream = concat!(
@@ -407,5 +414,26 @@ mod tests {
         assert_eq!(request["id"], "files__0");
         assert!(events[2].contains("\"id\":4"), "the answer passes as it came");
         assert_eq!(rewrite.outcome(), Some(Outcome::ToolError));
+    }
+
+    #[test]
+    fn a_session_era_servers_result_gains_the_result_type_a_stateless_client_needs() {
+        let edit = Edit::Member { server: "files".into(), result_type: true };
+        let mut json = AnswerRewrite::new(json!(4), edit.clone(), b"application/json").unwrap();
+        assert!(json.push(br#"{"jsonrpc":"2.0","id":4,"res"#, false).is_empty(), "held whole");
+        let out: Value = serde_json::from_slice(&json.push(br#"ult":{"content":[]}}"#, true)).unwrap();
+        assert_eq!(out, json!({"jsonrpc": "2.0", "id": 4, "result": {"content": [], "resultType": "complete"}}));
+        let mut sse = AnswerRewrite::new(json!(4), edit, b"text/event-stream").unwrap();
+        let stream = concat!(
+            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n",
+            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"isError\":true}}\n\n",
+        );
+        let text = String::from_utf8(sse.push(stream.as_bytes(), true)).unwrap();
+        let (progress, answer) = text.split_once("\n\n").unwrap();
+        assert!(progress.ends_with(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#));
+        let answer: Value =
+            serde_json::from_str(answer.trim().strip_prefix("event: message\ndata: ").unwrap()).unwrap();
+        assert_eq!(answer["result"], json!({"isError": true, "resultType": "complete"}));
+        assert_eq!(sse.outcome(), Some(Outcome::ToolError));
     }
 }

@@ -334,17 +334,35 @@ def hooks():
 class McpUpstream:
     """An MCP server written with the official SDK (``server``, its tools the caller's) served by
     uvicorn on a free loopback port, in a thread of the test process, at ``url``; it records the
-    headers of every request it receives in ``seen_headers``: ``with McpUpstream(server) as up:``."""
+    headers of every request it receives in ``seen_headers``: ``with McpUpstream(server) as up:``.
 
-    def __init__(self, server: MCPServer):
+    ``era`` makes it a server of one protocol era, as a server built before (or only for) the
+    stateless one is: ``"session"`` refuses a request of 2026-07-28 (by its ``MCP-Protocol-Version``)
+    and ``"stateless"`` every other, each with a 400 carrying a JSON-RPC error, as the SDKs do a
+    version they do not speak; the refused requests' headers are in ``refused_headers``."""
+
+    STATELESS = "2026-07-28"
+
+    def __init__(self, server: MCPServer, era: str = "both"):
         self.port = free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.seen_headers: list[dict[str, str]] = []
+        self.refused_headers: list[dict[str, str]] = []
         app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
 
         async def recording(scope, receive, send):
             if scope["type"] == "http":
-                self.seen_headers.append({k.decode().lower(): v.decode() for k, v in scope["headers"]})
+                headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+                stateless = headers.get("mcp-protocol-version") == self.STATELESS
+                if era != "both" and stateless != (era == "stateless"):
+                    self.refused_headers.append(headers)
+                    message = f"Bad Request: Unsupported protocol version: {headers.get('mcp-protocol-version')}"
+                    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}})
+                    await send({"type": "http.response.start", "status": 400,
+                                "headers": [(b"content-type", b"application/json")]})
+                    await send({"type": "http.response.body", "body": body.encode()})
+                    return
+                self.seen_headers.append(headers)
             await app(scope, receive, send)
 
         config = uvicorn.Config(recording, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")

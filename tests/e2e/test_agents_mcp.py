@@ -104,15 +104,17 @@ def assert_only_the_gateway_reached(server: WordServer) -> None:
 
 
 def assert_era_reached(server: WordServer, era: str) -> None:
-    """What the server heard of an agent of `era` through the aggregate: the gateway gathered the
-    list in a session of its own with the server (the newest version of that era); the call went in
-    that session (a 2025 agent) or as the agent's own stateless request (2026-07-28), naming the tool
-    as the server names it."""
-    assert any("mcp-session-id" in h for h in server.seen_headers), "the list was gathered in a session"
+    """What the server (of both eras) heard of an agent of `era` through the aggregate: the gateway
+    spoke the agent's era to it. A 2025 agent's list and call went in a session of the gateway's own
+    with the server (the newest version of that era); a 2026-07-28 agent's in none, each request
+    stateless, the call naming the tool as the server names it."""
     if era == "2026-07-28":
+        assert not any("mcp-session-id" in h for h in server.seen_headers), "no session was opened"
+        assert {h.get("mcp-protocol-version") for h in server.seen_headers} == {era}
         calls = [h for h in server.seen_headers if h.get("mcp-method") == "tools/call"]
         assert [(h.get("mcp-protocol-version"), h.get("mcp-name")) for h in calls] == [(era, "lookup_word")], calls
     else:
+        assert any("mcp-session-id" in h for h in server.seen_headers), "the list was gathered in a session"
         # (The first request of a session, `initialize`, names no version yet.)
         assert {h.get("mcp-protocol-version") for h in server.seen_headers} - {None} == {"2025-11-25"}
         assert not any("mcp-method" in h for h in server.seen_headers)

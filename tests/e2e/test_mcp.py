@@ -39,7 +39,7 @@ class UpstreamServer(McpUpstream):
     """The MCP server behind the gateway in these tests: tools (one that fails, one that streams
     progress), a prompt and a resource; it records the headers of every request it receives."""
 
-    def __init__(self):
+    def __init__(self, era: str = "both"):
         # Set by the client's progress callback; the progress tool returns once it is set.
         self.progress_seen = threading.Event()
         self.added: list[tuple[int, int]] = []  # each call of `add` the server ran
@@ -92,7 +92,7 @@ class UpstreamServer(McpUpstream):
             """A fixed text."""
             return "static text from the server"
 
-        super().__init__(server)
+        super().__init__(server, era)
 
 
 @pytest.fixture(scope="module")
@@ -500,9 +500,10 @@ def test_the_aggregate_lists_every_servers_tools_prefixed_and_calls_each_through
     for headers in upstream.seen_headers:
         assert headers.get("authorization") == f"Bearer {SERVER_TOKEN}"
         assert helpers.KEY not in json.dumps(headers)
-    # Lists are gathered in the servers' sessions; a call of a 2026-07-28 client goes in none,
-    # naming the tool as the server names it.
-    assert any("mcp-session-id" in h for h in upstream.seen_headers), "the servers' sessions were used"
+    # The server speaks both eras, so it hears the client's: a 2025 client's lists and calls go in
+    # the server's sessions; a 2026-07-28 client's in none, a call naming the tool as the server does.
+    sessions = any("mcp-session-id" in h for h in upstream.seen_headers)
+    assert sessions == (mode == "legacy"), "the servers' sessions were used for the session era only"
     if mode == "2026-07-28":
         named = {h.get("mcp-name") for h in upstream.seen_headers if h.get("mcp-method") == "tools/call"}
         assert named == {"add", "fail", "count_with_progress"}, named
@@ -743,6 +744,54 @@ def test_a_call_the_client_cancels_through_the_aggregate_is_cancelled_at_its_ser
             return await anyio.to_thread.run_sync(upstream.cancelled.wait, 10)
 
     assert asyncio.run(session()), "the server's call was not cancelled"
+
+
+@pytest.fixture(scope="module")
+def era_servers():
+    """A server that speaks only the session era, and one that speaks only the stateless era."""
+    with UpstreamServer("session") as old, UpstreamServer("stateless") as new:
+        yield old, new
+
+
+@pytest.fixture(scope="module")
+def eras_gw(era_servers, start_gateway):
+    old, new = era_servers
+    servers = {"old": {"url": old.url}, "new": {"url": new.url}}
+    with start_gateway("mcp-eras", None, {"GATEWAY_MCP_SERVERS": json.dumps(servers)}) as gateway:
+        yield gateway
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_a_client_of_either_era_reaches_servers_of_either_era_through_the_aggregate(eras_gw, era_servers, mode):
+    """The gateway speaks to each server the client's era when the server has it, else the other,
+    and bridges what differs: a 2026-07-28 client gets the `resultType` a session-era server does
+    not send, and a session-era client's request reaches a stateless server with the era's
+    envelope and headers."""
+    old, new = era_servers
+    for server in era_servers:
+        server.seen_headers.clear()
+
+    async def session():
+        async with aggregate(eras_gw, mode=mode) as c:
+            tools = {t.name for t in (await c.list_tools()).tools}
+            assert {"old__add", "new__add", "old__confirm", "new__confirm"} <= tools, tools
+            for server in ["old", "new"]:
+                result = await c.call_tool(f"{server}__add", {"a": 20, "b": 22})
+                assert [b.text for b in result.content] == ["42"], (server, result)
+                prompt = await c.get_prompt(f"{server}__greet", {"name": "Ada"})
+                assert prompt.messages[0].content.text == "Hello, Ada!"
+
+    asyncio.run(session())
+    assert old.added == [(20, 22)] and new.added == [(20, 22)], "each server ran the call once"
+    # Each server heard only its own era: the old one in its session, the new one in none, with
+    # the method and the unprefixed name in headers.
+    calls = [h for h in old.seen_headers if h.get("mcp-session-id")]
+    assert calls and all(h["mcp-protocol-version"] == "2025-11-25" for h in calls), old.seen_headers
+    assert all(h.get("mcp-protocol-version") == "2026-07-28" and "mcp-session-id" not in h for h in new.seen_headers)
+    assert {(h["mcp-method"], h.get("mcp-name")) for h in new.seen_headers} >= \
+        {("tools/list", None), ("tools/call", "add"), ("prompts/get", "greet")}, new.seen_headers
+    old.added.clear()
+    new.added.clear()
 
 
 # --------------------------------------------------------------------------- OAuth (resource server)

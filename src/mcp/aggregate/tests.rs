@@ -104,7 +104,7 @@ fn a_clients_answer_goes_to_the_server_whose_request_it_answers() {
 
 #[test]
 fn a_backend_opens_a_session_then_follows_the_list_pages() {
-    let mut backend = Backend::new("files", None, Some(List::Tools));
+    let mut backend = Backend::new("files", false, None, Some(List::Tools));
     let first = backend.next_call().unwrap();
     let body: Value = serde_json::from_slice(&first.body).unwrap();
     assert_eq!(body["method"], "initialize");
@@ -138,10 +138,14 @@ fn a_backend_opens_a_session_then_follows_the_list_pages() {
 #[test]
 fn a_kept_session_the_server_lost_is_opened_again_once() {
     let kept = Session { id: Some("old".into()), version: "2025-11-25".into() };
-    let backend = Backend::new("files", Some(kept), None);
+    let backend = Backend::new("files", false, Some(kept), None);
     assert!(backend.is_done(), "ready at once");
-    let mut backend =
-        Backend::new("files", Some(Session { id: Some("old".into()), version: "v".into() }), Some(List::Prompts));
+    let mut backend = Backend::new(
+        "files",
+        false,
+        Some(Session { id: Some("old".into()), version: "v".into() }),
+        Some(List::Prompts),
+    );
     assert!(backend.next_call().unwrap().headers.contains(&("mcp-session-id".into(), "old".into())));
     backend.answered(404, None, b"application/json", b"{}");
     let again: Value = serde_json::from_slice(&backend.next_call().unwrap().body).unwrap();
@@ -153,25 +157,19 @@ fn a_kept_session_the_server_lost_is_opened_again_once() {
 
 #[test]
 fn backends_fail_with_a_reason() {
-    let cases: [(u16, &[u8], &[u8], &str); 4] = [
+    let cases: [(u16, &[u8], &[u8], &str); 3] = [
         (0, b"", b"", "it did not answer"),
         (500, b"application/json", b"{}", "it answered HTTP 500"),
         (200, b"text/html", b"<html>", "its answer to initialize is not JSON-RPC"),
-        (
-            200,
-            b"application/json",
-            br#"{"jsonrpc":"2.0","id":"gateway-initialize","error":{"code":-32600,"message":"no"}}"#,
-            "it refused to initialize",
-        ),
     ];
     for (status, content_type, body, why) in cases {
-        let mut backend = Backend::new("s", None, Some(List::Tools));
+        let mut backend = Backend::new("s", false, None, Some(List::Tools));
         backend.answered(status, None, content_type, body);
         assert_eq!(backend.failure(), Some(why));
         assert_eq!(backend.next_call(), None);
     }
     let session = Session { id: None, version: "2025-06-18".into() };
-    let mut backend = Backend::new("s", Some(session), Some(List::Tools));
+    let mut backend = Backend::new("s", false, Some(session), Some(List::Tools));
     let error = br#"{"jsonrpc":"2.0","id":"gateway-list","error":{"code":-32000,"message":"database down"}}"#;
     backend.answered(200, None, b"application/json", error);
     assert_eq!(backend.failure(), Some("it answered the list with an error: database down"));
@@ -181,7 +179,7 @@ fn backends_fail_with_a_reason() {
 fn lists_merge_prefixed_without_withheld_tools_and_failures_follow_the_servers_failure() {
     let ready = |server: &str, items: Value| {
         let session = Session { id: None, version: "2025-06-18".into() };
-        let mut backend = Backend::new(server, Some(session), Some(List::Tools));
+        let mut backend = Backend::new(server, false, Some(session), Some(List::Tools));
         backend.answered(200, None, b"application/json", &json_answer(LIST_ID, json!({ "tools": items })));
         backend
     };
@@ -190,7 +188,7 @@ fn lists_merge_prefixed_without_withheld_tools_and_failures_follow_the_servers_f
         json!([{"name": "read", "inputSchema": {"type": "object"}}, {"name": "delete"}, {"no": "name"}]),
     );
     let search = ready("search", json!([{"name": "web", "annotations": {"readOnlyHint": true}}]));
-    let mut broken = Backend::new("broken", None, Some(List::Tools));
+    let mut broken = Backend::new("broken", false, None, Some(List::Tools));
     broken.answered(0, None, b"", b"");
     let policy = ToolPolicy::new("files", &Tools::Deny(vec!["delete".into()]), None).unwrap();
     let id = json!("l1");
@@ -248,15 +246,90 @@ fn stateless_names_travel_in_a_header() {
     assert_eq!(name_header("read_file"), "read_file");
     assert_eq!(name_header("café"), "=?base64?Y2Fmw6k=?=");
     assert_eq!(name_header(" edge"), "=?base64?IGVkZ2U=?=");
-    let backend = Backend::stateless("files");
-    assert!(backend.is_done() && backend.opened_session().is_none());
-    assert_eq!(backend.session_headers()[1], ("mcp-protocol-version".to_string(), STATELESS_VERSION.to_string()));
+}
+
+fn header<'a>(call: &'a BackendCall, name: &str) -> Option<&'a str> {
+    call.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
+fn discovered(versions: Value) -> Vec<u8> {
+    json_answer(DISCOVER_ID, json!({"supportedVersions": versions, "capabilities": {}}))
+}
+
+#[test]
+fn a_stateless_clients_backend_discovers_the_server_and_lists_in_no_session() {
+    let mut backend = Backend::new("files", true, None, Some(List::Tools));
+    let discover = backend.next_call().unwrap();
+    let body: Value = serde_json::from_slice(&discover.body).unwrap();
+    assert_eq!(body["method"], "server/discover");
+    assert_eq!(body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], STATELESS_VERSION);
+    assert_eq!(header(&discover, "mcp-protocol-version"), Some(STATELESS_VERSION));
+    assert_eq!(header(&discover, "mcp-method"), Some("server/discover"));
+    backend.answered(200, None, b"application/json", &discovered(json!(["2026-07-28", "2025-11-25"])));
+    let page = backend.next_call().unwrap();
+    let body: Value = serde_json::from_slice(&page.body).unwrap();
+    assert_eq!(body["method"], "tools/list");
+    assert!(body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"].is_object());
+    assert_eq!(header(&page, "mcp-method"), Some("tools/list"));
+    assert_eq!(header(&page, "mcp-session-id"), None);
+    backend.answered(200, None, b"application/json", &json_answer(LIST_ID, json!({"tools": [{"name": "a"}]})));
+    assert!(backend.is_done() && backend.failure().is_none() && backend.is_stateless());
+    let kept = Session { id: None, version: STATELESS_VERSION.into() };
+    assert_eq!(backend.opened_session(), Some(&kept));
+    // Kept, it needs no handshake; a routed request carries the era's method header.
+    let again = Backend::new("files", false, Some(kept), None);
+    assert!(again.is_done() && again.method_header("tools/call") == Some(("mcp-method".into(), "tools/call".into())));
+}
+
+#[test]
+fn a_server_that_refuses_one_eras_handshake_gets_the_others() {
+    // A session-only server refuses `server/discover`: the stateless client is served in a session.
+    let mut backend = Backend::new("old", true, None, None);
+    backend.answered(400, None, b"application/json", br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600}}"#);
+    let initialize: Value = serde_json::from_slice(&backend.next_call().unwrap().body).unwrap();
+    assert_eq!(initialize["method"], "initialize");
+    initialized_as(&mut backend, "s-1", "2025-11-25");
+    backend.answered(202, None, b"", b"");
+    assert!(backend.is_done() && !backend.is_stateless() && backend.method_header("tools/call").is_none());
+    assert_eq!(backend.session_id(), Some("s-1"));
+    // A stateless-only server refuses `initialize` (an error, or a 4xx): a session-era client's
+    // requests go to it in the stateless era.
+    for (status, refusal) in [(200, json!({"code": -32601, "message": "no"})), (400, json!({"code": -32600}))] {
+        let mut backend = Backend::new("new", false, None, None);
+        let answer = json!({"jsonrpc": "2.0", "id": INITIALIZE_ID, "error": refusal}).to_string();
+        backend.answered(status, None, b"application/json", answer.as_bytes());
+        let discover: Value = serde_json::from_slice(&backend.next_call().unwrap().body).unwrap();
+        assert_eq!(discover["method"], "server/discover");
+        backend.answered(200, None, b"application/json", &discovered(json!(["2026-07-28"])));
+        assert!(backend.is_done() && backend.is_stateless(), "{status}");
+    }
+    // A server that speaks neither fails, naming why; one that does not answer fails at once.
+    let mut backend = Backend::new("odd", false, None, None);
+    backend.answered(405, None, b"", b"");
+    backend.answered(200, None, b"application/json", &discovered(json!(["2027-01-01"])));
+    assert_eq!(backend.failure(), Some("it speaks neither protocol era the gateway does"));
+    for (status, why) in [(0, "it did not answer"), (401, "it answered HTTP 401")] {
+        let mut backend = Backend::new("down", true, None, None);
+        backend.answered(status, None, b"", b"");
+        assert_eq!(backend.failure(), Some(why));
+    }
+}
+
+#[test]
+fn a_session_era_clients_request_gets_the_stateless_envelope_keeping_its_own_meta() {
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"progressToken":3}}}"#;
+    let sent: Value = serde_json::from_slice(&enveloped(body)).unwrap();
+    let meta = &sent["params"]["_meta"];
+    assert_eq!((meta["progressToken"].clone(), sent["params"]["name"].clone()), (json!(3), json!("a")));
+    assert_eq!(meta["io.modelcontextprotocol/protocolVersion"], STATELESS_VERSION);
+    let bare: Value = serde_json::from_slice(&enveloped(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)).unwrap();
+    assert!(bare["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"].is_object());
 }
 
 #[test]
 fn a_server_without_the_list_has_none_and_its_session_is_kept_even_when_its_list_fails() {
     let opened = |list: List, answer: &[u8]| {
-        let mut backend = Backend::new("s", None, Some(list));
+        let mut backend = Backend::new("s", false, None, Some(list));
         initialized_as(&mut backend, "s-9", "2025-06-18");
         backend.answered(202, None, b"", b"");
         backend.answered(200, None, b"application/json", answer);
@@ -273,7 +346,7 @@ fn a_server_without_the_list_has_none_and_its_session_is_kept_even_when_its_list
 #[test]
 fn a_list_started_again_in_a_new_session_has_no_items_twice() {
     let session = Session { id: Some("old".into()), version: "2025-06-18".into() };
-    let mut backend = Backend::new("s", Some(session), Some(List::Tools));
+    let mut backend = Backend::new("s", false, Some(session), Some(List::Tools));
     let first = json_answer(LIST_ID, json!({"tools": [{"name": "a"}], "nextCursor": "2"}));
     backend.answered(200, None, b"application/json", &first);
     backend.answered(404, None, b"", b"");
