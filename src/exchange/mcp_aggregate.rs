@@ -128,8 +128,13 @@ impl Exchange {
                 self.answer(env, 200, body)
             }
             Plan::Gather(list) => {
-                let store = env.io.host().store();
+                let host = env.io.host();
+                let (store, now_ms) = (host.store(), host.now_ms());
                 let backends = aggregate.members.iter().enumerate().map(|(index, member)| {
+                    let listed = mcp::aggregate::kept_list(store, &aggregate.list_identity(member, list), now_ms);
+                    if let Some(items) = listed {
+                        return (index, Backend::listed(&member.id, items), None);
+                    }
                     let kept = mcp::kept_session(store, &aggregate.session_identity(&member.id));
                     (index, Backend::new(&member.id, aggregate.stateless, kept, Some(list)), None)
                 });
@@ -178,12 +183,13 @@ impl Exchange {
             let Some(call) = backend.next_call() else {
                 continue;
             };
-            let Some(member) = spoken.aggregate.members.get(*index) else {
-                backend.answered(0, None, b"", b"");
-                continue;
-            };
-            match self.call_member(env, &member.server, (call.body, call.headers), BACKEND_TIMEOUT_MS) {
+            let member = spoken.aggregate.members.get(*index);
+            let started = member.and_then(|member| {
+                self.call_member(env, &member.server, (call.body, call.headers), BACKEND_TIMEOUT_MS)
+            });
+            match started {
                 Some(call) => *token = Some(call),
+                // A call that cannot start fails its backend, as one without an answer.
                 None => backend.answered(0, None, b"", b""),
             }
         }
@@ -347,10 +353,15 @@ impl Exchange {
     /// whose failure fails it.
     fn gathered(&mut self, env: &mut Env, list: List, held: &Spoken) -> Action {
         let mut parts = Vec::with_capacity(held.backends.len());
+        let now_ms = env.io.host().now_ms();
         for (index, backend, _) in &held.backends {
             let Some(member) = held.aggregate.members.get(*index) else {
                 continue;
             };
+            if let Some(ttl_ms) = backend.list_ttl_ms() {
+                let identity = held.aggregate.list_identity(member, list);
+                mcp::aggregate::keep_list(env.io.host().store(), &identity, &backend.items, (ttl_ms, now_ms));
+            }
             if let Some(why) = backend.failure() {
                 log::warn!("MCP server '{}' left out of {}: {why}", member.id, list.method());
                 let name = super::metrics::mcp_request(&member.id, list.method(), Outcome::Error);

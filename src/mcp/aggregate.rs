@@ -29,6 +29,14 @@ pub(crate) const STATELESS_VERSION: &str = "2026-07-28";
 const MAX_PAGES: u32 = 20;
 /// Slots of the servers' sessions in shared data (`mcp:session:0` ..).
 const SESSION_SLOTS: u64 = 1024;
+/// Slots of the servers' lists in shared data (`mcp:list:0` ..).
+const LIST_SLOTS: u64 = 256;
+/// A server's list larger than this (as JSON) is not kept.
+const MAX_KEPT_LIST: usize = 256 * 1024;
+/// How long a server's list is kept when it does not say (the session era's never do).
+const DEFAULT_LIST_TTL_MS: u64 = 5_000;
+/// The longest a list is kept, whatever its server says: a changed list is seen this soon.
+const MAX_LIST_TTL_MS: u64 = 600_000;
 /// A client's session id longer than this is not one of the gateway's.
 const MAX_SESSION_ID: usize = 128;
 /// A server's session id longer than this is not kept (the server then keeps none for us).
@@ -271,6 +279,47 @@ pub(crate) fn keep_session(store: &dyn SharedStore, identity: &str, session: Opt
     store.set(&session_slot(identity), value.as_bytes(), 0);
 }
 
+/// Whose a server's kept list is: the workspace (lists are kept per workspace), the server (by
+/// its id and URL: a server moved elsewhere is asked again) and the list.
+pub(crate) fn list_identity(workspace: &str, id: &str, server: &super::Server, list: List) -> String {
+    let upstream = &server.upstream;
+    let scheme = if upstream.tls { "https" } else { "http" };
+    format!("{workspace}\n{id}\n{scheme}://{}{}\n{}", upstream.authority, upstream.base_path, list.method())
+}
+
+fn list_slot(identity: &str) -> String {
+    let hash = Hasher::seeded(11).part(Some(identity.as_bytes())).finish();
+    format!("mcp:list:{}", hash % LIST_SLOTS)
+}
+
+/// The list kept for `identity`, while it is fresh at `now_ms`.
+pub(crate) fn kept_list(store: &dyn SharedStore, identity: &str, now_ms: u64) -> Option<Vec<Value>> {
+    let (value, _) = store.get(&list_slot(identity))?;
+    let mut parts = value.splitn(3, |byte| *byte == 0);
+    if parts.next() != Some(identity.as_bytes()) {
+        return None;
+    }
+    let expires: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    if now_ms >= expires {
+        return None;
+    }
+    serde_json::from_slice(parts.next()?).ok()
+}
+
+/// Keeps a server's list (`items`) for `identity` for `ttl_ms` from `now_ms` (the latest wins
+/// the slot); a list too large to keep is not.
+pub(crate) fn keep_list(store: &dyn SharedStore, identity: &str, items: &[Value], (ttl_ms, now_ms): (u64, u64)) {
+    let Ok(json) = serde_json::to_vec(items) else {
+        return;
+    };
+    if json.len() > MAX_KEPT_LIST {
+        return;
+    }
+    let mut value = format!("{identity}\0{}\0", now_ms.saturating_add(ttl_ms)).into_bytes();
+    value.extend_from_slice(&json);
+    store.set(&list_slot(identity), &value, 0);
+}
+
 /// One call the gateway makes to a server: its body and the MCP headers it carries.
 #[derive(Debug, PartialEq)]
 pub(crate) struct BackendCall {
@@ -297,6 +346,10 @@ pub(crate) struct Backend {
     list: Option<List>,
     /// The list's items so far, as the server named them.
     pub(crate) items: Vec<Value>,
+    /// The shortest `ttlMs` of the list's pages so far.
+    ttl_ms: Option<u64>,
+    /// Whether the items came from the list kept in shared data.
+    kept: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -340,11 +393,32 @@ impl Backend {
             step,
             list,
             items: Vec::new(),
+            ttl_ms: None,
+            kept: false,
         };
         if backend.step == Step::Initialize {
             backend.step = backend.handshake();
         }
         backend
+    }
+
+    /// `server`'s backend whose list is the one kept for it: nothing to ask.
+    pub(crate) fn listed(server: &str, items: Vec<Value>) -> Backend {
+        let mut backend = Backend::new(server, false, None, None);
+        backend.step = Step::Ready;
+        backend.items = items;
+        backend.kept = true;
+        backend
+    }
+
+    /// How long the list it gathered may be kept: None when it was kept already, failed, or
+    /// its server said not to keep it (`ttlMs: 0`).
+    pub(crate) fn list_ttl_ms(&self) -> Option<u64> {
+        if self.kept || self.list.is_none() || self.step != Step::Ready {
+            return None;
+        }
+        let ttl = self.ttl_ms.unwrap_or(DEFAULT_LIST_TTL_MS).min(MAX_LIST_TTL_MS);
+        (ttl > 0).then_some(ttl)
     }
 
     /// The next handshake to try: the client's era's first, then the other's (None once both
@@ -429,6 +503,7 @@ impl Backend {
                 self.session = None;
                 // The list starts again in the new session.
                 self.items.clear();
+                self.ttl_ms = None;
                 self.handshakes = 0;
                 self.handshake()
             }
@@ -504,6 +579,9 @@ impl Backend {
             return Step::Failed(format!("its list has no {field}"));
         };
         self.items.extend(items.iter().cloned());
+        if let Some(ttl) = answer.pointer("/result/ttlMs").and_then(Value::as_u64) {
+            self.ttl_ms = Some(self.ttl_ms.map_or(ttl, |kept| kept.min(ttl)));
+        }
         match answer.pointer("/result/nextCursor").and_then(Value::as_str) {
             Some(cursor) if pages < MAX_PAGES => Step::Page { cursor: Some(cursor.to_string()), pages },
             _ => Step::Ready,

@@ -100,6 +100,8 @@ pub(crate) enum Target {
 pub(crate) struct Aggregate {
     /// The caller's identity: its key's id, or its key's hash (never the key).
     pub(crate) caller: String,
+    /// The caller's workspace (the servers' lists are kept per workspace).
+    pub(crate) workspace: String,
     /// The client's session with the gateway (its `Mcp-Session-Id`).
     pub(crate) client_session: Option<String>,
     /// Whether the client speaks the stateless era (2026-07-28).
@@ -124,6 +126,11 @@ impl Aggregate {
     /// Whose member `server`'s session is.
     pub(crate) fn session_identity(&self, server: &str) -> String {
         aggregate::session_identity(&self.caller, self.client_session.as_deref(), server)
+    }
+
+    /// Whose `member`'s kept `list` is.
+    pub(crate) fn list_identity(&self, member: &Member, list: List) -> String {
+        aggregate::list_identity(&self.workspace, &member.id, &member.server, list)
     }
 }
 

@@ -104,7 +104,8 @@ pub(super) fn start_mcp(
         let client_session = mcp::client_session(headers::find(raw, "mcp-session-id")).map(str::to_string);
         let version = headers::find(raw, "mcp-protocol-version");
         let stateless = version == Some(mcp::aggregate::STATELESS_VERSION.as_bytes());
-        let aggregate = mcp::Aggregate { caller, client_session, stateless, members: members.collect() };
+        let workspace = catalog.workspace.clone();
+        let aggregate = mcp::Aggregate { caller, workspace, client_session, stateless, members: members.collect() };
         let target = mcp::Target::Aggregate(Box::new(aggregate));
         return Ok(Started::Mcp { target, key_id: owner.key_id, policy, checks });
     };

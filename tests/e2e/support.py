@@ -348,9 +348,12 @@ class McpUpstream:
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.seen_headers: list[dict[str, str]] = []
         self.refused_headers: list[dict[str, str]] = []
+        self.seen_methods: list[str] = []  # the method of each JSON-RPC request or notification it read
         app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
 
         async def recording(scope, receive, send):
+            if scope["type"] == "http" and scope["method"] == "POST":
+                receive = await self._read_method(receive)
             if scope["type"] == "http":
                 headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
                 stateless = headers.get("mcp-protocol-version") == self.STATELESS
@@ -368,6 +371,27 @@ class McpUpstream:
         config = uvicorn.Config(recording, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    async def _read_method(self, receive):
+        """Reads the request's body for its method, and gives the app a ``receive`` that replays it."""
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        try:
+            self.seen_methods.append(json.loads(body).get("method"))
+        except (ValueError, AttributeError):
+            pass
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return replay
 
     def __enter__(self):
         self.thread.start()

@@ -17,6 +17,7 @@ import mcp_types as types
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
@@ -39,13 +40,15 @@ class UpstreamServer(McpUpstream):
     """The MCP server behind the gateway in these tests: tools (one that fails, one that streams
     progress), a prompt and a resource; it records the headers of every request it receives."""
 
-    def __init__(self, era: str = "both"):
+    def __init__(self, era: str = "both", list_ttl_ms: int | None = None):
         # Set by the client's progress callback; the progress tool returns once it is set.
         self.progress_seen = threading.Event()
         self.added: list[tuple[int, int]] = []  # each call of `add` the server ran
         self.waiting = threading.Event()  # `wait_for_cancel` runs
         self.cancelled = threading.Event()  # and was cancelled
-        server = MCPServer("gateway-e2e")
+        # `list_ttl_ms`: the `ttlMs` of its tool lists in the stateless era (the SDK's default is 0).
+        hints = {"tools/list": CacheHint(ttl_ms=list_ttl_ms)} if list_ttl_ms is not None else None
+        server = MCPServer("gateway-e2e", cache_hints=hints)
 
         @server.tool()
         def add(a: int, b: int) -> int:
@@ -518,6 +521,8 @@ def test_the_aggregate_reopens_a_server_session_the_server_ended(gw, upstream, f
     client never notices: a list asks again, a call is sent again, in a new session."""
     upstream.seen_headers.clear()
     upstream.added.clear()
+    # A workspace of its own: no list is kept for it yet, so the first one opens the sessions.
+    own = {"authorization": f"Bearer {helpers.workspace_key(gw)}"}
 
     async def end_the_servers_sessions():
         """Ends every session the server holds for the gateway, behind its back."""
@@ -530,7 +535,7 @@ def test_the_aggregate_reopens_a_server_session_the_server_ended(gw, upstream, f
                 assert r.status_code in (200, 204), r.text
 
     async def session():
-        async with aggregate(gw) as c:
+        async with aggregate(gw, own) as c:
             assert {t.name for t in (await c.list_tools()).tools} == AGGREGATE_TOOLS
             await end_the_servers_sessions()
             if first == "list":
@@ -545,6 +550,34 @@ def test_the_aggregate_reopens_a_server_session_the_server_ended(gw, upstream, f
 
     assert asyncio.run(session()) == (["8"], 1)
     assert upstream.added == [(4, 4), (1, 2)], "each call ran once"
+
+
+def list_twice(gateway, servers: list, mode: str = "legacy") -> list[list[int]]:
+    """Lists the aggregate's tools twice as a key of a new workspace: how many `tools/list` requests
+    each of `servers` got for each."""
+    key = helpers.workspace_key(gateway)
+
+    async def session():
+        counts = []
+        async with aggregate(gateway, {"authorization": f"Bearer {key}"}, mode=mode) as c:
+            for _ in range(2):
+                before = [server.seen_methods.count("tools/list") for server in servers]
+                await c.list_tools()
+                counts.append([s.seen_methods.count("tools/list") - b for s, b in zip(servers, before)])
+        return counts
+    return asyncio.run(session())
+
+
+def test_the_aggregate_keeps_each_servers_list_for_its_ttl_per_workspace(gw, upstream, eras_gw, era_servers):
+    """A list asked again while fresh is the kept one: for the server's `ttlMs`, else (the session
+    era says none) a few seconds; a `ttlMs` of 0 is never kept; another workspace's is its own."""
+    # Three members (`tools`, `no-fail`, `adder`) are one server: each asks it once, then none.
+    assert list_twice(gw, [upstream]) == [[3], [0]]
+    assert list_twice(gw, [upstream]) == [[3], [0]], "a workspace's lists are its own"
+    # In the stateless era this server says `ttlMs: 0`: asked each time.
+    assert list_twice(gw, [upstream], mode="2026-07-28") == [[3], [3]]
+    # A session-era server (no ttlMs) and a stateless one (a minute).
+    assert list_twice(eras_gw, list(era_servers), mode="2026-07-28") == [[1, 1], [0, 0]]
 
 
 def test_the_aggregate_answers_its_own_requests_and_refuses_a_get(gw):
@@ -748,8 +781,9 @@ def test_a_call_the_client_cancels_through_the_aggregate_is_cancelled_at_its_ser
 
 @pytest.fixture(scope="module")
 def era_servers():
-    """A server that speaks only the session era, and one that speaks only the stateless era."""
-    with UpstreamServer("session") as old, UpstreamServer("stateless") as new:
+    """A server that speaks only the session era, and one that speaks only the stateless era (whose
+    tool lists say they stay fresh a minute)."""
+    with UpstreamServer("session") as old, UpstreamServer("stateless", list_ttl_ms=60_000) as new:
         yield old, new
 
 
@@ -789,7 +823,7 @@ def test_a_client_of_either_era_reaches_servers_of_either_era_through_the_aggreg
     assert calls and all(h["mcp-protocol-version"] == "2025-11-25" for h in calls), old.seen_headers
     assert all(h.get("mcp-protocol-version") == "2026-07-28" and "mcp-session-id" not in h for h in new.seen_headers)
     assert {(h["mcp-method"], h.get("mcp-name")) for h in new.seen_headers} >= \
-        {("tools/list", None), ("tools/call", "add"), ("prompts/get", "greet")}, new.seen_headers
+        {("tools/call", "add"), ("prompts/get", "greet")}, new.seen_headers
     old.added.clear()
     new.added.clear()
 

@@ -367,3 +367,39 @@ fn a_session_is_forgotten_only_while_it_is_the_one_kept() {
     forget_session(store, &identity, Some("newer"));
     assert_eq!(kept_session(store, &identity), None);
 }
+
+#[test]
+fn a_list_is_kept_for_its_servers_shortest_ttl_else_a_few_seconds_and_never_past_ten_minutes() {
+    let listed = |pages: &[Value]| {
+        let mut backend =
+            Backend::new("s", true, Some(Session { id: None, version: STATELESS_VERSION.into() }), Some(List::Tools));
+        for page in pages {
+            backend.answered(200, None, b"application/json", &json_answer(LIST_ID, page.clone()));
+        }
+        backend
+    };
+    let two_pages =
+        [json!({"tools": [{"name": "a"}], "ttlMs": 60000, "nextCursor": "c"}), json!({"tools": [], "ttlMs": 30000})];
+    assert_eq!(listed(&two_pages).list_ttl_ms(), Some(30_000));
+    assert_eq!(listed(&[json!({"tools": []})]).list_ttl_ms(), Some(DEFAULT_LIST_TTL_MS));
+    assert_eq!(listed(&[json!({"tools": [], "ttlMs": 86_400_000})]).list_ttl_ms(), Some(MAX_LIST_TTL_MS));
+    assert_eq!(listed(&[json!({"tools": [], "ttlMs": 0})]).list_ttl_ms(), None, "the server said not to keep it");
+    assert_eq!(listed(&[json!({"nope": []})]).list_ttl_ms(), None, "a failed list is not kept");
+    assert_eq!(Backend::listed("s", vec![json!({"name": "a"})]).list_ttl_ms(), None, "kept already");
+    let routed = Backend::new("s", false, Some(Session { id: None, version: "2025-06-18".into() }), None);
+    assert_eq!(routed.list_ttl_ms(), None, "no list");
+}
+
+#[test]
+fn a_kept_list_serves_its_identity_until_it_expires() {
+    let host = FakeHost::new(0);
+    let store = host.store();
+    let items = vec![json!({"name": "a", "description": "x"})];
+    keep_list(store, "w1\ns\nhttp://h/mcp\ntools/list", &items, (5_000, 1_000));
+    assert_eq!(kept_list(store, "w1\ns\nhttp://h/mcp\ntools/list", 5_999), Some(items.clone()));
+    assert_eq!(kept_list(store, "w1\ns\nhttp://h/mcp\ntools/list", 6_000), None, "expired");
+    assert_eq!(kept_list(store, "w2\ns\nhttp://h/mcp\ntools/list", 1_000), None, "another workspace's");
+    let huge = vec![json!({"name": "x".repeat(MAX_KEPT_LIST)})];
+    keep_list(store, "w3\ns\nhttp://h/mcp\ntools/list", &huge, (5_000, 1_000));
+    assert_eq!(kept_list(store, "w3\ns\nhttp://h/mcp\ntools/list", 1_000), None, "too large to keep");
+}
