@@ -42,7 +42,7 @@ NATIVE="$ROOT/target/libmodel_gateway.so"   # the same gateway as an Envoy dynam
 # The release .wasm's size limit (bytes): every Envoy worker compiles and holds the module, and a
 # mesh pulls it into every proxy. Raised only with a line in bench/README.md ("Module size")
 # saying what grew and why.
-WASM_SIZE_LIMIT=1540000
+WASM_SIZE_LIMIT=1560000
 ENVOY_VERSION="1.40.0"
 TARGET="wasm32-wasip1"
 

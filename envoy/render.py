@@ -17,6 +17,8 @@ from here, so they cannot drift. Settings (environment variables):
   GATEWAY_MCP_ALLOWED_ORIGINS (comma-separated browser origins that may call /mcp; docs/mcp.md),
   GATEWAY_MCP_OAUTH (JSON object: the OAuth issuer whose access tokens the MCP endpoints take,
   {issuer, jwks_uri, resource, workspace_claim}; docs/mcp.md),
+  GATEWAY_MCP_SESSION_KEY (32 bytes in base64, the same on every replica: seals the MCP servers'
+  sessions in the aggregate's session ids; docs/mcp.md),
   GATEWAY_ACCESS_LOG (file of the JSON access log; default /dev/stdout; "off": none),
   GATEWAY_STREAM_IDLE_TIMEOUT (seconds without a byte from the provider or the client before
   Envoy ends a request; default 300, Envoy's own; 0: never),
@@ -90,6 +92,8 @@ def render(env):
     mcp_oauth = json_object(env, "GATEWAY_MCP_OAUTH")
     if mcp_oauth:
         plugin["mcp_oauth"] = mcp_oauth
+    if env.get("GATEWAY_MCP_SESSION_KEY"):
+        plugin["mcp_session_key"] = env["GATEWAY_MCP_SESSION_KEY"]
     text = (HERE / "gateway.yaml.tmpl").read_text()
     host = env.get("GATEWAY_HOST") or "wasm"
     if host not in ("wasm", "native"):

@@ -72,6 +72,10 @@ pub(crate) struct Settings {
     /// besides gateway keys (docs/mcp.md).
     #[serde(default, deserialize_with = "crate::mcp::oauth::deserialize")]
     pub(crate) mcp_oauth: Option<crate::mcp::oauth::OAuth>,
+    /// The key that seals the servers' sessions in the aggregate's session ids (32 bytes,
+    /// base64), the same on every replica (docs/mcp.md); none: a key of this Envoy's own.
+    #[serde(default, deserialize_with = "crate::mcp::sealed::deserialize")]
+    pub(crate) mcp_session_key: Option<crate::mcp::sealed::SessionKey>,
 }
 
 fn deserialize_origins<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
@@ -385,6 +389,7 @@ impl Default for Settings {
             mcp_servers: Servers::default(),
             mcp_allowed_origins: Vec::new(),
             mcp_oauth: None,
+            mcp_session_key: None,
         }
     }
 }

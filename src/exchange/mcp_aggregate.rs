@@ -56,6 +56,9 @@ pub(super) struct Resent {
 
 #[derive(Debug)]
 enum Purpose {
+    /// `initialize`: the servers' sessions are opened, then sealed in the client's new session
+    /// id, which is answered with this result.
+    Open(Value),
     Gather(List),
     /// The request goes again once a new session is open, as a dispatched call: its server's
     /// first answer (404) is being drained, the call's answer is sent as a local reply.
@@ -103,17 +106,18 @@ impl Exchange {
         self.note_mcp(message, Outcome::Ok);
         let id = id.unwrap_or(Value::Null);
         match plan {
-            Plan::Result { result, new_session } => {
-                let extra = match new_session {
-                    true => {
-                        let host = env.io.host();
-                        let session = mcp::aggregate::new_session_id(&mut || host.random());
-                        vec![("mcp-session-id".to_string(), session)]
-                    }
-                    false => Vec::new(),
-                };
+            Plan::Result { result, new_session: true } => {
+                // The client's session id holds the servers' sessions: they are opened first.
+                let backends = aggregate.members.iter().enumerate();
+                let backends =
+                    backends.map(|(index, member)| (index, Backend::new(&member.id, false, None, None), None));
+                let backends = backends.collect();
+                let spoken = Spoken { aggregate, id, backends };
+                self.speak(env, Backends { purpose: Purpose::Open(result), spoken })
+            }
+            Plan::Result { result, new_session: false } => {
                 let result = mcp::for_era(result, aggregate.stateless);
-                self.answer_with(env, 200, mcp::aggregate::result(&id, result), extra)
+                self.answer(env, 200, mcp::aggregate::result(&id, result))
             }
             Plan::Accepted => self.answer(env, 202, Vec::new()),
             Plan::Broadcast(body) => match self.broadcast(env, &aggregate, &body) {
@@ -135,7 +139,7 @@ impl Exchange {
                     if let Some(items) = listed {
                         return (index, Backend::listed(&member.id, items), None);
                     }
-                    let kept = mcp::kept_session(store, &aggregate.session_identity(&member.id));
+                    let kept = aggregate.kept_session(store, &member.id);
                     (index, Backend::new(&member.id, aggregate.stateless, kept, Some(list)), None)
                 });
                 let backends = backends.collect();
@@ -149,7 +153,7 @@ impl Exchange {
                     facts.server = server.clone();
                     facts.tool = name.clone().filter(|_| facts.method.as_deref() == Some("tools/call"));
                 }
-                let kept = mcp::kept_session(env.io.host().store(), &aggregate.session_identity(&server));
+                let kept = aggregate.kept_session(env.io.host().store(), &server);
                 let backend = Backend::new(&server, aggregate.stateless, kept, None);
                 let backends = vec![(member, backend, None)];
                 let call = name.clone().filter(|_| message_is_call);
@@ -197,6 +201,9 @@ impl Exchange {
             self.phase = Phase::McpBackends(Box::new(held));
             return Action::Pause;
         }
+        if let Purpose::Open(result) = held.purpose {
+            return self.opened(env, &held.spoken, result);
+        }
         let store = env.io.host().store();
         for (_, backend, _) in &spoken.backends {
             if let Some(session) = backend.opened_session() {
@@ -204,12 +211,36 @@ impl Exchange {
             }
         }
         match held.purpose {
+            Purpose::Open(_) => Action::Continue,
             Purpose::Gather(list) => self.gathered(env, list, &held.spoken),
             Purpose::Route { raw, size, body, name } => {
                 self.route_to_member(env, held.spoken, raw, (size, body), name.as_deref())
             }
             Purpose::Resend(body) => self.send_again(env, &held.spoken, body),
         }
+    }
+
+    /// The servers' sessions for a new client session are open (those that could be): the
+    /// client's session id seals them, and `initialize` is answered with it. Sessions past what
+    /// an id holds are kept in shared data instead.
+    fn opened(&mut self, env: &mut Env, held: &Spoken, result: Value) -> Action {
+        let opened = held.backends.iter().filter_map(|(_, backend, _)| {
+            if let Some(why) = backend.failure() {
+                log::warn!("MCP server '{}' has no session yet: {why}", backend.server);
+            }
+            Some((backend.server.clone(), backend.opened_session()?.clone()))
+        });
+        let (sealed, over) = mcp::sealed::fitting(opened.collect());
+        let host = env.io.host();
+        let key = mcp::sealed::SessionKey::or_own(env.settings.mcp_session_key.as_ref(), host);
+        let nonce = mcp::sealed::nonce(host);
+        let client_session = mcp::sealed::seal(&key, nonce, &held.aggregate.caller, &sealed);
+        for (server, session) in &over {
+            let identity = mcp::aggregate::session_identity(&held.aggregate.caller, Some(&client_session), server);
+            mcp::keep_session(host.store(), &identity, Some(session));
+        }
+        let extra = vec![("mcp-session-id".to_string(), client_session)];
+        self.answer_with(env, 200, mcp::aggregate::result(&held.id, result), extra)
     }
 
     /// The server answered 404 to a request in the session the gateway kept for it (it ended, or
@@ -301,7 +332,7 @@ impl Exchange {
         }
         let mut sent = 0;
         for member in &aggregate.members {
-            let kept = mcp::kept_session(env.io.host().store(), &aggregate.session_identity(&member.id));
+            let kept = aggregate.kept_session(env.io.host().store(), &member.id);
             // A server of the stateless era has no session the notification could go in.
             let Some(session) = kept.filter(|session| session.id.is_some()) else {
                 continue;

@@ -37,8 +37,9 @@ const MAX_KEPT_LIST: usize = 256 * 1024;
 const DEFAULT_LIST_TTL_MS: u64 = 5_000;
 /// The longest a list is kept, whatever its server says: a changed list is seen this soon.
 const MAX_LIST_TTL_MS: u64 = 600_000;
-/// A client's session id longer than this is not one of the gateway's.
-const MAX_SESSION_ID: usize = 128;
+/// A client's session id longer than this is not one of the gateway's (a sealed one is at most
+/// ~5.5 KB: `super::sealed`).
+pub(crate) const MAX_SESSION_ID: usize = 8192;
 /// A server's session id longer than this is not kept (the server then keeps none for us).
 const MAX_SERVER_SESSION_ID: usize = 1024;
 
@@ -205,11 +206,6 @@ pub(crate) fn name_header(name: &str) -> String {
         return name.to_string();
     }
     format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode(name))
-}
-
-/// A new session id of the gateway's: 128 random bits.
-pub(crate) fn new_session_id(random: &mut dyn FnMut() -> u64) -> String {
-    format!("{:016x}{:016x}", random(), random())
 }
 
 /// The client's session id, when it may be one of the gateway's.

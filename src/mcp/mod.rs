@@ -6,10 +6,11 @@
 pub(crate) mod aggregate;
 mod message;
 pub(crate) mod oauth;
+pub(crate) mod sealed;
 mod servers;
 mod tools;
 
-pub(crate) use aggregate::{client_session, forget_session, keep_session, kept_session, Backend, List, Plan};
+pub(crate) use aggregate::{client_session, forget_session, keep_session, Backend, List, Plan};
 pub(crate) use message::{
     answer_in, denied_answer, for_era, prefixed, read as read_message, AnswerWatch, Message, Outcome,
 };
@@ -104,6 +105,8 @@ pub(crate) struct Aggregate {
     pub(crate) workspace: String,
     /// The client's session with the gateway (its `Mcp-Session-Id`).
     pub(crate) client_session: Option<String>,
+    /// The servers' sessions sealed in the client's session id (docs/mcp.md).
+    pub(crate) sealed: sealed::Sessions,
     /// Whether the client speaks the stateless era (2026-07-28).
     pub(crate) stateless: bool,
     pub(crate) members: Vec<Member>,
@@ -126,6 +129,17 @@ impl Aggregate {
     /// Whose member `server`'s session is.
     pub(crate) fn session_identity(&self, server: &str) -> String {
         aggregate::session_identity(&self.caller, self.client_session.as_deref(), server)
+    }
+
+    /// The session kept for member `server`: the one this Envoy opened since (shared data),
+    /// else the one sealed in the client's session id.
+    pub(crate) fn kept_session(
+        &self,
+        store: &dyn crate::ports::SharedStore,
+        server: &str,
+    ) -> Option<aggregate::Session> {
+        let sealed = || self.sealed.iter().find(|(id, _)| id == server).map(|(_, session)| session.clone());
+        aggregate::kept_session(store, &self.session_identity(server)).or_else(sealed)
     }
 
     /// Whose `member`'s kept `list` is.

@@ -64,7 +64,7 @@ pub(super) struct NativeIo<'a> {
     pub(super) streams: &'a HashMap<u32, Stream>,
     pub(super) calls: &'a mut HashMap<(u32, u64), Call>,
     pub(super) next_token: &'a mut u32,
-    pub(super) random: &'a mut u64,
+    pub(super) random: &'a mut Entropy,
     pub(super) now_ms: Cell<Option<u64>>,
 }
 
@@ -277,13 +277,7 @@ const ACCESS_LOG_STATE: &str = "wasm.gateway_record";
 
 impl Host for NativeIo<'_> {
     fn random(&mut self) -> u64 {
-        // xorshift64*, seeded per thread from the OS (see `seed`).
-        let mut x = *self.random;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        *self.random = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.random.next_u64()
     }
 
     fn now_ms(&self) -> u64 {
@@ -300,11 +294,48 @@ impl Host for NativeIo<'_> {
     }
 }
 
-/// A non-zero seed from the OS's randomness.
-pub(super) fn seed() -> u64 {
-    let mut bytes = [0u8; 8];
-    if let Ok(mut file) = std::fs::File::open("/dev/urandom") {
-        let _ = std::io::Read::read_exact(&mut file, &mut bytes);
+/// A thread's randomness: the OS's (`/dev/urandom`, as the wasm host's `random_get` is), read
+/// 4 KiB at a time so a draw is not a system call. Session ids and the key that seals them
+/// (`crate::mcp::sealed`) are made of it, so it must not be predictable.
+#[derive(Debug)]
+pub(super) struct Entropy {
+    bytes: Box<[u8; ENTROPY_BYTES]>,
+    next: usize,
+}
+
+const ENTROPY_BYTES: usize = 4096;
+
+impl Entropy {
+    pub(super) fn new() -> Entropy {
+        Entropy { bytes: Box::new([0; ENTROPY_BYTES]), next: ENTROPY_BYTES }
     }
-    u64::from_le_bytes(bytes) | 1
+
+    fn next_u64(&mut self) -> u64 {
+        if self.next + 8 > ENTROPY_BYTES {
+            let read = std::fs::File::open("/dev/urandom")
+                .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut self.bytes[..]));
+            if let Err(error) = read {
+                // Never on Linux; the draws then repeat the last bytes rather than stop the filter.
+                log::error!("/dev/urandom could not be read ({error}): random draws are not random");
+            }
+            self.next = 0;
+        }
+        let draw = self.bytes.get(self.next..self.next + 8).and_then(|bytes| bytes.try_into().ok());
+        self.next += 8;
+        u64::from_le_bytes(draw.unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Entropy;
+
+    #[test]
+    fn draws_are_the_oss_randomness_across_refills() {
+        let (mut one, mut two) = (Entropy::new(), Entropy::new());
+        let draws: Vec<u64> = (0..1200).map(|_| one.next_u64()).collect();
+        let distinct: std::collections::HashSet<&u64> = draws.iter().collect();
+        assert_eq!(distinct.len(), draws.len(), "no draw repeats, across two refills");
+        assert_ne!(one.next_u64(), two.next_u64(), "each thread reads its own");
+    }
 }

@@ -2,7 +2,7 @@
 //! calls) and running one event on its worker.
 
 use super::calls::{self, ffi::EnvoyFilter};
-use super::io::{seed, Call, NativeIo, Stream};
+use super::io::{Call, Entropy, NativeIo, Stream};
 use super::relay::{Mailbox, Relay};
 use super::ticker::{after, unix_ms, Ticker, ANSWER_ORPHANED};
 use super::{MetricIds, ROOT};
@@ -61,7 +61,7 @@ pub(super) struct ThreadState {
     pub(super) orphans: Orphans,
     pub(super) next_id: u32,
     pub(super) next_token: u32,
-    pub(super) random: u64,
+    pub(super) random: Entropy,
     pub(super) metrics: MetricIds,
     /// This state's number, its config's relay and its mailbox there.
     pub(super) number: u64,
@@ -97,7 +97,7 @@ impl ThreadState {
             orphans: Orphans::default(),
             next_id: 1,
             next_token: 1,
-            random: seed(),
+            random: Entropy::new(),
             metrics: Arc::clone(metrics),
             number,
             relay,

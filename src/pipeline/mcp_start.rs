@@ -102,10 +102,18 @@ pub(super) fn start_mcp(
             (None, None, key) => Ref::key(key.unwrap_or_default()).id,
         };
         let client_session = mcp::client_session(headers::find(raw, "mcp-session-id")).map(str::to_string);
+        let sealed = match client_session.as_deref() {
+            Some(id) => {
+                let key = mcp::sealed::SessionKey::or_own(settings.mcp_session_key.as_ref(), host);
+                mcp::sealed::unseal(&key, id, &caller).unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
         let version = headers::find(raw, "mcp-protocol-version");
         let stateless = version == Some(mcp::aggregate::STATELESS_VERSION.as_bytes());
         let workspace = catalog.workspace.clone();
-        let aggregate = mcp::Aggregate { caller, workspace, client_session, stateless, members: members.collect() };
+        let members = members.collect();
+        let aggregate = mcp::Aggregate { caller, workspace, client_session, sealed, stateless, members };
         let target = mcp::Target::Aggregate(Box::new(aggregate));
         return Ok(Started::Mcp { target, key_id: owner.key_id, policy, checks });
     };

@@ -6,6 +6,7 @@ gateway's refusals as JSON-RPC errors; each request's record and metrics."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import threading
 import time
@@ -27,6 +28,8 @@ from pg_server import free_ports
 from support import McpUpstream, access_lines, hooks, jwk, new_key, token, value  # noqa: F401 (hooks: a fixture)
 
 SERVER_TOKEN = "mcp-server-own-token"  # the server's stored credential (its `headers`)
+# The key that seals the aggregate's session ids, the same on the module's two gateways.
+SESSION_KEY = base64.b64encode(bytes(range(32))).decode()
 ERAS = ["legacy", "2026-07-28"]
 # How long the progress tool waits for the client to see its progress before giving up.
 PROGRESS_WAIT_S = 15
@@ -104,10 +107,9 @@ def upstream():
         yield server
 
 
-@pytest.fixture(scope="module")
-def gw(upstream, start_gateway):
+def module_servers(upstream) -> dict:
     gone = free_ports(1)[0]  # nothing listens there
-    servers = {
+    return {
         "tools": {"url": upstream.url, "headers": {"authorization": f"Bearer {SERVER_TOKEN}"}},
         "gone": {"url": f"http://127.0.0.1:{gone}/mcp"},
         # The same server with tools withheld, each way.
@@ -116,8 +118,21 @@ def gw(upstream, start_gateway):
         "adder": {"url": upstream.url, "headers": {"authorization": f"Bearer {SERVER_TOKEN}"},
                   "tools": {"allow": ["ad*"]}},
     }
-    with start_gateway("mcp", None, {"GATEWAY_MCP_SERVERS": json.dumps(servers)}) as gateway:
+
+
+@pytest.fixture(scope="module")
+def gw(upstream, start_gateway):
+    env = {"GATEWAY_MCP_SERVERS": json.dumps(module_servers(upstream)), "GATEWAY_MCP_SESSION_KEY": SESSION_KEY}
+    with start_gateway("mcp", None, env) as gateway:
         gateway.access_log = gateway.log_path  # by default the access log goes to Envoy's stdout
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def replica_gw(upstream, start_gateway):
+    """Another replica of `gw`: the same servers and session key, nothing shared with it."""
+    env = {"GATEWAY_MCP_SERVERS": json.dumps(module_servers(upstream)), "GATEWAY_MCP_SESSION_KEY": SESSION_KEY}
+    with start_gateway("mcp-replica", None, env) as gateway:
         yield gateway
 
 
@@ -580,13 +595,57 @@ def test_the_aggregate_keeps_each_servers_list_for_its_ttl_per_workspace(gw, ups
     assert list_twice(eras_gw, list(era_servers), mode="2026-07-28") == [[1, 1], [0, 0]]
 
 
+def post_rpc(gateway, message: dict, session: str, key: str = helpers.KEY):
+    """POSTs one JSON-RPC message to the aggregate in a client session; the answer (JSON, or the
+    message of an SSE stream) or None for a 202."""
+    headers = {**MCP_HEADERS, "authorization": f"Bearer {key}", "mcp-protocol-version": "2025-11-25",
+               "mcp-session-id": session}
+    r = gateway.http.post("/mcp", json=message, headers=headers)
+    assert r.status_code in (200, 202), r.text
+    if r.status_code == 202:
+        return None
+    if r.headers["content-type"].startswith("text/event-stream"):
+        return json.loads(next(line[5:] for line in r.text.splitlines() if line.startswith("data:")))
+    return r.json()
+
+
+def test_any_replica_serves_an_aggregate_session_from_the_servers_sessions_sealed_in_its_id(gw, replica_gw, upstream):
+    """`initialize` opens the servers' sessions and seals them in the client's session id; another
+    replica with the same key calls in those sessions, having never seen the client."""
+    upstream.seen_headers.clear()
+    upstream.seen_methods.clear()
+    r = gw.http.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}"})
+    assert r.status_code == 200, r.text
+    session = r.headers["mcp-session-id"]
+    # The three members that are this server got `initialize` before the client's answer.
+    assert upstream.seen_methods.count("initialize") == 3, upstream.seen_methods
+    opened = {h["mcp-session-id"] for h in upstream.seen_headers if "mcp-session-id" in h}
+    assert len(opened) == 3 and session.startswith("gw1.")
+    assert not any(server_session in session for server_session in opened), "sealed, not readable"
+    upstream.seen_headers.clear()
+    upstream.seen_methods.clear()
+
+    assert post_rpc(replica_gw, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session) is None
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "tools__add", "arguments": {"a": 2, "b": 2}}}
+    assert post_rpc(replica_gw, call, session)["result"]["content"][0]["text"] == "4"
+    assert upstream.seen_methods == ["tools/call"], "no session was opened again"
+    assert [h.get("mcp-session-id") in opened for h in upstream.seen_headers] == [True]
+
+    # The id is the caller's own: another key holding it gets no session of it.
+    upstream.seen_headers.clear()
+    upstream.seen_methods.clear()
+    assert post_rpc(replica_gw, call, session, key=helpers.KEY2)["result"]["content"][0]["text"] == "4"
+    assert upstream.seen_methods[0] == "initialize" and upstream.seen_methods[-1] == "tools/call"
+    assert upstream.seen_headers[-1]["mcp-session-id"] not in opened
+
+
 def test_the_aggregate_answers_its_own_requests_and_refuses_a_get(gw):
     auth = {**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}"}
     r = gw.http.post("/mcp", json=INITIALIZE, headers=auth)
     assert r.status_code == 200, r.text
     assert r.json()["result"]["protocolVersion"] == "2025-11-25"
     session = r.headers["mcp-session-id"]
-    assert len(session) == 32
+    assert session.startswith("gw1.")
     in_session = {**auth, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
     note = gw.http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=in_session)
     assert (note.status_code, note.text) == (202, "")
