@@ -100,11 +100,19 @@ pub fn mcp(data: &[u8]) {
         }
     }
     // A server's answer to each of the aggregate's calls to it: never a panic, always an end.
-    let mut backend = Backend::new("files", false, None, Some(List::Tools));
+    let mut backend = Backend::new("files", seed % 2 == 1, None, Some(List::Tools));
     for _ in 0..4 {
         backend.answered(200, Some("s"), content_type.as_bytes(), body);
     }
     assert!(backend.is_done() || backend.next_call().is_some());
+    // A client's session id is the client's to make up: reading it never panics, and what the
+    // gateway seals reads back.
+    let key = crate::mcp::sealed::SessionKey::of([seed; 32]);
+    let text = String::from_utf8_lossy(body);
+    let _ = crate::mcp::sealed::unseal(&key, &text, "caller");
+    let sessions = vec![(text.replace(['\0', '\n'], ""), aggregate::Session { id: None, version: "v".into() })];
+    let sealed = crate::mcp::sealed::seal(&key, [seed; 12], "caller", &sessions);
+    assert_eq!(crate::mcp::sealed::unseal(&key, &sealed, "caller"), Some(sessions));
     let watched = |pieces: &[&[u8]]| {
         let mut watch = AnswerWatch::new(id.clone(), content_type.as_bytes())?;
         pieces.iter().for_each(|piece| watch.push(piece));

@@ -525,14 +525,15 @@ impl Backend {
             },
             _ if !(200..300).contains(&status) => Step::Failed(Backend::unanswered(status)),
             Step::Initialize => match answer_in(content_type, body, &json!(INITIALIZE_ID)) {
+                // A version goes in a header and a sealed session id: visible ASCII only.
                 Some(answer) => match answer.pointer("/result/protocolVersion").and_then(Value::as_str) {
-                    Some(version) => {
+                    Some(version) if is_session_id(version, 64) => {
                         let id = session_id.filter(|id| is_session_id(id, MAX_SERVER_SESSION_ID));
                         self.session = Some(Session { id: id.map(str::to_string), version: version.to_string() });
                         self.opened = true;
                         Step::Initialized
                     }
-                    None => self.handshake(),
+                    _ => self.handshake(),
                 },
                 None => Step::Failed("its answer to initialize is not JSON-RPC".to_string()),
             },

@@ -32,6 +32,11 @@ impl std::fmt::Debug for SessionKey {
 }
 
 impl SessionKey {
+    #[cfg(any(test, fuzzing))]
+    pub(crate) fn of(bytes: [u8; 32]) -> SessionKey {
+        SessionKey(bytes)
+    }
+
     fn parse(text: &str) -> Result<SessionKey, String> {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(text.trim())
@@ -133,7 +138,7 @@ mod tests {
     use crate::unit_tests::test;
 
     fn key(byte: u8) -> SessionKey {
-        SessionKey([byte; 32])
+        SessionKey::of([byte; 32])
     }
 
     fn sessions() -> Vec<(String, Session)> {
