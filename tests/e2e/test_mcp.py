@@ -915,6 +915,9 @@ def test_the_gateway_serves_its_oauth_metadata_and_names_it_in_each_401(oauth_gw
     r = oauth_gw.http.get("/.well-known/oauth-protected-resource/mcp")
     assert r.status_code == 200, r.text
     assert r.json() == {"resource": RESOURCE, "authorization_servers": [ISSUER], "bearer_methods_supported": ["header"]}
+    assert oauth_gw.http.head("/.well-known/oauth-protected-resource/mcp").status_code == 200
+    r = oauth_gw.http.post("/.well-known/oauth-protected-resource/mcp", json={})
+    assert (r.status_code, r.headers["allow"], r.json()["error"]["code"]) == (405, "GET, HEAD", "method_not_allowed")
     r = oauth_gw.http.post("/mcp/tools", json=INITIALIZE, headers=MCP_HEADERS)
     assert r.status_code == 401
     assert r.headers["www-authenticate"] == \
