@@ -75,17 +75,19 @@ enum Purpose {
 
 impl Exchange {
     /// A GET (the aggregate has no stream of its own) or a DELETE (the client's session ends:
-    /// the servers' sessions kept for it are forgotten).
+    /// so do the servers' sessions of it, each ended with a DELETE of its own and forgotten; the
+    /// client's 204 waits for their answers).
     pub(super) fn aggregate_without_body(&mut self, env: &mut Env, aggregate: &Aggregate) -> Action {
         if self.record.method != "DELETE" {
             return self.answer_error(env, &mcp::no_aggregate_stream());
         }
+        let sent = self.send_to_sessions(env, aggregate, ("DELETE", Vec::new()));
         if aggregate.client_session.is_some() {
             for member in &aggregate.members {
                 mcp::keep_session(env.io.host().store(), &aggregate.session_identity(&member.id), None);
             }
         }
-        self.answer(env, 204, Vec::new())
+        self.answer_when_answered(env, sent, 204)
     }
 
     /// The message POSTed to the aggregate, read (`body`: its bytes, `size` of them in Envoy's
@@ -120,13 +122,10 @@ impl Exchange {
                 self.answer(env, 200, mcp::aggregate::result(&id, result))
             }
             Plan::Accepted => self.answer(env, 202, Vec::new()),
-            Plan::Broadcast(body) => match self.broadcast(env, &aggregate, &body) {
-                0 => self.answer(env, 202, Vec::new()),
-                sent => {
-                    self.phase = Phase::McpNotifying(sent);
-                    Action::Pause
-                }
-            },
+            Plan::Broadcast(body) => {
+                let sent = self.send_to_sessions(env, &aggregate, ("POST", body));
+                self.answer_when_answered(env, sent, 202)
+            }
             Plan::Error(body) => {
                 self.note_outcome(Outcome::Error);
                 self.answer(env, 200, body)
@@ -189,7 +188,7 @@ impl Exchange {
             };
             let member = spoken.aggregate.members.get(*index);
             let started = member.and_then(|member| {
-                self.call_member(env, &member.server, (call.body, call.headers), BACKEND_TIMEOUT_MS)
+                self.call_member(env, &member.server, "POST", (call.body, call.headers), BACKEND_TIMEOUT_MS)
             });
             match started {
                 Some(call) => *token = Some(call),
@@ -265,7 +264,7 @@ impl Exchange {
             return Action::Continue;
         };
         let message = (body, backend.session_headers());
-        if self.call_member(env, &member.server, message, RESENT_TIMEOUT_MS).is_none() {
+        if self.call_member(env, &member.server, "POST", message, RESENT_TIMEOUT_MS).is_none() {
             let error = mcp::unreachable_error(&backend.server, "the call could not start");
             return self.answer_error(env, &error);
         }
@@ -300,33 +299,37 @@ impl Exchange {
         self.reply(env, super::guard::Answer { status: answer.status, content_type, body });
     }
 
-    /// Starts the gateway's call of `server` with a message (`body`) and `headers` (the
-    /// session's), besides the server's own headers and the trace id; bounded by the server's
+    /// Starts the gateway's `method` call of `server` with a message (`body`, none for a DELETE)
+    /// and `headers` (the session's), besides the server's own headers and the trace id; bounded by the server's
     /// `timeout_ms`, else `default_timeout_ms`. Its answer comes to `backend_answered`; its
     /// token, or None when it could not start.
     fn call_member(
         &self,
         env: &mut Env,
         server: &mcp::Server,
+        method: &str,
         (body, mut headers): (Vec<u8>, Vec<(String, String)>),
         default_timeout_ms: u64,
     ) -> Option<u32> {
+        if !body.is_empty() {
+            headers.push(("content-type".to_string(), "application/json".to_string()));
+        }
         headers.extend(server.headers.iter().cloned());
         headers.push((crate::pipeline::TRACE_HEADER.to_string(), self.record.trace_id.clone()));
         let timeout_ms = server.timeout_ms.unwrap_or(default_timeout_ms);
         let path = server.upstream.path_or_root();
-        let dispatch =
-            Dispatch::post(env.settings, &server.upstream, path, "application/json", body, headers, timeout_ms);
+        let dispatch = Dispatch::request(env.settings, &server.upstream, method, path, body, headers, timeout_ms);
         let call = env.io.dispatch(env.id, &dispatch)?;
         env.tasks.calls.insert(call, (env.id, Task::McpBackend));
         Some(call)
     }
 
-    /// A client's notification (`body`) goes to every server the gateway holds a session with
-    /// for the client's session: how many calls went (the client is answered once they are
-    /// answered: a call would end with the client's request). A stateless-era client has no
-    /// session there: its requests end with their own exchanges.
-    fn broadcast(&mut self, env: &mut Env, aggregate: &Aggregate, body: &[u8]) -> usize {
+    /// A client's notification (a POST of its body) or the end of its session (a DELETE) goes to
+    /// every server the gateway holds a session with for the client's session: how many calls
+    /// went (the client is answered once they are answered: a call would end with the client's
+    /// request). A stateless-era client has no session there: its requests end with their own
+    /// exchanges.
+    fn send_to_sessions(&mut self, env: &mut Env, aggregate: &Aggregate, (method, body): (&str, Vec<u8>)) -> usize {
         if aggregate.stateless || aggregate.client_session.is_none() {
             return 0;
         }
@@ -338,12 +341,21 @@ impl Exchange {
                 continue;
             };
             let headers = Backend::new(&member.id, false, Some(session), None).session_headers();
-            match self.call_member(env, &member.server, (body.to_vec(), headers), BACKEND_TIMEOUT_MS) {
+            match self.call_member(env, &member.server, method, (body.clone(), headers), BACKEND_TIMEOUT_MS) {
                 Some(_) => sent += 1,
-                None => log::warn!("a notification to MCP server '{}' could not start", member.id),
+                None => log::warn!("a {method} to MCP server '{}' could not start", member.id),
             }
         }
         sent
+    }
+
+    /// Answers `status` once the `sent` calls to the servers are answered (at once when none went).
+    fn answer_when_answered(&mut self, env: &mut Env, sent: usize, status: u16) -> Action {
+        if sent == 0 {
+            return self.answer(env, status, Vec::new());
+        }
+        self.phase = Phase::McpNotifying { waiting: sent, status };
+        Action::Pause
     }
 
     /// A server answered one of the gateway's calls.
@@ -354,9 +366,10 @@ impl Exchange {
             }
             return;
         }
-        if let Phase::McpNotifying(waiting) = &mut self.phase {
+        if let Phase::McpNotifying { waiting, status } = &mut self.phase {
             *waiting = waiting.saturating_sub(1);
-            if *waiting == 0 && self.answer(env, 202, Vec::new()) == Action::Continue {
+            let status = *status;
+            if *waiting == 0 && self.answer(env, status, Vec::new()) == Action::Continue {
                 env.after.push(After::ResumeRequest(env.id));
             }
             return;

@@ -314,8 +314,12 @@ enum Phase {
     /// An MCP request to the aggregate endpoint, held while the gateway speaks to its servers
     /// (see `mcp_aggregate`).
     McpBackends(Box<mcp_aggregate::Backends>),
-    /// A client's notification to the aggregate, held until this many servers answered it.
-    McpNotifying(usize),
+    /// A client's notification (or the end of its session) to the aggregate, held until this
+    /// many servers answered it; then answered with `status`.
+    McpNotifying {
+        waiting: usize,
+        status: u16,
+    },
     /// A request the aggregate sent again (in a new server session) as a dispatched call, its
     /// server's first answer drained; the call's answer is the client's.
     McpResent(Box<mcp_aggregate::Resent>),

@@ -283,27 +283,35 @@ pub(crate) fn list_identity(workspace: &str, id: &str, server: &super::Server, l
     format!("{workspace}\n{id}\n{scheme}://{}{}\n{}", upstream.authority, upstream.base_path, list.method())
 }
 
-fn list_slot(identity: &str) -> String {
+/// The two slots a list may sit in (two ways: lists whose first slots collide both stay kept,
+/// unless their second slots collide too).
+fn list_slots(identity: &str) -> [String; 2] {
     let hash = Hasher::seeded(11).part(Some(identity.as_bytes())).finish();
-    format!("mcp:list:{}", hash % LIST_SLOTS)
+    [hash % LIST_SLOTS, (hash / LIST_SLOTS) % LIST_SLOTS].map(|slot| format!("mcp:list:{slot}"))
+}
+
+/// A kept list's entry in a slot: whose it is, until when it is fresh, and the items as JSON.
+fn list_entry(value: &[u8]) -> Option<(&[u8], u64, &[u8])> {
+    let mut parts = value.splitn(3, |byte| *byte == 0);
+    let identity = parts.next()?;
+    let expires = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    Some((identity, expires, parts.next()?))
 }
 
 /// The list kept for `identity`, while it is fresh at `now_ms`.
 pub(crate) fn kept_list(store: &dyn SharedStore, identity: &str, now_ms: u64) -> Option<Vec<Value>> {
-    let (value, _) = store.get(&list_slot(identity))?;
-    let mut parts = value.splitn(3, |byte| *byte == 0);
-    if parts.next() != Some(identity.as_bytes()) {
-        return None;
-    }
-    let expires: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
-    if now_ms >= expires {
-        return None;
-    }
-    serde_json::from_slice(parts.next()?).ok()
+    list_slots(identity).iter().find_map(|slot| {
+        let (value, _) = store.get(slot)?;
+        let (whose, expires, items) = list_entry(&value)?;
+        if whose != identity.as_bytes() || now_ms >= expires {
+            return None;
+        }
+        serde_json::from_slice(items).ok()
+    })
 }
 
-/// Keeps a server's list (`items`) for `identity` for `ttl_ms` from `now_ms` (the latest wins
-/// the slot); a list too large to keep is not.
+/// Keeps a server's list (`items`) for `identity` for `ttl_ms` from `now_ms`: in its slot that
+/// holds it already, or is free or stale, else in its first; a list too large to keep is not.
 pub(crate) fn keep_list(store: &dyn SharedStore, identity: &str, items: &[Value], (ttl_ms, now_ms): (u64, u64)) {
     let Ok(json) = serde_json::to_vec(items) else {
         return;
@@ -311,9 +319,17 @@ pub(crate) fn keep_list(store: &dyn SharedStore, identity: &str, items: &[Value]
     if json.len() > MAX_KEPT_LIST {
         return;
     }
+    let [first, second] = list_slots(identity);
+    let usable = |slot: &String| match store.get(slot) {
+        None => true,
+        Some((value, _)) => {
+            list_entry(&value).is_none_or(|(whose, expires, _)| whose == identity.as_bytes() || now_ms >= expires)
+        }
+    };
+    let slot = if !usable(&first) && usable(&second) { second } else { first };
     let mut value = format!("{identity}\0{}\0", now_ms.saturating_add(ttl_ms)).into_bytes();
     value.extend_from_slice(&json);
-    store.set(&list_slot(identity), &value, 0);
+    store.set(&slot, &value, 0);
 }
 
 /// One call the gateway makes to a server: its body and the MCP headers it carries.

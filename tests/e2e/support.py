@@ -334,7 +334,8 @@ def hooks():
 class McpUpstream:
     """An MCP server written with the official SDK (``server``, its tools the caller's) served by
     uvicorn on a free loopback port, in a thread of the test process, at ``url``; it records the
-    headers of every request it receives in ``seen_headers``: ``with McpUpstream(server) as up:``.
+    headers of every request it receives in ``seen_headers`` (its method as ``:method``):
+    ``with McpUpstream(server) as up:``.
 
     ``era`` makes it a server of one protocol era, as a server built before (or only for) the
     stateless one is: ``"session"`` refuses a request of 2026-07-28 (by its ``MCP-Protocol-Version``)
@@ -356,6 +357,7 @@ class McpUpstream:
                 receive = await self._read_method(receive)
             if scope["type"] == "http":
                 headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+                headers[":method"] = scope["method"]
                 stateless = headers.get("mcp-protocol-version") == self.STATELESS
                 if era != "both" and stateless != (era == "stateless"):
                     self.refused_headers.append(headers)

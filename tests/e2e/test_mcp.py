@@ -638,6 +638,12 @@ def test_any_replica_serves_an_aggregate_session_from_the_servers_sessions_seale
     assert upstream.seen_methods[0] == "initialize" and upstream.seen_methods[-1] == "tools/call"
     assert upstream.seen_headers[-1]["mcp-session-id"] not in opened
 
+    # Ending the client's session (on either replica) ends the servers' sessions sealed in it.
+    upstream.seen_headers.clear()
+    auth = {"authorization": f"Bearer {helpers.KEY}", "mcp-session-id": session}
+    assert replica_gw.http.delete("/mcp", headers=auth).status_code == 204
+    assert {h["mcp-session-id"] for h in upstream.seen_headers if h[":method"] == "DELETE"} == opened
+
 
 def test_the_aggregate_answers_its_own_requests_and_refuses_a_get(gw):
     auth = {**MCP_HEADERS, "authorization": f"Bearer {helpers.KEY}"}

@@ -397,4 +397,19 @@ fn a_kept_list_serves_its_identity_until_it_expires() {
     let huge = vec![json!({"name": "x".repeat(MAX_KEPT_LIST)})];
     keep_list(store, "w3\ns\nhttp://h/mcp\ntools/list", &huge, (5_000, 1_000));
     assert_eq!(kept_list(store, "w3\ns\nhttp://h/mcp\ntools/list", 1_000), None, "too large to keep");
+    // Two lists whose first slots collide are both kept (in their two ways).
+    let identity = |i: u32| format!("w{i}\ns\nhttp://h/mcp\ntools/list");
+    let [first, second] = list_slots(&identity(0));
+    let other = (1..).map(identity).find(|other| {
+        let [f, s] = list_slots(other);
+        f == first && s != second
+    });
+    let other = other.unwrap();
+    keep_list(store, &identity(0), &items, (5_000, 1_000));
+    keep_list(store, &other, &items, (5_000, 1_000));
+    assert!(kept_list(store, &identity(0), 1_000).is_some() && kept_list(store, &other, 1_000).is_some());
+    // A stale entry's slot is taken again.
+    let third = (1..).map(identity).find(|third| list_slots(third) == [first.clone(), second.clone()]).unwrap();
+    keep_list(store, &third, &items, (5_000, 9_000));
+    assert!(kept_list(store, &third, 9_000).is_some());
 }
