@@ -200,17 +200,17 @@ impl Exchange {
             self.phase = Phase::McpBackends(Box::new(held));
             return Action::Pause;
         }
-        if let Purpose::Open(result) = held.purpose {
-            return self.opened(env, &held.spoken, result);
-        }
-        let store = env.io.host().store();
-        for (_, backend, _) in &spoken.backends {
-            if let Some(session) = backend.opened_session() {
-                mcp::keep_session(store, &spoken.aggregate.session_identity(&backend.server), Some(session));
+        // The sessions opened for a new client session are sealed in its id instead.
+        if !matches!(held.purpose, Purpose::Open(_)) {
+            let store = env.io.host().store();
+            for (_, backend, _) in &spoken.backends {
+                if let Some(session) = backend.opened_session() {
+                    mcp::keep_session(store, &spoken.aggregate.session_identity(&backend.server), Some(session));
+                }
             }
         }
         match held.purpose {
-            Purpose::Open(_) => Action::Continue,
+            Purpose::Open(result) => self.opened(env, &held.spoken, result),
             Purpose::Gather(list) => self.gathered(env, list, &held.spoken),
             Purpose::Route { raw, size, body, name } => {
                 self.route_to_member(env, held.spoken, raw, (size, body), name.as_deref())
@@ -300,9 +300,9 @@ impl Exchange {
     }
 
     /// Starts the gateway's `method` call of `server` with a message (`body`, none for a DELETE)
-    /// and `headers` (the session's), besides the server's own headers and the trace id; bounded by the server's
-    /// `timeout_ms`, else `default_timeout_ms`. Its answer comes to `backend_answered`; its
-    /// token, or None when it could not start.
+    /// and `headers` (the session's), besides the server's own headers and the trace id; bounded
+    /// by the server's `timeout_ms`, else `default_timeout_ms`. Its answer comes to
+    /// `backend_answered`; its token, or None when it could not start.
     fn call_member(
         &self,
         env: &mut Env,
