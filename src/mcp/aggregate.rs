@@ -231,6 +231,20 @@ impl Session {
     fn is_stateless(&self) -> bool {
         self.version == STATELESS_VERSION
     }
+
+    /// The session as text, after whose it is (`owner`): the form shared data and sealed session
+    /// ids keep it in (`owner\0id\0version`; neither an owner nor an id nor a version holds `\0`).
+    pub(crate) fn text(&self, owner: &str) -> String {
+        format!("{owner}\0{}\0{}", self.id.as_deref().unwrap_or_default(), self.version)
+    }
+
+    /// A session's [`Session::text`]: whose it is, and the session.
+    pub(crate) fn from_text(text: &str) -> Option<(&str, Session)> {
+        let mut parts = text.split('\0');
+        let (owner, id, version) = (parts.next()?, parts.next()?, parts.next()?);
+        let id = (!id.is_empty()).then(|| id.to_string());
+        Some((owner, Session { id, version: version.to_string() }))
+    }
 }
 
 /// Whose a server's session is: the caller (its key), the client's session with the gateway,
@@ -247,14 +261,8 @@ fn session_slot(identity: &str) -> String {
 /// The session kept for `identity`, if its slot still holds it.
 pub(crate) fn kept_session(store: &dyn SharedStore, identity: &str) -> Option<Session> {
     let (value, _) = store.get(&session_slot(identity))?;
-    let text = std::str::from_utf8(&value).ok()?;
-    let mut parts = text.split('\0');
-    if parts.next() != Some(identity) {
-        return None;
-    }
-    let (id, version) = (parts.next()?, parts.next()?);
-    let id = (!id.is_empty()).then(|| id.to_string());
-    Some(Session { id, version: version.to_string() })
+    let (owner, session) = Session::from_text(std::str::from_utf8(&value).ok()?)?;
+    (owner == identity).then_some(session)
 }
 
 /// Forgets the session kept for `identity` when it is still the one with `id` (a session
@@ -268,7 +276,7 @@ pub(crate) fn forget_session(store: &dyn SharedStore, identity: &str, id: Option
 /// Keeps `session` for `identity` (the latest wins the slot); None forgets it.
 pub(crate) fn keep_session(store: &dyn SharedStore, identity: &str, session: Option<&Session>) {
     let value = match session {
-        Some(session) => format!("{identity}\0{}\0{}", session.id.as_deref().unwrap_or_default(), session.version),
+        Some(session) => session.text(identity),
         None if kept_session(store, identity).is_some() => String::new(),
         None => return,
     };

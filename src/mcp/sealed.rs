@@ -38,13 +38,11 @@ impl SessionKey {
     }
 
     fn parse(text: &str) -> Result<SessionKey, String> {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(text.trim())
-            .map_err(|_| "mcp_session_key: must be 32 bytes in base64 (e.g. `openssl rand -base64 32`)".to_string())?;
-        let bytes: [u8; 32] = bytes
-            .try_into()
-            .map_err(|_| "mcp_session_key: must be 32 bytes in base64 (e.g. `openssl rand -base64 32`)".to_string())?;
-        Ok(SessionKey(bytes))
+        let bytes = base64::engine::general_purpose::STANDARD.decode(text.trim()).ok();
+        match bytes.and_then(|bytes| <[u8; 32]>::try_from(bytes).ok()) {
+            Some(bytes) => Ok(SessionKey(bytes)),
+            None => Err("mcp_session_key: must be 32 bytes in base64 (e.g. `openssl rand -base64 32`)".to_string()),
+        }
     }
 
     /// The configured key, else this Envoy's own: made once from the host's randomness and kept
@@ -57,10 +55,7 @@ impl SessionKey {
         if let Some(key) = own_key(host.store()) {
             return key;
         }
-        let mut bytes = [0u8; 32];
-        for chunk in bytes.chunks_mut(8) {
-            chunk.copy_from_slice(&host.random().to_le_bytes());
-        }
+        let bytes = random_bytes(host);
         host.store().set(OWN_KEY_SLOT, &bytes, 0);
         // Two workers may make one at once: the one kept is the one every worker uses.
         own_key(host.store()).unwrap_or(SessionKey(bytes))
@@ -83,7 +78,8 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<
 pub(crate) fn seal(key: &SessionKey, nonce: [u8; NONCE_BYTES], caller: &str, sessions: &[(String, Session)]) -> String {
     let mut plain = String::new();
     for (server, session) in sessions {
-        plain.push_str(&format!("{server}\0{}\0{}\n", session.id.as_deref().unwrap_or_default(), session.version));
+        plain.push_str(&session.text(server));
+        plain.push('\n');
     }
     let cipher = ChaCha20Poly1305::new(Key::from_slice(&key.0));
     let payload = Payload { msg: plain.as_bytes(), aad: caller.as_bytes() };
@@ -102,13 +98,8 @@ pub(crate) fn unseal(key: &SessionKey, id: &str, caller: &str) -> Option<Session
     let cipher = ChaCha20Poly1305::new(Key::from_slice(&key.0));
     let plain = cipher.decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad: caller.as_bytes() }).ok()?;
     let plain = String::from_utf8(plain).ok()?;
-    let sessions = plain.lines().filter_map(|line| {
-        let mut parts = line.split('\0');
-        let (server, id, version) = (parts.next()?, parts.next()?, parts.next()?);
-        let id = (!id.is_empty()).then(|| id.to_string());
-        Some((server.to_string(), Session { id, version: version.to_string() }))
-    });
-    Some(sessions.collect())
+    let sessions = plain.lines().filter_map(Session::from_text);
+    Some(sessions.map(|(server, session)| (server.to_string(), session)).collect())
 }
 
 /// Servers' sessions, by server id.
@@ -125,10 +116,16 @@ pub(crate) fn fitting(sessions: Sessions) -> (Sessions, Sessions) {
 
 /// Fresh randomness for a nonce.
 pub(crate) fn nonce(host: &mut dyn Host) -> [u8; NONCE_BYTES] {
-    let mut nonce = [0u8; NONCE_BYTES];
-    nonce[..8].copy_from_slice(&host.random().to_le_bytes());
-    nonce[8..].copy_from_slice(&host.random().to_le_bytes()[..4]);
-    nonce
+    random_bytes(host)
+}
+
+/// `N` bytes of the host's randomness.
+fn random_bytes<const N: usize>(host: &mut dyn Host) -> [u8; N] {
+    let mut bytes = [0u8; N];
+    for chunk in bytes.chunks_mut(8) {
+        chunk.iter_mut().zip(host.random().to_le_bytes()).for_each(|(byte, drawn)| *byte = drawn);
+    }
+    bytes
 }
 
 #[cfg(test)]
