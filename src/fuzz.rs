@@ -80,16 +80,23 @@ pub fn sse(data: &[u8]) {
 
 /// MCP: a client's JSON-RPC message read (never a panic; names cut for the record) and planned
 /// by the aggregate endpoint; a server's answer read by the aggregate's backend, watched for its
-/// outcome and a `tools/list` answer rewritten, each the same however the answer is cut into
-/// chunks.
+/// outcome, a `tools/list` answer rewritten and a member's answer bridged between eras, each
+/// the same however the answer is cut into chunks; `Mcp-Param-*` headers written for any schema
+/// and arguments.
 pub fn mcp(data: &[u8]) {
-    use crate::mcp::{aggregate, read_message, AnswerRewrite, AnswerWatch, Backend, Edit, List, Plan, ToolPolicy};
+    use crate::mcp::{
+        aggregate, read_message, AnswerRewrite, AnswerWatch, Backend, Bridge, Edit, List, Plan, ToolPolicy,
+    };
     use gateway_schema::mcp_servers::Tools;
     let mut input = Input(data);
     let seed = input.byte();
     let content_type = input.choose(&["application/json", "text/event-stream", "text/plain"]);
     let id: serde_json::Value = serde_json::from_slice(input.piece()).unwrap_or(serde_json::Value::Null);
     let body = input.0;
+    let schema: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    for (name, value) in crate::mcp::params::headers(&schema, &id) {
+        assert!(name.bytes().all(|b| b.is_ascii_graphic()) && value.bytes().all(|b| (0x20..0x7f).contains(&b)));
+    }
     if let Ok(message) = read_message(body) {
         assert!(message.method.iter().chain(&message.tool).all(|name| name.chars().count() <= 128));
         // The aggregate's plan of it: a route names a member and a name without its prefix.
@@ -122,8 +129,8 @@ pub fn mcp(data: &[u8]) {
     let Some(policy) = ToolPolicy::new("files", &Tools::Deny(vec!["w*".into()]), None) else {
         return;
     };
-    let rewritten = |pieces: &[&[u8]]| {
-        let mut list = AnswerRewrite::new(id.clone(), Edit::Tools(policy.clone()), content_type.as_bytes())?;
+    let rewritten = |edit: &Edit, pieces: &[&[u8]]| {
+        let mut list = AnswerRewrite::new(id.clone(), edit.clone(), content_type.as_bytes())?;
         let mut out = Vec::new();
         for (i, piece) in pieces.iter().enumerate() {
             out.extend(list.push(piece, i + 1 == pieces.len()));
@@ -133,7 +140,10 @@ pub fn mcp(data: &[u8]) {
         }
         Some((out, list.outcome()))
     };
-    assert_eq!(rewritten(&[body]), rewritten(&cut(body, seed)));
+    let member = |bridge| Edit::Member { server: "files".into(), bridge };
+    for edit in [Edit::Tools(policy), member(Bridge::Same), member(Bridge::ToStateless), member(Bridge::ToSession)] {
+        assert_eq!(rewritten(&edit, &[body]), rewritten(&edit, &cut(body, seed)));
+    }
 }
 
 /// AWS event-stream frames (Bedrock's streams): the frames and the error do not depend on where

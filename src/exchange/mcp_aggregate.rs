@@ -6,7 +6,7 @@
 
 use super::worker::Task;
 use super::{Action, After, Dispatch, Env, Exchange, McpHeld, Phase, RawHeaders, Sent};
-use crate::mcp::{self, Aggregate, AnswerRewrite, AnswerWatch, Backend, Edit, List, Outcome, Plan};
+use crate::mcp::{self, Aggregate, AnswerRewrite, AnswerWatch, Backend, Bridge, Edit, List, Outcome, Plan};
 use crate::pipeline::HeaderEdits;
 use crate::request::headers;
 use serde_json::Value;
@@ -152,10 +152,18 @@ impl Exchange {
                     facts.server = server.clone();
                     facts.tool = name.clone().filter(|_| facts.method.as_deref() == Some("tools/call"));
                 }
-                let kept = aggregate.kept_session(env.io.host().store(), &server);
-                let backend = Backend::new(&server, aggregate.stateless, kept, None);
-                let backends = vec![(member, backend, None)];
+                let host = env.io.host();
+                let kept = aggregate.kept_session(host.store(), &server);
+                let mut backend = Backend::new(&server, aggregate.stateless, kept, None);
                 let call = name.clone().filter(|_| message_is_call);
+                if let Some(tool) = &call {
+                    // A stateless server's tools kept for the caller may hold the call's schema.
+                    let listed = aggregate.members.get(member).filter(|_| backend.is_stateless()).and_then(|m| {
+                        mcp::aggregate::kept_list(host.store(), &aggregate.list_identity(m, List::Tools), host.now_ms())
+                    });
+                    backend = backend.for_call(tool, listed);
+                }
+                let backends = vec![(member, backend, None)];
                 if call.is_some() {
                     self.keep_tool_call(params, &raw);
                 }
@@ -452,6 +460,12 @@ impl Exchange {
         if let (true, Some(name)) = (backend.is_stateless(), name) {
             routed.set.push(("mcp-name".to_string(), mcp::aggregate::name_header(name)));
         }
+        if let Some(schema) = backend.input_schema() {
+            let arguments = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|mut call| call.pointer_mut("/params/arguments").map(Value::take));
+            routed.set.extend(mcp::params::headers(schema, &arguments.unwrap_or(Value::Null)));
+        }
         let body = match backend.is_stateless() && !held.aggregate.stateless {
             true => mcp::aggregate::enveloped(&body),
             false => body,
@@ -494,10 +508,14 @@ impl Exchange {
 }
 
 /// How a member's answer is edited on its way to the client: the server's requests on a
-/// session-era stream get routable ids, and a stateless-era client's result from a session-era
-/// server gains its `resultType`. Between two of the stateless era it passes as it is.
+/// session-era stream get routable ids, and what differs between the client's era and the
+/// server's is bridged (`Bridge`). Between two of the stateless era it passes as it is.
 fn answer_edit(aggregate: &Aggregate, backend: &Backend) -> Option<Edit> {
-    let result_type = aggregate.stateless && !backend.is_stateless();
-    let edit = Edit::Member { server: backend.server.clone(), result_type };
-    (!aggregate.stateless || result_type).then_some(edit)
+    let bridge = match (aggregate.stateless, backend.is_stateless()) {
+        (true, true) => return None,
+        (true, false) => Bridge::ToStateless,
+        (false, true) => Bridge::ToSession,
+        (false, false) => Bridge::Same,
+    };
+    Some(Edit::Member { server: backend.server.clone(), bridge })
 }

@@ -370,6 +370,9 @@ pub(crate) struct Backend {
     ttl_ms: Option<u64>,
     /// Whether the items came from the list kept in shared data.
     kept: bool,
+    /// The tool whose input schema a session-era client's call to a stateless server needs
+    /// (its `Mcp-Param-*` headers), found by listing the server's tools until it shows.
+    schema_of: Option<String>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -415,11 +418,41 @@ impl Backend {
             items: Vec::new(),
             ttl_ms: None,
             kept: false,
+            schema_of: None,
         };
         if backend.step == Step::Initialize {
             backend.step = backend.handshake();
         }
         backend
+    }
+
+    /// This backend for a call of `tool` by a session-era client: to a server of the stateless
+    /// era it also finds the tool's input schema, in `listed` (the tools kept for the server)
+    /// or else by listing them.
+    pub(crate) fn for_call(mut self, tool: &str, listed: Option<Vec<Value>>) -> Backend {
+        if self.client_stateless {
+            return self;
+        }
+        self.schema_of = Some(tool.to_string());
+        self.items = listed.unwrap_or_default();
+        if self.step == Step::Ready {
+            self.step = self.after_handshake();
+        }
+        self
+    }
+
+    /// The input schema of the tool a call needs it of, once found.
+    pub(crate) fn input_schema(&self) -> Option<&Value> {
+        let tool = self.schema_of.as_deref()?;
+        let item = self.items.iter().find(|item| item.get("name").and_then(Value::as_str) == Some(tool))?;
+        item.get("inputSchema")
+    }
+
+    /// What it gathers: its list, or the tools a call's schema is found in (a stateless server's,
+    /// for a session-era client, until the tool shows).
+    fn gathers(&self) -> Option<List> {
+        let schema_wanted = self.schema_of.is_some() && self.is_stateless() && self.input_schema().is_none();
+        self.list.or(schema_wanted.then_some(List::Tools))
     }
 
     /// `server`'s backend whose list is the one kept for it: nothing to ask.
@@ -477,7 +510,7 @@ impl Backend {
             }}),
             Step::Initialized => json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
             Step::Page { cursor, .. } => {
-                let method = self.list.map(List::method).unwrap_or_default();
+                let method = self.gathers().map(List::method).unwrap_or_default();
                 let mut params = match cursor {
                     Some(cursor) => json!({"cursor": cursor}),
                     None => json!({}),
@@ -516,6 +549,9 @@ impl Backend {
     /// and content type, and its body.
     pub(crate) fn answered(&mut self, status: u16, session_id: Option<&str>, content_type: &[u8], body: &[u8]) {
         let step = std::mem::replace(&mut self.step, Step::Ready);
+        // A call's schema is looked for, not needed: without it the call goes on (the server
+        // then says what it misses).
+        let schema_only = matches!(step, Step::Page { .. }) && self.list.is_none();
         self.step = match step {
             // A session the server no longer knows (it expired, or was another replica's):
             // opened again, once.
@@ -568,10 +604,13 @@ impl Backend {
             Step::Page { pages, .. } => self.page(content_type, body, pages + 1),
             done => done,
         };
+        if schema_only && matches!(self.step, Step::Failed(_)) {
+            self.step = Step::Ready;
+        }
     }
 
     fn after_handshake(&self) -> Step {
-        match self.list {
+        match self.gathers() {
             Some(_) => Step::Page { cursor: None, pages: 0 },
             None => Step::Ready,
         }
@@ -585,7 +624,7 @@ impl Backend {
     }
 
     fn page(&mut self, content_type: &[u8], body: &[u8], pages: u32) -> Step {
-        let field = self.list.map(List::field).unwrap_or_default();
+        let field = self.gathers().map(List::field).unwrap_or_default();
         let Some(answer) = answer_in(content_type, body, &json!(LIST_ID)) else {
             return Step::Failed("its list is not JSON-RPC".to_string());
         };
@@ -604,7 +643,9 @@ impl Backend {
             self.ttl_ms = Some(self.ttl_ms.map_or(ttl, |kept| kept.min(ttl)));
         }
         match answer.pointer("/result/nextCursor").and_then(Value::as_str) {
-            Some(cursor) if pages < MAX_PAGES => Step::Page { cursor: Some(cursor.to_string()), pages },
+            Some(cursor) if pages < MAX_PAGES && self.gathers().is_some() => {
+                Step::Page { cursor: Some(cursor.to_string()), pages }
+            }
             _ => Step::Ready,
         }
     }

@@ -122,6 +122,29 @@ pub(super) fn answer_outcome(message: &Value, id: &Value) -> Option<Outcome> {
     })
 }
 
+/// What a message asks of the client, as the methods it names: a request of the server's (the
+/// session era's way), or a result that is `input_required` (the 2026-07-28 era's); None for
+/// any other message.
+pub(super) fn input_asked(message: &Value) -> Option<String> {
+    if let (Some(Value::String(method)), Some(_)) = (message.get("method"), message.get("id")) {
+        return Some(method.clone());
+    }
+    let result = message.get("result")?;
+    if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
+        return None;
+    }
+    let methods = match result.get("inputRequests") {
+        Some(Value::Object(requests)) => {
+            requests.values().filter_map(|request| request.get("method")?.as_str()).collect()
+        }
+        _ => Vec::new(),
+    };
+    Some(match methods.is_empty() {
+        true => "input_required".to_string(),
+        false => methods.join(", "),
+    })
+}
+
 /// A result as a client of `era` reads it: a stateless-era client's carries `resultType`.
 pub(crate) fn for_era(mut result: Value, stateless: bool) -> Value {
     if let (true, Some(fields)) = (stateless, result.as_object_mut()) {

@@ -6,6 +6,7 @@
 pub(crate) mod aggregate;
 mod message;
 pub(crate) mod oauth;
+pub(crate) mod params;
 pub(crate) mod sealed;
 mod servers;
 mod tools;
@@ -15,7 +16,7 @@ pub(crate) use message::{
     answer_in, denied_answer, for_era, prefixed, read as read_message, AnswerWatch, Message, Outcome,
 };
 pub(crate) use servers::{deserialize as deserialize_servers, is_server_id, Server, Servers};
-pub(crate) use tools::{unknown_tool, AnswerRewrite, Edit, ToolPolicy};
+pub(crate) use tools::{unknown_tool, AnswerRewrite, Bridge, Edit, ToolPolicy};
 
 use crate::errors::GatewayError;
 use crate::upstream::Upstream;

@@ -64,9 +64,24 @@ pub(crate) enum Edit {
     Tools(ToolPolicy),
     /// An answer routed through the aggregate endpoint from `server`: the server's own requests
     /// on a call's stream (elicitation, sampling) carry ids the endpoint routes the client's
-    /// answers back by (`super::message::server_request_id`); with `result_type`, the result
-    /// gains the `resultType` a stateless-era client needs (its server speaks the session era).
-    Member { server: String, result_type: bool },
+    /// answers back by (`super::message::server_request_id`); `bridge`: what differs between
+    /// the client's era and the server's.
+    Member { server: String, bridge: Bridge },
+}
+
+/// What a member's answer needs when its server and the client speak different eras.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Bridge {
+    /// One era: the answer passes as it is.
+    Same,
+    /// A session-era server, a stateless-era client: the result gains the `resultType` such a
+    /// client needs. A request of the server's mid-call (such a client answers none) ends the
+    /// call with an error naming it, rather than leave the server waiting.
+    ToStateless,
+    /// A stateless-era server, a session-era client: an `input_required` result (such a client
+    /// cannot answer it: the gateway would have to hold the call across the client's answers)
+    /// becomes an error naming what it asks.
+    ToSession,
 }
 
 /// A server's answer on its way to the caller, rewritten (`Edit`): a JSON answer held whole and
@@ -94,7 +109,7 @@ impl AnswerRewrite {
     pub(crate) fn new(id: Value, edit: Edit, content_type: &[u8]) -> Option<AnswerRewrite> {
         let form = match (super::message::answer_form(content_type)?, &edit) {
             (super::message::AnswerForm::Json, Edit::Tools(_)) => Form::Json(Vec::new()),
-            (super::message::AnswerForm::Json, Edit::Member { result_type: false, .. }) => return None,
+            (super::message::AnswerForm::Json, Edit::Member { bridge: Bridge::Same, .. }) => return None,
             (super::message::AnswerForm::Json, Edit::Member { .. }) => Form::Json(Vec::new()),
             (super::message::AnswerForm::Sse, _) => Form::Sse(Events::default()),
         };
@@ -108,13 +123,23 @@ impl AnswerRewrite {
 
     /// A chunk of the answer (`end`: the last): what goes to the client in its place. A JSON
     /// list gives everything at its end; one that is not the answer's JSON becomes a JSON-RPC
-    /// error rather than pass unfiltered.
+    /// error rather than pass unfiltered, as does one past the bound of an event (a message
+    /// either way).
     pub(crate) fn push(&mut self, chunk: &[u8], end: bool) -> Vec<u8> {
         match &mut self.form {
             Form::Json(held) => {
-                held.extend_from_slice(chunk);
+                if held.len() + chunk.len() > MAX_EVENT_BYTES {
+                    *held = Vec::new();
+                    self.outcome = Some(Outcome::Error);
+                }
+                if self.outcome.is_none() {
+                    held.extend_from_slice(chunk);
+                }
                 if !end {
                     return Vec::new();
+                }
+                if self.outcome.is_some() {
+                    return unreadable(&self.id);
                 }
                 let mut message: Value = serde_json::from_slice(held).unwrap_or(Value::Null);
                 self.edit_message(&mut message);
@@ -158,11 +183,22 @@ impl AnswerRewrite {
                 self.outcome = policy.filter_answer(message, &self.id);
                 self.outcome.is_some()
             }
-            Edit::Member { server, result_type } => {
+            Edit::Member { server, bridge } => {
                 self.outcome = super::message::answer_outcome(message, &self.id);
-                if let (true, Some(_), Some(result)) = (*result_type, self.outcome, message.get_mut("result")) {
-                    *result = super::message::for_era(std::mem::take(result), true);
-                    return true;
+                let asks = super::message::input_asked(message);
+                match (bridge, self.outcome, asks) {
+                    (Bridge::ToSession, Some(_), Some(asked)) | (Bridge::ToStateless, None, Some(asked)) => {
+                        *message = unanswerable_input(&self.id, server, *bridge, &asked);
+                        self.outcome = Some(Outcome::Error);
+                        return true;
+                    }
+                    (Bridge::ToStateless, Some(_), _) => {
+                        if let Some(result) = message.get_mut("result") {
+                            *result = super::message::for_era(std::mem::take(result), true);
+                            return true;
+                        }
+                    }
+                    _ => {}
                 }
                 let request = message.get("method").is_some();
                 match message.get_mut("id").filter(|_| request) {
@@ -205,6 +241,20 @@ impl AnswerRewrite {
         }
         out.push(b'\n');
     }
+}
+
+/// The error that ends a call whose server asks the client for input (`asked`: its methods)
+/// in a way the client's era cannot answer through the aggregate.
+fn unanswerable_input(id: &Value, server: &str, bridge: Bridge, asked: &str) -> Value {
+    let (how, client) = match bridge {
+        Bridge::ToSession => ("in the 2026-07-28 way (input_required)", "the session era"),
+        _ => ("mid-call, in the session era's way", "the 2026-07-28 era"),
+    };
+    let message = format!(
+        "MCP server '{server}' asks the client for input ({asked}) {how}, which a client of {client} \
+         cannot answer through the gateway; a client of the server's era can"
+    );
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": message}})
 }
 
 /// The error in place of an answer the gateway could not read (so could not rewrite).
@@ -378,6 +428,18 @@ mod tests {
     }
 
     #[test]
+    fn a_json_answer_past_the_bound_of_an_event_is_not_held_nor_passed() {
+        let edit = Edit::Member { server: "files".into(), bridge: Bridge::ToSession };
+        let mut json = AnswerRewrite::new(json!(4), edit, b"application/json").unwrap();
+        let big = vec![b'x'; MAX_EVENT_BYTES / 2 + 1];
+        assert!(json.push(br#"{"jsonrpc":"2.0","id":4,"result":{"text":""#, false).is_empty());
+        assert!(json.push(&big, false).is_empty() && json.push(&big, false).is_empty());
+        let error = message_of(&json.push(br#""}}"#, true));
+        assert_eq!((&error["id"], &error["error"]["code"]), (&json!(4), &json!(-32603)), "{error}");
+        assert_eq!(json.outcome(), Some(Outcome::Error));
+    }
+
+    #[test]
     fn an_event_past_the_bound_is_not_passed() {
         let mut list = rewrite("text/event-stream");
         let mut out = list.push(b"data: ", false);
@@ -393,7 +455,7 @@ mod tests {
 
     #[test]
     fn a_servers_requests_on_a_calls_stream_get_routable_ids() {
-        let edit = Edit::Member { server: "files".into(), result_type: false };
+        let edit = Edit::Member { server: "files".into(), bridge: Bridge::Same };
         assert!(AnswerRewrite::new(json!(4), edit.clone(), b"application/json").is_none(), "JSON carries none");
         let mut rewrite = AnswerRewrite::new(json!(4), edit, b"text/event-stream").unwrap();
         let stream = concat!(
@@ -418,7 +480,7 @@ mod tests {
 
     #[test]
     fn a_session_era_servers_result_gains_the_result_type_a_stateless_client_needs() {
-        let edit = Edit::Member { server: "files".into(), result_type: true };
+        let edit = Edit::Member { server: "files".into(), bridge: Bridge::ToStateless };
         let mut json = AnswerRewrite::new(json!(4), edit.clone(), b"application/json").unwrap();
         assert!(json.push(br#"{"jsonrpc":"2.0","id":4,"res"#, false).is_empty(), "held whole");
         let out: Value = serde_json::from_slice(&json.push(br#"ult":{"content":[]}}"#, true)).unwrap();
@@ -435,5 +497,46 @@ mod tests {
             serde_json::from_str(answer.trim().strip_prefix("event: message\ndata: ").unwrap()).unwrap();
         assert_eq!(answer["result"], json!({"isError": true, "resultType": "complete"}));
         assert_eq!(sse.outcome(), Some(Outcome::ToolError));
+    }
+
+    /// The message of an answer to the client that is one SSE event, or JSON.
+    fn message_of(out: &[u8]) -> Value {
+        let text = String::from_utf8(out.to_vec()).unwrap();
+        let data = text.lines().find_map(|line| line.strip_prefix("data: ")).unwrap_or(&text);
+        serde_json::from_str(data).unwrap()
+    }
+
+    #[test]
+    fn a_servers_request_mid_call_ends_a_stateless_clients_call_with_an_error_naming_it() {
+        let edit = Edit::Member { server: "files".into(), bridge: Bridge::ToStateless };
+        let mut sse = AnswerRewrite::new(json!(4), edit, b"text/event-stream").unwrap();
+        let asked = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"elicitation/create\"}\n\n";
+        let error = message_of(&sse.push(asked.as_bytes(), false));
+        assert_eq!((&error["id"], &error["error"]["code"]), (&json!(4), &json!(-32603)), "{error}");
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains("'files'") && message.contains("(elicitation/create)"), "{message}");
+        assert_eq!(sse.outcome(), Some(Outcome::Error));
+    }
+
+    #[test]
+    fn an_input_required_result_becomes_an_error_for_a_session_client_naming_what_it_asks() {
+        let edit = Edit::Member { server: "files".into(), bridge: Bridge::ToSession };
+        let answer = json!({"jsonrpc": "2.0", "id": 4, "result": {"resultType": "input_required", "requestState": "s",
+            "inputRequests": {"confirm": {"method": "elicitation/create", "params": {}}}}});
+        for content_type in [&b"application/json"[..], b"text/event-stream"] {
+            let mut rewrite = AnswerRewrite::new(json!(4), edit.clone(), content_type).unwrap();
+            let body = match content_type {
+                b"application/json" => answer.to_string(),
+                _ => format!("event: message\ndata: {answer}\n\n"),
+            };
+            let error = message_of(&rewrite.push(body.as_bytes(), true));
+            let message = error["error"]["message"].as_str().unwrap();
+            assert!(message.contains("(elicitation/create) in the 2026-07-28 way"), "{message}");
+            assert_eq!(rewrite.outcome(), Some(Outcome::Error));
+        }
+        // A complete result passes as it came.
+        let mut json = AnswerRewrite::new(json!(4), edit, b"application/json").unwrap();
+        let complete = json!({"jsonrpc": "2.0", "id": 4, "result": {"resultType": "complete", "content": []}});
+        assert_eq!(message_of(&json.push(complete.to_string().as_bytes(), true)), complete);
     }
 }

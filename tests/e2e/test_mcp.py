@@ -11,6 +11,7 @@ import json
 import threading
 import time
 import uuid
+from typing import Annotated
 
 import anyio
 import httpx2 as httpx
@@ -19,9 +20,9 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.caching import CacheHint
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, Elicit, ElicitationResult, MCPServer, Resolve
 from mcp.shared.exceptions import MCPError
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import helpers
 from pg_server import free_ports
@@ -37,6 +38,11 @@ PROGRESS_WAIT_S = 15
 
 class Answer(BaseModel):
     reply: str
+
+
+def ask(question: str) -> Elicit[Answer]:
+    """The question of the `confirm` tool (module-level: its annotation is evaluated by name)."""
+    return Elicit(question, Answer)
 
 
 class UpstreamServer(McpUpstream):
@@ -72,10 +78,10 @@ class UpstreamServer(McpUpstream):
             return "the client saw the progress first" if seen else "no progress reached the client"
 
         @server.tool()
-        async def confirm(question: str, ctx: Context) -> str:
-            """Asks the user (elicitation, a request of the server's on the call's stream)."""
-            result = await ctx.elicit(message=question, schema=Answer)
-            return f"{result.action}: {result.data.reply if result.action == 'accept' else '-'}"
+        async def confirm(question: str, answer: Annotated[ElicitationResult[Answer], Resolve(ask)]) -> str:
+            """Asks the user (elicitation: in the session era a request of the server's on the call's
+            stream, in the stateless era an `input_required` result the client answers in a retry)."""
+            return f"{answer.action}: {answer.data.reply if answer.action == 'accept' else '-'}"
 
         @server.tool()
         async def wait_for_cancel() -> str:
@@ -87,6 +93,12 @@ class UpstreamServer(McpUpstream):
                 self.cancelled.set()
                 raise
             return "never cancelled"
+
+        if era == "stateless":
+            @server.tool()
+            def locate(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+                """Names the region it was asked for (the argument travels in `Mcp-Param-Region` too)."""
+                return f"in {region}"
 
         @server.prompt()
         def greet(name: str) -> str:
@@ -891,6 +903,69 @@ def test_a_client_of_either_era_reaches_servers_of_either_era_through_the_aggreg
         {("tools/call", "add"), ("prompts/get", "greet")}, new.seen_headers
     old.added.clear()
     new.added.clear()
+
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_a_servers_question_reaches_a_client_of_its_era_and_fails_clearly_for_the_other(eras_gw, era_servers, mode):
+    """Elicitation through the aggregate: a client of the server's era answers it (mid-call in the
+    session era, by `input_required` and a retry in the stateless one); a client of the other era
+    cannot (the gateway would have to hold the call across the client's answers), so the call ends
+    at once with an error saying why, rather than hang or pass a result the client misreads."""
+    asked = []
+
+    async def on_elicit(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"reply": "yes"})
+
+    async def call(server: str):
+        http = httpx.AsyncClient(headers={"authorization": f"Bearer {helpers.KEY}"}, timeout=httpx.Timeout(30.0))
+        transport = streamable_http_client(f"{eras_gw.origin}/mcp", http_client=http)
+        async with Client(transport, mode=mode, elicitation_callback=on_elicit) as c:
+            try:
+                result = await c.call_tool(f"{server}__confirm", {"question": f"Ask {server}?"})
+                return [b.text for b in result.content]
+            except MCPError as error:
+                return error.error.message
+
+    own, other = ("old", "new") if mode == "legacy" else ("new", "old")
+    assert asyncio.run(call(own)) == ["accept: yes"]
+    assert asked == [f"Ask {own}?"]
+    message = asyncio.run(call(other))
+    if mode == "legacy":
+        # The gateway declares no capability for a session-era client to a stateless server (it
+        # could not bridge the question), so the server says what it lacks.
+        assert "elicitation capability" in message, message
+    else:
+        assert f"MCP server '{other}' asks the client for input (elicitation/create)" in message, message
+    assert asked == [f"Ask {own}?"], "the other era's question never reached the client"
+
+
+
+@pytest.mark.parametrize("mode, listed", [("legacy", False), ("legacy", True), ("2026-07-28", True)])
+def test_a_calls_param_headers_reach_a_stateless_server_from_a_client_of_either_era(eras_gw, era_servers, mode, listed):
+    """A stateless server refuses a `tools/call` whose `Mcp-Param-*` headers miss an argument its
+    tool's schema marks (`x-mcp-header`). A client of that era writes them, and they pass; for a
+    session-era client the gateway writes them, from the schema in the tools it keeps for the
+    caller (`listed`), else by listing the server's tools first."""
+    _, new = era_servers
+    key = helpers.workspace_key(eras_gw)
+
+    async def session():
+        async with aggregate(eras_gw, {"authorization": f"Bearer {key}"}, mode=mode) as c:
+            if listed:
+                await c.list_tools()
+            new.seen_headers.clear()
+            new.seen_methods.clear()
+            result = await c.call_tool("new__locate", {"region": "Zürich"})
+            return [b.text for b in result.content], result.is_error
+
+    assert asyncio.run(session()) == (["in Zürich"], False)
+    call = next(h for h in new.seen_headers if h.get("mcp-method") == "tools/call")
+    assert call["mcp-param-region"] == "=?base64?" + base64.b64encode("Zürich".encode()).decode() + "?="
+    # (The SDK's client may list the tools after a call, for the result's schema.)
+    up_to_call = new.seen_methods[:new.seen_methods.index("tools/call") + 1]
+    assert up_to_call == (["tools/call"] if listed else ["tools/list", "tools/call"]), new.seen_methods
 
 
 # --------------------------------------------------------------------------- OAuth (resource server)
