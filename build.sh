@@ -46,7 +46,8 @@ WASM_SIZE_LIMIT=1560000
 ENVOY_VERSION="1.40.0"
 TARGET="wasm32-wasip1"
 
-log() { printf '[build.sh] %s\n' "$*" >&2; }
+# Each line says how long the run has taken so far (a slow phase of `./build.sh test` shows).
+log() { printf '[build.sh %dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 die() { printf '[build.sh] error: %s\n' "$*" >&2; exit 1; }
 
 # Runs one install step with its output in .tools/logs/<name>.log. On failure it shows the last
@@ -449,13 +450,17 @@ lint() {
 }
 
 test_all() {
+  log "the filter"
   build
+  log "the native module"
   build_native
+  log "what the tests run: their Python packages, the agents, the conformance suite, PostgreSQL, the registry tools"
   install_test_deps
   install_agents
   install_conformance
   install_postgres
   install_registry_tools
+  log "lints"
   lint
   log "unit tests"
   cargo test --quiet --workspace

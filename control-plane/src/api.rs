@@ -66,6 +66,7 @@ pub fn router(state: AppState) -> Router {
         .route("/internal/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
         .route("/internal/v1/responses/{id}/input_items", get(responses::input_items))
         .route("/internal/v1/responses/{id}/cancel", post(responses::cancel))
+        .merge(crate::console::routes())
         .fallback(|| async { ApiError::new(404, "invalid_request_error", "no such endpoint", None, Some("not_found")) })
         .with_state(state)
 }

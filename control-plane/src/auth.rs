@@ -32,6 +32,11 @@ pub async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<Caller> 
         .and_then(|v| v.to_str().ok())
         .filter(|k| !k.is_empty())
         .ok_or_else(|| ApiError::unauthorized("missing x-gateway-api-key header"))?;
+    caller_of_key(state, key).await
+}
+
+/// Whose `key` is: a static admin key's, else a stored key's (by its hash).
+pub async fn caller_of_key(state: &AppState, key: &str) -> ApiResult<Caller> {
     if let Some(caller) = static_key(state, &key_hash(key)) {
         return Ok(caller);
     }

@@ -91,6 +91,12 @@ pub fn new_api_key() -> Result<String, String> {
     Ok(format!("gw-{}", hex(&random::<16>()?)))
 }
 
+/// A new secret token (a console session's id, its CSRF token): 32 bytes from the OS RNG, in
+/// lowercase hex.
+pub fn new_token() -> Result<String, String> {
+    Ok(hex(&random::<32>()?))
+}
+
 /// Lowercase hex SHA-256 of the whole key string: the only form a key is stored in.
 pub fn key_hash(key: &str) -> String {
     hex(&Sha256::digest(key.as_bytes()))

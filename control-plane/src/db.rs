@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
 
 pub mod batches;
+pub mod console;
 pub mod limits;
 pub mod logs;
 pub mod responses;

@@ -8,6 +8,7 @@
 pub mod api;
 pub mod auth;
 pub mod batches;
+pub mod console;
 pub mod crypto;
 pub mod db;
 pub mod errors;

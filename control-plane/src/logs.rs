@@ -108,6 +108,28 @@ struct Columns<'a> {
     cost_usd: Option<&'a RawValue>,
     #[serde(borrow)]
     api_key_id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    client_api: Option<&'a RawValue>,
+    #[serde(borrow)]
+    duration_ms: Option<&'a RawValue>,
+    #[serde(borrow)]
+    cache_status: Option<&'a RawValue>,
+    #[serde(borrow)]
+    guardrails: Option<&'a RawValue>,
+}
+
+/// The guardrails' verdict of a record: `fail` when an item's `verdict` is false, `pass` when
+/// every item's is true, None when none ran (or the field is not a list of items).
+fn guardrail_verdict(guardrails: Option<&RawValue>) -> Option<&'static str> {
+    #[derive(Deserialize)]
+    struct Item {
+        verdict: Option<bool>,
+    }
+    let items = column::<Vec<Item>>(guardrails).filter(|items| !items.is_empty())?;
+    Some(match items.iter().any(|item| item.verdict == Some(false)) {
+        true => "fail",
+        false => "pass",
+    })
 }
 
 /// A column's value when it has type `T` (absent, `null` or another type: `None`).
@@ -172,6 +194,10 @@ fn new_record(i: usize, record: &RawValue) -> ApiResult<NewRecord> {
         output_tokens: column::<u64>(fields.completion_tokens).and_then(|n| i64::try_from(n).ok()),
         cost_micro_usd: column::<f64>(fields.cost_usd).and_then(micro_usd),
         api_key_id: text(fields.api_key_id),
+        client_api: text(fields.client_api),
+        duration_ms: column::<u64>(fields.duration_ms).and_then(|n| i64::try_from(n).ok()),
+        cache_status: text(fields.cache_status),
+        guardrail_verdict: guardrail_verdict(fields.guardrails),
         timestamp_ms,
         json: json.to_string(),
         metadata,

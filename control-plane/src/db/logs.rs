@@ -25,6 +25,12 @@ pub struct NewRecord {
     pub cost_micro_usd: Option<i64>,
     /// The id of the stored key the request was made with (in `index_key` form).
     pub api_key_id: Option<String>,
+    /// What the console reads of it: its `client_api`, `duration_ms` and `cache_status` (in
+    /// `index_key` form), and its guardrails' verdict (`pass`, `fail`; None when none ran).
+    pub client_api: Option<String>,
+    pub duration_ms: Option<i64>,
+    pub cache_status: Option<String>,
+    pub guardrail_verdict: Option<&'static str>,
     pub timestamp_ms: i64,
     /// The record's JSON text as sent.
     pub json: String,
@@ -200,7 +206,8 @@ impl Db {
             let mut built = Built::new(
                 self,
                 "INSERT INTO log_records (id, workspace, record_key, trace_id, span_id, provider, model, status, \
-                 input_tokens, output_tokens, cost_micro_usd, api_key_id, timestamp_ms, record, received_at) VALUES ",
+                 input_tokens, output_tokens, cost_micro_usd, api_key_id, client_api, duration_ms, cache_status, \
+                 guardrail_verdict, timestamp_ms, record, received_at) VALUES ",
             );
             for (i, r) in chunk.iter().enumerate() {
                 let row = vec![
@@ -216,15 +223,19 @@ impl Db {
                     Arg::OptInt(r.output_tokens),
                     Arg::OptInt(r.cost_micro_usd),
                     Arg::OptText(r.api_key_id.clone()),
+                    Arg::OptText(r.client_api.clone()),
+                    Arg::OptInt(r.duration_ms),
+                    Arg::OptText(r.cache_status.clone()),
+                    Arg::OptText(r.guardrail_verdict.map(str::to_string)),
                     Arg::Int(r.timestamp_ms),
                     Arg::Text(r.json.clone()),
                     Arg::Int(received_at),
                 ];
                 built.push(
                     if i == 0 {
-                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     } else {
-                        ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     },
                     row,
                 );

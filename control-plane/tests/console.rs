@@ -1,0 +1,194 @@
+//! The console's sessions and overview (issue 47) in process (tower `oneshot`), against SQLite in
+//! a temp dir, or against the database `TEST_DATABASE_URL` names (e.g. `postgres://...`). Every
+//! workspace carries a per-run suffix, so a reused database works too.
+
+// Helpers outside `#[test]` functions: clippy.toml's test allowances do not reach them.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod common;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode};
+use common::{Client, TOKEN};
+use gateway_control_plane::api;
+use gateway_control_plane::AppState;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const ADMIN: &str = "admin-key-console";
+
+/// A console request's answer: status, headers, JSON body (Null when empty).
+async fn send(
+    client: &Client,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> (StatusCode, HeaderMap, Value) {
+    let mut request = Request::builder().method(method).uri(path).header("host", "gateway.test");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
+    let response = client.app.clone().oneshot(request.body(body).unwrap()).await.unwrap();
+    let (status, headers) = (response.status(), response.headers().clone());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+    (status, headers, value)
+}
+
+/// Signs in with `key`: the cookie (`name=value`) and the session's description.
+async fn sign_in(client: &Client, key: &str) -> (String, Value) {
+    let (status, headers, body) = send(client, "POST", "/console/session", &[], Some(json!({"key": key}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let cookie = headers["set-cookie"].to_str().unwrap();
+    (cookie.split(';').next().unwrap().to_string(), body)
+}
+
+async fn start() -> (Client, AppState, String) {
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let dir = std::env::temp_dir().join(format!("cp-console-test-{run}"));
+    let state = AppState::open(&common::settings(&dir, &[ADMIN])).await.unwrap();
+    (Client { app: api::router(state.clone()) }, state, run)
+}
+
+async fn new_key(client: &Client, workspace: &str) -> String {
+    let created = client.ok("POST", "/v1/api-keys", ADMIN, Some(json!({"workspace": workspace}))).await;
+    created["key"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_key_signs_in_to_a_session_in_a_cookie_that_holds_no_key_and_ends_on_sign_out() {
+    let (client, _, run) = start().await;
+    let workspace = format!("team-{run}");
+    let key = new_key(&client, &workspace).await;
+
+    // A wrong key, an empty one, another field, another origin: no session.
+    for (body, origin, want) in [
+        (json!({"key": "gw-not-a-key"}), None, 401),
+        (json!({"key": ""}), None, 400),
+        (json!({"key": key, "remember": true}), None, 400),
+        (json!({"key": key}), Some("https://evil.test"), 403),
+    ] {
+        let headers: Vec<(&str, &str)> = origin.iter().map(|o| ("origin", *o)).collect();
+        let (status, answer, body) = send(&client, "POST", "/console/session", &headers, Some(body)).await;
+        assert_eq!(status.as_u16(), want, "{body}");
+        assert!(answer.get("set-cookie").is_none());
+        assert!(body["error"]["message"].is_string(), "{body}");
+    }
+
+    let (status, headers, body) =
+        send(&client, "POST", "/console/session", &[("origin", "http://gateway.test")], Some(json!({"key": key})))
+            .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let set_cookie = headers["set-cookie"].to_str().unwrap();
+    for attribute in ["Path=/console", "HttpOnly", "SameSite=Strict", "Max-Age=43200"] {
+        assert!(set_cookie.contains(attribute), "{set_cookie}");
+    }
+    assert!(!set_cookie.contains(&key), "the key is not in the cookie");
+    assert_eq!((body["workspace"].as_str(), body["admin"].as_bool()), (Some(workspace.as_str()), Some(false)));
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.starts_with("default-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(headers["cache-control"], "no-store");
+    let cookie = set_cookie.split(';').next().unwrap().to_string();
+    let csrf = body["csrf_token"].as_str().unwrap().to_string();
+
+    let (status, _, session) = send(&client, "GET", "/console/session", &[("cookie", &cookie)], None).await;
+    assert_eq!((status, session["workspace"].as_str()), (StatusCode::OK, Some(workspace.as_str())));
+    let (status, _, _) = send(&client, "GET", "/console/session", &[], None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _, _) = send(&client, "GET", "/console/session", &[("cookie", "gateway_console=made-up")], None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // Signing out is a write: the session's token, from the console's own origin.
+    let (status, _, _) = send(&client, "DELETE", "/console/session", &[("cookie", &cookie)], None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "no CSRF token");
+    let foreign = [("cookie", cookie.as_str()), ("x-console-csrf", csrf.as_str()), ("origin", "https://evil.test")];
+    let (status, _, _) = send(&client, "DELETE", "/console/session", &foreign, None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "another origin");
+    let own = [("cookie", cookie.as_str()), ("x-console-csrf", csrf.as_str())];
+    let (status, headers, _) = send(&client, "DELETE", "/console/session", &own, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert!(headers["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
+    let (status, _, _) = send(&client, "GET", "/console/session", &[("cookie", &cookie)], None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the session ended");
+}
+
+#[tokio::test]
+async fn the_overview_adds_up_a_workspaces_requests_as_usage_does_and_shows_no_other_workspace() {
+    let (client, _, run) = start().await;
+    let (team, other) = (format!("team-{run}"), format!("other-{run}"));
+    let key = new_key(&client, &team).await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let record = |workspace: &str, i: i64, model: &str, status: i64, api: &str| {
+        json!({"workspace": workspace, "trace_id": format!("t-{i}"), "timestamp_ms": now - 60_000 - i * 1000,
+            "provider": "openai", "model": model, "status": status, "client_api": api, "duration_ms": 100 + i * 10,
+            "prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.25, "cache_status": "MISS",
+            "guardrails": [{"stage": "before", "id": "g", "verdict": status < 400}]})
+    };
+    let mut records: Vec<Value> = (0..4).map(|i| record(&team, i, "gpt-4o", 200, "chat")).collect();
+    records.push(record(&team, 4, "claude-3", 502, "messages"));
+    records.push(record(&other, 5, "gpt-4o", 200, "chat"));
+    let (status, body) =
+        client.call("POST", "/internal/v1/records", Some(TOKEN), Some(json!({"records": records}))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+
+    let (cookie, _) = sign_in(&client, &key).await;
+    let (status, _, overview) =
+        send(&client, "GET", "/console/api/overview?range=hour", &[("cookie", &cookie)], None).await;
+    assert_eq!(status, StatusCode::OK, "{overview}");
+    let totals = &overview["totals"];
+    assert_eq!((totals["requests"].as_i64(), totals["errors"].as_i64()), (Some(5), Some(1)), "{overview}");
+    assert_eq!((totals["input_tokens"].as_i64(), totals["output_tokens"].as_i64()), (Some(50), Some(25)));
+    assert_eq!(totals["cost_usd"].as_f64(), Some(1.25));
+    // Durations 100, 110, 120, 130, 140 ms: the median is in (100, 150].
+    let p50 = totals["p50_ms"].as_f64().unwrap();
+    assert!((100.0..=150.0).contains(&p50), "{totals}");
+    assert_eq!(overview["series"].as_array().unwrap().len(), 60);
+    let in_series: i64 = overview["series"].as_array().unwrap().iter().map(|p| p["requests"].as_i64().unwrap()).sum();
+    assert_eq!(in_series, 5);
+    let models: Vec<(&str, i64)> = overview["breakdown"]["model"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| (row["value"].as_str().unwrap(), row["requests"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(models, [("gpt-4o", 4), ("claude-3", 1)]);
+    let apis: Vec<&str> =
+        overview["breakdown"]["api"].as_array().unwrap().iter().map(|r| r["value"].as_str().unwrap()).collect();
+    assert_eq!(apis, ["chat", "messages"]);
+    assert_eq!(overview["top_models_by_cost"][0]["value"], "gpt-4o");
+    assert_eq!(overview["error_rate_by_provider"][0]["error_rate"].as_f64(), Some(0.2));
+    let workspaces = overview["breakdown"]["workspace"].as_array().unwrap();
+    assert_eq!(workspaces.len(), 1, "another workspace's requests are never shown: {workspaces:?}");
+
+    // The same period in `/v1/usage`: the same numbers.
+    let (from, to) = (overview["from"].as_i64().unwrap(), overview["to"].as_i64().unwrap());
+    let usage = client.ok("GET", &format!("/v1/usage?start={from}&end={to}"), &key, None).await;
+    let usage = &usage["data"][0];
+    assert_eq!(usage["requests"], totals["requests"]);
+    assert_eq!((&usage["input_tokens"], &usage["output_tokens"]), (&totals["input_tokens"], &totals["output_tokens"]));
+    assert_eq!(usage["cost_usd"], totals["cost_usd"]);
+
+    // A workspace key cannot name another workspace; an admin sees every one, or the one named.
+    let path = format!("/console/api/overview?range=hour&workspace={other}");
+    let (status, _, _) = send(&client, "GET", &path, &[("cookie", &cookie)], None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (admin, session) = sign_in(&client, ADMIN).await;
+    assert_eq!(session["admin"], true);
+    let (_, _, named) = send(&client, "GET", &path, &[("cookie", &admin)], None).await;
+    assert_eq!(named["totals"]["requests"], 1, "{named}");
+    let (_, _, all) = send(&client, "GET", "/console/api/overview?range=hour", &[("cookie", &admin)], None).await;
+    let seen: Vec<&str> =
+        all["breakdown"]["workspace"].as_array().unwrap().iter().filter_map(|r| r["value"].as_str()).collect();
+    assert!(seen.contains(&team.as_str()) && seen.contains(&other.as_str()), "{seen:?}");
+
+    for bad in ["range=year", "range=hour&limit=3"] {
+        let (status, _, body) =
+            send(&client, "GET", &format!("/console/api/overview?{bad}"), &[("cookie", &cookie)], None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    }
+    let (status, _, _) = send(&client, "GET", "/console/api/overview", &[], None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "signed out");
+}
