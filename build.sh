@@ -120,6 +120,23 @@ fetch_crates() {
   has_rustup_target "$TARGET" || install_debian_wasm_toolchain
   install_step cargo-fetch cargo fetch --locked
   install_step cargo-fetch-std wasm_cargo "$TARGET" fetch
+  console_packages
+}
+
+# The console's pinned packages (console/package-lock.json: its chart library), which the control
+# plane's binary embeds, in console/node_modules: installed when missing or not the locked ones
+# (the lock file installed is kept beside them).
+console_packages() {
+  local console="$ROOT/console"
+  cmp -s "$console/package-lock.json" "$console/node_modules/.installed-lock.json" && return
+  if ! command -v npm >/dev/null; then
+    log "installing Node.js and npm (they install the console's packages)"
+    apt_install nodejs npm
+  fi
+  log "installing the console's packages (console/package-lock.json)"
+  install_step npm-console env NODE_OPTIONS="${NODE_OPTIONS:+$NODE_OPTIONS }--use-openssl-ca" \
+    npm ci --prefix "$console" --no-audit --no-fund
+  cp "$console/package-lock.json" "$console/node_modules/.installed-lock.json"
 }
 
 # binaryen's optimiser, run over the linked module: rustc and wasm-ld leave code it folds (the
@@ -206,6 +223,10 @@ install_envoy() {
 
 install_test_deps() {
   local stamp="$VENV/.test-requirements"
+  if ! command -v chromium >/dev/null; then
+    log "installing Chromium (Debian's chromium: the console's tests run in it)"
+    apt_install chromium fonts-liberation
+  fi
   if ! cmp -s tests/requirements.txt "$stamp"; then
     log "installing the end-to-end tests' Python packages into .venv"
     # `python -m pip`: a copied .venv's bin/pip still names the original's python in its first line.
@@ -544,6 +565,7 @@ fuzz() {
   local flags="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4"
   flags+=" -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table"
   flags+=" -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing"
+  console_packages
   log "building the fuzz targets"
   RUSTFLAGS="$flags" cargo build --quiet --release --locked --manifest-path fuzz/Cargo.toml \
     --target "$host" --target-dir "$ROOT/target/fuzz" --bins

@@ -346,24 +346,7 @@ async fn list_logs(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     let caller = auth::caller(&s, &h).await?;
-    let q = logs::log_query(&validate::query_pairs(query)?)?;
-    let after = match q.after.as_deref() {
-        Some(id) => {
-            let time = s.db.record_time(&caller.workspace, id).await?;
-            let time = time.ok_or_else(|| ApiError::invalid("after", "after names no log record of this workspace"))?;
-            Some((time, id))
-        }
-        None => None,
-    };
-    let mut rows = s.db.query_records(&caller.workspace, &q, after, q.limit + 1).await?;
-    let has_more = rows.len() > q.limit;
-    rows.truncate(q.limit);
-    let mut traces: Vec<&str> = rows.iter().map(|r| r.trace_key.as_str()).collect();
-    traces.sort_unstable();
-    traces.dedup();
-    let feedback = s.db.feedback_for(&caller.workspace, &traces).await?;
-    let data = rows.iter().map(|r| logs::log_entry(r, &feedback)).collect::<ApiResult<Vec<Value>>>()?;
-    Ok(Json(json!({"object": "list", "data": data, "has_more": has_more})))
+    Ok(Json(logs::page(&s, &caller.workspace, &validate::query_pairs(query)?).await?))
 }
 
 /// `POST /v1/feedback`: feedback on a trace of the caller's workspace, logged yet or not.

@@ -16,7 +16,7 @@ use crate::validate::{json_object, only_known_fields, query_pairs, WholeBody};
 use crate::AppState;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::header::{CACHE_CONTROL, SET_COOKIE};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -44,9 +44,53 @@ const SECURITY_HEADERS: [(&str, &str); 5] = [
 
 pub fn routes() -> Router<AppState> {
     Router::new()
+        .route("/console", get(page))
+        .route("/console/", get(page))
+        .route("/console/assets/{name}", get(asset))
         .route("/console/session", get(session).post(sign_in).delete(sign_out))
         .route("/console/api/overview", get(overview))
+        .route("/console/api/logs", get(logs))
         .layer(middleware::map_response(secured))
+}
+
+/// The console's files, built into the binary: its own (`console/src`) and the chart library
+/// (uPlot, from `console/package-lock.json`, installed by `./build.sh`).
+const ASSETS: [(&str, &str, &[u8]); 4] = [
+    ("console.js", "text/javascript; charset=utf-8", include_bytes!("../../console/src/console.js")),
+    ("console.css", "text/css; charset=utf-8", include_bytes!("../../console/src/console.css")),
+    (
+        "uPlot.iife.min.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../console/node_modules/uplot/dist/uPlot.iife.min.js"),
+    ),
+    ("uPlot.min.css", "text/css; charset=utf-8", include_bytes!("../../console/node_modules/uplot/dist/uPlot.min.css")),
+];
+
+/// `GET /console`: the page (one page; what it shows is the address's `#` part).
+async fn page() -> Response {
+    let html = include_str!("../../console/src/index.html");
+    ([(CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
+}
+
+/// `GET /console/assets/{name}`: one of the console's files.
+async fn asset(axum::extract::Path(name): axum::extract::Path<String>) -> ApiResult<Response> {
+    let (_, content_type, bytes) =
+        ASSETS.iter().find(|(file, _, _)| *file == name).ok_or_else(|| ApiError::not_found("console file"))?;
+    Ok(([(CONTENT_TYPE, *content_type)], *bytes).into_response())
+}
+
+/// `GET /console/api/logs`: a page of the request log, as `GET /v1/logs` answers it (the same
+/// filters), of the session's workspace, or for an admin the one `workspace=` names.
+async fn logs(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<Json<Value>> {
+    let (_, session) = signed_in(&s, &h).await?;
+    let mut pairs = query_pairs(query)?;
+    let named = pairs.iter().position(|(name, _)| name == "workspace").map(|at| pairs.remove(at).1);
+    let workspace = acting_workspace(&caller(&session), named.as_deref())?;
+    Ok(Json(crate::logs::page(&s, &workspace, &pairs).await?))
 }
 
 /// Every console answer: the security headers, and never cached (it is one caller's).

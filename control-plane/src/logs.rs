@@ -4,9 +4,10 @@
 use crate::db::logs::{LogQuery, NewFeedback, NewRecord, StoredFeedback, StoredRecord};
 use crate::errors::{ApiError, ApiResult};
 use crate::validate::{is_name, is_uuid, json_object, only_known_fields, only_known_keys, MAX_WORKSPACE};
+use crate::AppState;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -111,11 +112,24 @@ struct Columns<'a> {
     #[serde(borrow)]
     client_api: Option<&'a RawValue>,
     #[serde(borrow)]
+    path: Option<&'a RawValue>,
+    #[serde(borrow)]
     duration_ms: Option<&'a RawValue>,
     #[serde(borrow)]
     cache_status: Option<&'a RawValue>,
     #[serde(borrow)]
     guardrails: Option<&'a RawValue>,
+}
+
+/// The API of a record without `client_api` (the filter names only the ones other than chat's),
+/// from its path: `chat` for chat completions, else the path's first part after `/v1/`
+/// (`embeddings`, `images`, ...).
+fn api_of_path(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("/v1/")?;
+    if rest == "chat/completions" || rest.starts_with("prompts/") {
+        return Some("chat".to_string());
+    }
+    rest.split('/').next().filter(|part| !part.is_empty()).map(index_key)
 }
 
 /// The guardrails' verdict of a record: `fail` when an item's `verdict` is false, `pass` when
@@ -194,7 +208,7 @@ fn new_record(i: usize, record: &RawValue) -> ApiResult<NewRecord> {
         output_tokens: column::<u64>(fields.completion_tokens).and_then(|n| i64::try_from(n).ok()),
         cost_micro_usd: column::<f64>(fields.cost_usd).and_then(micro_usd),
         api_key_id: text(fields.api_key_id),
-        client_api: text(fields.client_api),
+        client_api: text(fields.client_api).or_else(|| api_of_path(&column::<Cow<str>>(fields.path)?)),
         duration_ms: column::<u64>(fields.duration_ms).and_then(|n| i64::try_from(n).ok()),
         cache_status: text(fields.cache_status),
         guardrail_verdict: guardrail_verdict(fields.guardrails),
@@ -223,6 +237,11 @@ pub fn log_query(pairs: &[(String, String)]) -> ApiResult<LogQuery> {
         provider: None,
         model: None,
         status: None,
+        status_class: None,
+        api: None,
+        cache_status: None,
+        guardrail: None,
+        api_key: None,
         from_ms: None,
         to_ms: None,
         metadata: Vec::new(),
@@ -247,6 +266,24 @@ pub fn log_query(pairs: &[(String, String)]) -> ApiResult<LogQuery> {
             "span_id" => q.span_id = text()?,
             "provider" => q.provider = text()?,
             "model" => q.model = text()?,
+            "api" => q.api = text()?,
+            "cache_status" => q.cache_status = text()?,
+            "api_key" => q.api_key = text()?,
+            "guardrail" => match value.as_str() {
+                "pass" | "fail" => q.guardrail = text()?,
+                _ => return Err(ApiError::invalid(name, "guardrail must be pass or fail")),
+            },
+            "status_class" => {
+                let class = match value.as_str() {
+                    "1xx" => 1,
+                    "2xx" => 2,
+                    "3xx" => 3,
+                    "4xx" => 4,
+                    "5xx" => 5,
+                    _ => return Err(ApiError::invalid(name, "status_class must be one of 1xx, 2xx, 3xx, 4xx, 5xx")),
+                };
+                q.status_class = Some(class);
+            }
             "status" => {
                 q.status = Some(value.parse::<i64>().map_err(|_| ApiError::invalid(name, "status must be an integer"))?)
             }
@@ -378,6 +415,29 @@ pub fn log_entry(record: &StoredRecord, feedback: &[StoredFeedback]) -> ApiResul
     Ok(Value::Object(out))
 }
 
+/// A page of the workspace's records, as `GET /v1/logs` (and the console) answers the query
+/// `pairs`.
+pub(crate) async fn page(s: &AppState, workspace: &str, pairs: &[(String, String)]) -> ApiResult<Value> {
+    let q = log_query(pairs)?;
+    let after = match q.after.as_deref() {
+        Some(id) => {
+            let time = s.db.record_time(workspace, id).await?;
+            let time = time.ok_or_else(|| ApiError::invalid("after", "after names no log record of this workspace"))?;
+            Some((time, id))
+        }
+        None => None,
+    };
+    let mut rows = s.db.query_records(workspace, &q, after, q.limit + 1).await?;
+    let has_more = rows.len() > q.limit;
+    rows.truncate(q.limit);
+    let mut traces: Vec<&str> = rows.iter().map(|r| r.trace_key.as_str()).collect();
+    traces.sort_unstable();
+    traces.dedup();
+    let feedback = s.db.feedback_for(workspace, &traces).await?;
+    let data = rows.iter().map(|r| log_entry(r, &feedback)).collect::<ApiResult<Vec<Value>>>()?;
+    Ok(json!({"object": "list", "data": data, "has_more": has_more}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,6 +459,22 @@ mod tests {
 
     fn pairs(query: &[(&str, &str)]) -> Vec<(String, String)> {
         query.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_records_api_is_its_client_api_else_read_from_its_path() {
+        let api = |record: Value| batch(&body(json!({"records": [record]}))).unwrap()[0].client_api.clone();
+        let base = json!({"workspace": "w", "trace_id": "t", "timestamp_ms": 1});
+        let with = |extra: Value| {
+            let mut record = base.clone();
+            record.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            record
+        };
+        assert_eq!(api(with(json!({"client_api": "messages", "path": "/v1/messages"}))).as_deref(), Some("messages"));
+        assert_eq!(api(with(json!({"client_api": null, "path": "/v1/chat/completions"}))).as_deref(), Some("chat"));
+        assert_eq!(api(with(json!({"path": "/v1/embeddings"}))).as_deref(), Some("embeddings"));
+        assert_eq!(api(with(json!({"path": "/mcp"}))), None);
+        assert_eq!(api(base.clone()), None);
     }
 
     #[test]

@@ -184,6 +184,38 @@ async fn the_overview_adds_up_a_workspaces_requests_as_usage_does_and_shows_no_o
         all["breakdown"]["workspace"].as_array().unwrap().iter().filter_map(|r| r["value"].as_str()).collect();
     assert!(seen.contains(&team.as_str()) && seen.contains(&other.as_str()), "{seen:?}");
 
+    // The request log's filters the console's table gives (`/v1/logs`'s), through its cookie.
+    let traces = |path: String, cookie: String| {
+        let client = &client;
+        async move {
+            let (status, _, page) = send(client, "GET", &path, &[("cookie", &cookie)], None).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            page["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["trace_id"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    for (filter, want) in [
+        ("status_class=5xx", vec!["t-4"]),
+        ("api=messages", vec!["t-4"]),
+        ("guardrail=fail", vec!["t-4"]),
+        ("guardrail=pass&model=gpt-4o", vec!["t-0", "t-1", "t-2", "t-3"]),
+        ("cache_status=HIT", vec![]),
+    ] {
+        assert_eq!(traces(format!("/console/api/logs?{filter}"), cookie.clone()).await, want, "{filter}");
+    }
+    assert_eq!(traces(format!("/console/api/logs?workspace={other}"), admin.clone()).await, ["t-5"]);
+    let path = format!("/console/api/logs?workspace={other}");
+    assert_eq!(send(&client, "GET", &path, &[("cookie", &cookie)], None).await.0, StatusCode::FORBIDDEN);
+    for bad in ["status_class=2xxx", "guardrail=maybe"] {
+        let (status, _, body) =
+            send(&client, "GET", &format!("/console/api/logs?{bad}"), &[("cookie", &cookie)], None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    }
+
     for bad in ["range=year", "range=hour&limit=3"] {
         let (status, _, body) =
             send(&client, "GET", &format!("/console/api/overview?{bad}"), &[("cookie", &cookie)], None).await;

@@ -1,14 +1,30 @@
 """The console (issue 47) through the gateway's listener: its paths reach the control plane past
-the filter, a gateway key signs in to a session kept in a cookie, and the overview counts what
-went through the gateway. (The pages themselves, in a real browser, come with them.)"""
+the filter, a gateway key signs in to a session kept in a cookie, and the pages show what went
+through the gateway, in a real headless Chromium (Debian's, driven by Playwright). Each browser
+test saves a screenshot under the run's output (``<pytest's base temp>/console-screenshots``).
+
+The browser tests share a gateway that records bodies (``console_gw``), so a request's page shows
+them, and one Chromium."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import uuid
 
 import httpx2 as httpx
-from helpers import CHAT, KEY, chat_body, custom_host
+import pytest
+from helpers import CHAT, KEY, chat_body, custom_host, workspace_key
 from support import eventually, logged
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # the page tests need it; the others do not
+    expect = None
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# What a page waits for what it shows, at most (ms).
+SHOWN_WITHIN_MS = 15_000
 
 
 def test_a_key_signs_in_through_the_gateway_and_the_overview_counts_its_requests(gateway, openai_mock):
@@ -38,3 +54,120 @@ def test_a_key_signs_in_through_the_gateway_and_the_overview_counts_its_requests
             return overview.json()
         overview = eventually(counted)
         assert any(row["value"] == "openai" for row in overview["breakdown"]["provider"])
+
+
+# --------------------------------------------------------------------------- in a real browser
+
+@pytest.fixture(scope="module")
+def console_gw(start_gateway):
+    env = {"GATEWAY_RECORDS": json.dumps({"bodies": True, "max_body_bytes": 4096})}
+    with start_gateway("console", None, env) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    from playwright.sync_api import sync_playwright
+    expect.set_options(timeout=SHOWN_WITHIN_MS)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory):
+    """Where the browser tests' screenshots go."""
+    shots = tmp_path_factory.getbasetemp() / "console-screenshots"
+    shots.mkdir(exist_ok=True)
+    return shots
+
+
+@pytest.fixture
+def page(chromium, screenshots, request):
+    """A new browser page (its own cookies) that fails the test on any script error or dialog,
+    and saves a screenshot of where it ended."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(f"script error: {error}"))
+    # (A 401 is how the page learns it is signed out: Chromium logs each as a failed load.)
+    page.on("console", lambda message: message.type == "error" and "status of 401" not in message.text
+            and problems.append(f"console: {message.text}"))
+    page.on("dialog", lambda dialog: (problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    page.set_default_timeout(SHOWN_WITHIN_MS)
+    yield page
+    page.screenshot(path=str(screenshots / f"{request.node.name}.png"), full_page=True)
+    context.close()
+    assert not problems, problems
+
+
+def sign_in(page, gw, key: str) -> None:
+    page.goto(f"{gw.origin}/console")
+    page.get_by_label("Gateway key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def send_chat(gw, mock, model: str, prompt: str) -> str:
+    trace_id = f"console-{uuid.uuid4().hex[:12]}"
+    headers = {**custom_host(mock), "x-gateway-trace-id": trace_id}
+    r = gw.request("POST", CHAT, headers=headers, json=chat_body(prompt, model=model))
+    assert r.status_code == 200, r.text
+    logged(gw, trace_id)
+    return trace_id
+
+
+def test_the_overview_and_the_request_table_show_traffic_and_a_request_opens_by_its_trace_id(
+        console_gw, openai_mock, page, screenshots):
+    """Sign in (a wrong key cannot), see the traffic on the overview and in the table, open one
+    request: its fields and bodies are shown as text, so a prompt holding `<script>` never runs."""
+    model = f"m-page-{uuid.uuid4().hex[:8]}"
+    hostile = "<script>window.__injected = 1</script><img src=x onerror=window.__injected=2>"
+    trace_id = send_chat(console_gw, openai_mock, model, f"Summarise this page: {hostile}")
+    send_chat(console_gw, openai_mock, model, "A second one.")
+
+    sign_in(page, console_gw, "gw-not-a-key")
+    expect(page.get_by_role("alert")).to_contain_text("unknown API key")
+    page.get_by_label("Gateway key").fill(KEY)
+    page.get_by_role("button", name="Sign in").click()
+
+    # The overview: its tiles, and the model's row in the breakdown.
+    page.get_by_role("heading", name="Overview").wait_for()
+    model_row = page.locator("[data-breakdown=model] tr", has_text=model)
+    expect(model_row.locator("td").nth(1)).to_have_text("2")
+    expect(page.locator("[data-tile=Requests] .value")).not_to_have_text("0")
+    expect(page.locator(".chart canvas")).to_have_count(4)
+    page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
+
+    # The table, filtered by the model, and one request's page.
+    page.get_by_role("link", name="Requests").click()
+    page.get_by_label("Model").fill(model)
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator("#requests tbody tr.row-link")).to_have_count(2)
+    page.locator("#requests tbody tr.row-link", has_text=trace_id).click()
+    page.get_by_role("heading", name=f"Request {trace_id}").wait_for()
+    expect(page.locator("pre[data-body=request_body]")).to_contain_text(hostile)
+    assert page.evaluate("window.__injected") is None, "nothing of the prompt ran"
+    expect(page.locator("main script, main img")).to_have_count(0)
+    expect(page.locator("dl.record")).to_contain_text(model)
+    expect(page.locator("dl.record")).to_contain_text("openai")
+
+
+def test_a_workspace_key_sees_only_its_workspace_and_signs_out(console_gw, openai_mock, page):
+    model = f"m-other-{uuid.uuid4().hex[:8]}"
+    send_chat(console_gw, openai_mock, model, "Someone else's request.")
+    key = workspace_key(console_gw)
+
+    sign_in(page, console_gw, key)
+    page.get_by_role("heading", name="Overview").wait_for()
+    expect(page.locator("[data-tile=Requests] .value")).to_have_text("0")
+    expect(page.locator("[data-breakdown=model]")).to_contain_text("Nothing yet.")
+    expect(page.locator("[data-breakdown=model]")).not_to_contain_text(model)
+    page.get_by_role("link", name="Requests").click()
+    page.get_by_text("Nothing yet.").wait_for()
+
+    page.get_by_role("button", name="Sign out").click()
+    page.get_by_role("heading", name="Sign in").wait_for()
+    # The session ended at the control plane too: reloading shows the sign-in form.
+    page.reload()
+    page.get_by_role("heading", name="Sign in").wait_for()

@@ -46,6 +46,13 @@ pub struct LogQuery {
     pub provider: Option<String>,
     pub model: Option<String>,
     pub status: Option<i64>,
+    /// `2xx` to `5xx`: the status's hundreds.
+    pub status_class: Option<i64>,
+    /// The record's `client_api`, `cache_status`, guardrails' verdict and key id.
+    pub api: Option<String>,
+    pub cache_status: Option<String>,
+    pub guardrail: Option<String>,
+    pub api_key: Option<String>,
     /// Inclusive bounds on `timestamp_ms`.
     pub from_ms: Option<i64>,
     pub to_ms: Option<i64>,
@@ -298,8 +305,16 @@ impl Db {
     ) -> DbResult<Vec<StoredRecord>> {
         let mut b = Built::new(self, "SELECT id, trace_id, timestamp_ms, record FROM log_records");
         b.push(" WHERE workspace = ?", vec![Arg::Text(workspace.to_string())]);
-        let text_filters =
-            [("trace_id", &q.trace_id), ("span_id", &q.span_id), ("provider", &q.provider), ("model", &q.model)];
+        let text_filters = [
+            ("trace_id", &q.trace_id),
+            ("span_id", &q.span_id),
+            ("provider", &q.provider),
+            ("model", &q.model),
+            ("client_api", &q.api),
+            ("cache_status", &q.cache_status),
+            ("guardrail_verdict", &q.guardrail),
+            ("api_key_id", &q.api_key),
+        ];
         for (column, value) in text_filters {
             if let Some(value) = value {
                 b.push(&format!(" AND {column} = ?"), vec![Arg::Text(value.clone())]);
@@ -307,6 +322,9 @@ impl Db {
         }
         if let Some(status) = q.status {
             b.push(" AND status = ?", vec![Arg::Int(status)]);
+        }
+        if let Some(class) = q.status_class {
+            b.push(" AND status >= ? AND status < ?", vec![Arg::Int(class * 100), Arg::Int(class * 100 + 100)]);
         }
         if let Some(from) = q.from_ms {
             b.push(" AND timestamp_ms >= ?", vec![Arg::Int(from)]);
