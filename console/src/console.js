@@ -1,6 +1,7 @@
 // The console: one page whose address's `#` part says what it shows (#/overview, #/requests,
-// #/trace/<trace id>). It reads the control plane's /console/api paths with the session's
-// cookie; the key signs in once and is kept nowhere. Whatever a user or a record gave is put in
+// #/trace/<trace id>, #/limits, #/keys). It reads the control plane's /console/api paths with
+// the session's cookie (the gateway API's own under /console/api/v1, its writes with the
+// session's CSRF token); the key signs in once and is kept nowhere. Whatever a user or a record gave is put in
 // the page as text (textContent), never as markup.
 "use strict";
 
@@ -44,7 +45,9 @@
       throw new SignedOut();
     }
     if (!response.ok) {
-      throw new Error(body && body.error ? body.error.message : `HTTP ${response.status}`);
+      const error = new Error(body && body.error ? body.error.message : `HTTP ${response.status}`);
+      error.param = body && body.error ? body.error.param : null;
+      throw error;
     }
     return body;
   }
@@ -126,6 +129,8 @@
     }
     if (hash.startsWith("#/requests")) return showRequests();
     if (hash.startsWith("#/trace/")) return showTrace(decodeURIComponent(hash.slice("#/trace/".length)));
+    if (hash.startsWith("#/limits")) return showLimits();
+    if (hash.startsWith("#/keys")) return showKeys();
     return showOverview();
   }
 
@@ -374,6 +379,191 @@
       }
       main.append(section);
     }
+  }
+
+  // ----------------------------------------------------------------------------- the gateway API's objects
+
+  /** A call of the gateway API (`/v1/<path>`) as the session's caller; a write carries the CSRF token. */
+  function gatewayApi(path, method = "GET", body) {
+    const options = { method, headers: {} };
+    if (method !== "GET") options.headers["x-console-csrf"] = state.session.csrf_token;
+    if (body !== undefined) {
+      options.headers["content-type"] = "application/json";
+      options.body = JSON.stringify(body);
+    }
+    return api(`/console/api/v1/${path}`, options);
+  }
+
+  /** A form's fields, each a labelled input whose error shows next to it (by the API's `param`). */
+  function formFields(specs) {
+    return specs.map(([name, label, type, hint]) => {
+      const id = `field-${name}`;
+      const input =
+        type === "select"
+          ? el("select", { id, name }, ...hint.map(([value, text]) => el("option", { value, text })))
+          : el("input", { id, name, type: type || "text", autocomplete: "off", placeholder: type === "select" ? null : hint || null });
+      const error = el("span", { class: "error field-error", id: `${id}-error`, "data-param": name });
+      input.setAttribute("aria-describedby", `${id}-error`);
+      return { name, input, node: el("label", { for: id }, label, input, error) };
+    });
+  }
+
+  /** Shows an API error next to the field its `param` names, else in the form's alert. */
+  function showFieldError(form, alert, error) {
+    for (const node of form.querySelectorAll(".field-error")) node.textContent = "";
+    const field = error.param ? form.querySelector(`.field-error[data-param="${CSS.escape(error.param.split(/[.[]/)[0])}"]`) : null;
+    (field || alert).textContent = error.message;
+  }
+
+  /** The API's error, with its `param`. */
+  async function apiError(call) {
+    try {
+      return { value: await call(), error: null };
+    } catch (e) {
+      if (e instanceof SignedOut) throw e;
+      return { value: null, error: { message: e.message, param: e.param || null } };
+    }
+  }
+
+  function meter(label, used, size) {
+    const share = size > 0 ? Math.min(1, used / size) : 0;
+    return el(
+      "div",
+      { class: "meter-row" },
+      el("span", { class: "meter-label", text: label }),
+      el("meter", { min: 0, max: size, value: Math.min(used, size), high: size * 0.8, optimum: 0, "aria-label": label, "data-full": share >= 1 ? "true" : "false" }),
+      el("span", { class: "meter-text", text: `${Number(used).toLocaleString("en-US")} / ${Number(size).toLocaleString("en-US")}` }),
+    );
+  }
+
+  async function showLimits() {
+    const list = el("div", { id: "limits" });
+    const alert = el("p", { id: "load-error", class: "error", role: "alert" });
+    const fields = formFields([
+      ["id", "Limit id"],
+      ["workspace", "Workspace", "text", "or a key below"],
+      ["api_key_id", "Key id", "text", "or a workspace above"],
+      ["model", "Model (optional)"],
+      ["requests_per_minute", "Requests per minute", "number"],
+      ["tokens_per_minute", "Tokens per minute", "number"],
+      ["budget_usd", "Budget (USD)", "number"],
+      ["budget_period", "Budget period", "select", [["", "(month)"], ["day", "Day"], ["month", "Month"], ["total", "Total"]]],
+    ]);
+    const formAlert = el("p", { class: "error", role: "alert" });
+    const form = el("form", { class: "filters", "aria-label": "Set a limit" }, ...fields.map((f) => f.node), el("button", { type: "submit", text: "Save limit" }), formAlert);
+    main.replaceChildren(el("h1", { text: "Limits and budgets" }), alert, list, el("h2", { text: "Set a limit or budget" }), form);
+
+    async function load() {
+      const limits = (await gatewayApi("limits")).data;
+      const detailed = await Promise.all(limits.map((limit) => gatewayApi(`limits/${encodeURIComponent(limit.id)}`)));
+      const rows = detailed.map((limit) => {
+        // What is used now: what the gateways reported, and what their leases still hold.
+        const usage = limit.usage || {};
+        const held = usage.reserved || {};
+        const used = (name, reserved) => (usage[name] || 0) + (held[reserved] || 0);
+        const bars = [];
+        if (limit.requests_per_minute !== undefined) bars.push(meter("Requests / min", used("requests", "requests"), limit.requests_per_minute));
+        if (limit.tokens_per_minute !== undefined) bars.push(meter("Tokens / min", used("tokens", "tokens"), limit.tokens_per_minute));
+        if (limit.budget_usd !== undefined) bars.push(meter(`USD / ${limit.budget_period || "month"}`, used("spent_usd", "usd"), limit.budget_usd));
+        const scope = limit.workspace ? `workspace ${limit.workspace}` : `key ${limit.api_key_id}`;
+        const remove = el("button", { type: "button", class: "secondary", text: "Delete" });
+        remove.addEventListener("click", async () => {
+          const { error } = await apiError(() => gatewayApi(`limits/${encodeURIComponent(limit.id)}`, "DELETE"));
+          if (error) alert.textContent = error.message;
+          load().catch(shown);
+        });
+        return el(
+          "section",
+          { class: "limit", "data-limit": limit.id },
+          el("h2", { text: `${limit.id} · ${scope}${limit.model ? ` · ${limit.model}` : ""}${limit.mcp_server ? ` · MCP ${limit.mcp_server}` : ""}` }),
+          ...bars,
+          remove,
+        );
+      });
+      list.replaceChildren(...(rows.length ? rows : [el("p", { class: "muted", text: "No limits yet." })]));
+    }
+
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const body = {};
+      let id = "";
+      for (const { name, input } of fields) {
+        const value = input.value.trim();
+        if (!value) continue;
+        if (name === "id") id = value;
+        else body[name] = input.type === "number" ? Number(value) : value;
+      }
+      const { error } = await apiError(() => gatewayApi(`limits/${encodeURIComponent(id)}`, "PUT", body));
+      if (error) return showFieldError(form, formAlert, error);
+      showFieldError(form, formAlert, { message: "" });
+      form.reset();
+      load().catch(shown);
+    });
+    load().catch(shown);
+    live(load);
+  }
+
+  async function showKeys() {
+    const alert = el("p", { id: "load-error", class: "error", role: "alert" });
+    const list = el("div", { id: "keys" });
+    const created = el("div", { id: "created-key", "aria-live": "polite" });
+    const fields = formFields([
+      ["workspace", "Workspace"],
+      ["mcp_tools", "MCP tools (optional, comma-separated patterns)", "text", "files__*, search__web_search"],
+    ]);
+    const formAlert = el("p", { class: "error", role: "alert" });
+    const form = el("form", { class: "filters", "aria-label": "Create a key" }, ...fields.map((f) => f.node), el("button", { type: "submit", text: "Create key" }), formAlert);
+    main.replaceChildren(el("h1", { text: "Keys" }), alert, el("h2", { text: "Create a key" }), form, created, el("h2", { text: "Keys" }), list);
+
+    async function load() {
+      const { value, error } = await apiError(() => gatewayApi("api-keys"));
+      if (error) {
+        list.replaceChildren(el("p", { class: "muted", text: error.message }));
+        return;
+      }
+      list.replaceChildren(
+        table(
+          "Keys: the key itself is shown once, when it is made",
+          [
+            ["Key id", (k) => k.id],
+            ["Workspace", (k) => k.workspace],
+            ["Ends with", (k) => `…${k.last_four}`],
+            ["Admin", (k) => (k.admin ? "yes" : "no")],
+            ["MCP tools", (k) => (k.mcp_tools ? k.mcp_tools.join(", ") : "all")],
+            ["Created (UTC)", (k) => time(k.created_at)],
+          ],
+          value.data,
+        ),
+      );
+      // A revoke button per row, in its own cell.
+      const rows = list.querySelectorAll("tbody tr");
+      value.data.forEach((key, i) => {
+        const revoke = el("button", { type: "button", class: "secondary", text: "Revoke", "aria-label": `Revoke key ${key.id}` });
+        revoke.addEventListener("click", async () => {
+          const result = await apiError(() => gatewayApi(`api-keys/${encodeURIComponent(key.id)}`, "DELETE"));
+          if (result.error) alert.textContent = result.error.message;
+          load().catch(shown);
+        });
+        if (rows[i]) rows[i].append(el("td", {}, revoke));
+      });
+    }
+
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const body = { workspace: fields[0].input.value.trim() };
+      const tools = fields[1].input.value.split(",").map((t) => t.trim()).filter(Boolean);
+      if (tools.length) body.mcp_tools = tools;
+      const { value, error } = await apiError(() => gatewayApi("api-keys", "POST", body));
+      if (error) return showFieldError(form, formAlert, error);
+      showFieldError(form, formAlert, { message: "" });
+      form.reset();
+      created.replaceChildren(
+        el("p", { text: `Key ${value.id} for ${value.workspace}: copy it now, it is not shown again.` }),
+        el("pre", { class: "body", id: "new-key", text: value.key }),
+      );
+      load().catch(shown);
+    });
+    load().catch(shown);
   }
 
   // ----------------------------------------------------------------------------- start

@@ -18,13 +18,17 @@ use crate::AppState;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::DefaultBodyLimit;
+use axum::extract::Request;
 use axum::extract::{Query, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::Method;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
-use axum::{Json, Router};
+use axum::routing::{any, delete, get, post, put};
+use axum::{middleware, Json, Router};
 use gateway_schema::{self as shared, SharedError};
 use serde_json::{json, Map, Value};
+use tower::ServiceExt;
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -67,6 +71,10 @@ pub fn router(state: AppState) -> Router {
         .route("/internal/v1/responses/{id}/input_items", get(responses::input_items))
         .route("/internal/v1/responses/{id}/cancel", post(responses::cancel))
         .merge(crate::console::routes())
+        .route(
+            "/console/api/v1/{*path}",
+            any(console_calls_api).layer(middleware::map_response(crate::console::secured)),
+        )
         .fallback(|| async { ApiError::new(404, "invalid_request_error", "no such endpoint", None, Some("not_found")) })
         .with_state(state)
 }
@@ -292,6 +300,36 @@ async fn delete_key(State(s): State<AppState>, h: HeaderMap, Path(id): Path<Stri
         return Err(ApiError::not_found("api key"));
     }
     Ok(Json(json!({"id": id, "deleted": true})))
+}
+
+/// `/console/api/v1/{path}`: the gateway API's `/v1/{path}` called as the console session's
+/// caller, so the console's pages use the API's own endpoints, checks and errors (`param`); a
+/// write also needs the session's CSRF token. Only the body and its content type pass.
+async fn console_calls_api(
+    State(s): State<AppState>,
+    Path(path): Path<String>,
+    request: Request,
+) -> ApiResult<Response> {
+    let (parts, body) = request.into_parts();
+    let session = crate::console::signed_in(&s, &parts.headers).await?.1;
+    if !matches!(parts.method, Method::GET | Method::HEAD) {
+        crate::console::writes(&session, &parts.headers)?;
+    }
+    // The path stays under /v1 (the router matches it as it is, with no `.` or `..` step).
+    if path.split('/').any(|step| step == "." || step == "..") {
+        return Err(ApiError::not_found("console path"));
+    }
+    let query = parts.uri.query().map(|query| format!("?{query}")).unwrap_or_default();
+    let caller = crate::console::caller(&session);
+    let mut inner = Request::builder()
+        .method(parts.method)
+        .uri(format!("/v1/{path}{query}"))
+        .header(auth::CONSOLE_CALLER, auth::console_caller(&s, &caller));
+    if let Some(content_type) = parts.headers.get(CONTENT_TYPE) {
+        inner = inner.header(CONTENT_TYPE, content_type);
+    }
+    let inner = inner.body(body).map_err(|_| ApiError::not_found("console path"))?;
+    Ok(router(s).oneshot(inner).await.unwrap_or_else(|never| match never {}))
 }
 
 // ---- internal endpoints (the filter) ----

@@ -25,8 +25,31 @@ impl Caller {
     }
 }
 
-/// The caller of a public endpoint: a static admin key, else a stored key (by its hash).
+/// The header by which the console's call to the gateway API (`/console/api/v1/...`, made inside
+/// the process) names its session's caller: `{console secret} {0|1: admin} {workspace}`.
+pub const CONSOLE_CALLER: &str = "x-gateway-console-caller";
+
+/// `CONSOLE_CALLER`'s value for `caller`.
+pub fn console_caller(state: &AppState, caller: &Caller) -> String {
+    format!("{} {} {}", state.console_secret, u8::from(caller.admin), caller.workspace)
+}
+
+/// The caller of a public endpoint: a static admin key, else a stored key (by its hash), or
+/// the console session's a call of the console names.
 pub async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<Caller> {
+    if let Some(value) = headers.get(CONSOLE_CALLER) {
+        let text = value.to_str().unwrap_or_default();
+        let mut parts = text.splitn(3, ' ');
+        let (secret, admin, workspace) = (parts.next(), parts.next(), parts.next());
+        return match (secret, admin, workspace) {
+            (Some(secret), Some(admin @ ("0" | "1")), Some(workspace))
+                if constant_time_eq(secret.as_bytes(), state.console_secret.as_bytes()) =>
+            {
+                Ok(Caller { workspace: workspace.to_string(), admin: admin == "1" })
+            }
+            _ => Err(ApiError::unauthorized("unknown console caller")),
+        };
+    }
     let key = headers
         .get("x-gateway-api-key")
         .and_then(|v| v.to_str().ok())

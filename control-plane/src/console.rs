@@ -94,7 +94,7 @@ async fn logs(
 }
 
 /// Every console answer: the security headers, and never cached (it is one caller's).
-async fn secured(mut response: Response) -> Response {
+pub(crate) async fn secured(mut response: Response) -> Response {
     let headers = response.headers_mut();
     for (name, value) in SECURITY_HEADERS {
         headers.insert(HeaderName::from_static(name), HeaderValue::from_static(value));
@@ -149,7 +149,7 @@ fn described(session: &ConsoleSession) -> Value {
 }
 
 /// The session the request's cookie names (with its id's hash); 401 without one.
-async fn signed_in(s: &AppState, h: &HeaderMap) -> ApiResult<(String, ConsoleSession)> {
+pub(crate) async fn signed_in(s: &AppState, h: &HeaderMap) -> ApiResult<(String, ConsoleSession)> {
     let cookies = h.get_all(axum::http::header::COOKIE).into_iter().filter_map(|value| value.to_str().ok());
     let id = cookies
         .flat_map(|line| line.split(';'))
@@ -166,12 +166,12 @@ async fn signed_in(s: &AppState, h: &HeaderMap) -> ApiResult<(String, ConsoleSes
 }
 
 /// The caller a session acts as.
-fn caller(session: &ConsoleSession) -> Caller {
+pub(crate) fn caller(session: &ConsoleSession) -> Caller {
     Caller { workspace: session.workspace.clone(), admin: session.admin }
 }
 
 /// A write's checks: the session's CSRF token, and a browser's `Origin` the console's own.
-fn writes(session: &ConsoleSession, h: &HeaderMap) -> ApiResult<()> {
+pub(crate) fn writes(session: &ConsoleSession, h: &HeaderMap) -> ApiResult<()> {
     same_origin(h)?;
     let presented = h.get(CSRF_HEADER).map(HeaderValue::as_bytes).unwrap_or_default();
     match constant_time_eq(presented, session.csrf_token.as_bytes()) {

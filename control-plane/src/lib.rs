@@ -85,6 +85,9 @@ pub struct Inner {
     pub batches: batches::Runner,
     /// Woken by each response kept here: the reads waiting for one look again.
     pub response_kept: tokio::sync::Notify,
+    /// The secret by which the console's calls to the gateway API name their session's caller
+    /// (`auth::CONSOLE_CALLER`): made at start, never leaving the process.
+    pub console_secret: String,
 }
 
 impl std::ops::Deref for AppState {
@@ -114,6 +117,7 @@ impl AppState {
             internal_token: settings.internal_token.clone(),
             batches: batches::Runner::new(batch, batches::runner_id(&settings.state_dir)?)?,
             response_kept: tokio::sync::Notify::new(),
+            console_secret: crypto::new_token()?,
         })))
     }
 }

@@ -224,3 +224,48 @@ async fn the_overview_adds_up_a_workspaces_requests_as_usage_does_and_shows_no_o
     let (status, _, _) = send(&client, "GET", "/console/api/overview", &[], None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "signed out");
 }
+
+#[tokio::test]
+async fn the_console_calls_the_gateway_api_as_its_sessions_caller_with_its_checks() {
+    let (client, _, run) = start().await;
+    let workspace = format!("team-{run}");
+    let key = new_key(&client, &workspace).await;
+    let (team, _) = sign_in(&client, &key).await;
+    let (admin, session) = sign_in(&client, ADMIN).await;
+    let csrf = session["csrf_token"].as_str().unwrap().to_string();
+
+    // The session's caller: a workspace key's cannot list keys (an admin's endpoint), its own
+    // limits it can; without a session, nothing.
+    let (status, _, body) = send(&client, "GET", "/console/api/v1/api-keys", &[("cookie", &team)], None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, _, body) = send(&client, "GET", "/console/api/v1/limits", &[("cookie", &team)], None).await;
+    assert_eq!((status, &body["object"]), (StatusCode::OK, &json!("list")), "{body}");
+    assert_eq!(send(&client, "GET", "/console/api/v1/limits", &[], None).await.0, StatusCode::UNAUTHORIZED);
+
+    // A write needs the session's CSRF token and the console's own origin.
+    let create = json!({"workspace": workspace});
+    let (status, _, _) =
+        send(&client, "POST", "/console/api/v1/api-keys", &[("cookie", &admin)], Some(create.clone())).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let foreign = [("cookie", admin.as_str()), ("x-console-csrf", csrf.as_str()), ("origin", "https://evil.test")];
+    assert_eq!(
+        send(&client, "POST", "/console/api/v1/api-keys", &foreign, Some(create.clone())).await.0,
+        StatusCode::FORBIDDEN
+    );
+    let own = [("cookie", admin.as_str()), ("x-console-csrf", csrf.as_str()), ("content-type", "application/json")];
+    let (status, _, created) = send(&client, "POST", "/console/api/v1/api-keys", &own, Some(create)).await;
+    assert_eq!((status, &created["workspace"]), (StatusCode::CREATED, &json!(workspace)), "{created}");
+    assert!(created["key"].as_str().unwrap().starts_with("gw-"));
+
+    // The API's own checks, with their `param`.
+    let bad = json!({"workspace": workspace, "requests_per_minute": 0});
+    let (status, _, error) = send(&client, "PUT", "/console/api/v1/limits/l1", &own, Some(bad)).await;
+    assert_eq!((status, &error["error"]["param"]), (StatusCode::BAD_REQUEST, &json!("requests_per_minute")), "{error}");
+
+    // Only /v1 is reachable so, and the caller's header is the console's own.
+    let (status, _, _) =
+        send(&client, "GET", "/console/api/v1/../internal/v1/batches", &[("cookie", &admin)], None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let forged = [("x-gateway-console-caller", "guess 1 default")];
+    assert_eq!(send(&client, "GET", "/v1/api-keys", &forged, None).await.0, StatusCode::UNAUTHORIZED);
+}

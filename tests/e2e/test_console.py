@@ -91,8 +91,10 @@ def page(chromium, screenshots, request):
     page = context.new_page()
     problems: list[str] = []
     page.on("pageerror", lambda error: problems.append(f"script error: {error}"))
-    # (A 401 is how the page learns it is signed out: Chromium logs each as a failed load.)
-    page.on("console", lambda message: message.type == "error" and "status of 401" not in message.text
+    # (A 401 is how the page learns it is signed out, a 400 how it learns a field is wrong: Chromium
+    # logs each as a failed load.)
+    answered = ("status of 400", "status of 401")
+    page.on("console", lambda message: message.type == "error" and not any(a in message.text for a in answered)
             and problems.append(f"console: {message.text}"))
     page.on("dialog", lambda dialog: (problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
     page.set_default_timeout(SHOWN_WITHIN_MS)
@@ -171,3 +173,48 @@ def test_a_workspace_key_sees_only_its_workspace_and_signs_out(console_gw, opena
     # The session ended at the control plane too: reloading shows the sign-in form.
     page.reload()
     page.get_by_role("heading", name="Sign in").wait_for()
+
+
+def test_a_key_made_on_the_keys_page_fills_its_limit_and_once_revoked_is_refused(console_gw, openai_mock, page, screenshots):
+    """Create a key (shown once), give it a limit (a bad value's error shows next to its field),
+    spend it (the 429s), see its bar full, revoke it, see its requests refused."""
+    workspace = f"team-{uuid.uuid4().hex[:8]}"
+    sign_in(page, console_gw, KEY)
+    page.get_by_role("heading", name="Overview").wait_for()
+    page.get_by_role("link", name="Keys").click()
+    page.get_by_label("Workspace").fill(workspace)
+    page.get_by_role("button", name="Create key").click()
+    key = page.locator("#new-key").inner_text()
+    assert key.startswith("gw-"), key
+    key_id = page.locator("#created-key p").inner_text().split()[1]
+    expect(page.locator("#keys tbody tr", has_text=key_id)).to_contain_text(workspace)
+    expect(page.locator("#keys")).not_to_contain_text(key)
+
+    limit_id = f"console-{uuid.uuid4().hex[:8]}"
+    page.get_by_role("link", name="Limits").click()
+    page.get_by_label("Limit id").fill(limit_id)
+    page.get_by_label("Key id").fill(key_id)
+    page.get_by_label("Requests per minute").fill("0")
+    page.get_by_role("button", name="Save limit").click()
+    expect(page.locator(".field-error[data-param=requests_per_minute]")).not_to_be_empty()
+    page.get_by_label("Requests per minute").fill("2")
+    page.get_by_role("button", name="Save limit").click()
+    limit = page.locator(f"[data-limit={limit_id}]")
+    expect(limit.locator("meter")).to_have_attribute("data-full", "false")
+
+    model = f"m-limit-{uuid.uuid4().hex[:8]}"
+    statuses = [console_gw.request("POST", CHAT, key=key, headers=custom_host(openai_mock),
+                                   json=chat_body("spend it", model=model)).status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    expect(limit.locator("meter")).to_have_attribute("data-full", "true")
+    expect(limit.locator(".meter-text")).to_have_text("2 / 2")
+    page.screenshot(path=str(screenshots / "limits.png"), full_page=True)
+
+    page.get_by_role("link", name="Keys").click()
+    page.get_by_role("button", name=f"Revoke key {key_id}").click()
+    expect(page.locator("#keys tbody tr", has_text=key_id)).to_have_count(0)
+
+    def refused():
+        r = console_gw.request("POST", CHAT, key=key, headers=custom_host(openai_mock), json=chat_body("again", model=model))
+        assert r.status_code == 401, r.text
+    eventually(refused)
