@@ -157,7 +157,12 @@
       );
     });
     const empty = rows.length ? null : el("tr", {}, el("td", { colspan: columns.length, class: "muted", text: "Nothing yet." }));
-    return el("div", { class: "scroll" }, el("table", {}, el("caption", { class: "muted", text: caption }), el("thead", {}, head), el("tbody", {}, ...body, empty)));
+    // A table wider than the screen scrolls: its region takes the focus, so keys scroll it too.
+    return el(
+      "div",
+      { class: "scroll", tabindex: 0, role: "region", "aria-label": caption },
+      el("table", {}, el("caption", { class: "muted", text: caption }), el("thead", {}, head), el("tbody", {}, ...body, empty)),
+    );
   }
 
   // ----------------------------------------------------------------------------- overview
@@ -513,7 +518,7 @@
     ]);
     const formAlert = el("p", { class: "error", role: "alert" });
     const form = el("form", { class: "filters", "aria-label": "Create a key" }, ...fields.map((f) => f.node), el("button", { type: "submit", text: "Create key" }), formAlert);
-    main.replaceChildren(el("h1", { text: "Keys" }), alert, el("h2", { text: "Create a key" }), form, created, el("h2", { text: "Keys" }), list);
+    main.replaceChildren(el("h1", { text: "Keys" }), alert, el("h2", { text: "Create a key" }), form, created, el("h2", { text: "Every key" }), list);
 
     async function load() {
       const { value, error } = await apiError(() => gatewayApi("api-keys"));

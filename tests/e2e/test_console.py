@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
+from pathlib import Path
 
 import httpx2 as httpx
 import pytest
@@ -218,3 +219,59 @@ def test_a_key_made_on_the_keys_page_fills_its_limit_and_once_revoked_is_refused
         r = console_gw.request("POST", CHAT, key=key, headers=custom_host(openai_mock), json=chat_body("again", model=model))
         assert r.status_code == 401, r.text
     eventually(refused)
+
+
+AXE = Path(__file__).resolve().parents[2] / "console" / "node_modules" / "axe-core" / "axe.min.js"
+
+
+def accessibility_violations(page) -> list[str]:
+    """What axe-core (the console's pinned test package) finds against WCAG 2 A and AA on the
+    page as it is: unlabelled controls, too little contrast, and the rest of its rules."""
+    page.add_script_tag(path=str(AXE))
+    result = page.evaluate("axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa']}})")
+    return [f"{v['id']}: {v['help']} ({len(v['nodes'])}: {v['nodes'][0]['target']})" for v in result["violations"]]
+
+
+@pytest.mark.parametrize("width, height", [(1280, 900), (390, 844)], ids=["laptop", "phone"])
+def test_every_page_is_reachable_by_keyboard_labelled_readable_and_fits_the_width(
+        chromium, console_gw, openai_mock, screenshots, width, height):
+    """At a laptop's and a phone's width: signing in by keyboard alone, then each page with no
+    WCAG A/AA violation axe-core finds (labels, contrast, ...) and nothing wider than the screen."""
+    trace_id = send_chat(console_gw, openai_mock, f"m-a11y-{uuid.uuid4().hex[:8]}", "Check me.")
+    # axe is added to the page as a script: the console's own CSP would refuse it.
+    context = chromium.new_context(viewport={"width": width, "height": height}, bypass_csp=True)
+    page = context.new_page()
+    page.set_default_timeout(SHOWN_WITHIN_MS)
+    try:
+        page.goto(f"{console_gw.origin}/console")
+        page.get_by_role("heading", name="Sign in").wait_for()
+        assert accessibility_violations(page) == []
+        page.keyboard.press("Tab") if page.evaluate("document.activeElement.id") != "key" else None
+        assert page.evaluate("document.activeElement.id") == "key", "the key's field has the focus"
+        page.keyboard.type(KEY)
+        page.keyboard.press("Enter")
+        page.get_by_role("heading", name="Overview").wait_for()
+        pages = [("overview", "Overview"), ("requests", "Requests"), (f"trace/{trace_id}", f"Request {trace_id}"),
+                 ("limits", "Limits and budgets"), ("keys", "Keys")]
+        for hash_, heading in pages:
+            page.goto(f"{console_gw.origin}/console#/{hash_}")
+            page.get_by_role("heading", name=heading, exact=True).wait_for()
+            page.wait_for_load_state("load")
+            if hash_ == "overview":
+                expect(page.locator(".chart canvas")).to_have_count(4)
+            if hash_ == "requests":
+                page.locator("#requests tbody tr").first.wait_for()
+            assert accessibility_violations(page) == [], hash_
+            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"{hash_} is {overflow} px wider than the screen"
+            page.screenshot(path=str(screenshots / f"{hash_.split('/')[0]}-{width}.png"), full_page=True)
+        # Tab alone reaches the header's links and its sign-out button.
+        page.goto(f"{console_gw.origin}/console#/keys")
+        page.get_by_role("heading", name="Keys", exact=True).wait_for()
+        focusable = set()
+        for _ in range(12):
+            page.keyboard.press("Tab")
+            focusable.add(page.evaluate("document.activeElement.textContent.trim()"))
+        assert {"Overview", "Requests", "Limits", "Keys", "Sign out"} <= set(focusable), focusable
+    finally:
+        context.close()
