@@ -1,5 +1,5 @@
 // The console: one page whose address's `#` part says what it shows (#/overview, #/requests,
-// #/trace/<trace id>, #/limits, #/keys). It reads the control plane's /console/api paths with
+// #/trace/<trace id>, #/limits, #/keys, #/stored/<kind>). It reads the control plane's /console/api paths with
 // the session's cookie (the gateway API's own under /console/api/v1, its writes with the
 // session's CSRF token); the key signs in once and is kept nowhere. Whatever a user or a record gave is put in
 // the page as text (textContent), never as markup.
@@ -131,6 +131,7 @@
     if (hash.startsWith("#/trace/")) return showTrace(decodeURIComponent(hash.slice("#/trace/".length)));
     if (hash.startsWith("#/limits")) return showLimits();
     if (hash.startsWith("#/keys")) return showKeys();
+    if (hash.startsWith("#/stored/")) return showStored(hash.slice("#/stored/".length));
     return showOverview();
   }
 
@@ -269,7 +270,9 @@
   ];
 
   function showRequests() {
-    const fields = FILTERS.map(([name, label, options]) => {
+    // An admin reads any workspace's log: its own (default) unless it names another.
+    const filters = state.session.admin ? [["workspace", "Workspace"], ...FILTERS] : FILTERS;
+    const fields = filters.map(([name, label, options]) => {
       const id = `filter-${name}`;
       const input = options
         ? el("select", { id, name }, ...options.map(([value, text]) => el("option", { value, text })))
@@ -567,6 +570,133 @@
         el("pre", { class: "body", id: "new-key", text: value.key }),
       );
       load().catch(shown);
+    });
+    load().catch(shown);
+  }
+
+  // ----------------------------------------------------------------------------- stored objects
+
+  const KINDS = [
+    ["providers", "Providers"],
+    ["configs", "Configs"],
+    ["prompts", "Prompts"],
+    ["guardrails", "Guardrails"],
+    ["mcp-servers", "MCP servers"],
+  ];
+  /** Fields that hold secrets: the API shows their last four characters only, so an editor never holds them. */
+  const SECRET_FIELDS = ["api_key", "cloud_c_access_key_id", "cloud_c_secret_access_key", "cloud_c_session_token", "cloud_b_service_account_json", "headers"];
+  /** What a read adds beside the value. */
+  const READ_FIELDS = ["id", "slug", "version_id", "prompt_version_id", "created_at"];
+
+  function withoutSecrets(value) {
+    if (Array.isArray(value)) return value.map(withoutSecrets);
+    if (value === null || typeof value !== "object") return value;
+    return Object.fromEntries(Object.entries(value).filter(([name]) => !SECRET_FIELDS.includes(name)).map(([name, v]) => [name, withoutSecrets(v)]));
+  }
+
+  function showStored(kind) {
+    const known = KINDS.find(([name]) => name === kind);
+    if (!known) {
+      location.hash = "#/stored/providers";
+      return;
+    }
+    const tabs = el("nav", { class: "tabs", "aria-label": "Stored objects" }, ...KINDS.map(([name, label]) => el("a", { href: `#/stored/${name}`, "aria-current": name === kind ? "page" : null, text: label })));
+    const alert = el("p", { id: "load-error", class: "error", role: "alert" });
+    const list = el("div", { id: "stored" });
+    const slug = el("input", { id: "stored-slug", name: "slug", type: "text", autocomplete: "off", required: true });
+    const value = el("textarea", { id: "stored-value", name: "value", rows: 12, spellcheck: "false", "aria-describedby": "stored-value-error" });
+    const valueError = el("span", { class: "error field-error", id: "stored-value-error", "data-param": "value" });
+    const formAlert = el("p", { class: "error", role: "alert" });
+    const saved = el("p", { class: "muted", id: "stored-saved", "aria-live": "polite" });
+    const secretNote = ["providers", "mcp-servers"].includes(kind)
+      ? el("p", { class: "muted", text: "Secrets (keys, credentials, headers) are never shown once saved: a save replaces the whole value, so give them again." })
+      : null;
+    const remove = el("button", { type: "button", class: "secondary", text: "Delete" });
+    const form = el(
+      "form",
+      { class: "editor", "aria-label": `Create or change one of the ${known[1].toLowerCase()}` },
+      el("label", { for: "stored-slug" }, "Slug", slug),
+      el("label", { for: "stored-value" }, "Value (JSON)", value, valueError),
+      secretNote,
+      el("div", { class: "pager" }, el("button", { type: "submit", text: "Save" }), remove),
+      formAlert,
+      saved,
+    );
+    const rendered = el("pre", { class: "body", id: "rendered", "aria-live": "polite" });
+    const variables = el("textarea", { id: "prompt-variables", rows: 3, spellcheck: "false" });
+    const renderButton = el("button", { type: "button", text: "Render" });
+    const renderPanel =
+      kind === "prompts"
+        ? el("section", { "aria-label": "Render the prompt" }, el("h2", { text: "Render with sample variables" }), el("label", { for: "prompt-variables" }, "Variables (JSON)", variables), renderButton, rendered)
+        : null;
+    main.replaceChildren(el("h1", { text: known[1] }), tabs, alert, list, el("h2", { text: "Create or change" }), form, renderPanel);
+    variables.value = "{}";
+
+    async function load() {
+      const items = (await gatewayApi(kind)).data;
+      list.replaceChildren(
+        table(
+          known[1],
+          [
+            ["Slug", (i) => i.slug],
+            ["Id", (i) => i.id],
+            ["Saved (UTC)", (i) => time(i.created_at)],
+          ],
+          items,
+          (item) => open(item.slug).catch(shown),
+        ),
+      );
+    }
+
+    async function open(name) {
+      const read = await gatewayApi(`${kind}/${encodeURIComponent(name)}`);
+      const fields = Object.fromEntries(Object.entries(read).filter(([field]) => !READ_FIELDS.includes(field)));
+      const shownFields = kind === "configs" && fields.config ? fields.config : fields;
+      slug.value = read.slug;
+      value.value = JSON.stringify(withoutSecrets(shownFields), null, 2);
+      saved.textContent = `Version ${read.version_id || read.prompt_version_id} of ${read.slug}.`;
+      value.focus();
+    }
+
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      valueError.textContent = "";
+      formAlert.textContent = "";
+      let body;
+      try {
+        body = JSON.parse(value.value);
+      } catch (e) {
+        valueError.textContent = `Not JSON: ${e.message}`;
+        return;
+      }
+      const result = await apiError(() => gatewayApi(`${kind}/${encodeURIComponent(slug.value.trim())}`, "PUT", body));
+      if (result.error) {
+        const where = result.error.param && result.error.param !== "body" ? ` (at ${result.error.param})` : "";
+        valueError.textContent = `${result.error.message}${where}`;
+        return;
+      }
+      saved.textContent = `Saved ${result.value.slug}.`;
+      load().catch(shown);
+    });
+    remove.addEventListener("click", async () => {
+      const result = await apiError(() => gatewayApi(`${kind}/${encodeURIComponent(slug.value.trim())}`, "DELETE"));
+      if (result.error) formAlert.textContent = result.error.message;
+      else {
+        saved.textContent = `Deleted ${slug.value.trim()}.`;
+        form.reset();
+      }
+      load().catch(shown);
+    });
+    renderButton.addEventListener("click", async () => {
+      let given;
+      try {
+        given = JSON.parse(variables.value || "{}");
+      } catch (e) {
+        rendered.textContent = `Not JSON: ${e.message}`;
+        return;
+      }
+      const result = await apiError(() => gatewayApi(`prompts/${encodeURIComponent(slug.value.trim())}/render`, "POST", { variables: given }));
+      rendered.textContent = result.error ? result.error.message : JSON.stringify(result.value.data, null, 2);
     });
     load().catch(shown);
   }

@@ -33,11 +33,35 @@ use tower::ServiceExt;
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(health))
-        .route("/v1/prompts/{id}", put(put_prompt).get(get_prompt))
+        .route("/v1/prompts", get(|s: State<AppState>, h: HeaderMap| list_items(s, h, Kind::Prompt)))
+        .route("/v1/guardrails", get(|s: State<AppState>, h: HeaderMap| list_items(s, h, Kind::Guardrail)))
+        .route("/v1/configs", get(|s: State<AppState>, h: HeaderMap| list_items(s, h, Kind::Config)))
+        .route("/v1/providers", get(|s: State<AppState>, h: HeaderMap| list_items(s, h, Kind::Provider)))
+        .route(
+            "/v1/prompts/{id}",
+            put(put_prompt)
+                .get(get_prompt)
+                .delete(|s: State<AppState>, h: HeaderMap, p: Path<String>| delete_item(s, h, p, Kind::Prompt)),
+        )
         .route("/v1/prompts/{id}/render", post(render_prompt))
-        .route("/v1/guardrails/{id}", put(put_guardrail).get(get_guardrail))
-        .route("/v1/configs/{id}", put(put_config).get(get_config))
-        .route("/v1/providers/{id}", put(put_provider).get(get_provider))
+        .route(
+            "/v1/guardrails/{id}",
+            put(put_guardrail)
+                .get(get_guardrail)
+                .delete(|s: State<AppState>, h: HeaderMap, p: Path<String>| delete_item(s, h, p, Kind::Guardrail)),
+        )
+        .route(
+            "/v1/configs/{id}",
+            put(put_config)
+                .get(get_config)
+                .delete(|s: State<AppState>, h: HeaderMap, p: Path<String>| delete_item(s, h, p, Kind::Config)),
+        )
+        .route(
+            "/v1/providers/{id}",
+            put(put_provider)
+                .get(get_provider)
+                .delete(|s: State<AppState>, h: HeaderMap, p: Path<String>| delete_item(s, h, p, Kind::Provider)),
+        )
         .route("/v1/mcp-servers", get(mcp_servers::list))
         .route("/v1/mcp-servers/{id}", put(mcp_servers::put).get(mcp_servers::get).delete(mcp_servers::delete))
         .route("/v1/api-keys", post(create_key).get(list_keys))
@@ -149,6 +173,38 @@ async fn render_prompt(
 }
 
 // ---- guardrails, configs, providers ----
+
+/// `GET /v1/{prompts|guardrails|configs|providers}`: the workspace's items of the kind, each its
+/// id, slug, latest version and when that was made, by slug (their values: `GET` one).
+async fn list_items(State(s): State<AppState>, h: HeaderMap, kind: Kind) -> ApiResult<Response> {
+    let caller = auth::caller(&s, &h).await?;
+    let data = items::list(&s, &caller.workspace, kind)
+        .await?
+        .iter()
+        .map(|read| {
+            json!({"id": read.item.id, "slug": read.item.slug, "version_id": read.version.id,
+                "created_at": read.version.created_at})
+        })
+        .collect();
+    Ok(crate::lists::list_json(data, false))
+}
+
+/// `DELETE /v1/{prompts|guardrails|configs|providers}/{id}`: the item with every version.
+async fn delete_item(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    kind: Kind,
+) -> ApiResult<Json<Value>> {
+    let caller = auth::caller(&s, &h).await?;
+    let not_found = || ApiError::not_found(kind.as_str());
+    let target = path_target(&id).ok_or_else(not_found)?;
+    let item = items::find(&s, &caller.workspace, kind, &target).await?.ok_or_else(not_found)?;
+    if !s.db.delete_item(&caller.workspace, kind, &item.slug).await? {
+        return Err(not_found());
+    }
+    Ok(Json(json!({"id": item.id, "slug": item.slug, "deleted": true})))
+}
 
 /// PUT of a guardrail, config or provider: checked by the filter's code, then versioned.
 async fn put_checked(

@@ -516,3 +516,44 @@ async fn mcp_servers_are_kept_per_workspace_checked_masked_and_sealed() {
     common::assert_sealed(&raw, &api_key);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn prompts_guardrails_configs_and_providers_are_listed_per_workspace_and_deleted() {
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let dir = std::env::temp_dir().join(format!("cp-test-{run}"));
+    let (c, _) = start(&settings(&dir)).await;
+    let team = format!("team-{run}");
+    let created = c.ok("POST", "/v1/api-keys", ADMIN, Some(json!({"workspace": team}))).await;
+    let key = created["key"].as_str().unwrap().to_string();
+    let items = [
+        ("prompts", json!({"string": "Hello {{name}}", "model": "gpt-4o"})),
+        (
+            "guardrails",
+            json!({"checks": [{"id": "default.contains", "parameters": {"words": ["x"], "operator": "none"}}]}),
+        ),
+        ("configs", json!({"provider": "openai", "retry": {"attempts": 2}})),
+        ("providers", json!({"provider": "openai", "api_key": "sk-listed-secret-123456"})),
+    ];
+    for (kind, body) in &items {
+        for slug in ["b-item", "a-item"] {
+            c.ok("PUT", &format!("/v1/{kind}/{slug}-{run}"), &key, Some(body.clone())).await;
+        }
+        let listed = c.ok("GET", &format!("/v1/{kind}"), &key, None).await;
+        let slugs: Vec<&str> = listed["data"].as_array().unwrap().iter().map(|i| i["slug"].as_str().unwrap()).collect();
+        assert_eq!(slugs, [format!("a-item-{run}"), format!("b-item-{run}")], "{kind}: by slug");
+        assert!(!listed.to_string().contains("sk-listed"), "{kind}: a list holds no value, so no secret");
+        assert!(listed["data"][0]["version_id"].is_string() && listed["data"][0]["created_at"].is_i64());
+        // Another workspace sees none of them.
+        let theirs = c.ok("GET", &format!("/v1/{kind}"), ADMIN, None).await;
+        assert!(!theirs.to_string().contains(&format!("item-{run}")), "{kind}: {theirs}");
+
+        // Deleted by slug or id: gone from the list and from GET; again, a 404.
+        let id = listed["data"][1]["id"].as_str().unwrap().to_string();
+        let deleted = c.ok("DELETE", &format!("/v1/{kind}/a-item-{run}"), &key, None).await;
+        assert_eq!(deleted["deleted"], true);
+        c.ok("DELETE", &format!("/v1/{kind}/{id}"), &key, None).await;
+        assert_eq!(c.ok("GET", &format!("/v1/{kind}"), &key, None).await["data"], json!([]));
+        c.err(404, "GET", &format!("/v1/{kind}/a-item-{run}"), Some(&key), None).await;
+        c.err(404, "DELETE", &format!("/v1/{kind}/a-item-{run}"), Some(&key), None).await;
+    }
+}

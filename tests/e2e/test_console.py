@@ -122,8 +122,9 @@ def send_chat(gw, mock, model: str, prompt: str) -> str:
 
 def test_the_overview_and_the_request_table_show_traffic_and_a_request_opens_by_its_trace_id(
         console_gw, openai_mock, page, screenshots):
-    """Sign in (a wrong key cannot), see the traffic on the overview and in the table, open one
-    request: its fields and bodies are shown as text, so a prompt holding `<script>` never runs."""
+    """Sign in (a wrong key cannot), see the traffic on the overview and in the table, each
+    updating while it flows, open one request: its fields and bodies are shown as text, so a
+    prompt holding `<script>` never runs."""
     model = f"m-page-{uuid.uuid4().hex[:8]}"
     hostile = "<script>window.__injected = 1</script><img src=x onerror=window.__injected=2>"
     trace_id = send_chat(console_gw, openai_mock, model, f"Summarise this page: {hostile}")
@@ -141,12 +142,17 @@ def test_the_overview_and_the_request_table_show_traffic_and_a_request_opens_by_
     expect(page.locator("[data-tile=Requests] .value")).not_to_have_text("0")
     expect(page.locator(".chart canvas")).to_have_count(4)
     page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
+    # Live: a request sent now shows without a reload.
+    send_chat(console_gw, openai_mock, model, "A third one, while the page is open.")
+    expect(model_row.locator("td").nth(1)).to_have_text("3")
 
     # The table, filtered by the model, and one request's page.
     page.get_by_role("link", name="Requests").click()
     page.get_by_label("Model").fill(model)
     page.get_by_role("button", name="Apply").click()
-    expect(page.locator("#requests tbody tr.row-link")).to_have_count(2)
+    expect(page.locator("#requests tbody tr.row-link")).to_have_count(3)
+    send_chat(console_gw, openai_mock, model, "A fourth one, while the table is open.")
+    expect(page.locator("#requests tbody tr.row-link")).to_have_count(4)
     page.locator("#requests tbody tr.row-link", has_text=trace_id).click()
     page.get_by_role("heading", name=f"Request {trace_id}").wait_for()
     expect(page.locator("pre[data-body=request_body]")).to_contain_text(hostile)
@@ -168,6 +174,8 @@ def test_a_workspace_key_sees_only_its_workspace_and_signs_out(console_gw, opena
     expect(page.locator("[data-breakdown=model]")).not_to_contain_text(model)
     page.get_by_role("link", name="Requests").click()
     page.get_by_text("Nothing yet.").wait_for()
+
+    expect(page.get_by_label("Workspace")).to_have_count(0)  # an admin's filter only
 
     page.get_by_role("button", name="Sign out").click()
     page.get_by_role("heading", name="Sign in").wait_for()
@@ -211,6 +219,13 @@ def test_a_key_made_on_the_keys_page_fills_its_limit_and_once_revoked_is_refused
     expect(limit.locator(".meter-text")).to_have_text("2 / 2")
     page.screenshot(path=str(screenshots / "limits.png"), full_page=True)
 
+    # The admin reads that workspace's log by naming it: its two requests and the refused one.
+    page.get_by_role("link", name="Requests").click()
+    page.get_by_label("Workspace").fill(workspace)
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator("#requests tbody tr.row-link")).to_have_count(3)
+    expect(page.locator("#requests tbody tr.row-link").first).to_contain_text("429")
+
     page.get_by_role("link", name="Keys").click()
     page.get_by_role("button", name=f"Revoke key {key_id}").click()
     expect(page.locator("#keys tbody tr", has_text=key_id)).to_have_count(0)
@@ -252,7 +267,7 @@ def test_every_page_is_reachable_by_keyboard_labelled_readable_and_fits_the_widt
         page.keyboard.press("Enter")
         page.get_by_role("heading", name="Overview").wait_for()
         pages = [("overview", "Overview"), ("requests", "Requests"), (f"trace/{trace_id}", f"Request {trace_id}"),
-                 ("limits", "Limits and budgets"), ("keys", "Keys")]
+                 ("limits", "Limits and budgets"), ("keys", "Keys"), ("stored/prompts", "Prompts")]
         for hash_, heading in pages:
             page.goto(f"{console_gw.origin}/console#/{hash_}")
             page.get_by_role("heading", name=heading, exact=True).wait_for()
@@ -272,6 +287,44 @@ def test_every_page_is_reachable_by_keyboard_labelled_readable_and_fits_the_widt
         for _ in range(12):
             page.keyboard.press("Tab")
             focusable.add(page.evaluate("document.activeElement.textContent.trim()"))
-        assert {"Overview", "Requests", "Limits", "Keys", "Sign out"} <= set(focusable), focusable
+        assert {"Overview", "Requests", "Limits", "Keys", "Stored", "Sign out"} <= focusable, focusable
     finally:
         context.close()
+
+
+def test_stored_objects_are_made_changed_rendered_and_deleted_and_a_secret_is_never_shown(console_gw, page):
+    """Providers and prompts on the stored-objects page: the API's validation (its `param` shown
+    by the field), a provider's key never shown once saved, a prompt rendered with sample
+    variables, and a delete."""
+    run = uuid.uuid4().hex[:8]
+    secret = f"sk-console-secret-{uuid.uuid4().hex}"
+    sign_in(page, console_gw, KEY)
+    page.get_by_role("heading", name="Overview").wait_for()
+    page.get_by_role("link", name="Stored").click()
+    page.get_by_role("heading", name="Providers", exact=True).wait_for()
+
+    page.get_by_label("Slug").fill(f"openai-{run}")
+    value = page.get_by_label("Value (JSON)")
+    value.fill(json.dumps({"provider": "openai", "api_key": secret, "colour": "blue"}))
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#stored-value-error")).to_contain_text("(at colour)")
+    value.fill(json.dumps({"provider": "openai", "api_key": secret}))
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#stored-saved")).to_have_text(f"Saved openai-{run}.")
+    page.locator("#stored tbody tr", has_text=f"openai-{run}").click()
+    expect(page.locator("#stored-saved")).to_contain_text(f"of openai-{run}")
+    assert json.loads(value.input_value()) == {"provider": "openai"}, "the key is not in the editor"
+    assert secret[-12:] not in page.content(), "nor anywhere on the page"
+
+    page.get_by_role("link", name="Prompts").click()
+    page.get_by_role("heading", name="Prompts", exact=True).wait_for()
+    page.get_by_label("Slug").fill(f"greet-{run}")
+    page.get_by_label("Value (JSON)").fill(json.dumps({"string": "Hello {{name}}!", "model": "gpt-4o"}))
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#stored tbody tr", has_text=f"greet-{run}")).to_have_count(1)
+    page.get_by_label("Variables (JSON)").fill(json.dumps({"name": "Ada <b>Lovelace</b>"}))
+    page.get_by_role("button", name="Render").click()
+    expect(page.locator("#rendered")).to_contain_text("Hello Ada <b>Lovelace</b>!")
+    page.get_by_role("button", name="Delete").click()
+    expect(page.locator("#stored-saved")).to_have_text(f"Deleted greet-{run}.")
+    expect(page.locator("#stored tbody tr", has_text=f"greet-{run}")).to_have_count(0)
