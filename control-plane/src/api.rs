@@ -178,12 +178,14 @@ async fn render_prompt(
 /// id, slug, latest version and when that was made, by slug (their values: `GET` one).
 async fn list_items(State(s): State<AppState>, h: HeaderMap, kind: Kind) -> ApiResult<Response> {
     let caller = auth::caller(&s, &h).await?;
-    let data = items::list(&s, &caller.workspace, kind)
+    // Values are not read (nor opened, for sealed kinds): the list names the items only.
+    let data = s
+        .db
+        .latest_items(&caller.workspace, kind)
         .await?
         .iter()
-        .map(|read| {
-            json!({"id": read.item.id, "slug": read.item.slug, "version_id": read.version.id,
-                "created_at": read.version.created_at})
+        .map(|(item, version)| {
+            json!({"id": item.id, "slug": item.slug, "version_id": version.id, "created_at": version.created_at})
         })
         .collect();
     Ok(crate::lists::list_json(data, false))
