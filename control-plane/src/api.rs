@@ -24,7 +24,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::Method;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, delete, get, post, put};
+use axum::routing::{any, delete, get, post, put, MethodRouter};
 use axum::{middleware, Json, Router};
 use gateway_schema::{self as shared, SharedError};
 use serde_json::{json, Map, Value};
@@ -33,35 +33,15 @@ use tower::ServiceExt;
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(health))
-        .route("/v1/prompts", get(|s: State<AppState>, h: HeaderMap| list_items(s, h, Kind::Prompt)))
-        .route("/v1/guardrails", get(|s: State<AppState>, h: HeaderMap| list_items(s, h, Kind::Guardrail)))
-        .route("/v1/configs", get(|s: State<AppState>, h: HeaderMap| list_items(s, h, Kind::Config)))
-        .route("/v1/providers", get(|s: State<AppState>, h: HeaderMap| list_items(s, h, Kind::Provider)))
-        .route(
-            "/v1/prompts/{id}",
-            put(put_prompt)
-                .get(get_prompt)
-                .delete(|s: State<AppState>, h: HeaderMap, p: Path<String>| delete_item(s, h, p, Kind::Prompt)),
-        )
+        .route("/v1/prompts", listing(Kind::Prompt))
+        .route("/v1/guardrails", listing(Kind::Guardrail))
+        .route("/v1/configs", listing(Kind::Config))
+        .route("/v1/providers", listing(Kind::Provider))
+        .route("/v1/prompts/{id}", put(put_prompt).get(get_prompt).merge(deleting(Kind::Prompt)))
         .route("/v1/prompts/{id}/render", post(render_prompt))
-        .route(
-            "/v1/guardrails/{id}",
-            put(put_guardrail)
-                .get(get_guardrail)
-                .delete(|s: State<AppState>, h: HeaderMap, p: Path<String>| delete_item(s, h, p, Kind::Guardrail)),
-        )
-        .route(
-            "/v1/configs/{id}",
-            put(put_config)
-                .get(get_config)
-                .delete(|s: State<AppState>, h: HeaderMap, p: Path<String>| delete_item(s, h, p, Kind::Config)),
-        )
-        .route(
-            "/v1/providers/{id}",
-            put(put_provider)
-                .get(get_provider)
-                .delete(|s: State<AppState>, h: HeaderMap, p: Path<String>| delete_item(s, h, p, Kind::Provider)),
-        )
+        .route("/v1/guardrails/{id}", put(put_guardrail).get(get_guardrail).merge(deleting(Kind::Guardrail)))
+        .route("/v1/configs/{id}", put(put_config).get(get_config).merge(deleting(Kind::Config)))
+        .route("/v1/providers/{id}", put(put_provider).get(get_provider).merge(deleting(Kind::Provider)))
         .route("/v1/mcp-servers", get(mcp_servers::list))
         .route("/v1/mcp-servers/{id}", put(mcp_servers::put).get(mcp_servers::get).delete(mcp_servers::delete))
         .route("/v1/api-keys", post(create_key).get(list_keys))
@@ -173,6 +153,16 @@ async fn render_prompt(
 }
 
 // ---- guardrails, configs, providers ----
+
+/// `GET` of a kind's list ([`list_items`]).
+fn listing(kind: Kind) -> MethodRouter<AppState> {
+    get(move |s: State<AppState>, h: HeaderMap| list_items(s, h, kind))
+}
+
+/// `DELETE` of one item of a kind ([`delete_item`]).
+fn deleting(kind: Kind) -> MethodRouter<AppState> {
+    delete(move |s: State<AppState>, h: HeaderMap, p: Path<String>| delete_item(s, h, p, kind))
+}
 
 /// `GET /v1/{prompts|guardrails|configs|providers}`: the workspace's items of the kind, each its
 /// id, slug, latest version and when that was made, by slug (their values: `GET` one).

@@ -270,11 +270,10 @@ async fn overview(
     let until_ms = (now_ms() / slot_ms + 1) * slot_ms;
     let span = Span { workspace: workspace.as_deref(), from_ms: until_ms - slot_ms * slots as i64, until_ms };
     let slotted = s.db.overview_slots(&span, slot_ms, slots).await?;
-    let mut total = Slot { sums: Sums::default(), durations: vec![0; DURATION_BOUNDS_MS.len() + 1] };
+    let mut total = Slot::empty();
     let mut series = Vec::with_capacity(slotted.len());
     for (i, slot) in slotted.iter().enumerate() {
-        total.sums.add(&slot.sums);
-        total.durations.iter_mut().zip(&slot.durations).for_each(|(sum, count)| *sum += count);
+        total.add(slot);
         let mut point = slot_fields(slot);
         point.insert("t".into(), json!((span.from_ms + slot_ms * i as i64) / 1000));
         series.push(Value::Object(point));

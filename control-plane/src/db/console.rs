@@ -1,7 +1,9 @@
 //! The console's sessions and what its overview adds up from the request log.
 
 use super::{now_ms, Db, DbResult};
-use sqlx::Row;
+use sqlx::any::AnyArguments;
+use sqlx::query::Query;
+use sqlx::{Any, Row};
 
 /// A signed-in console, as its cookie's hash finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,10 +44,22 @@ impl Sums {
 
 /// One time slot's sums and its durations: how many records fell in each class (by
 /// `DURATION_BOUNDS_MS`, the last the records past them; records without a duration in none).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Slot {
     pub sums: Sums,
     pub durations: Vec<i64>,
+}
+
+impl Slot {
+    /// A slot of no records: every class counted, none yet.
+    pub fn empty() -> Slot {
+        Slot { sums: Sums::default(), durations: vec![0; DURATION_BOUNDS_MS.len() + 1] }
+    }
+
+    pub fn add(&mut self, other: &Slot) {
+        self.sums.add(&other.sums);
+        self.durations.iter_mut().zip(&other.durations).for_each(|(sum, count)| *sum += count);
+    }
 }
 
 /// The records an overview reads: one workspace's, or (None) every workspace's, in
@@ -119,6 +133,15 @@ fn span_filter(span: &Span) -> &'static str {
     }
 }
 
+/// `sql` (whose `WHERE` is `span_filter`'s) with the span's values bound.
+fn span_query<'q>(sql: &'q str, span: &Span<'q>) -> Query<'q, Any, AnyArguments<'q>> {
+    let query = sqlx::query(sql).bind(span.from_ms).bind(span.until_ms);
+    match span.workspace {
+        Some(workspace) => query.bind(workspace),
+        None => query,
+    }
+}
+
 /// The class of a record's duration (-1: none), as SQL.
 fn duration_class() -> String {
     let mut sql = String::from("CASE WHEN duration_ms IS NULL THEN -1");
@@ -184,12 +207,8 @@ impl Db {
             duration_class(),
             span_filter(span),
         );
-        let mut query = sqlx::query(&sql).bind(span.from_ms).bind(span.until_ms);
-        if let Some(workspace) = span.workspace {
-            query = query.bind(workspace);
-        }
-        let mut out = vec![Slot { sums: Sums::default(), durations: vec![0; DURATION_BOUNDS_MS.len() + 1] }; slots];
-        for row in query.fetch_all(&self.records).await? {
+        let mut out = vec![Slot::empty(); slots];
+        for row in span_query(&sql, span).fetch_all(&self.records).await? {
             let slot = usize::try_from(row.try_get::<i64, _>("slot")?).ok();
             let Some(slot) = slot.and_then(|slot| out.get_mut(slot)) else {
                 continue;
@@ -213,11 +232,7 @@ impl Db {
     ) -> DbResult<Vec<(Option<String>, Sums)>> {
         let column = dimension.column();
         let sql = format!("SELECT {column} AS value, {SUMS} FROM log_records{} GROUP BY {column}", span_filter(span));
-        let mut query = sqlx::query(&sql).bind(span.from_ms).bind(span.until_ms);
-        if let Some(workspace) = span.workspace {
-            query = query.bind(workspace);
-        }
-        let mut rows = query
+        let mut rows = span_query(&sql, span)
             .fetch_all(&self.records)
             .await?
             .iter()
