@@ -463,6 +463,13 @@ lint() {
   cargo fmt --all --check
   cargo fmt --check --manifest-path bench/minimal-filter/Cargo.toml
   cargo fmt --check --manifest-path fuzz/Cargo.toml
+  # The two crates outside the workspace keep their own lock files, which a change of the
+  # workspace's dependencies can leave stale; their builds run --locked, much later.
+  local manifest
+  for manifest in fuzz/Cargo.toml bench/minimal-filter/Cargo.toml; do
+    cargo metadata --quiet --locked --format-version 1 --manifest-path "$manifest" >/dev/null ||
+      die "${manifest%Cargo.toml}Cargo.lock is stale: run cargo update --workspace --manifest-path $manifest and commit it"
+  done
   python3 tests/tools/import_cycles.py
   python3 tests/tools/check_docs.py --self-test; python3 tests/tools/check_docs.py
   cargo clippy --quiet --workspace --all-targets -- -D warnings
