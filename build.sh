@@ -227,6 +227,10 @@ install_test_deps() {
     log "installing Chromium (Debian's chromium: the console's tests run in it)"
     apt_install chromium fonts-liberation
   fi
+  if ! command -v firefox-esr >/dev/null; then
+    log "installing Firefox (Debian's firefox-esr: the console's tests run in it too)"
+    apt_install firefox-esr
+  fi
   if ! cmp -s tests/requirements.txt "$stamp"; then
     log "installing the end-to-end tests' Python packages into .venv"
     # `python -m pip`: a copied .venv's bin/pip still names the original's python in its first line.
@@ -610,5 +614,6 @@ case "$COMMAND" in
   image) shift; image "$@" ;;
   fuzz) shift; fuzz "$@" ;;
   soak) shift; build; exec "$VENV/bin/python" bench/soak.py --requests "${1:-1000000}" ;;
-  *) echo "usage: $0 [build|run|local-model|test|lint|config|bench|size|profile|agents|conformance|fixtures|image|fuzz|soak]" >&2; exit 2 ;;
+  console-bench) shift; build; install_test_deps; exec "$VENV/bin/python" bench/console_bench.py "$@" ;;
+  *) echo "usage: $0 [build|run|local-model|test|lint|config|bench|size|profile|agents|conformance|fixtures|image|fuzz|soak|console-bench]" >&2; exit 2 ;;
 esac

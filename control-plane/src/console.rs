@@ -232,7 +232,7 @@ impl Range {
         const MINUTE: i64 = 60_000;
         match self {
             Range::Hour => (MINUTE, 60),
-            Range::Day => (30 * MINUTE, 48),
+            Range::Day => (60 * MINUTE, 24),
             Range::Week => (6 * 60 * MINUTE, 28),
             Range::Month => (24 * 60 * MINUTE, 30),
         }

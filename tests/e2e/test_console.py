@@ -1,6 +1,7 @@
 """The console (issue 47) through the gateway's listener: its paths reach the control plane past
 the filter, a gateway key signs in to a session kept in a cookie, and the pages show what went
-through the gateway, in a real headless Chromium (Debian's, driven by Playwright). Each browser
+through the gateway, in a real headless Chromium (Debian's, driven by Playwright), and in Firefox
+(Debian's ESR, driven by puppeteer-core over WebDriver BiDi). Each browser
 test saves a screenshot under the run's output (``<pytest's base temp>/console-screenshots``).
 
 The browser tests share a gateway that records bodies (``console_gw``), so a request's page shows
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -160,6 +162,23 @@ def test_the_overview_and_the_request_table_show_traffic_and_a_request_opens_by_
     expect(page.locator("main script, main img")).to_have_count(0)
     expect(page.locator("dl.record")).to_contain_text(model)
     expect(page.locator("dl.record")).to_contain_text("openai")
+
+
+FIREFOX_SCRIPT = Path(__file__).resolve().parents[2] / "console" / "test" / "firefox.mjs"
+
+
+def test_the_console_works_in_firefox_at_a_laptops_and_a_phones_width(console_gw, openai_mock, screenshots):
+    """Debian's Firefox ESR, driven over WebDriver BiDi (console/test/firefox.mjs): signing in,
+    the overview drawn with a model's requests counted, the table filtered by it, and one
+    request's page with a prompt's markup shown as text, never run; each page fits the width."""
+    model = f"m-firefox-{uuid.uuid4().hex[:8]}"
+    hostile = "<script>window.__injected = 1</script><img src=x onerror=window.__injected=2>"
+    trace_id = send_chat(console_gw, openai_mock, model, f"Summarise this page: {hostile}")
+    send_chat(console_gw, openai_mock, model, "A second one.")
+    run = subprocess.run(["node", str(FIREFOX_SCRIPT), console_gw.origin, KEY, trace_id, model, hostile,
+                          str(screenshots)], capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, f"{run.stderr}\n{run.stdout}"
+    assert (screenshots / "firefox-request-390.png").exists()
 
 
 def test_a_workspace_key_sees_only_its_workspace_and_signs_out(console_gw, openai_mock, page):

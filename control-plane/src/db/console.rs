@@ -1,9 +1,11 @@
-//! The console's sessions and what its overview adds up from the request log.
+//! The console's sessions, and the request log's rollups its overview reads (migration 0011).
 
+use super::logs::{bind_all, one_off, Arg, Built, NewRecord};
 use super::{now_ms, Db, DbResult};
 use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use sqlx::{Any, Row};
+use std::collections::BTreeMap;
 
 /// A signed-in console, as its cookie's hash finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,7 +87,7 @@ impl Dimension {
     pub const ALL: [Dimension; 5] =
         [Dimension::Model, Dimension::Provider, Dimension::ApiKey, Dimension::Workspace, Dimension::Api];
 
-    /// Its name in the overview.
+    /// Its name in the overview (and in the rollups, where it has rows of its own).
     pub fn name(self) -> &'static str {
         match self {
             Dimension::Model => "model",
@@ -95,25 +97,74 @@ impl Dimension {
             Dimension::Api => "api",
         }
     }
+}
 
-    fn column(self) -> &'static str {
-        match self {
-            Dimension::Model => "model",
-            Dimension::Provider => "provider",
-            Dimension::ApiKey => "api_key_id",
-            Dimension::Workspace => "workspace",
-            Dimension::Api => "client_api",
+/// The rollups' dimension of duration classes: every record is in one of its rows per bucket,
+/// so it gives the totals too.
+const DURATION: &str = "duration";
+
+/// The lengths of the rollups' buckets: a minute for an hour's overview, an hour for longer
+/// ones.
+pub const MINUTE_MS: i64 = 60_000;
+pub const HOUR_MS: i64 = 3_600_000;
+
+/// The class of a duration by `DURATION_BOUNDS_MS` (the last class: past them all).
+fn duration_class(duration_ms: i64) -> usize {
+    DURATION_BOUNDS_MS.iter().position(|&bound| duration_ms <= bound).unwrap_or(DURATION_BOUNDS_MS.len())
+}
+
+/// A rollup row's value: `=` and the record's value, or empty for none (migration 0011).
+fn rollup_value(value: Option<&str>) -> String {
+    value.map(|value| format!("={value}")).unwrap_or_default()
+}
+
+fn value_of_rollup(value: String) -> Option<String> {
+    value.strip_prefix('=').map(str::to_string)
+}
+
+/// The key of one rollup row: bucket length, workspace, dimension, bucket start, value (the
+/// order of the table's primary key, so that batches add to rows in one order and two
+/// PostgreSQL transactions never wait on each other in a circle).
+type RollupKey = (i64, String, &'static str, i64, String);
+
+/// What a batch's records add to the rollups, row by row.
+fn rollup_deltas<'a>(records: impl Iterator<Item = &'a NewRecord>) -> BTreeMap<RollupKey, Sums> {
+    let mut deltas: BTreeMap<RollupKey, Sums> = BTreeMap::new();
+    for record in records {
+        let sums = Sums {
+            requests: 1,
+            errors: i64::from(record.status.is_some_and(|status| status >= 400)),
+            input_tokens: record.input_tokens.unwrap_or(0),
+            output_tokens: record.output_tokens.unwrap_or(0),
+            cost_micro_usd: record.cost_micro_usd.unwrap_or(0),
+        };
+        let class = record.duration_ms.map(|ms| duration_class(ms).to_string());
+        let values = [
+            (Dimension::Model.name(), record.model.as_deref()),
+            (Dimension::Provider.name(), record.provider.as_deref()),
+            (Dimension::ApiKey.name(), record.api_key_id.as_deref()),
+            (Dimension::Api.name(), record.client_api.as_deref()),
+            (DURATION, class.as_deref()),
+        ];
+        for bucket_len in [MINUTE_MS, HOUR_MS] {
+            let bucket_ms = record.timestamp_ms - record.timestamp_ms.rem_euclid(bucket_len);
+            for (dimension, value) in values {
+                let key = (bucket_len, record.workspace.clone(), dimension, bucket_ms, rollup_value(value));
+                deltas.entry(key).or_default().add(&sums);
+            }
         }
     }
+    deltas
 }
+
+/// Rollup rows per upsert statement (10 parameters each).
+const ROLLUPS_PER_UPSERT: usize = 100;
 
 /// The sums' columns, as every overview query selects them (PostgreSQL's SUM of BIGINTs is a
 /// NUMERIC: cast back).
-const SUMS: &str = "COUNT(*) AS requests, \
-     CAST(COALESCE(SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), 0) AS BIGINT) AS errors, \
-     CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT) AS input_tokens, \
-     CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT) AS output_tokens, \
-     CAST(COALESCE(SUM(cost_micro_usd), 0) AS BIGINT) AS cost_micro_usd";
+const SUMS: &str = "CAST(SUM(requests) AS BIGINT) AS requests, CAST(SUM(errors) AS BIGINT) AS errors, \
+     CAST(SUM(input_tokens) AS BIGINT) AS input_tokens, CAST(SUM(output_tokens) AS BIGINT) AS output_tokens, \
+     CAST(SUM(cost_micro_usd) AS BIGINT) AS cost_micro_usd";
 
 fn sums(row: &sqlx::any::AnyRow) -> DbResult<Sums> {
     Ok(Sums {
@@ -125,31 +176,35 @@ fn sums(row: &sqlx::any::AnyRow) -> DbResult<Sums> {
     })
 }
 
-/// `WHERE` over a span: the time, and the workspace when it names one (`$1`, `$2`, `$3`).
+/// `WHERE` over a span's rollup rows of one dimension: the bucket length (`$1`), the
+/// dimension (`$2`), the time (`$3`, `$4`), and the workspace when it names one (`$5`).
 fn span_filter(span: &Span) -> &'static str {
     match span.workspace {
-        Some(_) => " WHERE timestamp_ms >= $1 AND timestamp_ms < $2 AND workspace = $3",
-        None => " WHERE timestamp_ms >= $1 AND timestamp_ms < $2",
+        Some(_) => {
+            " WHERE bucket_len = $1 AND dimension = $2 AND bucket_ms >= $3 AND bucket_ms < $4 AND workspace = $5"
+        }
+        None => " WHERE bucket_len = $1 AND dimension = $2 AND bucket_ms >= $3 AND bucket_ms < $4",
     }
 }
 
 /// `sql` (whose `WHERE` is `span_filter`'s) with the span's values bound.
-fn span_query<'q>(sql: &'q str, span: &Span<'q>) -> Query<'q, Any, AnyArguments<'q>> {
-    let query = sqlx::query(sql).bind(span.from_ms).bind(span.until_ms);
+fn span_query<'q>(sql: &'q str, span: &Span<'q>, dimension: &'static str) -> Query<'q, Any, AnyArguments<'q>> {
+    let query = sqlx::query(sql).bind(span.bucket_len()).bind(dimension).bind(span.from_ms).bind(span.until_ms);
     match span.workspace {
         Some(workspace) => query.bind(workspace),
         None => query,
     }
 }
 
-/// The class of a record's duration (-1: none), as SQL.
-fn duration_class() -> String {
-    let mut sql = String::from("CASE WHEN duration_ms IS NULL THEN -1");
-    for (class, bound) in DURATION_BOUNDS_MS.iter().enumerate() {
-        sql.push_str(&format!(" WHEN duration_ms <= {bound} THEN {class}"));
+impl Span<'_> {
+    /// The rollups' bucket length it reads: minutes for an hour or less, else hours (a span's
+    /// ends and slots are whole hours then).
+    fn bucket_len(&self) -> i64 {
+        match self.until_ms - self.from_ms <= HOUR_MS {
+            true => MINUTE_MS,
+            false => HOUR_MS,
+        }
     }
-    sql.push_str(&format!(" ELSE {} END", DURATION_BOUNDS_MS.len()));
-    sql
 }
 
 impl Db {
@@ -199,22 +254,64 @@ impl Db {
         Ok(())
     }
 
-    /// The span's records in `slots` slots of `slot_ms` from its start, each with its sums and
-    /// its durations by class.
+    /// Adds a batch's stored records to the rollups, in the transaction that stored them.
+    pub(super) async fn add_to_rollups<'a>(
+        &self,
+        tx: &mut sqlx::Transaction<'_, Any>,
+        records: impl Iterator<Item = &'a NewRecord>,
+    ) -> DbResult<()> {
+        let deltas: Vec<_> = rollup_deltas(records).into_iter().collect();
+        for chunk in deltas.chunks(ROLLUPS_PER_UPSERT) {
+            let mut built = Built::new(
+                self,
+                "INSERT INTO log_rollups (bucket_len, workspace, dimension, bucket_ms, value, requests, errors, \
+                 input_tokens, output_tokens, cost_micro_usd) VALUES ",
+            );
+            for (i, ((bucket_len, workspace, dimension, bucket_ms, value), sums)) in chunk.iter().enumerate() {
+                let row = vec![
+                    Arg::Int(*bucket_len),
+                    Arg::Text(workspace.clone()),
+                    Arg::Text(dimension.to_string()),
+                    Arg::Int(*bucket_ms),
+                    Arg::Text(value.clone()),
+                    Arg::Int(sums.requests),
+                    Arg::Int(sums.errors),
+                    Arg::Int(sums.input_tokens),
+                    Arg::Int(sums.output_tokens),
+                    Arg::Int(sums.cost_micro_usd),
+                ];
+                built.push(
+                    if i == 0 { "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" },
+                    row,
+                );
+            }
+            built.sql.push_str(
+                " ON CONFLICT (bucket_len, workspace, dimension, bucket_ms, value) DO UPDATE SET \
+                 requests = log_rollups.requests + excluded.requests, errors = log_rollups.errors + excluded.errors, \
+                 input_tokens = log_rollups.input_tokens + excluded.input_tokens, \
+                 output_tokens = log_rollups.output_tokens + excluded.output_tokens, \
+                 cost_micro_usd = log_rollups.cost_micro_usd + excluded.cost_micro_usd",
+            );
+            bind_all(one_off(&built.sql), &built.args).execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
+
+    /// The span's records in `slots` slots of `slot_ms` from its start (a whole number of the
+    /// rollups' buckets), each with its sums and its durations by class.
     pub async fn overview_slots(&self, span: &Span<'_>, slot_ms: i64, slots: usize) -> DbResult<Vec<Slot>> {
         let sql = format!(
-            "SELECT (timestamp_ms - $1) / {slot_ms} AS slot, {} AS class, {SUMS} FROM log_records{} GROUP BY 1, 2",
-            duration_class(),
+            "SELECT (bucket_ms - $3) / {slot_ms} AS slot, value, {SUMS} FROM log_rollups{} GROUP BY 1, 2",
             span_filter(span),
         );
         let mut out = vec![Slot::empty(); slots];
-        for row in span_query(&sql, span).fetch_all(&self.records).await? {
+        for row in span_query(&sql, span, DURATION).fetch_all(&self.records).await? {
             let slot = usize::try_from(row.try_get::<i64, _>("slot")?).ok();
             let Some(slot) = slot.and_then(|slot| out.get_mut(slot)) else {
                 continue;
             };
             let row_sums = sums(&row)?;
-            let class = usize::try_from(row.try_get::<i64, _>("class")?).ok();
+            let class = value_of_rollup(row.try_get("value")?).and_then(|class| class.parse::<usize>().ok());
             if let Some(count) = class.and_then(|class| slot.durations.get_mut(class)) {
                 *count += row_sums.requests;
             }
@@ -230,13 +327,24 @@ impl Db {
         span: &Span<'_>,
         dimension: Dimension,
     ) -> DbResult<Vec<(Option<String>, Sums)>> {
-        let column = dimension.column();
-        let sql = format!("SELECT {column} AS value, {SUMS} FROM log_records{} GROUP BY {column}", span_filter(span));
-        let mut rows = span_query(&sql, span)
+        // A workspace's records are its rows of any one dimension; the others have rows of their own.
+        let (rows_of, column) = match dimension {
+            Dimension::Workspace => (DURATION, "workspace"),
+            other => (other.name(), "value"),
+        };
+        let sql = format!("SELECT {column} AS value, {SUMS} FROM log_rollups{} GROUP BY {column}", span_filter(span));
+        let mut rows = span_query(&sql, span, rows_of)
             .fetch_all(&self.records)
             .await?
             .iter()
-            .map(|row| Ok((row.try_get::<Option<String>, _>("value")?, sums(row)?)))
+            .map(|row| {
+                let stored: String = row.try_get("value")?;
+                let value = match dimension {
+                    Dimension::Workspace => Some(stored),
+                    _ => value_of_rollup(stored),
+                };
+                Ok((value, sums(row)?))
+            })
             .collect::<DbResult<Vec<_>>>()?;
         rows.sort_by(|(a, x), (b, y)| y.requests.cmp(&x.requests).then_with(|| a.cmp(b)));
         Ok(rows)

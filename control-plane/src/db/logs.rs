@@ -135,7 +135,7 @@ pub struct UsageRow {
 }
 
 /// A value bound to a placeholder of a built query.
-enum Arg {
+pub(super) enum Arg {
     Text(String),
     OptText(Option<String>),
     Int(i64),
@@ -151,11 +151,14 @@ const METADATA_PER_INSERT: usize = 100;
 /// A statement of a batch's many rows, not kept prepared: its text differs with the batch's
 /// size, and a connection's cache of prepared statements (the 100 last used, each holding a
 /// program for every row) filled with them for as long as new sizes came.
-fn one_off(sql: &str) -> Query<'_, Any, AnyArguments<'_>> {
+pub(super) fn one_off(sql: &str) -> Query<'_, Any, AnyArguments<'_>> {
     sqlx::query(sql).persistent(false)
 }
 
-fn bind_all<'q>(mut query: Query<'q, Any, AnyArguments<'q>>, args: &'q [Arg]) -> Query<'q, Any, AnyArguments<'q>> {
+pub(super) fn bind_all<'q>(
+    mut query: Query<'q, Any, AnyArguments<'q>>,
+    args: &'q [Arg],
+) -> Query<'q, Any, AnyArguments<'q>> {
     for arg in args {
         query = match arg {
             Arg::Text(text) => query.bind(text.as_str()),
@@ -171,18 +174,18 @@ fn bind_all<'q>(mut query: Query<'q, Any, AnyArguments<'q>>, args: &'q [Arg]) ->
 /// anonymous `?` on SQLite: SQLite looks a numbered parameter up by a walk over all of them, so
 /// binding the n parameters of a many-row insert by number costs n² (a fifth of the ingest's CPU
 /// at 275 parameters).
-struct Built {
-    sql: String,
-    args: Vec<Arg>,
+pub(super) struct Built {
+    pub(super) sql: String,
+    pub(super) args: Vec<Arg>,
     anonymous: bool,
 }
 
 impl Built {
-    fn new(db: &Db, sql: &str) -> Built {
+    pub(super) fn new(db: &Db, sql: &str) -> Built {
         Built { sql: sql.to_string(), args: Vec::new(), anonymous: db.sqlite }
     }
 
-    fn push(&mut self, clause: &str, args: Vec<Arg>) {
+    pub(super) fn push(&mut self, clause: &str, args: Vec<Arg>) {
         let mut args = args.into_iter();
         for (i, part) in clause.split('?').enumerate() {
             if i > 0 {
@@ -266,11 +269,12 @@ impl Db {
             }
             bind_all(one_off(&built.sql), &built.args).execute(&mut *tx).await?;
         }
+        self.add_to_rollups(&mut tx, records.iter().filter(|r| inserted.contains(&r.id))).await?;
         tx.commit().await
     }
 
     /// Deletes the records older than `cutoff_ms` (by `timestamp_ms`) with their metadata,
-    /// and the feedback given before it, in one transaction: how many records.
+    /// the rollups' buckets that ended by then, and the feedback given before it, in one transaction: how many records.
     pub async fn delete_logs_before(&self, cutoff_ms: i64) -> DbResult<u64> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("DELETE FROM log_metadata WHERE record_id IN (SELECT id FROM log_records WHERE timestamp_ms < $1)")
@@ -279,6 +283,11 @@ impl Db {
             .await?;
         let records =
             sqlx::query("DELETE FROM log_records WHERE timestamp_ms < $1").bind(cutoff_ms).execute(&mut *tx).await?;
+        // A bucket the cutoff falls in keeps counting the records of it that went.
+        sqlx::query("DELETE FROM log_rollups WHERE bucket_ms + bucket_len <= $1")
+            .bind(cutoff_ms)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM log_feedback WHERE created_at_ms < $1").bind(cutoff_ms).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(records.rows_affected())
@@ -320,11 +329,14 @@ impl Db {
                 b.push(&format!(" AND {column} = ?"), vec![Arg::Text(value.clone())]);
             }
         }
-        if let Some(status) = q.status {
-            b.push(" AND status = ?", vec![Arg::Int(status)]);
+        // A status is read through its class's index (migration 0012 indexes `status / 100`, which
+        // truncates as Rust does). The exact status is `+status`: a plain `status = ?` made SQLite
+        // read the whole workspace by time instead, as if that term had an index of its own.
+        if let Some(class) = q.status_class.or(q.status.map(|status| status / 100)) {
+            b.push(" AND status / 100 = ?", vec![Arg::Int(class)]);
         }
-        if let Some(class) = q.status_class {
-            b.push(" AND status >= ? AND status < ?", vec![Arg::Int(class * 100), Arg::Int(class * 100 + 100)]);
+        if let Some(status) = q.status {
+            b.push(" AND +status = ?", vec![Arg::Int(status)]);
         }
         if let Some(from) = q.from_ms {
             b.push(" AND timestamp_ms >= ?", vec![Arg::Int(from)]);
