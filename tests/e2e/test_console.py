@@ -9,16 +9,22 @@ them, and one Chromium."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx2 as httpx
 import pytest
 from helpers import CHAT, KEY, chat_body, custom_host, workspace_key
-from support import eventually, logged
+from support import McpUpstream, eventually, logged
+
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import MCPServer
 
 try:
     from playwright.sync_api import expect
@@ -62,8 +68,23 @@ def test_a_key_signs_in_through_the_gateway_and_the_overview_counts_its_requests
 # --------------------------------------------------------------------------- in a real browser
 
 @pytest.fixture(scope="module")
-def console_gw(start_gateway):
-    env = {"GATEWAY_RECORDS": json.dumps({"bodies": True, "max_body_bytes": 4096})}
+def mcp_upstream():
+    """An MCP server (the official SDK's) with one tool, behind the console's gateway as `tools`."""
+    server = MCPServer("console-e2e")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Adds two numbers."""
+        return a + b
+
+    with McpUpstream(server) as upstream:
+        yield upstream
+
+
+@pytest.fixture(scope="module")
+def console_gw(start_gateway, mcp_upstream):
+    env = {"GATEWAY_RECORDS": json.dumps({"bodies": True, "max_body_bytes": 4096}),
+           "GATEWAY_MCP_SERVERS": json.dumps({"tools": {"url": mcp_upstream.url}})}
     with start_gateway("console", None, env) as gw:
         yield gw
 
@@ -162,6 +183,53 @@ def test_the_overview_and_the_request_table_show_traffic_and_a_request_opens_by_
     expect(page.locator("main script, main img")).to_have_count(0)
     expect(page.locator("dl.record")).to_contain_text(model)
     expect(page.locator("dl.record")).to_contain_text("openai")
+
+
+def test_messages_responses_and_mcp_traffic_show_by_api_on_the_overview_and_in_the_table(
+        console_gw, openai_mock, page):
+    """A Messages request (translated to chat), a Responses request and an MCP tool call through
+    the gateway: each is counted under its API on the overview, and the table filters by it."""
+    model = f"m-apis-{uuid.uuid4().hex[:8]}"
+    traces = {api: f"console-{api}-{uuid.uuid4().hex[:8]}" for api in ("messages", "responses", "mcp")}
+    upstream = custom_host(openai_mock)
+    r = console_gw.request("POST", "/v1/messages", headers={**upstream, "x-gateway-trace-id": traces["messages"]},
+                           json={"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": "Hi"}]})
+    assert r.status_code == 200 and r.json()["type"] == "message", r.text
+    openai_mock.script(text="Hello from Responses.", path="/v1/responses")
+    r = console_gw.request("POST", "/v1/responses", headers={**upstream, "x-gateway-trace-id": traces["responses"]},
+                           json={"model": model, "input": "Hi"})
+    assert r.status_code == 200 and r.json()["object"] == "response", r.text
+
+
+    async def call_a_tool():  # with the MCP SDK's client, on the aggregate endpoint
+        http = httpx.AsyncClient(headers={"authorization": f"Bearer {KEY}", "x-gateway-trace-id": traces["mcp"]},
+                                 timeout=httpx.Timeout(30.0))
+        async with Client(streamable_http_client(f"{console_gw.origin}/mcp", http_client=http)) as client:
+            result = await client.call_tool("tools__add", {"a": 2, "b": 3})
+            assert not result.is_error and "5" in str(result.content)
+
+    # In a thread of its own: Playwright's page runs an event loop in this one.
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, call_a_tool()).result()
+    logged(console_gw, traces["messages"])
+    logged(console_gw, traces["responses"])
+
+    def tool_call_logged():  # the MCP session's records: discovery, the list, the call
+        records = console_gw.get("/v1/logs", params={"trace_id": traces["mcp"]}).json()["data"]
+        assert [r for r in records if r.get("mcp_method") == "tools/call"], records
+    eventually(tool_call_logged)
+
+    sign_in(page, console_gw, KEY)
+    page.get_by_role("heading", name="Overview").wait_for()
+    for api in traces:
+        expect(page.locator("[data-breakdown=api] tr", has_text=api).locator("td").nth(1)).not_to_have_text("0")
+    page.get_by_role("link", name="Requests").click()
+    for api, trace_id in traces.items():
+        page.get_by_label("API").select_option(api)
+        page.get_by_role("button", name="Apply").click()
+        # (The MCP client's session is several requests under its trace id.)
+        expect(page.locator("#requests tbody tr.row-link", has_text=trace_id).first).to_be_visible()
+        expect(page.locator("#requests tbody tr.row-link").first).to_contain_text(api)
 
 
 FIREFOX_SCRIPT = Path(__file__).resolve().parents[2] / "console" / "test" / "firefox.mjs"
