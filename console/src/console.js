@@ -131,6 +131,7 @@
     if (hash.startsWith("#/trace/")) return showTrace(decodeURIComponent(hash.slice("#/trace/".length)));
     if (hash.startsWith("#/limits")) return showLimits();
     if (hash.startsWith("#/keys")) return showKeys();
+    if (hash.startsWith("#/batches")) return showBatches();
     if (hash.startsWith("#/stored/")) return showStored(hash.slice("#/stored/".length));
     return showOverview();
   }
@@ -433,15 +434,79 @@
     }
   }
 
-  function meter(label, used, size) {
+  /** A bar of `used` against `size`: a limit's (full is bad: it turns amber past 80%) or, with
+   * `fullIsDone`, progress (full is good). */
+  function meter(label, used, size, fullIsDone = false) {
     const share = size > 0 ? Math.min(1, used / size) : 0;
+    const colours = fullIsDone ? { optimum: size } : { high: size * 0.8, optimum: 0 };
     return el(
       "div",
       { class: "meter-row" },
       el("span", { class: "meter-label", text: label }),
-      el("meter", { min: 0, max: size, value: Math.min(used, size), high: size * 0.8, optimum: 0, "aria-label": label, "data-full": share >= 1 ? "true" : "false" }),
+      el("meter", { min: 0, max: size, value: Math.min(used, size), ...colours, "aria-label": label, "data-full": share >= 1 ? "true" : "false" }),
       el("span", { class: "meter-text", text: `${Number(used).toLocaleString("en-US")} / ${Number(size).toLocaleString("en-US")}` }),
     );
+  }
+
+  // ----------------------------------------------------------------------------- batches
+
+  function showBatches() {
+    // An admin reads any workspace's batches: its own (default) unless it names another.
+    const workspace = el("input", { id: "filter-workspace", name: "workspace", type: "text", autocomplete: "off" });
+    const form = el("form", { class: "filters", "aria-label": "Filters" }, el("label", { for: "filter-workspace" }, "Workspace", workspace), el("button", { type: "submit", text: "Apply" }));
+    const list = el("div", { id: "batches" });
+    const newest = el("button", { type: "button", class: "secondary", text: "Newest" });
+    const older = el("button", { type: "button", class: "secondary", text: "Older" });
+    main.replaceChildren(
+      el("h1", { text: "Batches" }),
+      ...(state.session.admin ? [form] : []),
+      el("p", { id: "load-error", class: "error", role: "alert" }),
+      list,
+      el("div", { class: "pager" }, newest, older),
+    );
+    let after = null;
+    let lastId = null;
+
+    async function load() {
+      const params = new URLSearchParams();
+      if (workspace.value.trim()) params.set("workspace", workspace.value.trim());
+      if (after) params.set("after", after);
+      const page = await api(`/console/api/batches?${params}`);
+      lastId = page.has_more && page.data.length ? page.data[page.data.length - 1].id : null;
+      const rows = page.data.map((batch) => {
+        const counts = batch.request_counts || {};
+        const done = (counts.completed || 0) + (counts.failed || 0);
+        return el(
+          "section",
+          { class: "card", "data-batch": batch.id },
+          el("h2", { text: `${batch.id} · ${batch.status}` }),
+          el("p", { class: "muted", text: `${batch.endpoint} · created ${time(batch.created_at)} UTC · ${integer(counts.completed)} completed, ${integer(counts.failed)} failed` }),
+          meter("Lines done", done, counts.total || 0, true),
+        );
+      });
+      list.replaceChildren(...(rows.length ? rows : [el("p", { class: "muted", text: "No managed batches." })]));
+      newest.disabled = after === null;
+      older.disabled = lastId === null;
+    }
+
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      after = null;
+      load().catch(shown);
+    });
+    older.addEventListener("click", () => {
+      after = lastId;
+      load().catch(shown);
+    });
+    newest.addEventListener("click", () => {
+      after = null;
+      load().catch(shown);
+    });
+    load().catch(shown);
+    // Live while the newest page is shown: a running batch's bar moves.
+    state.timer = setInterval(() => {
+      if (after === null) load().catch(shown);
+    }, LIVE_MS);
   }
 
   async function showLimits() {
@@ -482,7 +547,7 @@
         });
         return el(
           "section",
-          { class: "limit", "data-limit": limit.id },
+          { class: "card", "data-limit": limit.id },
           el("h2", { text: `${limit.id} · ${scope}${limit.model ? ` · ${limit.model}` : ""}${limit.mcp_server ? ` · MCP ${limit.mcp_server}` : ""}` }),
           ...bars,
           remove,

@@ -7,7 +7,9 @@
 //! other origins' scripts, styles, frames and connections (`Content-Security-Policy`).
 
 use crate::auth::{self, Caller};
+use crate::batches::batch_object;
 use crate::crypto::{constant_time_eq, key_hash, new_token};
+use crate::db::batches::Cursor;
 use crate::db::console::{ConsoleSession, Dimension, Slot, Span, Sums, DURATION_BOUNDS_MS};
 use crate::db::now_ms;
 use crate::errors::{ApiError, ApiResult};
@@ -50,6 +52,7 @@ pub fn routes() -> Router<AppState> {
         .route("/console/session", get(session).post(sign_in).delete(sign_out))
         .route("/console/api/overview", get(overview))
         .route("/console/api/logs", get(logs))
+        .route("/console/api/batches", get(batches))
         .layer(middleware::map_response(secured))
 }
 
@@ -91,6 +94,40 @@ async fn logs(
     let named = pairs.iter().position(|(name, _)| name == "workspace").map(|at| pairs.remove(at).1);
     let workspace = acting_workspace(&caller(&session), named.as_deref())?;
     Ok(Json(crate::logs::page(&s, &workspace, &pairs).await?))
+}
+
+/// Managed batches a page of the console shows.
+const BATCHES_PER_PAGE: usize = 50;
+
+/// `GET /console/api/batches[?after=<id>]`: the managed batches of the session's workspace, or
+/// for an admin the one `workspace=` names, newest first, as `GET /v1/batches` gives each.
+async fn batches(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<Json<Value>> {
+    let (_, session) = signed_in(&s, &h).await?;
+    let (mut named, mut after) = (None, None);
+    for (name, value) in query_pairs(query)? {
+        match name.as_str() {
+            "workspace" => named = Some(value),
+            "after" => after = Some(value),
+            other => return Err(ApiError::invalid(other, &format!("unknown parameter {other}"))),
+        }
+    }
+    let workspace = acting_workspace(&caller(&session), named.as_deref())?;
+    let cursor = match after {
+        None => Cursor::Start,
+        Some(id) => {
+            let batch = s.db.batch(&id, Some(&workspace)).await?;
+            let batch = batch.ok_or_else(|| ApiError::invalid("after", "after must name a batch of the workspace"))?;
+            Cursor::After(batch.created_at, batch.id)
+        }
+    };
+    let limit = i64::try_from(BATCHES_PER_PAGE + 1).unwrap_or(i64::MAX);
+    let rows = s.db.list_batches(&workspace, &cursor, limit).await?;
+    let data: Vec<Value> = rows.iter().take(BATCHES_PER_PAGE).map(batch_object).collect();
+    Ok(Json(json!({"object": "list", "data": data, "has_more": rows.len() > BATCHES_PER_PAGE})))
 }
 
 /// Every console answer: the security headers, and never cached (it is one caller's).

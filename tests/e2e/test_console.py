@@ -232,6 +232,41 @@ def test_messages_responses_and_mcp_traffic_show_by_api_on_the_overview_and_in_t
         expect(page.locator("#requests tbody tr.row-link").first).to_contain_text(api)
 
 
+def test_a_managed_batch_shows_its_progress_to_its_workspace_only(console_gw, openai_mock, page):
+    """A managed batch of three lines (one failing) run through the gateway: the batches page
+    shows it finished with every line done; another workspace's session lists no such batch."""
+    file_id = f"file-console-{uuid.uuid4().hex[:8]}"
+    lines = [{"custom_id": c, "method": "POST", "url": CHAT, "body": chat_body("Say hello.", model=model)}
+             for c, model in [("a", "gpt-mock"), ("b", "gpt-console-fail"), ("c", "gpt-mock")]]
+    openai_mock.put_file(file_id, "".join(json.dumps(line) + "\n" for line in lines))
+    openai_mock.script(model="gpt-console-fail", status=400, times=None)
+    r = console_gw.post("/v1/batches", {"input_file_id": file_id, "endpoint": CHAT, "completion_window": "immediate"},
+                        headers=custom_host(openai_mock))
+    assert r.status_code == 200, r.text
+    batch_id = r.json()["id"]
+
+    def finished():
+        batch = console_gw.get(f"/v1/batches/{batch_id}", headers=custom_host(openai_mock)).json()
+        assert batch["status"] == "completed", batch
+    eventually(finished, 20)
+
+    sign_in(page, console_gw, KEY)
+    page.get_by_role("heading", name="Overview").wait_for()
+    page.get_by_role("link", name="Batches").click()
+    card = page.locator(f"[data-batch={batch_id}]")
+    expect(card.locator("h2")).to_have_text(f"{batch_id} · completed")
+    expect(card).to_contain_text("2 completed, 1 failed")
+    expect(card.locator("meter")).to_have_attribute("data-full", "true")
+    expect(card.locator(".meter-text")).to_have_text("3 / 3")
+
+    # Another workspace's session lists its own batches: not this one.
+    other = httpx.Client(base_url=console_gw.origin)
+    assert other.post("/console/session", json={"key": workspace_key(console_gw)}).status_code == 200
+    listed = other.get("/console/api/batches")
+    assert listed.status_code == 200 and listed.json()["data"] == [], listed.text
+    assert other.get("/console/api/batches", params={"workspace": "default"}).status_code == 403
+
+
 FIREFOX_SCRIPT = Path(__file__).resolve().parents[2] / "console" / "test" / "firefox.mjs"
 
 
@@ -354,7 +389,7 @@ def test_every_page_is_reachable_by_keyboard_labelled_readable_and_fits_the_widt
         page.keyboard.press("Enter")
         page.get_by_role("heading", name="Overview").wait_for()
         pages = [("overview", "Overview"), ("requests", "Requests"), (f"trace/{trace_id}", f"Request {trace_id}"),
-                 ("limits", "Limits and budgets"), ("keys", "Keys"), ("stored/prompts", "Prompts")]
+                 ("limits", "Limits and budgets"), ("keys", "Keys"), ("batches", "Batches"), ("stored/prompts", "Prompts")]
         for hash_, heading in pages:
             page.goto(f"{console_gw.origin}/console#/{hash_}")
             page.get_by_role("heading", name=heading, exact=True).wait_for()
@@ -371,10 +406,10 @@ def test_every_page_is_reachable_by_keyboard_labelled_readable_and_fits_the_widt
         page.goto(f"{console_gw.origin}/console#/keys")
         page.get_by_role("heading", name="Keys", exact=True).wait_for()
         focusable = set()
-        for _ in range(12):
+        for _ in range(14):
             page.keyboard.press("Tab")
             focusable.add(page.evaluate("document.activeElement.textContent.trim()"))
-        assert {"Overview", "Requests", "Limits", "Keys", "Stored", "Sign out"} <= focusable, focusable
+        assert {"Overview", "Requests", "Limits", "Keys", "Batches", "Stored", "Sign out"} <= focusable, focusable
     finally:
         context.close()
 
