@@ -407,10 +407,11 @@
   function formFields(specs) {
     return specs.map(([name, label, type, hint]) => {
       const id = `field-${name}`;
+      // A number's step is `any`: a budget or a price has cents (the default step of 1 refused 2.5).
       const input =
         type === "select"
           ? el("select", { id, name }, ...hint.map(([value, text]) => el("option", { value, text })))
-          : el("input", { id, name, type: type || "text", autocomplete: "off", placeholder: type === "select" ? null : hint || null });
+          : el("input", { id, name, type: type || "text", autocomplete: "off", placeholder: hint || null, step: type === "number" ? "any" : null });
       const error = el("span", { class: "error field-error", id: `${id}-error`, "data-param": name });
       input.setAttribute("aria-describedby", `${id}-error`);
       return { name, input, node: el("label", { for: id }, label, input, error) };
@@ -446,6 +447,41 @@
       el("meter", { min: 0, max: size, value: Math.min(used, size), ...colours, "aria-label": label, "data-full": share >= 1 ? "true" : "false" }),
       el("span", { class: "meter-text", text: `${Number(used).toLocaleString("en-US")} / ${Number(size).toLocaleString("en-US")}` }),
     );
+  }
+
+  /** The prices section of the limits page: a model's price in force (the workspace's own, or
+   * the shipped catalog's), and setting the workspace's. */
+  function prices() {
+    const fields = formFields([
+      ["price_model", "Model"],
+      ["input_per_million", "Input USD / 1M tokens", "number"],
+      ["output_per_million", "Output USD / 1M tokens", "number"],
+      ["cached_input_per_million", "Cached input USD / 1M (optional)", "number"],
+    ]);
+    const [model] = fields;
+    const inForce = el("p", { id: "price-in-force", role: "status" });
+    const alert = el("p", { class: "error", role: "alert" });
+    const lookUp = el("button", { type: "button", class: "secondary", text: "Look up" });
+    const form = el("form", { class: "filters", "aria-label": "Prices" }, ...fields.map((f) => f.node), lookUp, el("button", { type: "submit", text: "Save price" }), alert);
+    const path = () => `prices/${encodeURIComponent(model.input.value.trim())}`;
+
+    async function show() {
+      const { value, error } = await apiError(() => gatewayApi(path()));
+      if (error) return showFieldError(form, alert, { ...error, param: error.param === "model" ? "price_model" : error.param });
+      showFieldError(form, alert, { message: "" });
+      const source = value.source === "catalog" ? `the catalog of ${value.date}` : `this workspace`;
+      inForce.textContent = `${value.model}: ${usd(value.input_per_million)} in, ${usd(value.output_per_million)} out per 1M tokens (${source})`;
+    }
+    lookUp.addEventListener("click", () => show().catch(shown));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const body = {};
+      for (const { name, input } of fields.slice(1)) if (input.value.trim()) body[name] = Number(input.value);
+      const { error } = await apiError(() => gatewayApi(path(), "PUT", body));
+      if (error) return showFieldError(form, alert, error);
+      show().catch(shown);
+    });
+    return [el("h2", { text: "Prices" }), form, inForce];
   }
 
   // ----------------------------------------------------------------------------- batches
@@ -524,7 +560,7 @@
     ]);
     const formAlert = el("p", { class: "error", role: "alert" });
     const form = el("form", { class: "filters", "aria-label": "Set a limit" }, ...fields.map((f) => f.node), el("button", { type: "submit", text: "Save limit" }), formAlert);
-    main.replaceChildren(el("h1", { text: "Limits and budgets" }), alert, list, el("h2", { text: "Set a limit or budget" }), form);
+    main.replaceChildren(el("h1", { text: "Limits and budgets" }), alert, list, el("h2", { text: "Set a limit or budget" }), form, ...prices());
 
     async function load() {
       const limits = (await gatewayApi("limits")).data;

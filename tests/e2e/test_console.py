@@ -358,6 +358,41 @@ def test_a_key_made_on_the_keys_page_fills_its_limit_and_once_revoked_is_refused
     eventually(refused)
 
 
+def test_a_workspaces_price_is_set_on_the_limits_page_over_the_catalogs(console_gw, page):
+    """The limits page's prices: a model of the shipped catalog shows the catalog's price; a bad
+    price's error shows next to its field; a saved one is the workspace's, as the API reads it;
+    a budget of cents is taken as given."""
+    model = f"m-price-{uuid.uuid4().hex[:8]}"
+    sign_in(page, console_gw, KEY)
+    page.get_by_role("heading", name="Overview").wait_for()
+    page.get_by_role("link", name="Limits").click()
+    page.get_by_label("Model", exact=True).fill("gpt-4o")
+    page.get_by_role("button", name="Look up").click()
+    expect(page.locator("#price-in-force")).to_contain_text("gpt-4o: $")
+    expect(page.locator("#price-in-force")).to_contain_text("(the catalog of ")
+
+    page.get_by_label("Model", exact=True).fill(model)
+    page.get_by_label("Input USD / 1M tokens").fill("-1")
+    page.get_by_label("Output USD / 1M tokens").fill("8")
+    page.get_by_role("button", name="Save price").click()
+    expect(page.locator(".field-error[data-param=input_per_million]")).not_to_be_empty()
+    page.get_by_label("Input USD / 1M tokens").fill("2.5")
+    page.get_by_role("button", name="Save price").click()
+    expect(page.locator("#price-in-force")).to_have_text(f"{model}: $2.5000 in, $8.0000 out per 1M tokens (this workspace)")
+    price = console_gw.get(f"/v1/prices/{model}").json()
+    assert (price["input_per_million"], price["output_per_million"], price["source"]) == (2.5, 8, "workspace"), price
+
+    # A budget has cents too.
+    limit_id = f"console-budget-{uuid.uuid4().hex[:8]}"
+    page.get_by_label("Limit id").fill(limit_id)
+    page.get_by_label("Workspace").fill(f"team-{uuid.uuid4().hex[:8]}")
+    page.get_by_label("Budget (USD)").fill("0.25")
+    page.get_by_role("button", name="Save limit").click()
+    expect(page.locator(f"[data-limit={limit_id}] .meter-text")).to_have_text("0 / 0.25")
+    assert console_gw.get(f"/v1/limits/{limit_id}").json()["budget_usd"] == 0.25
+    assert console_gw.request("DELETE", f"/v1/limits/{limit_id}").status_code in (200, 204)
+
+
 AXE = Path(__file__).resolve().parents[2] / "console" / "node_modules" / "axe-core" / "axe.min.js"
 
 
