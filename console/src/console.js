@@ -618,8 +618,10 @@
     const created = el("div", { id: "created-key", "aria-live": "polite" });
     const fields = formFields([
       ["workspace", "Workspace"],
+      ["name", "Name (optional)", "text", "ci pipeline"],
       ["mcp_tools", "MCP tools (optional, comma-separated patterns)", "text", "files__*, search__web_search"],
     ]);
+    const [workspaceField, nameField, toolsField] = fields;
     const formAlert = el("p", { class: "error", role: "alert" });
     const form = el("form", { class: "filters", "aria-label": "Create a key" }, ...fields.map((f) => f.node), el("button", { type: "submit", text: "Create key" }), formAlert);
     main.replaceChildren(el("h1", { text: "Keys" }), alert, el("h2", { text: "Create a key" }), form, created, el("h2", { text: "Every key" }), list);
@@ -634,6 +636,7 @@
         table(
           "Keys: the key itself is shown once, when it is made",
           [
+            ["Name", (k) => shownValue(k.name)],
             ["Key id", (k) => k.id],
             ["Workspace", (k) => k.workspace],
             ["Ends with", (k) => `…${k.last_four}`],
@@ -659,15 +662,16 @@
 
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
-      const body = { workspace: fields[0].input.value.trim() };
-      const tools = fields[1].input.value.split(",").map((t) => t.trim()).filter(Boolean);
+      const body = { workspace: workspaceField.input.value.trim() };
+      if (nameField.input.value.trim()) body.name = nameField.input.value.trim();
+      const tools = toolsField.input.value.split(",").map((t) => t.trim()).filter(Boolean);
       if (tools.length) body.mcp_tools = tools;
       const { value, error } = await apiError(() => gatewayApi("api-keys", "POST", body));
       if (error) return showFieldError(form, formAlert, error);
       showFieldError(form, formAlert, { message: "" });
       form.reset();
       created.replaceChildren(
-        el("p", { text: `Key ${value.id} for ${value.workspace}: copy it now, it is not shown again.` }),
+        el("p", { text: `Key ${value.id}${value.name ? ` (${value.name})` : ""} for ${value.workspace}: copy it now, it is not shown again.` }),
         el("pre", { class: "body", id: "new-key", text: value.key }),
       );
       load().catch(shown);

@@ -312,26 +312,28 @@ async fn create_key(State(s): State<AppState>, h: HeaderMap, WholeBody(body): Wh
         admin: request.admin,
         last_four: &last_four,
         mcp_tools: request.mcp_tools.as_deref(),
+        name: request.name.as_deref(),
     };
     s.db.insert_key(&new_key).await?;
-    let mut body = json!({"id": id, "key": key, "workspace": request.workspace, "admin": request.admin});
+    let mut body =
+        json!({"id": id, "key": key, "name": request.name, "workspace": request.workspace, "admin": request.admin});
     with_mcp_tools(&mut body, request.mcp_tools.as_deref());
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 async fn list_keys(State(s): State<AppState>, h: HeaderMap) -> ApiResult<Json<Value>> {
     admin(&s, &h).await?;
-    let data: Vec<Value> = s
-        .db
-        .list_keys()
-        .await?
-        .into_iter()
-        .map(|k| {
-            let mut key = json!({"id": k.id, "workspace": k.workspace, "admin": k.admin, "last_four": k.last_four, "created_at": k.created_at});
-            with_mcp_tools(&mut key, k.mcp_tools.as_deref());
-            key
-        })
-        .collect();
+    let data: Vec<Value> =
+        s.db.list_keys()
+            .await?
+            .into_iter()
+            .map(|k| {
+                let mut key = json!({"id": k.id, "name": k.name, "workspace": k.workspace, "admin": k.admin,
+                "last_four": k.last_four, "created_at": k.created_at});
+                with_mcp_tools(&mut key, k.mcp_tools.as_deref());
+                key
+            })
+            .collect();
     Ok(Json(json!({"object": "list", "data": data})))
 }
 

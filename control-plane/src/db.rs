@@ -87,6 +87,7 @@ pub struct KeyRow {
     pub last_four: String,
     pub created_at: i64,
     pub mcp_tools: Option<Vec<String>>,
+    pub name: Option<String>,
 }
 
 /// A key to store: `hash` is its SHA-256, `mcp_tools` the tool patterns it is narrowed to
@@ -98,6 +99,7 @@ pub struct NewKey<'a> {
     pub admin: bool,
     pub last_four: &'a str,
     pub mcp_tools: Option<&'a [String]>,
+    pub name: Option<&'a str>,
 }
 
 pub fn now_s() -> i64 {
@@ -184,8 +186,8 @@ impl Db {
         let created_at = now_s();
         let mcp_tools = key.mcp_tools.map(|tools| serde_json::Value::from(tools).to_string());
         sqlx::query(
-            "INSERT INTO api_keys (id, workspace, key_hash, admin, last_four, created_at, mcp_tools) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO api_keys (id, workspace, key_hash, admin, last_four, created_at, mcp_tools, name) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(key.id)
         .bind(key.workspace)
@@ -194,6 +196,7 @@ impl Db {
         .bind(key.last_four)
         .bind(created_at)
         .bind(mcp_tools)
+        .bind(key.name)
         .execute(&self.pool)
         .await?;
         Ok(created_at)
@@ -225,7 +228,8 @@ impl Db {
 
     pub async fn list_keys(&self) -> DbResult<Vec<KeyRow>> {
         let rows = sqlx::query(
-            "SELECT id, workspace, admin, last_four, created_at, mcp_tools FROM api_keys ORDER BY created_at, id",
+            "SELECT id, workspace, admin, last_four, created_at, mcp_tools, name FROM api_keys \
+             ORDER BY created_at, id",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -370,6 +374,7 @@ fn key_row(r: &AnyRow) -> DbResult<KeyRow> {
         last_four: r.try_get("last_four")?,
         created_at: r.try_get("created_at")?,
         mcp_tools: mcp_tools(r)?,
+        name: r.try_get("name")?,
     })
 }
 

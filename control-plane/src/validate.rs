@@ -148,11 +148,17 @@ pub struct KeyRequest {
     pub admin: bool,
     /// The MCP tools the key may see and call (`{server}__{tool pattern}`); `None`: every tool.
     pub mcp_tools: Option<Vec<String>>,
+    /// What the people who hand it out call it.
+    pub name: Option<String>,
 }
 
-/// `POST /api-keys`: `{"workspace": "<name>", "admin": false, "mcp_tools": ["files__*"]}`.
+/// A key's name, at most (characters).
+pub const MAX_KEY_NAME: usize = 100;
+
+/// `POST /api-keys`: `{"workspace": "<name>", "admin": false, "mcp_tools": ["files__*"],
+/// "name": "ci pipeline"}`.
 pub fn key_request(body: &Map<String, Value>) -> ApiResult<KeyRequest> {
-    only_known_fields(body, |k| ["workspace", "admin", "mcp_tools"].contains(&k))?;
+    only_known_fields(body, |k| ["workspace", "admin", "mcp_tools", "name"].contains(&k))?;
     let workspace = match body.get("workspace") {
         Some(Value::String(name)) if is_name(name, MAX_WORKSPACE) => name.clone(),
         Some(_) => {
@@ -173,7 +179,22 @@ pub fn key_request(body: &Map<String, Value>) -> ApiResult<KeyRequest> {
         .map(parse_key_tools)
         .transpose()
         .map_err(|(path, message)| ApiError::invalid(&path, &message))?;
-    Ok(KeyRequest { workspace, admin, mcp_tools })
+    let name = match body.get("name") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name))
+            if !name.trim().is_empty()
+                && name.chars().count() <= MAX_KEY_NAME
+                && !name.chars().any(char::is_control) =>
+        {
+            Some(name.clone())
+        }
+        Some(_) => {
+            let message =
+                format!("name must be 1 to {MAX_KEY_NAME} characters, not only spaces, no control characters");
+            return Err(ApiError::invalid("name", &message));
+        }
+    };
+    Ok(KeyRequest { workspace, admin, mcp_tools, name })
 }
 
 /// The JSON type a prompt field must have (spec 4.2).
@@ -376,6 +397,7 @@ mod tests {
             workspace: workspace.into(),
             admin,
             mcp_tools: mcp_tools.map(|tools| tools.iter().map(|t| t.to_string()).collect()),
+            name: None,
         };
         assert_eq!(key_request(&map(json!({"workspace": "team-a"}))).unwrap(), request("team-a", false, None));
         assert_eq!(key_request(&map(json!({"workspace": "t", "admin": true}))).unwrap(), request("t", true, None));
@@ -387,5 +409,8 @@ mod tests {
         assert_eq!(bad_tool.unwrap_err().0.param().unwrap(), "mcp_tools[1]");
         assert_eq!(key_request(&map(json!({"workspace": "a b"}))).unwrap_err().0.param().unwrap(), "workspace");
         assert_eq!(key_request(&map(json!({}))).unwrap_err().0.param().unwrap(), "workspace");
+        let named = key_request(&map(json!({"workspace": "t", "name": "CI — nightly"}))).unwrap();
+        assert_eq!(named.name.as_deref(), Some("CI — nightly"));
+        assert_eq!(key_request(&map(json!({"workspace": "t", "name": ""}))).unwrap_err().0.param().unwrap(), "name");
     }
 }

@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use common::{Client, TOKEN};
 use gateway_control_plane::crypto::key_hash;
 use gateway_control_plane::{api, AppState, Settings};
-use serde_json::json;
+use serde_json::{json, Value};
 
 const ADMIN: &str = "admin-key-1";
 
@@ -170,6 +170,18 @@ async fn every_endpoint_end_to_end() {
     c.err(403, "GET", "/v1/api-keys", Some(&team_key), None).await;
     c.err(403, "DELETE", &format!("/v1/api-keys/{team_key_id}"), Some(&team_key), None).await;
     assert_eq!(c.err(400, "POST", "/v1/api-keys", Some(ADMIN), Some(json!({"workspace": "a/b"}))).await, "workspace");
+    // A key may have a name: listed with it; a blank, overlong or multi-line one is refused.
+    let named =
+        c.call("POST", "/v1/api-keys", Some(ADMIN), Some(json!({"workspace": team, "name": "CI pipeline"}))).await;
+    assert_eq!((named.0, &named.1["name"]), (StatusCode::CREATED, &json!("CI pipeline")));
+    let listed = c.ok("GET", "/v1/api-keys", ADMIN, None).await;
+    let name_of =
+        |id: &Value| listed["data"].as_array().unwrap().iter().find(|k| &k["id"] == id).unwrap()["name"].clone();
+    assert_eq!((name_of(&named.1["id"]), name_of(&json!(team_key_id))), (json!("CI pipeline"), Value::Null));
+    for bad in [json!(" "), json!("a\nb"), json!("x".repeat(101)), json!(7)] {
+        let body = json!({"workspace": team, "name": bad});
+        assert_eq!(c.err(400, "POST", "/v1/api-keys", Some(ADMIN), Some(body)).await, "name");
+    }
     for path in [
         format!("/v1/prompts/{prompt}"),
         format!("/v1/prompts/{pid}"),
@@ -309,7 +321,8 @@ async fn a_key_may_be_narrowed_to_mcp_tools() {
         c.call("POST", "/v1/api-keys", Some(ADMIN), Some(json!({"workspace": team, "mcp_tools": tools}))).await;
     assert_eq!(created.0, StatusCode::CREATED, "{}", created.1);
     let (key, id) = (created.1["key"].as_str().unwrap().to_string(), created.1["id"].clone());
-    assert_eq!(created.1, json!({"id": id, "key": key, "workspace": team, "admin": false, "mcp_tools": tools}));
+    let expected = json!({"id": id, "key": key, "name": null, "workspace": team, "admin": false, "mcp_tools": tools});
+    assert_eq!(created.1, expected);
     // Not narrowed: no `mcp_tools` anywhere.
     let plain = c.ok("POST", "/v1/api-keys", ADMIN, Some(json!({"workspace": team}))).await;
     assert_eq!(plain.get("mcp_tools"), None, "{plain}");

@@ -314,11 +314,14 @@ def test_a_key_made_on_the_keys_page_fills_its_limit_and_once_revoked_is_refused
     page.get_by_role("heading", name="Overview").wait_for()
     page.get_by_role("link", name="Keys").click()
     page.get_by_label("Workspace").fill(workspace)
+    page.get_by_label("Name (optional)").fill("<b>ci</b> pipeline")
     page.get_by_role("button", name="Create key").click()
     key = page.locator("#new-key").inner_text()
     assert key.startswith("gw-"), key
     key_id = page.locator("#created-key p").inner_text().split()[1]
     expect(page.locator("#keys tbody tr", has_text=key_id)).to_contain_text(workspace)
+    # Its name, as text.
+    expect(page.locator("#keys tbody tr", has_text=key_id).locator("td").first).to_have_text("<b>ci</b> pipeline")
     expect(page.locator("#keys")).not_to_contain_text(key)
 
     limit_id = f"console-{uuid.uuid4().hex[:8]}"
