@@ -11,7 +11,7 @@
   const nav = document.getElementById("nav");
   const who = document.getElementById("who");
   const signOutButton = document.getElementById("sign-out");
-  const state = { session: null, timer: null, charts: [] };
+  const state = { session: null, timer: null, charts: [], secretFields: null };
 
   class SignedOut extends Error {}
 
@@ -688,15 +688,21 @@
     ["guardrails", "Guardrails"],
     ["mcp-servers", "MCP servers"],
   ];
-  /** Fields that hold secrets: the API shows their last four characters only, so an editor never holds them. */
-  const SECRET_FIELDS = ["api_key", "cloud_c_access_key_id", "cloud_c_secret_access_key", "cloud_c_session_token", "cloud_b_service_account_json", "headers"];
+  /** The fields that hold secrets, as the control plane names them: the API shows their last
+   * four characters only, so an editor never holds them (read once). */
+  async function secretFields() {
+    state.secretFields ??= (await api("/console/api/secret-fields")).data;
+    return state.secretFields;
+  }
   /** What a read adds beside the value. */
-  const READ_FIELDS = ["id", "slug", "version_id", "prompt_version_id", "created_at"];
+  const READ_FIELDS = ["id", "slug", "version_id", "prompt_version_id", "created_at", "updated_at"];
+  /** An item's name in its path: its slug (an MCP server's id is its name). */
+  const slugOf = (item) => item.slug ?? item.id;
 
-  function withoutSecrets(value) {
-    if (Array.isArray(value)) return value.map(withoutSecrets);
+  function withoutSecrets(value, secrets) {
+    if (Array.isArray(value)) return value.map((item) => withoutSecrets(item, secrets));
     if (value === null || typeof value !== "object") return value;
-    return Object.fromEntries(Object.entries(value).filter(([name]) => !SECRET_FIELDS.includes(name)).map(([name, v]) => [name, withoutSecrets(v)]));
+    return Object.fromEntries(Object.entries(value).filter(([name]) => !secrets.includes(name)).map(([name, v]) => [name, withoutSecrets(v, secrets)]));
   }
 
   function showStored(kind) {
@@ -743,12 +749,12 @@
         table(
           known[1],
           [
-            ["Slug", (i) => i.slug],
+            ["Slug", slugOf],
             ["Id", (i) => i.id],
-            ["Saved (UTC)", (i) => time(i.created_at)],
+            ["Saved (UTC)", (i) => time(i.created_at ?? i.updated_at)],
           ],
           items,
-          (item) => open(item.slug).catch(shown),
+          (item) => open(slugOf(item)).catch(shown),
         ),
       );
     }
@@ -757,9 +763,9 @@
       const read = await gatewayApi(`${kind}/${encodeURIComponent(name)}`);
       const fields = Object.fromEntries(Object.entries(read).filter(([field]) => !READ_FIELDS.includes(field)));
       const shownFields = kind === "configs" && fields.config ? fields.config : fields;
-      slug.value = read.slug;
-      value.value = JSON.stringify(withoutSecrets(shownFields), null, 2);
-      saved.textContent = `Version ${read.version_id || read.prompt_version_id} of ${read.slug}.`;
+      slug.value = slugOf(read);
+      value.value = JSON.stringify(withoutSecrets(shownFields, await secretFields()), null, 2);
+      saved.textContent = `Version ${read.version_id || read.prompt_version_id} of ${slugOf(read)}.`;
       value.focus();
     }
 
@@ -780,7 +786,7 @@
         valueError.textContent = `${result.error.message}${where}`;
         return;
       }
-      saved.textContent = `Saved ${result.value.slug}.`;
+      saved.textContent = `Saved ${slugOf(result.value)}.`;
       load().catch(shown);
     });
     remove.addEventListener("click", async () => {

@@ -53,6 +53,7 @@ pub fn routes() -> Router<AppState> {
         .route("/console/api/overview", get(overview))
         .route("/console/api/logs", get(logs))
         .route("/console/api/batches", get(batches))
+        .route("/console/api/secret-fields", get(secret_fields))
         .layer(middleware::map_response(secured))
 }
 
@@ -94,6 +95,14 @@ async fn logs(
     let named = pairs.iter().position(|(name, _)| name == "workspace").map(|at| pairs.remove(at).1);
     let workspace = acting_workspace(&caller(&session), named.as_deref())?;
     Ok(Json(crate::logs::page(&s, &workspace, &pairs).await?))
+}
+
+/// `GET /console/api/secret-fields`: the fields whose values the API shows only as their last
+/// four characters; the stored-objects page leaves them out of what it edits, so a save never
+/// writes the shown four characters over a secret.
+async fn secret_fields(State(s): State<AppState>, h: HeaderMap) -> ApiResult<Json<Value>> {
+    signed_in(&s, &h).await?;
+    Ok(Json(json!({"data": crate::items::masked_fields()})))
 }
 
 /// Managed batches a page of the console shows.

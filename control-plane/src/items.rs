@@ -16,6 +16,15 @@ const SECRET_FIELDS: &[&str] = &[
     "cloud_b_service_account_json",
 ];
 
+/// An MCP server's field of secrets: every value of it.
+const MCP_HEADERS: &str = "headers";
+
+/// The fields whose values a read shows as their last four characters only: a provider's (at
+/// any depth) and an MCP server's headers.
+pub fn masked_fields() -> Vec<&'static str> {
+    SECRET_FIELDS.iter().copied().chain([MCP_HEADERS]).collect()
+}
+
 /// A version as read: its item, the version and its value (providers opened).
 pub struct Read {
     pub item: Item,
@@ -121,7 +130,7 @@ pub fn mask_secrets(value: &Value) -> Value {
 /// four characters, as `mask_secrets` shows a provider's.
 pub fn mask_headers(value: &Value) -> Value {
     let mut masked = value.clone();
-    if let Some(Value::Object(headers)) = masked.get_mut("headers") {
+    if let Some(Value::Object(headers)) = masked.get_mut(MCP_HEADERS) {
         for secret in headers.values_mut() {
             *secret = last_four(secret);
         }

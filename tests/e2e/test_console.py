@@ -453,8 +453,8 @@ def test_every_page_is_reachable_by_keyboard_labelled_readable_and_fits_the_widt
 
 
 def test_stored_objects_are_made_changed_rendered_and_deleted_and_a_secret_is_never_shown(console_gw, page):
-    """Providers and prompts on the stored-objects page: the API's validation (its `param` shown
-    by the field), a provider's key never shown once saved, a prompt rendered with sample
+    """Providers, MCP servers and prompts on the stored-objects page: the API's validation (its
+    `param` shown by the field), a provider's key and a server's headers never shown once saved, a prompt rendered with sample
     variables, and a delete."""
     run = uuid.uuid4().hex[:8]
     secret = f"sk-console-secret-{uuid.uuid4().hex}"
@@ -475,6 +475,18 @@ def test_stored_objects_are_made_changed_rendered_and_deleted_and_a_secret_is_ne
     expect(page.locator("#stored-saved")).to_contain_text(f"of openai-{run}")
     assert json.loads(value.input_value()) == {"provider": "openai"}, "the key is not in the editor"
     assert secret[-12:] not in page.content(), "nor anywhere on the page"
+    # An MCP server's headers are its secrets too.
+    page.get_by_role("link", name="MCP servers").click()
+    page.get_by_role("heading", name="MCP servers", exact=True).wait_for()
+    page.get_by_label("Slug").fill(f"files-{run}")
+    server = {"url": "http://127.0.0.1:9/mcp", "headers": {"authorization": f"Bearer {secret}"}}
+    page.get_by_label("Value (JSON)").fill(json.dumps(server))
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#stored-saved")).to_have_text(f"Saved files-{run}.")
+    page.locator("#stored tbody tr", has_text=f"files-{run}").click()
+    expect(page.locator("#stored-saved")).to_contain_text(f"of files-{run}")
+    assert json.loads(value.input_value()) == {"url": server["url"]}, "the headers are not in the editor"
+    assert secret[-12:] not in page.content()
 
     page.get_by_role("link", name="Prompts").click()
     page.get_by_role("heading", name="Prompts", exact=True).wait_for()
