@@ -91,9 +91,13 @@ async fn logs(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     let (_, session) = signed_in(&s, &h).await?;
-    let mut pairs = query_pairs(query)?;
-    let named = pairs.iter().position(|(name, _)| name == "workspace").map(|at| pairs.remove(at).1);
-    let workspace = acting_workspace(&caller(&session), named.as_deref())?;
+    let (named, pairs): (Vec<_>, Vec<_>) = query_pairs(query)?.into_iter().partition(|(name, _)| name == "workspace");
+    let named = match named.as_slice() {
+        [] => None,
+        [(_, workspace)] => Some(workspace.as_str()),
+        _ => return Err(ApiError::invalid("workspace", "workspace may be given once")),
+    };
+    let workspace = acting_workspace(&caller(&session), named)?;
     Ok(Json(crate::logs::page(&s, &workspace, &pairs).await?))
 }
 

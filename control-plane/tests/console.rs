@@ -224,10 +224,14 @@ async fn the_overview_adds_up_a_workspaces_requests_as_usage_does_and_shows_no_o
     assert_eq!(traces(format!("/console/api/logs?workspace={other}"), admin.clone()).await, ["t-5"]);
     let path = format!("/console/api/logs?workspace={other}");
     assert_eq!(send(&client, "GET", &path, &[("cookie", &cookie)], None).await.0, StatusCode::FORBIDDEN);
-    for bad in ["status_class=2xxx", "guardrail=maybe"] {
+    for (bad, param) in [
+        ("status_class=2xxx", "status_class"),
+        ("guardrail=maybe", "guardrail"),
+        ("workspace=a&workspace=b", "workspace"),
+    ] {
         let (status, _, body) =
-            send(&client, "GET", &format!("/console/api/logs?{bad}"), &[("cookie", &cookie)], None).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+            send(&client, "GET", &format!("/console/api/logs?{bad}"), &[("cookie", &admin)], None).await;
+        assert_eq!((status, body["error"]["param"].as_str()), (StatusCode::BAD_REQUEST, Some(param)), "{body}");
     }
 
     for bad in ["range=year", "range=hour&limit=3"] {
