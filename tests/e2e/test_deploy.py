@@ -134,7 +134,7 @@ def test_istio_hosts_have_a_service_entry_tls_and_a_route_to_their_cluster():
     rules = of_kind(ISTIO, "DestinationRule")
     (virtual_service,) = of_kind(ISTIO, "VirtualService").values()
     routes = {route["match"][0]["headers"][ROUTE_HEADER]["exact"]: route
-              for route in virtual_service["spec"]["http"] if "match" in route}
+              for route in virtual_service["spec"]["http"] if "headers" in route.get("match", [{}])[0]}
     for host_name in entry["spec"]["hosts"]:
         assert rules[host_name]["spec"]["trafficPolicy"]["tls"] == {"mode": "SIMPLE", "sni": host_name}
         if host_name == "oauth2.googleapis.com":
@@ -173,6 +173,34 @@ def test_envoy_gateway_hosts_have_a_backend_tls_and_a_route_named_as_the_templat
     assert patch["name"] == f"{namespace}/{gateway['metadata']['name']}/{listener['name']}"
     (policy,) = of_kind(ENVOY_GATEWAY, "EnvoyExtensionPolicy").values()
     assert policy["spec"]["targetRefs"][0]["name"] in routes
+
+
+def test_the_console_reaches_the_control_plane_without_the_filter():
+    """`/console` goes to the control plane's Service with the filter off: in Istio, a route of
+    the VirtualService and a patch that disables the filter (by the name its chain gives it) on
+    that route; in Envoy Gateway, an HTTPRoute the filter's policy does not target."""
+    service = of_kind(ISTIO, "Service")["model-gateway-control-plane"]
+    port = service["spec"]["ports"][0]["port"]
+    (virtual_service,) = of_kind(ISTIO, "VirtualService").values()
+    (console,) = [route for route in virtual_service["spec"]["http"] if route.get("name") == "console"]
+    assert console["match"] == [{"uri": {"prefix": "/console"}}]
+    destination = console["route"][0]["destination"]
+    assert destination == {"host": "model-gateway-control-plane.ai-gateway.svc.cluster.local", "port": {"number": port}}
+    assert virtual_service["spec"]["http"].index(console) < len(virtual_service["spec"]["http"]) - 1
+    patches = of_kind(ISTIO, "EnvoyFilter")["model-gateway"]["spec"]["configPatches"]
+    (chain,) = [p for p in patches if p["applyTo"] == "HTTP_FILTER"]
+    (route_patch,) = [p for p in patches if p["applyTo"] == "HTTP_ROUTE"]
+    assert route_patch["match"]["routeConfiguration"]["vhost"]["route"]["name"] == "console"
+    per_filter = route_patch["patch"]["value"]["typed_per_filter_config"]
+    assert per_filter == {chain["patch"]["value"]["name"]: {
+        "@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "disabled": True}}
+
+    routes = of_kind(ENVOY_GATEWAY, "HTTPRoute")
+    (console,) = [r for r in routes.values() if {"type": "PathPrefix", "value": "/console"} in
+                  [m.get("path") for rule in r["spec"]["rules"] for m in rule["matches"]]]
+    assert console["spec"]["rules"][0]["backendRefs"] == [{"name": "model-gateway-control-plane", "port": port}]
+    (policy,) = of_kind(ENVOY_GATEWAY, "EnvoyExtensionPolicy").values()
+    assert console["metadata"]["name"] not in [ref["name"] for ref in policy["spec"]["targetRefs"]]
 
 
 def as_that_host_names_it(wasm: dict, provider_cluster: str, control_plane_cluster: str):
