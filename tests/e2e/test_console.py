@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 from helpers import CHAT, KEY, chat_body, custom_host, workspace_key
-from support import McpUpstream, eventually, logged
+from mocks import Reply
+from support import McpUpstream, eventually, logged, new_workspace_key, put_price
 
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -393,6 +394,37 @@ def test_a_workspaces_price_is_set_on_the_limits_page_over_the_catalogs(console_
     page.get_by_role("button", name="Save limit").click()
     expect(page.locator(f"[data-limit={limit_id}] .meter-text")).to_have_text("0 / 0.25")
     assert console_gw.get(f"/v1/limits/{limit_id}").json()["budget_usd"] == 0.25
+    assert console_gw.request("DELETE", f"/v1/limits/{limit_id}").status_code in (200, 204)
+
+
+def test_a_budget_set_on_the_limits_page_is_spent_refused_and_shown_full(console_gw, openai_mock, page):
+    """A USD budget set in the console for a workspace: its requests spend it (each one exactly
+    its worst case: output alone is priced and the mock answers max_tokens), the one past it is
+    a 429, and its bar is full."""
+    team = new_workspace_key(console_gw)
+    model = f"m-budget-{uuid.uuid4().hex[:8]}"
+    put_price(console_gw, team["key"], model, input_per_million=0, output_per_million=1000)
+    openai_mock.script(Reply(usage=(11, 50)), model=model, times=None)
+
+    limit_id = f"console-budget-{uuid.uuid4().hex[:8]}"
+    sign_in(page, console_gw, KEY)
+    page.get_by_role("heading", name="Overview").wait_for()
+    page.get_by_role("link", name="Limits").click()
+    page.get_by_label("Limit id").fill(limit_id)
+    page.get_by_label("Workspace").fill(team["workspace"])
+    page.get_by_label("Budget (USD)").fill("0.1")
+    page.get_by_label("Budget period").select_option("total")
+    page.get_by_role("button", name="Save limit").click()
+    limit = page.locator(f"[data-limit={limit_id}]")
+    expect(limit.locator(".meter-text")).to_have_text("0 / 0.1")
+
+    statuses = [console_gw.request("POST", CHAT, key=team["key"], headers=custom_host(openai_mock),
+                                   json=chat_body("spend it", model=model, max_tokens=50)).status_code
+                for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    expect(limit.locator(".meter-label")).to_have_text("USD / total")
+    expect(limit.locator("meter")).to_have_attribute("data-full", "true")
+    expect(limit.locator(".meter-text")).to_have_text("0.1 / 0.1")
     assert console_gw.request("DELETE", f"/v1/limits/{limit_id}").status_code in (200, 204)
 
 
