@@ -398,7 +398,7 @@ def test_a_workspaces_price_is_set_on_the_limits_page_over_the_catalogs(console_
 
 
 def test_a_budget_set_on_the_limits_page_is_spent_refused_and_shown_full(console_gw, openai_mock, page):
-    """A USD budget set in the console for a workspace: its requests spend it (each one exactly
+    """A USD budget set in the console for a key: its requests spend it (each one exactly
     its worst case: output alone is priced and the mock answers max_tokens), the one past it is
     a 429, and its bar is full."""
     team = new_workspace_key(console_gw)
@@ -411,7 +411,7 @@ def test_a_budget_set_on_the_limits_page_is_spent_refused_and_shown_full(console
     page.get_by_role("heading", name="Overview").wait_for()
     page.get_by_role("link", name="Limits").click()
     page.get_by_label("Limit id").fill(limit_id)
-    page.get_by_label("Workspace").fill(team["workspace"])
+    page.get_by_label("Key id").fill(team["id"])
     page.get_by_label("Budget (USD)").fill("0.1")
     page.get_by_label("Budget period").select_option("total")
     page.get_by_role("button", name="Save limit").click()
