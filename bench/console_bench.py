@@ -193,7 +193,7 @@ def in_chromium(cp, cookie):
     return overview, month, table
 
 
-SQLITE_PLANS = {
+QUERY_SHAPES = {
     "overview, slots (a month)": "SELECT (bucket_ms - 0) / 86400000 AS slot, value, SUM(requests) FROM log_rollups "
     "WHERE bucket_len = 3600000 AND dimension = 'duration' AND bucket_ms >= 0 AND bucket_ms < 9000000000000000 "
     "AND workspace = 'bench' GROUP BY 1, 2",
@@ -219,7 +219,7 @@ SQLITE_PLANS = {
 def plans(database_url, workdir):
     """The plan each console query shape gets, as the database prints it."""
     out = {}
-    for name, sql in SQLITE_PLANS.items():
+    for name, sql in QUERY_SHAPES.items():
         if database_url is None:
             db = sqlite3.connect(workdir / "gateway.db")
             out[name] = "; ".join(row[-1] for row in db.execute(f"EXPLAIN QUERY PLAN {sql}"))

@@ -28,74 +28,51 @@ CREATE INDEX log_rollups_all ON log_rollups (bucket_len, dimension, bucket_ms);
 -- The retention sweep.
 CREATE INDEX log_rollups_age ON log_rollups (bucket_ms);
 
--- The records stored before this migration, added up as the control plane adds new ones.
-
+-- The records stored before this migration, added up as the control plane adds new ones: each
+-- record once per bucket length and dimension.
 INSERT INTO log_rollups (bucket_len, workspace, dimension, bucket_ms, value, requests, errors, input_tokens,
     output_tokens, cost_micro_usd)
-SELECT 60000, workspace, 'model', timestamp_ms / 60000 * 60000, COALESCE('=' || model, ''), COUNT(*),
-    SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
-    COALESCE(SUM(cost_micro_usd), 0)
-FROM log_records GROUP BY 2, 4, 5;
-
-INSERT INTO log_rollups (bucket_len, workspace, dimension, bucket_ms, value, requests, errors, input_tokens,
-    output_tokens, cost_micro_usd)
-SELECT 60000, workspace, 'provider', timestamp_ms / 60000 * 60000, COALESCE('=' || provider, ''), COUNT(*),
-    SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
-    COALESCE(SUM(cost_micro_usd), 0)
-FROM log_records GROUP BY 2, 4, 5;
-
-INSERT INTO log_rollups (bucket_len, workspace, dimension, bucket_ms, value, requests, errors, input_tokens,
-    output_tokens, cost_micro_usd)
-SELECT 60000, workspace, 'api_key', timestamp_ms / 60000 * 60000, COALESCE('=' || api_key_id, ''), COUNT(*),
-    SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
-    COALESCE(SUM(cost_micro_usd), 0)
-FROM log_records GROUP BY 2, 4, 5;
-
-INSERT INTO log_rollups (bucket_len, workspace, dimension, bucket_ms, value, requests, errors, input_tokens,
-    output_tokens, cost_micro_usd)
-SELECT 60000, workspace, 'api', timestamp_ms / 60000 * 60000, COALESCE('=' || client_api, ''), COUNT(*),
-    SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
-    COALESCE(SUM(cost_micro_usd), 0)
-FROM log_records GROUP BY 2, 4, 5;
-
-INSERT INTO log_rollups (bucket_len, workspace, dimension, bucket_ms, value, requests, errors, input_tokens,
-    output_tokens, cost_micro_usd)
-SELECT 60000, workspace, 'duration', timestamp_ms / 60000 * 60000, COALESCE(CASE WHEN duration_ms IS NULL THEN NULL WHEN duration_ms <= 1 THEN '=0' WHEN duration_ms <= 2 THEN '=1' WHEN duration_ms <= 5 THEN '=2' WHEN duration_ms <= 10 THEN '=3' WHEN duration_ms <= 20 THEN '=4' WHEN duration_ms <= 30 THEN '=5' WHEN duration_ms <= 50 THEN '=6' WHEN duration_ms <= 75 THEN '=7' WHEN duration_ms <= 100 THEN '=8' WHEN duration_ms <= 150 THEN '=9' WHEN duration_ms <= 200 THEN '=10' WHEN duration_ms <= 300 THEN '=11' WHEN duration_ms <= 400 THEN '=12' WHEN duration_ms <= 500 THEN '=13' WHEN duration_ms <= 750 THEN '=14' WHEN duration_ms <= 1000 THEN '=15' WHEN duration_ms <= 1500 THEN '=16' WHEN duration_ms <= 2000 THEN '=17' WHEN duration_ms <= 3000 THEN '=18' WHEN duration_ms <= 5000 THEN '=19' WHEN duration_ms <= 7500 THEN '=20' WHEN duration_ms <= 10000 THEN '=21' WHEN duration_ms <= 20000 THEN '=22' WHEN duration_ms <= 30000 THEN '=23' WHEN duration_ms <= 60000 THEN '=24' WHEN duration_ms <= 120000 THEN '=25' ELSE '=26' END, ''), COUNT(*),
-    SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
-    COALESCE(SUM(cost_micro_usd), 0)
-FROM log_records GROUP BY 2, 4, 5;
-
-INSERT INTO log_rollups (bucket_len, workspace, dimension, bucket_ms, value, requests, errors, input_tokens,
-    output_tokens, cost_micro_usd)
-SELECT 3600000, workspace, 'model', timestamp_ms / 3600000 * 3600000, COALESCE('=' || model, ''), COUNT(*),
-    SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
-    COALESCE(SUM(cost_micro_usd), 0)
-FROM log_records GROUP BY 2, 4, 5;
-
-INSERT INTO log_rollups (bucket_len, workspace, dimension, bucket_ms, value, requests, errors, input_tokens,
-    output_tokens, cost_micro_usd)
-SELECT 3600000, workspace, 'provider', timestamp_ms / 3600000 * 3600000, COALESCE('=' || provider, ''), COUNT(*),
-    SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
-    COALESCE(SUM(cost_micro_usd), 0)
-FROM log_records GROUP BY 2, 4, 5;
-
-INSERT INTO log_rollups (bucket_len, workspace, dimension, bucket_ms, value, requests, errors, input_tokens,
-    output_tokens, cost_micro_usd)
-SELECT 3600000, workspace, 'api_key', timestamp_ms / 3600000 * 3600000, COALESCE('=' || api_key_id, ''), COUNT(*),
-    SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
-    COALESCE(SUM(cost_micro_usd), 0)
-FROM log_records GROUP BY 2, 4, 5;
-
-INSERT INTO log_rollups (bucket_len, workspace, dimension, bucket_ms, value, requests, errors, input_tokens,
-    output_tokens, cost_micro_usd)
-SELECT 3600000, workspace, 'api', timestamp_ms / 3600000 * 3600000, COALESCE('=' || client_api, ''), COUNT(*),
-    SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
-    COALESCE(SUM(cost_micro_usd), 0)
-FROM log_records GROUP BY 2, 4, 5;
-
-INSERT INTO log_rollups (bucket_len, workspace, dimension, bucket_ms, value, requests, errors, input_tokens,
-    output_tokens, cost_micro_usd)
-SELECT 3600000, workspace, 'duration', timestamp_ms / 3600000 * 3600000, COALESCE(CASE WHEN duration_ms IS NULL THEN NULL WHEN duration_ms <= 1 THEN '=0' WHEN duration_ms <= 2 THEN '=1' WHEN duration_ms <= 5 THEN '=2' WHEN duration_ms <= 10 THEN '=3' WHEN duration_ms <= 20 THEN '=4' WHEN duration_ms <= 30 THEN '=5' WHEN duration_ms <= 50 THEN '=6' WHEN duration_ms <= 75 THEN '=7' WHEN duration_ms <= 100 THEN '=8' WHEN duration_ms <= 150 THEN '=9' WHEN duration_ms <= 200 THEN '=10' WHEN duration_ms <= 300 THEN '=11' WHEN duration_ms <= 400 THEN '=12' WHEN duration_ms <= 500 THEN '=13' WHEN duration_ms <= 750 THEN '=14' WHEN duration_ms <= 1000 THEN '=15' WHEN duration_ms <= 1500 THEN '=16' WHEN duration_ms <= 2000 THEN '=17' WHEN duration_ms <= 3000 THEN '=18' WHEN duration_ms <= 5000 THEN '=19' WHEN duration_ms <= 7500 THEN '=20' WHEN duration_ms <= 10000 THEN '=21' WHEN duration_ms <= 20000 THEN '=22' WHEN duration_ms <= 30000 THEN '=23' WHEN duration_ms <= 60000 THEN '=24' WHEN duration_ms <= 120000 THEN '=25' ELSE '=26' END, ''), COUNT(*),
-    SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),
-    COALESCE(SUM(cost_micro_usd), 0)
-FROM log_records GROUP BY 2, 4, 5;
+SELECT lengths.bucket_len, workspace, dimensions.dimension, timestamp_ms / lengths.bucket_len * lengths.bucket_len,
+    CASE dimensions.dimension
+        WHEN 'model' THEN COALESCE('=' || model, '')
+        WHEN 'provider' THEN COALESCE('=' || provider, '')
+        WHEN 'api_key' THEN COALESCE('=' || api_key_id, '')
+        WHEN 'api' THEN COALESCE('=' || client_api, '')
+        ELSE CASE
+            WHEN duration_ms IS NULL THEN ''
+            WHEN duration_ms <= 1 THEN '=0'
+            WHEN duration_ms <= 2 THEN '=1'
+            WHEN duration_ms <= 5 THEN '=2'
+            WHEN duration_ms <= 10 THEN '=3'
+            WHEN duration_ms <= 20 THEN '=4'
+            WHEN duration_ms <= 30 THEN '=5'
+            WHEN duration_ms <= 50 THEN '=6'
+            WHEN duration_ms <= 75 THEN '=7'
+            WHEN duration_ms <= 100 THEN '=8'
+            WHEN duration_ms <= 150 THEN '=9'
+            WHEN duration_ms <= 200 THEN '=10'
+            WHEN duration_ms <= 300 THEN '=11'
+            WHEN duration_ms <= 400 THEN '=12'
+            WHEN duration_ms <= 500 THEN '=13'
+            WHEN duration_ms <= 750 THEN '=14'
+            WHEN duration_ms <= 1000 THEN '=15'
+            WHEN duration_ms <= 1500 THEN '=16'
+            WHEN duration_ms <= 2000 THEN '=17'
+            WHEN duration_ms <= 3000 THEN '=18'
+            WHEN duration_ms <= 5000 THEN '=19'
+            WHEN duration_ms <= 7500 THEN '=20'
+            WHEN duration_ms <= 10000 THEN '=21'
+            WHEN duration_ms <= 20000 THEN '=22'
+            WHEN duration_ms <= 30000 THEN '=23'
+            WHEN duration_ms <= 60000 THEN '=24'
+            WHEN duration_ms <= 120000 THEN '=25'
+            ELSE '=26'
+        END
+    END,
+    COUNT(*), SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END), COALESCE(SUM(input_tokens), 0),
+    COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_micro_usd), 0)
+FROM log_records
+CROSS JOIN (SELECT 60000 AS bucket_len UNION ALL SELECT 3600000) AS lengths
+CROSS JOIN (SELECT 'model' AS dimension UNION ALL SELECT 'provider' UNION ALL SELECT 'api_key' UNION ALL SELECT 'api'
+    UNION ALL SELECT 'duration') AS dimensions
+GROUP BY 1, 2, 3, 4, 5;

@@ -91,14 +91,22 @@ async fn logs(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     let (_, session) = signed_in(&s, &h).await?;
-    let (named, pairs): (Vec<_>, Vec<_>) = query_pairs(query)?.into_iter().partition(|(name, _)| name == "workspace");
-    let named = match named.as_slice() {
-        [] => None,
-        [(_, workspace)] => Some(workspace.as_str()),
-        _ => return Err(ApiError::invalid("workspace", "workspace may be given once")),
-    };
-    let workspace = acting_workspace(&caller(&session), named)?;
+    let mut pairs = query_pairs(query)?;
+    let named = take_workspace(&mut pairs)?;
+    let workspace = acting_workspace(&caller(&session), named.as_deref())?;
     Ok(Json(crate::logs::page(&s, &workspace, &pairs).await?))
+}
+
+/// The `workspace=` of a console query (the workspace an admin reads), taken out of `pairs`; a
+/// 400 when it is given twice.
+fn take_workspace(pairs: &mut Vec<(String, String)>) -> ApiResult<Option<String>> {
+    let (named, rest): (Vec<_>, Vec<_>) = std::mem::take(pairs).into_iter().partition(|(name, _)| name == "workspace");
+    *pairs = rest;
+    let mut named = named.into_iter().map(|(_, workspace)| workspace);
+    match (named.next(), named.next()) {
+        (workspace, None) => Ok(workspace),
+        _ => Err(ApiError::invalid("workspace", "workspace may be given once")),
+    }
 }
 
 /// `GET /console/api/secret-fields`: the fields whose values the API shows only as their last
@@ -120,10 +128,11 @@ async fn batches(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     let (_, session) = signed_in(&s, &h).await?;
-    let (mut named, mut after) = (None, None);
-    for (name, value) in query_pairs(query)? {
+    let mut pairs = query_pairs(query)?;
+    let named = take_workspace(&mut pairs)?;
+    let mut after = None;
+    for (name, value) in pairs {
         match name.as_str() {
-            "workspace" => named = Some(value),
             "after" => after = Some(value),
             other => return Err(ApiError::invalid(other, &format!("unknown parameter {other}"))),
         }
@@ -300,19 +309,20 @@ async fn overview(
 ) -> ApiResult<Json<Value>> {
     let (_, session) = signed_in(&s, &h).await?;
     let caller = caller(&session);
-    let (mut range, mut workspace) = (Range::Day, None);
-    for (name, value) in &query_pairs(query)? {
+    let mut pairs = query_pairs(query)?;
+    let named = take_workspace(&mut pairs)?;
+    let mut range = Range::Day;
+    for (name, value) in &pairs {
         match name.as_str() {
             "range" => {
                 range = Range::parse(value)
                     .ok_or_else(|| ApiError::invalid(name, "range must be one of hour, day, week, month"))?
             }
-            "workspace" => workspace = Some(acting_workspace(&caller, Some(value))?),
             other => return Err(ApiError::invalid(other, &format!("unknown parameter {other}"))),
         }
     }
-    let workspace = match (workspace, caller.admin) {
-        (Some(workspace), _) => Some(workspace),
+    let workspace = match (named, caller.admin) {
+        (Some(named), _) => Some(acting_workspace(&caller, Some(&named))?),
         (None, true) => None,
         (None, false) => Some(caller.workspace.clone()),
     };

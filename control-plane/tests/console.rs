@@ -234,7 +234,7 @@ async fn the_overview_adds_up_a_workspaces_requests_as_usage_does_and_shows_no_o
         assert_eq!((status, body["error"]["param"].as_str()), (StatusCode::BAD_REQUEST, Some(param)), "{body}");
     }
 
-    for bad in ["range=year", "range=hour&limit=3"] {
+    for bad in ["range=year", "range=hour&limit=3", "workspace=a&workspace=b"] {
         let (status, _, body) =
             send(&client, "GET", &format!("/console/api/overview?{bad}"), &[("cookie", &cookie)], None).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");

@@ -297,6 +297,22 @@ impl Db {
         Ok(())
     }
 
+    /// Deletes the rollups' buckets that ended by `cutoff_ms`, in the retention sweep's
+    /// transaction. A bucket the cutoff falls in keeps counting the records of it that went.
+    pub(super) async fn delete_rollups_before(
+        &self,
+        tx: &mut sqlx::Transaction<'_, Any>,
+        cutoff_ms: i64,
+    ) -> DbResult<()> {
+        // The first bound (no bucket is shorter than a minute) lets the sweep read `log_rollups_age`.
+        sqlx::query("DELETE FROM log_rollups WHERE bucket_ms <= $2 AND bucket_ms + bucket_len <= $1")
+            .bind(cutoff_ms)
+            .bind(cutoff_ms.saturating_sub(MINUTE_MS))
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
     /// The span's records in `slots` slots of `slot_ms` from its start (a whole number of the
     /// rollups' buckets), each with its sums and its durations by class.
     pub async fn overview_slots(&self, span: &Span<'_>, slot_ms: i64, slots: usize) -> DbResult<Vec<Slot>> {

@@ -256,9 +256,10 @@ impl Db {
                 inserted.insert(row.try_get::<String, _>(0)?);
             }
         }
-        let metadata: Vec<(&str, &str, &str)> = records
+        // The records stored now (not those the workspace held already): their metadata and rollups.
+        let stored: Vec<&NewRecord> = records.iter().filter(|r| inserted.contains(&r.id)).collect();
+        let metadata: Vec<(&str, &str, &str)> = stored
             .iter()
-            .filter(|r| inserted.contains(&r.id))
             .flat_map(|r| r.metadata.iter().map(move |(key, value)| (r.id.as_str(), key.as_str(), value.as_str())))
             .collect();
         for chunk in metadata.chunks(METADATA_PER_INSERT) {
@@ -269,12 +270,13 @@ impl Db {
             }
             bind_all(one_off(&built.sql), &built.args).execute(&mut *tx).await?;
         }
-        self.add_to_rollups(&mut tx, records.iter().filter(|r| inserted.contains(&r.id))).await?;
+        self.add_to_rollups(&mut tx, stored.into_iter()).await?;
         tx.commit().await
     }
 
-    /// Deletes the records older than `cutoff_ms` (by `timestamp_ms`) with their metadata,
-    /// the rollups' buckets that ended by then, and the feedback given before it, in one transaction: how many records.
+    /// Deletes the records older than `cutoff_ms` (by `timestamp_ms`) with their metadata, the
+    /// rollups' buckets that ended by then, and the feedback given before it, in one
+    /// transaction: how many records.
     pub async fn delete_logs_before(&self, cutoff_ms: i64) -> DbResult<u64> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("DELETE FROM log_metadata WHERE record_id IN (SELECT id FROM log_records WHERE timestamp_ms < $1)")
@@ -283,11 +285,7 @@ impl Db {
             .await?;
         let records =
             sqlx::query("DELETE FROM log_records WHERE timestamp_ms < $1").bind(cutoff_ms).execute(&mut *tx).await?;
-        // A bucket the cutoff falls in keeps counting the records of it that went.
-        sqlx::query("DELETE FROM log_rollups WHERE bucket_ms + bucket_len <= $1")
-            .bind(cutoff_ms)
-            .execute(&mut *tx)
-            .await?;
+        self.delete_rollups_before(&mut tx, cutoff_ms).await?;
         sqlx::query("DELETE FROM log_feedback WHERE created_at_ms < $1").bind(cutoff_ms).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(records.rows_affected())
