@@ -184,6 +184,20 @@ build_minimal_filter() {
   fi
 }
 
+# The benchmark's native floor module (bench/native-floor, its own workspace) into
+# target/libnative_floor.so, renamed into place as the gateway's module is.
+NATIVE_FLOOR="$ROOT/target/libnative_floor.so"
+build_native_floor() {
+  local out="$ROOT/target/native-floor/release/libnative_floor.so"
+  cargo build --release --quiet --locked --manifest-path "$ROOT/bench/native-floor/Cargo.toml" \
+    --target-dir "$ROOT/target/native-floor"
+  if ! cmp -s "$out" "$NATIVE_FLOOR"; then
+    cp "$out" "$NATIVE_FLOOR.new"
+    mv -f "$NATIVE_FLOOR.new" "$NATIVE_FLOOR"
+    log "built $NATIVE_FLOOR ($(wc -c <"$NATIVE_FLOOR") bytes)"
+  fi
+}
+
 # Node.js from Debian's packages, when missing; $1 says what it is for.
 install_node() {
   command -v node >/dev/null && return
@@ -466,11 +480,12 @@ lint() {
   fi
   cargo fmt --all --check
   cargo fmt --check --manifest-path bench/minimal-filter/Cargo.toml
+  cargo fmt --check --manifest-path bench/native-floor/Cargo.toml
   cargo fmt --check --manifest-path fuzz/Cargo.toml
-  # The two crates outside the workspace keep their own lock files, which a change of the
+  # The crates outside the workspace keep their own lock files, which a change of the
   # workspace's dependencies can leave stale; their builds run --locked, much later.
   local manifest
-  for manifest in fuzz/Cargo.toml bench/minimal-filter/Cargo.toml; do
+  for manifest in fuzz/Cargo.toml bench/minimal-filter/Cargo.toml bench/native-floor/Cargo.toml; do
     cargo metadata --quiet --locked --format-version 1 --manifest-path "$manifest" >/dev/null ||
       die "${manifest%Cargo.toml}Cargo.lock is stale: run cargo update --workspace --manifest-path $manifest and commit it"
   done
@@ -604,7 +619,7 @@ case "$COMMAND" in
   test) shift; test_all "$@" ;;
   config) shift; build >/dev/null; GATEWAY_WASM="$WASM" GATEWAY_NATIVE_MODULE="$NATIVE" "$VENV/bin/python" envoy/render.py "$@" ;;
   lint) build; lint ;;
-  bench) shift; build; build_native; build_minimal_filter; exec "$VENV/bin/python" bench/bench.py "$@" ;;
+  bench) shift; build; build_native; build_minimal_filter; build_native_floor; exec "$VENV/bin/python" bench/bench.py "$@" ;;
   size) shift; size_breakdown "$@" ;;
   profile) shift; v8_profile "$@" ;;
   agents) install_agents ;;

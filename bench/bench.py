@@ -33,6 +33,7 @@ ENVOY = ROOT / ".venv/bin/envoy"
 MINIMAL_WASM = ROOT / "target/minimal_filter.wasm"  # built by `./build.sh bench`
 CONTROL_PLANE = ROOT / "target/control-plane/gateway-control-plane"  # built by `./build.sh`
 NATIVE_MODULE = ROOT / "target/libmodel_gateway.so"  # built by `./build.sh bench`
+NATIVE_FLOOR = ROOT / "target/libnative_floor.so"  # built by `./build.sh bench` (bench/native-floor)
 CONTROL_PLANE_TOKEN = "cp-bench-token"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 API_KEY = "gw-bench-key"
@@ -120,6 +121,81 @@ static_resources:
       - lb_endpoints:
         - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %(mock_port)d}}}
 """
+
+# A mesh's shape (the host's own clusters, as Istio writes them: `outbound|{port}||{host}`, routes
+# matching the route header; no dynamic forward proxy, no internal listener): the mock and the
+# control plane are its hosts. `%(filters)s` is the filter before the router (none for
+# `mesh_bare`, whose request matches the catch-all route `%(catch_all)s` adds).
+MESH = """
+static_resources:
+  listeners:
+  - address: {socket_address: {address: 127.0.0.1, port_value: %(port)d}}
+    per_connection_buffer_limit_bytes: 20971520
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: mesh
+          route_config:
+            virtual_hosts:
+            - name: mesh
+              domains: ["*"]
+              routes:
+              - match:
+                  prefix: "/"
+                  headers: [{name: x-gateway-upstream-cluster, string_match: {exact: "outbound|%(mock_port)d||127.0.0.1"}}]
+                request_headers_to_remove: [x-gateway-upstream-cluster]
+                route: {cluster: "outbound|%(mock_port)d||127.0.0.1", timeout: 0s}
+%(catch_all)s
+          http_filters:
+%(filters)s
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+              suppress_envoy_headers: true
+  clusters:
+  - name: "outbound|%(mock_port)d||127.0.0.1"
+    connect_timeout: 10s
+    load_assignment:
+      cluster_name: "outbound|%(mock_port)d||127.0.0.1"
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %(mock_port)d}}}
+  - name: "outbound|%(control_plane_port)d||127.0.0.1"
+    connect_timeout: 10s
+    load_assignment:
+      cluster_name: "outbound|%(control_plane_port)d||127.0.0.1"
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %(control_plane_port)d}}}
+"""
+MESH_CATCH_ALL = """\
+              - match: {prefix: "/"}
+                route: {cluster: "outbound|%(mock_port)d||127.0.0.1", timeout: 0s}"""
+# The gateway's filter in the mesh, as docs/deployment.md configures it in an Envoy another
+# control plane writes (`%(configuration)s`: its plugin configuration, a JSON string).
+MESH_WASM = """\
+          - name: envoy.filters.http.wasm
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: model_gateway
+                root_id: model_gateway
+                failure_policy: FAIL_RELOAD
+                allow_on_headers_stop_iteration: true
+                configuration: {"@type": type.googleapis.com/google.protobuf.StringValue, value: %(configuration)s}
+                vm_config:
+                  vm_id: model_gateway
+                  runtime: envoy.wasm.runtime.v8
+                  code: {local: {filename: %(module)s}}"""
+MESH_NATIVE = """\
+          - name: envoy.filters.http.dynamic_modules
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+              dynamic_module_config: {module: {local: {filename: %(module)s}}}
+              filter_name: model_gateway
+              filter_config: {"@type": type.googleapis.com/google.protobuf.StringValue, value: %(configuration)s}"""
 
 WRK_SCRIPT = """
 wrk.method = "POST"
@@ -283,6 +359,41 @@ def paired_difference(runs, base, other):
     return estimate, place, ", ".join(f"{d:+.0f}" for d in differences)
 
 
+def targets(runs):
+    """Issue 48's targets in one run at one connection count (`runs`: each variant's medians), as
+    (what, the measured figure, its limit, whether it is met, the figure as text): each build's
+    CPU per request over its hold floor as a ratio to bare Envoy's CPU per request (B), the
+    control plane's CPU per recorded request over B, a cache hit's throughput against bare Envoy's
+    and the pass floor's, and the proxy's memory over bare Envoy's. Only the targets whose
+    variants were measured."""
+    found = []
+    if "bare" not in runs:
+        return found
+    bare = runs["bare"]["cpu_us"]
+    for name, floor, limit in (("native", "native_floor_hold", 0.4), ("native_limited", "native_floor_hold", 0.5),
+                               ("gateway", "floor_hold", 0.75), ("limited", "floor_hold", 0.75)):
+        if name in runs and floor in runs:
+            over = runs[name]["cpu_us"] - runs[floor]["cpu_us"]
+            found.append((f"{name}: CPU over {floor} / B", over / bare, f"≤ {limit}", over / bare <= limit,
+                          f"{over:.1f} µs / {bare:.1f} µs"))
+    for name in ("gateway", "native", "limited", "native_limited"):
+        if name in runs and runs[name]["control_plane_us"] is not None:
+            spent = runs[name]["control_plane_us"]
+            found.append((f"{name}: control plane CPU per record / B", spent / bare, "≤ 0.3", spent / bare <= 0.3,
+                          f"{spent:.1f} µs"))
+    for name, other, limit in (("native_cache_hit", "bare", 1.0), ("cache_hit", "floor_pass", 1.0)):
+        if name in runs and other in runs:
+            kept = runs[name]["rps"] / runs[other]["rps"]
+            found.append((f"{name}: req/s of {other}'s", kept, f"≥ {limit}", kept >= limit,
+                          f"{runs[name]['rps']:.0f} / {runs[other]['rps']:.0f}"))
+    for name, limit in (("gateway", 40), ("native", 15)):
+        if name in runs:
+            more = runs[name]["rss_mb"] - runs["bare"]["rss_mb"]
+            found.append((f"{name}: resident MB over bare Envoy's", more, f"≤ {limit}", more <= limit,
+                          f"{runs[name]['rss_mb']:.0f} MB / {runs['bare']['rss_mb']:.0f} MB"))
+    return found
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=int, default=15)
@@ -299,12 +410,15 @@ def main():
                         help="a GATEWAY_* setting of the --compare-wasm proxy's config only (repeatable), e.g. "
                         "GATEWAY_ACCESS_LOG=off for a build from before the access log")
     parser.add_argument("--variants", help="measure only these variants (comma-separated, e.g. uncached,guardrail; "
-                        "names: bare, minimal, gateway, uncached, saved, fallback, cache_hit, guardrail, compare, "
+                        "names: bare, floor_pass, floor_hold, native_floor_pass, native_floor_hold, mesh_bare, mesh_gateway, "
+                        "mesh_native, gateway, uncached, saved, fallback, cache_hit, guardrail, compare, "
                         "compare_uncached, compare_guardrail: the last three through --compare-wasm; native, native_uncached, "
                         "native_cache_hit, native_guardrail, native_keyed, native_limited, bare_mcp, mcp, native_mcp, "
                         "compare_native (through "
                         "--compare-native)); "
                         "tables whose variants were not measured are left out")
+    parser.add_argument("--targets-json", type=Path, help="also write issue 48's targets (the table 'Targets') to "
+                        "this file as JSON: a list of {connections, target, value, limit, met}")
     parser.add_argument("--pin", action="store_true", help="the proxies on the last core, the load (wrk, the mock "
                         "provider, the control plane) on the others: a proxy's CPU per request then does not depend on "
                         "which work the scheduler put next to it, run by run (throughput and latency are then the "
@@ -319,7 +433,7 @@ def main():
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     if not MINIMAL_WASM.exists():
         sys.exit(f"bench: {MINIMAL_WASM} is missing: run the benchmark with ./build.sh bench, which builds it")
-    mock_port, bare_port, gateway_port, minimal_port = free_port(), free_port(), free_port(), free_port()
+    mock_port, bare_port, gateway_port = free_port(), free_port(), free_port()
     procs = [start_envoy(MOCK % {"port": mock_port, "body": json.dumps(COMPLETION), "mcp_body": json.dumps(TOOL_RESULT)},
                          workdir, "mock", 1, load_cpus)]
     procs.append(start_envoy(BARE % {"port": bare_port, "mock_port": mock_port}, workdir, "bare", args.concurrency,
@@ -337,15 +451,48 @@ def main():
     env = {**env, "GATEWAY_CONTROL_PLANE_ADDR": control_plane_addr, "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN}
     config = rendered(env)
     procs.append(start_envoy(config, workdir, "gateway", args.concurrency, proxy_cpus))
-    # The same template, listener and clusters with the minimal filter instead: its plugin
-    # configuration is the mock's authority, which it sets on every request with the cluster.
-    minimal_env = {**env, "GATEWAY_PORT": str(minimal_port), "GATEWAY_ADMIN_PORT": str(free_port()),
-                   "GATEWAY_WASM": str(MINIMAL_WASM), "GATEWAY_ACCESS_LOG": "off"}
-    minimal_config = rendered(minimal_env)
-    procs.append(start_envoy(with_plugin_configuration(minimal_config, f"127.0.0.1:{mock_port}"), workdir, "minimal",
-                             args.concurrency, proxy_cpus))
     procs.append(control_plane)
-    pids = {bare_port: procs[1].pid, gateway_port: procs[2].pid, minimal_port: procs[3].pid}
+    pids = {bare_port: procs[1].pid, gateway_port: procs[2].pid}
+
+    def floor(name, mode, host_env):
+        """An Envoy with the same template, listener and clusters as the gateway's, running a floor
+        module (bench/README.md, The floors) in `mode` (pass, hold) on the host `host_env` names;
+        its port. Its configuration is the mode and the mock's authority, which it sets on every
+        request with the cluster."""
+        port = free_port()
+        floor_env = {**env, "GATEWAY_PORT": str(port), "GATEWAY_ADMIN_PORT": str(free_port()),
+                     "GATEWAY_ACCESS_LOG": "off", **host_env}
+        config = with_plugin_configuration(rendered(floor_env), f"{mode} 127.0.0.1:{mock_port}")
+        procs.append(start_envoy(config, workdir, name, args.concurrency, proxy_cpus))
+        pids[port] = procs[-1].pid
+        return port
+
+    control_plane_port = int(control_plane_addr.split(":")[1])
+    native_floor = {"GATEWAY_HOST": "native", "GATEWAY_NATIVE_MODULE": str(NATIVE_FLOOR)}
+    floor_ports = {"floor_pass": floor("floor_pass", "pass", {"GATEWAY_WASM": str(MINIMAL_WASM)}),
+                   "floor_hold": floor("floor_hold", "hold", {"GATEWAY_WASM": str(MINIMAL_WASM)}),
+                   "native_floor_pass": floor("native_floor_pass", "pass", native_floor),
+                   "native_floor_hold": floor("native_floor_hold", "hold", native_floor)}
+
+    def mesh(name, filters="", configuration=None, module=None):
+        """An Envoy in a mesh's shape (`MESH`) with `filters` (a template of MESH_WASM or MESH_NATIVE,
+        given the plugin `configuration` and the `module`), none for bare; its port."""
+        port = free_port()
+        filter_text = filters % {"configuration": json.dumps(json.dumps(configuration)), "module": json.dumps(str(module))}
+        config = MESH % {"port": port, "mock_port": mock_port, "control_plane_port": control_plane_port,
+                         "filters": filter_text, "catch_all": "" if filters else MESH_CATCH_ALL % {"mock_port": mock_port}}
+        procs.append(start_envoy(config, workdir, name, args.concurrency, proxy_cpus))
+        pids[port] = procs[-1].pid
+        return port
+
+    # The gateway in the mesh, as docs/deployment.md sets it up there: `upstream` names the host's
+    # clusters, the control plane is a host too.
+    mesh_plugin = {"api_keys": [API_KEY], "upstream": {"cluster": "outbound|{port}||{host}"},
+                   "control_plane": {"cluster": f"outbound|{control_plane_port}||127.0.0.1",
+                                     "authority": control_plane_addr, "token": CONTROL_PLANE_TOKEN}}
+    mesh_ports = {"mesh_bare": mesh("mesh_bare"),
+                  "mesh_gateway": mesh("mesh_gateway", MESH_WASM, mesh_plugin, ROOT / "target/model_gateway.wasm"),
+                  "mesh_native": mesh("mesh_native", MESH_NATIVE, mesh_plugin, NATIVE_MODULE)}
     # The same gateway as the native module (GATEWAY_HOST=native), with the same control plane,
     # as `GATEWAY_HOST=native ./build.sh run` starts it.
     native_port = free_port()
@@ -417,7 +564,8 @@ def main():
         wait_ready(gateway_port, keyed_headers, REQUEST)
         wait_ready(gateway_port, limited_headers, REQUEST)
         wait_ready(gateway_port, gateway_headers, REQUEST)
-        wait_ready(minimal_port, gateway_headers, REQUEST)
+        for port in (*floor_ports.values(), *mesh_ports.values()):
+            wait_ready(port, gateway_headers, REQUEST)
         if compare_port:
             wait_ready(compare_port, gateway_headers, REQUEST)
         if compare_native_port:
@@ -440,8 +588,11 @@ def main():
         turns = {}  # connections -> variant -> its runs, one per turn
         for connections in [int(c) for c in args.connections.split(",")]:
             # Warm each, then measure them back to back.
-            # The minimal filter gets the gateway's request (same bytes for Envoy to parse).
-            variants = (("bare", bare_port, {}), ("minimal", minimal_port, gateway_headers),
+            # The floors get the gateway's request (same bytes for Envoy to parse), and so does
+            # bare Envoy in the mesh.
+            variants = (("bare", bare_port, {}),
+                        *((name, port, gateway_headers) for name, port in floor_ports.items()),
+                        *((name, port, gateway_headers) for name, port in mesh_ports.items()),
                         ("gateway", gateway_port, gateway_headers),
                         ("uncached", gateway_port, uncached_headers), ("saved", gateway_port, saved_headers),
                         ("fallback", gateway_port, fallback_headers), ("cache_hit", gateway_port, cache_hit_headers),
@@ -485,7 +636,12 @@ def main():
                 if args.repeat > 1 else "")
     print(f"wrk (2 threads), {args.duration}s per run{repeated}, Envoy --concurrency {args.concurrency}, "
           f"{os.cpu_count()} cores, non-streaming chat completion\n")
-    names = {"bare": "bare Envoy", "minimal": "Envoy + minimal filter", "gateway": "Envoy + filter (provider headers)",
+    names = {"bare": "bare Envoy", "floor_pass": "Envoy + wasm floor, pass (minimal filter)",
+             "floor_hold": "Envoy + wasm floor, hold", "native_floor_pass": "Envoy + native floor, pass",
+             "native_floor_hold": "Envoy + native floor, hold", "mesh_bare": "mesh config: bare Envoy",
+             "mesh_gateway": "mesh config: Envoy + filter (provider headers)",
+             "mesh_native": "mesh config: Envoy + native module (provider headers)",
+             "gateway": "Envoy + filter (provider headers)",
              "uncached": "Envoy + filter, one-target config (uncached)", "fallback": "Envoy + filter, fallback config",
              "cache_hit": "Envoy + filter, one-target config, cache hit",
              "guardrail": "Envoy + filter, one-target config, input regexMatch guardrail",
@@ -512,6 +668,18 @@ def main():
         for key, r in runs.items():
             print(f"| {connections} | {names[key]} | {r['rps']:.0f} | {r['p50']:.0f} | {r['p99']:.0f} "
                   f"| {r['cpu_us']:.0f} | {r['control_plane_us']:.1f} | {r['rss_mb']:.0f} |")
+    checked = [(connections, *target) for connections, runs in rows for target in targets(runs)]
+    if checked:
+        print("\nTargets (issue 48): B is bare Envoy's CPU per request in this run; a build's own work is its CPU"
+              " per request over its host's hold floor:\n")
+        print("| connections | target | value | limit | met | figures |")
+        print("|---|---|---|---|---|---|")
+        for connections, what, value, limit, met, figures in checked:
+            print(f"| {connections} | {what} | {value:.2f} | {limit} | {'yes' if met else 'no'} | {figures} |")
+    if args.targets_json:
+        args.targets_json.write_text(json.dumps([
+            {"connections": connections, "target": what, "value": value, "limit": limit, "met": met}
+            for connections, what, value, limit, met, _ in checked], indent=1))
     if measured.issuperset(("bare", "gateway", "fallback", "uncached")):
         print("\n| connections | throughput kept | added p50 µs | added p99 µs | fallback over one target: p50 µs |")
         print("|---|---|---|---|---|")
@@ -526,14 +694,14 @@ def main():
             hit, uncached, bare = runs["cache_hit"], runs["uncached"], runs["bare"]
             print(f"| {connections} | {hit['rps'] / uncached['rps']:.1%} | {hit['rps'] / bare['rps']:.1%} "
                   f"| {hit['p50'] - uncached['p50']:+.0f} | {hit['p50'] - bare['p50']:+.0f} |")
-    if measured.issuperset(("bare", "minimal", "gateway")):
+    if measured.issuperset(("bare", "floor_pass", "gateway")):
         print("\nProxy CPU time per request served (utime+stime of the proxy process, all threads, over each"
               " measured run):\n")
         print("| connections | bare Envoy µs | minimal filter µs | gateway filter µs | minimal over bare µs "
               "| our share (gateway − minimal) µs |")
         print("|---|---|---|---|---|---|")
         for connections, runs in rows:
-            bare, minimal, ours = (runs[key]["cpu_us"] for key in ("bare", "minimal", "gateway"))
+            bare, minimal, ours = (runs[key]["cpu_us"] for key in ("bare", "floor_pass", "gateway"))
             print(f"| {connections} | {bare:.0f} | {minimal:.0f} | {ours:.0f} | {minimal - bare:+.0f} "
                   f"| {ours - minimal:+.0f} |")
 
@@ -612,12 +780,12 @@ def main():
                 cost, place, each = paired_difference(turns[connections], keyed, limited)
                 print(f"| {connections} | {plain:.0f} | {under:.0f} | {cost:+.1f} | {place:+.1f} | {each} |")
 
-    if measured.issuperset(("minimal", "gateway", "compare")):
+    if measured.issuperset(("floor_pass", "gateway", "compare")):
         print(f"\nThe same request through {args.compare_wasm}, CPU per request side by side:\n")
         print("| connections | compared filter µs | gateway filter µs | its share over minimal µs | our share µs |")
         print("|---|---|---|---|---|")
         for connections, runs in rows:
-            minimal, ours, other = (runs[key]["cpu_us"] for key in ("minimal", "gateway", "compare"))
+            minimal, ours, other = (runs[key]["cpu_us"] for key in ("floor_pass", "gateway", "compare"))
             print(f"| {connections} | {other:.0f} | {ours:.0f} | {other - minimal:+.0f} | {ours - minimal:+.0f} |")
 
     if measured.issuperset(("gateway", "compare")):

@@ -211,13 +211,15 @@ impl Shared {
         }
     }
 
-    /// Request `id` ended: the worker publishes its metrics and access-log line; the log line here.
+    /// Request `id` ended: the worker publishes its metrics and access-log record; its log line
+    /// here, at `debug` only (the access log has the record; Envoy logs nothing per request at
+    /// `info`).
     fn finished(&self, id: u32) {
         let mut io = self.io(id);
         let record = self.worker.try_borrow_mut().ok().and_then(|mut worker| worker.finished(id, &mut io));
         io.flush();
         if let Some(record) = record {
-            log::info!("{record}");
+            log::debug!("{record}");
         }
     }
 

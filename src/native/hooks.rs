@@ -179,9 +179,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(_envoy: En
             return;
         };
         let record = with_worker(filter, |worker, io| worker.finished(filter.id, io), |_, record| record).flatten();
+        // At `debug` only, as the wasm filter's (the access log has the record).
         if let Some(record) = record {
-            if calls::log_enabled(ffi::LOG_INFO) {
-                calls::log(ffi::LOG_INFO, &record.to_string());
+            if calls::log_enabled(ffi::LOG_DEBUG) {
+                calls::log(ffi::LOG_DEBUG, &record.to_string());
             }
         }
     })

@@ -6,7 +6,7 @@
   started by the first test that uses one, and reset around each test that uses it.
 * ``gateway`` (session): `build.sh run` started once, in its own process group, with
   GATEWAY_PORT, GATEWAY_ADMIN_PORT, GATEWAY_API_KEYS, GATEWAY_CREDENTIALS,
-  GATEWAY_LOG_LEVEL=info and GATEWAY_CACHE (semantic matching through the OpenAI mock's
+  GATEWAY_LOG_LEVEL=debug and GATEWAY_CACHE (semantic matching through the OpenAI mock's
   embeddings) (and no other GATEWAY_* variable from the caller's environment);
   ready when `GET /health` answers 200. Its output goes to a log file whose tail is
   attached to every failing test that used it. At the end of the session (before Envoy
@@ -173,7 +173,7 @@ def running_gateway(log_dir: Path, openai_mock, anthropic_mock, cache: dict | No
         "GATEWAY_ADMIN_PORT": str(admin_port),
         "GATEWAY_API_KEYS": f"{helpers.KEY},{helpers.KEY2}",
         "GATEWAY_CREDENTIALS": json.dumps(gateway_credentials(openai_mock, anthropic_mock)),
-        "GATEWAY_LOG_LEVEL": "info",  # one log line per request (test_auth_headers reads it)
+        "GATEWAY_LOG_LEVEL": "debug",  # the filter's line per request (test_auth_headers reads it)
         # The control plane beside it: its own port, its SQLite database in the log directory.
         "GATEWAY_CONTROL_PLANE_PORT": str(control_plane_port),
         "GATEWAY_STATE_DIR": str(log_dir / "state"),
