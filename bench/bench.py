@@ -14,6 +14,7 @@ Envoy, the minimal filter and the gateway filter; copy them into bench/README.md
 Run it with `./build.sh bench [--duration S] [--connections 16,64]`.
 """
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -417,6 +418,10 @@ def main():
                         "compare_native (through "
                         "--compare-native)); "
                         "tables whose variants were not measured are left out")
+    parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite",
+                        help="the control plane's database: its own SQLite file (the default), or a PostgreSQL server "
+                        "(Debian's, started for the run on loopback, as the tests start it); only the control plane's "
+                        "own CPU is counted, not the server's")
     parser.add_argument("--targets-json", type=Path, help="also write issue 48's targets (the table 'Targets') to "
                         "this file as JSON: a list of {connections, target, value, limit, met}")
     parser.add_argument("--pin", action="store_true", help="the proxies on the last core, the load (wrk, the mock "
@@ -443,11 +448,22 @@ def main():
            "GATEWAY_MCP_SERVERS": json.dumps({"bench": {"url": f"http://127.0.0.1:{mock_port}/mcp"}})}
     # The gateway's control plane, for the saved-config variant (its CPU is not the proxy's).
     control_plane_addr = f"127.0.0.1:{free_port()}"
+    database = contextlib.ExitStack()
+    database_env = {}
+    if args.database == "postgres":
+        sys.path.insert(0, str(ROOT / "tests/e2e"))
+        from pg_server import running_postgres
+        postgres = database.enter_context(running_postgres(workdir / "postgres.log"))
+        database_env["GATEWAY_DATABASE_URL"] = postgres.database("bench")
+        if load_cpus:  # the server's processes (and the backends they fork) with the load
+            for pid in subprocess.run(["pgrep", "-g", str(os.getpgid(postgres.proc.pid))], capture_output=True,
+                                      text=True).stdout.split():
+                subprocess.run(["taskset", "-a", "-p", "-c", load_cpus, pid], capture_output=True)
     control_plane = subprocess.Popen(
         on_cpus([str(CONTROL_PLANE)], load_cpus), stdout=open(workdir / "control-plane.log", "wb"),
         stderr=subprocess.STDOUT,
         env={**env, "GATEWAY_CONTROL_PLANE_ADDR": control_plane_addr, "GATEWAY_STATE_DIR": str(workdir / "state"),
-             "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN}, start_new_session=True)
+             "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN, **database_env}, start_new_session=True)
     env = {**env, "GATEWAY_CONTROL_PLANE_ADDR": control_plane_addr, "GATEWAY_CONTROL_PLANE_TOKEN": CONTROL_PLANE_TOKEN}
     config = rendered(env)
     procs.append(start_envoy(config, workdir, "gateway", args.concurrency, proxy_cpus))
@@ -629,13 +645,14 @@ def main():
         for proc in procs:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
+        database.close()
         # Each run's logs and control-plane database take up to gigabytes: a machine that runs
         # benchmarks often would fill its disk.
         shutil.rmtree(workdir, ignore_errors=True)
     repeated = (f", median of {args.repeat} runs taken in turn (every other turn in reverse order)"
                 if args.repeat > 1 else "")
     print(f"wrk (2 threads), {args.duration}s per run{repeated}, Envoy --concurrency {args.concurrency}, "
-          f"{os.cpu_count()} cores, non-streaming chat completion\n")
+          f"{os.cpu_count()} cores, non-streaming chat completion, the control plane on {args.database}\n")
     names = {"bare": "bare Envoy", "floor_pass": "Envoy + wasm floor, pass (minimal filter)",
              "floor_hold": "Envoy + wasm floor, hold", "native_floor_pass": "Envoy + native floor, pass",
              "native_floor_hold": "Envoy + native floor, hold", "mesh_bare": "mesh config: bare Envoy",

@@ -1,6 +1,6 @@
 //! The console's sessions, and the request log's rollups its overview reads (migration 0011).
 
-use super::logs::{bind_all, one_off, Arg, Built, NewRecord};
+use super::logs::{bind_all, rows_statement, Arg, Built, NewRecord};
 use super::{now_ms, Db, DbResult};
 use sqlx::any::AnyArguments;
 use sqlx::query::Query;
@@ -268,12 +268,12 @@ impl Db {
                  input_tokens, output_tokens, cost_micro_usd) VALUES ",
             );
             for (i, ((bucket_len, workspace, dimension, bucket_ms, value), sums)) in chunk.iter().enumerate() {
-                let row = vec![
+                let row = [
                     Arg::Int(*bucket_len),
-                    Arg::Text(workspace.clone()),
-                    Arg::Text(dimension.to_string()),
+                    Arg::Text(workspace),
+                    Arg::Text(dimension),
                     Arg::Int(*bucket_ms),
-                    Arg::Text(value.clone()),
+                    Arg::Text(value),
                     Arg::Int(sums.requests),
                     Arg::Int(sums.errors),
                     Arg::Int(sums.input_tokens),
@@ -292,7 +292,9 @@ impl Db {
                  output_tokens = log_rollups.output_tokens + excluded.output_tokens, \
                  cost_micro_usd = log_rollups.cost_micro_usd + excluded.cost_micro_usd",
             );
-            bind_all(one_off(&built.sql), &built.args).execute(&mut **tx).await?;
+            bind_all(rows_statement(&built.sql, chunk.len(), ROLLUPS_PER_UPSERT), &built.args)
+                .execute(&mut **tx)
+                .await?;
         }
         Ok(())
     }

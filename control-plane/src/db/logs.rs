@@ -134,10 +134,12 @@ pub struct UsageRow {
     pub cost_micro_usd: i64,
 }
 
-/// A value bound to a placeholder of a built query.
-pub(super) enum Arg {
-    Text(String),
-    OptText(Option<String>),
+/// A value bound to a placeholder of a built query, borrowed from what the query is built of (a
+/// batch's records are not copied to be bound).
+#[derive(Clone, Copy)]
+pub(super) enum Arg<'a> {
+    Text(&'a str),
+    OptText(Option<&'a str>),
     Int(i64),
     OptInt(Option<i64>),
 }
@@ -148,23 +150,25 @@ pub(super) enum Arg {
 const RECORDS_PER_INSERT: usize = 100;
 const METADATA_PER_INSERT: usize = 100;
 
-/// A statement of a batch's many rows, not kept prepared: its text differs with the batch's
-/// size, and a connection's cache of prepared statements (the 100 last used, each holding a
-/// program for every row) filled with them for as long as new sizes came.
-pub(super) fn one_off(sql: &str) -> Query<'_, Any, AnyArguments<'_>> {
-    sqlx::query(sql).persistent(false)
+/// A statement of a batch's `rows` rows of at most `full`: kept prepared when it has all `full`
+/// (its text is then the same from batch to batch, so the database parses and plans it once per
+/// connection), not kept otherwise: a connection's cache of prepared statements (the 100 last
+/// used, each holding a program for every row) filled with the other sizes for as long as new
+/// ones came.
+pub(super) fn rows_statement(sql: &str, rows: usize, full: usize) -> Query<'_, Any, AnyArguments<'_>> {
+    sqlx::query(sql).persistent(rows == full)
 }
 
 pub(super) fn bind_all<'q>(
     mut query: Query<'q, Any, AnyArguments<'q>>,
-    args: &'q [Arg],
+    args: &[Arg<'q>],
 ) -> Query<'q, Any, AnyArguments<'q>> {
     for arg in args {
-        query = match arg {
-            Arg::Text(text) => query.bind(text.as_str()),
-            Arg::OptText(text) => query.bind(text.as_deref()),
-            Arg::Int(n) => query.bind(*n),
-            Arg::OptInt(n) => query.bind(*n),
+        query = match *arg {
+            Arg::Text(text) => query.bind(text),
+            Arg::OptText(text) => query.bind(text),
+            Arg::Int(n) => query.bind(n),
+            Arg::OptInt(n) => query.bind(n),
         };
     }
     query
@@ -174,18 +178,18 @@ pub(super) fn bind_all<'q>(
 /// anonymous `?` on SQLite: SQLite looks a numbered parameter up by a walk over all of them, so
 /// binding the n parameters of a many-row insert by number costs n² (a fifth of the ingest's CPU
 /// at 275 parameters).
-pub(super) struct Built {
+pub(super) struct Built<'a> {
     pub(super) sql: String,
-    pub(super) args: Vec<Arg>,
+    pub(super) args: Vec<Arg<'a>>,
     anonymous: bool,
 }
 
-impl Built {
-    pub(super) fn new(db: &Db, sql: &str) -> Built {
+impl<'a> Built<'a> {
+    pub(super) fn new(db: &Db, sql: &str) -> Built<'a> {
         Built { sql: sql.to_string(), args: Vec::new(), anonymous: db.sqlite }
     }
 
-    pub(super) fn push(&mut self, clause: &str, args: Vec<Arg>) {
+    pub(super) fn push(&mut self, clause: &str, args: impl IntoIterator<Item = Arg<'a>>) {
         let mut args = args.into_iter();
         for (i, part) in clause.split('?').enumerate() {
             if i > 0 {
@@ -220,25 +224,25 @@ impl Db {
                  guardrail_verdict, timestamp_ms, record, received_at) VALUES ",
             );
             for (i, r) in chunk.iter().enumerate() {
-                let row = vec![
-                    Arg::Text(r.id.clone()),
-                    Arg::Text(r.workspace.clone()),
-                    Arg::OptText(r.record_key.clone()),
-                    Arg::Text(r.trace_id.clone()),
-                    Arg::OptText(r.span_id.clone()),
-                    Arg::OptText(r.provider.clone()),
-                    Arg::OptText(r.model.clone()),
+                let row = [
+                    Arg::Text(&r.id),
+                    Arg::Text(&r.workspace),
+                    Arg::OptText(r.record_key.as_deref()),
+                    Arg::Text(&r.trace_id),
+                    Arg::OptText(r.span_id.as_deref()),
+                    Arg::OptText(r.provider.as_deref()),
+                    Arg::OptText(r.model.as_deref()),
                     Arg::OptInt(r.status),
                     Arg::OptInt(r.input_tokens),
                     Arg::OptInt(r.output_tokens),
                     Arg::OptInt(r.cost_micro_usd),
-                    Arg::OptText(r.api_key_id.clone()),
-                    Arg::OptText(r.client_api.clone()),
+                    Arg::OptText(r.api_key_id.as_deref()),
+                    Arg::OptText(r.client_api.as_deref()),
                     Arg::OptInt(r.duration_ms),
-                    Arg::OptText(r.cache_status.clone()),
-                    Arg::OptText(r.guardrail_verdict.map(str::to_string)),
+                    Arg::OptText(r.cache_status.as_deref()),
+                    Arg::OptText(r.guardrail_verdict),
                     Arg::Int(r.timestamp_ms),
-                    Arg::Text(r.json.clone()),
+                    Arg::Text(&r.json),
                     Arg::Int(received_at),
                 ];
                 built.push(
@@ -251,7 +255,8 @@ impl Db {
                 );
             }
             built.sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
-            let rows = bind_all(one_off(&built.sql), &built.args).fetch_all(&mut *tx).await?;
+            let statement = rows_statement(&built.sql, chunk.len(), RECORDS_PER_INSERT);
+            let rows = bind_all(statement, &built.args).fetch_all(&mut *tx).await?;
             for row in rows {
                 inserted.insert(row.try_get::<String, _>(0)?);
             }
@@ -265,10 +270,12 @@ impl Db {
         for chunk in metadata.chunks(METADATA_PER_INSERT) {
             let mut built = Built::new(self, "INSERT INTO log_metadata (record_id, meta_key, meta_value) VALUES ");
             for (i, (id, key, value)) in chunk.iter().enumerate() {
-                let row = vec![Arg::Text(id.to_string()), Arg::Text(key.to_string()), Arg::Text(value.to_string())];
+                let row = [Arg::Text(id), Arg::Text(key), Arg::Text(value)];
                 built.push(if i == 0 { "(?, ?, ?)" } else { ", (?, ?, ?)" }, row);
             }
-            bind_all(one_off(&built.sql), &built.args).execute(&mut *tx).await?;
+            bind_all(rows_statement(&built.sql, chunk.len(), METADATA_PER_INSERT), &built.args)
+                .execute(&mut *tx)
+                .await?;
         }
         self.add_to_rollups(&mut tx, stored.into_iter()).await?;
         tx.commit().await
@@ -311,7 +318,7 @@ impl Db {
         limit: usize,
     ) -> DbResult<Vec<StoredRecord>> {
         let mut b = Built::new(self, "SELECT id, trace_id, timestamp_ms, record FROM log_records");
-        b.push(" WHERE workspace = ?", vec![Arg::Text(workspace.to_string())]);
+        b.push(" WHERE workspace = ?", [Arg::Text(workspace)]);
         let text_filters = [
             ("trace_id", &q.trace_id),
             ("span_id", &q.span_id),
@@ -324,39 +331,39 @@ impl Db {
         ];
         for (column, value) in text_filters {
             if let Some(value) = value {
-                b.push(&format!(" AND {column} = ?"), vec![Arg::Text(value.clone())]);
+                b.push(&format!(" AND {column} = ?"), [Arg::Text(value)]);
             }
         }
         // A status is read through its class's index (migration 0012 indexes `status / 100`, which
         // truncates as Rust does). The exact status is `+status`: a plain `status = ?` made SQLite
         // read the whole workspace by time instead, as if that term had an index of its own.
         if let Some(class) = q.status_class.or(q.status.map(|status| status / 100)) {
-            b.push(" AND status / 100 = ?", vec![Arg::Int(class)]);
+            b.push(" AND status / 100 = ?", [Arg::Int(class)]);
         }
         if let Some(status) = q.status {
-            b.push(" AND +status = ?", vec![Arg::Int(status)]);
+            b.push(" AND +status = ?", [Arg::Int(status)]);
         }
         if let Some(from) = q.from_ms {
-            b.push(" AND timestamp_ms >= ?", vec![Arg::Int(from)]);
+            b.push(" AND timestamp_ms >= ?", [Arg::Int(from)]);
         }
         if let Some(to) = q.to_ms {
-            b.push(" AND timestamp_ms <= ?", vec![Arg::Int(to)]);
+            b.push(" AND timestamp_ms <= ?", [Arg::Int(to)]);
         }
         for (key, value) in &q.metadata {
             b.push(
                 " AND EXISTS (SELECT 1 FROM log_metadata m WHERE m.record_id = log_records.id \
                  AND m.meta_key = ? AND m.meta_value = ?)",
-                vec![Arg::Text(key.clone()), Arg::Text(value.clone())],
+                [Arg::Text(key), Arg::Text(value)],
             );
         }
         if let Some((time, id)) = after {
             b.push(
                 " AND (timestamp_ms < ? OR (timestamp_ms = ? AND id < ?))",
-                vec![Arg::Int(time), Arg::Int(time), Arg::Text(id.to_string())],
+                [Arg::Int(time), Arg::Int(time), Arg::Text(id)],
             );
         }
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        b.push(" ORDER BY timestamp_ms DESC, id DESC LIMIT ?", vec![Arg::Int(limit)]);
+        b.push(" ORDER BY timestamp_ms DESC, id DESC LIMIT ?", [Arg::Int(limit)]);
         let rows = bind_all(sqlx::query(&b.sql), &b.args).fetch_all(&self.pool).await?;
         rows.iter()
             .map(|r| {
@@ -418,9 +425,9 @@ impl Db {
             return Ok(Vec::new());
         }
         let mut b = Built::new(self, "SELECT trace_id, value, weight, metadata, created_at_ms FROM log_feedback");
-        b.push(" WHERE workspace = ? AND trace_id IN (", vec![Arg::Text(workspace.to_string())]);
+        b.push(" WHERE workspace = ? AND trace_id IN (", [Arg::Text(workspace)]);
         for (i, key) in trace_keys.iter().enumerate() {
-            b.push(if i == 0 { "?" } else { ", ?" }, vec![Arg::Text(key.to_string())]);
+            b.push(if i == 0 { "?" } else { ", ?" }, [Arg::Text(key)]);
         }
         b.push(") ORDER BY created_at_ms, id", Vec::new());
         let rows = bind_all(sqlx::query(&b.sql), &b.args).fetch_all(&self.pool).await?;
