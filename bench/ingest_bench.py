@@ -5,7 +5,8 @@
 Starts the control plane (the release build by default) on a fresh database (its own SQLite file,
 or a PostgreSQL server started as the tests start it) and sends it batches of 500 records shaped as
 the benchmark's requests make them (`POST /internal/v1/records`, one sender, back to back; a random
-trace id each, as Envoy's request id is), each batch's record ids new. Prints the control plane's
+trace id each, as Envoy's request id is, or with `--trace-ids time` ids that follow time, as the
+record ids do), each batch's record ids new. Prints the control plane's
 CPU (utime + stime) per record over the second half of the batches, when the tables hold the first
 half: the figure the benchmark's "control plane CPU µs/req" column gives, in a loop short enough to
 try a change with (about 20 s for 400 batches). Only the control plane's own CPU is counted, not a
@@ -42,10 +43,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def batch(rng: random.Random, serial: int) -> bytes:
-    """A batch of the benchmark's records: one workspace, one model, a random trace id each."""
+def trace_id(rng: random.Random, now_ms: int, following_time: bool) -> str:
+    """A random UUID (Envoy's request id), or the time in ms then random bits."""
+    if following_time:
+        return f"{now_ms:012x}{rng.getrandbits(80):020x}"
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def batch(rng: random.Random, serial: int, following_time: bool) -> bytes:
+    """A batch of the benchmark's records: one workspace, one model, a trace id each."""
     now = int(time.time() * 1000)
-    records = [{"trace_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)), "span_id": None,
+    records = [{"trace_id": trace_id(rng, now, following_time), "span_id": None,
                 "parent_span_id": None, "span_name": None, "metadata": None, "method": "POST",
                 "path": "/v1/chat/completions", "provider": "openai", "model": "bench-model", "target": None,
                 "attempts": 1, "retries": 0, "fallbacks": 0, "cache_status": None, "status": 200, "stream": False,
@@ -55,7 +63,7 @@ def batch(rng: random.Random, serial: int) -> bytes:
     return json.dumps({"records": records}).encode()
 
 
-def measure(control_plane: Path, batches: int, environment: dict[str, str]) -> float:
+def measure(control_plane: Path, batches: int, environment: dict[str, str], following_time: bool) -> float:
     """The control plane's CPU µs per record over the second half of `batches`."""
     state = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
     (port,) = free_ports(1)
@@ -84,7 +92,7 @@ def measure(control_plane: Path, batches: int, environment: dict[str, str]) -> f
         for serial in range(batches):
             if serial == batches // 2:
                 start = cpu_seconds(proc.pid)
-            connection.request("POST", "/internal/v1/records", batch(rng, serial),
+            connection.request("POST", "/internal/v1/records", batch(rng, serial, following_time),
                                {"content-type": "application/json", "authorization": f"Bearer {TOKEN}"})
             answer = connection.getresponse()
             body = answer.read()
@@ -99,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=400)
     parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--trace-ids", choices=("random", "time"), default="random")
     parser.add_argument("--control-plane", type=Path, default=ROOT / "target/control-plane/gateway-control-plane")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
@@ -106,8 +115,8 @@ def main() -> None:
         if args.database == "postgres":
             postgres = stack.enter_context(running_postgres(Path(tempfile.mkdtemp()) / "postgres.log"))
             environment["GATEWAY_DATABASE_URL"] = postgres.database("ingest")
-        spent = measure(args.control_plane, args.batches, environment)
-    print(f"{args.database}: {spent:.1f} µs of the control plane's CPU per record "
+        spent = measure(args.control_plane, args.batches, environment, args.trace_ids == "time")
+    print(f"{args.database}, {args.trace_ids} trace ids: {spent:.1f} µs of the control plane's CPU per record "
           f"({args.batches - args.batches // 2} batches of {BATCH} measured)")
 
 
