@@ -470,6 +470,12 @@ def main():
     procs.append(control_plane)
     pids = {bare_port: procs[1].pid, gateway_port: procs[2].pid}
 
+    def measured_proxy(port, config, name):
+        """Starts a proxy under test on `port` (its CPU is counted per run); its port."""
+        procs.append(start_envoy(config, workdir, name, args.concurrency, proxy_cpus))
+        pids[port] = procs[-1].pid
+        return port
+
     def floor(name, mode, host_env):
         """An Envoy with the same template, listener and clusters as the gateway's, running a floor
         module (bench/README.md, The floors) in `mode` (pass, hold) on the host `host_env` names;
@@ -478,10 +484,8 @@ def main():
         port = free_port()
         floor_env = {**env, "GATEWAY_PORT": str(port), "GATEWAY_ADMIN_PORT": str(free_port()),
                      "GATEWAY_ACCESS_LOG": "off", **host_env}
-        config = with_plugin_configuration(rendered(floor_env), f"{mode} 127.0.0.1:{mock_port}")
-        procs.append(start_envoy(config, workdir, name, args.concurrency, proxy_cpus))
-        pids[port] = procs[-1].pid
-        return port
+        return measured_proxy(port, with_plugin_configuration(rendered(floor_env), f"{mode} 127.0.0.1:{mock_port}"),
+                              name)
 
     control_plane_port = int(control_plane_addr.split(":")[1])
     native_floor = {"GATEWAY_HOST": "native", "GATEWAY_NATIVE_MODULE": str(NATIVE_FLOOR)}
@@ -497,9 +501,7 @@ def main():
         filter_text = filters % {"configuration": json.dumps(json.dumps(configuration)), "module": json.dumps(str(module))}
         config = MESH % {"port": port, "mock_port": mock_port, "control_plane_port": control_plane_port,
                          "filters": filter_text, "catch_all": "" if filters else MESH_CATCH_ALL % {"mock_port": mock_port}}
-        procs.append(start_envoy(config, workdir, name, args.concurrency, proxy_cpus))
-        pids[port] = procs[-1].pid
-        return port
+        return measured_proxy(port, config, name)
 
     # The gateway in the mesh, as docs/deployment.md sets it up there: `upstream` names the host's
     # clusters, the control plane is a host too.
@@ -514,27 +516,21 @@ def main():
     native_port = free_port()
     native_env = {**env, "GATEWAY_PORT": str(native_port), "GATEWAY_ADMIN_PORT": str(free_port()),
                   "GATEWAY_HOST": "native", "GATEWAY_NATIVE_MODULE": str(NATIVE_MODULE)}
-    native_config = rendered(native_env)
-    procs.append(start_envoy(native_config, workdir, "native", args.concurrency, proxy_cpus))
-    pids[native_port] = procs[-1].pid
+    measured_proxy(native_port, rendered(native_env), "native")
     compare_native_port = None
     if args.compare_native:
         compare_native_port = free_port()
         compare_native_env = {**native_env, "GATEWAY_PORT": str(compare_native_port),
                               "GATEWAY_ADMIN_PORT": str(free_port()),
                               "GATEWAY_NATIVE_MODULE": str(args.compare_native.resolve())}
-        compare_native_config = rendered(compare_native_env)
-        procs.append(start_envoy(compare_native_config, workdir, "compare-native", args.concurrency, proxy_cpus))
-        pids[compare_native_port] = procs[-1].pid
+        measured_proxy(compare_native_port, rendered(compare_native_env), "compare-native")
     compare_port = None
     if args.compare_wasm:
         compare_port = free_port()
         compare_env = {**env, "GATEWAY_PORT": str(compare_port), "GATEWAY_ADMIN_PORT": str(free_port()),
                        "GATEWAY_WASM": str(args.compare_wasm.resolve()),
                        **dict(setting.split("=", 1) for setting in args.compare_env)}
-        compare_config = rendered(compare_env)
-        procs.append(start_envoy(compare_config, workdir, "compare", args.concurrency, proxy_cpus))
-        pids[compare_port] = procs[-1].pid
+        measured_proxy(compare_port, rendered(compare_env), "compare")
     gateway_headers = {
         "x-gateway-api-key": API_KEY, "x-gateway-provider": "openai", "authorization": "Bearer sk-bench",
         "x-gateway-custom-host": f"http://127.0.0.1:{mock_port}/v1", "content-type": "application/json",

@@ -18,29 +18,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
-import json
-import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-from pg_server import free_ports, running_postgres, stop_group  # noqa: E402
-
-TOKEN = "ingest-bench-token"
-BATCH = 500
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+from console_bench import BATCH, ROOT, TOKEN, ControlPlane
+from pg_server import running_postgres
 
 
 def trace_id(rng: random.Random, now_ms: int, following_time: bool) -> str:
@@ -50,7 +36,7 @@ def trace_id(rng: random.Random, now_ms: int, following_time: bool) -> str:
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
-def batch(rng: random.Random, serial: int, following_time: bool) -> bytes:
+def batch(rng: random.Random, serial: int, following_time: bool) -> dict:
     """A batch of the benchmark's records: one workspace, one model, a trace id each."""
     now = int(time.time() * 1000)
     records = [{"trace_id": trace_id(rng, now, following_time), "span_id": None,
@@ -60,47 +46,27 @@ def batch(rng: random.Random, serial: int, following_time: bool) -> bytes:
                 "prompt_tokens": 9, "completion_tokens": 5, "duration_ms": rng.randint(1, 5),
                 "time_to_first_token_ms": None, "error_code": None, "workspace": "default", "timestamp_ms": now,
                 "record_id": f"{now:012x}{serial:06x}{i:04x}{rng.getrandbits(32):08x}"} for i in range(BATCH)]
-    return json.dumps({"records": records}).encode()
+    return {"records": records}
 
 
-def measure(control_plane: Path, batches: int, environment: dict[str, str], following_time: bool) -> float:
+def measure(control_plane: Path, batches: int, database_url: str | None, following_time: bool) -> float:
     """The control plane's CPU µs per record over the second half of `batches`."""
-    state = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
-    (port,) = free_ports(1)
-    env = {"PATH": "/usr/bin:/bin", "GATEWAY_CONTROL_PLANE_ADDR": f"127.0.0.1:{port}",
-           "GATEWAY_CONTROL_PLANE_TOKEN": TOKEN, "GATEWAY_API_KEYS": "ingest-bench-key",
-           "GATEWAY_STATE_DIR": str(state), **environment}
-    with open(state / "control-plane.log", "wb") as log:
-        proc = subprocess.Popen([str(control_plane)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+    cp = ControlPlane(control_plane, Path(tempfile.mkdtemp(prefix="ingest-bench-")), database_url)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                connection.request("GET", "/health")
-                if connection.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                sys.exit(f"ingest_bench: the control plane did not start: {(state / 'control-plane.log').read_text()}")
-            time.sleep(0.1)
         rng = random.Random(48)
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        # One connection for every batch, as the filter's calls reuse Envoy's connections.
+        connection = http.client.HTTPConnection("127.0.0.1", cp.port, timeout=300)
         start = 0.0
         for serial in range(batches):
             if serial == batches // 2:
-                start = cpu_seconds(proc.pid)
-            connection.request("POST", "/internal/v1/records", batch(rng, serial, following_time),
-                               {"content-type": "application/json", "authorization": f"Bearer {TOKEN}"})
-            answer = connection.getresponse()
-            body = answer.read()
-            if answer.status != 202:
-                sys.exit(f"ingest_bench: a batch got {answer.status}: {body[:500]!r}")
-        return (cpu_seconds(proc.pid) - start) * 1e6 / ((batches - batches // 2) * BATCH)
+                start = cp.cpu_seconds()
+            status, _, payload = cp.call("POST", "/internal/v1/records", batch(rng, serial, following_time),
+                                         {"authorization": f"Bearer {TOKEN}"}, connection)
+            if status != 202:
+                sys.exit(f"ingest_bench: a batch got {status}: {payload[:500]!r}")
+        return (cp.cpu_seconds() - start) * 1e6 / ((batches - batches // 2) * BATCH)
     finally:
-        stop_group(proc)
+        cp.stop()
 
 
 def main() -> None:
@@ -111,11 +77,11 @@ def main() -> None:
     parser.add_argument("--control-plane", type=Path, default=ROOT / "target/control-plane/gateway-control-plane")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        environment = {}
+        database_url = None
         if args.database == "postgres":
             postgres = stack.enter_context(running_postgres(Path(tempfile.mkdtemp()) / "postgres.log"))
-            environment["GATEWAY_DATABASE_URL"] = postgres.database("ingest")
-        spent = measure(args.control_plane, args.batches, environment, args.trace_ids == "time")
+            database_url = postgres.database("ingest")
+        spent = measure(args.control_plane, args.batches, database_url, args.trace_ids == "time")
     print(f"{args.database}, {args.trace_ids} trace ids: {spent:.1f} µs of the control plane's CPU per record "
           f"({args.batches - args.batches // 2} batches of {BATCH} measured)")
 
