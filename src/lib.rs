@@ -10,6 +10,7 @@
 mod cache;
 mod catalog;
 mod client_api;
+mod entropy;
 // The metrics, the shipped config's stats_tags and the metrics table of docs/observability.md, tied.
 #[cfg(test)]
 mod envoy_stats_tags;

@@ -394,6 +394,23 @@ fn health_answers_without_a_key() {
 }
 
 #[test]
+fn a_request_without_a_trace_id_gets_a_uuid_v7_that_follows_time_not_envoys_request_id() {
+    let mut gw = Gateway::new(SETTINGS);
+    gw.io.host.now_ms.set(0x0192_3456_789a);
+    gw.io.host.random = 0x0123_4567_89ab_cdef;
+    let headers = request("POST", "/v1/chat/completions", &[("x-request-id", "envoy-random-id")]);
+    let (_, status, headers, _) = reply(&gw.request_headers(1, headers, true));
+    assert_eq!(status, 401);
+    // The time's 48 bits, version 7, 12 random bits, variant 10, 62 random bits.
+    assert_eq!(headers[TRACE_HEADER], "01923456-789a-7def-9abc-456789abcdef");
+    assert_eq!(gw.finished(1).unwrap().trace_id, "01923456-789a-7def-9abc-456789abcdef");
+    // A later request's id sorts after it.
+    gw.io.host.now_ms.set(0x0192_3456_789b);
+    let (_, _, later, _) = reply(&gw.request_headers(2, request("GET", "/health", &[]), true));
+    assert!(later[TRACE_HEADER].as_str() > "01923456-789a-7def-9abc-456789abcdef", "{}", later[TRACE_HEADER]);
+}
+
+#[test]
 fn a_request_without_a_gateway_key_is_refused_in_openai_shape() {
     let mut gw = Gateway::new(SETTINGS);
     let headers = request("POST", "/v1/chat/completions", &[("x-gateway-trace-id", "trace-401")]);

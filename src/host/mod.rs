@@ -12,6 +12,7 @@
 mod abi;
 mod wire;
 
+use crate::entropy::Entropy;
 use crate::exchange::metrics::Kind;
 use crate::exchange::{self, Action, After, CallAnswer, Dispatch, Io, Output, Worker};
 use crate::ports::{Host, SharedStore};
@@ -43,6 +44,8 @@ pub extern "C" fn proxy_abi_version_0_2_1() {}
 thread_local! {
     /// This VM's contexts: each root context's worker, and the worker of each request's root.
     static CONTEXTS: RefCell<Contexts> = RefCell::new(Contexts::default());
+    /// This VM's randomness, read from the host 4 KiB at a time.
+    static ENTROPY: RefCell<Entropy> = RefCell::new(Entropy::new());
 }
 
 #[derive(Default)]
@@ -453,11 +456,14 @@ impl HostIo {
 
 impl Host for HostIo {
     fn random(&mut self) -> u64 {
-        let mut bytes = [0u8; 8];
-        if let Err(error) = abi::random_bytes(&mut bytes) {
-            log::warn!("random_get failed ({error}); random choices fall back to the first option");
-        }
-        u64::from_le_bytes(bytes)
+        let refill = |bytes: &mut [u8]| match abi::random_bytes(bytes) {
+            Ok(()) => true,
+            Err(error) => {
+                log::warn!("random_get failed ({error}); random choices fall back to the first option");
+                false
+            }
+        };
+        ENTROPY.with(|entropy| entropy.try_borrow_mut().map(|mut entropy| entropy.next_u64(refill)).unwrap_or_default())
     }
 
     fn now_ms(&self) -> u64 {

@@ -8,6 +8,7 @@ use super::calls::{
 use super::relay;
 use super::ticker::{unix_ms, Ticker};
 use super::ROOT;
+use crate::entropy::Entropy;
 use crate::exchange::metrics::{self, Kind};
 use crate::exchange::{Dispatch, Io};
 use crate::ports::{compare_and_set, Entries, Host, SharedStore};
@@ -277,7 +278,15 @@ const ACCESS_LOG_STATE: &str = "wasm.gateway_record";
 
 impl Host for NativeIo<'_> {
     fn random(&mut self) -> u64 {
-        self.random.next_u64()
+        self.random.next_u64(|bytes| {
+            let read =
+                std::fs::File::open("/dev/urandom").and_then(|mut file| std::io::Read::read_exact(&mut file, bytes));
+            if let Err(error) = &read {
+                // Never on Linux.
+                log::error!("/dev/urandom could not be read ({error}): random draws are 0");
+            }
+            read.is_ok()
+        })
     }
 
     fn now_ms(&self) -> u64 {
@@ -291,51 +300,5 @@ impl Host for NativeIo<'_> {
 
     fn store(&self) -> &dyn SharedStore {
         &ProcessStore
-    }
-}
-
-/// A thread's randomness: the OS's (`/dev/urandom`, as the wasm host's `random_get` is), read
-/// 4 KiB at a time so a draw is not a system call. Session ids and the key that seals them
-/// (`crate::mcp::sealed`) are made of it, so it must not be predictable.
-#[derive(Debug)]
-pub(super) struct Entropy {
-    bytes: Box<[u8; ENTROPY_BYTES]>,
-    next: usize,
-}
-
-const ENTROPY_BYTES: usize = 4096;
-
-impl Entropy {
-    pub(super) fn new() -> Entropy {
-        Entropy { bytes: Box::new([0; ENTROPY_BYTES]), next: ENTROPY_BYTES }
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        if self.next + 8 > ENTROPY_BYTES {
-            let read = std::fs::File::open("/dev/urandom")
-                .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut self.bytes[..]));
-            if let Err(error) = read {
-                // Never on Linux; the draws then repeat the last bytes rather than stop the filter.
-                log::error!("/dev/urandom could not be read ({error}): random draws are not random");
-            }
-            self.next = 0;
-        }
-        let draw = self.bytes.get(self.next..self.next + 8).and_then(|bytes| bytes.try_into().ok());
-        self.next += 8;
-        u64::from_le_bytes(draw.unwrap_or_default())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Entropy;
-
-    #[test]
-    fn draws_are_the_oss_randomness_across_refills() {
-        let (mut one, mut two) = (Entropy::new(), Entropy::new());
-        let draws: Vec<u64> = (0..1200).map(|_| one.next_u64()).collect();
-        let distinct: std::collections::HashSet<&u64> = draws.iter().collect();
-        assert_eq!(distinct.len(), draws.len(), "no draw repeats, across two refills");
-        assert_ne!(one.next_u64(), two.next_u64(), "each thread reads its own");
     }
 }

@@ -2,10 +2,11 @@
 //! calls) and running one event on its worker.
 
 use super::calls::{self, ffi::EnvoyFilter};
-use super::io::{Call, Entropy, NativeIo, Stream};
+use super::io::{Call, NativeIo, Stream};
 use super::relay::{Mailbox, Relay};
 use super::ticker::{after, unix_ms, Ticker, ANSWER_ORPHANED};
 use super::{MetricIds, ROOT};
+use crate::entropy::Entropy;
 use crate::exchange::{Action, After, Output, Worker};
 use crate::settings::Settings;
 use hashbrown::HashMap;

@@ -130,7 +130,7 @@ pub(crate) fn api_key(raw: &[(String, Vec<u8>)]) -> Option<&[u8]> {
 }
 
 /// Trace fields for the log line and the trace id header, readable even from a request
-/// the gateway rejects. Without a client trace id, Envoy's `x-request-id` serves.
+/// the gateway rejects. Without a client trace id, the gateway makes one (`exchange::trace_id`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct TraceFields {
     pub(crate) trace_id: Option<String>,
@@ -141,14 +141,13 @@ pub(crate) struct TraceFields {
 
 pub(crate) fn trace_fields(raw: &[(String, Vec<u8>)]) -> TraceFields {
     // The first value of each, in one pass over the headers.
-    let (mut trace_id, mut request_id, mut span_id, mut parent_span_id, mut span_name) = (None, None, None, None, None);
+    let (mut trace_id, mut span_id, mut parent_span_id, mut span_name) = (None, None, None, None);
     for (name, value) in raw {
         let slot = match lookup(name).map(|(field, _)| field) {
             Some(Field::TraceId) => &mut trace_id,
             Some(Field::SpanId) => &mut span_id,
             Some(Field::ParentSpanId) => &mut parent_span_id,
             Some(Field::SpanName) => &mut span_name,
-            _ if name == "x-request-id" => &mut request_id,
             _ => continue,
         };
         slot.get_or_insert(value.as_slice());
@@ -158,7 +157,7 @@ pub(crate) fn trace_fields(raw: &[(String, Vec<u8>)]) -> TraceFields {
         value.and_then(|v| std::str::from_utf8(v).ok()).map(|v| v.trim().to_string()).unwrap_or_default()
     };
     TraceFields {
-        trace_id: [trace_id, request_id].into_iter().map(text).find(|id| !id.is_empty()),
+        trace_id: Some(text(trace_id)).filter(|id| !id.is_empty()),
         span_id: text(span_id),
         parent_span_id: text(parent_span_id),
         span_name: text(span_name),
@@ -443,7 +442,7 @@ mod tests {
     }
 
     #[test]
-    fn trace_fields_prefer_the_client_then_envoy() {
+    fn trace_fields_are_the_clients_and_never_envoys_request_id() {
         let raw = |pairs: &[(&str, &str)]| -> Vec<(String, Vec<u8>)> {
             pairs.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect()
         };
@@ -453,16 +452,13 @@ mod tests {
             ("x-gateway-span-id", "s1"),
         ]));
         assert_eq!((t.trace_id.as_deref(), t.span_id.as_str()), (Some("client-id"), "s1"));
-        assert_eq!(
-            trace_fields(&raw(&[("x-request-id", "envoy-id"), ("x-gateway-trace-id", " ")])).trace_id.as_deref(),
-            Some("envoy-id")
-        );
+        assert_eq!(trace_fields(&raw(&[("x-request-id", "envoy-id"), ("x-gateway-trace-id", " ")])).trace_id, None);
         assert_eq!(trace_fields(&raw(&[])).trace_id, None);
         let garbled = vec![
             ("x-gateway-trace-id".to_string(), b"\xff\xfe".to_vec()),
             ("x-request-id".to_string(), b"r1".to_vec()),
         ];
-        assert_eq!(trace_fields(&garbled).trace_id.as_deref(), Some("r1"));
+        assert_eq!(trace_fields(&garbled).trace_id, None);
         assert_eq!(api_key(&raw(&[("apikey", "k")])), Some(&b"k"[..]));
     }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -63,8 +64,16 @@ def test_trace_id_generated_when_absent(gateway, openai_mock):
             assert r.status_code == status, r.text
             tid = r.headers.get("x-gateway-trace-id")
             assert tid and tid.strip(), f"no generated trace id on {r.status_code}"
+            # A UUID version 7 (RFC 9562): its first 48 bits are the time in ms.
+            generated = uuid.UUID(tid)
+            assert (str(generated), generated.version, generated.variant) == (tid, 7, uuid.RFC_4122), tid
+            assert abs(int(tid.replace("-", "")[:12], 16) / 1000 - time.time()) < 60, tid
             ids.append(tid)
     assert len(set(ids)) == len(ids), f"generated trace ids repeat: {ids}"
+    times = [tid[:13] for tid in ids]  # the time's digits: never behind the request before
+    assert times[:2] == sorted(times[:2]) and times[2:] == sorted(times[2:]), f"not in the order sent: {ids}"
+    # Not Envoy's request id, which the provider receives.
+    assert openai_mock.last.headers["x-request-id"] != ids[1]
 
 
 def test_trace_id_on_local_errors(gateway, openai_mock):
