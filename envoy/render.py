@@ -19,7 +19,7 @@ from here, so they cannot drift. Settings (environment variables):
   {issuer, jwks_uri, resource, workspace_claim}; docs/mcp.md),
   GATEWAY_MCP_SESSION_KEY (32 bytes in base64, the same on every replica: seals the MCP servers'
   sessions in the aggregate's session ids; docs/mcp.md),
-  GATEWAY_ACCESS_LOG (file of the JSON access log; default /dev/stdout; "off": none),
+  GATEWAY_ACCESS_LOG (absolute path of the JSON access log; default /dev/stdout; "off": none),
   GATEWAY_STREAM_IDLE_TIMEOUT (seconds without a byte from the provider or the client before
   Envoy ends a request; default 300, Envoy's own; 0: never),
   GATEWAY_CA_BUNDLE (/etc/ssl/certs/ca-certificates.crt),
@@ -113,6 +113,9 @@ def render(env):
     access_log = env.get("GATEWAY_ACCESS_LOG") or "/dev/stdout"
     if access_log == "off":
         text = strip_section(text, "access-log")
+    elif not access_log.startswith("/"):
+        # A relative path would land wherever Envoy runs (`on` wrote a file named `on`).
+        sys.exit(f'render.py: GATEWAY_ACCESS_LOG must be an absolute path or "off", not {access_log!r}')
     idle = env.get("GATEWAY_STREAM_IDLE_TIMEOUT") or "300"
     if not idle.isdigit():
         sys.exit(f"render.py: GATEWAY_STREAM_IDLE_TIMEOUT must be a whole number of seconds, not {idle!r}")

@@ -49,7 +49,8 @@ def test_shipped_configs_pass_envoy_validation(name, config, tmp_path):
 
 def test_render_refuses_bad_settings():
     for env in ({}, {"GATEWAY_API_KEYS": "k", "GATEWAY_CREDENTIALS": "[1]"},
-                {"GATEWAY_API_KEYS": "k", "GATEWAY_CREDENTIALS": "{bad"}):
+                {"GATEWAY_API_KEYS": "k", "GATEWAY_CREDENTIALS": "{bad"},
+                {"GATEWAY_API_KEYS": "k", "GATEWAY_ACCESS_LOG": "on"}):
         clean = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
         result = subprocess.run([sys.executable, str(RENDER)], env={**clean, **env}, capture_output=True, text=True)
         assert result.returncode != 0
