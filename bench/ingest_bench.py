@@ -5,8 +5,9 @@
 Starts the control plane (the release build by default) on a fresh database (its own SQLite file,
 or a PostgreSQL server started as the tests start it) and sends it batches of 500 records shaped as
 the benchmark's requests make them (`POST /internal/v1/records`, one sender, back to back; a random
-trace id each, as Envoy's request id is, or with `--trace-ids time` ids that follow time, as the
-record ids do), each batch's record ids new. Prints the control plane's
+trace id each, as a client sending its own random ids gives, and as Envoy's request id gave before
+the gateway made its own; or with `--trace-ids time` the UUIDs version 7 the gateway makes, which
+follow time), each batch's record ids new. Prints the control plane's
 CPU (utime + stime) per record over the second half of the batches, when the tables hold the first
 half: the figure the benchmark's "control plane CPU µs/req" column gives, in a loop short enough to
 try a change with (about 20 s for 400 batches). Only the control plane's own CPU is counted, not a
@@ -30,9 +31,11 @@ from pg_server import running_postgres
 
 
 def trace_id(rng: random.Random, now_ms: int, following_time: bool) -> str:
-    """A random UUID (Envoy's request id), or the time in ms then random bits."""
+    """A random UUID (version 4), or a UUID version 7 as the gateway makes: the time in ms, the
+    version, 12 random bits, the variant, 62 random bits (Python 3.11's `uuid` knows no version 7)."""
     if following_time:
-        return f"{now_ms:012x}{rng.getrandbits(80):020x}"
+        bits = (now_ms << 80) | (0x7 << 76) | (rng.getrandbits(12) << 64) | (0b10 << 62) | rng.getrandbits(62)
+        return str(uuid.UUID(int=bits))
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
