@@ -46,6 +46,8 @@ struct Beat {
     /// When the worker's idle calls go (see `ThreadState::went_idle`), unless a request comes first.
     idle_due: Option<Instant>,
     stopped: bool,
+    /// Until when the ticker's thread sleeps, while it does (`Some(None)`: until woken).
+    sleeps_until: Option<Option<Instant>>,
 }
 
 /// What the ticker's thread does next.
@@ -70,9 +72,26 @@ impl Beat {
         true
     }
 
+    /// The earliest of the next tick and the idle time.
+    fn due(&self) -> Option<Instant> {
+        self.next.into_iter().chain(self.idle_due).min()
+    }
+
+    /// Whether the sleeping ticker's thread must be woken for what changed: only when something
+    /// is now due before it wakes anyway. A later or withdrawn time waits for that wake (one
+    /// spare step): a worker going idle and busy again between requests sets and clears its
+    /// idle time each time, and waking the thread for each cost two context switches a request.
+    fn needs_waking(&self) -> bool {
+        match (self.sleeps_until, self.due()) {
+            (Some(None), Some(_)) => true,
+            (Some(Some(wakes)), Some(due)) => due < wakes,
+            _ => false,
+        }
+    }
+
     /// What is due at `now`: the idle time before a tick due too; a tick's next one a period on.
     fn step(&mut self, now: Instant) -> Step {
-        match self.next.into_iter().chain(self.idle_due).min() {
+        match self.due() {
             None => Step::Wait(None),
             Some(at) if at > now => Step::Wait(Some(at - now)),
             Some(_) if self.idle_due.is_some_and(|due| due <= now) => {
@@ -106,7 +125,8 @@ impl Ticker {
     }
 
     pub(super) fn set_period(&self, period_ms: u64) {
-        if self.shared.beat().set_period(period_ms, Instant::now()) {
+        let mut beat = self.shared.beat();
+        if beat.set_period(period_ms, Instant::now()) && beat.needs_waking() {
             self.shared.changed.notify_one();
         }
     }
@@ -150,7 +170,9 @@ impl TickerShared {
         let mut beat = self.beat();
         if beat.idle_due != due {
             beat.idle_due = due;
-            self.changed.notify_one();
+            if beat.needs_waking() {
+                self.changed.notify_one();
+            }
         }
     }
 
@@ -179,10 +201,17 @@ impl TickerShared {
     fn run(&self, on_idle: impl Fn()) {
         let mut beat = self.beat();
         while !beat.stopped {
-            match beat.step(Instant::now()) {
-                Step::Wait(None) => beat = self.changed.wait(beat).unwrap_or_else(PoisonError::into_inner),
+            let now = Instant::now();
+            match beat.step(now) {
+                Step::Wait(None) => {
+                    beat.sleeps_until = Some(None);
+                    beat = self.changed.wait(beat).unwrap_or_else(PoisonError::into_inner);
+                    beat.sleeps_until = None;
+                }
                 Step::Wait(Some(time)) => {
+                    beat.sleeps_until = Some(now.checked_add(time));
                     beat = self.changed.wait_timeout(beat, time).unwrap_or_else(PoisonError::into_inner).0;
+                    beat.sleeps_until = None;
                 }
                 Step::Idle => {
                     // Not under the beat's lock: the relay takes its own.
@@ -288,6 +317,28 @@ mod tests {
         assert_eq!(beat.step(start), Step::Wait(Some(ms(1000))));
         assert_eq!(beat.step(start + ms(1000)), Step::Idle);
         assert_eq!(beat.step(start + ms(1000)), Step::Wait(None));
+    }
+
+    #[test]
+    fn the_sleeping_thread_is_woken_only_for_what_is_due_before_it_wakes() {
+        let start = Instant::now();
+        let mut beat = Beat { idle_due: Some(start + ms(1000)), ..Beat::default() };
+        assert!(!beat.needs_waking(), "a running thread steps again before it sleeps");
+        beat.sleeps_until = Some(Some(start + ms(1000)));
+        // A worker busy again, then idle again: its idle time withdrawn, then set later.
+        beat.idle_due = None;
+        assert!(!beat.needs_waking(), "withdrawn: the thread finds nothing due when it wakes");
+        beat.idle_due = Some(start + ms(1200));
+        assert!(!beat.needs_waking(), "later: it waits on when it wakes");
+        assert_eq!(beat.step(start + ms(1000)), Step::Wait(Some(ms(200))));
+        // A tick due sooner than the thread wakes does wake it.
+        beat.set_period(100, start);
+        assert!(beat.needs_waking());
+        // A thread asleep until woken is woken for anything due.
+        let mut beat = Beat { sleeps_until: Some(None), ..Beat::default() };
+        assert!(!beat.needs_waking());
+        beat.idle_due = Some(start + ms(60_000));
+        assert!(beat.needs_waking());
     }
 
     #[test]
