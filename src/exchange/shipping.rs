@@ -91,23 +91,30 @@ impl Shipper {
         Some(body)
     }
 
-    /// A copy of a batch of the records not acknowledged yet, those in flight first (they stay
-    /// where they are, and go again: the control plane stores each record id once).
+    /// Copies of every record not acknowledged yet, in batches, those in flight first (they
+    /// stay where they are, and go again: the control plane stores each record id once). All
+    /// of them: a worker that goes idle with more than a batch queued, or with a batch in flight
+    /// whose answer waits in its mailbox, would else keep the rest until its next request.
     #[cfg(any(test, feature = "native"))]
-    pub(super) fn copy_of_unacknowledged(&self) -> Option<Vec<u8>> {
-        let (count, bytes) = batch_of(self.unacknowledged());
-        (count > 0).then(|| body(self.unacknowledged().take(count), count, bytes))
+    pub(super) fn copies_of_unacknowledged(&self) -> Vec<Vec<u8>> {
+        let records: Vec<&Queued> = self.unacknowledged().collect();
+        let mut rest = records.as_slice();
+        let mut copies = Vec::new();
+        while !rest.is_empty() {
+            let (count, bytes) = batch_of(rest.iter().copied());
+            let (batch, after) = rest.split_at(count.clamp(1, rest.len()));
+            copies.push(body(batch.iter().copied(), batch.len(), bytes));
+            rest = after;
+        }
+        copies
     }
 
-    /// The copy `copy_of_unacknowledged` made (of these same records) was stored: its queued
-    /// records leave the queue (those in flight wait for their batch's own answer).
+    /// The copies `copies_of_unacknowledged` made (of these same records) were all stored: the
+    /// queue empties (the records in flight wait for their batch's own answer).
     #[cfg(any(test, feature = "native"))]
-    pub(super) fn copy_stored(&mut self) {
-        let in_flight = self.in_flight.as_ref().map_or(0, |(_, batch)| batch.len());
-        let (count, _) = batch_of(self.unacknowledged());
-        let stored = count.saturating_sub(in_flight).min(self.queue.len());
-        let bytes: usize = self.queue.drain(..stored).map(|record| record.json.len()).sum();
-        self.bytes = self.bytes.saturating_sub(bytes);
+    pub(super) fn copies_stored(&mut self) {
+        self.queue.clear();
+        self.bytes = 0;
     }
 
     /// The records the control plane has not acknowledged, oldest first: the batch in flight's,

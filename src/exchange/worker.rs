@@ -416,8 +416,8 @@ impl Worker {
     /// What a worker whose last request ended sends if no other comes soon (the native module's
     /// timer rides on its streams: nothing ticks before the next request): the reports of its
     /// leases as if each ended at `now_ms`, rather than expire unreported, which the control plane
-    /// would count as wholly spent; and a copy of the records not acknowledged yet (they stay
-    /// queued: the control plane stores each record id once). Nothing changes here: the host
+    /// would count as wholly spent; and copies of every record not acknowledged yet, in batches
+    /// (they stay queued: the control plane stores each record id once). Nothing changes here: the host
     /// holds these calls, drops them when a request comes first, and else sends them and says so
     /// (`idle_sent`) before the worker's next event.
     #[cfg(any(test, feature = "native"))]
@@ -427,7 +427,7 @@ impl Worker {
         };
         let reports = self.tasks.leases.idle_reports(now_ms);
         let leases = (!reports.is_empty()).then(|| shipping::leases(cp, &[], &reports));
-        let records = self.tasks.records.copy_of_unacknowledged().map(|body| shipping::call(cp, body));
+        let records = self.tasks.records.copies_of_unacknowledged().into_iter().map(|body| shipping::call(cp, body));
         leases.into_iter().chain(records).collect()
     }
 
@@ -436,7 +436,7 @@ impl Worker {
     #[cfg(any(test, feature = "native"))]
     pub(crate) fn idle_sent(&mut self, idle_ms: u64, stored: bool) {
         if stored {
-            self.tasks.records.copy_stored();
+            self.tasks.records.copies_stored();
         }
         self.tasks.leases.retire_all(idle_ms);
         // Their reports went with those calls (and with no lease active, none is renewed).

@@ -7,7 +7,7 @@ use super::calls::{
 };
 use super::guarded;
 use super::io::Stream;
-use super::thread::{answer_mail, run, unmarked, went_idle, with_worker, Filter, THREADS};
+use super::thread::{answer_mail, run, tick_pending, unmarked, went_idle, with_worker, Filter, THREADS};
 use super::ticker::{ANSWERS, TICK};
 use crate::exchange::{Action, Io, Output, Worker};
 use std::ffi::c_void;
@@ -51,7 +51,20 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     module: *const c_void,
     end_of_stream: bool,
 ) -> u32 {
+    guarded((), || {
+        if let Some(filter) = filter(module) {
+            run_pending_tick(filter);
+        }
+    });
     headers_hook(module, end_of_stream, Worker::request_headers, request_held)
+}
+
+/// The worker's timer, when a tick came that it has not run: the ticking stream's `scheduled`
+/// hook runs it, or, when that stream ended first, the next stream's first hook.
+fn run_pending_tick(filter: &Filter) {
+    if tick_pending(filter) {
+        run(filter, |worker, io| worker.tick(io), unmarked);
+    }
 }
 
 /// Which way a body goes.
@@ -265,7 +278,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
         };
         match event {
             TICK => {
-                run(filter, |worker, io| worker.tick(io), unmarked);
+                run_pending_tick(filter);
                 return;
             }
             ANSWERS => {

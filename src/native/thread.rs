@@ -274,6 +274,15 @@ pub(super) fn answer_mail(worker: &mut Worker, io: &mut NativeIo) -> Output {
 /// a write (a lease given back is asked again by the next request).
 const IDLE_GRACE_MS: u64 = 1000;
 
+/// Whether a tick of `filter`'s worker came that it has not run yet, which the caller then runs
+/// (see `TickerShared::take_tick`).
+pub(super) fn tick_pending(filter: &Filter) -> bool {
+    THREADS.with(|threads| {
+        let threads = threads.try_borrow().ok()?;
+        Some(threads.get(&filter.config)?.ticker.shared.take_tick())
+    }) == Some(true)
+}
+
 /// The last stream of `filter`'s worker thread ended (see `ThreadState::went_idle`).
 pub(super) fn went_idle(filter: &Filter) {
     THREADS.with(|threads| {

@@ -5,6 +5,7 @@ use super::calls::{
     self,
     ffi::{self, EnvoyFilter},
 };
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,12 @@ pub(super) struct TickerShared {
     changed: Condvar,
     /// The ticking stream and its scheduler.
     ticking: Mutex<Option<(u32, calls::Scheduler)>>,
+    /// A tick came and the worker has not run it yet: the ticking stream may end before its
+    /// `scheduled` hook runs (Envoy then drops the event), or no stream ticked. Under a load of
+    /// short requests (cache hits end in their body hook) that was nearly every tick, and the
+    /// records waited until the queue's bound dropped them; the next stream's first hook runs
+    /// the tick instead (`take_tick`).
+    tick_pending: AtomicBool,
 }
 
 /// When the ticker's thread commits next, as proxy-wasm's tick period has it: the first tick a
@@ -162,7 +169,12 @@ impl Ticker {
 
 impl TickerShared {
     pub(super) fn new() -> TickerShared {
-        TickerShared { beat: Mutex::new(Beat::default()), changed: Condvar::new(), ticking: Mutex::new(None) }
+        TickerShared {
+            beat: Mutex::new(Beat::default()),
+            changed: Condvar::new(),
+            ticking: Mutex::new(None),
+            tick_pending: AtomicBool::new(false),
+        }
     }
 
     /// When `on_idle` runs (None: not at all).
@@ -185,6 +197,12 @@ impl TickerShared {
     /// The beat, also after a panic elsewhere (each use leaves it consistent).
     fn beat(&self) -> MutexGuard<'_, Beat> {
         self.beat.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a tick came that the worker has not run yet; it is then the caller's to run.
+    pub(super) fn take_tick(&self) -> bool {
+        // A load first: most hooks find none, and a swap would write the shared line each time.
+        self.tick_pending.load(Ordering::Relaxed) && self.tick_pending.swap(false, Ordering::AcqRel)
     }
 
     /// Runs the ticking stream's `scheduled` hook with `event` soon, if a stream ticks.
@@ -219,7 +237,10 @@ impl TickerShared {
                     on_idle();
                     beat = self.beat();
                 }
-                Step::Tick => self.wake(TICK),
+                Step::Tick => {
+                    self.tick_pending.store(true, Ordering::Release);
+                    self.wake(TICK);
+                }
             }
         }
     }

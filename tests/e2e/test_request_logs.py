@@ -14,10 +14,12 @@ import json
 import os
 import signal
 import subprocess
+import time
 import uuid
 
+import httpx2 as httpx
 import pytest
-from helpers import CHAT, chat_body, custom_host, process_start
+from helpers import CHAT, KEY, chat_body, custom_host, process_start, provider_config
 from support import FLUSHED_WITHIN, access_lines, eventually, logged, reaches, value
 
 DROPPED = "gen_ai_gateway_records_dropped_total"
@@ -73,6 +75,36 @@ def test_without_the_setting_no_body_is_stored(gateway, openai_mock):
     trace_id, _, _ = send(gateway, openai_mock, chat_body("no bodies here", model="m-bodies"))
     record = logged(gateway, trace_id)
     assert not set(BODY_FIELDS) & set(record), record
+
+
+def test_a_steady_stream_of_short_requests_ships_every_record_without_another_request(
+        start_gateway, openai_mock):
+    """Cache hits one after another for 3 s on one worker (each ends in its body hook, so the
+    worker rarely holds a request when its timer fires): every record reaches the control plane
+    and none is dropped, with no request after them (the count is read from the control plane
+    itself: one through the gateway would wake the worker). The native module's timer rides on
+    its streams: a tick whose stream had ended was lost, the records waited, and an idle worker
+    sent one batch of them (500) and kept the rest until its next request."""
+    model = f"m-steady-{uuid.uuid4().hex[:8]}"
+    headers = {"x-gateway-config": json.dumps(provider_config(openai_mock, cache={"mode": "simple"}))}
+    with start_gateway("records-steady", None, {"GATEWAY_CONCURRENCY": "1"}) as gw:
+        sent, statuses = 0, set()
+        started = time.monotonic()
+        while time.monotonic() - started < 3:
+            r = gw.chat(headers, chat_body("steady", model=model))
+            assert r.status_code == 200, r.text
+            statuses.add(r.headers["x-gateway-cache-status"])
+            sent += 1
+        assert statuses == {"MISS", "HIT"}, statuses
+        assert sent > 500, f"{sent} requests: too few to need more than one batch"
+        control_plane = f"http://127.0.0.1:{gw.control_plane_port}"
+
+        def stored():
+            r = httpx.get(f"{control_plane}/v1/usage?group_by=model", headers={"x-gateway-api-key": KEY})
+            assert r.status_code == 200, r.text
+            return sum(row["requests"] for row in r.json()["data"] if row["model"] == model)
+        eventually(reaches(stored, sent), FLUSHED_WITHIN)
+        assert value(gw, DROPPED) == 0
 
 
 def test_with_the_control_plane_down_requests_are_served_and_only_records_past_the_bound_are_lost(

@@ -172,6 +172,34 @@ fn a_worker_gone_idle_makes_a_copy_of_the_records_not_acknowledged_and_they_stay
 }
 
 #[test]
+fn a_worker_gone_idle_copies_every_record_not_acknowledged_a_batch_at_a_time() {
+    // 501 queued and none in flight yet: two copies, a full batch then the last record. Left
+    // to one batch, the rest waited in an idle worker until its next request.
+    let mut gw = Gateway::new(CP);
+    for i in 1..=501 {
+        served(&mut gw, i, &format!("t-{i}"));
+    }
+    let now_ms = gw.io.host.now_ms.get();
+    let copies: Vec<Vec<String>> = gw
+        .worker
+        .idle_calls(now_ms)
+        .iter()
+        .map(|copy| {
+            let body: Value = serde_json::from_slice(&copy.body).unwrap();
+            traces(body["records"].as_array().unwrap()).into_iter().map(str::to_string).collect()
+        })
+        .collect();
+    assert_eq!(copies.iter().map(Vec::len).collect::<Vec<_>>(), [500, 1]);
+    assert_eq!((copies[0][0].as_str(), copies[1][0].as_str()), ("t-1", "t-501"));
+    // Both stored: none is left to copy or to send.
+    gw.worker.idle_sent(now_ms, true);
+    assert!(gw.worker.idle_calls(now_ms).is_empty());
+    gw.advance_clock(2000);
+    gw.tick();
+    assert!(batches(&gw).is_empty());
+}
+
+#[test]
 fn a_batch_that_fails_is_tried_again_later_and_past_the_bound_records_are_dropped_and_counted() {
     let mut gw = Gateway::new(CP);
     served(&mut gw, 1, "t-1");
