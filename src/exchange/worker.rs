@@ -417,9 +417,9 @@ impl Worker {
     /// timer rides on its streams: nothing ticks before the next request): the reports of its
     /// leases as if each ended at `now_ms`, rather than expire unreported, which the control plane
     /// would count as wholly spent; and copies of every record not acknowledged yet, in batches
-    /// (they stay queued: the control plane stores each record id once). Nothing changes here: the host
-    /// holds these calls, drops them when a request comes first, and else sends them and says so
-    /// (`idle_sent`) before the worker's next event.
+    /// (they stay queued: the control plane stores each record id once). Nothing changes here:
+    /// the host holds these calls, drops them when a request comes first, and else sends them and
+    /// says so (`idle_sent`) before the worker's next event.
     #[cfg(any(test, feature = "native"))]
     pub(crate) fn idle_calls(&self, now_ms: u64) -> Vec<super::Dispatch> {
         let Some(cp) = &self.settings.control_plane else {
