@@ -70,8 +70,14 @@ pub(crate) use record::Record;
 use recovery::Recovery;
 pub(crate) use reply::parse_status;
 use reply::ResponseMode;
+#[cfg(all(test, feature = "native"))]
+pub(crate) use shipping::Handover;
+#[cfg(any(test, feature = "native"))]
+pub(crate) use shipping::IdleCopies;
 use std::rc::Rc;
 use usage::UsageScan;
+#[cfg(feature = "native")]
+pub(crate) use worker::IdleCalls;
 use worker::Tasks;
 pub(crate) use worker::Worker;
 

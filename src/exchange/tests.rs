@@ -209,6 +209,9 @@ const SEMANTIC_SETTINGS: &str = r#"{"api_keys": ["gw-key"], "cache": {"byte_budg
 struct Gateway {
     worker: Worker,
     io: FakeIo,
+    /// The records an idle worker handed over, as the native host's relay keeps them.
+    idle_copies: super::IdleCopies,
+    control_plane: Option<crate::settings::ControlPlaneSettings>,
 }
 
 impl Gateway {
@@ -237,7 +240,27 @@ impl Gateway {
             };
             crate::catalog::remember(&io.host, &r, &empty, 0, u64::MAX / 2, u64::MAX / 2);
         }
-        Gateway { worker: Worker::new(Rc::new(settings)), io }
+        let control_plane = settings.control_plane.clone();
+        Gateway { worker: Worker::new(Rc::new(settings)), io, idle_copies: Default::default(), control_plane }
+    }
+
+    /// The calls the native host makes for a worker whose last request ended at `now_ms` (see
+    /// `Worker::idle_calls`), if no request comes first: its leases' report, then copies of
+    /// every record it handed over and that may not be stored.
+    fn idle_calls(&mut self, now_ms: u64) -> Vec<Dispatch> {
+        let (Some(calls), Some(cp)) = (self.worker.idle_calls(now_ms), &self.control_plane) else {
+            return Vec::new();
+        };
+        self.idle_copies.take_over(calls.records);
+        calls.leases.into_iter().chain(self.idle_copies.calls(cp)).collect()
+    }
+
+    /// The calls `idle_calls` made went (`stored`: every one was answered).
+    fn idle_sent(&mut self, now_ms: u64, stored: bool) {
+        if stored {
+            self.idle_copies.stored();
+        }
+        self.worker.idle_sent(now_ms, stored);
     }
 
     /// The client's request headers arrive (a body follows unless `body` is false).

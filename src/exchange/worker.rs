@@ -111,6 +111,14 @@ impl Tasks {
     }
 }
 
+/// What an idle worker leaves with its host (see `Worker::idle_calls`).
+#[cfg(any(test, feature = "native"))]
+pub(crate) struct IdleCalls {
+    /// The report of its leases, if it holds any.
+    pub(crate) leases: Option<super::Dispatch>,
+    pub(crate) records: shipping::Handover,
+}
+
 /// Every request of one worker (one Envoy worker thread, one VM).
 pub(crate) struct Worker {
     settings: Rc<Settings>,
@@ -416,23 +424,20 @@ impl Worker {
     /// What a worker whose last request ended sends if no other comes soon (the native module's
     /// timer rides on its streams: nothing ticks before the next request): the reports of its
     /// leases as if each ended at `now_ms`, rather than expire unreported, which the control plane
-    /// would count as wholly spent; and copies of every record not acknowledged yet, in batches
-    /// (they stay queued: the control plane stores each record id once). Nothing changes here:
-    /// the host holds these calls, drops them when a request comes first, and else sends them and
-    /// says so (`idle_sent`) before the worker's next event.
+    /// would count as wholly spent; and the records queued since the last time, for the relay to
+    /// copy with those it keeps (they stay queued: the control plane stores each record id once).
+    /// None without a control plane. The host holds these calls, drops them when a request comes
+    /// first, and else sends them and says so (`idle_sent`) before the worker's next event.
     #[cfg(any(test, feature = "native"))]
-    pub(crate) fn idle_calls(&self, now_ms: u64) -> Vec<super::Dispatch> {
-        let Some(cp) = &self.settings.control_plane else {
-            return Vec::new();
-        };
+    pub(crate) fn idle_calls(&mut self, now_ms: u64) -> Option<IdleCalls> {
+        let cp = self.settings.control_plane.as_ref()?;
         let reports = self.tasks.leases.idle_reports(now_ms);
         let leases = (!reports.is_empty()).then(|| shipping::leases(cp, &[], &reports));
-        let records = self.tasks.records.copies_of_unacknowledged().into_iter().map(|body| shipping::call(cp, body));
-        leases.into_iter().chain(records).collect()
+        Some(IdleCalls { leases, records: self.tasks.records.hand_over() })
     }
 
     /// The calls `idle_calls(idle_ms)` made went: the leases ended then, and were reported;
-    /// when every call was answered (`stored`), the records copied are the control plane's.
+    /// when every call was answered (`stored`), the records handed over are the control plane's.
     #[cfg(any(test, feature = "native"))]
     pub(crate) fn idle_sent(&mut self, idle_ms: u64, stored: bool) {
         if stored {

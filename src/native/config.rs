@@ -102,7 +102,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
             .map(|(name, keeping, labels)| calls::define_metric(envoy, *keeping, name, labels))
             .collect();
         let gate = settings.lookup_gate;
-        calls::into_module(Config { id, bytes, gate, metrics, relay: Arc::new(Relay::new(envoy)) })
+        let relay = Arc::new(Relay::new(envoy, settings.control_plane.clone()));
+        calls::into_module(Config { id, bytes, gate, metrics, relay })
     })
 }
 

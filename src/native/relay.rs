@@ -9,7 +9,8 @@
 
 use super::calls::{self, ffi::EnvoyConfig, ConfigScheduler};
 use super::ticker::{after, unix_ms, MailState, TickerShared, ANSWERS};
-use crate::exchange::{CallAnswer, Dispatch};
+use crate::exchange::{CallAnswer, Dispatch, IdleCalls, IdleCopies};
+use crate::settings::ControlPlaneSettings;
 use hashbrown::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -25,15 +26,29 @@ pub(super) struct Relay {
     flights: Mutex<HashMap<u64, (u64, For)>>,
     /// Each worker thread's mailbox, by its worker number.
     mailboxes: Mutex<HashMap<u64, Arc<Mailbox>>>,
-    /// The calls of worker threads gone idle, by worker number (see `defer`).
+    /// What worker threads leave here as they go idle, by worker number (see `defer`).
     idle: Mutex<HashMap<u64, Idle>>,
+    /// The config's control plane, the records' copies go to.
+    control_plane: Option<ControlPlaneSettings>,
+}
+
+/// What one worker left here: the records it handed over, and its calls since it last went idle.
+#[derive(Default)]
+struct Idle {
+    copies: IdleCopies,
+    round: Option<Round>,
+    /// Rounds are numbered: a late answer to an earlier round's call counts for none.
+    rounds: u64,
 }
 
 /// A worker's idle calls: made when its last stream ended, held until the grace is over, and
 /// held again after a failure while the worker stays idle.
-struct Idle {
+struct Round {
+    number: u64,
     since_ms: u64,
     calls: Vec<Dispatch>,
+    /// The records' copies are still to be made (on the ticker's thread, as they go).
+    copy_records: bool,
     /// Some went: the worker applies them when it has a stream again (`woke`).
     sent: bool,
     /// Sent and not answered yet.
@@ -48,8 +63,9 @@ const IDLE_RETRY_MS: u64 = 2000;
 enum For {
     /// The worker's token, through its mailbox.
     Token(u32),
-    /// No one (an idle call, kept to be tried again if it fails).
-    Idle(Dispatch),
+    /// No one (an idle call of the worker's round numbered so, kept to be tried again if it
+    /// fails).
+    Idle(u64, Dispatch),
 }
 
 struct Asked {
@@ -96,13 +112,14 @@ impl Mailbox {
 }
 
 impl Relay {
-    pub(super) fn new(config: EnvoyConfig) -> Relay {
+    pub(super) fn new(config: EnvoyConfig, control_plane: Option<ControlPlaneSettings>) -> Relay {
         Relay {
             scheduler: Mutex::new(ConfigScheduler::new(config)),
             asked: Mutex::new(Vec::new()),
             flights: Mutex::new(HashMap::new()),
             mailboxes: Mutex::new(HashMap::new()),
             idle: Mutex::new(HashMap::new()),
+            control_plane,
         }
     }
 
@@ -119,25 +136,42 @@ impl Relay {
         locked(&self.idle).remove(&worker);
     }
 
-    /// From a worker thread whose last stream ended at `since_ms`: `calls` wait for `release`.
-    pub(super) fn defer(&self, worker: u64, since_ms: u64, calls: Vec<Dispatch>) {
-        locked(&self.idle).insert(worker, Idle { since_ms, calls, sent: false, unanswered: 0 });
+    /// From a worker thread whose last stream ended at `since_ms`: its records join those it
+    /// handed over before, and its calls wait for `release`. False when there is nothing to send.
+    pub(super) fn defer(&self, worker: u64, since_ms: u64, calls: IdleCalls) -> bool {
+        let mut idle = locked(&self.idle);
+        let idle = idle.entry(worker).or_default();
+        idle.copies.take_over(calls.records);
+        let copy_records = !idle.copies.is_empty();
+        let calls: Vec<Dispatch> = calls.leases.into_iter().collect();
+        let any = copy_records || !calls.is_empty();
+        idle.rounds = idle.rounds.wrapping_add(1);
+        let number = idle.rounds;
+        idle.round = any.then_some(Round { number, since_ms, calls, copy_records, sent: false, unanswered: 0 });
+        any
     }
 
     /// From the ticker's thread: the worker stayed idle, its calls go (their answers go to no
     /// worker; a failed one is held again, see `idle_answered`).
     pub(super) fn release(&self, worker: u64) {
-        let calls = match locked(&self.idle).get_mut(&worker) {
-            Some(idle) if !idle.calls.is_empty() => {
-                idle.sent = true;
-                idle.unanswered = idle.unanswered.saturating_add(idle.calls.len());
-                std::mem::take(&mut idle.calls)
+        let (round, calls) = match locked(&self.idle).get_mut(&worker) {
+            Some(Idle { copies, round: Some(round), .. }) => {
+                let mut calls = std::mem::take(&mut round.calls);
+                if std::mem::take(&mut round.copy_records) {
+                    calls.extend(self.control_plane.as_ref().map(|cp| copies.calls(cp)).unwrap_or_default());
+                }
+                if calls.is_empty() {
+                    return;
+                }
+                round.sent = true;
+                round.unanswered = round.unanswered.saturating_add(calls.len());
+                (round.number, calls)
             }
             _ => return,
         };
         let scheduler = locked(&self.scheduler);
         if let Some(scheduler) = scheduler.as_ref() {
-            let asked = calls.into_iter().map(|call| Asked { worker, answer: For::Idle(call.clone()), call });
+            let asked = calls.into_iter().map(|call| Asked { worker, answer: For::Idle(round, call.clone()), call });
             locked(&self.asked).extend(asked);
             scheduler.commit();
         }
@@ -145,29 +179,37 @@ impl Relay {
 
     /// An idle call answered; one that failed is held again, and tried when the ticker's thread
     /// next says so, unless the worker has a stream again (its timer then sends what is due).
-    fn idle_answered(&self, worker: u64, call: Dispatch, answer: &CallAnswer) {
+    fn idle_answered(&self, worker: u64, number: u64, call: Dispatch, answer: &CallAnswer) {
         let failed = !(200..300).contains(&answer.status);
-        match locked(&self.idle).get_mut(&worker) {
-            Some(idle) => {
-                idle.unanswered = idle.unanswered.saturating_sub(1);
+        let mut idle = locked(&self.idle);
+        match idle.get_mut(&worker).and_then(|idle| idle.round.as_mut()).filter(|round| round.number == number) {
+            Some(round) => {
+                round.unanswered = round.unanswered.saturating_sub(1);
                 if !failed {
                     return;
                 }
-                idle.calls.push(call);
+                round.calls.push(call);
             }
             None => return,
         }
+        drop(idle);
         if let Some(mailbox) = locked(&self.mailboxes).get(&worker) {
             mailbox.ticker.idle_until(after(IDLE_RETRY_MS));
         }
     }
 
     /// From a worker thread that has a stream again: when its idle calls went, since when the
-    /// worker was idle (it applies what they said) and whether every one was answered; None when
-    /// they were dropped unsent.
+    /// worker was idle (it applies what they said) and whether every one was answered (the
+    /// records handed over are then stored); None when they were dropped unsent.
     pub(super) fn woke(&self, worker: u64) -> Option<(u64, bool)> {
-        let idle = locked(&self.idle).remove(&worker).filter(|idle| idle.sent)?;
-        Some((idle.since_ms, idle.calls.is_empty() && idle.unanswered == 0))
+        let mut idle = locked(&self.idle);
+        let idle = idle.get_mut(&worker)?;
+        let round = idle.round.take().filter(|round| round.sent)?;
+        let stored = round.calls.is_empty() && round.unanswered == 0;
+        if stored {
+            idle.copies.stored();
+        }
+        Some((round.since_ms, stored))
     }
 
     /// From a worker thread: `call` for the main thread to start, answered to `token` in the
@@ -226,7 +268,7 @@ impl Relay {
     fn answer(&self, worker: u64, to: For, answer: CallAnswer) {
         match to {
             For::Token(token) => self.deliver(worker, token, answer),
-            For::Idle(call) => self.idle_answered(worker, call, &answer),
+            For::Idle(round, call) => self.idle_answered(worker, round, call, &answer),
         }
     }
 
@@ -288,6 +330,7 @@ fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exchange::Handover;
     use crate::unit_tests::test;
     use std::time::{Duration, Instant};
 
@@ -295,7 +338,21 @@ mod tests {
     const WAIT: Duration = Duration::from_secs(10);
 
     fn relay() -> Relay {
-        Relay::new(std::ptr::null_mut())
+        let cp = r#"{"cluster": "gateway_control_plane", "authority": "127.0.0.1:8790", "token": "cp-secret"}"#;
+        Relay::new(std::ptr::null_mut(), Some(serde_json::from_str(cp).unwrap()))
+    }
+
+    /// What a worker going idle hands over: maybe its leases' report, and records (by number),
+    /// every one below `acknowledged_below` acknowledged.
+    fn idle(leases: bool, acknowledged_below: u64, new: &[u64]) -> IdleCalls {
+        let new = new.iter().map(|n| (*n, Arc::new(format!("{{\"n\":{n}}}").into_bytes()))).collect();
+        IdleCalls { leases: leases.then(|| call("leases")), records: Handover { acknowledged_below, new } }
+    }
+
+    /// The body of the call that copies records `numbers`.
+    fn copied(numbers: &[u64]) -> String {
+        let records: Vec<String> = numbers.iter().map(|n| format!("{{\"n\":{n}}}")).collect();
+        format!("{{\"records\":[{}]}}", records.join(","))
     }
 
     fn call(body: &str) -> Dispatch {
@@ -380,19 +437,20 @@ mod tests {
     fn an_idle_workers_calls_wait_for_the_ticker_then_go_and_answer_no_one() {
         let relay = relay();
         let mailbox = relay.mailbox(1, Arc::new(TickerShared::new()));
-        relay.defer(1, 5000, vec![call("leases"), call("records")]);
+        assert!(relay.defer(1, 5000, idle(true, 0, &[0])));
         assert_eq!(relay.commits(0, Duration::ZERO), 0, "held until the grace is over");
         assert!(start(&relay, 1).is_empty());
 
         relay.release(1);
         assert_eq!(relay.commits(1, WAIT), 1);
         let started = start(&relay, 10);
-        assert_eq!(started, [(10, "leases".to_string()), (11, "records".to_string())]);
+        assert_eq!(started, [(10, "leases".to_string()), (11, copied(&[0]))]);
         relay.answered(10, answer(200));
         relay.answered(11, answer(201));
         assert!(!mailbox.has_answers() && !mailbox.awaits(), "the worker asked for no answer");
         assert_eq!(relay.woke(1), Some((5000, true)), "they went, every one answered");
         assert_eq!(relay.woke(1), None, "told once");
+        assert!(!relay.defer(1, 6000, idle(false, 1, &[])), "the records are stored: nothing to send");
     }
 
     #[test]
@@ -400,7 +458,7 @@ mod tests {
         let relay = relay();
         let ticker = Arc::new(TickerShared::new());
         let _mailbox = relay.mailbox(1, Arc::clone(&ticker));
-        relay.defer(1, 5000, vec![call("leases"), call("records")]);
+        relay.defer(1, 5000, idle(true, 0, &[0]));
         relay.release(1);
         assert_eq!(start(&relay, 10).len(), 2);
         let before = Instant::now();
@@ -413,7 +471,7 @@ mod tests {
         // The ticker's thread says the 2 s passed: both go again.
         relay.release(1);
         assert_eq!(relay.commits(2, WAIT), 2);
-        assert_eq!(start(&relay, 20), [(20, "records".to_string()), (21, "leases".to_string())]);
+        assert_eq!(start(&relay, 20), [(20, copied(&[0])), (21, "leases".to_string())]);
         relay.answered(20, answer(200));
         relay.answered(21, answer(200));
         assert_eq!(relay.woke(1), Some((5000, true)));
@@ -423,7 +481,7 @@ mod tests {
     fn a_worker_that_wakes_before_its_idle_calls_are_answered_hears_they_may_not_have_been_stored() {
         let relay = relay();
         let _mailbox = relay.mailbox(1, Arc::new(TickerShared::new()));
-        relay.defer(1, 5000, vec![call("records")]);
+        relay.defer(1, 5000, idle(false, 0, &[0]));
         relay.release(1);
         let [(id, _)]: [(u64, String); 1] = start(&relay, 1).try_into().ok().unwrap();
         assert_eq!(relay.woke(1), Some((5000, false)));
@@ -431,16 +489,30 @@ mod tests {
         relay.answered(id, CallAnswer::FAILED);
         relay.release(1);
         assert!(start(&relay, 2).is_empty());
+
+        // Nor for its next round: that round's own answers say whether the records were stored.
+        relay.defer(1, 7000, idle(false, 0, &[1]));
+        relay.release(1);
+        let [(next, body)]: [(u64, String); 1] = start(&relay, 3).try_into().ok().unwrap();
+        assert_eq!(body, copied(&[0, 1]), "record 0 may not be stored: copied again");
+        relay.answered(id, answer(200));
+        assert_eq!(relay.woke(1), Some((7000, false)), "an answer to the earlier round counts for none");
+        relay.answered(next, answer(200));
     }
 
     #[test]
-    fn idle_calls_a_stream_comes_before_are_dropped_unsent() {
+    fn idle_calls_a_stream_comes_before_are_dropped_unsent_and_the_records_kept() {
         let relay = relay();
         let _mailbox = relay.mailbox(1, Arc::new(TickerShared::new()));
-        relay.defer(1, 5000, vec![call("records")]);
+        relay.defer(1, 5000, idle(false, 0, &[0, 1]));
         assert_eq!(relay.woke(1), None, "none went: the worker's timer sends what is due");
         relay.release(1);
         assert_eq!(relay.commits(0, Duration::ZERO), 0);
         assert!(start(&relay, 1).is_empty());
+
+        // The worker goes idle again: record 0 was acknowledged since, record 2 is new.
+        relay.defer(1, 6000, idle(false, 1, &[2]));
+        relay.release(1);
+        assert_eq!(start(&relay, 2), [(2, copied(&[1, 2]))]);
     }
 }

@@ -152,9 +152,10 @@ impl ThreadState {
     /// `Worker::idle_calls`) wait in the relay, which sends them when the ticker's thread says the
     /// grace is over; a stream that starts first drops them (`stream_started`).
     pub(super) fn went_idle(&mut self, now_ms: u64) {
-        let calls = self.worker.idle_calls(now_ms);
-        if !calls.is_empty() {
-            self.relay.defer(self.number, now_ms, calls);
+        let Some(calls) = self.worker.idle_calls(now_ms) else {
+            return;
+        };
+        if self.relay.defer(self.number, now_ms, calls) {
             self.idle = true;
             self.ticker.shared.idle_until(after(IDLE_GRACE_MS));
         }
@@ -309,7 +310,8 @@ mod tests {
     const NO_CP: &str = r#"{"api_keys": ["gw-key"]}"#;
 
     fn state(settings: &str) -> ThreadState {
-        let relay = Arc::new(Relay::new(std::ptr::null_mut()));
+        let control_plane = Settings::parse(settings.as_bytes()).unwrap().control_plane;
+        let relay = Arc::new(Relay::new(std::ptr::null_mut(), control_plane));
         ThreadState::new(settings.as_bytes(), &relay, &MetricIds::from(Vec::new())).unwrap()
     }
 
@@ -416,53 +418,74 @@ mod tests {
         assert!(!state.stream_ended(id));
     }
 
+    /// The records in the calls the relay started (each call answered `Some(1)`).
+    fn records_started(relay: &Relay) -> Vec<Vec<serde_json::Value>> {
+        let mut started = Vec::new();
+        relay.start_asked(|call| {
+            let body: serde_json::Value = serde_json::from_slice(&call.body).unwrap();
+            assert_eq!(call.cluster, "gateway_control_plane");
+            started.push(body["records"].as_array().unwrap().clone());
+            Some(1)
+        });
+        started
+    }
+
     #[test]
     fn a_worker_whose_last_stream_ends_sends_its_records_copy_when_the_ticker_says_a_second_passed() {
         on_thread(state(CP), || {
             let id = answered_request();
-            let (relay, queued) = with_state(|state| {
+            let relay = with_state(|state| {
                 assert!(state.stream_ended(id));
-                (Arc::clone(&state.relay), state.worker.idle_calls(unix_ms()))
+                Arc::clone(&state.relay)
             });
-            assert_eq!(queued.len(), 1, "the record is queued");
             let idle_ms = unix_ms();
             let idled = Instant::now();
             with_state(|state| state.went_idle(idle_ms));
             assert_eq!(relay.commits(0, Duration::ZERO), 0, "nothing goes before the grace is over");
             assert_eq!(relay.commits(1, Duration::from_secs(10)), 1, "the ticker's thread released them");
             assert!(idled.elapsed() >= Duration::from_millis(IDLE_GRACE_MS));
-            let mut started = Vec::new();
-            relay.start_asked(|call| {
-                started.push(call.clone());
-                Some(1)
-            });
-            assert_eq!(started, queued, "the records copy went, as the worker made it");
+            let [records]: [Vec<serde_json::Value>; 1] = records_started(&relay).try_into().unwrap();
+            assert_eq!(records.len(), 1, "the record's copy went");
+            assert_eq!(records[0]["status"], 503);
             relay.answered(1, crate::exchange::CallAnswer { status: 200, headers: Vec::new(), body: b"{}".to_vec() });
 
             // The next stream tells the worker: the records copied are the control plane's.
             with_state(|state| {
-                state.stream_started(envoy());
-                assert!(state.worker.idle_calls(unix_ms()).is_empty(), "nothing is left to copy");
+                let id = state.stream_started(envoy());
+                assert!(state.stream_ended(id));
+                state.went_idle(unix_ms());
+                assert!(!state.idle, "nothing is left to copy");
             });
         });
     }
 
     #[test]
-    fn a_stream_that_starts_within_the_grace_drops_the_idle_calls() {
+    fn a_stream_that_starts_within_the_grace_drops_the_idle_calls_and_the_relay_keeps_the_records() {
         on_thread(state(CP), || {
             let id = answered_request();
-            let relay = with_state(|state| {
+            let (relay, next) = with_state(|state| {
                 assert!(state.stream_ended(id));
                 state.went_idle(unix_ms());
                 assert!(state.ticker.shared.idle_due().is_some());
-                state.stream_started(envoy());
+                let next = state.stream_started(envoy());
                 assert_eq!(state.ticker.shared.idle_due(), None, "the ticker's thread has nothing to release");
-                assert_eq!(state.worker.idle_calls(unix_ms()).len(), 1, "the record stays queued for the timer");
-                Arc::clone(&state.relay)
+                (Arc::clone(&state.relay), next)
             });
             // Had the ticker's thread released them late, nothing would go.
-            relay.release(with_state(|state| state.number));
+            let number = with_state(|state| state.number);
+            relay.release(number);
             assert_eq!(relay.commits(0, Duration::ZERO), 0);
+
+            // A second request: the worker hands over only that one, and both records go.
+            let second = answered_request();
+            with_state(|state| {
+                assert!(!state.stream_ended(next));
+                assert!(state.stream_ended(second));
+                state.went_idle(unix_ms());
+            });
+            relay.release(number);
+            let [records]: [Vec<serde_json::Value>; 1] = records_started(&relay).try_into().unwrap();
+            assert_eq!(records.len(), 2);
         });
     }
 }

@@ -244,8 +244,8 @@ fn a_stream_the_client_left_is_charged_at_most_its_input_and_what_reached_the_cl
 
 /// The leases' report among the calls a worker gone idle at `now_ms` would make (its records'
 /// copy is the other one).
-fn idle_report(gw: &Gateway, now_ms: u64) -> Option<Value> {
-    let calls = gw.worker.idle_calls(now_ms);
+fn idle_report(gw: &mut Gateway, now_ms: u64) -> Option<Value> {
+    let calls = gw.idle_calls(now_ms);
     let path = |call: &Dispatch| call.headers.iter().find(|(n, _)| n == ":path").map(|(_, v)| v.clone());
     let leases = calls.iter().find(|call| path(call).as_deref() == Some("/internal/v1/leases"))?;
     serde_json::from_slice(&leases.body).ok()
@@ -262,7 +262,7 @@ fn a_worker_gone_idle_reports_its_leases_only_when_its_idle_calls_went() {
     // The last stream ended: the lease is reported as if it ended now, and nothing changes.
     let now_ms = gw.io.host.now_ms.get();
     let report = json!({"lease": "l1", "used": 1, "uses": [[0, 1]]});
-    assert_eq!(idle_report(&gw, now_ms), Some(json!({"grants": [], "reports": [report]})));
+    assert_eq!(idle_report(&mut gw, now_ms), Some(json!({"grants": [], "reports": [report]})));
     // A request came before the calls went: they were dropped, and the lease still serves.
     let calls = gw.io.sent.len();
     let (headers, body) = chat(SMALL);
@@ -273,11 +273,11 @@ fn a_worker_gone_idle_reports_its_leases_only_when_its_idle_calls_went() {
 
     // This time the calls went: the lease ended then, and it is not reported again.
     assert_eq!(
-        idle_report(&gw, now_ms).map(|r| r["reports"].clone()),
+        idle_report(&mut gw, now_ms).map(|r| r["reports"].clone()),
         Some(json!([{"lease": "l1", "used": 2, "uses": [[0, 2]]}]))
     );
-    gw.worker.idle_sent(now_ms, false);
-    assert_eq!(idle_report(&gw, now_ms), None, "nothing left to report");
+    gw.idle_sent(now_ms, false);
+    assert_eq!(idle_report(&mut gw, now_ms), None, "nothing left to report");
     let (headers, body) = chat(SMALL);
     assert_eq!(gw.post(3, headers, &body).action, Action::Pause, "no lease: the request waits for a grant");
     let (_, asked) = lease_call(&mut gw);

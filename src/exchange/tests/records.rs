@@ -137,14 +137,14 @@ fn a_worker_gone_idle_makes_a_copy_of_the_records_not_acknowledged_and_they_stay
     gw.io.host.random = 7;
     served(&mut gw, 1, "t-1");
     let now_ms = gw.io.host.now_ms.get();
-    let [copy]: [Dispatch; 1] = gw.worker.idle_calls(now_ms).try_into().unwrap();
+    let [copy]: [Dispatch; 1] = gw.idle_calls(now_ms).try_into().unwrap();
     assert_eq!(copy.cluster, "gateway_control_plane");
     let body: Value = serde_json::from_slice(&copy.body).unwrap();
     assert_eq!(traces(body["records"].as_array().unwrap()), ["t-1"], "without the second's wait");
     assert!(batches(&gw).is_empty(), "nothing was sent");
     // Idle calls that went change nothing either: the records go again with the timer's
     // batch, under the same record id (the control plane stores each once).
-    gw.worker.idle_sent(now_ms, false);
+    gw.idle_sent(now_ms, false);
     gw.advance_clock(1000);
     gw.tick();
     let [(token, records)]: [(u32, Vec<Value>); 1] = batches(&gw).try_into().unwrap();
@@ -155,17 +155,17 @@ fn a_worker_gone_idle_makes_a_copy_of_the_records_not_acknowledged_and_they_stay
     // A batch in flight is not acknowledged yet (its answer may wait in an idle worker's
     // mailbox): its records are copied too, first.
     served(&mut gw, 2, "t-2");
-    let copied = |gw: &Gateway| {
-        let [copy]: [Dispatch; 1] = gw.worker.idle_calls(now_ms).try_into().unwrap();
+    let copied = |gw: &mut Gateway| {
+        let [copy]: [Dispatch; 1] = gw.idle_calls(now_ms).try_into().unwrap();
         let body: Value = serde_json::from_slice(&copy.body).unwrap();
         traces(body["records"].as_array().unwrap()).into_iter().map(str::to_string).collect::<Vec<_>>()
     };
-    assert_eq!(copied(&gw), ["t-1", "t-2"]);
+    assert_eq!(copied(&mut gw), ["t-1", "t-2"]);
     gw.answer(token, 200, &[], b"{}");
-    assert_eq!(copied(&gw), ["t-2"], "t-1 is acknowledged");
+    assert_eq!(copied(&mut gw), ["t-2"], "t-1 is acknowledged");
     // Every idle call answered: the records copied are the control plane's, and leave.
-    gw.worker.idle_sent(now_ms, true);
-    assert!(gw.worker.idle_calls(now_ms).is_empty(), "nothing is left to copy");
+    gw.idle_sent(now_ms, true);
+    assert!(gw.idle_calls(now_ms).is_empty(), "nothing is left to copy");
     gw.advance_clock(1000);
     gw.tick();
     assert_eq!(batches(&gw).len(), 1, "t-2 is not sent again");
@@ -181,7 +181,6 @@ fn a_worker_gone_idle_copies_every_record_not_acknowledged_a_batch_at_a_time() {
     }
     let now_ms = gw.io.host.now_ms.get();
     let copies: Vec<Vec<String>> = gw
-        .worker
         .idle_calls(now_ms)
         .iter()
         .map(|copy| {
@@ -192,8 +191,8 @@ fn a_worker_gone_idle_copies_every_record_not_acknowledged_a_batch_at_a_time() {
     assert_eq!(copies.iter().map(Vec::len).collect::<Vec<_>>(), [500, 1]);
     assert_eq!((copies[0][0].as_str(), copies[1][0].as_str()), ("t-1", "t-501"));
     // Both stored: none is left to copy or to send.
-    gw.worker.idle_sent(now_ms, true);
-    assert!(gw.worker.idle_calls(now_ms).is_empty());
+    gw.idle_sent(now_ms, true);
+    assert!(gw.idle_calls(now_ms).is_empty());
     gw.advance_clock(2000);
     gw.tick();
     assert!(batches(&gw).is_empty());
