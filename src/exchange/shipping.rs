@@ -11,6 +11,7 @@ use crate::settings::ControlPlaneSettings;
 use crate::usage_limits::leases::{Ask, Grant, Report};
 use serde_json::Value;
 use std::collections::VecDeque;
+#[cfg(any(test, feature = "native"))]
 use std::sync::Arc;
 
 /// At most `records.max_queued` records wait per worker, and at most this many bytes of them.
@@ -33,8 +34,11 @@ pub(super) const MAX_RETRY_MS: u64 = 10_000;
 pub(super) const PATH: &str = "/internal/v1/records";
 
 /// A record's JSON, shared with the copies an idle native worker leaves with its relay (see
-/// [`IdleCopies`]).
+/// [`IdleCopies`]); the wasm filter's timer ticks without requests, and makes no copies.
+#[cfg(any(test, feature = "native"))]
 pub(crate) type RecordJson = Arc<Vec<u8>>;
+#[cfg(not(any(test, feature = "native")))]
+type RecordJson = Vec<u8>;
 
 struct Queued {
     /// Records are numbered as they are queued, oldest lowest.
@@ -81,7 +85,7 @@ impl Shipper {
         let record = Queued {
             #[cfg(any(test, feature = "native"))]
             number: self.numbered(),
-            json: Arc::new(json),
+            json: RecordJson::from(json),
             queued_ms: now_ms,
         };
         self.queue.push_back(record);
