@@ -5,6 +5,7 @@ use super::{now_ms, now_s, Db, DbResult};
 use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use sqlx::{Any, Row};
+use std::collections::HashSet;
 
 /// A record of a batch, ready to store.
 #[derive(Debug, Clone, PartialEq)]
@@ -215,7 +216,8 @@ impl Db {
     pub async fn insert_records(&self, records: &[NewRecord]) -> DbResult<()> {
         let mut tx = self.records.begin().await?;
         let received_at = now_s();
-        let mut inserted = std::collections::HashSet::new();
+        // The records stored now (not those the workspace held already): their metadata and rollups.
+        let mut stored: Vec<&NewRecord> = Vec::with_capacity(records.len());
         for chunk in records.chunks(RECORDS_PER_INSERT) {
             let mut built = Built::new(
                 self,
@@ -254,15 +256,25 @@ impl Db {
                     row,
                 );
             }
-            built.sql.push_str(" ON CONFLICT DO NOTHING RETURNING id");
+            built.sql.push_str(" ON CONFLICT DO NOTHING");
             let statement = rows_statement(&built.sql, chunk.len(), RECORDS_PER_INSERT);
-            let rows = bind_all(statement, &built.args).fetch_all(&mut *tx).await?;
-            for row in rows {
-                inserted.insert(row.try_get::<String, _>(0)?);
+            let added = bind_all(statement, &built.args).execute(&mut *tx).await?.rows_affected();
+            if usize::try_from(added).is_ok_and(|added| added == chunk.len()) {
+                stored.extend(chunk);
+                continue;
             }
+            // Some were there already (a batch sent again): the ids made for this request name
+            // the rows it added. Rare, so the common batch has no row to hand back per record
+            // (`RETURNING` cost the ingest a message between sqlx's threads per record).
+            let mut built = Built::new(self, "SELECT id FROM log_records WHERE id IN (");
+            for (i, r) in chunk.iter().enumerate() {
+                built.push(if i == 0 { "?" } else { ", ?" }, [Arg::Text(&r.id)]);
+            }
+            built.sql.push(')');
+            let rows = bind_all(sqlx::query(&built.sql).persistent(false), &built.args).fetch_all(&mut *tx).await?;
+            let added = rows.iter().map(|row| row.try_get::<String, _>(0)).collect::<Result<HashSet<_>, _>>()?;
+            stored.extend(chunk.iter().filter(|r| added.contains(&r.id)));
         }
-        // The records stored now (not those the workspace held already): their metadata and rollups.
-        let stored: Vec<&NewRecord> = records.iter().filter(|r| inserted.contains(&r.id)).collect();
         let metadata: Vec<(&str, &str, &str)> = stored
             .iter()
             .flat_map(|r| r.metadata.iter().map(move |(key, value)| (r.id.as_str(), key.as_str(), value.as_str())))
