@@ -261,12 +261,13 @@ impl IdleCopies {
     /// the worker's timer sends them again unless told they were stored: the control plane
     /// stores each record id once).
     pub(crate) fn calls(&self, cp: &ControlPlaneSettings) -> Vec<Dispatch> {
-        let mut rest = self.records.iter().map(|(_, json)| json.as_slice()).collect::<Vec<_>>();
+        let records: Vec<&[u8]> = self.records.iter().map(|(_, json)| json.as_slice()).collect();
+        let mut rest = records.as_slice();
         let mut calls = Vec::new();
         while !rest.is_empty() {
             let (count, bytes) = batch_of(rest.iter().copied());
-            let after = rest.split_off(count.clamp(1, rest.len()));
-            calls.push(call(cp, body(rest.iter().copied(), rest.len(), bytes)));
+            let (batch, after) = rest.split_at(count.clamp(1, rest.len()));
+            calls.push(call(cp, body(batch.iter().copied(), batch.len(), bytes)));
             rest = after;
         }
         calls
