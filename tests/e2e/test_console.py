@@ -172,7 +172,7 @@ def test_the_overview_and_the_request_table_show_traffic_and_a_request_opens_by_
 
     # The table, filtered by the model, and one request's page.
     page.get_by_role("link", name="Requests").click()
-    page.get_by_label("Model").fill(model)
+    page.get_by_label("Model", exact=True).fill(model)
     page.get_by_role("button", name="Apply").click()
     expect(page.locator("#requests tbody tr.row-link")).to_have_count(3)
     send_chat(console_gw, openai_mock, model, "A fourth one, while the table is open.")
