@@ -408,8 +408,9 @@ def main():
     parser.add_argument("--compare-native", type=Path, help="another build of the native module, measured in the same "
                         "run as `compare_native` (provider headers)")
     parser.add_argument("--compare-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="a GATEWAY_* setting of the --compare-wasm proxy's config only (repeatable), e.g. "
-                        "GATEWAY_ACCESS_LOG=off for a build from before the access log")
+                        help="a GATEWAY_* setting of the config of the --compare-wasm and --compare-native "
+                        "proxies only (repeatable), e.g. GATEWAY_ACCESS_LOG=off for a build from before the access "
+                        "log, or GATEWAY_CONTROL_PLANE_ADDR= for what shipping the records costs")
     parser.add_argument("--variants", help="measure only these variants (comma-separated, e.g. uncached,guardrail; "
                         "names: bare, floor_pass, floor_hold, native_floor_pass, native_floor_hold, mesh_bare, mesh_gateway, "
                         "mesh_native, gateway, uncached, saved, fallback, cache_hit, guardrail, compare, "
@@ -517,19 +518,19 @@ def main():
     native_env = {**env, "GATEWAY_PORT": str(native_port), "GATEWAY_ADMIN_PORT": str(free_port()),
                   "GATEWAY_HOST": "native", "GATEWAY_NATIVE_MODULE": str(NATIVE_MODULE)}
     measured_proxy(native_port, rendered(native_env), "native")
+    compare_settings = dict(setting.split("=", 1) for setting in args.compare_env)
     compare_native_port = None
     if args.compare_native:
         compare_native_port = free_port()
         compare_native_env = {**native_env, "GATEWAY_PORT": str(compare_native_port),
                               "GATEWAY_ADMIN_PORT": str(free_port()),
-                              "GATEWAY_NATIVE_MODULE": str(args.compare_native.resolve())}
+                              "GATEWAY_NATIVE_MODULE": str(args.compare_native.resolve()), **compare_settings}
         measured_proxy(compare_native_port, rendered(compare_native_env), "compare-native")
     compare_port = None
     if args.compare_wasm:
         compare_port = free_port()
         compare_env = {**env, "GATEWAY_PORT": str(compare_port), "GATEWAY_ADMIN_PORT": str(free_port()),
-                       "GATEWAY_WASM": str(args.compare_wasm.resolve()),
-                       **dict(setting.split("=", 1) for setting in args.compare_env)}
+                       "GATEWAY_WASM": str(args.compare_wasm.resolve()), **compare_settings}
         measured_proxy(compare_port, rendered(compare_env), "compare")
     gateway_headers = {
         "x-gateway-api-key": API_KEY, "x-gateway-provider": "openai", "authorization": "Bearer sk-bench",

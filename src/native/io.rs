@@ -143,30 +143,36 @@ impl Io for NativeIo<'_> {
             return;
         };
         // Only what differs is written: each write is a header-map edit in Envoy, and most of
-        // a request's headers pass unchanged.
-        let current = calls::headers(filter, ffi::REQUEST_HEADERS);
-        let mut removed: Vec<&str> = Vec::new();
-        for (name, _) in &current {
-            if !wanted.iter().any(|(n, _)| n == name) && !removed.contains(&name.as_str()) {
-                calls::set_header(filter, ffi::REQUEST_HEADERS, name, b"");
-                removed.push(name);
+        // a request's headers pass unchanged. The edits are worked out on Envoy's own copy of
+        // the headers (not copied again), then made.
+        let (removed, changed_names) = calls::with_headers(filter, ffi::REQUEST_HEADERS, |current| {
+            // Owned, and few: the map changes as they are removed.
+            let mut removed: Vec<String> = Vec::new();
+            for (name, _) in current {
+                if !wanted.iter().any(|(n, _)| n.as_bytes() == *name) && !removed.iter().any(|r| r.as_bytes() == *name)
+                {
+                    removed.push(String::from_utf8_lossy(name).into_owned());
+                }
             }
+            let mut changed_names: Vec<&str> = Vec::new();
+            for (i, (name, _)) in wanted.iter().enumerate() {
+                if wanted.iter().take(i).any(|(n, _)| n == name) {
+                    continue;
+                }
+                let want = wanted.iter().filter(|(n, _)| n == name).map(|(_, v)| *v);
+                let have = current.iter().filter(|(n, _)| *n == name.as_bytes()).map(|(_, v)| *v);
+                if !want.eq(have) {
+                    changed_names.push(name);
+                }
+            }
+            (removed, changed_names)
+        });
+        for name in &removed {
+            calls::set_header(filter, ffi::REQUEST_HEADERS, name, b"");
         }
-        let mut changed = !removed.is_empty();
-        let mut seen: Vec<&str> = Vec::new();
-        for (name, _) in wanted {
-            if seen.contains(name) {
-                continue;
-            }
-            seen.push(name);
-            let want: Vec<&[u8]> = wanted.iter().filter(|(n, _)| n == name).map(|(_, v)| *v).collect();
-            let have: Vec<&[u8]> = current.iter().filter(|(n, _)| n == name).map(|(_, v)| v.as_slice()).collect();
-            if want == have {
-                continue;
-            }
-            changed = true;
+        for name in &changed_names {
             // The ABI has no empty value: a wanted header whose value is empty is removed.
-            let mut values = want.into_iter();
+            let mut values = wanted.iter().filter(|(n, _)| n == name).map(|(_, v)| *v);
             if let Some(first) = values.next() {
                 calls::set_header(filter, ffi::REQUEST_HEADERS, name, first);
             }
@@ -174,7 +180,7 @@ impl Io for NativeIo<'_> {
                 calls::add_header(filter, ffi::REQUEST_HEADERS, name, value);
             }
         }
-        if changed {
+        if !removed.is_empty() || !changed_names.is_empty() {
             calls::clear_route_cache(filter);
         }
     }

@@ -2,8 +2,8 @@
 //! native adapter with `unsafe`. Each wrapper is called from a hook of the filter it names, on
 //! that filter's worker thread, with a filter pointer Envoy handed to that hook or to an earlier
 //! hook of the same live filter (the adapter forgets a filter's pointer in its `destroy` hook).
-//! What Envoy returns is copied before the wrapper returns, so no Envoy-owned pointer outlives
-//! the call.
+//! What Envoy returns is copied before the wrapper returns, or lent to a closure the wrapper
+//! calls, so no Envoy-owned pointer outlives the call.
 
 pub(crate) mod ffi;
 
@@ -31,11 +31,18 @@ fn envoy() -> Option<&'static Callbacks> {
 /// Bytes Envoy owns, copied. SAFETY (of the callers): `ptr` points to `length` readable bytes
 /// or is null with any length (read as empty).
 unsafe fn copied(ptr: *const u8, length: usize) -> Vec<u8> {
+    // SAFETY: as the callers say.
+    unsafe { bytes(ptr, length) }.to_vec()
+}
+
+/// Bytes Envoy owns, lent for as long as the caller says. SAFETY (of the callers): as `copied`,
+/// and the bytes stay valid and unchanged while the slice is used.
+unsafe fn bytes<'a>(ptr: *const u8, length: usize) -> &'a [u8] {
     if ptr.is_null() || length == 0 {
-        return Vec::new();
+        return &[];
     }
-    // SAFETY: Envoy's buffer of `length` bytes, valid for the rest of the current hook.
-    unsafe { std::slice::from_raw_parts(ptr, length) }.to_vec()
+    // SAFETY: as the callers say.
+    unsafe { std::slice::from_raw_parts(ptr, length) }
 }
 
 pub(crate) fn log(level: u32, message: &str) {
@@ -57,22 +64,37 @@ pub(crate) fn log_enabled(level: u32) -> bool {
 /// Every header of `map` (lower-case names, pseudo-headers included); empty when the map does
 /// not exist yet.
 pub(crate) fn headers(filter: EnvoyFilter, map: u32) -> Vec<(String, Vec<u8>)> {
-    let Some(envoy) = envoy() else {
-        return Vec::new();
-    };
+    // SAFETY: Envoy's entries, each with its own buffers, valid during this hook.
+    raw_headers(filter, map).map(|raw| unsafe { copied_headers(&raw) }).unwrap_or_default()
+}
+
+/// What `f` makes of the headers of `map` (names and values as Envoy holds them, not copied:
+/// `f` must not change the map).
+pub(crate) fn with_headers<R>(
+    filter: EnvoyFilter,
+    map: u32,
+    f: impl for<'a> FnOnce(&[(&'a [u8], &'a [u8])]) -> R,
+) -> R {
+    let raw = raw_headers(filter, map).unwrap_or_default();
+    // SAFETY: as `headers`; the views live no longer than this call, and `f` changes no header.
+    let views: Vec<(&[u8], &[u8])> =
+        raw.iter().map(|h| unsafe { (bytes(h.key_ptr, h.key_length), bytes(h.value_ptr, h.value_length)) }).collect();
+    f(&views)
+}
+
+/// Envoy's entries for the headers of `map`, pointing into its own buffers; none when it has
+/// none or cannot say.
+fn raw_headers(filter: EnvoyFilter, map: u32) -> Option<Vec<EnvoyHeader>> {
+    let envoy = envoy()?;
     // SAFETY: a live filter on its thread.
     let count = unsafe { (envoy.get_headers_size)(filter, map) };
     if count == 0 {
-        return Vec::new();
+        return None;
     }
     let empty = EnvoyHeader { key_ptr: std::ptr::null(), key_length: 0, value_ptr: std::ptr::null(), value_length: 0 };
     let mut raw = vec![empty; count];
     // SAFETY: `raw` has room for the `count` headers Envoy writes.
-    if !unsafe { (envoy.get_headers)(filter, map, raw.as_mut_ptr()) } {
-        return Vec::new();
-    }
-    // SAFETY: Envoy filled each entry with its own buffers, valid during this hook.
-    unsafe { copied_headers(&raw) }
+    unsafe { (envoy.get_headers)(filter, map, raw.as_mut_ptr()) }.then_some(raw)
 }
 
 /// Sets header `name` of `map` to `value` (replacing every value it had); an empty value
@@ -131,7 +153,9 @@ unsafe fn copied_headers(raw: &[EnvoyHeader]) -> Vec<(String, Vec<u8>)> {
         .map(|h| {
             // SAFETY: as the callers say.
             let (name, value) = unsafe { (copied(h.key_ptr, h.key_length), copied(h.value_ptr, h.value_length)) };
-            (String::from_utf8_lossy(&name).into_owned(), value)
+            // Names are ASCII (Envoy's codecs refuse others): the copy becomes the `String`.
+            let name = String::from_utf8(name).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+            (name, value)
         })
         .collect()
 }
