@@ -7,6 +7,7 @@
 //! its own error type, so these helpers return plain values and leave the error to the caller.
 
 use serde_json::Value;
+use std::fmt::Write;
 
 /// Keys and values echoed in errors are cut to this many characters, so a hostile config
 /// cannot make the error response as large as itself.
@@ -46,13 +47,29 @@ pub fn index(path: &str, i: usize) -> String {
     format!("{path}[{i}]")
 }
 
-/// Runs `check` on each item with its path (`messages[3]`), stopping at the first error.
+/// Runs `check` on each item with its path (`messages[3]`), stopping at the first error. The
+/// paths are written in turn into one buffer: a long conversation made a new string per message.
 pub fn each_item<T, E>(
     items: &[Value],
     path: &str,
     mut check: impl FnMut(&Value, &str) -> Result<T, E>,
 ) -> Result<Vec<T>, E> {
-    items.iter().enumerate().map(|(i, item)| check(item, &index(path, i))).collect()
+    let mut item_path = String::with_capacity(path.len() + 8);
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            rewrite_index(&mut item_path, path, i);
+            check(item, &item_path)
+        })
+        .collect()
+}
+
+/// `buffer` made the path of item `i` of the array at `path` (not generic: one copy of the
+/// formatting for every caller of `each_item`).
+fn rewrite_index(buffer: &mut String, path: &str, i: usize) {
+    buffer.clear();
+    let _ = write!(buffer, "{path}[{i}]");
 }
 
 /// The entry of `allowed` whose `name` is `s`. Otherwise the allowed names, each between

@@ -16,6 +16,7 @@ use crate::guardrails::CHECK_IDS;
 use crate::routing::attempts::Move;
 use crate::settings::MetricsSettings;
 use hashbrown::HashSet;
+use std::borrow::Cow;
 
 pub(crate) const REQUESTS: &str = "gen_ai_gateway_requests_total";
 pub(crate) const TOKENS: &str = "gen_ai_client_token_usage_total";
@@ -135,16 +136,16 @@ pub(crate) struct ModelLabels {
 
 impl ModelLabels {
     /// The label of `model`, within the settings' bound.
-    pub(crate) fn label(&mut self, settings: &MetricsSettings, model: &str) -> String {
+    pub(crate) fn label<'a>(&mut self, settings: &MetricsSettings, model: &'a str) -> Cow<'a, str> {
         if model.is_empty() {
-            return NO_MODEL.to_string();
+            return Cow::Borrowed(NO_MODEL);
         }
         let value = sanitise(model);
         let known = match &settings.models {
             Some(models) => models.iter().any(|m| sanitise(m) == value),
-            None if self.seen.contains(&value) => true,
+            None if self.seen.contains(value.as_ref()) => true,
             None if self.seen.len() < settings.max_models => {
-                self.seen.insert(value.clone());
+                self.seen.insert(value.to_string());
                 true
             }
             None => false,
@@ -152,15 +153,18 @@ impl ModelLabels {
         if known {
             value
         } else {
-            OTHER.to_string()
+            Cow::Borrowed(OTHER)
         }
     }
 }
 
-/// A label value made safe for a stat name.
-pub(crate) fn sanitise(value: &str) -> String {
+/// A label value made safe for a stat name (borrowed when it is already: the common case).
+pub(crate) fn sanitise(value: &str) -> Cow<'_, str> {
     let safe = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '/' | '-');
-    value.chars().take(MAX_VALUE_CHARS).map(|c| if safe(c) { c } else { '_' }).collect()
+    if value.len() <= MAX_VALUE_CHARS && value.chars().all(safe) {
+        return Cow::Borrowed(value);
+    }
+    Cow::Owned(value.chars().take(MAX_VALUE_CHARS).map(|c| if safe(c) { c } else { '_' }).collect())
 }
 
 /// `status_class`: `2xx`, `4xx`, ...; `none` when no status was sent (the client left).
@@ -195,9 +199,9 @@ const MCP_METHODS: &[&str] = &[
 
 /// The `server` label: the server's id, or `_gateway` for a request the aggregate endpoint
 /// answered itself (server ids never start with `_`).
-fn mcp_server(server: &str) -> String {
+fn mcp_server(server: &str) -> Cow<'_, str> {
     match server {
-        "" => "_gateway".to_string(),
+        "" => Cow::Borrowed("_gateway"),
         server => sanitise(server),
     }
 }
@@ -206,8 +210,7 @@ fn mcp_server(server: &str) -> String {
 /// (the aggregate's calls to its servers count there too).
 pub(crate) fn mcp_request(server: &str, method: &str, outcome: crate::mcp::Outcome) -> String {
     let server = mcp_server(server);
-    let labels =
-        [("server", server.as_str()), ("method", mcp_method("POST", Some(method))), ("outcome", outcome.as_str())];
+    let labels = [("server", &*server), ("method", mcp_method("POST", Some(method))), ("outcome", outcome.as_str())];
     name(MCP_REQUESTS, &labels)
 }
 
@@ -280,9 +283,9 @@ pub(crate) fn of_request(record: &Record, settings: &MetricsSettings, models: &m
     }
     if let Some(facts) = &record.mcp {
         let (server, method) = (mcp_server(&facts.server), mcp_method(&record.method, facts.method.as_deref()));
-        let labels = [("server", server.as_str()), ("method", method), ("outcome", facts.outcome.as_str())];
+        let labels = [("server", &*server), ("method", method), ("outcome", facts.outcome.as_str())];
         out.push(counter(name(MCP_REQUESTS, &labels), 1));
-        out.push(histogram(name(MCP_DURATION, &[("server", server.as_str()), ("method", method)]), record.duration_ms));
+        out.push(histogram(name(MCP_DURATION, &[("server", &*server), ("method", method)]), record.duration_ms));
     }
     if record.provider.is_empty() {
         return out;
@@ -290,13 +293,13 @@ pub(crate) fn of_request(record: &Record, settings: &MetricsSettings, models: &m
     let provider = sanitise(record.provider);
     let model = models.label(settings, &record.model);
     let labels = [
-        ("provider", provider.as_str()),
+        ("provider", &*provider),
         ("status_class", status_class(record.status)),
         ("cache_status", cache_status(record.cache)),
-        ("model", model.as_str()),
+        ("model", &*model),
     ];
     out.push(counter(name(REQUESTS, &labels), 1));
-    let by_model = [("provider", provider.as_str()), ("model", model.as_str())];
+    let by_model = [("provider", &*provider), ("model", &*model)];
     out.push(histogram(name(DURATION, &by_model), record.duration_ms));
     if let Some(ttft) = record.time_to_first_token_ms {
         out.push(histogram(name(TIME_TO_FIRST_TOKEN, &by_model), ttft));
@@ -307,7 +310,7 @@ pub(crate) fn of_request(record: &Record, settings: &MetricsSettings, models: &m
     if let Some(usage) = record.usage {
         for (kind, count) in [("input", usage.prompt_tokens), ("output", usage.completion_tokens)] {
             if count > 0 {
-                let labels = [("provider", provider.as_str()), ("gen_ai_token_type", kind), ("model", model.as_str())];
+                let labels = [("provider", &*provider), ("gen_ai_token_type", kind), ("model", &*model)];
                 out.push(counter(name(TOKENS, &labels), count));
             }
         }

@@ -74,6 +74,7 @@ use reply::ResponseMode;
 pub(crate) use shipping::Handover;
 #[cfg(any(test, feature = "native"))]
 pub(crate) use shipping::IdleCopies;
+use std::fmt::Write;
 use std::rc::Rc;
 use usage::UsageScan;
 #[cfg(feature = "native")]
@@ -283,7 +284,15 @@ fn uuid_v7(now_ms: u64, high: u64, low: u64) -> String {
     let version_and_random = 0x7000 | (high & 0x0fff);
     let variant_and_random = 0x8000 | ((high >> 12) & 0x3fff);
     let node = low & 0xffff_ffff_ffff;
-    format!("{:08x}-{:04x}-{version_and_random:04x}-{variant_and_random:04x}-{node:012x}", time >> 16, time & 0xffff)
+    // Written into its exact size: `format!` grows its string several times on the way.
+    let mut id = String::with_capacity(36);
+    let _ = write!(
+        id,
+        "{:08x}-{:04x}-{version_and_random:04x}-{variant_and_random:04x}-{node:012x}",
+        time >> 16,
+        time & 0xffff
+    );
+    id
 }
 
 /// The body of a held request ends with trailers instead of end_of_stream: no client of this

@@ -11,7 +11,7 @@ use crate::request::headers::TraceFields;
 use crate::routing::attempts::Move;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use std::fmt;
+use std::fmt::{self, Write};
 
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Record {
@@ -271,7 +271,11 @@ pub(crate) fn shipped(line: &[u8], extra: &Shipped) -> Option<Vec<u8>> {
 /// None when the random part is 0 (the host's randomness failed: ids that repeat would make
 /// the control plane drop records as sent twice).
 pub(crate) fn record_id(now_ms: u64, random: u64) -> Option<String> {
-    (random != 0).then(|| format!("{now_ms:012x}{random:016x}"))
+    (random != 0).then(|| {
+        let mut id = String::with_capacity(28);
+        let _ = write!(id, "{now_ms:012x}{random:016x}");
+        id
+    })
 }
 
 /// An empty text as `null`.

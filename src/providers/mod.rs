@@ -431,6 +431,10 @@ pub(crate) fn prepare(
 /// value the target's config chose (the `AzureOpenAI` SDK always sends its own `api-version`).
 fn upstream_path(base: &str, request: &UpstreamRequest, client_query: Option<&str>) -> String {
     let own = request.query.as_deref().filter(|q| !q.is_empty());
+    if own.is_none() && client_query.is_none_or(str::is_empty) {
+        // No query at all (most requests): the path alone, in one allocation.
+        return [base, request.path.as_str()].concat();
+    }
     let own_names: Vec<Vec<u8>> = own.into_iter().flat_map(|q| q.split('&')).map(parameter_name).collect();
     // The client's other pairs go as written, in order.
     let client: Vec<&str> =
