@@ -10,6 +10,7 @@ use crate::unit_tests::test;
 use serde_json::{json, Value};
 use std::collections::HashMap as StdHashMap;
 
+mod allocations;
 mod batches;
 mod control_plane;
 mod guardrails;
