@@ -4,6 +4,7 @@
 //! suite: it is a profile, though it checks each request is served as the benchmark's is.
 
 use super::*;
+use crate::unit_tests::test;
 
 /// The benchmark's chat request and its mock provider's answer (bench/bench.py).
 const BENCH_REQUEST: &[u8] = br#"{"model": "bench-model", "messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]}"#;
