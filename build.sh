@@ -493,7 +493,9 @@ lint() {
   python3 tests/tools/check_docs.py --self-test; python3 tests/tools/check_docs.py
   cargo clippy --quiet --workspace --all-targets -- -D warnings
   cargo clippy --quiet --features native --lib -- -D warnings
-  wasm_cargo "$TARGET" clippy --quiet -p model-gateway -p gateway-schema -- -D warnings
+  # The unit tests too: what compiles natively can still fail inside wasm (a name ambiguous
+  # under wasm-bindgen-test), which the wasm unit tests would find only much later.
+  wasm_cargo "$TARGET" clippy --quiet -p model-gateway -p gateway-schema --lib --tests -- -D warnings
 }
 
 test_all() {

@@ -44,7 +44,9 @@ pub fn join(parent: &str, key: &str) -> String {
 
 /// Path of item `i` of the array at `path`.
 pub fn index(path: &str, i: usize) -> String {
-    format!("{path}[{i}]")
+    let mut buffer = String::with_capacity(path.len() + 8);
+    rewrite_index(&mut buffer, path, i);
+    buffer
 }
 
 /// Runs `check` on each item with its path (`messages[3]`), stopping at the first error. The
@@ -65,8 +67,8 @@ pub fn each_item<T, E>(
         .collect()
 }
 
-/// `buffer` made the path of item `i` of the array at `path` (not generic: one copy of the
-/// formatting for every caller of `each_item`).
+/// `buffer` made the path of item `i` of the array at `path`: the one place the format is
+/// written (not generic, so every caller of `each_item` shares one copy of it).
 fn rewrite_index(buffer: &mut String, path: &str, i: usize) {
     buffer.clear();
     let _ = write!(buffer, "{path}[{i}]");

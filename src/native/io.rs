@@ -125,6 +125,11 @@ fn replace_body(filter: EnvoyFilter, body: u32, size: usize, bytes: &[u8]) {
     }
 }
 
+/// The values `wanted` gives header `name`, in order.
+fn values_of<'a>(wanted: &'a [(&'a str, &'a [u8])], name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+    wanted.iter().filter(move |(n, _)| *n == name).map(|(_, v)| *v)
+}
+
 impl Io for NativeIo<'_> {
     fn host(&mut self) -> &mut dyn Host {
         self
@@ -159,9 +164,8 @@ impl Io for NativeIo<'_> {
                 if wanted.iter().take(i).any(|(n, _)| n == name) {
                     continue;
                 }
-                let want = wanted.iter().filter(|(n, _)| n == name).map(|(_, v)| *v);
                 let have = current.iter().filter(|(n, _)| *n == name.as_bytes()).map(|(_, v)| *v);
-                if !want.eq(have) {
+                if !values_of(wanted, name).eq(have) {
                     changed_names.push(name);
                 }
             }
@@ -172,7 +176,7 @@ impl Io for NativeIo<'_> {
         }
         for name in &changed_names {
             // The ABI has no empty value: a wanted header whose value is empty is removed.
-            let mut values = wanted.iter().filter(|(n, _)| n == name).map(|(_, v)| *v);
+            let mut values = values_of(wanted, name);
             if let Some(first) = values.next() {
                 calls::set_header(filter, ffi::REQUEST_HEADERS, name, first);
             }

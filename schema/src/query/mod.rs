@@ -489,7 +489,7 @@ mod tests {
         assert!(validate(&nest(MAX_DEPTH)).is_ok());
         assert!(matches(&nest(MAX_DEPTH), &input()));
         let e = validate(&nest(MAX_DEPTH + 1)).err().unwrap_or_else(|| panic!("validated"));
-        assert_eq!(e.path, vec!["$and[0]"; MAX_DEPTH + 1].join("."));
+        assert_eq!(e.path, ["$and[0]"; MAX_DEPTH + 1].join("."));
         assert!(e.message.contains("nest more than 16"));
         assert!(!matches(&nest(MAX_DEPTH + 1), &input()));
         assert!(!matches(&nest(100), &input()));
