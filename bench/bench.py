@@ -280,13 +280,16 @@ def rendered(env):
                           text=True).stdout
 
 
-def with_plugin_configuration(config, value):
-    """The rendered gateway config with the wasm filters' plugin configuration set to `value` (the
-    gateway filter's, and the lookup gate's, which only upload routes create)."""
-    config, count = re.subn(r'^(\s+value: )".*"$', lambda m: m.group(1) + json.dumps(value), config, flags=re.M)
+def with_plugin_configuration(config, value, gate_value=None):
+    """The rendered gateway config with the filter's plugin configuration set to `value`, and the
+    lookup gate's (which only upload routes create; it comes first in the chain) to `gate_value`,
+    by default `value` too."""
+    pattern = r'^(\s+value: )".*"$'
+    count = len(re.findall(pattern, config, flags=re.M))
     if count not in (1, 2):
         sys.exit(f"bench: expected one or two plugin configurations in the rendered config, found {count}")
-    return config
+    values = iter([value] if count == 1 else [gate_value or value, value])
+    return re.sub(pattern, lambda m: m.group(1) + json.dumps(next(values)), config, flags=re.M)
 
 
 def to_micros(text):
@@ -412,7 +415,7 @@ def main():
                         "proxies only (repeatable), e.g. GATEWAY_ACCESS_LOG=off for a build from before the access "
                         "log, or GATEWAY_CONTROL_PLANE_ADDR= for what shipping the records costs")
     parser.add_argument("--variants", help="measure only these variants (comma-separated, e.g. uncached,guardrail; "
-                        "names: bare, floor_pass, floor_hold, native_floor_pass, native_floor_hold, mesh_bare, mesh_gateway, "
+                        "names: bare, floor_pass, floor_hold, native_floor_pass, native_floor_hold, native_floor_edit, mesh_bare, mesh_gateway, "
                         "mesh_native, gateway, uncached, saved, fallback, cache_hit, guardrail, compare, "
                         "compare_uncached, compare_guardrail: the last three through --compare-wasm; native, native_uncached, "
                         "native_cache_hit, native_guardrail, native_keyed, native_limited, bare_mcp, mcp, native_mcp, "
@@ -477,23 +480,31 @@ def main():
         pids[port] = procs[-1].pid
         return port
 
-    def floor(name, mode, host_env):
+    def floor(name, mode, host_env, gate_mode=None):
         """An Envoy with the same template, listener and clusters as the gateway's, running a floor
-        module (bench/README.md, The floors) in `mode` (pass, hold) on the host `host_env` names;
-        its port. Its configuration is the mode and the mock's authority, which it sets on every
-        request with the cluster."""
+        module (bench/README.md, The floors) in `mode` (pass, hold, edit) on the host `host_env` names,
+        and in `gate_mode` (by default `mode`) where the gateway's lookup gate is; its port. Its
+        configuration is the mode and the mock's authority, which it sets on every request with
+        the cluster."""
         port = free_port()
         floor_env = {**env, "GATEWAY_PORT": str(port), "GATEWAY_ADMIN_PORT": str(free_port()),
                      "GATEWAY_ACCESS_LOG": "off", **host_env}
-        return measured_proxy(port, with_plugin_configuration(rendered(floor_env), f"{mode} 127.0.0.1:{mock_port}"),
-                              name)
+        mock = f"127.0.0.1:{mock_port}"
+        configured = with_plugin_configuration(rendered(floor_env), f"{mode} {mock}", f"{gate_mode or mode} {mock}")
+        return measured_proxy(port, configured, name)
 
     control_plane_port = int(control_plane_addr.split(":")[1])
     native_floor = {"GATEWAY_HOST": "native", "GATEWAY_NATIVE_MODULE": str(NATIVE_FLOOR)}
     floor_ports = {"floor_pass": floor("floor_pass", "pass", {"GATEWAY_WASM": str(MINIMAL_WASM)}),
                    "floor_hold": floor("floor_hold", "hold", {"GATEWAY_WASM": str(MINIMAL_WASM)}),
                    "native_floor_pass": floor("native_floor_pass", "pass", native_floor),
-                   "native_floor_hold": floor("native_floor_hold", "hold", native_floor)}
+                   "native_floor_hold": floor("native_floor_hold", "hold", native_floor),
+                   # The gateway's calls into Envoy without its logic, made once (the lookup gate's
+                   # place holds, as in the hold floor), with the access log the native variant
+                   # writes (the record it leaves is what the log writes).
+                   "native_floor_edit": floor("native_floor_edit", "edit",
+                                              {**native_floor, "GATEWAY_ACCESS_LOG": env.get("GATEWAY_ACCESS_LOG", "")},
+                                              gate_mode="hold")}
 
     def mesh(name, filters="", configuration=None, module=None):
         """An Envoy in a mesh's shape (`MESH`) with `filters` (a template of MESH_WASM or MESH_NATIVE,
@@ -593,6 +604,8 @@ def main():
         wait_ready(native_port, guardrail_headers, REQUEST)
         for port, headers in ((bare_port, MCP_HEADERS), (gateway_port, mcp_headers), (native_port, mcp_headers)):
             wait_ready(port, headers, TOOL_CALL, "/mcp/bench" if port != bare_port else "/mcp")
+        if cache_status(floor_ports["native_floor_edit"], gateway_headers, REQUEST) != "DISABLED":
+            sys.exit("bench: the native edit floor does not add the gateway's answer headers")
         for port in (gateway_port, native_port):
             status = cache_status(port, cache_hit_headers, REQUEST)
             if status != "HIT":
@@ -652,7 +665,9 @@ def main():
           f"{os.cpu_count()} cores, non-streaming chat completion, the control plane on {args.database}\n")
     names = {"bare": "bare Envoy", "floor_pass": "Envoy + wasm floor, pass (minimal filter)",
              "floor_hold": "Envoy + wasm floor, hold", "native_floor_pass": "Envoy + native floor, pass",
-             "native_floor_hold": "Envoy + native floor, hold", "mesh_bare": "mesh config: bare Envoy",
+             "native_floor_hold": "Envoy + native floor, hold",
+             "native_floor_edit": "Envoy + native floor, the gateway's calls into Envoy",
+             "mesh_bare": "mesh config: bare Envoy",
              "mesh_gateway": "mesh config: Envoy + filter (provider headers)",
              "mesh_native": "mesh config: Envoy + native module (provider headers)",
              "gateway": "Envoy + filter (provider headers)",
@@ -690,6 +705,17 @@ def main():
         print("|---|---|---|---|---|---|")
         for connections, what, value, limit, met, figures in checked:
             print(f"| {connections} | {what} | {value:.2f} | {limit} | {'yes' if met else 'no'} | {figures} |")
+    if measured.issuperset(("bare", "native_floor_hold", "native_floor_edit", "native")):
+        print("\nThe native module's CPU per request over its hold floor, split at the edit floor (the gateway's"
+              " calls into Envoy, with fixed values and none of its logic), over B:\n")
+        print("| connections | the calls into Envoy (edit over hold floor) | the module's own work (native over edit"
+              " floor) |")
+        print("|---|---|---|")
+        for connections, runs in rows:
+            bare, hold, edit, native = (runs[key]["cpu_us"] for key in
+                                        ("bare", "native_floor_hold", "native_floor_edit", "native"))
+            print(f"| {connections} | {(edit - hold) / bare:.2f} B ({edit - hold:.1f} µs) "
+                  f"| {(native - edit) / bare:.2f} B ({native - edit:.1f} µs) |")
     if args.targets_json:
         args.targets_json.write_text(json.dumps([
             {"connections": connections, "target": what, "value": value, "limit": limit, "met": met}
