@@ -204,7 +204,7 @@ fn every_stat_reads_back_as_its_family_with_the_labels_envoys_tags_give() {
         let (family, values) = metrics::family_of(&stat).unwrap_or_else(|| panic!("{stat}: no family"));
         let (family_name, _, label_names) = metrics::FAMILIES[family];
         let read: BTreeMap<String, String> =
-            label_names.iter().zip(values).map(|(l, v)| (l.to_string(), v.to_string())).collect();
+            label_names.iter().zip(values.as_slice()).map(|(l, v)| (l.to_string(), v.to_string())).collect();
         assert_eq!((family_name, &read), (name.as_str(), &labels), "{stat}");
     }
     for stat in ["gen_ai_gateway_retries_total.provider", "gen_ai_gateway_retries_total.region.eu", "nope"] {

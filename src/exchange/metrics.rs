@@ -76,22 +76,57 @@ pub(crate) const FAMILIES: &[(&str, Keeping, &[&str])] = &[
     (MCP_DURATION, Keeping::Histogram, &["server", "method"]),
 ];
 
+/// The most labels a family has (the request counter's four).
+#[cfg(any(test, feature = "native"))]
+const MAX_LABELS: usize = most_labels(FAMILIES);
+
+#[cfg(any(test, feature = "native"))]
+const fn most_labels(families: &[(&str, Keeping, &[&str])]) -> usize {
+    match families {
+        [] => 0,
+        [(_, _, labels), rest @ ..] => {
+            let most = most_labels(rest);
+            if labels.len() > most {
+                labels.len()
+            } else {
+                most
+            }
+        }
+    }
+}
+
+/// A stat's label values read back, in its family's order: on the stack (a stat is read back
+/// on every metric update of the native module).
+#[cfg(any(test, feature = "native"))]
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct LabelValues<'a> {
+    values: [&'a str; MAX_LABELS],
+    len: usize,
+}
+
+#[cfg(any(test, feature = "native"))]
+impl<'a> LabelValues<'a> {
+    pub(crate) fn as_slice(&self) -> &[&'a str] {
+        self.values.get(..self.len).unwrap_or_default()
+    }
+}
+
 /// A stat name read back: its family (an index into `FAMILIES`) and its label values, in the
 /// family's order. Every value but the last is dot-free; the last takes the rest (see above).
 #[cfg(any(test, feature = "native"))]
-pub(crate) fn family_of(stat: &str) -> Option<(usize, Vec<&str>)> {
+pub(crate) fn family_of(stat: &str) -> Option<(usize, LabelValues<'_>)> {
     let (metric, mut rest) = stat.split_at_checked(stat.find('.').unwrap_or(stat.len()))?;
     let index = FAMILIES.iter().position(|(name, _, _)| *name == metric)?;
     let labels = FAMILIES.get(index)?.2;
-    let mut values = Vec::with_capacity(labels.len());
-    for (i, label) in labels.iter().enumerate() {
+    let mut values = LabelValues { values: [""; MAX_LABELS], len: labels.len() };
+    for (i, (label, slot)) in labels.iter().zip(values.values.iter_mut()).enumerate() {
         rest = rest.strip_prefix('.')?.strip_prefix(label)?.strip_prefix('.')?;
         let (value, after) = if i + 1 == labels.len() {
             (rest, "")
         } else {
             rest.split_at_checked(rest.find('.').unwrap_or(rest.len()))?
         };
-        values.push(value);
+        *slot = value;
         rest = after;
     }
     rest.is_empty().then_some((index, values))

@@ -77,7 +77,7 @@ impl NativeIo<'_> {
             return;
         };
         if let Some(id) = self.metrics.get(family).copied().flatten() {
-            calls::record_metric(filter, record, id, &values, value);
+            calls::record_metric(filter, record, id, values.as_slice(), value);
         }
     }
 

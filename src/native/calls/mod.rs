@@ -427,6 +427,9 @@ pub(crate) fn define_metric(config: EnvoyConfig, keeping: Keeping, name: &str, l
     (result == ffi::METRICS_SUCCESS).then_some(id)
 }
 
+/// The most label values a metric update carries (the gateway's families have at most four).
+const MAX_METRIC_LABELS: usize = 8;
+
 /// Records `value` in stat `id` of the filter's config, with one value per label of its family.
 pub(crate) fn record_metric(filter: EnvoyFilter, record: Record, id: usize, values: &[&str], value: u64) -> bool {
     let Some(envoy) = envoy() else {
@@ -438,10 +441,17 @@ pub(crate) fn record_metric(filter: EnvoyFilter, record: Record, id: usize, valu
         Record::AddToGauge => envoy.increment_gauge,
         Record::TakeFromGauge => envoy.decrement_gauge,
     };
-    let values: Vec<ModuleBuffer> = values.iter().map(|v| ModuleBuffer::of(v.as_bytes())).collect();
+    // On the stack: a metric update is made several times a request.
+    let mut buffers = [ModuleBuffer::of(&[]); MAX_METRIC_LABELS];
+    if values.len() > buffers.len() {
+        return false;
+    }
+    for (buffer, v) in buffers.iter_mut().zip(values) {
+        *buffer = ModuleBuffer::of(v.as_bytes());
+    }
     // SAFETY: a live filter on its thread; `id` was defined in its config; the values are
-    // copied during the call.
-    let result = unsafe { callback(filter, id, values.as_ptr(), values.len(), value) };
+    // copied during the call, and the first `values.len()` buffers hold them.
+    let result = unsafe { callback(filter, id, buffers.as_ptr(), values.len(), value) };
     result == ffi::METRICS_SUCCESS
 }
 
