@@ -133,67 +133,53 @@ struct Metrics {
     duration: usize,
 }
 
+/// A define callback's shape (counters and histograms alike) and an update's.
+type Define = unsafe extern "C" fn(*mut c_void, Buffer, *const Buffer, usize, *mut usize) -> u32;
+type Update = unsafe extern "C" fn(*mut c_void, usize, *const Buffer, usize, u64) -> u32;
+
+/// Defines metric `name` with `labels` on `envoy`'s config; its id.
+fn define<const N: usize>(define: Define, envoy: *mut c_void, name: &[u8], labels: [&[u8]; N]) -> usize {
+    let labels = labels.map(Buffer::of);
+    let mut id = 0;
+    // SAFETY: Envoy's config object, valid during `config_new`; the buffers are ours and outlive
+    // the call; `id` is written by Envoy.
+    unsafe { define(envoy, Buffer::of(name), labels.as_ptr(), N, &mut id) };
+    id
+}
+
+/// Adds or records `value` in metric `id` with label `values`, through the stream `envoy`. The
+/// values stay on the stack, as the gateway's native host keeps them.
+fn update<const N: usize>(update: Update, envoy: *mut c_void, id: usize, values: [&[u8]; N], value: u64) {
+    let values = values.map(Buffer::of);
+    // SAFETY: the stream's filter object, valid during the hook; the buffers are ours and outlive
+    // the call.
+    unsafe { update(envoy, id, values.as_ptr(), N, value) };
+}
+
 impl Metrics {
     /// Defines the gateway's request counter, token counter and duration histogram on `envoy`'s
     /// config, with their labels.
     fn define(envoy: *mut c_void) -> Metrics {
-        let mut metrics = Metrics::default();
-        let requests = [&b"provider"[..], b"status_class", b"cache_status", b"model"].map(Buffer::of);
-        let tokens = [&b"provider"[..], b"gen_ai_token_type", b"model"].map(Buffer::of);
-        let duration = [&b"provider"[..], b"model"].map(Buffer::of);
-        // SAFETY: Envoy's config object, valid during `config_new`; the buffers are ours.
-        unsafe {
-            envoy_dynamic_module_callback_http_filter_config_define_counter(
-                envoy,
-                Buffer::of(b"gen_ai_gateway_requests_total"),
-                requests.as_ptr(),
-                requests.len(),
-                &mut metrics.requests,
-            );
-            envoy_dynamic_module_callback_http_filter_config_define_counter(
-                envoy,
-                Buffer::of(b"gen_ai_client_token_usage_total"),
-                tokens.as_ptr(),
-                tokens.len(),
-                &mut metrics.tokens,
-            );
-            envoy_dynamic_module_callback_http_filter_config_define_histogram(
-                envoy,
-                Buffer::of(b"gen_ai_server_request_duration"),
-                duration.as_ptr(),
-                duration.len(),
-                &mut metrics.duration,
-            );
+        let counter: Define = envoy_dynamic_module_callback_http_filter_config_define_counter;
+        let histogram: Define = envoy_dynamic_module_callback_http_filter_config_define_histogram;
+        let requests = [&b"provider"[..], b"status_class", b"cache_status", b"model"];
+        let tokens = [&b"provider"[..], b"gen_ai_token_type", b"model"];
+        Metrics {
+            requests: define(counter, envoy, b"gen_ai_gateway_requests_total", requests),
+            tokens: define(counter, envoy, b"gen_ai_client_token_usage_total", tokens),
+            duration: define(histogram, envoy, b"gen_ai_server_request_duration", [b"provider", b"model"]),
         }
-        metrics
     }
 
     /// What the gateway records at a request's end: the request, its input and output tokens,
     /// its duration.
     fn record(&self, envoy: *mut c_void) {
-        let requests = [&b"openai"[..], b"2xx", b"disabled", b"bench-model"].map(Buffer::of);
-        let input = [&b"openai"[..], b"input", b"bench-model"].map(Buffer::of);
-        let output = [&b"openai"[..], b"output", b"bench-model"].map(Buffer::of);
-        let duration = [&b"openai"[..], b"bench-model"].map(Buffer::of);
-        // SAFETY: the stream's filter object, valid during the hook; the buffers are ours.
-        unsafe {
-            envoy_dynamic_module_callback_http_filter_increment_counter(
-                envoy,
-                self.requests,
-                requests.as_ptr(),
-                requests.len(),
-                1,
-            );
-            envoy_dynamic_module_callback_http_filter_increment_counter(envoy, self.tokens, input.as_ptr(), 3, 9);
-            envoy_dynamic_module_callback_http_filter_increment_counter(envoy, self.tokens, output.as_ptr(), 3, 5);
-            envoy_dynamic_module_callback_http_filter_record_histogram_value(
-                envoy,
-                self.duration,
-                duration.as_ptr(),
-                duration.len(),
-                1,
-            );
-        }
+        let add: Update = envoy_dynamic_module_callback_http_filter_increment_counter;
+        let sample: Update = envoy_dynamic_module_callback_http_filter_record_histogram_value;
+        update(add, envoy, self.requests, [b"openai", b"2xx", b"disabled", b"bench-model"], 1);
+        update(add, envoy, self.tokens, [b"openai", b"input", b"bench-model"], 9);
+        update(add, envoy, self.tokens, [b"openai", b"output", b"bench-model"], 5);
+        update(sample, envoy, self.duration, [b"openai", b"bench-model"], 1);
     }
 }
 
@@ -201,18 +187,17 @@ impl Metrics {
 ///
 /// # Safety
 /// `envoy` is the stream's filter object, valid during the hook.
-unsafe fn read_headers(envoy: *mut c_void, map: u32) -> usize {
+unsafe fn read_headers(envoy: *mut c_void, map: u32) {
     // SAFETY: as the function's; `out` has room for the size Envoy gave.
     unsafe {
         let size = envoy_dynamic_module_callback_http_get_headers_size(envoy, map);
         let empty = Header { key_ptr: std::ptr::null(), key_length: 0, value_ptr: std::ptr::null(), value_length: 0 };
         let mut out = vec![empty; size];
         envoy_dynamic_module_callback_http_get_headers(envoy, map, out.as_mut_ptr());
-        out.iter().map(|header| header.key_length + header.value_length).sum()
     }
 }
 
-fn edits(filter: *const c_void) -> Option<&'static Config> {
+fn edits<'a>(filter: *const c_void) -> Option<&'a Config> {
     config(filter).filter(|config| config.mode == Mode::Edit)
 }
 
