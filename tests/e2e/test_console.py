@@ -135,6 +135,13 @@ def sign_in(page, gw, key: str) -> None:
     page.get_by_role("button", name="Sign in").click()
 
 
+def open_page(page, link: str, heading: str) -> None:
+    """Follow a link of the console's navigation and wait for the page it opens: until its
+    heading shows, the page before (whose labels may match the next step's) is still there."""
+    page.get_by_role("link", name=link).click()
+    page.get_by_role("heading", name=heading, exact=True, level=1).wait_for()
+
+
 def send_chat(gw, mock, model: str, prompt: str) -> str:
     trace_id = f"console-{uuid.uuid4().hex[:12]}"
     headers = {**custom_host(mock), "x-gateway-trace-id": trace_id}
@@ -171,7 +178,7 @@ def test_the_overview_and_the_request_table_show_traffic_and_a_request_opens_by_
     expect(model_row.locator("td").nth(1)).to_have_text("3")
 
     # The table, filtered by the model, and one request's page.
-    page.get_by_role("link", name="Requests").click()
+    open_page(page, "Requests", "Requests")
     page.get_by_label("Model", exact=True).fill(model)
     page.get_by_role("button", name="Apply").click()
     expect(page.locator("#requests tbody tr.row-link")).to_have_count(3)
@@ -224,7 +231,7 @@ def test_messages_responses_and_mcp_traffic_show_by_api_on_the_overview_and_in_t
     page.get_by_role("heading", name="Overview").wait_for()
     for api in traces:
         expect(page.locator("[data-breakdown=api] tr", has_text=api).locator("td").nth(1)).not_to_have_text("0")
-    page.get_by_role("link", name="Requests").click()
+    open_page(page, "Requests", "Requests")
     for api, trace_id in traces.items():
         page.get_by_label("API").select_option(api)
         page.get_by_role("button", name="Apply").click()
@@ -253,7 +260,7 @@ def test_a_managed_batch_shows_its_progress_to_its_workspace_only(console_gw, op
 
     sign_in(page, console_gw, KEY)
     page.get_by_role("heading", name="Overview").wait_for()
-    page.get_by_role("link", name="Batches").click()
+    open_page(page, "Batches", "Batches")
     card = page.locator(f"[data-batch={batch_id}]")
     expect(card.locator("h2")).to_have_text(f"{batch_id} · completed")
     expect(card).to_contain_text("2 completed, 1 failed")
@@ -295,8 +302,8 @@ def test_a_workspace_key_sees_only_its_workspace_and_signs_out(console_gw, opena
     expect(page.locator("[data-tile=Requests] .value")).to_have_text("0")
     expect(page.locator("[data-breakdown=model]")).to_contain_text("Nothing yet.")
     expect(page.locator("[data-breakdown=model]")).not_to_contain_text(model)
-    page.get_by_role("link", name="Requests").click()
-    # The table's own empty row (the overview's empty tables may still be on the page a moment).
+    open_page(page, "Requests", "Requests")
+    # The table's own empty row, once its records are read.
     expect(page.locator("#requests tbody")).to_have_text("Nothing yet.")
 
     expect(page.get_by_label("Workspace")).to_have_count(0)  # an admin's filter only
@@ -314,7 +321,7 @@ def test_a_key_made_on_the_keys_page_fills_its_limit_and_once_revoked_is_refused
     workspace = f"team-{uuid.uuid4().hex[:8]}"
     sign_in(page, console_gw, KEY)
     page.get_by_role("heading", name="Overview").wait_for()
-    page.get_by_role("link", name="Keys").click()
+    open_page(page, "Keys", "Keys")
     page.get_by_label("Workspace").fill(workspace)
     page.get_by_label("Name (optional)").fill("<b>ci</b> pipeline")
     page.get_by_role("button", name="Create key").click()
@@ -327,7 +334,7 @@ def test_a_key_made_on_the_keys_page_fills_its_limit_and_once_revoked_is_refused
     expect(page.locator("#keys")).not_to_contain_text(key)
 
     limit_id = f"console-{uuid.uuid4().hex[:8]}"
-    page.get_by_role("link", name="Limits").click()
+    open_page(page, "Limits", "Limits and budgets")
     page.get_by_label("Limit id").fill(limit_id)
     page.get_by_label("Key id").fill(key_id)
     page.get_by_label("Requests per minute").fill("0")
@@ -347,13 +354,13 @@ def test_a_key_made_on_the_keys_page_fills_its_limit_and_once_revoked_is_refused
     page.screenshot(path=str(screenshots / "limits.png"), full_page=True)
 
     # The admin reads that workspace's log by naming it: its two requests and the refused one.
-    page.get_by_role("link", name="Requests").click()
+    open_page(page, "Requests", "Requests")
     page.get_by_label("Workspace").fill(workspace)
     page.get_by_role("button", name="Apply").click()
     expect(page.locator("#requests tbody tr.row-link")).to_have_count(3)
     expect(page.locator("#requests tbody tr.row-link").first).to_contain_text("429")
 
-    page.get_by_role("link", name="Keys").click()
+    open_page(page, "Keys", "Keys")
     page.get_by_role("button", name=f"Revoke key {key_id}").click()
     expect(page.locator("#keys tbody tr", has_text=key_id)).to_have_count(0)
 
@@ -370,7 +377,7 @@ def test_a_workspaces_price_is_set_on_the_limits_page_over_the_catalogs(console_
     model = f"m-price-{uuid.uuid4().hex[:8]}"
     sign_in(page, console_gw, KEY)
     page.get_by_role("heading", name="Overview").wait_for()
-    page.get_by_role("link", name="Limits").click()
+    open_page(page, "Limits", "Limits and budgets")
     page.get_by_label("Model", exact=True).fill("gpt-4o")
     page.get_by_role("button", name="Look up").click()
     expect(page.locator("#price-in-force")).to_contain_text("gpt-4o: $")
@@ -410,7 +417,7 @@ def test_a_budget_set_on_the_limits_page_is_spent_refused_and_shown_full(console
     limit_id = f"console-budget-{uuid.uuid4().hex[:8]}"
     sign_in(page, console_gw, KEY)
     page.get_by_role("heading", name="Overview").wait_for()
-    page.get_by_role("link", name="Limits").click()
+    open_page(page, "Limits", "Limits and budgets")
     page.get_by_label("Limit id").fill(limit_id)
     page.get_by_label("Key id").fill(team["id"])
     page.get_by_label("Budget (USD)").fill("0.1")
@@ -463,7 +470,7 @@ def test_every_page_is_reachable_by_keyboard_labelled_readable_and_fits_the_widt
                  ("limits", "Limits and budgets"), ("keys", "Keys"), ("batches", "Batches"), ("stored/prompts", "Prompts")]
         for hash_, heading in pages:
             page.goto(f"{console_gw.origin}/console#/{hash_}")
-            page.get_by_role("heading", name=heading, exact=True).wait_for()
+            page.get_by_role("heading", name=heading, exact=True, level=1).wait_for()
             page.wait_for_load_state("load")
             if hash_ == "overview":
                 expect(page.locator(".chart canvas")).to_have_count(4)
@@ -497,8 +504,7 @@ def test_stored_objects_are_made_changed_rendered_and_deleted_and_a_secret_is_ne
     secret = f"sk-console-secret-{uuid.uuid4().hex}"
     sign_in(page, console_gw, KEY)
     page.get_by_role("heading", name="Overview").wait_for()
-    page.get_by_role("link", name="Stored").click()
-    page.get_by_role("heading", name="Providers", exact=True).wait_for()
+    open_page(page, "Stored", "Providers")
 
     page.get_by_label("Slug").fill(f"openai-{run}")
     value = page.get_by_label("Value (JSON)")
@@ -513,8 +519,7 @@ def test_stored_objects_are_made_changed_rendered_and_deleted_and_a_secret_is_ne
     assert json.loads(value.input_value()) == {"provider": "openai"}, "the key is not in the editor"
     assert secret[-12:] not in page.content(), "nor anywhere on the page"
     # An MCP server's headers are its secrets too.
-    page.get_by_role("link", name="MCP servers").click()
-    page.get_by_role("heading", name="MCP servers", exact=True).wait_for()
+    open_page(page, "MCP servers", "MCP servers")
     page.get_by_label("Slug").fill(f"files-{run}")
     server = {"url": "http://127.0.0.1:9/mcp", "headers": {"authorization": f"Bearer {secret}"}}
     page.get_by_label("Value (JSON)").fill(json.dumps(server))
@@ -525,8 +530,7 @@ def test_stored_objects_are_made_changed_rendered_and_deleted_and_a_secret_is_ne
     assert json.loads(value.input_value()) == {"url": server["url"]}, "the headers are not in the editor"
     assert secret[-12:] not in page.content()
 
-    page.get_by_role("link", name="Prompts").click()
-    page.get_by_role("heading", name="Prompts", exact=True).wait_for()
+    open_page(page, "Prompts", "Prompts")
     page.get_by_label("Slug").fill(f"greet-{run}")
     page.get_by_label("Value (JSON)").fill(json.dumps({"string": "Hello {{name}}!", "model": "gpt-4o"}))
     page.get_by_role("button", name="Save").click()
