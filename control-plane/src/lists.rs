@@ -153,19 +153,26 @@ async fn position(own: &impl OwnItems, listing: &Listing, name: &str, id: &str) 
 
 /// The query of a page of the provider's list: the caller's parameters as given, in order,
 /// without `before` (and `after` unless `keep_after`: a provider id), with `limit` set to the
-/// room left on the page (`None`: the caller's default page, no `limit` written).
+/// room left on the page (`None`: the caller's default page, no `limit` written). Names are
+/// matched percent-decoded, as the filter checked them and `Query` read them (`l%69mit` is `limit`).
 pub(crate) fn provider_query(query: Option<&str>, limit: Option<usize>, keep_after: bool) -> String {
     let limit = limit.map(|n| format!("limit={n}"));
+    let mut limit_placed = false;
     let mut pairs: Vec<&str> = Vec::new();
     for pair in query.unwrap_or_default().split('&').filter(|pair| !pair.is_empty()) {
-        match pair.split('=').next().unwrap_or_default() {
+        let name = form_urlencoded::parse(pair.as_bytes()).next().map(|(name, _)| name).unwrap_or_default();
+        match &*name {
             "before" => {}
             "after" if !keep_after => {}
-            "limit" => pairs.extend(limit.as_deref().filter(|_| !pairs.iter().any(|p| p.starts_with("limit=")))),
+            "limit" if limit_placed => {}
+            "limit" => {
+                pairs.extend(limit.as_deref());
+                limit_placed = true;
+            }
             _ => pairs.push(pair),
         }
     }
-    if !pairs.iter().any(|p| p.starts_with("limit=")) {
+    if !limit_placed {
         pairs.extend(limit.as_deref());
     }
     pairs.join("&")
@@ -246,5 +253,14 @@ mod tests {
             provider_query(Some("purpose=batch&after=file-a%2Bb&order=asc&limit=9"), Some(4), true),
             "purpose=batch&after=file-a%2Bb&order=asc&limit=4"
         );
+    }
+
+    #[test]
+    fn names_are_read_percent_decoded_as_the_filter_checked_them() {
+        // The caller's `limit` given encoded is replaced, not sent beside the page's own.
+        assert_eq!(provider_query(Some("l%69mit=2&x=1"), Some(2), false), "limit=2&x=1");
+        // A cursor of the gateway's own part, encoded, never reaches the provider.
+        assert_eq!(provider_query(Some("%61fter=batch_gw_1&%62efore=b"), Some(5), false), "limit=5");
+        assert_eq!(provider_query(Some("%61fter=batch_mock_1"), Some(5), true), "%61fter=batch_mock_1&limit=5");
     }
 }

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 import uuid
+from urllib.parse import unquote
 
 import pytest
 
@@ -282,6 +283,15 @@ def test_the_batch_list_shows_managed_batches_beside_the_providers(gateway, open
     assert not any(r.header("x-gateway-control-plane-fetch") for r in reads), "the mark stays in the gateway"
     after = client.batches.list(limit=2, after=provider[0])
     assert [b.id for b in after.data] == provider[1:]
+    # Names percent-encoded are the same names: the page is the same, and the provider is
+    # asked one `limit` and never the gateway's own cursor.
+    reads_before = len(openai_mock.requests_to("/v1/batches", "GET"))
+    encoded = gateway.get(f"/v1/batches?l%69mit=2&%61fter={listed[0]}", headers=headers, key=team)
+    assert encoded.status_code == 200, encoded.text
+    assert [b["id"] for b in encoded.json()["data"]] == listed[1:3]
+    for read in openai_mock.requests_to("/v1/batches", "GET")[reads_before:]:
+        names = [unquote(pair.split("=")[0]) for pair in read.raw_query.split("&")]
+        assert names.count("limit") == 1 and "after" not in names, read.raw_query
     # The query is still checked by the gateway.
     assert_error(gateway.get("/v1/batches?limit=101", headers=headers, key=team), 400, param="limit")
 
