@@ -12,11 +12,20 @@ pub struct GatewayError {
     pub message: String,
     pub param: Option<String>,
     pub code: Option<&'static str>,
+    /// With a 405: the methods the resource takes, as its `Allow` header lists them.
+    pub allow: Option<String>,
 }
 
 impl GatewayError {
     pub fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
-        GatewayError { status, kind, message: message.into(), param: None, code: None }
+        GatewayError { status, kind, message: message.into(), param: None, code: None, allow: None }
+    }
+
+    /// 405: the request's method is not one of `allowed`, which the answer's `Allow` lists.
+    pub fn method_not_allowed(message: impl Into<String>, allowed: &[&str]) -> Self {
+        let mut e = Self::new(405, "invalid_request_error", message).with_code("method_not_allowed");
+        e.allow = Some(allowed.join(", "));
+        e
     }
 
     /// 400 for a bad request parameter; `param` names the field at fault.

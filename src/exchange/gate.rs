@@ -115,6 +115,7 @@ impl Gate {
         self.held = None;
         let mut headers = json_headers();
         headers.push((TRACE_HEADER.to_string(), self.trace_id.clone()));
+        headers.extend(super::allow_header(error));
         env.after.push(After::Reply { id: env.id, status: error.status, headers, body: error.to_json() });
         Action::Pause
     }

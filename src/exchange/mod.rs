@@ -317,6 +317,11 @@ fn json_headers() -> Vec<(String, String)> {
     vec![("content-type".to_string(), "application/json".to_string())]
 }
 
+/// A 405's `Allow` header (RFC 9110: the methods the resource takes), when the error has one.
+fn allow_header(error: &GatewayError) -> Vec<(String, String)> {
+    error.allow.iter().map(|methods| ("allow".to_string(), methods.clone())).collect()
+}
+
 enum Phase {
     Headers,
     /// Held until a control-plane entry arrives; then processed again from its headers.
@@ -558,7 +563,7 @@ impl Exchange {
 
     fn answer_error(&mut self, env: &mut Env, error: &GatewayError) -> Action {
         self.record.error_code = error.code;
-        self.answer(env, error.status, error.to_json())
+        self.answer_with(env, error.status, error.to_json(), allow_header(error))
     }
 
     /// Answers with a JSON body of the gateway's (an error in the shape of the client's API).

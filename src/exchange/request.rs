@@ -53,9 +53,7 @@ impl Exchange {
             Ok(Started::Health) => self.health(env),
             Ok(Started::McpMetadata) => match &env.settings.mcp_oauth {
                 Some(_) if !matches!(self.record.method.as_str(), "GET" | "HEAD") => {
-                    let error = crate::mcp::oauth::metadata_is_read();
-                    self.record.error_code = error.code;
-                    self.answer_with(env, 405, error.to_json(), vec![("allow".to_string(), "GET, HEAD".to_string())])
+                    self.answer_error(env, &crate::mcp::oauth::metadata_is_read())
                 }
                 Some(oauth) => self.answer(env, 200, oauth.metadata.clone()),
                 None => self.answer_error(env, &crate::mcp::no_oauth_metadata()),

@@ -150,7 +150,7 @@ pub(crate) enum Verified {
 /// The answer to a method other than GET at the metadata's path: it is only read.
 pub(crate) fn metadata_is_read() -> crate::errors::GatewayError {
     let message = "the protected resource metadata is read with GET";
-    crate::errors::GatewayError::new(405, "invalid_request_error", message).with_code("method_not_allowed")
+    crate::errors::GatewayError::method_not_allowed(message, &["GET", "HEAD"])
 }
 
 /// Whether a bearer token is a JWT (three base64url parts, a JSON header) rather than a

@@ -140,10 +140,8 @@ pub(crate) fn classify(method: &str, full_path: &str) -> Result<Route, GatewayEr
         }
         return Err(not_found());
     };
-    let post_only = || {
-        GatewayError::new(405, "invalid_request_error", format!("{method} is not allowed on /v1{rest}; use POST"))
-            .with_code("method_not_allowed")
-    };
+    let post_only =
+        || GatewayError::method_not_allowed(format!("{method} is not allowed on /v1{rest}; use POST"), &["POST"]);
     let prompt = rest.strip_prefix("/prompts/").and_then(|r| r.strip_suffix("/completions"));
     if let Some(id) = prompt.filter(|id| !id.is_empty() && !id.contains('/')) {
         if method != "POST" {
@@ -172,7 +170,7 @@ pub(crate) fn classify(method: &str, full_path: &str) -> Result<Route, GatewayEr
         }
         if !methods.contains(&method) {
             let message = format!("{method} is not allowed on /v1{rest}; use {}", methods.join(" or "));
-            return Err(GatewayError::new(405, "invalid_request_error", message).with_code("method_not_allowed"));
+            return Err(GatewayError::method_not_allowed(message, &methods));
         }
         let path = rest.to_string();
         return Ok(Route::Api {

@@ -186,8 +186,14 @@ def test_unknown_endpoint_is_404(gateway, openai_mock, method, path):
     assert openai_mock.requests == []
 
 
-@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
-def test_wrong_method_on_chat_is_405(gateway, openai_mock, method):
-    r = gateway.request(method, CHAT, headers=custom_host(openai_mock))
+@pytest.mark.parametrize("method, path, allowed", [
+    ("GET", CHAT, "POST"), ("PUT", CHAT, "POST"), ("DELETE", CHAT, "POST"),
+    ("PUT", "/v1/embeddings", "POST"), ("GET", "/v1/prompts/p1/completions", "POST"),
+    ("POST", "/v1/responses/resp_1", "GET, DELETE"), ("GET", "/v1/responses/resp_1/cancel", "POST"),
+])
+def test_a_wrong_method_is_405_with_the_methods_allowed(gateway, openai_mock, method, path, allowed):
+    """RFC 9110: a 405 lists in `Allow` the methods the resource takes."""
+    r = gateway.request(method, path, headers=custom_host(openai_mock))
     assert_error(r, 405)
+    assert r.headers["allow"] == allowed
     assert openai_mock.requests == []
