@@ -163,6 +163,7 @@ impl Exchange {
             Some(token) => {
                 // The answer will be this attempt's (until then the latest outcome is the
                 // previous attempt's, answered by its own provider's translator).
+                recovery.call.attempts.sending();
                 recovery.plan = response;
                 env.tasks.calls.insert(token, (env.id, Task::Attempt));
                 None
@@ -176,6 +177,7 @@ impl Exchange {
                 if let (Some(_), Some(target)) = (&env.settings.upstream, target) {
                     let detail = reply::no_route_detail(&call.cluster, &target.upstream.host, "cluster_not_found");
                     recovery.latest = Outcome::Unreachable(detail);
+                    recovery.call.attempts.sending();
                 }
                 Some(recovery.call.attempts.skip(env.io.host()))
             }

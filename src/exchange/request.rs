@@ -16,6 +16,7 @@ use crate::catalog::{Entry, Ref};
 use crate::errors::GatewayError;
 use crate::guardrails::verdict;
 use crate::pipeline::{self, Call, Started};
+use crate::routing::attempts::Next;
 
 /// A routed request not yet sent: its call, headers and body (as `forward` takes them).
 pub(super) struct Held {
@@ -365,6 +366,11 @@ impl Exchange {
             Ok(cache) => cache,
             Err(hit) => return self.answer_hit(env, hit),
         };
+        self.send_current(env, call, raw, body)
+    }
+
+    /// Sends the current attempt of `call` once its backend's access token is at hand.
+    fn send_current(&mut self, env: &mut Env, call: Call, raw: RawHeaders, body: Option<(usize, Vec<u8>)>) -> Action {
         let token = match token_for(env, &call, call.attempts.current) {
             Ok(Token::Unneeded) => None,
             Ok(Token::Ready(token)) => Some(token),
@@ -372,9 +378,31 @@ impl Exchange {
                 self.phase = Phase::AwaitingToken(Box::new(Held { call, raw, body }));
                 return Action::Pause;
             }
-            Err(error) => return self.answer_error(env, &error),
+            Err(error) => return self.unsendable(env, call, raw, body, &error),
         };
         self.send(env, call, raw, body, token.as_deref())
+    }
+
+    /// The current attempt cannot be sent (its request cannot be built for its target, or
+    /// its token cannot be had): as a later attempt would, a fallback passes on to the next
+    /// target that can take it; with none left, `error` is the answer.
+    fn unsendable(
+        &mut self,
+        env: &mut Env,
+        mut call: Call,
+        raw: RawHeaders,
+        body: Option<(usize, Vec<u8>)>,
+        error: &GatewayError,
+    ) -> Action {
+        let skipped = call.attempts.current;
+        match call.attempts.skip(env.io.host()) {
+            Next::Call { index, .. } => {
+                log::debug!("attempt {skipped} skipped: {}", error.message);
+                self.record.model = call.facts(index).model;
+                self.send_current(env, call, raw, body)
+            }
+            Next::GiveUp => self.answer_error(env, error),
+        }
     }
 
     /// Sends the current attempt of `call` (with its backend's access token, when it needs one).
@@ -389,7 +417,7 @@ impl Exchange {
         let host = env.io.host();
         let forward = match call.forward(env.settings, &raw, call.attempts.current, token, &|| host.now_ms()) {
             Ok(forward) => forward,
-            Err(error) => return self.answer_error(env, &error),
+            Err(error) => return self.unsendable(env, call, raw, body, &error),
         };
         let awaits_embedding = self.ask_embedding(env);
         let resendable = body.is_some();
@@ -399,6 +427,7 @@ impl Exchange {
         }
         env.io.set_request_headers(env.id, &forward.headers.apply(&raw));
         self.record.provider = forward.response.provider.name;
+        call.attempts.sending();
         self.record.target = call.target_path().to_string();
         let retained = (resendable && call.attempts.plan.can_recover()).then_some((raw, original));
         let routed = Routed { call, plan: forward.response, retained, head: Default::default() };
@@ -420,7 +449,7 @@ impl Exchange {
             let Held { call, raw, body } = *held;
             let action = match fetched {
                 Ok(token) => self.send(env, call, raw, body, Some(token)),
-                Err(error) => self.answer_error(env, error),
+                Err(error) => self.unsendable(env, call, raw, body, error),
             };
             if action == Action::Continue {
                 env.after.push(After::ResumeRequest(env.id));

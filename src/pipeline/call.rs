@@ -160,15 +160,16 @@ impl Call {
     }
 
     /// What the request says of itself for the record: the provider and model attempt
-    /// `index` sends to (`override_params` win over the client's model), whether the client
-    /// asked for a stream, and its metadata. Read before `forward`, which may move the body.
+    /// `index` sends to and whether it asks for a stream (`override_params` win over the
+    /// client's body), and its metadata. Read before `forward`, which may move the body.
     pub(crate) fn facts(&self, index: usize) -> Facts {
         let target = self.attempts.plan.attempts.get(index).map(|a| &a.target);
-        let field = |name: &str| self.body.as_ref().and_then(|b| b.get(name));
+        let forced = target.and_then(|t| t.options.override_params.get("stream"));
+        let stream = forced.or_else(|| self.body.as_ref().and_then(|b| b.get("stream")));
         Facts {
             provider: target.map_or("", |t| t.provider.name),
             model: self.model_of(index).to_string(),
-            stream: field("stream").and_then(Value::as_bool) == Some(true),
+            stream: stream.and_then(Value::as_bool) == Some(true),
             reports_usage: matches!(
                 self.intake.endpoint,
                 Endpoint::ChatCompletions
@@ -244,9 +245,9 @@ impl Call {
         self.intake.endpoint
     }
 
-    /// Where the current attempt's target sits in the config (empty for the root).
+    /// Where the target of the attempt sent last sits in the config (empty for the root).
     pub(crate) fn target_path(&self) -> &str {
-        self.attempts.plan.attempts.get(self.attempts.current).map_or("", |a| a.path.as_str())
+        self.attempts.plan.attempts.get(self.attempts.sent).map_or("", |a| a.path.as_str())
     }
 }
 

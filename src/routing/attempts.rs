@@ -12,6 +12,8 @@ pub(crate) struct Attempts {
     pub(crate) plan: Plan,
     /// The attempt in flight (or about to be).
     pub(crate) current: usize,
+    /// The attempt sent last: the one whose answer is the latest outcome.
+    pub(crate) sent: usize,
     /// Retries of the current target so far.
     retries_here: u32,
     /// Retries of every target so far, for the client's response header.
@@ -48,6 +50,7 @@ impl Attempts {
         let mut attempts = Attempts {
             plan,
             current: 0,
+            sent: 0,
             retries_here: 0,
             retries: 0,
             circuits_opened: 0,
@@ -70,6 +73,11 @@ impl Attempts {
             )
             .with_code("circuit_open")),
         }
+    }
+
+    /// The current attempt is being sent.
+    pub(crate) fn sending(&mut self) {
+        self.sent = self.current;
     }
 
     /// The current attempt succeeded.

@@ -192,11 +192,17 @@ impl Resolver<'_, '_> {
                 self.resolve(child, child_path(&path, index), &options)
             }
             StrategyMode::Fallback => {
+                // The fallback's codes: its strategy's, else those beside its strategy.
+                let codes = strategy.on_status_codes.as_ref().or(node.on_status_codes.as_ref());
                 let mut groups = Vec::with_capacity(node.targets.len());
                 for (index, child) in node.targets.iter().enumerate() {
-                    groups.push(self.resolve(child, child_path(&path, index), &options)?);
+                    let attempts = self.resolve(child, child_path(&path, index), &options)?;
+                    // A target's own codes decide for its failures, unless it is a fallback
+                    // itself (then they were that fallback's).
+                    let own = child.on_status_codes.as_ref().filter(|_| !is_fallback(child));
+                    groups.push((attempts, own.or(codes).cloned()));
                 }
-                Ok(chain(groups, &strategy.on_status_codes))
+                Ok(chain(groups))
             }
         }
     }
@@ -251,13 +257,18 @@ impl Resolver<'_, '_> {
     }
 }
 
-/// The targets of a fallback one after another: a failure of the last attempt of a target
-/// leads to the first attempt of the next one, when the fallback's codes match.
-fn chain(groups: Vec<Vec<Attempt>>, on_status_codes: &Option<Vec<u16>>) -> Vec<Attempt> {
+fn is_fallback(node: &Config) -> bool {
+    node.strategy.as_ref().is_some_and(|strategy| strategy.mode == StrategyMode::Fallback)
+}
+
+/// The targets of a fallback one after another, each with the codes that decide for its
+/// failures: a failure of the last attempt of a target leads to the first attempt of the
+/// next one, when those codes match.
+fn chain(groups: Vec<(Vec<Attempt>, Option<Vec<u16>>)>) -> Vec<Attempt> {
     let count = groups.len();
-    let mut attempts = Vec::with_capacity(groups.iter().map(Vec::len).sum());
+    let mut attempts = Vec::with_capacity(groups.iter().map(|(group, _)| group.len()).sum());
     let mut start = 0;
-    for (k, group) in groups.into_iter().enumerate() {
+    for (k, (group, on_status_codes)) in groups.into_iter().enumerate() {
         let end = start + group.len();
         let next = (k + 1 < count).then_some(end);
         for mut attempt in group {
@@ -275,13 +286,15 @@ fn chain(groups: Vec<Vec<Attempt>>, on_status_codes: &Option<Vec<u16>>) -> Vec<A
 /// An index drawn with probability proportional to its weight; `None` when no weight is
 /// positive.
 fn pick_weighted(weights: &[f64], random: u64) -> Option<usize> {
-    let total: f64 = weights.iter().sum();
-    if total <= 0.0 {
+    // Weights are taken relative to the largest: a sum of huge ones would be infinite.
+    let largest = weights.iter().copied().fold(0.0, f64::max);
+    if largest <= 0.0 {
         return None;
     }
+    let total: f64 = weights.iter().map(|weight| weight / largest).sum();
     let mut point = (random >> 11) as f64 / (1u64 << 53) as f64 * total;
     let mut last_positive = None;
-    for (index, &weight) in weights.iter().enumerate() {
+    for (index, weight) in weights.iter().map(|weight| weight / largest).enumerate() {
         if weight > 0.0 {
             if point < weight {
                 return Some(index);
@@ -350,6 +363,34 @@ mod tests {
         assert_eq!(plan.next_after(0, Failure::Timeout), Some(1), "a timeout counts as 408");
         assert_eq!(plan.next_after(0, Failure::Unreachable), None);
         assert_eq!(plan.next_after(0, Failure::CircuitOpen), Some(1), "open circuits are always skipped");
+    }
+
+    #[test]
+    fn on_status_codes_beside_the_strategy_or_on_a_target_limit_fallback_too() {
+        // Beside the strategy: the fallback's codes, when its strategy names none.
+        let config =
+            json!({"strategy": {"mode": "fallback"}, "on_status_codes": [429], "targets": [target("a"), target("b")]});
+        let plan = plan_of(config, Value::Null).unwrap();
+        assert_eq!(plan.next_after(0, Failure::Status(429)), Some(1));
+        assert_eq!(plan.next_after(0, Failure::Status(500)), None);
+        // On a target: its own failures, in place of the fallback's codes.
+        let mut a = target("a");
+        a["on_status_codes"] = json!([503]);
+        let config = json!({"strategy": {"mode": "fallback", "on_status_codes": [429]}, "targets": [a, target("b"), target("c")]});
+        let plan = plan_of(config, Value::Null).unwrap();
+        assert_eq!(plan.next_after(0, Failure::Status(503)), Some(1));
+        assert_eq!(plan.next_after(0, Failure::Status(429)), None);
+        assert_eq!(plan.next_after(1, Failure::Status(429)), Some(2), "the others keep the fallback's");
+        assert_eq!(plan.next_after(1, Failure::Status(503)), None);
+        // A target that is a fallback itself: its codes were its own fallback's.
+        let inner =
+            json!({"strategy": {"mode": "fallback"}, "on_status_codes": [503], "targets": [target("a"), target("b")]});
+        let config =
+            json!({"strategy": {"mode": "fallback", "on_status_codes": [429]}, "targets": [inner, target("c")]});
+        let plan = plan_of(config, Value::Null).unwrap();
+        assert_eq!(plan.next_after(0, Failure::Status(503)), Some(1));
+        assert_eq!(plan.next_after(0, Failure::Status(429)), Some(2));
+        assert_eq!(plan.next_after(1, Failure::Status(503)), None);
     }
 
     #[test]
@@ -439,5 +480,9 @@ mod tests {
         assert_eq!(pick_weighted(&[0.0, 1.0], 0), Some(1));
         assert_eq!(pick_weighted(&[1.0, 0.0], u64::MAX), Some(0));
         assert_eq!(pick_weighted(&[0.0, 0.0], 7), None);
+        // Weights whose sum is beyond f64 still share by their ratio.
+        assert_eq!(pick_weighted(&[1e308, 1e308], 0), Some(0));
+        assert_eq!(pick_weighted(&[1e308, 1e308], 1 << 62), Some(0));
+        assert_eq!(pick_weighted(&[1e308, 1e308], 3 << 62), Some(1));
     }
 }

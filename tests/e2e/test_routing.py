@@ -104,6 +104,21 @@ def test_on_status_codes_limit_what_falls_back(gateway, openai_mock):
     assert r.json()["model"] == "m-b"
 
 
+def test_on_status_codes_beside_the_strategy_or_on_a_target_limit_what_falls_back(gateway, openai_mock):
+    """Spec 2.1: `on_status_codes` of a config or target, "status codes that trigger fallback"."""
+    openai_mock.script(model="m-a", status=500)
+    beside = {**fallback(target(openai_mock, "m-a"), target(openai_mock, "m-b")), "on_status_codes": [429]}
+    assert_error(gateway.chat(config(beside)), 500)
+    assert models(openai_mock) == ["m-a"]
+    # On the target: its own list, in place of the fallback's.
+    openai_mock.reset()
+    openai_mock.script(model="m-a", status=500)
+    own = fallback(target(openai_mock, "m-a", on_status_codes=[500]), target(openai_mock, "m-b"), on_status_codes=[429])
+    r = gateway.chat(config(own))
+    assert (r.status_code, r.headers["x-gateway-target"]) == (200, "targets[1]"), r.text
+    assert models(openai_mock) == ["m-a", "m-b"]
+
+
 def test_when_every_target_fails_the_last_failure_is_the_answer(gateway, openai_mock):
     openai_mock.script(model="m-a", status=500)
     openai_mock.script(OpenAIMock.error(503, "b is overloaded", "server_error"), model="m-b")
@@ -494,6 +509,36 @@ def test_a_target_that_cannot_take_the_request_is_skipped(gateway, openai_mock, 
     assert r.status_code == 200, r.text
     assert r.headers["x-gateway-target"] == "targets[2]"
     assert anthropic_mock.requests == []
+
+
+def test_a_first_target_that_cannot_take_the_request_is_skipped(gateway, openai_mock, anthropic_mock):
+    cfg = fallback(target(anthropic_mock, "claude-a"), target(openai_mock, "m-b"))
+    r = gateway.chat(config(cfg), chat_body(n=2))  # Anthropic has no `n`
+    assert (r.status_code, r.headers["x-gateway-target"]) == (200, "targets[1]"), r.text
+    assert r.json()["model"] == "m-b" and anthropic_mock.requests == []
+    # No target can: the refusal of the last one is the answer.
+    cfg = fallback(target(anthropic_mock, "claude-a"), target(anthropic_mock, "claude-b"))
+    assert_error(gateway.chat(config(cfg), chat_body(n=2)), 400, param="n")
+    assert anthropic_mock.requests == []
+
+
+def test_the_target_header_names_the_target_whose_answer_is_returned(gateway, openai_mock, anthropic_mock):
+    """The first target's 500 is the answer when the next cannot take the request."""
+    openai_mock.script(model="m-a", status=500)
+    r = gateway.chat(config(fallback(target(openai_mock, "m-a"), target(anthropic_mock, "claude-b"))), chat_body(n=2))
+    assert_error(r, 500)
+    assert r.headers["x-gateway-target"] == "targets[0]"
+    assert anthropic_mock.requests == []
+
+
+def test_a_stream_forced_by_override_params_is_served_as_a_stream(gateway, openai_mock):
+    """`override_params` force any payload parameter (spec 2.1), `stream` too: the answer is
+    the stream the provider was asked for."""
+    r = gateway.chat(config(target(openai_mock, "m-a", params={"stream": True})))
+    assert r.status_code == 200, r.text
+    assert openai_mock.last.json["stream"] is True
+    assert r.headers["content-type"].startswith("text/event-stream")
+    assert "data: [DONE]" in r.text
 
 
 def test_client_envoy_headers_do_not_steer_the_router(gateway, openai_mock):
