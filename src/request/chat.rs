@@ -459,7 +459,17 @@ fn as_integer(v: &Value) -> Option<i128> {
     v.as_i64().map(i128::from).or_else(|| v.as_u64().map(i128::from))
 }
 
+/// A whole number neither i64 nor u64 holds (serde reads it as a float): an integer out of
+/// range, not "not an integer".
+fn beyond_64_bits(v: &Value) -> bool {
+    v.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() >= 9_223_372_036_854_775_808.0) && as_integer(v).is_none()
+}
+
 fn opt_int_in(obj: &Obj, parent: &str, key: &str, min: i128, max: Option<i128>) -> Checked<Option<i128>> {
+    if get(obj, key).is_some_and(beyond_64_bits) {
+        let max = max.unwrap_or(u64::MAX.into());
+        return Err(invalid(parent, key, format!("must be an integer {}.", range_text(min, Some(max)))));
+    }
     let Some(x) = opt_field(obj, parent, key, as_integer, "an integer")? else {
         return Ok(None);
     };
@@ -796,6 +806,15 @@ mod tests {
         for v in [json!(i64::MAX as u64 + 1), json!(u64::MAX), json!(1.5), json!(1e19), json!("42")] {
             rejects(with("seed", v), "seed");
         }
+        // Whole numbers beyond 64 bits (serde reads them as floats) are out of range, not
+        // "not an integer".
+        for text in ["-9223372036854775809", "100000000000000000000"] {
+            let body = with("seed", serde_json::from_str(text).unwrap());
+            let e = validate_chat_request(&body).expect_err(text);
+            assert!(e.message.contains("between"), "{e:?}");
+        }
+        let e = validate_chat_request(&with("seed", json!(1.5))).expect_err("1.5");
+        assert!(!e.message.contains("between"), "{e:?}");
     }
 
     #[test]
