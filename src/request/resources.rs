@@ -96,7 +96,7 @@ fn list_limit(path: &str) -> Option<Option<u64>> {
 
 /// The query of a `GET` list (`limit`, `order`, `after`, `before`), percent-decoded.
 pub(crate) fn check_query(method: &str, path: &str, query: Option<&str>) -> Result<(), GatewayError> {
-    let Some(max) = list_limit(path).filter(|_| method == "GET") else {
+    let Some(max) = list_limit(path).filter(|_| matches!(method, "GET" | "HEAD")) else {
         return Ok(());
     };
     let mut seen: Vec<&str> = Vec::new();
@@ -145,6 +145,12 @@ pub(crate) enum ResourceBody {
     BatchCreate,
     Assistant,
     Message,
+    /// `POST /threads`: the thread's first messages.
+    ThreadCreate,
+    /// `POST /threads/runs`: a thread made with its messages, and run.
+    ThreadAndRun,
+    /// `POST /threads/{id}/runs`: messages added before the run.
+    RunCreate,
     FineTuningJob,
 }
 
@@ -159,6 +165,10 @@ pub(crate) fn checked_body(method: &str, path: &str) -> Option<ResourceBody> {
         ["batches"] => Some(ResourceBody::BatchCreate),
         ["assistants"] | ["assistants", "{}"] => Some(ResourceBody::Assistant),
         ["threads", "{}", "messages"] | ["threads", "{}", "messages", "{}"] => Some(ResourceBody::Message),
+        ["threads"] => Some(ResourceBody::ThreadCreate),
+        // `runs` stands where a thread's id would.
+        ["threads", "{}"] if segments.get(1).is_some_and(|s| s.raw == "runs") => Some(ResourceBody::ThreadAndRun),
+        ["threads", "{}", "runs"] => Some(ResourceBody::RunCreate),
         ["fine_tuning", "jobs"] => Some(ResourceBody::FineTuningJob),
         _ => None,
     }
@@ -177,10 +187,28 @@ pub(crate) fn check_body(kind: ResourceBody, body: &Map<String, Value>) -> Resul
             check_array(body, "tools", 128)?;
         }
         ResourceBody::Message => {}
-        ResourceBody::FineTuningJob => check_array(body, "integrations", 5)?,
+        // Messages made inside other bodies keep a message's limits.
+        ResourceBody::ThreadCreate => return check_messages(body.get("messages"), "messages"),
+        ResourceBody::ThreadAndRun => {
+            let messages = body.get("thread").and_then(|thread| thread.get("messages"));
+            return check_messages(messages, "thread.messages");
+        }
+        ResourceBody::RunCreate => return check_messages(body.get("additional_messages"), "additional_messages"),
+        ResourceBody::FineTuningJob => return check_array(body, "integrations", 5),
     }
-    if kind != ResourceBody::FineTuningJob {
-        check_metadata(body.get("metadata"))?;
+    check_metadata(body.get("metadata"), "metadata")
+}
+
+/// The metadata of each message in `messages` (an array at `param`; anything else is the
+/// provider's to refuse).
+fn check_messages(messages: Option<&Value>, param: &str) -> Result<(), GatewayError> {
+    let Some(Value::Array(messages)) = messages else {
+        return Ok(());
+    };
+    for (index, message) in messages.iter().enumerate() {
+        if let Some(metadata) = message.get("metadata") {
+            check_metadata(Some(metadata), &format!("{param}[{index}].metadata"))?;
+        }
     }
     Ok(())
 }
@@ -313,24 +341,25 @@ fn check_size(
 
 /// Metadata: null, or at most 16 pairs of string keys up to 64 characters and string
 /// values up to 512.
-fn check_metadata(metadata: Option<&Value>) -> Result<(), GatewayError> {
-    let bad = |why: String| GatewayError::invalid_param("metadata", why).with_code("invalid_value");
+/// Metadata at `param`: up to 16 pairs, keys up to 64 characters, string values up to 512.
+fn check_metadata(metadata: Option<&Value>, param: &str) -> Result<(), GatewayError> {
+    let bad = |why: String| GatewayError::invalid_param(param, why).with_code("invalid_value");
     let pairs = match metadata {
         None | Some(Value::Null) => return Ok(()),
         Some(Value::Object(pairs)) => pairs,
-        Some(_) => return Err(bad("`metadata` must be an object of string values or null".into())),
+        Some(_) => return Err(bad(format!("`{param}` must be an object of string values or null"))),
     };
     if pairs.len() > 16 {
-        return Err(bad(format!("`metadata` may have at most 16 pairs, got {}", pairs.len())));
+        return Err(bad(format!("`{param}` may have at most 16 pairs, got {}", pairs.len())));
     }
     for (key, value) in pairs {
         if key.chars().count() > 64 {
-            return Err(bad(format!("`metadata` keys must be at most 64 characters: `{key}`")));
+            return Err(bad(format!("`{param}` keys must be at most 64 characters: `{key}`")));
         }
         match value {
             Value::String(text) if text.chars().count() <= 512 => {}
-            Value::String(_) => return Err(bad(format!("`metadata.{key}` must be at most 512 characters"))),
-            _ => return Err(bad(format!("`metadata.{key}` must be a string"))),
+            Value::String(_) => return Err(bad(format!("`{param}.{key}` must be at most 512 characters"))),
+            _ => return Err(bad(format!("`{param}.{key}` must be a string"))),
         }
     }
     Ok(())
@@ -507,11 +536,15 @@ mod tests {
         assert_eq!(checked_body("POST", "/threads/t/messages"), Some(ResourceBody::Message));
         assert_eq!(checked_body("POST", "/threads/t/messages/m"), Some(ResourceBody::Message));
         assert_eq!(checked_body("POST", "/fine_tuning/jobs"), Some(ResourceBody::FineTuningJob));
+        assert_eq!(checked_body("POST", "/threads"), Some(ResourceBody::ThreadCreate));
+        assert_eq!(checked_body("POST", "/threads/runs"), Some(ResourceBody::ThreadAndRun));
+        assert_eq!(checked_body("POST", "/threads/t/runs"), Some(ResourceBody::RunCreate));
         for (method, path) in [
             ("POST", "/files"),
             ("POST", "/uploads/u/parts"),
             ("POST", "/batches/b/cancel"),
-            ("POST", "/threads/t/runs"),
+            ("POST", "/threads/t"),
+            ("POST", "/threads/t/runs/r"),
             ("GET", "/batches"),
             ("DELETE", "/assistants/a"),
         ] {
@@ -597,6 +630,22 @@ mod tests {
         let m = |body| body_error(ResourceBody::Message, body);
         assert_eq!(m(json!({"role": "user", "content": "hi", "metadata": {"k": "v"}})), None);
         assert_eq!(m(json!({"metadata": {"k": "v".repeat(513)}})).unwrap().1, "metadata");
+        // Messages made inside a thread's or a run's body keep a message's limits.
+        let seventeen: serde_json::Map<String, Value> = (0..17).map(|i| (format!("k{i}"), json!("v"))).collect();
+        let message = json!({"role": "user", "content": "hi", "metadata": seventeen});
+        let ok = json!({"role": "user", "content": "hi", "metadata": {"k": "v"}});
+        let thread = |body| body_error(ResourceBody::ThreadCreate, body);
+        assert_eq!(
+            thread(json!({"messages": [ok, message]})),
+            Some((400, "messages[1].metadata".into(), "invalid_value"))
+        );
+        assert_eq!(thread(json!({"messages": [ok], "metadata": {"thread": "not a message"}})), None);
+        let run =
+            body_error(ResourceBody::ThreadAndRun, json!({"assistant_id": "a", "thread": {"messages": [message]}}));
+        assert_eq!(run.unwrap().1, "thread.messages[0].metadata");
+        let run = body_error(ResourceBody::RunCreate, json!({"assistant_id": "a", "additional_messages": [message]}));
+        assert_eq!(run.unwrap().1, "additional_messages[0].metadata");
+        assert_eq!(body_error(ResourceBody::RunCreate, json!({"assistant_id": "a", "metadata": seventeen})), None);
         let f = |body| body_error(ResourceBody::FineTuningJob, body);
         assert_eq!(f(json!({"integrations": vec![json!({"type": "wandb"}); 5]})), None);
         let six = vec![json!({"type": "wandb"}); 6];

@@ -211,6 +211,13 @@ def test_bad_json_on_a_read_body(gateway, openai_mock):
     ("/v1/assistants/asst_1", {"name": "n" * 257}, "name"),
     ("/v1/threads/thread_1/messages", {"role": "user", "content": "hi", "metadata": {"k": "v" * 513}}, "metadata"),
     ("/v1/threads/thread_1/messages/msg_1", {"metadata": {"k" * 65: "v"}}, "metadata"),
+    # Messages made inside a thread's or a run's body.
+    ("/v1/threads", {"messages": [{"role": "user", "content": "hi", "metadata": {"k": 1}}]}, "messages[0].metadata"),
+    ("/v1/threads/runs", {"assistant_id": "a", "thread": {"messages": [
+        {"role": "user", "content": "hi"}, {"role": "user", "content": "hi", "metadata": {"k" * 65: "v"}}]}},
+     "thread.messages[1].metadata"),
+    ("/v1/threads/thread_1/runs", {"assistant_id": "a", "additional_messages": [
+        {"role": "user", "content": "hi", "metadata": {f"k{i}": "v" for i in range(17)}}]}, "additional_messages[0].metadata"),
     ("/v1/fine_tuning/jobs", {"model": "m", "training_file": "f", "integrations": [{"type": "wandb"}] * 6},
      "integrations"),
 ])
@@ -218,6 +225,12 @@ def test_resource_bodies_are_checked(gateway, openai_mock, path, body, param):
     r = gateway.post(path, body, headers=BETA)
     assert_error(r, 400, param=param)
     assert openai_mock.requests == []
+
+
+def test_a_thread_made_with_its_messages_is_checked_then_sent_as_it_came(gateway, openai_mock):
+    body = {"messages": [{"role": "user", "content": "hi", "metadata": {f"k{i}": "v" for i in range(16)}}]}
+    assert gateway.post("/v1/threads", body, headers=BETA).status_code == 200
+    assert openai_mock.last.json == body
 
 
 def test_assistant_and_fine_tuning_create_via_sdk(gateway, openai_mock):
