@@ -211,6 +211,10 @@ pub(crate) fn demands(policy: &Policy, ask: &Ask) -> Result<(Vec<Demand>, u64), 
                     worst_cost(policy, ask, limit, worst)?
                 }
             };
+            if kind == LimitKind::Budget && amount == 0 {
+                // It can cost nothing (its models are priced at 0): a budget has nothing to hold.
+                continue;
+            }
             let bound = limit.bound(kind).unwrap_or_default();
             let key = LedgerKey { limit: Rc::clone(id), kind };
             demands.push(Demand { key, amount, bound, period: limit.budget_period });

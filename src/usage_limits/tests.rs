@@ -60,6 +60,17 @@ fn a_budget_reserves_at_the_dearest_attempt_and_the_workspace_price_wins() {
 }
 
 #[test]
+fn a_request_that_can_cost_nothing_holds_nothing_of_a_budget() {
+    let policy = policy(
+        json!([{"id": "b", "workspace": "team", "budget_usd": 5, "requests_per_minute": 10}]),
+        json!({"free": {"input_per_million": 0, "output_per_million": 0}}),
+    );
+    let body = json!({"model": "free", "max_tokens": 5, "messages": []});
+    let demands = demands(&policy, &ask(vec!["free"], &body)).unwrap();
+    assert_eq!(amounts(&demands), vec![("b", LimitKind::Requests, 1)]);
+}
+
+#[test]
 fn a_budget_on_a_model_without_a_price_is_a_400_naming_what_to_set() {
     let policy = policy(json!([{"id": "b", "workspace": "team", "budget_usd": 1}]), json!({}));
     let body = json!({"model": "my-model", "max_tokens": 10, "messages": []});
