@@ -60,13 +60,16 @@ pub async fn caller(state: &AppState, headers: &HeaderMap) -> ApiResult<Caller> 
 
 /// Whose `key` is: a static admin key's, else a stored key's (by its hash).
 pub async fn caller_of_key(state: &AppState, key: &str) -> ApiResult<Caller> {
-    if let Some(caller) = static_key(state, &key_hash(key)) {
-        return Ok(caller);
+    caller_of_hash(state, &key_hash(key)).await?.ok_or_else(|| ApiError::unauthorized("unknown API key"))
+}
+
+/// Whose key hashes to `hash`, while it works: a static admin key's, else a stored key's.
+pub async fn caller_of_hash(state: &AppState, hash: &str) -> ApiResult<Option<Caller>> {
+    if let Some(caller) = static_key(state, hash) {
+        return Ok(Some(caller));
     }
-    match state.db.key_by_hash(&key_hash(key)).await? {
-        Some(stored) => Ok(Caller { workspace: stored.workspace, admin: stored.admin }),
-        None => Err(ApiError::unauthorized("unknown API key")),
-    }
+    let stored = state.db.key_by_hash(hash).await?;
+    Ok(stored.map(|stored| Caller { workspace: stored.workspace, admin: stored.admin }))
 }
 
 /// A static admin key by its hash (compared in constant time).

@@ -173,7 +173,8 @@ async fn sign_in(State(s): State<AppState>, h: HeaderMap, WholeBody(body): Whole
     let Caller { workspace, admin } = auth::caller_of_key(&s, key).await?;
     let id = new_token().map_err(ApiError::internal)?;
     let csrf_token = new_token().map_err(ApiError::internal)?;
-    let session = ConsoleSession { workspace, admin, csrf_token, expires_at_ms: now_ms() + SESSION_MS };
+    let expires_at_ms = now_ms() + SESSION_MS;
+    let session = ConsoleSession { key_hash: key_hash(key), workspace, admin, csrf_token, expires_at_ms };
     s.db.insert_console_session(&key_hash(&id), &session).await?;
     let secure = if forwarded_https(&h) { "; Secure" } else { "" };
     let cookie =
@@ -218,10 +219,18 @@ pub(crate) async fn signed_in(s: &AppState, h: &HeaderMap) -> ApiResult<(String,
         .filter(|value| !value.is_empty());
     let id = id.ok_or_else(|| ApiError::unauthorized("sign in to the console first"))?;
     let id_hash = key_hash(id);
-    match s.db.console_session(&id_hash).await? {
-        Some(session) => Ok((id_hash, session)),
-        None => Err(ApiError::unauthorized("the console session ended: sign in again")),
+    let ended = || ApiError::unauthorized("the console session ended: sign in again");
+    let session = s.db.console_session(&id_hash).await?.ok_or_else(ended)?;
+    // The session lasts while its key works as it did: a deleted key's sessions end with it.
+    let key = match session.key_hash.is_empty() {
+        true => None,
+        false => auth::caller_of_hash(s, &session.key_hash).await?,
+    };
+    if key.is_none_or(|key| key.workspace != session.workspace || key.admin != session.admin) {
+        s.db.delete_console_session(&id_hash).await?;
+        return Err(ended());
     }
+    Ok((id_hash, session))
 }
 
 /// The caller a session acts as.

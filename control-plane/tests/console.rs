@@ -116,6 +116,27 @@ async fn a_key_signs_in_to_a_session_in_a_cookie_that_holds_no_key_and_ends_on_s
 }
 
 #[tokio::test]
+async fn a_session_ends_with_the_key_it_signed_in_with() {
+    let (client, _, run) = start().await;
+    let made = json!({"workspace": format!("team-{run}"), "admin": true});
+    let created = client.ok("POST", "/v1/api-keys", ADMIN, Some(made)).await;
+    let (cookie, session) = sign_in(&client, created["key"].as_str().unwrap()).await;
+    let csrf = session["csrf_token"].as_str().unwrap();
+    let (status, _, _) = send(&client, "GET", "/console/api/v1/api-keys", &[("cookie", &cookie)], None).await;
+    assert_eq!(status, StatusCode::OK);
+
+    client.ok("DELETE", &format!("/v1/api-keys/{}", created["id"].as_str().unwrap()), ADMIN, None).await;
+    // Neither a read nor a write (a new admin key, say) of its session works any more.
+    let own = [("cookie", cookie.as_str()), ("x-console-csrf", csrf)];
+    let escalate = json!({"workspace": format!("other-{run}"), "admin": true});
+    let (status, _, body) = send(&client, "POST", "/console/api/v1/api-keys", &own, Some(escalate)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    let (status, _, body) = send(&client, "GET", "/console/session", &[("cookie", &cookie)], None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("sign in again"), "{body}");
+}
+
+#[tokio::test]
 async fn the_overview_adds_up_a_workspaces_requests_as_usage_does_and_shows_no_other_workspace() {
     let (client, _, run) = start().await;
     let (team, other) = (format!("team-{run}"), format!("other-{run}"));

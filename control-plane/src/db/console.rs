@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 /// A signed-in console, as its cookie's hash finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsoleSession {
+    /// The hash of the key the session signed in with (empty for a session from before it
+    /// was kept: such a session has ended).
+    pub key_hash: String,
     pub workspace: String,
     pub admin: bool,
     pub csrf_token: String,
@@ -215,10 +218,11 @@ impl Db {
             .execute(&self.pool)
             .await?;
         sqlx::query(
-            "INSERT INTO console_sessions (id_hash, workspace, admin, csrf_token, expires_at_ms) \
-             VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO console_sessions (id_hash, key_hash, workspace, admin, csrf_token, expires_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(id_hash)
+        .bind(&session.key_hash)
         .bind(&session.workspace)
         .bind(i64::from(session.admin))
         .bind(&session.csrf_token)
@@ -231,7 +235,7 @@ impl Db {
     /// The console session a cookie's hash names, while it has not ended.
     pub async fn console_session(&self, id_hash: &str) -> DbResult<Option<ConsoleSession>> {
         let row = sqlx::query(
-            "SELECT workspace, admin, csrf_token, expires_at_ms FROM console_sessions \
+            "SELECT key_hash, workspace, admin, csrf_token, expires_at_ms FROM console_sessions \
              WHERE id_hash = $1 AND expires_at_ms > $2",
         )
         .bind(id_hash)
@@ -240,6 +244,7 @@ impl Db {
         .await?;
         row.map(|r| {
             Ok(ConsoleSession {
+                key_hash: r.try_get::<Option<String>, _>("key_hash")?.unwrap_or_default(),
                 workspace: r.try_get("workspace")?,
                 admin: r.try_get::<i64, _>("admin")? != 0,
                 csrf_token: r.try_get("csrf_token")?,
