@@ -221,6 +221,13 @@ pub async fn put_price(
     let pairs = query_pairs(query)?;
     let workspace = acting_workspace(&caller, workspace_parameter(&pairs)?)?;
     let model = model_name(&model)?;
+    // Budgets are held at these prices: a workspace's own keys price what the catalog does not,
+    // and only an admin key sets a price over the catalog's (else a team could spend past its
+    // budget by pricing its models at nothing).
+    if !caller.admin && catalog().price(model).is_some() {
+        let message = format!("the catalog prices {model}: a workspace's price over it is set with an admin key");
+        return Err(ApiError::forbidden(&message));
+    }
     let price = price_body(&body)?;
     let text = serde_json::to_string(&price).map_err(ApiError::internal)?;
     s.db.put_price(&workspace, model, &text).await?;

@@ -223,8 +223,11 @@ async fn prices_come_from_the_workspace_or_the_catalog() {
     );
     assert_eq!(c.ok("GET", "/v1/prices/my-model", &ka, None).await, put);
     c.err(404, "GET", "/v1/prices/my-model", Some(&kb), None).await;
+    // Over the catalog's: an admin key's to set (a team's key could otherwise escape its budget).
     let cheaper = json!({"input_per_million": 0.1, "output_per_million": 0.2, "cached_input_per_million": 0.05});
-    c.ok("PUT", "/v1/prices/gpt-4o-mini", &ka, Some(cheaper)).await;
+    c.err(403, "PUT", "/v1/prices/gpt-4o-mini", Some(&ka), Some(cheaper.clone())).await;
+    assert_eq!(c.ok("GET", "/v1/prices/gpt-4o-mini", &ka, None).await["source"], "catalog");
+    c.ok("PUT", &format!("/v1/prices/gpt-4o-mini?workspace={wa}"), ADMIN, Some(cheaper)).await;
     let over = c.ok("GET", "/v1/prices/gpt-4o-mini", &ka, None).await;
     assert_eq!(
         (&over["source"], &over["input_per_million"], over.get("date")),

@@ -84,7 +84,12 @@ def test_prices_come_from_the_catalog_until_the_workspace_sets_its_own(single):
     catalog = ok(single.get("/v1/prices/gpt-4o-mini-2024-07-18", key=team["key"]))
     assert (catalog["input_per_million"], catalog["output_per_million"], catalog["source"]) == (0.15, 0.6, "catalog")
     assert catalog["date"]
-    put_price(single, team["key"], "gpt-4o-mini-2024-07-18", input_per_million=1, output_per_million=2)
+    # Over the catalog's price: an admin's to set, for the workspace.
+    by_team = single.request("PUT", "/v1/prices/gpt-4o-mini-2024-07-18", key=team["key"],
+                             json={"input_per_million": 0, "output_per_million": 0})
+    assert by_team.status_code == 403, by_team.text
+    path = f"/v1/prices/gpt-4o-mini-2024-07-18?workspace={team['workspace']}"
+    ok(single.request("PUT", path, json={"input_per_million": 1, "output_per_million": 2}))
     own = ok(single.get("/v1/prices/gpt-4o-mini-2024-07-18", key=team["key"]))
     assert (own["input_per_million"], own["source"]) == (1, "workspace")
     # Another workspace still sees the catalog's.
