@@ -131,15 +131,20 @@ impl OAuth {
         let Some(workspace) = text(&self.workspace_claim) else {
             return Verified::Refused(format!("the token has no `{}` naming its workspace", self.workspace_claim));
         };
-        let subject = text("sub").unwrap_or_default();
-        Verified::Caller { workspace: workspace.to_string(), subject: format!("{}#{subject}", self.issuer) }
+        // The caller's identity seals its MCP sessions: one `sub` in two workspaces is two
+        // callers, and a token naming no one (RFC 9068 requires `sub`) is nobody's.
+        let Some(subject) = text("sub").filter(|sub| !sub.is_empty()) else {
+            return Verified::Refused("the token has no `sub` naming its caller".to_string());
+        };
+        let subject = json!([self.issuer, subject, workspace]).to_string();
+        Verified::Caller { workspace: workspace.to_string(), subject }
     }
 }
 
 /// What a bearer token is to the gateway.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Verified {
-    /// A caller of `workspace`; `subject` names it (the issuer and its `sub`).
+    /// A caller of `workspace`; `subject` names it (the issuer, its `sub` and the workspace).
     Caller { workspace: String, subject: String },
     /// The issuer's JWKS must be fetched first (none cached, stale, or without the token's key).
     NeedsJwks,

@@ -47,7 +47,8 @@ fn a_token_of_the_issuer_for_the_resource_names_its_workspace() {
     let key = es256("k1", "oauth");
     let cached = CachedJwks { json: jwks(&[&key]), fetched_at_s: NOW - 60 };
     let verify = |claims: Value| oauth.verify(&token(&key, claims), Some(&cached), NOW);
-    let caller = Verified::Caller { workspace: "research".into(), subject: "https://idp.example.com#ada".into() };
+    let subject = r#"["https://idp.example.com","ada","research"]"#.into();
+    let caller = Verified::Caller { workspace: "research".into(), subject };
     assert_eq!(verify(claims(json!({}))), caller);
     assert_eq!(verify(claims(json!({"aud": ["other", "https://gw.example.com/mcp"]}))), caller);
     let refused = |claims: Value| match verify(claims) {
@@ -57,6 +58,12 @@ fn a_token_of_the_issuer_for_the_resource_names_its_workspace() {
     assert!(refused(claims(json!({"iss": "https://evil.example.com"}))).contains("issuer"));
     assert!(refused(claims(json!({"aud": "https://gw.example.com/mcp/files"}))).contains("aud"));
     assert!(refused(claims(json!({"team": 5}))).contains("`team`"));
+    assert!(refused(claims(json!({"sub": ""}))).contains("`sub`"));
+    // One `sub` in another workspace is another caller (its sessions are sealed apart).
+    match verify(claims(json!({"team": "other"}))) {
+        Verified::Caller { subject, .. } => assert_eq!(subject, r#"["https://idp.example.com","ada","other"]"#),
+        other => panic!("{other:?}"),
+    }
     assert!(refused(claims(json!({"exp": NOW - 3600}))).contains("expired"));
     let mut no_exp = claims(json!({}));
     no_exp.as_object_mut().unwrap().remove("exp");
