@@ -129,6 +129,10 @@ thread_local! {
 /// text lately.
 pub(crate) fn config_header(raw: &str) -> Result<ConfigHeader<'_>, GatewayError> {
     let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        let why = "empty: give a config object (JSON) or a saved config's id";
+        return Err(GatewayError::invalid_header("x-gateway-config", why).with_code("invalid_config"));
+    }
     let json = trimmed.starts_with(['{', '[']);
     if !json && crate::catalog::valid_id(trimmed) {
         return Ok(ConfigHeader::Saved(trimmed));
@@ -474,6 +478,13 @@ mod tests {
             assert_eq!(parse_config_header(invalid).err().unwrap().code, Some("invalid_config"));
         }
         assert_eq!(parse_config_header("{bad").err().unwrap().code, Some("invalid_config"));
+        for empty in ["", "  "] {
+            let error = parse_config_header(empty).err().unwrap();
+            assert_eq!(
+                (error.status, error.code, error.param.as_deref()),
+                (400, Some("invalid_config"), Some("x-gateway-config"))
+            );
+        }
         assert_eq!(parse_config_header("pc-1").err().unwrap().code, Some("saved_config_unavailable"));
     }
 
