@@ -21,6 +21,10 @@ pub struct Price {
     /// Input tokens the provider read from its prompt cache; at the input price when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input_per_million: Option<f64>,
+    /// Input tokens the provider wrote to its prompt cache (Anthropic's cache writes); at the
+    /// input price when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_million: Option<f64>,
     /// The model's default output limit: what a request under a budget that names no
     /// `max_tokens` reserves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -34,6 +38,8 @@ pub struct Tokens {
     pub input: u64,
     /// Of `input`, those read from the provider's prompt cache.
     pub cached_input: u64,
+    /// Of `input`, those written to the provider's prompt cache.
+    pub cache_write_input: u64,
     pub output: u64,
 }
 
@@ -43,16 +49,25 @@ impl Price {
         self.exact_micro_usd(tokens).round() as u64
     }
 
-    /// The most `tokens` can cost, in micro-USD (rounded up): what a reservation holds.
+    /// The most `tokens` can cost, in micro-USD (rounded up): what a reservation holds. Not
+    /// knowing yet how the input will be read or written, every input token is at the dearest
+    /// input price.
     pub fn worst_case_micro_usd(&self, tokens: Tokens) -> u64 {
-        self.exact_micro_usd(tokens).ceil() as u64
+        let input_price = [self.cached_input_per_million, self.cache_write_per_million]
+            .into_iter()
+            .flatten()
+            .fold(self.input_per_million, f64::max);
+        (tokens.input as f64 * input_price + tokens.output as f64 * self.output_per_million).ceil() as u64
     }
 
     fn exact_micro_usd(&self, tokens: Tokens) -> f64 {
         let cached = tokens.cached_input.min(tokens.input);
+        let written = tokens.cache_write_input.min(tokens.input - cached);
         let cached_price = self.cached_input_per_million.unwrap_or(self.input_per_million);
-        (tokens.input - cached) as f64 * self.input_per_million
+        let write_price = self.cache_write_per_million.unwrap_or(self.input_per_million);
+        (tokens.input - cached - written) as f64 * self.input_per_million
             + cached as f64 * cached_price
+            + written as f64 * write_price
             + tokens.output as f64 * self.output_per_million
     }
 }
@@ -178,6 +193,7 @@ pub fn check(price: &Price) -> Result<(), (&'static str, String)> {
         ("input_per_million", Some(price.input_per_million)),
         ("output_per_million", Some(price.output_per_million)),
         ("cached_input_per_million", price.cached_input_per_million),
+        ("cache_write_per_million", price.cache_write_per_million),
     ];
     for (field, amount) in amounts {
         if let Some(amount) = amount {
@@ -226,13 +242,20 @@ pub fn parse_price(body: &Value) -> Result<Price, (String, String)> {
         input_per_million: number("input_per_million", true)?.unwrap_or_default(),
         output_per_million: number("output_per_million", true)?.unwrap_or_default(),
         cached_input_per_million: number("cached_input_per_million", false)?,
+        cache_write_per_million: number("cache_write_per_million", false)?,
         max_output_tokens,
     };
     check(&price).map_err(|(field, message)| (field.to_string(), message))?;
     Ok(price)
 }
 
-const FIELDS: [&str; 4] = ["input_per_million", "output_per_million", "cached_input_per_million", "max_output_tokens"];
+const FIELDS: [&str; 5] = [
+    "input_per_million",
+    "output_per_million",
+    "cached_input_per_million",
+    "cache_write_per_million",
+    "max_output_tokens",
+];
 
 /// A workspace's prices by model, as the control plane hands them to the filter.
 pub fn parse_workspace_prices(value: Option<&Value>) -> Vec<(String, Price)> {
@@ -287,11 +310,23 @@ mod tests {
             input_per_million: 2.5,
             output_per_million: 10.0,
             cached_input_per_million: Some(1.25),
+            cache_write_per_million: None,
             max_output_tokens: None,
         };
         // 1000 input (400 cached) and 200 output: 600 × 2.5 + 400 × 1.25 + 200 × 10.
-        assert_eq!(price.cost_micro_usd(Tokens { input: 1000, cached_input: 400, output: 200 }), 4000);
-        let third = Price { input_per_million: 0.333, output_per_million: 0.0, ..price };
+        let tokens = Tokens { input: 1000, cached_input: 400, output: 200, ..Tokens::default() };
+        assert_eq!(price.cost_micro_usd(tokens), 4000);
+        // 100 of the 600 written to the cache, at the input price without a price of their own.
+        let written = Tokens { cache_write_input: 100, ..tokens };
+        assert_eq!(price.cost_micro_usd(written), 4000);
+        let anthropic = Price { cache_write_per_million: Some(3.125), ..price };
+        // 500 × 2.5 + 400 × 1.25 + 100 × 3.125 + 200 × 10, rounded.
+        assert_eq!(anthropic.cost_micro_usd(written), 4063);
+        // A reservation prices every input token at the dearest input price.
+        assert_eq!(anthropic.worst_case_micro_usd(Tokens { input: 1000, output: 200, ..Tokens::default() }), 5125);
+        assert_eq!(price.worst_case_micro_usd(Tokens { input: 1000, output: 200, ..Tokens::default() }), 4500);
+        let third =
+            Price { input_per_million: 0.333, output_per_million: 0.0, cached_input_per_million: None, ..price };
         assert_eq!(third.cost_micro_usd(Tokens { input: 1, ..Tokens::default() }), 0);
         assert_eq!(third.worst_case_micro_usd(Tokens { input: 1, ..Tokens::default() }), 1);
     }

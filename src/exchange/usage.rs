@@ -107,7 +107,7 @@ mod tests {
     use crate::unit_tests::test;
 
     fn usage(prompt_tokens: u64, completion_tokens: u64) -> Option<Usage> {
-        Some(Usage { prompt_tokens, cached_prompt_tokens: 0, completion_tokens })
+        Some(Usage { prompt_tokens, cached_prompt_tokens: 0, cache_write_prompt_tokens: 0, completion_tokens })
     }
 
     fn cached(usage: Option<Usage>, cached_prompt_tokens: u64) -> Option<Usage> {
@@ -151,9 +151,10 @@ mod tests {
             "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n",
         );
         assert_eq!(UsageScan::of(stream.as_bytes()), usage(25, 15));
-        // Cache reads and writes are prompt tokens, as on the chat path; reads are cached ones.
+        // Cache reads and writes are prompt tokens, as on the chat path, each counted apart too.
         let read = br#"{"type":"message","usage":{"input_tokens":12,"cache_creation_input_tokens":100,"cache_read_input_tokens":1830,"output_tokens":11}}"#;
-        assert_eq!(UsageScan::of(read), cached(usage(1942, 11), 1830));
+        let written = cached(usage(1942, 11), 1830).map(|usage| Usage { cache_write_prompt_tokens: 100, ..usage });
+        assert_eq!(UsageScan::of(read), written);
     }
 
     #[test]

@@ -174,6 +174,9 @@ struct UsageCounts {
     /// Absent when none.
     #[serde(skip_serializing_if = "is_zero")]
     cached_prompt_tokens: u64,
+    /// Absent when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    cache_write_prompt_tokens: u64,
     completion_tokens: u64,
 }
 
@@ -319,8 +322,11 @@ fn snapshot(case: &Case, provider: &str, target: &Target, check: &mut Check) -> 
     if let Some(answer) = case.answers.get(provider) {
         if let Some(received) = client_answer(case, provider, target, answer, plan, check) {
             snapshot.client_response = Some(received.answer);
-            snapshot.usage = received.usage.map(|Usage { prompt_tokens, cached_prompt_tokens, completion_tokens }| {
-                UsageCounts { prompt_tokens, cached_prompt_tokens, completion_tokens }
+            snapshot.usage = received.usage.map(|usage| UsageCounts {
+                prompt_tokens: usage.prompt_tokens,
+                cached_prompt_tokens: usage.cached_prompt_tokens,
+                cache_write_prompt_tokens: usage.cache_write_prompt_tokens,
+                completion_tokens: usage.completion_tokens,
             });
             snapshot.kept_as = received.kept_as;
         }

@@ -90,6 +90,8 @@ pub(crate) struct Usage {
     pub(crate) prompt_tokens: u64,
     /// Of `prompt_tokens`, those the provider read from its prompt cache (priced apart).
     pub(crate) cached_prompt_tokens: u64,
+    /// Of `prompt_tokens`, those the provider wrote to its prompt cache (priced apart).
+    pub(crate) cache_write_prompt_tokens: u64,
     pub(crate) completion_tokens: u64,
 }
 
@@ -99,6 +101,7 @@ impl Usage {
         Usage {
             prompt_tokens: self.prompt_tokens.max(other.prompt_tokens),
             cached_prompt_tokens: self.cached_prompt_tokens.max(other.cached_prompt_tokens),
+            cache_write_prompt_tokens: self.cache_write_prompt_tokens.max(other.cache_write_prompt_tokens),
             completion_tokens: self.completion_tokens.max(other.completion_tokens),
         }
     }
@@ -108,7 +111,8 @@ impl Usage {
     /// Anthropic's Messages, whose cache reads and writes count apart from `input_tokens`: they
     /// are prompt tokens too, as on the chat path). Cached tokens are chat's
     /// `prompt_tokens_details.cached_tokens`, the Responses API's
-    /// `input_tokens_details.cached_tokens` or Anthropic's `cache_read_input_tokens`.
+    /// `input_tokens_details.cached_tokens` or Anthropic's `cache_read_input_tokens`; written
+    /// ones Anthropic's `cache_creation_input_tokens`.
     pub(crate) fn of_openai(value: &Value) -> Option<Usage> {
         let object = value.as_object()?;
         let count = |names: &[&str]| names.iter().find_map(|name| object.get(*name).and_then(Value::as_u64));
@@ -128,6 +132,7 @@ impl Usage {
         Some(Usage {
             prompt_tokens: prompt.unwrap_or(0),
             cached_prompt_tokens: cached.unwrap_or(0),
+            cache_write_prompt_tokens: count(&["cache_creation_input_tokens"]).unwrap_or(0),
             completion_tokens: completion.unwrap_or(0),
         })
     }

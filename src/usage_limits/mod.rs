@@ -267,7 +267,7 @@ fn worst_tokens(policy: &Policy, ask: &Ask, limit: &Limit, known: &mut Option<To
             })?
         }
     };
-    let tokens = Tokens { input, cached_input: 0, output };
+    let tokens = Tokens { input, output, ..Tokens::default() };
     *known = Some(tokens);
     Ok(tokens)
 }
@@ -349,7 +349,12 @@ pub(crate) fn most_cost(policy: Option<&Policy>, model: &str, usage: Usage) -> O
 }
 
 fn tokens(usage: Usage) -> Tokens {
-    Tokens { input: usage.prompt_tokens, cached_input: usage.cached_prompt_tokens, output: usage.completion_tokens }
+    Tokens {
+        input: usage.prompt_tokens,
+        cached_input: usage.cached_prompt_tokens,
+        cache_write_input: usage.cache_write_prompt_tokens,
+        output: usage.completion_tokens,
+    }
 }
 
 /// The 429 of a limit the request does not fit, in OpenAI's shape.

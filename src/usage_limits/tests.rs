@@ -128,6 +128,7 @@ fn cost_is_the_usage_at_the_price_in_force() {
         prompt_tokens,
         cached_prompt_tokens,
         completion_tokens,
+        ..Usage::default()
     };
     let own = policy(json!([]), json!({"gpt-4o": {"input_per_million": 1, "output_per_million": 2}}));
     assert_eq!(cost(Some(&own), "gpt-4o", usage(1000, 0, 100)), Some(1200));
@@ -137,7 +138,13 @@ fn cost_is_the_usage_at_the_price_in_force() {
     assert_eq!(cost(None, "gpt-4o-2024-08-06", usage(1000, 0, 100)), Some(3500));
     assert_eq!(cost(None, "gpt-4o-2024-08-06", usage(1000, 800, 100)), Some(200 * 5 / 2 + 800 * 5 / 4 + 1000));
     assert_eq!(cost(None, "my-model", usage(1000, 0, 100)), None);
-    // The most a usage can cost is rounded up: 1 token at $2.50 per million is 2.5 micro-USD.
+    // Anthropic's cache writes at their own price: claude-sonnet-4-5's $3 input, $0.30 read
+    // and $3.75 written per million, $15 output.
+    let written = Usage { cache_write_prompt_tokens: 400, ..usage(1000, 500, 100) };
+    assert_eq!(cost(None, "claude-sonnet-4-5", written), Some(100 * 3 + 500 * 3 / 10 + 400 * 15 / 4 + 1500));
+    // The most a usage can cost is rounded up: 1 token at $2.50 per million is 2.5 micro-USD;
+    // every input token at the dearest input price.
     assert_eq!(most_cost(None, "gpt-4o", usage(1, 0, 0)), Some(3));
-    assert_eq!(most_cost(None, "gpt-4o", usage(2, 1, 0)), Some(4));
+    assert_eq!(most_cost(None, "gpt-4o", usage(2, 1, 0)), Some(5));
+    assert_eq!(most_cost(None, "claude-sonnet-4-5", usage(1000, 0, 0)), Some(3750));
 }

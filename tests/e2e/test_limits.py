@@ -99,6 +99,29 @@ def test_prices_come_from_the_catalog_until_the_workspace_sets_its_own(single):
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "output_per_million"
 
 
+def test_anthropic_cache_reads_and_writes_are_priced_apart(single, anthropic_mock):
+    """Input read from the prompt cache at `cached_input_per_million`, input written to it at
+    `cache_write_per_million`, the rest at the input price."""
+    team = new_workspace_key(single)
+    model = unique_model()
+    put_price(single, team["key"], model, input_per_million=1, output_per_million=10,
+              cached_input_per_million=0.1, cache_write_per_million=1.25)
+    usage = {"input_tokens": 100, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 400,
+             "output_tokens": 10}
+    answer = {"id": "msg_cache", "type": "message", "role": "assistant", "model": model, "stop_reason": "end_turn",
+              "content": [{"type": "text", "text": "Cached."}], "usage": usage}
+    anthropic_mock.script(Reply(body=answer), model=model)
+    resp = single.chat(custom_host(anthropic_mock, provider="anthropic"), chat_body(model=model), key=team["key"])
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["usage"]["prompt_tokens"] == 1500
+    trace = resp.headers["x-gateway-trace-id"]
+
+    def logged():  # 100 × 1 + 1000 × 0.1 + 400 × 1.25 + 10 × 10 micro-USD
+        records = ok(single.get(f"/v1/logs?trace_id={trace}", key=team["key"]))["data"]
+        assert records and records[0]["cost_usd"] == pytest.approx(800e-6), records
+    eventually(logged)
+
+
 # --------------------------------------------------------------------------- what a client sees
 
 

@@ -366,7 +366,12 @@ fn a_held_answer_still_tells_its_usage() {
     let usage = gw.finished(1).unwrap().usage;
     assert_eq!(
         usage,
-        Some(crate::providers::Usage { prompt_tokens: 9, cached_prompt_tokens: 0, completion_tokens: 4 })
+        Some(crate::providers::Usage {
+            prompt_tokens: 9,
+            cached_prompt_tokens: 0,
+            cache_write_prompt_tokens: 0,
+            completion_tokens: 4
+        })
     );
 }
 

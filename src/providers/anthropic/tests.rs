@@ -82,7 +82,10 @@ fn the_translator_reports_usage_of_answers_and_streams() {
     translator.request(outbound(Endpoint::ChatCompletions, "/chat/completions", Some(body))).unwrap();
     assert_eq!(translator.usage(), None);
     translator.response(sample_message().to_string().as_bytes()).unwrap();
-    assert_eq!(translator.usage(), Some(Usage { prompt_tokens: 17, cached_prompt_tokens: 5, completion_tokens: 7 }));
+    assert_eq!(
+        translator.usage(),
+        Some(Usage { prompt_tokens: 17, cached_prompt_tokens: 5, cache_write_prompt_tokens: 2, completion_tokens: 7 })
+    );
 }
 
 // --- request ----------------------------------------------------------------------------

@@ -366,7 +366,15 @@ mod tests {
         let (mut translator, _) = sent(Endpoint::Messages, messages_request(), &[]);
         let answer = br#"{"id":"msg_1","type":"message","content":[{"type":"text","text":"Hi"}],"usage":{"input_tokens":9,"output_tokens":2}}"#;
         assert_eq!(translator.response(answer).unwrap(), answer);
-        assert_eq!(translator.usage(), Some(Usage { prompt_tokens: 9, cached_prompt_tokens: 0, completion_tokens: 2 }));
+        assert_eq!(
+            translator.usage(),
+            Some(Usage {
+                prompt_tokens: 9,
+                cached_prompt_tokens: 0,
+                cache_write_prompt_tokens: 0,
+                completion_tokens: 2
+            })
+        );
     }
 
     #[test]
@@ -439,7 +447,15 @@ mod tests {
         assert_eq!(got.into_iter().map(|(_, data)| data).collect::<Vec<_>>(), sent, "each event as Bedrock sent it");
         // Input from message_start (cache reads are prompt tokens, as on the chat path, and
         // count as cached), output from message_delta.
-        assert_eq!(usage, Some(Usage { prompt_tokens: 15, cached_prompt_tokens: 3, completion_tokens: 30 }));
+        assert_eq!(
+            usage,
+            Some(Usage {
+                prompt_tokens: 15,
+                cached_prompt_tokens: 3,
+                cache_write_prompt_tokens: 0,
+                completion_tokens: 30
+            })
+        );
         for size in 1..=3 {
             assert_eq!(streamed(&frames, size), (whole.clone(), usage), "pieces of {size} bytes");
         }
@@ -473,7 +489,15 @@ mod tests {
         let got = events(&sse);
         assert_eq!(got.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(), ["message_start", "error"]);
         assert_eq!(got[1].1, json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}));
-        assert_eq!(usage, Some(Usage { prompt_tokens: 15, cached_prompt_tokens: 3, completion_tokens: 1 }));
+        assert_eq!(
+            usage,
+            Some(Usage {
+                prompt_tokens: 15,
+                cached_prompt_tokens: 3,
+                cache_write_prompt_tokens: 0,
+                completion_tokens: 1
+            })
+        );
 
         let error_frame = encode_frame(
             &[(":message-type", "error"), (":error-code", "InternalFailure"), (":error-message", "boom")],

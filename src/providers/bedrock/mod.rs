@@ -309,6 +309,7 @@ fn tokens(usage: Option<&Value>) -> Usage {
             .saturating_add(u64_field(usage, "cacheReadInputTokens"))
             .saturating_add(u64_field(usage, "cacheWriteInputTokens")),
         cached_prompt_tokens: u64_field(usage, "cacheReadInputTokens"),
+        cache_write_prompt_tokens: u64_field(usage, "cacheWriteInputTokens"),
         completion_tokens: u64_field(usage, "outputTokens"),
     }
 }

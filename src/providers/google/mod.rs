@@ -383,6 +383,7 @@ pub(crate) fn usage_of(metadata: Option<&Value>) -> Usage {
     Usage {
         prompt_tokens: count("promptTokenCount"),
         cached_prompt_tokens: count("cachedContentTokenCount"),
+        cache_write_prompt_tokens: 0,
         completion_tokens: count("candidatesTokenCount").saturating_add(count("thoughtsTokenCount")),
     }
 }
