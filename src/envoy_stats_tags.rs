@@ -44,12 +44,7 @@ fn stat_names() -> Vec<String> {
         model: "gpt-4.1-mini".into(),
         status: 200,
         cache: "MISS",
-        usage: Some(Usage {
-            prompt_tokens: 12,
-            cached_prompt_tokens: 0,
-            cache_write_prompt_tokens: 0,
-            completion_tokens: 5,
-        }),
+        usage: Some(Usage { prompt_tokens: 12, completion_tokens: 5, ..Default::default() }),
         duration_ms: 41,
         time_to_first_token_ms: Some(7),
         moves: vec![("openai", Move::Retry), ("openai", Move::Fallback)],

@@ -179,12 +179,7 @@ impl Exchange {
                 (_, None) if failed => 0,
                 (LimitKind::Tokens, None) => input.saturating_add(output).min(hold.amount),
                 (LimitKind::Budget, None) => {
-                    let most = Usage {
-                        prompt_tokens: input,
-                        cached_prompt_tokens: 0,
-                        cache_write_prompt_tokens: 0,
-                        completion_tokens: output,
-                    };
+                    let most = Usage { prompt_tokens: input, completion_tokens: output, ..Default::default() };
                     usage_limits::most_cost(policy, &record.model, most).map_or(hold.amount, |c| c.min(hold.amount))
                 }
             };

@@ -419,12 +419,7 @@ mod tests {
             record.to_string(),
             r#"trace_id="t\" status=1" span_id="" parent_span_id="" span_name="" method="POST" path="/v1/chat/completions" provider=anthropic target="" retries=0 status=200 cache="-""#
         );
-        record.usage = Some(Usage {
-            prompt_tokens: 3,
-            cached_prompt_tokens: 0,
-            cache_write_prompt_tokens: 0,
-            completion_tokens: 5,
-        });
+        record.usage = Some(Usage { prompt_tokens: 3, completion_tokens: 5, ..Default::default() });
         assert!(record.to_string().ends_with(r#"cache="-" prompt_tokens=3 completion_tokens=5"#));
         record.error_code = Some("request_timeout");
         assert!(record.to_string().ends_with(r#"cache="-" error=request_timeout prompt_tokens=3 completion_tokens=5"#));
@@ -481,12 +476,7 @@ mod tests {
             start_ms: 1000,
             first_byte_ms: Some(1040),
             moves: vec![("openai", Move::Retry), ("openai", Move::Fallback)],
-            usage: Some(Usage {
-                prompt_tokens: 3,
-                cached_prompt_tokens: 0,
-                cache_write_prompt_tokens: 0,
-                completion_tokens: 5,
-            }),
+            usage: Some(Usage { prompt_tokens: 3, completion_tokens: 5, ..Default::default() }),
             ..Record::default()
         };
         record.trace.span_id = "s".into();

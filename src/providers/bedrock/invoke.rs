@@ -366,15 +366,7 @@ mod tests {
         let (mut translator, _) = sent(Endpoint::Messages, messages_request(), &[]);
         let answer = br#"{"id":"msg_1","type":"message","content":[{"type":"text","text":"Hi"}],"usage":{"input_tokens":9,"output_tokens":2}}"#;
         assert_eq!(translator.response(answer).unwrap(), answer);
-        assert_eq!(
-            translator.usage(),
-            Some(Usage {
-                prompt_tokens: 9,
-                cached_prompt_tokens: 0,
-                cache_write_prompt_tokens: 0,
-                completion_tokens: 2
-            })
-        );
+        assert_eq!(translator.usage(), Some(Usage { prompt_tokens: 9, completion_tokens: 2, ..Default::default() }));
     }
 
     #[test]
@@ -449,12 +441,7 @@ mod tests {
         // count as cached), output from message_delta.
         assert_eq!(
             usage,
-            Some(Usage {
-                prompt_tokens: 15,
-                cached_prompt_tokens: 3,
-                cache_write_prompt_tokens: 0,
-                completion_tokens: 30
-            })
+            Some(Usage { prompt_tokens: 15, cached_prompt_tokens: 3, completion_tokens: 30, ..Default::default() })
         );
         for size in 1..=3 {
             assert_eq!(streamed(&frames, size), (whole.clone(), usage), "pieces of {size} bytes");
@@ -491,12 +478,7 @@ mod tests {
         assert_eq!(got[1].1, json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}));
         assert_eq!(
             usage,
-            Some(Usage {
-                prompt_tokens: 15,
-                cached_prompt_tokens: 3,
-                cache_write_prompt_tokens: 0,
-                completion_tokens: 1
-            })
+            Some(Usage { prompt_tokens: 15, cached_prompt_tokens: 3, completion_tokens: 1, ..Default::default() })
         );
 
         let error_frame = encode_frame(
