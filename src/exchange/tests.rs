@@ -947,6 +947,11 @@ fn envoys_per_try_timeout_is_a_408_of_the_gateway() {
     target["request_timeout"] = json!(2000);
     gw.post(1, chat_with_config("gw-key", &target), CHAT);
     assert_eq!(gw.upstream_header(1, "x-envoy-upstream-rq-per-try-timeout-ms").as_deref(), Some("2000"));
+    // Beyond what Envoy's signed milliseconds hold: at most u32::MAX, as a dispatched attempt's.
+    let mut forever = openai("sk", 9001);
+    forever["request_timeout"] = json!(u64::MAX);
+    gw.post(2, chat_with_config("gw-key", &forever), CHAT);
+    assert_eq!(gw.upstream_header(2, "x-envoy-upstream-rq-per-try-timeout-ms").as_deref(), Some("4294967295"));
     let out = gw.response_headers(1, 504, &[("content-type", "text/plain")], "upstream_per_try_timeout");
     assert_eq!(out.action, Action::Pause);
     let (_, status, headers, body) = reply(&out);

@@ -276,8 +276,9 @@ fn upstream_headers(settings: &Settings, raw: &RawHeaders, target: &Target, prep
     }
     if let Some(ms) = target.options.request_timeout {
         // Envoy's per-try timer stops at the response headers (the route timer would also
-        // cut a stream that has started).
-        edits.set.push((TIMEOUT_HEADER.into(), ms.to_string()));
+        // cut a stream that has started). At most what a dispatched attempt's timer takes (u32
+        // ms, ~49 days): Envoy reads the header into signed milliseconds.
+        edits.set.push((TIMEOUT_HEADER.into(), ms.min(u64::from(u32::MAX)).to_string()));
     }
     edits
 }
