@@ -215,6 +215,9 @@ mod tests {
         let stream = concat!(
             "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n",
             "data: {\"id\":\"c\",\"choices\":[{\"delta\":{}}]}\n\n",
+            // One chunk's data on two lines: each goes back as a data line of its own.
+            "data: {\"id\":\"c\",\n",
+            "data: \"choices\":[]}\n\n",
             "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\n",
             "data: [DONE]\n\n"
         );
@@ -227,11 +230,12 @@ mod tests {
             translator.stream_end(&mut out);
             let text = String::from_utf8(out).unwrap();
             let events: Vec<&str> = text.split_terminator("\n\n").collect();
-            assert_eq!(events.len(), 3, "{text}");
+            assert_eq!(events.len(), 4, "{text}");
             let first: Value = serde_json::from_str(events[0].strip_prefix("data: ").unwrap()).unwrap();
             assert_eq!(first, serde_json::json!({"id": "c", "choices": [{"delta": {"content": "Hi"}}]}));
             assert_eq!(events[1], "data: {\"id\":\"c\",\"choices\":[{\"delta\":{}}]}", "passed as it came");
-            assert_eq!(events[2], "data: [DONE]");
+            assert_eq!(events[2], "data: {\"id\":\"c\",\ndata: \"choices\":[]}");
+            assert_eq!(events[3], "data: [DONE]");
             assert_eq!(
                 translator.usage(),
                 Some(Usage { prompt_tokens: 5, completion_tokens: 2, ..Default::default() })

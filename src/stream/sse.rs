@@ -12,9 +12,14 @@ use super::{Converter, Event};
 
 /// Writes one `data:` event (the form of every OpenAI stream chunk).
 pub(crate) fn write_data(out: &mut Vec<u8>, payload: &[u8]) {
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(payload);
-    out.extend_from_slice(b"\n\n");
+    // An event's data is its lines joined by `\n` (as the parser joins them): each goes back
+    // as a `data:` line of its own, or its second half would be no event's.
+    for line in payload.split(|byte| *byte == b'\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line);
+        out.push(b'\n');
+    }
+    out.push(b'\n');
 }
 
 #[derive(Debug, Default)]
