@@ -200,6 +200,17 @@ def test_a_denying_output_guardrail_holds_a_stream_and_answers_446_json(gateway,
     assert json.loads(body)["error"]["type"] == "hooks_failed"
 
 
+def test_a_held_stream_over_4_mib_is_checked_whole(gateway, openai_mock):
+    """A stream held for a denying check is read whole, however long (the flowing assembler's
+    4 MiB bound once handed the checks nothing, and the stream passed)."""
+    headers = guarded(openai_mock, output_guardrails=[blocks("forbidden", True)])
+    openai_mock.script(Reply(chunks=["forbidden "] + ["x" * 65536] * 72))  # ~4.7 MB of text
+    with gateway.stream("POST", CHAT, headers=headers, json=chat_body(stream=True), timeout=60) as resp:
+        body = resp.read()
+    assert resp.status_code == 446 and b"data:" not in body, body[:200]
+    assert json.loads(body)["error"]["type"] == "hooks_failed"
+
+
 def test_a_stream_that_passes_a_denying_guardrail_is_released_unchanged(gateway, openai_mock):
     headers = guarded(openai_mock, output_guardrails=[blocks("forbidden", True)])
     client = gateway.sdk(headers)
