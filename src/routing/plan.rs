@@ -128,6 +128,11 @@ pub(crate) fn make_plan(
 ) -> Result<Plan, GatewayError> {
     let attempts = match config {
         Some(config) => {
+            // Every target is looked at, chosen or not: a loadbalance or conditional would
+            // otherwise refuse a target's feature only when it picks that target.
+            if let Some(feature) = unavailable_in_tree(config, true, settings.control_plane.is_some()) {
+                return Err(not_implemented(feature));
+            }
             let mut resolver = Resolver { settings, headers, input, host, catalog };
             resolver.resolve(config, String::new(), &TargetOptions::from_headers(headers))?
         }
@@ -149,6 +154,12 @@ struct Resolver<'a, 'c> {
     catalog: &'a mut Catalog<'c>,
 }
 
+/// The first feature of `node` or a target below it that this gateway cannot serve.
+fn unavailable_in_tree(node: &Config, root: bool, control_plane: bool) -> Option<&'static str> {
+    unavailable_feature(node, root, control_plane)
+        .or_else(|| node.targets.iter().find_map(|target| unavailable_in_tree(target, false, control_plane)))
+}
+
 fn child_path(path: &str, index: usize) -> String {
     if path.is_empty() {
         format!("targets[{index}]")
@@ -165,9 +176,6 @@ impl Resolver<'_, '_> {
         inherited: &TargetOptions,
     ) -> Result<Vec<Attempt>, GatewayError> {
         let options = inherited.inherit(node);
-        if let Some(feature) = unavailable_feature(node, path.is_empty(), self.settings.control_plane.is_some()) {
-            return Err(not_implemented(feature));
-        }
         let (Some(strategy), Some(first)) = (node.strategy.as_ref(), node.targets.first()) else {
             return Ok(vec![self.leaf(node, path, options)?]);
         };
@@ -432,6 +440,22 @@ mod tests {
         let plan = plan_of(config, Value::Null).unwrap();
         assert_eq!(plan.next_past(0, Failure::Status(500), 0), Some((1, 1)));
         assert_eq!(plan.next_past(1, Failure::Status(500), 1), Some((2, 0)));
+    }
+
+    #[test]
+    fn a_feature_of_a_target_not_chosen_is_refused_too() {
+        let mut hooked = target("b");
+        hooked["input_guardrails"] = json!([{"id": "g", "default.contains": {"words": ["x"], "operator": "none"}}]);
+        let mut weightless = hooked.clone();
+        weightless["weight"] = json!(0);
+        let balanced = json!({"strategy": {"mode": "loadbalance"}, "targets": [target("a"), weightless]});
+        let never = json!([{"query": {"metadata.tier": {"$eq": "none"}}, "then": "b"}]);
+        let conditional = json!({"strategy": {"mode": "conditional", "conditions": never, "default": "a"},
+                                 "targets": [target("a"), hooked]});
+        for config in [balanced, conditional] {
+            let error = plan_of(config, Value::Null).err().unwrap();
+            assert_eq!((error.status, error.code), (501, Some("not_implemented")), "{}", error.message);
+        }
     }
 
     #[test]
