@@ -43,11 +43,11 @@ pub(crate) trait Converter {
         sse::write_data(out, b"[DONE]");
         self.close();
     }
-    /// The provider's own error event: OpenAI's in-stream error chunk, then the end of the
-    /// client stream.
+    /// The provider's own error event: OpenAI's in-stream error chunk ends the client stream,
+    /// without `[DONE]` (which says the answer is whole), as a stream cut short ends.
     fn end_with_error(&mut self, message: &str, kind: &str, out: &mut Vec<u8>) {
         write_error(out, message, kind);
-        self.end(out);
+        self.close();
     }
     /// The upstream stream ended: a converter whose provider's stream was complete ends the
     /// client stream (if it is not over yet); an unfinished one is left to [`sse::SseStream`],

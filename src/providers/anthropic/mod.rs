@@ -127,8 +127,8 @@ impl Messages {
 
     /// The stream converter, made at the first chunk (not copied per chunk).
     fn sse(&mut self) -> &mut SseStream {
-        let ctx = &self.ctx;
-        self.stream.get_or_insert_with(|| SseStream::new(EventConverter::new(context_or_default(ctx))))
+        let (ctx, provider) = (&self.ctx, self.provider());
+        self.stream.get_or_insert_with(|| SseStream::new(EventConverter::new(context_or_default(ctx), provider)))
     }
 }
 

@@ -15,15 +15,26 @@ pub(crate) struct EventConverter {
     chunks: ChunkWriter,
     /// Told in parts: the prompt's in `message_start`, the output's in `message_delta`.
     usage: Usage,
-    /// OpenAI tool call index of each Anthropic `tool_use` content block index.
-    tool_blocks: HashMap<u64, usize>,
+    /// Each Anthropic `tool_use` content block by its index: its OpenAI tool call.
+    tool_blocks: HashMap<u64, ToolBlock>,
     /// The client stream is over (`[DONE]` or an error was sent).
     done: bool,
+    /// Who sent the events (Anthropic, or Claude on a cloud), for the errors that name it.
+    provider: &'static str,
+}
+
+/// A `tool_use` block on its way out as an OpenAI tool call.
+struct ToolBlock {
+    /// The tool call's index among the answer's.
+    index: usize,
+    /// Some of its arguments' text was sent (a tool without parameters streams none).
+    has_arguments: bool,
 }
 
 impl EventConverter {
-    pub(crate) fn new(ctx: ResponseContext) -> Self {
+    pub(crate) fn new(ctx: ResponseContext, provider: &'static str) -> Self {
         EventConverter {
+            provider,
             chunks: ChunkWriter::new(ctx, String::new()),
             usage: Usage::default(),
             tool_blocks: HashMap::new(),
@@ -44,6 +55,7 @@ impl EventConverter {
             "message_start" => self.on_message_start(&data, out),
             "content_block_start" => self.on_block_start(&data, out),
             "content_block_delta" => self.on_block_delta(&data, out),
+            "content_block_stop" => self.on_block_stop(&data, out),
             "message_delta" => {
                 self.tell_usage(data.get("usage"));
                 let reason = finish_reason(str_field(data.get("delta"), "stop_reason"));
@@ -59,7 +71,7 @@ impl EventConverter {
                 let kind = str_field(error, "type").unwrap_or("api_error");
                 self.end_with_error(message, kind, out);
             }
-            // ping, content_block_stop and future events carry nothing for the client.
+            // ping and future events carry nothing for the client.
             _ => {}
         }
     }
@@ -84,7 +96,7 @@ impl EventConverter {
             return;
         }
         let tool_index = self.tool_blocks.len();
-        self.tool_blocks.insert(index, tool_index);
+        self.tool_blocks.insert(index, ToolBlock { index: tool_index, has_arguments: false });
         let call = json!({
             "index": tool_index,
             "id": str_field(block, "id").unwrap_or_default(),
@@ -106,15 +118,29 @@ impl EventConverter {
                 }
             }
             Some("input_json_delta") => {
-                let tool_index = self.tool_blocks.get(&index);
-                if let (Some(tool_index), Some(json)) = (tool_index, str_field(delta, "partial_json")) {
-                    let call = json!({"index": tool_index, "function": {"arguments": json}});
+                let block = self.tool_blocks.get_mut(&index);
+                if let (Some(block), Some(json)) = (block, str_field(delta, "partial_json")) {
+                    block.has_arguments |= !json.is_empty();
+                    let call = json!({"index": block.index, "function": {"arguments": json}});
                     self.chunks.delta(json!({"tool_calls": [call]}), None, out);
                 }
             }
             Some("thinking_delta") => self.emit_block_delta(index, "thinking", str_field(delta, "thinking"), out),
             Some("signature_delta") => self.emit_block_delta(index, "signature", str_field(delta, "signature"), out),
             _ => {}
+        }
+    }
+
+    /// A tool call whose arguments never came has none: `{}`, as the answer whole says.
+    fn on_block_stop(&mut self, data: &Value, out: &mut Vec<u8>) {
+        let index = data.get("index").and_then(Value::as_u64);
+        let Some(block) = index.and_then(|index| self.tool_blocks.get_mut(&index)) else {
+            return;
+        };
+        if !block.has_arguments {
+            block.has_arguments = true;
+            let call = json!({"index": block.index, "function": {"arguments": "{}"}});
+            self.chunks.delta(json!({"tool_calls": [call]}), None, out);
         }
     }
 
@@ -142,7 +168,7 @@ impl EventConverter {
 
 impl Converter for EventConverter {
     fn provider(&self) -> &'static str {
-        "anthropic"
+        self.provider
     }
 
     fn on_event(&mut self, event: &Event, out: &mut Vec<u8>) {

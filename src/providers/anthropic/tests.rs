@@ -638,7 +638,7 @@ const TRANSCRIPT: &str = concat!(
 );
 
 fn run_stream(ctx: ResponseContext, chunks: &[&[u8]]) -> Vec<u8> {
-    let mut stream = SseStream::new(stream::EventConverter::new(ctx));
+    let mut stream = SseStream::new(stream::EventConverter::new(ctx, "anthropic"));
     let mut out = Vec::new();
     for chunk in chunks {
         stream.push(chunk, &mut out);
@@ -689,6 +689,36 @@ fn stream_transcript_not_strict() {
 }
 
 #[test]
+fn a_streamed_tool_call_without_arguments_has_the_empty_object() {
+    // Anthropic streams a tool without parameters as one empty `partial_json` (or none).
+    let tool = |index: u32, pieces: &[&str]| {
+        let start = json!({"type": "content_block_start", "index": index,
+            "content_block": {"type": "tool_use", "id": format!("toolu_{index}"), "name": "now", "input": {}}});
+        let mut events = vec![format!("event: content_block_start\ndata: {start}\n\n")];
+        for piece in pieces {
+            let delta = json!({"type": "content_block_delta", "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": piece}});
+            events.push(format!("event: content_block_delta\ndata: {delta}\n\n"));
+        }
+        let stop = json!({"type": "content_block_stop", "index": index});
+        events.push(format!("event: content_block_stop\ndata: {stop}\n\n"));
+        events.concat()
+    };
+    let start = r#"{"type":"message_start","message":{"id":"msg_1","model":"m","usage":{"input_tokens":1}}}"#;
+    let stream =
+        format!("event: message_start\ndata: {start}\n\n{}{}{}", tool(0, &[""]), tool(1, &[]), tool(2, &["{}"]));
+    let payloads = payloads(&run_stream(ctx(true, false), &[stream.as_bytes()]));
+    let arguments = |call: usize| -> String {
+        let pieces = payloads.iter().filter_map(|p| p["choices"][0]["delta"]["tool_calls"].get(0).cloned());
+        pieces
+            .filter(|c| c["index"] == call)
+            .filter_map(|c| c["function"]["arguments"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert_eq!((arguments(0), arguments(1), arguments(2)), ("{}".into(), "{}".into(), "{}".into()));
+}
+
+#[test]
 fn stream_transcript_strict_drops_thinking_and_usage() {
     let out = run_stream(ctx(true, false), &[TRANSCRIPT.as_bytes()]);
     let payloads = payloads(&out);
@@ -728,11 +758,11 @@ fn stream_error_event_ends_stream() {
     );
     let out = run_stream(ctx(true, true), &[input.as_bytes()]);
     let text = String::from_utf8(out).unwrap();
+    // The error ends the stream; no `[DONE]`, which would say the answer is whole.
     assert!(text.ends_with(
-        "data: {\"error\":{\"code\":null,\"message\":\"Overloaded\",\"param\":null,\"type\":\"overloaded_error\"}}\n\n\
-         data: [DONE]\n\n"
+        "data: {\"error\":{\"code\":null,\"message\":\"Overloaded\",\"param\":null,\"type\":\"overloaded_error\"}}\n\n"
     ));
-    assert_eq!(text.matches("[DONE]").count(), 1);
+    assert_eq!(text.matches("[DONE]").count(), 0);
 }
 
 #[test]
@@ -753,8 +783,7 @@ fn stream_event_too_large_ends_stream_with_error() {
         json!({"error": {"message": "provider 'anthropic' sent a stream event larger than 16777216 bytes",
             "type": "api_error", "param": null, "code": null}})
     );
-    assert_eq!(payloads[2], "[DONE]");
-    assert_eq!(payloads.len(), 3);
+    assert_eq!(payloads.len(), 2, "no [DONE] after the error");
 }
 
 #[test]
