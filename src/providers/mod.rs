@@ -116,23 +116,20 @@ impl Usage {
     pub(crate) fn of_openai(value: &Value) -> Option<Usage> {
         let object = value.as_object()?;
         let count = |names: &[&str]| names.iter().find_map(|name| object.get(*name).and_then(Value::as_u64));
-        let cache_reads_and_writes = ["cache_read_input_tokens", "cache_creation_input_tokens"]
-            .iter()
-            .fold(0u64, |sum, name| sum.saturating_add(count(&[name]).unwrap_or(0)));
-        let prompt =
-            count(&["prompt_tokens", "input_tokens"]).map(|tokens| tokens.saturating_add(cache_reads_and_writes));
+        let cache_read = count(&["cache_read_input_tokens"]);
+        let cache_written = count(&["cache_creation_input_tokens"]).unwrap_or(0);
+        let prompt = count(&["prompt_tokens", "input_tokens"])
+            .map(|tokens| tokens.saturating_add(cache_read.unwrap_or(0)).saturating_add(cache_written));
         let completion = count(&["completion_tokens", "output_tokens"]);
         if prompt.is_none() && completion.is_none() {
             return None;
         }
         let details = |name: &str| object.get(name)?.get("cached_tokens")?.as_u64();
-        let cached = details("prompt_tokens_details")
-            .or_else(|| details("input_tokens_details"))
-            .or_else(|| count(&["cache_read_input_tokens"]));
+        let cached = details("prompt_tokens_details").or_else(|| details("input_tokens_details")).or(cache_read);
         Some(Usage {
             prompt_tokens: prompt.unwrap_or(0),
             cached_prompt_tokens: cached.unwrap_or(0),
-            cache_write_prompt_tokens: count(&["cache_creation_input_tokens"]).unwrap_or(0),
+            cache_write_prompt_tokens: cache_written,
             completion_tokens: completion.unwrap_or(0),
         })
     }
